@@ -1,0 +1,163 @@
+"""One settings model for the whole server.
+
+Values come from, highest first: explicit keyword arguments (the CLI passes its flags this
+way), environment variables `RLM_MCP_*`, an optional TOML file (`RLM_MCP_CONFIG`), defaults.
+Layers never read the environment themselves: they are handed a `Settings`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import platformdirs
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
+
+
+def _default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("rlm-mcp", appauthor=False))
+
+
+def _default_roots() -> list[Path]:
+    return [Path.home()]
+
+
+class Settings(BaseSettings):
+    """Every knob of rlm-mcp. The README's configuration table mirrors this class."""
+
+    model_config = SettingsConfigDict(env_prefix="RLM_MCP_", extra="ignore", validate_default=True)
+
+    # --- LM endpoint -------------------------------------------------------------------------
+    base_url: str = Field("http://localhost:8000/v1", description="OpenAI-compatible endpoint (…/v1).")
+    model: str = Field("rlm-v0.1", description="Root model name (the LoRA adapter's name on vLLM).")
+    sub_model: str | None = Field(None, description="Model for llm_query sub-calls; default: the root model.")
+    api_key: str = Field("EMPTY", description="API key sent as a bearer token to the endpoint.")
+    extra_body: Annotated[dict[str, Any], NoDecode] = Field(
+        default_factory=dict, description="Extra JSON fields merged into every chat request."
+    )
+    max_model_len: int | None = Field(
+        None, description="Root model window in tokens; default: discovered from /v1/models, else 16384."
+    )
+    root_max_tokens: int = Field(4096, description="Completion budget of each root turn.")
+    sub_max_tokens: int = Field(4096, description="Completion budget of each sub-call.")
+    min_completion_tokens: int = Field(1024, description="Floor below which the root budget never shrinks.")
+    request_timeout_s: float = Field(600.0, description="Read timeout of one LM request.")
+    lm_retries: int = Field(3, description="Retries of one LM request on 429/5xx/connection errors.")
+    max_concurrent_lm_calls: int = Field(16, description="Concurrent LM requests across all runs and depths.")
+    max_sub_calls_per_run: int = Field(2000, description="Sub-LM calls one run tree may make.")
+    max_prompts_per_batch: int = Field(512, description="Prompts one llm_query_batched call may carry.")
+
+    # --- RLM loop ----------------------------------------------------------------------------
+    prompt_profile: str = Field("rlm-mcp", description="rlm-mcp | canonical | file:PATH")
+    max_iterations: int = Field(20, ge=1, le=200, description="Root turns per run.")
+    max_depth: int = Field(1, ge=1, le=5, description="Recursion depth; 1 means rlm_query is llm_query.")
+    timeout_s: float = Field(900.0, gt=0, description="Wall-clock limit of one run.")
+    token_budget: int | None = Field(None, description="Tokens (prompt+completion) one run tree may spend.")
+    max_errors: int = Field(5, ge=1, description="Consecutive cells that raised before the run ends.")
+    submit_on_max_iterations: bool = Field(True, description="One extra 'submit now' turn at max_iterations.")
+    output_chars: int = Field(20_000, description="Characters of each block's output shown to the model.")
+    answer_max_chars: int = Field(20_000, description="Answer characters in a tool result (full: resource).")
+
+    # --- Sandbox -----------------------------------------------------------------------------
+    sandbox_image: str = Field(DEFAULT_IMAGE, description="Docker image the sandboxes run.")
+    sandbox_memory: str = Field("1g", description="Memory limit (= memory+swap) of one sandbox.")
+    sandbox_cpus: float = Field(1.0, gt=0, description="CPU quota of one sandbox.")
+    sandbox_pids: int = Field(128, ge=16, description="Process/thread limit of one sandbox.")
+    sandbox_tmpfs: str = Field("256m", description="Size of the writable /tmp in a sandbox.")
+    sandbox_shm: str = Field("64m", description="Size of /dev/shm in a sandbox.")
+    sandbox_user: str = Field("1000:1000", description="uid:gid the sandbox code runs as.")
+    cell_timeout_s: float = Field(60.0, gt=0, description="Running time of one cell (LM waits excluded).")
+    cell_output_bytes: int = Field(1 << 20, description="Captured output kept per cell (head and tail).")
+    pool_size: int = Field(2, ge=0, le=32, description="Warm, kernel-ready sandboxes kept started.")
+    max_sandboxes: int = Field(8, ge=1, description="Sandboxes this server runs at once.")
+
+    # --- Runs --------------------------------------------------------------------------------
+    max_runs: int = Field(4, ge=1, description="Runs executing at once; more wait (with progress).")
+    run_queue_timeout_s: float = Field(60.0, description="How long a run waits for a free slot.")
+
+    # --- Contexts and storage ----------------------------------------------------------------
+    data_dir: Path = Field(default_factory=_default_data_dir, description="Contexts, runs, index.")
+    allowed_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=_default_roots, description="os.pathsep-separated roots paths may be read from."
+    )
+    max_context_bytes: int = Field(1 << 30, description="Largest single context.")
+    store_max_bytes: int = Field(20 << 30, description="Context store size before LRU eviction.")
+    store_max_age_days: float = Field(30.0, description="Contexts unused this long are evicted.")
+    max_files: int = Field(20_000, description="Files one folder/glob load may take.")
+    url_timeout_s: float = Field(30.0, description="Timeout of a URL fetch.")
+    url_max_redirects: int = Field(5, description="Redirects a URL fetch may follow.")
+    allow_private_urls: bool = Field(False, description="Over HTTP, allow URLs on private addresses.")
+
+    # --- Server ------------------------------------------------------------------------------
+    transport: Literal["stdio", "http"] = "stdio"
+    host: str = "127.0.0.1"
+    port: int = 8765
+    auth_token: str | None = Field(None, description="Bearer token required by the HTTP transport.")
+    log_level: str = "INFO"
+
+    @field_validator("allowed_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
+        return value
+
+    @field_validator("extra_body", mode="before")
+    @classmethod
+    def _parse_extra_body(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                return {}
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"RLM_MCP_EXTRA_BODY must be a JSON object: {exc}") from exc
+            if not isinstance(parsed, dict):
+                raise ValueError("RLM_MCP_EXTRA_BODY must be a JSON object")
+            return parsed
+        return value
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _expand_data_dir(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @property
+    def effective_sub_model(self) -> str:
+        return self.sub_model or self.model
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_path = os.environ.get("RLM_MCP_CONFIG")
+        if toml_path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml_path).expanduser()))
+        return tuple(sources)
+
+
+def parse_size(text: str) -> int:
+    """'256m' -> bytes. Accepts b, k, m, g suffixes (Docker's convention, powers of 1024)."""
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    cleaned = text.strip().lower().removesuffix("b") if text.strip().lower().endswith(("kb", "mb", "gb")) else text.strip().lower()
+    if cleaned and cleaned[-1] in units:
+        return int(float(cleaned[:-1]) * units[cleaned[-1]])
+    return int(cleaned)

@@ -1,0 +1,80 @@
+"""The contracts the engine talks to: a chat model and a sandbox.
+
+The engine never imports Docker or an HTTP client; the service wires the real `lm` and
+`sandbox` layers in, and engine tests wire in a scripted model and an in-process sandbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from rlm_mcp.lm.types import Completion
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """A stored context, as a sandbox loads it and as the metadata message describes it."""
+
+    path: Path  # file holding the bytes: UTF-8 text, or a JSON document when format == "json"
+    format: Literal["text", "json"]
+    kind: Literal["str", "list", "dict"]  # the Python type `context_i` has inside the sandbox
+    chars: int  # total length in characters (what the metadata message reports)
+    bytes: int
+    name: str = ""
+    context_id: str = ""
+
+
+@dataclass(frozen=True)
+class LMRequest:
+    """A sub-call asked for by code inside the sandbox (`llm_query*` or `rlm_query*`)."""
+
+    kind: Literal["llm", "rlm"]
+    prompts: list[str]
+    model: str | None = None
+
+
+# Answers one request: one string per prompt, in order. Failures are strings starting with
+# "Error: " (the code sees them as text, never as exceptions); it must not raise.
+LMBridge = Callable[[LMRequest], Awaitable[list[str]]]
+
+
+@dataclass
+class CellResult:
+    """What one executed cell produced, already size-capped by the sandbox."""
+
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None  # "ExcType: message" plus traceback when the cell raised
+    answer: dict[str, Any] | None = None  # {"content": str | None, "ready": bool} at end of cell
+    variables: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+    timed_out: bool = False
+    restarted: bool = False  # the sandbox was replaced: every variable of earlier cells is gone
+    notice: str | None = None  # a host-side explanation for the model (why it was killed, ...)
+
+
+class Sandbox(Protocol):
+    """One run's private REPL, with its contexts already loaded."""
+
+    async def execute(self, code: str, bridge: LMBridge) -> CellResult: ...
+
+
+# Opens a sandbox with these contexts loaded as context_0, context_1, ... (`context` = first);
+# closing it releases the container. Raises `rlm_mcp.errors.RlmMcpError` subclasses on failure.
+SandboxFactory = Callable[[Sequence[ContextSpec]], AbstractAsyncContextManager[Sandbox]]
+
+
+class ChatModel(Protocol):
+    """The LM endpoint as the engine needs it."""
+
+    async def complete(
+        self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: Literal["root", "sub"]
+    ) -> Completion: ...
+
+    async def window(self, model: str) -> int: ...
+
+    async def count_tokens(self, messages: list[dict[str, str]], *, model: str) -> int: ...
