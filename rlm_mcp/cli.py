@@ -1,0 +1,200 @@
+"""`rlm-mcp` entry point. No subcommand: serve MCP over stdio (what `uvx rlm-mcp` does).
+
+Nothing but MCP protocol may reach stdout in stdio mode, so every log line goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from pydantic import ValidationError
+
+from rlm_mcp import __version__
+from rlm_mcp.config import Settings
+from rlm_mcp.errors import RlmMcpError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlm-mcp", description="MCP server for Recursive Language Models.")
+    p.add_argument("--version", action="version", version=f"rlm-mcp {__version__}")
+    sub = p.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="serve MCP (default: stdio)")
+    serve.add_argument("--transport", choices=["stdio", "http"], default=None)
+    serve.add_argument("--host", default=None, help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="HTTP port (default 8765)")
+
+    sub.add_parser("doctor", help="check Docker, the sandbox image and the LM endpoint")
+
+    run = sub.add_parser("run", help="one run from the shell: load a context and ask a question")
+    run.add_argument("query")
+    src = run.add_mutually_exclusive_group(required=True)
+    src.add_argument("--path")
+    src.add_argument("--url")
+    src.add_argument("--context-id")
+    run.add_argument("--max-iterations", type=int)
+    run.add_argument("--max-depth", type=int)
+    run.add_argument("--timeout-s", type=float)
+
+    ctx = sub.add_parser("contexts", help="list or delete stored contexts")
+    ctx_sub = ctx.add_subparsers(dest="action", required=True)
+    ctx_sub.add_parser("list")
+    delete = ctx_sub.add_parser("delete")
+    delete.add_argument("context_id")
+
+    runs = sub.add_parser("runs", help="inspect run records")
+    runs_sub = runs.add_subparsers(dest="action", required=True)
+    runs_sub.add_parser("list")
+    show = runs_sub.add_parser("show")
+    show.add_argument("run_id")
+    export = runs_sub.add_parser("export", help="print a run's event log as JSONL")
+    export.add_argument("run_id")
+
+    image = sub.add_parser("image", help="the sandbox image")
+    image_sub = image.add_subparsers(dest="action", required=True)
+    build = image_sub.add_parser("build", help="build the sandbox image")
+    build.add_argument("--offline", action="store_true", help="debootstrap a base instead of pulling one")
+    build.add_argument("--mirror", default=None, help="Debian mirror for --offline")
+    build.add_argument("--force", action="store_true", help="rebuild the base even if present")
+    image_sub.add_parser("status", help="is the image present?")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        overrides: dict[str, Any] = {}
+        if args.command == "serve":
+            overrides = {k: v for k, v in (("transport", args.transport), ("host", args.host), ("port", args.port)) if v is not None}
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        print(f"rlm-mcp: bad configuration:\n{exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        stream=sys.stderr, level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return _dispatch(args, settings)
+    except RlmMcpError as exc:
+        print(f"rlm-mcp: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    command = args.command or "serve"
+    if command == "serve":
+        anyio.run(_serve, settings)
+        return 0
+    if command == "doctor":
+        from rlm_mcp.doctor import run_doctor
+
+        return anyio.run(run_doctor, settings)
+    if command == "image":
+        return _image(args, settings)
+    if command == "contexts":
+        return anyio.run(_contexts, args, settings)
+    if command == "runs":
+        return anyio.run(_runs, args, settings)
+    if command == "run":
+        return anyio.run(_one_run, args, settings)
+    raise AssertionError(command)
+
+
+async def _serve(settings: Settings) -> None:
+    """Serve until stdin closes (stdio), or SIGINT/SIGTERM; the lifespan then removes this
+    server's sandboxes before the process exits."""
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_on_signal)
+        if settings.transport == "http":
+            from rlm_mcp.server.http import serve_http
+
+            await serve_http(settings)
+        else:
+            from rlm_mcp.server.app import build_server
+
+            await build_server(settings, mode="stdio").run_stdio_async()
+        tg.cancel_scope.cancel()
+
+
+def _image(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.sandbox.image import build_image, image_status
+
+    if args.action == "status":
+        present = image_status(settings)
+        print(f"{settings.sandbox_image}: {'present' if present else 'missing (run: rlm-mcp image build --offline)'}")
+        return 0 if present else 1
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    tag = build_image(settings, offline=args.offline, mirror=args.mirror, force=args.force, log=log)
+    print(tag)
+    return 0
+
+
+async def _contexts(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.store import ContextStore
+
+    store = ContextStore(settings)
+    if args.action == "list":
+        for info in await store.list():
+            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {info.name}")
+        return 0
+    await store.get(args.context_id)
+    await store.delete(args.context_id)
+    print(f"deleted {args.context_id}")
+    return 0
+
+
+async def _runs(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.store import RunStore
+
+    records = RunStore(settings)
+    if args.action == "list":
+        for summary in await records.list():
+            print(f"{summary.get('run_id')}  {summary.get('status', '?'):<15} {str(summary.get('query', ''))[:60]}")
+        return 0
+    if args.action == "show":
+        print(json.dumps(await records.read_summary(args.run_id), indent=2, default=str))
+        return 0
+    for event in await records.read_events(args.run_id):
+        print(json.dumps(event, default=str))
+    return 0
+
+
+async def _one_run(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.service.service import RlmService
+
+    async def report(progress: float, total: float | None, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    async with RlmService(settings, mode="stdio") as service:
+        if args.context_id:
+            context_id = args.context_id
+        else:
+            info = await service.load_context(path=args.path, url=args.url)
+            context_id = info.context_id
+        overrides = {"max_iterations": args.max_iterations, "max_depth": args.max_depth, "timeout_s": args.timeout_s}
+        result = await service.complete(args.query, context_id, overrides, report)
+    print(json.dumps(result.model_dump(), indent=2))
+    return 0 if result.status == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

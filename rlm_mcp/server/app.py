@@ -1,0 +1,239 @@
+"""The MCP surface: tool and resource declarations mapped onto `RlmService`. No logic here
+beyond argument mapping and turning `RlmMcpError`s into `ToolError`s (their text is written
+for the person reading the client)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from rlm_mcp import __version__
+from rlm_mcp.config import Settings
+from rlm_mcp.engine import RunResult
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.server.schemas import (
+    ContextHandle,
+    ContextList,
+    Deleted,
+    RunOutcome,
+    RunStarted,
+    RunStatus,
+    UploadProgress,
+)
+from rlm_mcp.service.service import Mode, RlmService
+
+T = TypeVar("T")
+
+INSTRUCTIONS = (
+    "Recursive Language Model over contexts too large for your window. Store a context once "
+    "(rlm_load_context with a path, folder, glob, url or text; rlm_upload_context for chunked "
+    "uploads), then ask rlm_complete(query, context_id). For runs longer than your client's "
+    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel."
+)
+
+_READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_STORE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_RUN = ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=True)
+
+ContextIds = Annotated[
+    str | list[str],
+    Field(description="A context_id from rlm_load_context, or a list of them (context_0, context_1, ...)."),
+]
+MaxIterations = Annotated[int | None, Field(None, ge=1, le=200, description="Root turns (default 20).")]
+MaxDepth = Annotated[int | None, Field(None, ge=1, le=5, description="1: rlm_query is a plain sub-call; 2+: child RLMs.")]
+TimeoutS = Annotated[float | None, Field(None, gt=0, description="Wall-clock limit of the run in seconds.")]
+TokenBudget = Annotated[int | None, Field(None, ge=1, description="Tokens the whole run tree may spend.")]
+
+
+async def _call(work: Awaitable[T]) -> T:
+    try:
+        return await work
+    except RlmMcpError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def _overrides(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def build_server(settings: Settings, *, mode: Mode = "stdio") -> MCPServer[RlmService]:
+    holder: dict[str, RlmService] = {}
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[RlmService]) -> AsyncIterator[RlmService]:
+        # Nothing here touches Docker or the LM endpoint: `initialize` must answer at once.
+        async with RlmService(settings, mode=mode) as service:
+            holder["service"] = service
+            try:
+                yield service
+            finally:
+                holder.pop("service", None)
+
+    def svc() -> RlmService:
+        try:
+            return holder["service"]
+        except KeyError:
+            raise ToolError("The server is starting or shutting down; try again in a moment.") from None
+
+    mcp = MCPServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+
+    @mcp.tool(annotations=_STORE)
+    async def rlm_load_context(
+        text: Annotated[str | None, Field(description="The context itself (small contexts only).")] = None,
+        path: Annotated[str | None, Field(description="A file or folder under the allowed roots.")] = None,
+        glob: Annotated[str | None, Field(description="An absolute glob pattern, e.g. /repo/**/*.py.")] = None,
+        url: Annotated[str | None, Field(description="An http(s) URL to fetch.")] = None,
+        name: Annotated[str | None, Field(description="A label shown in rlm_list_contexts.")] = None,
+        format: Annotated[Literal["text", "json"], Field(description="json: the sandbox sees a list/dict.")] = "text",
+        include: Annotated[list[str] | None, Field(description="Folder/glob: only paths matching these.")] = None,
+        exclude: Annotated[list[str] | None, Field(description="Folder/glob: skip paths matching these.")] = None,
+    ) -> ContextHandle:
+        """Store a large context once and get a context_id handle (same bytes, same id)."""
+        info = await _call(
+            svc().load_context(
+                text=text, path=path, glob=glob, url=url, name=name, format=format, include=include, exclude=exclude
+            )
+        )
+        return ContextHandle.of(info)
+
+    @mcp.tool(annotations=_STORE)
+    async def rlm_upload_context(
+        data: Annotated[str, Field(description="This chunk: at most 1 MiB once decoded.")],
+        index: Annotated[int, Field(ge=0, description="0 for the first chunk, then 1, 2, ...")],
+        upload_id: Annotated[str | None, Field(description="From the answer to chunk 0; omit on chunk 0.")] = None,
+        final: Annotated[bool, Field(description="True on the last chunk: the context is stored.")] = False,
+        encoding: Annotated[Literal["text", "base64"], Field(description="How `data` is encoded.")] = "text",
+        sha256: Annotated[str | None, Field(description="Hex SHA-256 of the whole upload, checked at the end.")] = None,
+        name: Annotated[str | None, Field(description="A label for the context.")] = None,
+        format: Annotated[Literal["text", "json"] | None, Field(description="text (default) or json.")] = None,
+    ) -> UploadProgress:
+        """Upload a context in chunks (resumable); the final chunk returns the context handle."""
+        state = await _call(
+            svc().upload_chunk(
+                data=data, index=index, upload_id=upload_id, final=final, encoding=encoding,
+                sha256=sha256, name=name, format=format,
+            )
+        )
+        return UploadProgress.of(state)
+
+    @mcp.tool(annotations=_READ)
+    async def rlm_list_contexts() -> ContextList:
+        """List stored contexts."""
+        infos = await _call(svc().list_contexts())
+        return ContextList(contexts=[ContextHandle.of(i) for i in infos])
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
+    async def rlm_delete_context(context_id: str) -> Deleted:
+        """Delete a stored context."""
+        deleted = await _call(svc().delete_context(context_id))
+        return Deleted(context_id=context_id, deleted=deleted)
+
+    @mcp.tool(annotations=_RUN)
+    async def rlm_complete(
+        query: Annotated[str, Field(description="The question to answer about the context.")],
+        context_id: ContextIds,
+        ctx: Context,
+        max_iterations: MaxIterations = None,
+        max_depth: MaxDepth = None,
+        timeout_s: TimeoutS = None,
+        token_budget: TokenBudget = None,
+    ) -> RunOutcome:
+        """Answer `query` over a stored context with a Recursive Language Model (waits for the
+        answer; sends progress). For clients with short timeouts use rlm_start instead."""
+
+        async def report(progress: float, total: float | None, message: str) -> None:
+            await ctx.report_progress(progress, total, message)
+
+        overrides = _overrides(
+            max_iterations=max_iterations, max_depth=max_depth, timeout_s=timeout_s, token_budget=token_budget
+        )
+        result = await _call(svc().complete(query, context_id, overrides, report))
+        return RunOutcome.of(result, max_chars=settings.answer_max_chars)
+
+    @mcp.tool(annotations=_RUN)
+    async def rlm_start(
+        query: Annotated[str, Field(description="The question to answer about the context.")],
+        context_id: ContextIds,
+        max_iterations: MaxIterations = None,
+        max_depth: MaxDepth = None,
+        timeout_s: TimeoutS = None,
+        token_budget: TokenBudget = None,
+    ) -> RunStarted:
+        """Start a run in the background and return its run_id at once (poll rlm_status / rlm_result)."""
+        overrides = _overrides(
+            max_iterations=max_iterations, max_depth=max_depth, timeout_s=timeout_s, token_budget=token_budget
+        )
+        run = await _call(svc().start_run(query, context_id, overrides))
+        return RunStarted(run_id=run.run_id, status="running")
+
+    @mcp.tool(annotations=_READ)
+    async def rlm_status(run_id: str) -> RunStatus:
+        """Status of a run: turn, sub-calls, tokens, elapsed time."""
+        return RunStatus.model_validate(await _call(svc().status(run_id)))
+
+    @mcp.tool(annotations=_READ)
+    async def rlm_result(
+        run_id: str,
+        wait_s: Annotated[float, Field(ge=0, le=300, description="Wait up to this long for the end.")] = 0.0,
+    ) -> RunOutcome:
+        """The result of a run (status 'running' while it still runs)."""
+        outcome = await _call(svc().result(run_id, wait_s))
+        if isinstance(outcome, RunResult):
+            return RunOutcome.of(outcome, max_chars=settings.answer_max_chars)
+        return RunOutcome(
+            status=str(outcome.get("status")),
+            run_id=run_id,
+            iterations=outcome.get("iterations") or 0,
+            sub_calls=outcome.get("sub_calls") or 0,
+            usage=outcome.get("usage") or {},
+        )
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
+    async def rlm_cancel(run_id: str) -> RunStatus:
+        """Cancel a run: stops its LM calls and removes its sandboxes."""
+        return RunStatus.model_validate(await _call(svc().cancel(run_id)))
+
+    _add_resources(mcp, svc)
+    return mcp
+
+
+def _add_resources(mcp: MCPServer[RlmService], svc: Callable[[], RlmService]) -> None:
+    async def read(work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except RlmMcpError as exc:
+            raise ResourceError(str(exc)) from exc
+
+    @mcp.resource("rlm://contexts/{context_id}", mime_type="application/json")
+    async def context_resource(context_id: str) -> str:
+        """Metadata of a stored context (not its body)."""
+        info = await read(svc().contexts.get(context_id))
+        return ContextHandle.of(info).model_dump_json(indent=2)
+
+    @mcp.resource("rlm://runs/{run_id}", mime_type="application/json")
+    async def run_resource(run_id: str) -> str:
+        """Summary of a run: query, limits, status, result."""
+        service = svc()
+        summary = await read(service.records.read_summary(run_id))
+        run = service.runs.get(run_id)
+        if run is not None and run.result is None:
+            summary.update(run.status())
+        return json.dumps(summary, indent=2, default=str)
+
+    @mcp.resource("rlm://runs/{run_id}/trajectory", mime_type="application/jsonl")
+    async def trajectory_resource(run_id: str) -> str:
+        """The run's event log (JSONL): turns, cells, LM calls, end."""
+        events = await read(svc().records.read_events(run_id))
+        return "\n".join(json.dumps(e, default=str) for e in events) + ("\n" if events else "")
+
+    @mcp.resource("rlm://runs/{run_id}/answer", mime_type="text/plain")
+    async def answer_resource(run_id: str) -> str:
+        """The full answer of a finished run."""
+        return await read(svc().full_answer(run_id))

@@ -1,0 +1,70 @@
+"""`rlm_load_context`: exactly one source (text, path, glob or url) into the store."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from rlm_mcp.config import Settings
+from rlm_mcp.errors import BadArgumentError
+from rlm_mcp.service.loaders import Loaded, fetch_url, load_glob, load_path
+from rlm_mcp.store import ContextInfo, ContextStore
+
+
+class ContextLoader:
+    def __init__(self, settings: Settings, store: ContextStore, *, allow_loopback_urls: bool) -> None:
+        self._settings = settings
+        self._store = store
+        # In stdio mode the caller already runs on this machine, so loopback URLs reveal
+        # nothing new; over HTTP they could reach services the caller cannot.
+        self._allow_private = allow_loopback_urls or settings.allow_private_urls
+
+    async def load(
+        self,
+        *,
+        text: str | None,
+        path: str | None,
+        glob: str | None,
+        url: str | None,
+        name: str | None,
+        format: Literal["text", "json"],
+        include: list[str] | None,
+        exclude: list[str] | None,
+    ) -> ContextInfo:
+        given = [k for k, v in (("text", text), ("path", path), ("glob", glob), ("url", url)) if v is not None]
+        if len(given) != 1:
+            raise BadArgumentError(
+                f"rlm_load_context takes exactly one source; got {', '.join(given) or 'none'}.",
+                "Pass one of text, path, glob or url.",
+            )
+        if format not in ("text", "json"):
+            raise BadArgumentError(f"Unknown format {format!r}.", "Use format='text' or format='json'.")
+        if (include or exclude) and text is not None:
+            raise BadArgumentError("include/exclude apply to folders and globs only.", "Drop them for text.")
+        if text is not None:
+            data = text.encode("utf-8")
+            return await self._store.put_bytes(
+                data, name=name or "text", format=format, source={"type": "text", "bytes": len(data)}
+            )
+        if path is not None:
+            loaded = await load_path(path, self._settings, include=include, exclude=exclude)
+        elif glob is not None:
+            loaded = await load_glob(glob, self._settings, include=include, exclude=exclude)
+        else:
+            assert url is not None
+            loaded = await fetch_url(url, self._settings, allow_private=self._allow_private)
+        return await self._store_loaded(loaded, name=name, format=format)
+
+    async def _store_loaded(self, loaded: Loaded, *, name: str | None, format: Literal["text", "json"]) -> ContextInfo:
+        final_name = name or loaded.name
+        if loaded.path is None:
+            assert loaded.data is not None
+            return await self._store.put_bytes(loaded.data, name=final_name, format=format, source=loaded.source)
+        try:
+            return await self._store.put_file(loaded.path, name=final_name, format=format, source=loaded.source)
+        finally:
+            if loaded.source.get("type") != "path":  # a temp file the loader made for us
+                try:
+                    os.unlink(loaded.path)
+                except FileNotFoundError:
+                    pass

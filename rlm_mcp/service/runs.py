@@ -1,0 +1,259 @@
+"""Runs in flight: each one a task in the service's task group, with one owner for its
+cancel scope, its run log and its pinned contexts.
+
+`rlm_complete` and `rlm_start` both start a run here; `rlm_complete` then waits on it and
+turns its events into progress notifications. A run never outlives the service: on shutdown
+the task group is cancelled and every run records `cancelled`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine import RLMEngine, RunLimits, RunProgress, RunResult
+from rlm_mcp.errors import BusyError, RlmMcpError
+from rlm_mcp.store import ContextStore, RunLog, RunStore
+
+logger = logging.getLogger("rlm_mcp.service")
+
+# Events after which a waiting `rlm_complete` reports progress at once.
+PROGRESS_EVENTS = frozenset({"turn_start", "sub_calls", "child_start", "child_end", "run_end"})
+
+
+@dataclass
+class RunRequest:
+    query: str
+    context_ids: list[str]
+    limits: RunLimits
+
+
+@dataclass
+class ActiveRun:
+    """A run from the moment it is accepted until its record is written."""
+
+    run_id: str
+    request: RunRequest
+    progress: RunProgress
+    created: float = field(default_factory=time.time)
+    phase: str = "queued"
+    result: RunResult | None = None
+    # A failure that happened before the run really started (no slot, Docker gone, the LM
+    # endpoint unreachable at the first call): `rlm_complete` raises it as a ToolError.
+    early_error: RlmMcpError | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    scope: anyio.CancelScope | None = None
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+    last_event: str | None = None
+
+    def notify(self, event_type: str) -> None:
+        self.last_event = event_type
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_change(self, timeout: float) -> bool:
+        """True if something happened within `timeout` seconds."""
+        changed = self._changed
+        with anyio.move_on_after(timeout):
+            await changed.wait()
+            return True
+        return False
+
+    def status(self) -> dict[str, Any]:
+        usage = self.progress.usage.to_dict()
+        status = self.result.status if self.result else ("queued" if self.phase == "queued" else "running")
+        return {
+            "run_id": self.run_id,
+            "status": status,
+            "iterations": self.progress.iterations,
+            "max_iterations": self.progress.max_iterations,
+            "sub_calls": self.progress.sub_calls,
+            "usage": usage,
+            "elapsed_s": round(time.monotonic() - self.progress.started, 3),
+        }
+
+
+class RunManager:
+    """Starts, tracks and cancels runs; owns their task group."""
+
+    def __init__(self, settings: Settings, contexts: ContextStore, records: RunStore) -> None:
+        self._settings = settings
+        self._contexts = contexts
+        self._records = records
+        self._runs: dict[str, ActiveRun] = {}
+        self._slots = anyio.Semaphore(settings.max_runs)
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> RunManager:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._tg.__aexit__(None, None, None)
+        self._tg = None
+
+    def get(self, run_id: str) -> ActiveRun | None:
+        return self._runs.get(run_id)
+
+    def active(self) -> list[ActiveRun]:
+        return [r for r in self._runs.values() if r.result is None]
+
+    async def start(self, request: RunRequest, engine: RLMEngine) -> ActiveRun:
+        if self._tg is None:
+            raise RuntimeError("RunManager used outside its context")
+        run_id = f"run_{uuid.uuid4().hex[:20]}"
+        run = ActiveRun(run_id, request, RunProgress(run_id=run_id, max_iterations=request.limits.max_iterations))
+        log = await self._records.create(run_id, self._summary(run))
+        self._runs[run_id] = run
+        await self._tg.start(self._execute, run, engine, log)
+        return run
+
+    async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
+        run = self._runs[run_id]
+        if run.scope is not None:
+            run.scope.cancel()
+        with anyio.move_on_after(wait_s):
+            await run.done.wait()
+
+    async def _execute(
+        self, run: ActiveRun, engine: RLMEngine, log: RunLog, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        result: RunResult | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                run.scope = scope
+                task_status.started()
+                result = await self._run_in_slot(run, engine, log)
+            if result is None:  # the scope was cancelled: rlm_cancel, client cancel, shutdown
+                result = self._ended(run, "cancelled", "cancelled by the caller")
+        except RlmMcpError as exc:
+            run.early_error = exc
+            result = self._ended(run, "error", str(exc))
+        except Exception as exc:  # a bug: keep the server up, say what happened
+            logger.exception("run %s failed", run.run_id)
+            result = self._ended(run, "error", f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            with anyio.CancelScope(shield=True):
+                if result is None:  # cancelled from outside the run's own scope (shutdown)
+                    result = self._ended(run, "cancelled", "the server shut down")
+                run.result = result
+                run.progress.status = result.status
+                await self._finish_record(run, log)
+                run.done.set()
+                run.notify("run_end")
+
+    async def _run_in_slot(self, run: ActiveRun, engine: RLMEngine, log: RunLog) -> RunResult:
+        timeout = self._settings.run_queue_timeout_s
+        run.notify("queued")
+        with anyio.move_on_after(timeout) as waited:
+            await self._slots.acquire()
+        if waited.cancelled_caught:
+            raise BusyError(
+                f"{self._settings.max_runs} runs are already executing and none finished within {timeout:.0f} s.",
+                "Wait for a run to end (rlm_status), cancel one (rlm_cancel), or raise RLM_MCP_MAX_RUNS.",
+            )
+        try:
+            run.phase = "running"
+            run.progress.started = time.monotonic()
+
+            async def emit(event: dict[str, Any]) -> None:
+                try:
+                    await log.append(event)
+                except Exception:  # a full disk must not end the run
+                    logger.exception("could not append to the log of run %s", run.run_id)
+                if event.get("type") in PROGRESS_EVENTS:
+                    run.notify(str(event["type"]))
+
+            async with self._contexts.in_use(run.request.context_ids) as infos:
+                specs = [self._contexts.spec(info) for info in infos]
+                return await engine.run(
+                    run_id=run.run_id,
+                    query=run.request.query,
+                    contexts=specs,
+                    limits=run.request.limits,
+                    progress=run.progress,
+                    emit=emit,
+                )
+        finally:
+            self._slots.release()
+
+    def _ended(self, run: ActiveRun, status: str, reason: str) -> RunResult:
+        p = run.progress
+        return RunResult(
+            status=status,  # type: ignore[arg-type]
+            answer=None,
+            reason=reason,
+            run_id=run.run_id,
+            iterations=p.iterations,
+            usage=p.usage.to_dict(),
+            duration_s=round(time.monotonic() - p.started, 3),
+            sub_calls=p.sub_calls,
+        )
+
+    def _summary(self, run: ActiveRun) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "run_id": run.run_id,
+            "query": run.request.query,
+            "context_ids": run.request.context_ids,
+            "limits": vars(run.request.limits),
+            "created_at": run.created,
+        }
+        summary.update(run.status())
+        if run.result is not None:
+            summary["result"] = run.result.model_dump()
+        return summary
+
+    async def _finish_record(self, run: ActiveRun, log: RunLog) -> None:
+        try:
+            await log.write_summary(self._summary(run))
+            await log.aclose()
+        except Exception:
+            logger.exception("could not write the record of run %s", run.run_id)
+
+
+async def wait_with_heartbeat(
+    run: ActiveRun, report: Callable[[str | None], Awaitable[None]], *, heartbeat_s: float = 5.0
+) -> RunResult:
+    """Wait for `run` to end, calling `report` on every progress event and at least every
+    `heartbeat_s` seconds (clients that reset their timeout on progress need this)."""
+    while not run.done.is_set():
+        changed = await run.wait_change(heartbeat_s)
+        if run.done.is_set():
+            break
+        await report(run.last_event if changed else None)
+    assert run.result is not None
+    return run.result
+
+
+def limits_from(settings: Settings, overrides: dict[str, Any]) -> RunLimits:
+    """Per-call limits: the caller's values where given, the settings' otherwise."""
+
+    def pick(name: str) -> Any:
+        value = overrides.get(name)
+        return getattr(settings, name) if value is None else value
+
+    return RunLimits(
+        max_iterations=int(pick("max_iterations")),
+        max_depth=int(pick("max_depth")),
+        timeout_s=float(pick("timeout_s")),
+        token_budget=pick("token_budget"),
+        max_errors=int(settings.max_errors),
+    )
+
+
+def unique_ids(ids: str | Sequence[str]) -> list[str]:
+    items = [ids] if isinstance(ids, str) else list(ids)
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item.strip(), None)
+    return [i for i in seen if i]

@@ -1,0 +1,236 @@
+"""What each tool call means, independent of MCP: the one object the server layer talks to.
+
+It owns the long-lived parts (stores, LM client, sandbox manager, runs) and connects to
+Docker and the LM endpoint lazily, so the MCP handshake never waits for either.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from typing import Any, Literal
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine import RLMEngine, RunResult, resolve_system_prompt
+from rlm_mcp.errors import BadArgumentError, NotFoundError
+from rlm_mcp.lm.client import LMClient
+from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.contexts import ContextLoader
+from rlm_mcp.service.progress import describe
+from rlm_mcp.service.runs import ActiveRun, RunManager, RunRequest, limits_from, unique_ids, wait_with_heartbeat
+from rlm_mcp.store import ContextInfo, ContextStore, RunStore, UploadState, UploadStore
+
+logger = logging.getLogger("rlm_mcp.service")
+
+ProgressReport = Callable[[float, float | None, str], Awaitable[None]]
+Mode = Literal["stdio", "http"]
+_LM_CHECK_TTL_S = 60.0
+
+
+class RlmService:
+    def __init__(self, settings: Settings, *, mode: Mode = "stdio") -> None:
+        self.settings = settings
+        self.mode = mode
+        self.contexts = ContextStore(settings)
+        self.uploads = UploadStore(settings, self.contexts)
+        self.records = RunStore(settings)
+        self.lm = LMClient(settings)
+        self.sandboxes = SandboxManager(settings)
+        self.loader = ContextLoader(settings, self.contexts, allow_loopback_urls=(mode == "stdio"))
+        self._engine: RLMEngine | None = None
+        self._lm_checked_at = float("-inf")
+        self._runs: RunManager | None = None
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> RlmService:
+        await self._stack.__aenter__()
+        try:
+            await self._stack.enter_async_context(self.sandboxes)
+            self._runs = await self._stack.enter_async_context(RunManager(self.settings, self.contexts, self.records))
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._stack.aclose()  # runs first (cancelled and recorded), then sandboxes
+            finally:
+                await self.lm.aclose()
+
+    def engine(self) -> RLMEngine:
+        # Built at the first run, not at start-up: reading the `canonical` prompt spawns a
+        # subprocess, and a bad profile should be a clear tool error, not a dead server.
+        if self._engine is None:
+            prompt = resolve_system_prompt(self.settings.prompt_profile)
+            self._engine = RLMEngine(self.settings, self.lm, self.sandboxes.open, system_prompt=prompt)
+        return self._engine
+
+    @property
+    def runs(self) -> RunManager:
+        if self._runs is None:
+            raise RuntimeError("RlmService used outside `async with`")
+        return self._runs
+
+    # --- contexts --------------------------------------------------------------------------
+
+    async def load_context(
+        self,
+        *,
+        text: str | None = None,
+        path: str | None = None,
+        glob: str | None = None,
+        url: str | None = None,
+        name: str | None = None,
+        format: Literal["text", "json"] = "text",
+        include: list[str] | None = None,
+        exclude: list[str] | None = None,
+    ) -> ContextInfo:
+        return await self.loader.load(
+            text=text, path=path, glob=glob, url=url, name=name, format=format, include=include, exclude=exclude
+        )
+
+    async def upload_chunk(
+        self,
+        *,
+        data: str,
+        index: int,
+        upload_id: str | None,
+        final: bool,
+        encoding: Literal["text", "base64"],
+        sha256: str | None,
+        name: str | None,
+        format: Literal["text", "json"] | None,
+    ) -> UploadState:
+        if encoding == "base64":
+            try:
+                raw = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise BadArgumentError(f"Chunk {index} is not valid base64 ({exc}).", "Send standard base64, or encoding='text'.") from exc
+        else:
+            raw = data.encode("utf-8")
+        return await self.uploads.put_chunk(
+            data=raw, index=index, upload_id=upload_id, final=final, sha256=sha256, name=name, format=format
+        )
+
+    async def list_contexts(self) -> list[ContextInfo]:
+        return await self.contexts.list()
+
+    async def delete_context(self, context_id: str) -> bool:
+        await self.contexts.get(context_id)  # NotFoundError with the fix for unknown ids
+        return await self.contexts.delete(context_id)
+
+    # --- runs ------------------------------------------------------------------------------
+
+    async def start_run(self, query: str, context_id: str | Sequence[str], overrides: dict[str, Any]) -> ActiveRun:
+        """Everything that can fail before a run starts fails here, as an RlmMcpError."""
+        if not isinstance(query, str) or not query.strip():
+            raise BadArgumentError("The query is empty.", "Pass the question to answer about the context as `query`.")
+        ids = unique_ids(context_id)
+        if not ids:
+            raise BadArgumentError("No context id given.", "Load a context with rlm_load_context and pass its context_id.")
+        _check_overrides(overrides)
+        engine = self.engine()
+        infos = [await self.contexts.get(cid) for cid in ids]
+        self.sandboxes.check_fits([self.contexts.spec(i) for i in infos])
+        await self.sandboxes.ensure_ready()
+        await self._check_lm()
+        request = RunRequest(query=query, context_ids=ids, limits=limits_from(self.settings, overrides))
+        return await self.runs.start(request, engine)
+
+    async def complete(
+        self, query: str, context_id: str | Sequence[str], overrides: dict[str, Any], report: ProgressReport
+    ) -> RunResult:
+        run = await self.start_run(query, context_id, overrides)
+        try:
+
+            async def on_progress(event: str | None) -> None:
+                phase = "waiting for a free run slot" if run.phase == "queued" else None
+                p = run.progress
+                await report(float(p.iterations), float(p.max_iterations), describe(p, phase=phase))
+
+            await report(0.0, float(run.progress.max_iterations), f"run {run.run_id} started")
+            result = await wait_with_heartbeat(run, on_progress)
+        finally:
+            # The caller went away (cancel, timeout): the run must not outlive its call.
+            if not run.done.is_set():
+                with anyio.CancelScope(shield=True):
+                    await self.runs.cancel(run.run_id)
+        if run.early_error is not None:
+            raise run.early_error
+        return result
+
+    def _active(self, run_id: str) -> ActiveRun | None:
+        return self.runs.get(run_id)
+
+    async def status(self, run_id: str) -> dict[str, Any]:
+        run = self._active(run_id)
+        if run is not None:
+            return run.status()
+        summary = await self.records.read_summary(run_id)  # NotFoundError for unknown ids
+        keys = ("run_id", "status", "iterations", "max_iterations", "sub_calls", "usage", "elapsed_s")
+        return {k: summary.get(k) for k in keys}
+
+    async def result(self, run_id: str, wait_s: float = 0.0) -> RunResult | dict[str, Any]:
+        """The result when the run has ended (waiting up to `wait_s`), else its status."""
+        run = self._active(run_id)
+        if run is not None:
+            if wait_s > 0:
+                with anyio.move_on_after(min(wait_s, 300.0)):
+                    await run.done.wait()
+            return run.result if run.result is not None else run.status()
+        summary = await self.records.read_summary(run_id)
+        if "result" in summary:
+            return RunResult.model_validate(summary["result"])
+        return {k: summary.get(k) for k in ("run_id", "status", "iterations", "sub_calls", "usage")}
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        run = self._active(run_id)
+        if run is None:
+            await self.records.read_summary(run_id)  # unknown id -> NotFoundError
+            raise BadArgumentError(f"Run {run_id} is not running in this server.", "Only runs in flight can be cancelled.")
+        if run.result is None:
+            await self.runs.cancel(run_id)
+        return run.status()
+
+    async def full_answer(self, run_id: str) -> str:
+        run = self._active(run_id)
+        result = run.result if run is not None else None
+        if result is None:
+            summary = await self.records.read_summary(run_id)
+            if "result" not in summary:
+                raise NotFoundError(f"Run {run_id} has no answer yet.", "Wait for it with rlm_result.")
+            result = RunResult.model_validate(summary["result"])
+        return result.answer or ""
+
+    async def _check_lm(self) -> None:
+        """Fail before the run when the endpoint is down or lacks the model (cached briefly)."""
+        now = time.monotonic()
+        if now - self._lm_checked_at < _LM_CHECK_TTL_S:
+            return
+        await self.lm.check_model()
+        self._lm_checked_at = now
+
+
+def _check_overrides(overrides: dict[str, Any]) -> None:
+    rules = {
+        "max_iterations": (1, 200),
+        "max_depth": (1, 5),
+        "timeout_s": (1, 86_400),
+        "token_budget": (1, 10**12),
+    }
+    for name, (low, high) in rules.items():
+        value = overrides.get(name)
+        if value is not None and not (low <= value <= high):
+            raise BadArgumentError(f"{name}={value} is out of range.", f"Use a value between {low} and {high}.")
+
