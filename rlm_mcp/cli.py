@@ -112,6 +112,21 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 async def _serve(settings: Settings) -> None:
     """Serve until stdin closes (stdio), or SIGINT/SIGTERM; the lifespan then removes this
     server's sandboxes before the process exits."""
+    if settings.transport == "http":
+        from rlm_mcp.server.http import build_http_app, serve_http
+
+        app = build_http_app(settings)  # refusals (no token off loopback) happen before binding
+
+        async def serve() -> None:
+            await serve_http(settings, app)
+    else:
+        from rlm_mcp.server.app import build_server
+
+        server = build_server(settings, mode="stdio")
+
+        async def serve() -> None:
+            await server.run_stdio_async()
+
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
@@ -121,22 +136,20 @@ async def _serve(settings: Settings) -> None:
                     return
 
         tg.start_soon(stop_on_signal)
-        if settings.transport == "http":
-            from rlm_mcp.server.http import serve_http
-
-            await serve_http(settings)
-        else:
-            from rlm_mcp.server.app import build_server
-
-            await build_server(settings, mode="stdio").run_stdio_async()
+        await serve()
         tg.cancel_scope.cancel()
 
 
 def _image(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.sandbox.image import build_image, image_status
+    from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
+    from rlm_mcp.sandbox.image import build_image
 
     if args.action == "status":
-        present = image_status(settings)
+        client = connect_sync()
+        try:
+            present = image_present_sync(client, settings.sandbox_image)
+        finally:
+            client.close()
         print(f"{settings.sandbox_image}: {'present' if present else 'missing (run: rlm-mcp image build --offline)'}")
         return 0 if present else 1
 

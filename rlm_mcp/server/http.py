@@ -73,8 +73,8 @@ def build_http_app(settings: Settings) -> ASGIApp:
     return app
 
 
-async def serve_http(settings: Settings) -> None:
-    app = build_http_app(settings)
+async def serve_http(settings: Settings, app: ASGIApp | None = None) -> None:
+    app = app or build_http_app(settings)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), lifespan="on"
     )

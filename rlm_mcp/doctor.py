@@ -1,0 +1,115 @@
+"""`rlm-mcp doctor`: is everything a run needs in place? One row per check, a fix per failure.
+
+Exit code 0 only when every check passes. Output goes to stdout: doctor is a shell command,
+never run as the MCP server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine.ports import LMRequest
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.lm.client import LMClient
+from rlm_mcp.sandbox.docker_api import BUILD_FIX, DOCKER_FIX, connect_sync, image_present_sync
+from rlm_mcp.sandbox.manager import SandboxManager
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+async def _docker(settings: Settings) -> list[Check]:
+    try:
+        client = await anyio.to_thread.run_sync(connect_sync)
+    except RlmMcpError as exc:
+        return [Check("docker", False, exc.cause, exc.fix or DOCKER_FIX), Check("image", False, "not checked", "")]
+    try:
+        version: dict[str, Any] = await anyio.to_thread.run_sync(client.version)
+        checks = [Check("docker", True, f"engine {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})")]
+        present = await anyio.to_thread.run_sync(image_present_sync, client, settings.sandbox_image)
+        if present:
+            checks.append(Check("image", True, settings.sandbox_image))
+        else:
+            checks.append(Check("image", False, f"{settings.sandbox_image} is missing", BUILD_FIX))
+        return checks
+    finally:
+        await anyio.to_thread.run_sync(client.close)
+
+
+async def _sandbox(settings: Settings) -> Check:
+    async def bridge(request: LMRequest) -> list[str]:
+        return [f"echo:{p}" for p in request.prompts]
+
+    start = time.monotonic()
+    try:
+        async with SandboxManager(settings.model_copy(update={"pool_size": 0})) as manager:
+            await manager.ensure_ready()
+            async with manager.open([]) as sandbox:
+                cell = await sandbox.execute("print(1 + 1, llm_query('x'))", bridge)
+    except RlmMcpError as exc:
+        return Check("sandbox round trip", False, exc.cause, exc.fix or "")
+    ok = cell.stdout.strip() == "2 echo:x" and cell.error is None
+    detail = f"one cell in {time.monotonic() - start:.2f} s" if ok else f"unexpected output {cell.stdout!r} {cell.error!r}"
+    return Check("sandbox round trip", ok, detail, "" if ok else "Run the tests: pytest tests/test_sandbox_*.py")
+
+
+async def _lm(settings: Settings) -> list[Check]:
+    lm = LMClient(settings)
+    try:
+        probe = await lm.probe()
+        detail = f"{settings.base_url} answered" if probe.reachable else (probe.error or "unreachable")
+        if probe.reachable and probe.models is not None:
+            detail += f"; serves {', '.join(probe.models)}"
+        checks = [Check("lm endpoint", probe.reachable, detail)]
+        if not probe.reachable:
+            checks[0].fix = f"Start the server behind {settings.base_url} (e.g. `vllm serve …`), or set RLM_MCP_BASE_URL."
+            return checks
+        try:
+            await lm.check_model()
+            window = await lm.window(settings.model)
+            checks.append(Check("model", True, f"{settings.model} served; window {window} tokens"))
+        except RlmMcpError as exc:
+            checks.append(Check("model", False, exc.cause, exc.fix or ""))
+            return checks
+        try:
+            done = await lm.complete(
+                [{"role": "user", "content": "Say OK."}], model=settings.model, max_tokens=1, role="sub"
+            )
+            rec = done.record
+            checks.append(Check("completion", True, f"1 token in {rec.latency_s:.2f} s ({rec.prompt_tokens} prompt tokens)"))
+        except RlmMcpError as exc:
+            checks.append(Check("completion", False, exc.cause, exc.fix or ""))
+        return checks
+    finally:
+        await lm.aclose()
+
+
+async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> int:
+    checks: list[Check] = []
+    steps: list[Callable[[], Awaitable[Any]]] = [lambda: _docker(settings), lambda: _lm(settings)]
+    for step in steps:
+        result = await step()
+        checks.extend(result if isinstance(result, list) else [result])
+    if all(c.ok for c in checks if c.name in ("docker", "image")):
+        checks.append(await _sandbox(settings))
+    else:
+        checks.append(Check("sandbox round trip", False, "skipped: Docker or the image is not ready", ""))
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        out(f"{'ok  ' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}")
+        if not c.ok and c.fix:
+            out(f"      {'':<{width}}  fix: {c.fix}")
+    failed = [c for c in checks if not c.ok]
+    out("all checks passed" if not failed else f"{len(failed)} check(s) failed")
+    return 0 if not failed else 1

@@ -1,0 +1,60 @@
+"""Helpers for end-to-end tests: the real `rlm-mcp` console script over stdio, a scripted LM
+on loopback, and a look at Docker to prove nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import docker
+from mcp import Client, StdioServerParameters
+
+SERVER_SCRIPT = Path(sys.executable).parent / "rlm-mcp"
+
+
+def sandbox_container_ids() -> set[str]:
+    """Every container any rlm-mcp server created (running or not) on this daemon."""
+    client = docker.from_env()
+    try:
+        return {c.id for c in client.containers.list(all=True, filters={"label": "rlm-mcp.owner"})}
+    finally:
+        client.close()
+
+
+def minimal_env(base_url: str, data_dir: Path, roots: list[Path], **extra: str) -> dict[str, str]:
+    """What agent frameworks' stdio clients pass: HOME and PATH plus what the server needs."""
+    env = {
+        "HOME": os.environ.get("HOME", "/root"),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "RLM_MCP_BASE_URL": base_url,
+        "RLM_MCP_DATA_DIR": str(data_dir),
+        "RLM_MCP_ALLOWED_ROOTS": os.pathsep.join(str(r) for r in roots),
+        "RLM_MCP_POOL_SIZE": "1",
+        "RLM_MCP_LOG_LEVEL": "WARNING",
+    }
+    if "DOCKER_HOST" in os.environ:
+        env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
+    env.update(extra)
+    return env
+
+
+@asynccontextmanager
+async def stdio_client(env: dict[str, str], **client_kwargs: Any) -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=str(SERVER_SCRIPT), args=[], env=env)
+    async with Client(params, **client_kwargs) as client:
+        yield client
+
+
+def write_haystack(path: Path, *, lines: int, needle_line: int, needle: str) -> int:
+    """A multi-megabyte text with one hidden fact; returns its size in bytes."""
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(lines):
+            if i == needle_line:
+                out.write(f"Note {i:07d}: the secret code is {needle}. Remember it.\n")
+            else:
+                out.write(f"filler line {i:07d}: nothing to see here, keep scrolling along.\n")
+    return path.stat().st_size

@@ -1,0 +1,111 @@
+"""Streamable HTTP: bearer-token auth on every request, refusal to bind off loopback without a
+token. The server is the real console script in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.fixtures_e2e import SERVER_SCRIPT
+
+TOKEN = "s3cret-token-for-tests"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        "HOME": os.environ.get("HOME", "/root"),
+        "PATH": os.environ.get("PATH", ""),
+        "RLM_MCP_DATA_DIR": str(tmp_path / "data"),
+        "RLM_MCP_ALLOWED_ROOTS": str(tmp_path),
+        "RLM_MCP_LOG_LEVEL": "WARNING",
+    }
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN)
+    proc = subprocess.Popen(
+        [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        for _ in range(200):
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                anyio.run(anyio.sleep, 0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_requests_without_the_token_are_refused(http_server: str) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"accept": "application/json, text/event-stream"}
+    response = httpx.post(http_server, json=body, headers=headers)
+    assert response.status_code == 401
+    assert "Bearer" in response.headers["www-authenticate"]
+    wrong = httpx.post(http_server, json=body, headers={**headers, "authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+
+
+@pytest.mark.anyio
+async def test_an_authenticated_client_lists_tools_and_loads_a_context(http_server: str) -> None:
+    http_client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"})
+    async with http_client, Client(streamable_http_client(http_server, http_client=http_client)) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "rlm_complete" in names and "rlm_start" in names
+        loaded = await client.call_tool("rlm_load_context", {"text": "over http"})
+        assert not loaded.is_error
+        assert loaded.structured_content["bytes"] == 9
+
+
+def test_binding_off_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(SERVER_SCRIPT), "serve", "--transport", "http", "--host", "0.0.0.0", "--port", str(free_port())],
+        env=server_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "RLM_MCP_AUTH_TOKEN" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_stdio_mode_prints_nothing_but_protocol(tmp_path: Path) -> None:
+    # stdin closed at once: the server must exit cleanly without writing to stdout.
+    proc = subprocess.run(
+        [str(SERVER_SCRIPT)], env=server_env(tmp_path), input=b"", capture_output=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__]))

@@ -1,0 +1,228 @@
+"""The MCP surface through the SDK's in-process client: every tool, resource and error
+channel of DESIGN §5, with a real Docker sandbox and the scripted LM on loopback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from rlm_mcp.config import Settings
+from rlm_mcp.server.app import build_server
+from rlm_mcp.testing.script import Script
+from rlm_mcp.testing.scripted_lm import ScriptedLM
+from tests.fixtures_e2e import sandbox_container_ids
+
+pytestmark = pytest.mark.anyio
+
+ANSWER_NOW = """```repl
+answer["content"] = "forty-two"
+answer["ready"] = True
+```"""
+
+STUCK = """```repl
+import time
+while True:
+    time.sleep(0.2)
+```"""
+
+ALL_TOOLS = {
+    "rlm_load_context", "rlm_upload_context", "rlm_list_contexts", "rlm_delete_context",
+    "rlm_complete", "rlm_start", "rlm_status", "rlm_result", "rlm_cancel",
+}
+
+
+def make_settings(tmp_path: Path, base_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "base_url": base_url,
+        "data_dir": tmp_path / "data",
+        "allowed_roots": [tmp_path / "root"],
+        "pool_size": 1,
+        "sandbox_memory": "512m",
+        "cell_timeout_s": 30,
+    }
+    values.update(overrides)
+    (tmp_path / "root").mkdir(exist_ok=True)
+    return Settings(**values)
+
+
+async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def call_error(client: Client, tool: str, **args: Any) -> str:
+    result = await client.call_tool(tool, args)
+    assert result.is_error, result.structured_content
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+async def test_tools_are_declared_with_honest_annotations(tmp_path: Path) -> None:
+    async with Client(build_server(make_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert ALL_TOOLS <= set(tools)
+    assert tools["rlm_delete_context"].annotations.destructive_hint is True
+    assert tools["rlm_list_contexts"].annotations.read_only_hint is True
+    assert tools["rlm_complete"].annotations.open_world_hint is True
+    assert tools["rlm_complete"].output_schema is not None
+    assert "status" in tools["rlm_complete"].output_schema["properties"]
+
+
+async def test_contexts_round_trip_and_unknown_ids(tmp_path: Path) -> None:
+    # No Docker and no LM are needed to manage contexts: both are reached lazily.
+    async with Client(build_server(make_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
+        first = await call(client, "rlm_load_context", text="hello world", name="greeting")
+        second = await call(client, "rlm_load_context", text="hello world")
+        assert first["context_id"] == second["context_id"]
+        assert first["bytes"] == 11 and first["chars"] == 11 and first["kind"] == "str"
+        as_json = await call(client, "rlm_load_context", text='{"a": [1, 2]}', format="json")
+        assert as_json["kind"] == "dict"
+
+        listed = await call(client, "rlm_list_contexts")
+        assert {c["context_id"] for c in listed["contexts"]} == {first["context_id"], as_json["context_id"]}
+
+        resource = await client.read_resource(f"rlm://contexts/{first['context_id']}")
+        assert json.loads(resource.contents[0].text)["sha256"] == first["sha256"]
+
+        deleted = await call(client, "rlm_delete_context", context_id=first["context_id"])
+        assert deleted["deleted"] is True
+        message = await call_error(client, "rlm_delete_context", context_id=first["context_id"])
+        assert "Unknown context id" in message and "rlm_list_contexts" in message
+
+        message = await call_error(client, "rlm_complete", query="q", context_id="ctx_missing")
+        assert "Unknown context id" in message
+
+        message = await call_error(client, "rlm_load_context", text="a", path="/etc/passwd")
+        assert "exactly one" in message
+
+        message = await call_error(client, "rlm_load_context", path="/etc/passwd")
+        assert "RLM_MCP_ALLOWED_ROOTS" in message
+
+        message = await call_error(client, "rlm_status", run_id="run_doesnotexist")
+        assert "Unknown run id" in message
+
+
+async def test_chunked_upload_issues_an_id_and_checks_sha(tmp_path: Path) -> None:
+    import hashlib
+
+    payload = "line of text\n" * 1000
+    half = len(payload) // 2
+    digest = hashlib.sha256(payload.encode()).hexdigest()
+    async with Client(build_server(make_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
+        first = await call(client, "rlm_upload_context", data=payload[:half], index=0)
+        assert first["upload_id"] and first["next_index"] == 1 and not first["done"]
+        done = await call(
+            client, "rlm_upload_context", data=payload[half:], index=1, upload_id=first["upload_id"],
+            final=True, sha256=digest, name="uploaded",
+        )
+        assert done["done"] is True
+        assert done["context"]["sha256"] == digest
+        loaded = await call(client, "rlm_load_context", text=payload)
+        assert loaded["context_id"] == done["context"]["context_id"]
+
+
+async def test_complete_answers_and_reports_structured_usage(tmp_path: Path) -> None:
+    with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
+        settings = make_settings(tmp_path, lm.base_url)
+        async with Client(build_server(settings)) as client:
+            ctx = await call(client, "rlm_load_context", text="the context")
+            out = await call(client, "rlm_complete", query="What?", context_id=ctx["context_id"])
+            assert out["status"] == "completed"
+            assert out["answer"] == "forty-two"
+            assert out["usage"]["total"]["calls"] == 1
+            assert out["usage"]["by_model"]["rlm-v0.1"]["calls"] == 1
+
+            summary = json.loads((await client.read_resource(f"rlm://runs/{out['run_id']}")).contents[0].text)
+            assert summary["status"] == "completed"
+            trajectory = (await client.read_resource(f"rlm://runs/{out['run_id']}/trajectory")).contents[0].text
+            types = [json.loads(line)["type"] for line in trajectory.splitlines()]
+            assert types[0] == "run_start" and "cell" in types and types[-1] == "run_end"
+            assert "the context" not in trajectory  # the log never holds the context body
+
+
+async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: Path) -> None:
+    big = '```repl\nanswer["content"] = "x" * 5000\nanswer["ready"] = True\n```'
+    with ScriptedLM(Script(root=[big])) as lm:
+        async with Client(build_server(make_settings(tmp_path, lm.base_url, answer_max_chars=100))) as client:
+            ctx = await call(client, "rlm_load_context", text="c")
+            out = await call(client, "rlm_complete", query="q", context_id=ctx["context_id"])
+            assert out["answer_truncated"] is True and out["answer_chars"] == 5000
+            assert len(out["answer"]) < 300
+            whole = await client.read_resource(out["answer_resource"])
+            assert whole.contents[0].text == "x" * 5000
+
+
+async def test_start_poll_and_cancel_a_stuck_run(tmp_path: Path) -> None:
+    before = sandbox_container_ids()
+    with ScriptedLM(Script(root=[STUCK])) as lm:
+        settings = make_settings(tmp_path, lm.base_url, cell_timeout_s=600)
+        async with Client(build_server(settings)) as client:
+            ctx = await call(client, "rlm_load_context", text="c")
+            started = await call(client, "rlm_start", query="q", context_id=ctx["context_id"])
+            run_id = started["run_id"]
+            with anyio.fail_after(60):
+                while (await call(client, "rlm_status", run_id=run_id))["iterations"] < 1:
+                    await anyio.sleep(0.2)
+            status = await call(client, "rlm_status", run_id=run_id)
+            assert status["status"] == "running"
+            running = await call(client, "rlm_result", run_id=run_id, wait_s=0.5)
+            assert running["status"] == "running"
+
+            cancelled = await call(client, "rlm_cancel", run_id=run_id)
+            assert cancelled["status"] == "cancelled"
+            result = await call(client, "rlm_result", run_id=run_id)
+            assert result["status"] == "cancelled"
+            summary = json.loads((await client.read_resource(f"rlm://runs/{run_id}")).contents[0].text)
+            assert summary["status"] == "cancelled"
+    assert sandbox_container_ids() <= before
+
+
+async def test_errors_before_the_run_are_tool_errors_naming_the_fix(tmp_path: Path) -> None:
+    # LM endpoint down: nothing listens on port 9.
+    async with Client(build_server(make_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
+        ctx = await call(client, "rlm_load_context", text="c")
+        message = await call_error(client, "rlm_complete", query="q", context_id=ctx["context_id"])
+        assert "127.0.0.1:9" in message and "RLM_MCP_BASE_URL" in message
+
+        message = await call_error(client, "rlm_complete", query="  ", context_id=ctx["context_id"])
+        assert "query" in message
+
+    # The configured model is not served.
+    with ScriptedLM(Script(model="some-other-model")) as lm:
+        async with Client(build_server(make_settings(tmp_path, lm.base_url))) as client:
+            ctx = await call(client, "rlm_load_context", text="c")
+            message = await call_error(client, "rlm_complete", query="q", context_id=ctx["context_id"])
+            assert "rlm-v0.1" in message and "RLM_MCP_MODEL" in message
+
+    # The sandbox image is missing.
+    settings = make_settings(tmp_path, "http://127.0.0.1:9/v1", sandbox_image="rlm-mcp-sandbox:does-not-exist")
+    async with Client(build_server(settings)) as client:
+        ctx = await call(client, "rlm_load_context", text="c")
+        message = await call_error(client, "rlm_complete", query="q", context_id=ctx["context_id"])
+        assert "rlm-mcp image build" in message
+
+
+
+async def test_docker_not_running_is_a_tool_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-docker.sock'}")
+    async with Client(build_server(make_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
+        ctx = await call(client, "rlm_load_context", text="c")
+        message = await call_error(client, "rlm_complete", query="q", context_id=ctx["context_id"])
+        assert "Docker" in message and "not running" in message
+
+
+async def test_too_many_runs_is_refused_clearly(tmp_path: Path) -> None:
+    with ScriptedLM(Script(root=[STUCK])) as lm:
+        settings = make_settings(tmp_path, lm.base_url, max_runs=1, run_queue_timeout_s=1, cell_timeout_s=600)
+        async with Client(build_server(settings)) as client:
+            ctx = await call(client, "rlm_load_context", text="c")
+            first = await call(client, "rlm_start", query="q", context_id=ctx["context_id"])
+            message = await call_error(client, "rlm_complete", query="q2", context_id=ctx["context_id"])
+            assert "RLM_MCP_MAX_RUNS" in message
+            await call(client, "rlm_cancel", run_id=first["run_id"])
