@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 from rlm_mcp.config import Settings
@@ -57,14 +56,13 @@ class ContextLoader:
 
     async def _store_loaded(self, loaded: Loaded, *, name: str | None, format: Literal["text", "json"]) -> ContextInfo:
         final_name = name or loaded.name
-        if loaded.path is None:
-            assert loaded.data is not None
-            return await self._store.put_bytes(loaded.data, name=final_name, format=format, source=loaded.source)
         try:
-            return await self._store.put_file(loaded.path, name=final_name, format=format, source=loaded.source)
+            if loaded.path is None:
+                assert loaded.data is not None
+                return await self._store.put_bytes(loaded.data, name=final_name, format=format, source=loaded.source)
+            # The loader's temp file (never the user's own file) moves into the store.
+            return await self._store.put_file(
+                loaded.path, name=final_name, format=format, source=loaded.source, consume=True
+            )
         finally:
-            if loaded.source.get("type") != "path":  # a temp file the loader made for us
-                try:
-                    os.unlink(loaded.path)
-                except FileNotFoundError:
-                    pass
+            loaded.cleanup()

@@ -1,0 +1,164 @@
+"""The metadata index: one SQLite file shared by every server process using a data dir.
+
+Each operation opens its own short-lived connection inside a worker thread. That keeps
+connections off the event loop and away from thread-affinity rules, and costs well under a
+millisecond. WAL mode lets readers run while one process writes; the busy timeout makes a
+second writer wait instead of failing with "database is locked". Every write runs inside
+`BEGIN IMMEDIATE`, so the write lock is taken up front and a read-then-write sequence cannot
+be interleaved with another process's write.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS contexts (
+    context_id   TEXT PRIMARY KEY,
+    sha256       TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    bytes        INTEGER NOT NULL,
+    format       TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    chars        INTEGER NOT NULL,
+    created_at   REAL NOT NULL,
+    last_used_at REAL NOT NULL,
+    source       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS contexts_sha ON contexts (sha256);
+CREATE INDEX IF NOT EXISTS contexts_lru ON contexts (last_used_at);
+CREATE TABLE IF NOT EXISTS pins (
+    pin_id      TEXT NOT NULL,
+    context_id  TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    proc_start  TEXT,
+    expires_at  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pins_ctx ON pins (context_id);
+CREATE TABLE IF NOT EXISTS uploads (
+    upload_id      TEXT PRIMARY KEY,
+    next_index     INTEGER NOT NULL,
+    bytes_received INTEGER NOT NULL,
+    last_chunk_sha TEXT,
+    name           TEXT,
+    format         TEXT,
+    created_at     REAL NOT NULL,
+    updated_at     REAL NOT NULL,
+    done           INTEGER NOT NULL DEFAULT 0,
+    context_id     TEXT
+);
+"""
+
+# Schema creation is idempotent, but doing it once per process per file saves a write lock
+# on every operation.
+_initialised: set[str] = set()
+_init_lock = threading.Lock()
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN ourselves, so transactions are explicit.
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def _ensure_schema(path: Path) -> None:
+    key = str(path)
+    with _init_lock:
+        if key in _initialised:
+            return
+        # 0700: the data dir holds users' documents (see ContextStore._prepare).
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        conn = _open(path)
+        try:
+            # journal_mode is persistent in the file; setting it again is a no-op.
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.close()
+        _initialised.add(key)
+
+
+@contextmanager
+def connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection for reads (autocommit); closed on exit."""
+    _ensure_schema(path)
+    conn = _open(path)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def write_txn(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection inside BEGIN IMMEDIATE: committed on success, rolled back on error."""
+    with connect(path) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
+async def in_thread(func: Callable[[], T]) -> T:
+    """Blocking file/SQLite work off the event loop. Not cancellable midway: a half-done
+    transaction would be rolled back anyway, but a half-written file must reach its rename
+    or its cleanup, so the thread always runs to the end."""
+    return await anyio.to_thread.run_sync(func)
+
+
+# --- process identity, for pins other processes can judge ------------------------------------
+
+HOST = socket.gethostname()
+
+
+def proc_start(pid: int) -> str | None:
+    """Start time of a process (Linux /proc), so a recycled pid is not mistaken for the owner."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # Field 2 (comm) may contain spaces and parentheses: split after its closing ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def pid_alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    if start is not None:
+        current = proc_start(pid)
+        if current is not None and current != start:
+            return False
+    return True

@@ -1,0 +1,378 @@
+"""Contexts on disk, content-addressed, with a SQLite index several processes share.
+
+Layout under `data_dir`:
+  contexts/<sha256[:2]>/<sha256>   the bytes (one blob per distinct content)
+  index.sqlite3                    metadata, pins, uploads (WAL mode)
+  tmp/                             files being written; renamed into place when complete
+
+Ids: `ctx_` + the first 24 hex digits of the sha256 of the bytes. The same bytes stored as
+JSON get the suffix `_json` (`ctx_<24 hex>_json`), because a JSON context is a different value
+in the sandbox (a list or dict, not a str); both ids share one blob. 24 hex digits = 96 bits:
+collisions are out of reach, and the id stays short enough to read and type.
+
+Character counts (`chars`): the number of Unicode code points of the UTF-8 text; for JSON, of
+the document's text as stored (not of any value inside it).
+
+Every blob rename and unlink happens while the index's write lock is held, so a delete in one
+process can never remove a blob another process has just committed a row for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine.ports import ContextSpec
+from rlm_mcp.errors import BadArgumentError, NotFoundError
+from rlm_mcp.store import _db
+from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks, too_large
+
+log = logging.getLogger("rlm_mcp.store")
+
+# Pins of another host cannot be checked by pid; they lapse after this long. On this host a
+# pin also ends when its process is gone.
+PIN_TTL_S = 24 * 3600
+# Temp files older than this are leftovers of a crashed process.
+STALE_TMP_S = 24 * 3600
+
+
+class ContextInfo(BaseModel):
+    context_id: str
+    name: str
+    bytes: int
+    sha256: str
+    format: Literal["text", "json"]
+    kind: Literal["str", "list", "dict"]
+    chars: int
+    created_at: float
+    last_used_at: float
+    source: dict[str, Any]
+
+
+def context_id_for(sha256: str, format: Literal["text", "json"]) -> str:
+    return f"ctx_{sha256[:24]}" + ("_json" if format == "json" else "")
+
+
+def _unknown(context_id: str) -> NotFoundError:
+    return NotFoundError(
+        f"Unknown context id '{context_id}'.",
+        "Call rlm_list_contexts to see stored contexts, or load one with rlm_load_context.",
+    )
+
+
+def _info(row: sqlite3.Row) -> ContextInfo:
+    return ContextInfo(
+        context_id=row["context_id"],
+        name=row["name"],
+        bytes=row["bytes"],
+        sha256=row["sha256"],
+        format=row["format"],
+        kind=row["kind"],
+        chars=row["chars"],
+        created_at=row["created_at"],
+        last_used_at=row["last_used_at"],
+        source=json.loads(row["source"]),
+    )
+
+
+class ContextStore:
+    """Stored contexts. Safe to use from several processes on one data dir."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._root = Path(settings.data_dir)
+        self.db_path = self._root / "index.sqlite3"
+        self._blobs = self._root / "contexts"
+        self.tmp_dir = self._root / "tmp"
+
+    # --- paths ---------------------------------------------------------------------------
+
+    def blob_path(self, sha256: str) -> Path:
+        return self._blobs / sha256[:2] / sha256
+
+    def _prepare(self) -> None:
+        if not self._root.exists():
+            # 0700: contexts are often private documents; blobs themselves are 0644 so a
+            # sandbox running under another uid can read a bind-mounted blob.
+            self._root.mkdir(parents=True, mode=0o700, exist_ok=True)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- writing -------------------------------------------------------------------------
+
+    async def put_bytes(
+        self, data: bytes, *, name: str, format: Literal["text", "json"], source: dict[str, Any]
+    ) -> ContextInfo:
+        if len(data) > self._settings.max_context_bytes:
+            raise too_large(self._settings.max_context_bytes)
+        chunks = (data[i : i + CHUNK] for i in range(0, len(data), CHUNK))
+        return await self.put_chunks(chunks, name=name, format=format, source=source)
+
+    async def put_file(
+        self,
+        path: Path,
+        *,
+        name: str,
+        format: Literal["text", "json"],
+        source: dict[str, Any],
+        consume: bool = False,
+    ) -> ContextInfo:
+        """Store a file's bytes, streaming. With consume=True the file (a temp file the caller
+        owns, e.g. a loader's output) is moved into the store instead of copied when it lives
+        on the same filesystem; the caller's later delete must tolerate it being gone."""
+        path = Path(path)
+
+        def work() -> ContextInfo:
+            self._prepare()
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                raise BadArgumentError(f"File '{path}' does not exist.", "Check the path and load it again.") from None
+            if size > self._settings.max_context_bytes:
+                raise too_large(self._settings.max_context_bytes)
+            same_fs = consume and path.stat().st_dev == self.tmp_dir.stat().st_dev
+            ing = ingest(
+                read_file_chunks(path),
+                tmp_dir=self.tmp_dir,
+                format=format,
+                max_bytes=self._settings.max_context_bytes,
+                write=not same_fs,
+                existing=path if same_fs else None,
+            )
+            return self._commit(ing, name=name, format=format, source=source)
+
+        info = await _db.in_thread(work)
+        await self.evict(keep=[info.context_id])
+        return info
+
+    async def put_chunks(
+        self,
+        chunks: Iterable[bytes],
+        *,
+        name: str,
+        format: Literal["text", "json"],
+        source: dict[str, Any],
+        expected_sha256: str | None = None,
+    ) -> ContextInfo:
+        """Store bytes given as a (blocking) iterable of chunks, consumed in a worker thread."""
+
+        def work() -> ContextInfo:
+            self._prepare()
+            ing = ingest(
+                chunks,
+                tmp_dir=self.tmp_dir,
+                format=format,
+                max_bytes=self._settings.max_context_bytes,
+                expected_sha256=expected_sha256,
+            )
+            return self._commit(ing, name=name, format=format, source=source)
+
+        info = await _db.in_thread(work)
+        await self.evict(keep=[info.context_id])
+        return info
+
+    def _commit(
+        self, ing: Ingested, *, name: str, format: Literal["text", "json"], source: dict[str, Any]
+    ) -> ContextInfo:
+        cid = context_id_for(ing.sha256, format)
+        blob = self.blob_path(ing.sha256)
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        try:
+            with _db.write_txn(self.db_path) as conn:
+                if blob.exists() and blob.stat().st_size == ing.bytes:
+                    ing.tmp_path.unlink(missing_ok=True)  # same content already stored
+                else:
+                    os.chmod(ing.tmp_path, 0o644)
+                    os.replace(ing.tmp_path, blob)
+                exists = conn.execute("SELECT 1 FROM contexts WHERE context_id = ?", (cid,)).fetchone()
+                if exists:
+                    # Same bytes again: one context; the latest name and source describe it.
+                    conn.execute(
+                        "UPDATE contexts SET name = ?, source = ?, last_used_at = ? WHERE context_id = ?",
+                        (name, json.dumps(source), now, cid),
+                    )
+                else:
+                    conn.execute(
+                        "INSERT INTO contexts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (cid, ing.sha256, name, ing.bytes, format, ing.kind, ing.chars, now, now, json.dumps(source)),
+                    )
+                row = conn.execute("SELECT * FROM contexts WHERE context_id = ?", (cid,)).fetchone()
+        finally:
+            ing.tmp_path.unlink(missing_ok=True)
+        log.info("stored context %s (%d bytes, %s)", cid, ing.bytes, format)
+        return _info(row)
+
+    # --- reading -------------------------------------------------------------------------
+
+    async def get(self, context_id: str) -> ContextInfo:
+        def work() -> ContextInfo:
+            with _db.connect(self.db_path) as conn:
+                row = conn.execute("SELECT * FROM contexts WHERE context_id = ?", (context_id,)).fetchone()
+            if row is None:
+                raise _unknown(context_id)
+            return _info(row)
+
+        return await _db.in_thread(work)
+
+    async def list(self) -> list[ContextInfo]:
+        def work() -> list[ContextInfo]:
+            with _db.connect(self.db_path) as conn:
+                rows = conn.execute("SELECT * FROM contexts ORDER BY last_used_at DESC").fetchall()
+            return [_info(r) for r in rows]
+
+        return await _db.in_thread(work)
+
+    def spec(self, info: ContextInfo) -> ContextSpec:
+        return ContextSpec(
+            path=self.blob_path(info.sha256),
+            format=info.format,
+            kind=info.kind,
+            chars=info.chars,
+            bytes=info.bytes,
+            name=info.name,
+            context_id=info.context_id,
+        )
+
+    # --- deleting ------------------------------------------------------------------------
+
+    async def delete(self, context_id: str) -> bool:
+        """False when the id is unknown. A context a live run is using cannot be deleted."""
+
+        def work() -> bool:
+            now = time.time()
+            with _db.write_txn(self.db_path) as conn:
+                row = conn.execute("SELECT sha256 FROM contexts WHERE context_id = ?", (context_id,)).fetchone()
+                if row is None:
+                    return False
+                if context_id in self._live_pins(conn, now):
+                    raise BadArgumentError(
+                        f"Context '{context_id}' is in use by a running run.",
+                        "Wait for the run to finish (or cancel it with rlm_cancel), then delete it.",
+                    )
+                conn.execute("DELETE FROM contexts WHERE context_id = ?", (context_id,))
+                self._drop_blob_if_unused(conn, row["sha256"])
+            log.info("deleted context %s", context_id)
+            return True
+
+        return await _db.in_thread(work)
+
+    def _drop_blob_if_unused(self, conn: sqlite3.Connection, sha256: str) -> None:
+        if conn.execute("SELECT 1 FROM contexts WHERE sha256 = ?", (sha256,)).fetchone() is None:
+            self.blob_path(sha256).unlink(missing_ok=True)
+
+    # --- pins and eviction ---------------------------------------------------------------
+
+    def in_use(self, context_ids: Sequence[str]) -> AbstractAsyncContextManager[list[ContextInfo]]:
+        """Resolve ids (NotFoundError), mark them used and pin them for the block's lifetime.
+
+        Pins are rows in the shared index, so eviction in another process skips them too. A pin
+        whose process died is ignored (same host: pid check; other hosts: PIN_TTL_S)."""
+        return self._in_use(list(context_ids))
+
+    @asynccontextmanager
+    async def _in_use(self, context_ids: list[str]) -> AsyncIterator[list[ContextInfo]]:
+        pin_id = secrets.token_hex(8)
+        infos = await _db.in_thread(lambda: self._pin(context_ids, pin_id))
+        try:
+            yield infos
+        finally:
+            # Shielded: a cancelled run must still release its pins.
+            with anyio.CancelScope(shield=True):
+                await _db.in_thread(lambda: self._unpin(pin_id))
+
+    def _pin(self, context_ids: list[str], pin_id: str) -> list[ContextInfo]:
+        now = time.time()
+        pid = os.getpid()
+        start = _db.proc_start(pid)
+        with _db.write_txn(self.db_path) as conn:
+            infos = []
+            for cid in context_ids:
+                row = conn.execute("SELECT * FROM contexts WHERE context_id = ?", (cid,)).fetchone()
+                if row is None or not self.blob_path(row["sha256"]).exists():
+                    raise _unknown(cid)  # the transaction rolls back: no pin is left behind
+                conn.execute("UPDATE contexts SET last_used_at = ? WHERE context_id = ?", (now, cid))
+                conn.execute(
+                    "INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?)", (pin_id, cid, _db.HOST, pid, start, now + PIN_TTL_S)
+                )
+                infos.append(_info(row).model_copy(update={"last_used_at": now}))
+        return infos
+
+    def _unpin(self, pin_id: str) -> None:
+        with _db.write_txn(self.db_path) as conn:
+            conn.execute("DELETE FROM pins WHERE pin_id = ?", (pin_id,))
+
+    def _live_pins(self, conn: sqlite3.Connection, now: float) -> set[str]:
+        live: set[str] = set()
+        for pin in conn.execute("SELECT rowid, * FROM pins").fetchall():
+            alive = pin["expires_at"] > now and (
+                pin["host"] != _db.HOST or _db.pid_alive(pin["pid"], pin["proc_start"])
+            )
+            if alive:
+                live.add(pin["context_id"])
+            else:
+                conn.execute("DELETE FROM pins WHERE rowid = ?", (pin["rowid"],))
+        return live
+
+    async def evict(self, *, keep: Sequence[str] = ()) -> list[str]:
+        """Evict unpinned contexts: those unused for store_max_age_days (<= 0: no age cap),
+        then least recently used ones until the blobs fit store_max_bytes. `keep` protects
+        ids too (a put protects what it just stored, even when it alone exceeds the cap).
+        Returns the evicted ids."""
+        return await _db.in_thread(lambda: self._evict(set(keep)))
+
+    def _evict(self, keep: set[str]) -> list[str]:
+        if not self.db_path.exists():
+            return []
+        now = time.time()
+        max_age = float(self._settings.store_max_age_days) * 86400
+        cap = self._settings.store_max_bytes
+        evicted: list[str] = []
+        with _db.write_txn(self.db_path) as conn:
+            protected = self._live_pins(conn, now) | keep
+            rows = conn.execute(
+                "SELECT context_id, sha256, bytes, last_used_at FROM contexts ORDER BY last_used_at ASC"
+            ).fetchall()
+            refs = Counter(r["sha256"] for r in rows)
+            sizes = {r["sha256"]: r["bytes"] for r in rows}
+            total = sum(sizes.values())  # blobs are shared: count each content once
+            for r in rows:
+                if r["context_id"] in protected:
+                    continue
+                expired = max_age > 0 and now - r["last_used_at"] > max_age
+                if not expired and total <= cap:
+                    continue
+                conn.execute("DELETE FROM contexts WHERE context_id = ?", (r["context_id"],))
+                evicted.append(r["context_id"])
+                refs[r["sha256"]] -= 1
+                if refs[r["sha256"]] == 0:
+                    total -= sizes[r["sha256"]]
+                    self.blob_path(r["sha256"]).unlink(missing_ok=True)
+        self._clean_tmp(now)
+        if evicted:
+            log.info("evicted %d context(s): %s", len(evicted), ", ".join(evicted))
+        return evicted
+
+    def _clean_tmp(self, now: float) -> None:
+        try:
+            entries = list(os.scandir(self.tmp_dir))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            try:
+                if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > STALE_TMP_S:
+                    os.unlink(entry.path)
+            except OSError:
+                pass  # another process removed or renamed it first

@@ -1,0 +1,216 @@
+"""Run records: `data_dir/runs/<run_id>/events.jsonl` (append-only) and `summary.json`.
+
+Events are one JSON object per line with a `ts` (Unix time) added. Both the size of one line
+and of the whole log are bounded, because a run's cells can print without limit and the log
+must never fill the disk: long strings in an oversize event are cut with a marker, and once
+the log reaches its cap a single `{"type": "log_truncated"}` event is written and later
+events are dropped (counted in the summary by the caller if it wishes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.errors import BadArgumentError, NotFoundError
+from rlm_mcp.store._db import in_thread
+
+log = logging.getLogger("rlm_mcp.store")
+
+MAX_EVENT_BYTES = 256 << 10
+MAX_LOG_BYTES = 64 << 20
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_MARK = "…[truncated {n} chars]"
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise BadArgumentError(
+            f"'{run_id}' is not a valid run id.",
+            "Run ids hold only letters, digits, '_' and '-'; use the run_id a run returned (rlm_start or rlm_complete).",
+        )
+    return run_id
+
+
+def _unknown(run_id: str) -> NotFoundError:
+    return NotFoundError(f"Unknown run id '{run_id}'.", "Use a run_id returned by rlm_start or rlm_complete.")
+
+
+def _cut_strings(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + _MARK.format(n=len(value) - limit)
+    if isinstance(value, dict):
+        return {k: _cut_strings(v, limit) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_cut_strings(v, limit) for v in value]
+    return value
+
+
+def encode_event(event: dict[str, Any], max_bytes: int) -> bytes:
+    """One JSONL line of at most max_bytes (non-JSON values become strings)."""
+    line = json.dumps(event, ensure_ascii=False, default=str)
+    limit = max_bytes // 2
+    while len(line.encode()) + 1 > max_bytes and limit >= 64:
+        line = json.dumps(_cut_strings(event, limit), ensure_ascii=False, default=str)
+        limit //= 2
+    if len(line.encode()) + 1 > max_bytes:
+        # Too many small fields to cut: keep only what identifies the event.
+        line = json.dumps({"type": event.get("type"), "ts": event.get("ts"), "truncated": True}, default=str)
+    return (line + "\n").encode()
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".summary-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, ensure_ascii=False, default=str)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+class RunLog:
+    """The open log of one run. Appends are serialised; each line is flushed, so readers see
+    whole lines (a torn last line, after a crash, is skipped by `read_events`)."""
+
+    def __init__(
+        self, run_dir: Path, fh: IO[bytes], *, created_at: float, max_event_bytes: int, max_log_bytes: int
+    ) -> None:
+        self._dir = run_dir
+        self._created_at = created_at
+        self._fh: IO[bytes] | None = fh
+        self._written = fh.tell()
+        self._max_event = max_event_bytes
+        self._max_log = max_log_bytes
+        self._truncated = False
+        self._lock = anyio.Lock()
+
+    @property
+    def run_id(self) -> str:
+        return self._dir.name
+
+    async def append(self, event: dict[str, Any]) -> None:
+        async with self._lock:
+            if self._fh is None or self._truncated:
+                return
+            line = encode_event({**event, "ts": time.time()}, self._max_event)
+            if self._written + len(line) > self._max_log:
+                self._truncated = True
+                line = encode_event({"type": "log_truncated", "ts": time.time(), "max_bytes": self._max_log}, 1024)
+            fh = self._fh
+
+            def write() -> None:
+                fh.write(line)
+                fh.flush()
+
+            await in_thread(write)
+            self._written += len(line)
+
+    async def write_summary(self, summary: dict[str, Any]) -> None:
+        # run_id and created_at stay, so listings keep their order whatever the caller writes.
+        full = {"run_id": self.run_id, "created_at": self._created_at, **summary}
+        await in_thread(lambda: _write_json_atomic(self._dir / "summary.json", full))
+
+    async def aclose(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            with anyio.CancelScope(shield=True):
+                await in_thread(fh.close)
+
+
+class RunStore:
+    def __init__(
+        self, settings: Settings, *, max_event_bytes: int = MAX_EVENT_BYTES, max_log_bytes: int = MAX_LOG_BYTES
+    ) -> None:
+        self._dir = Path(settings.data_dir) / "runs"
+        self._max_event = max_event_bytes
+        self._max_log = max_log_bytes
+
+    def _run_dir(self, run_id: str) -> Path:
+        return self._dir / check_run_id(run_id)
+
+    async def create(self, run_id: str, summary: dict[str, Any]) -> RunLog:
+        run_dir = self._run_dir(run_id)
+
+        created_at = time.time()
+
+        def work() -> IO[bytes]:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            try:
+                run_dir.mkdir()
+            except FileExistsError:
+                raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.") from None
+            _write_json_atomic(run_dir / "summary.json", {"run_id": run_id, "created_at": created_at, **summary})
+            return open(run_dir / "events.jsonl", "ab")
+
+        fh = await in_thread(work)
+        return RunLog(run_dir, fh, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
+
+    async def read_summary(self, run_id: str) -> dict[str, Any]:
+        path = self._run_dir(run_id) / "summary.json"
+
+        def work() -> dict[str, Any]:
+            try:
+                return json.loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                raise _unknown(run_id) from None
+
+        return await in_thread(work)
+
+    async def read_events(self, run_id: str, *, limit_bytes: int | None = None) -> list[dict[str, Any]]:
+        """Events from the start of the log; with limit_bytes, only the whole lines that fit."""
+        path = self._run_dir(run_id) / "events.jsonl"
+
+        def work() -> list[dict[str, Any]]:
+            events: list[dict[str, Any]] = []
+            used = 0
+            try:
+                fh = open(path, "rb")
+            except FileNotFoundError:
+                raise _unknown(run_id) from None
+            with fh:
+                for raw in fh:
+                    if limit_bytes is not None and used + len(raw) > limit_bytes:
+                        break
+                    used += len(raw)
+                    if not raw.endswith(b"\n"):
+                        break  # a line still being written, or torn by a crash
+                    try:
+                        events.append(json.loads(raw))
+                    except json.JSONDecodeError:
+                        log.warning("skipping a malformed line in %s", path)
+            return events
+
+        return await in_thread(work)
+
+    async def list(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Summaries of the most recently created runs first."""
+
+        def work() -> list[dict[str, Any]]:
+            summaries = []
+            try:
+                entries = list(os.scandir(self._dir))
+            except FileNotFoundError:
+                return []
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False) or not _RUN_ID.match(entry.name):
+                    continue
+                try:
+                    data = json.loads(Path(entry.path, "summary.json").read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError):
+                    continue
+                data.setdefault("run_id", entry.name)
+                summaries.append(data)
+            summaries.sort(key=lambda s: s.get("created_at") or 0, reverse=True)
+            return summaries[: max(0, limit)]
+
+        return await in_thread(work)
