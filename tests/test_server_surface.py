@@ -131,7 +131,7 @@ async def test_complete_answers_and_reports_structured_usage(tmp_path: Path) -> 
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
         settings = make_settings(tmp_path, lm.base_url)
         async with Client(build_server(settings)) as client:
-            ctx = await call(client, "rlm_load_context", text="the context")
+            ctx = await call(client, "rlm_load_context", text="QZX-body-of-the-context-77")
             out = await call(client, "rlm_complete", query="What?", context_id=ctx["context_id"])
             assert out["status"] == "completed"
             assert out["answer"] == "forty-two"
@@ -143,7 +143,7 @@ async def test_complete_answers_and_reports_structured_usage(tmp_path: Path) -> 
             trajectory = (await client.read_resource(f"rlm://runs/{out['run_id']}/trajectory")).contents[0].text
             types = [json.loads(line)["type"] for line in trajectory.splitlines()]
             assert types[0] == "run_start" and "cell" in types and types[-1] == "run_end"
-            assert "the context" not in trajectory  # the log never holds the context body
+            assert "QZX-body" not in trajectory  # the log never holds the context body
 
 
 async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: Path) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rlm_mcp.errors import LMUnavailableError
+
+if TYPE_CHECKING:
+    from rlm_mcp.lm.types import CallRecord
 
 
 class LMError(LMUnavailableError):
@@ -10,10 +15,22 @@ class LMError(LMUnavailableError):
 
     retryable = False
 
-    def __init__(self, cause: str, fix: str | None = None, *, endpoint: str = "", status: int | None = None) -> None:
+    def __init__(
+        self,
+        cause: str,
+        fix: str | None = None,
+        *,
+        endpoint: str = "",
+        status: int | None = None,
+        server_message: str | None = None,
+    ) -> None:
         super().__init__(cause, fix)
         self.endpoint = endpoint
         self.status = status
+        # The server's own error text, verbatim (e.g. vLLM's context-length message).
+        self.server_message = server_message
+        # The failed call as accounted (status "error"); set by LMClient.complete.
+        self.record: CallRecord | None = None
 
 
 class LMConnectionError(LMError):

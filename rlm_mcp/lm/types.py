@@ -19,6 +19,10 @@ class CallRecord:
     status: CallStatus
     role: Literal["root", "sub"] = "root"
     error: str | None = None
+    # True when the server sent no `usage` and the token counts are local estimates.
+    estimated: bool = False
+    # Seconds spent waiting for a concurrency slot; not part of latency_s.
+    queued_s: float = 0.0
 
 
 @dataclass

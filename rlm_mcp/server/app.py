@@ -63,6 +63,10 @@ def _overrides(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+# String parameters are annotated plain `str` (empty = not given) on purpose: the SDK parses
+# JSON-looking strings for any other annotation, which would turn the text '{"a": 1}' into a dict.
+
+
 def build_server(settings: Settings, *, mode: Mode = "stdio") -> MCPServer[RlmService]:
     holder: dict[str, RlmService] = {}
 
@@ -86,11 +90,11 @@ def build_server(settings: Settings, *, mode: Mode = "stdio") -> MCPServer[RlmSe
 
     @mcp.tool(annotations=_STORE)
     async def rlm_load_context(
-        text: Annotated[str | None, Field(description="The context itself (small contexts only).")] = None,
-        path: Annotated[str | None, Field(description="A file or folder under the allowed roots.")] = None,
-        glob: Annotated[str | None, Field(description="An absolute glob pattern, e.g. /repo/**/*.py.")] = None,
-        url: Annotated[str | None, Field(description="An http(s) URL to fetch.")] = None,
-        name: Annotated[str | None, Field(description="A label shown in rlm_list_contexts.")] = None,
+        text: Annotated[str, Field(description="The context itself (small contexts only).")] = "",
+        path: Annotated[str, Field(description="A file or folder under the allowed roots.")] = "",
+        glob: Annotated[str, Field(description="An absolute glob pattern, e.g. /repo/**/*.py.")] = "",
+        url: Annotated[str, Field(description="An http(s) URL to fetch.")] = "",
+        name: Annotated[str, Field(description="A label shown in rlm_list_contexts.")] = "",
         format: Annotated[Literal["text", "json"], Field(description="json: the sandbox sees a list/dict.")] = "text",
         include: Annotated[list[str] | None, Field(description="Folder/glob: only paths matching these.")] = None,
         exclude: Annotated[list[str] | None, Field(description="Folder/glob: skip paths matching these.")] = None,
@@ -98,7 +102,8 @@ def build_server(settings: Settings, *, mode: Mode = "stdio") -> MCPServer[RlmSe
         """Store a large context once and get a context_id handle (same bytes, same id)."""
         info = await _call(
             svc().load_context(
-                text=text, path=path, glob=glob, url=url, name=name, format=format, include=include, exclude=exclude
+                text=text or None, path=path or None, glob=glob or None, url=url or None, name=name or None,
+                format=format, include=include, exclude=exclude,
             )
         )
         return ContextHandle.of(info)
@@ -107,18 +112,18 @@ def build_server(settings: Settings, *, mode: Mode = "stdio") -> MCPServer[RlmSe
     async def rlm_upload_context(
         data: Annotated[str, Field(description="This chunk: at most 1 MiB once decoded.")],
         index: Annotated[int, Field(ge=0, description="0 for the first chunk, then 1, 2, ...")],
-        upload_id: Annotated[str | None, Field(description="From the answer to chunk 0; omit on chunk 0.")] = None,
+        upload_id: Annotated[str, Field(description="From the answer to chunk 0; omit on chunk 0.")] = "",
         final: Annotated[bool, Field(description="True on the last chunk: the context is stored.")] = False,
         encoding: Annotated[Literal["text", "base64"], Field(description="How `data` is encoded.")] = "text",
-        sha256: Annotated[str | None, Field(description="Hex SHA-256 of the whole upload, checked at the end.")] = None,
-        name: Annotated[str | None, Field(description="A label for the context.")] = None,
+        sha256: Annotated[str, Field(description="Hex SHA-256 of the whole upload, checked at the end.")] = "",
+        name: Annotated[str, Field(description="A label for the context.")] = "",
         format: Annotated[Literal["text", "json"] | None, Field(description="text (default) or json.")] = None,
     ) -> UploadProgress:
         """Upload a context in chunks (resumable); the final chunk returns the context handle."""
         state = await _call(
             svc().upload_chunk(
-                data=data, index=index, upload_id=upload_id, final=final, encoding=encoding,
-                sha256=sha256, name=name, format=format,
+                data=data, index=index, upload_id=upload_id or None, final=final, encoding=encoding,
+                sha256=sha256 or None, name=name or None, format=format,
             )
         )
         return UploadProgress.of(state)

@@ -98,10 +98,9 @@ class RunManager:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        with anyio.CancelScope(shield=True):
-            await self._tg.__aexit__(None, None, None)
-        self._tg = None
+        tg, self._tg = self._tg, None
+        tg.cancel_scope.cancel()  # every run records `cancelled` in its own shielded finally
+        await tg.__aexit__(None, None, None)
 
     def get(self, run_id: str) -> ActiveRun | None:
         return self._runs.get(run_id)

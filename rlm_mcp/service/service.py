@@ -62,10 +62,12 @@ class RlmService:
         await self.aclose()
 
     async def aclose(self) -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._stack.aclose()  # runs first (cancelled and recorded), then sandboxes
-            finally:
+        # No enclosing shield here: the stack holds task groups, whose scopes must unwind in
+        # order. Each part shields its own cleanup (runs record `cancelled`, sandboxes are removed).
+        try:
+            await self._stack.aclose()  # runs first, then sandboxes
+        finally:
+            with anyio.CancelScope(shield=True):
                 await self.lm.aclose()
 
     def engine(self) -> RLMEngine:

@@ -1,0 +1,419 @@
+"""The async client of an OpenAI-compatible endpoint (vLLM first): the engine's `ChatModel`.
+
+Plain `httpx` rather than the `openai` SDK: we run our own retry policy (the SDK's would
+stack under it), we need the raw status, headers and error body to classify failures
+(context length, unknown model, Retry-After), and we must tolerate responses the SDK's
+models reject or hide (no `usage`, `reasoning_content`, broken JSON). One `AsyncClient` holds
+one keep-alive pool for every call of the process.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+import time
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+
+from rlm_mcp.config import Settings
+from rlm_mcp.lm.discovery import DEFAULT_WINDOW, ProbeResult, model_cards, window_from_cards
+from rlm_mcp.lm.errors import (
+    LMConnectionError,
+    LMContextLengthError,
+    LMError,
+    LMMalformedResponseError,
+    LMModelNotFoundError,
+    LMRequestError,
+    LMServerError,
+)
+from rlm_mcp.lm.retry import TOTAL_SLEEP_CAP_S, backoff_s, retry_after_s, retryable_status
+from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens
+from rlm_mcp.lm.types import CallRecord, Completion
+
+log = logging.getLogger("rlm_mcp.lm")
+
+Role = Literal["root", "sub"]
+
+VLLM_HINT = (
+    "`vllm serve Qwen/Qwen3-30B-A3B-Instruct-2507 --enable-lora --max-lora-rank 64 "
+    "--lora-modules rlm-v0.1=<adapter> --max-model-len 16384`"
+)
+_CONTEXT_RE = re.compile(r"context length|context_length_exceeded|exceed_context_size|max_model_len|context window", re.I)
+_DISCOVERY_TIMEOUT_S = 10.0
+_DISCOVERY_RETRY_S = 30.0  # after a failed /v1/models, ask again no sooner than this
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The error text of a response: OpenAI/vLLM `error.message`, FastAPI `detail`, or the body."""
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text.strip()[:500] or f"HTTP {response.status_code}"
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        for key in ("error", "detail", "message"):
+            if isinstance(data.get(key), str) and data[key]:
+                return str(data[key])
+    return str(data)[:500]
+
+
+class LMClient:
+    """Talks to one endpoint for every run, root and sub, at every depth. Connects lazily."""
+
+    def __init__(self, settings: Settings, *, backoff_base_s: float | None = None) -> None:
+        self._settings = settings
+        self.base_url = settings.base_url.rstrip("/")
+        self.root_url = self.base_url.removesuffix("/v1")  # /tokenize and /health live here
+        self._retries = max(0, settings.lm_retries)
+        self._backoff_base_s = backoff_base_s if backoff_base_s is not None else float(
+            getattr(settings, "lm_backoff_base_s", 0.5))
+        self._http: httpx.AsyncClient | None = None
+        # anyio primitives bind to the running event loop, so they are made on first use.
+        self._limiter: anyio.Semaphore | None = None
+        self._discovery_lock: anyio.Lock | None = None
+        self._cards: list[dict[str, Any]] | None = None
+        self._cards_failed_at: float | None = None
+        self._windows: dict[str, int] = {}
+        self._tokenize_ok: bool | None = None
+
+    # --- plumbing ---------------------------------------------------------------------------
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            s = self._settings
+            headers = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else {}
+            self._http = httpx.AsyncClient(
+                headers=headers,
+                timeout=httpx.Timeout(s.request_timeout_s, connect=min(10.0, s.request_timeout_s)),
+                # The semaphore bounds completions; the pool keeps one idle connection per slot.
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=s.max_concurrent_lm_calls + 8),
+                # A proxy from the environment must not capture a local vLLM.
+                trust_env=not _is_loopback(self.base_url),
+            )
+        return self._http
+
+    def _slots(self) -> anyio.Semaphore:
+        if self._limiter is None:
+            self._limiter = anyio.Semaphore(max(1, self._settings.max_concurrent_lm_calls))
+        return self._limiter
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def __aenter__(self) -> LMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _unreachable(self, exc: Exception) -> LMConnectionError:
+        detail = str(exc) or type(exc).__name__
+        return LMConnectionError(
+            f"vLLM at {self.base_url} is unreachable ({detail}).",
+            f"Start it with {VLLM_HINT} or set RLM_MCP_BASE_URL to a running OpenAI-compatible endpoint.",
+            endpoint=self.base_url,
+        )
+
+    # --- completions ------------------------------------------------------------------------
+    async def complete(
+        self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: Role
+    ) -> Completion:
+        """One non-streamed chat completion, retried on transient failures.
+
+        Raises an `LMError`; its `record` is the failed call as accounted.
+        """
+        body: dict[str, Any] = {
+            **self._settings.extra_body,
+            "model": model,
+            "messages": messages,
+            "max_tokens": max(1, int(max_tokens)),
+            "stream": False,
+        }
+        started = time.perf_counter()
+        queued = [0.0]  # filled by _post_completion, also when it raises
+        try:
+            response = await self._post_completion(body, model, queued)
+            completion = self._parse(response, messages, model, role, started, queued[0])
+        except LMError as err:
+            err.record = CallRecord(model, 0, 0, time.perf_counter() - started - queued[0], "error", role,
+                                    error=str(err), queued_s=queued[0])
+            raise
+        return completion
+
+    async def _post_completion(self, body: dict[str, Any], model: str, queued: list[float]) -> httpx.Response:
+        url = f"{self.base_url}/chat/completions"
+        slept = 0.0
+        for attempt in range(self._retries + 1):
+            wait: float | None = None
+            # The slot is held for one attempt only: a call backing off must not starve others.
+            asked = time.perf_counter()
+            async with self._slots():
+                queued[0] += time.perf_counter() - asked
+                try:
+                    response = await self._client().post(url, json=body)
+                except httpx.TimeoutException as exc:
+                    failure: LMError = LMConnectionError(
+                        f"The request to {url} (model '{model}') timed out ({type(exc).__name__}, "
+                        f"limit {self._settings.request_timeout_s:g} s).",
+                        "Check the server's load and log, or raise RLM_MCP_REQUEST_TIMEOUT_S.",
+                        endpoint=url,
+                    )
+                except httpx.TransportError as exc:
+                    failure = self._unreachable(exc)
+                else:
+                    if response.status_code < 400:
+                        return response
+                    failure = await self._status_error(response, url, model, attempt + 1)
+                    wait = retry_after_s(response)
+            if not failure.retryable or attempt >= self._retries:
+                raise failure
+            delay = wait if wait is not None else backoff_s(attempt, self._backoff_base_s)
+            if slept + delay > TOTAL_SLEEP_CAP_S:
+                raise failure
+            log.warning("LM call failed (attempt %d/%d), retrying in %.2f s: %s",
+                        attempt + 1, self._retries + 1, delay, failure)
+            await anyio.sleep(delay)
+            slept += delay
+        raise AssertionError("unreachable")  # the loop always returns or raises
+
+    async def _status_error(self, response: httpx.Response, url: str, model: str, attempts: int) -> LMError:
+        status, message = response.status_code, _server_message(response)
+        common = {"endpoint": url, "status": status, "server_message": message}
+        if retryable_status(status):
+            fix = ("The server is rate-limiting or busy: lower RLM_MCP_MAX_CONCURRENT_LM_CALLS or retry later."
+                   if status in (429, 503) else
+                   "Check the server's log; vLLM answers 500 when its engine died and must be restarted.")
+            return LMServerError(f"{url} answered HTTP {status} for model '{model}' "
+                                 f"(attempt {attempts}): {message}", fix, **common)
+        if status in (400, 413, 422) and _CONTEXT_RE.search(message + response.text[:2000]):
+            return LMContextLengthError(
+                f"The request does not fit model '{model}''s window at {url}: {message}",
+                "Shorten the prompt or lower the completion budget (RLM_MCP_ROOT_MAX_TOKENS, "
+                "RLM_MCP_SUB_MAX_TOKENS); set RLM_MCP_MAX_MODEL_LEN if the window was guessed wrong.",
+                **common)
+        if status == 404:
+            if "model" in message.lower():
+                served = await self._served_ids(fresh=True)
+                return LMModelNotFoundError(
+                    f"model '{model}' is not served at {self.base_url}; served: {served if served is not None else '(unknown)'}.",
+                    "Set RLM_MCP_MODEL (root) or RLM_MCP_SUB_MODEL (sub-calls) to a served name, or load the "
+                    f"adapter with `--lora-modules {model}=<path>`.", **common)
+            return LMModelNotFoundError(
+                f"{url} does not exist (HTTP 404: {message}).",
+                "Check RLM_MCP_BASE_URL: it must be the /v1 URL of an OpenAI-compatible server.", **common)
+        if status in (401, 403):
+            return LMRequestError(f"{url} refused the API key (HTTP {status}): {message}",
+                                  "Set RLM_MCP_API_KEY to the key the server was started with (vLLM: --api-key).",
+                                  **common)
+        return LMRequestError(f"{url} rejected the request for model '{model}' (HTTP {status}): {message}",
+                              "Check RLM_MCP_EXTRA_BODY and the server's log.", **common)
+
+    def _parse(self, response: httpx.Response, messages: list[dict[str, str]], model: str, role: Role,
+               started: float, queued_s: float) -> Completion:
+        url = str(response.request.url)
+        fix = "Check that RLM_MCP_BASE_URL is the /v1 URL of an OpenAI-compatible server."
+        try:
+            data = response.json()
+        except ValueError:
+            raise LMMalformedResponseError(
+                f"{url} answered HTTP {response.status_code} with a body that is not JSON: "
+                f"{response.text[:200]!r}", fix, endpoint=url, status=response.status_code) from None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise LMMalformedResponseError(f"{url} answered without `choices`: {str(data)[:200]}", fix,
+                                           endpoint=url, status=response.status_code)
+        choice = choices[0]
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        text = content_text(message.get("content"))
+        if not text:
+            # Reasoning parsers move everything to `reasoning_content` when no answer follows.
+            for key in ("reasoning_content", "reasoning"):
+                if isinstance(message.get(key), str) and message[key]:
+                    text = message[key]
+                    break
+        usage = data.get("usage")
+        prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        estimated = not (isinstance(prompt_tokens, int) and isinstance(completion_tokens, int))
+        if estimated:
+            log.debug("no usage in the response of %s: estimating", url)
+            prompt_tokens, completion_tokens = estimate_tokens(messages), estimate_text_tokens(text)
+        finish = choice.get("finish_reason")
+        record = CallRecord(model, int(prompt_tokens), int(completion_tokens),  # type: ignore[arg-type]
+                            time.perf_counter() - started - queued_s, "ok", role, estimated=estimated,
+                            queued_s=queued_s)
+        return Completion(text, finish if isinstance(finish, str) else None, record)
+
+    # --- discovery --------------------------------------------------------------------------
+    async def _fetch_models(self) -> tuple[int | None, list[dict[str, Any]] | None, str | LMError | None]:
+        """GET /v1/models once: (HTTP status, None when unreachable; cards or None; the problem)."""
+        try:
+            response = await self._client().get(f"{self.base_url}/models", timeout=_DISCOVERY_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            return None, None, self._unreachable(exc)
+        if response.status_code != 200:
+            return response.status_code, None, f"{self.base_url}/models: HTTP {response.status_code}"
+        try:
+            payload = response.json()
+        except ValueError:
+            return 200, None, f"{self.base_url}/models did not answer JSON"
+        return 200, model_cards(payload), None
+
+    async def _model_cards(self, fresh: bool = False) -> list[dict[str, Any]] | None:
+        if self._discovery_lock is None:
+            self._discovery_lock = anyio.Lock()
+        async with self._discovery_lock:
+            if self._cards is not None and not fresh:
+                return self._cards
+            if (not fresh and self._cards_failed_at is not None
+                    and time.monotonic() - self._cards_failed_at < _DISCOVERY_RETRY_S):
+                return None
+            status, cards, error = await self._fetch_models()
+            if cards is None:
+                log.info("model discovery failed (%s)", error)
+                self._cards_failed_at = time.monotonic()
+                return None
+            self._cards, self._cards_failed_at = cards, None
+            return cards
+
+    async def _served_ids(self, fresh: bool = False) -> list[str] | None:
+        cards = await self._model_cards(fresh=fresh)
+        return None if cards is None else [c["id"] for c in cards]
+
+    async def window(self, model: str) -> int:
+        """The model's context window: the setting, else /v1/models, else 16384. Never raises."""
+        if self._settings.max_model_len:
+            return self._settings.max_model_len
+        if model in self._windows:
+            return self._windows[model]
+        cards = await self._model_cards()
+        found = window_from_cards(cards, model) if cards else None
+        if found is None:
+            log.info("no window found for model '%s' at %s: assuming %d", model, self.base_url, DEFAULT_WINDOW)
+            if cards is None:
+                return DEFAULT_WINDOW  # not cached: discovery may work later
+            found = DEFAULT_WINDOW
+        self._windows[model] = found
+        return found
+
+    async def count_tokens(self, messages: list[dict[str, str]], *, model: str) -> int:
+        """Prompt tokens as the chat template sees them: /tokenize when served, else an over-estimate."""
+        if self._tokenize_ok is not False:
+            body: dict[str, Any] = {"model": model, "messages": messages, "add_generation_prompt": True}
+            if "chat_template_kwargs" in self._settings.extra_body:
+                body["chat_template_kwargs"] = self._settings.extra_body["chat_template_kwargs"]
+            try:
+                response = await self._client().post(f"{self.root_url}/tokenize", json=body,
+                                                     timeout=_DISCOVERY_TIMEOUT_S)
+            except httpx.HTTPError as exc:
+                log.debug("/tokenize failed (%r): estimating", exc)
+            else:
+                if response.status_code in (404, 405, 501):
+                    log.info("%s/tokenize is not served: token counts are estimates", self.root_url)
+                    self._tokenize_ok = False
+                elif response.status_code == 200:
+                    try:
+                        count = response.json().get("count")
+                    except (ValueError, AttributeError):
+                        count = None
+                    if isinstance(count, int):
+                        self._tokenize_ok = True
+                        return count
+        return estimate_tokens(messages)
+
+    async def probe(self) -> ProbeResult:
+        """What the endpoint serves, for `doctor` and pre-flight checks. Never raises."""
+        s = self._settings
+        result = ProbeResult(base_url=self.base_url, reachable=False, model=s.model, sub_model=s.effective_sub_model)
+        try:
+            started = time.perf_counter()
+            status, cards, error = await self._fetch_models()
+            result.latency_s = time.perf_counter() - started
+            if status is None:
+                result.error = str(error)
+                return result
+            result.reachable = True
+            if status in (401, 403):
+                result.error = (f"{self.base_url}/models refused the API key (HTTP {status}): set RLM_MCP_API_KEY.")
+            elif cards is not None:
+                self._cards = cards
+                result.models = [c["id"] for c in cards]
+                result.model_served = s.model in result.models
+                result.sub_model_served = s.effective_sub_model in result.models
+                result.max_model_len = window_from_cards(cards, s.model)
+                missing = [m for m in dict.fromkeys([s.model, s.effective_sub_model]) if m not in result.models]
+                if missing:
+                    result.error = self._not_served_text(missing[0], result.models)
+            result.health = await self._probe_health()
+            result.tokenize = await self._probe_tokenize()
+        except Exception as exc:  # a probe reports, it never fails its caller
+            log.debug("probe failed", exc_info=True)
+            result.error = result.error or f"probe of {self.base_url} failed: {exc!r}"
+        return result
+
+    async def _probe_health(self) -> bool | None:
+        try:
+            response = await self._client().get(f"{self.root_url}/health", timeout=_DISCOVERY_TIMEOUT_S)
+        except httpx.HTTPError:
+            return False
+        return None if response.status_code in (404, 405) else response.is_success
+
+    async def _probe_tokenize(self) -> bool | None:
+        try:
+            response = await self._client().post(
+                f"{self.root_url}/tokenize", timeout=_DISCOVERY_TIMEOUT_S,
+                json={"model": self._settings.model, "messages": [{"role": "user", "content": "hi"}],
+                      "add_generation_prompt": True})
+        except httpx.HTTPError:
+            return None
+        if response.status_code in (404, 405, 501):
+            self._tokenize_ok = False
+            return False
+        return True if response.status_code == 200 else None
+
+    def _not_served_text(self, model: str, served: list[str]) -> str:
+        return (f"model '{model}' is not served at {self.base_url}; served: {served}; "
+                "set RLM_MCP_MODEL (or RLM_MCP_SUB_MODEL for sub-calls).")
+
+    async def check_model(self) -> None:
+        """Fail fast, with the fix, when the endpoint is down or does not serve the models."""
+        s = self._settings
+        status, cards, error = await self._fetch_models()
+        if isinstance(error, LMConnectionError):
+            raise error
+        url = f"{self.base_url}/models"
+        if status in (401, 403):
+            raise LMRequestError(f"{url} refused the API key (HTTP {status}).",
+                                 "Set RLM_MCP_API_KEY to the key the server was started with (vLLM: --api-key).",
+                                 endpoint=url, status=status)
+        if status >= 500:
+            raise LMServerError(f"{url} answered HTTP {status}.",
+                                "Check the server's log; vLLM answers 500 when its engine died.",
+                                endpoint=url, status=status)
+        if cards is None:
+            return  # no /v1/models (or not JSON): nothing to check against, the first call will tell
+        self._cards = cards
+        served = [c["id"] for c in cards]
+        for name in dict.fromkeys([s.model, s.effective_sub_model]):
+            if name not in served:
+                raise LMModelNotFoundError(
+                    f"model '{name}' is not served at {self.base_url}; served: {served}.",
+                    "Set RLM_MCP_MODEL (or RLM_MCP_SUB_MODEL for sub-calls) to a served name, or load the "
+                    f"adapter with `--lora-modules {name}=<path>`.", endpoint=url, status=404)

@@ -1,0 +1,217 @@
+"""The script of a `ScriptedLM`: what it replies, which faults it injects, how it counts tokens.
+
+The format is documented in `rlm_mcp.testing.scripted_lm` (the module other tests read).
+Everything here is pure: no sockets, so the decision logic is testable and reusable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["root", "sub"]
+
+# Token accounting shared by `/tokenize`, window enforcement and `usage`, so that every
+# number the fake server reports agrees with every other (as vLLM's do).
+MESSAGE_OVERHEAD_TOKENS = 4  # role markers of the chat template, per message
+GENERATION_PROMPT_TOKENS = 3  # "<|im_start|>assistant\n"
+BYTES_PER_TOKEN = 4
+
+
+def count_text_tokens(text: str) -> int:
+    """ceil(len(utf-8 bytes) / 4): the scripted tokenizer."""
+    return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
+
+
+def message_text(content: Any) -> str:
+    """A message's content as text: a string, or the text parts of an OpenAI parts list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def count_prompt_tokens(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> int:
+    """Sum over messages of (4 + text tokens), plus 3 for the generation prompt."""
+    total = sum(MESSAGE_OVERHEAD_TOKENS + count_text_tokens(message_text(m.get("content"))) for m in messages)
+    return total + (GENERATION_PROMPT_TOKENS if add_generation_prompt else 0)
+
+
+def cut_to_tokens(text: str, tokens: int) -> str:
+    """The longest prefix of `text` that counts as at most `tokens` tokens."""
+    return text.encode("utf-8")[: max(tokens, 0) * BYTES_PER_TOKEN].decode("utf-8", errors="ignore")
+
+
+_GROUP_REF = re.compile(r"\\(\d+)|\\g<(\w+)>")
+
+
+def render_reply(template: str, match: re.Match[str] | None, prompt: str) -> str:
+    """Substitute `{prompt}` and `\\1` / `\\g<name>` group references, and nothing else.
+
+    Not `str.format` nor `Match.expand`: replies are Python code full of braces and
+    backslash escapes that must pass through untouched.
+    """
+    text = template.replace("{prompt}", prompt)
+    if match is None:
+        return text
+
+    def group(m: re.Match[str]) -> str:
+        key: int | str = int(m.group(1)) if m.group(1) is not None else m.group(2)
+        try:
+            return match.group(key) or ""
+        except IndexError:
+            return m.group(0)
+
+    return _GROUP_REF.sub(group, text)
+
+
+class RootScript(BaseModel):
+    """Root replies for runs whose first user message (the metadata) matches `match`."""
+
+    match: str
+    replies: list[str]
+
+
+class SubRule(BaseModel):
+    """A sub-call reply for prompts in which the regex `match` is found."""
+
+    match: str
+    reply: str
+
+
+class Fault(BaseModel):
+    """An injected failure for matching requests, spent after `times` uses (0 = forever)."""
+
+    when: Literal["root", "sub", "any"] = "any"
+    turn: int | None = None  # root turn number; only root requests have one
+    match: str | None = None  # regex searched in the last user message
+    status: int | None = None  # default 500, unless the fault only shapes a normal reply
+    times: int = 1
+    body: str | dict[str, Any] | None = None  # dict: sent as JSON; str: the error message
+    retry_after: float | None = None  # sent as a Retry-After header
+    malformed: bool | Literal["json", "no_choices"] = False  # answer 200 with a broken body
+    no_usage: bool = False  # a normal reply without `usage`
+    reasoning_only: bool = False  # content "" and the reply in `reasoning_content`
+    drop: bool = False  # close the connection without answering
+    delay_s: float = 0.0  # extra delay before this fault's answer
+
+    def error_status(self) -> int | None:
+        """The HTTP error this fault answers with; None when it answers a (shaped) reply."""
+        if self.status is not None:
+            return None if self.status == 200 else self.status
+        return None if (self.no_usage or self.reasoning_only or self.delay_s) else 500
+
+
+class Script(BaseModel):
+    """Everything a ScriptedLM does. Loadable from JSON (`Script.load(path)`)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str = "rlm-v0.1"
+    base_model: str = "Qwen/Qwen3-30B-A3B-Instruct-2507"
+    extra_models: list[str] = Field(default_factory=list)
+    max_model_len: int = 16384
+    tokenize: bool = True
+    models_endpoint: bool = True
+    health: bool = True
+
+    root: list[str] = Field(default_factory=list)
+    root_by_query: list[RootScript] = Field(default_factory=list)
+    root_default: str | None = None  # after the last turn; None repeats the last reply
+    sub: list[SubRule] = Field(default_factory=list)
+    sub_default: str = "ok"
+    # In-process only (never from JSON): override the tables above.
+    root_fn: Callable[[list[dict[str, Any]], int], str] | None = Field(default=None, exclude=True)
+    sub_fn: Callable[[str], str] | None = Field(default=None, exclude=True)
+
+    faults: list[Fault] = Field(default_factory=list)
+    delay_s: float | dict[str, float] = 0.0  # a number, or {"root": s, "sub": s}
+    finish_reason: str | None = None  # overrides "stop"/"length" when set
+    usage: bool = True
+    reasoning_content: bool = False  # every reply as reasoning_content with empty content
+
+    @classmethod
+    def load(cls, path: str | Path) -> Script:
+        return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def served_models(self) -> list[str]:
+        return [self.base_model, self.model, *self.extra_models]
+
+    def delay_for(self, role: Role) -> float:
+        if isinstance(self.delay_s, dict):
+            return float(self.delay_s.get(role, 0.0))
+        return float(self.delay_s)
+
+
+def classify(messages: list[dict[str, Any]]) -> tuple[Role, int | None]:
+    """Root iff the first message is a system message; a root turn = assistant messages + 1."""
+    if messages and messages[0].get("role") == "system":
+        return "root", sum(1 for m in messages if m.get("role") == "assistant") + 1
+    return "sub", None
+
+
+def first_user_text(messages: list[dict[str, Any]]) -> str:
+    return next((message_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    return next((message_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+
+
+class Replier:
+    """Decides replies and faults for one server; thread-safe (faults are spent under a lock)."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self._lock = threading.Lock()
+        self._fault_uses = [0] * len(script.faults)
+
+    def reply(self, messages: list[dict[str, Any]], role: Role, turn: int | None) -> str:
+        s = self.script
+        if role == "root":
+            if s.root_fn is not None:
+                return s.root_fn(messages, turn or 1)
+            replies = s.root
+            meta = first_user_text(messages)
+            for entry in s.root_by_query:
+                if re.search(entry.match, meta, re.DOTALL):
+                    replies = entry.replies
+                    break
+            index = (turn or 1) - 1
+            if index < len(replies):
+                return replies[index]
+            if s.root_default is not None or not replies:
+                return s.root_default or ""
+            return replies[-1]
+        prompt = last_user_text(messages)
+        if s.sub_fn is not None:
+            return s.sub_fn(prompt)
+        for rule in s.sub:
+            m = re.search(rule.match, prompt, re.DOTALL)
+            if m:
+                return render_reply(rule.reply, m, prompt)
+        return render_reply(s.sub_default, None, prompt)
+
+    def take_fault(self, messages: list[dict[str, Any]], role: Role, turn: int | None) -> Fault | None:
+        """The first matching fault with uses left, spending one use."""
+        with self._lock:
+            for i, f in enumerate(self.script.faults):
+                if f.when not in ("any", role):
+                    continue
+                if f.turn is not None and f.turn != turn:
+                    continue
+                if f.match is not None and not re.search(f.match, last_user_text(messages), re.DOTALL):
+                    continue
+                if f.times and self._fault_uses[i] >= f.times:
+                    continue
+                self._fault_uses[i] += 1
+                return f
+        return None

@@ -1,0 +1,414 @@
+"""A scripted OpenAI-compatible server (vLLM-shaped) on loopback: the project's stand-in LM.
+
+In process (a background thread runs the server, so sync and async tests can both use it)::
+
+    async with ScriptedLM(Script(root=["```repl\\nprint(1)\\n```", "..."])) as lm:
+        settings = Settings(base_url=lm.base_url)      # http://127.0.0.1:PORT/v1
+        ...
+        lm.requests          # chat requests seen (list of dicts, see "Request log")
+        lm.max_in_flight     # most chat requests in flight at once
+    with ScriptedLM({"sub_default": "yes"}) as lm: ...   # a dict is validated as a Script
+
+As a subprocess::
+
+    python -m rlm_mcp.testing.scripted_lm --script script.json [--port 0]
+           [--port-file F] [--log requests.jsonl] [--host 127.0.0.1]
+
+prints its base URL (``http://127.0.0.1:PORT/v1``) as the one line on stdout and, with
+``--port-file``, writes the same URL to F (atomically, so a poller never reads half of it).
+It stops on SIGTERM/SIGINT.
+
+Script (JSON object; every key optional; the Python model is `rlm_mcp.testing.script.Script`)::
+
+    model            "rlm-v0.1"       adapter name; listed with parent=base_model, max_model_len null
+    base_model       "Qwen/Qwen3-30B-A3B-Instruct-2507"   listed with max_model_len
+    extra_models     []               more adapter names served
+    max_model_len    16384            the window every model has
+    tokenize         true             false: POST /tokenize answers 404
+    models_endpoint  true             false: GET /v1/models answers 404
+    health           true             false: GET /health answers 404
+    root             ["reply turn 1", "reply turn 2", ...]
+    root_by_query    [{"match": REGEX, "replies": [...]}]   first whose REGEX is found in the
+                     first user message (the metadata, which holds the query) replaces `root`;
+                     this scripts child runs (depth 2), whose query is a sub-prompt
+    root_default     null             reply after the turns run out; null repeats the last one
+    sub              [{"match": REGEX, "reply": "..."}]   first rule found in the user message;
+                     the reply may use {prompt} (the whole prompt) and \\1 or \\g<name> (groups)
+    sub_default      "ok"             reply when no rule matches ({prompt} allowed)
+    faults           [{"when": "root"|"sub"|"any", "turn": K, "match": REGEX, "status": 500,
+                       "times": 1 (0 = forever), "body": "message" | {...raw JSON...},
+                       (status defaults to 500, except for faults that only shape a reply)
+                       "retry_after": S, "malformed": true|"json"|"no_choices",
+                       "no_usage": false, "reasoning_only": false, "drop": false,
+                       "delay_s": 0}]    first matching fault with uses left applies
+    delay_s          0 | {"root": S, "sub": S}   delay before each chat reply
+    finish_reason    null             forces this finish_reason on every reply
+    usage            true             false: replies carry no `usage`
+    reasoning_content false           true: content "" and the reply in `reasoning_content`
+
+In Python, `Script(root_fn=lambda messages, turn: ..., sub_fn=lambda prompt: ...)` replace the
+tables (they run on the server thread; keep them quick).
+
+Routing: a chat request is a *root* request when its first message has role ``system``; its
+turn is the number of ``assistant`` messages + 1. Any other request is a *sub* request.
+
+Tokens (the same count everywhere: /tokenize, window checks, usage): a text is
+ceil(utf-8 bytes / 4) tokens; a prompt is the sum over messages of (4 + its text's tokens),
+plus 3 for the generation prompt. See `count_prompt_tokens`.
+
+Window, as vLLM 0.33: a prompt over max_model_len is a 400 ("This model's maximum context
+length is N tokens. However, your prompt contains M input tokens, ..."); max_tokens over
+max_model_len is a 400 ("max_tokens=X cannot be greater than max_model_len=N. ..."); when
+prompt + max_tokens overflows, max_tokens is clamped to what is left, and a reply longer than
+the (clamped) max_tokens is cut, with finish_reason "length". An unknown model is a 404
+("The model `X` does not exist.").
+
+Request log: each chat request appends ``{"role", "turn", "model", "received" (epoch s),
+"body" (the request JSON), "status", "disconnected"}`` to `requests` and, with a log path,
+one JSON line to that file. `hits` counts requests per path (all endpoints), `connections`
+the TCP connections accepted, `max_in_flight` the most concurrent chat requests. A client that
+disconnects while its reply is delayed is counted in `disconnects` (vLLM aborts those).
+
+The HTTP is HTTP/1.1 with keep-alive; each response goes out in one write with TCP_NODELAY,
+so reused connections never stall on delayed ACKs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rlm_mcp.testing._http import (
+    Response,
+    encode_response,
+    error_response,
+    json_response,
+    read_request,
+    wait_or_disconnect,
+)
+from rlm_mcp.testing.script import (
+    Fault,
+    Replier,
+    Script,
+    classify,
+    count_prompt_tokens,
+    count_text_tokens,
+    cut_to_tokens,
+)
+
+log = logging.getLogger("rlm_mcp.testing.scripted_lm")
+
+
+class ScriptedLM:
+    """The server. `start()`/`stop()` or a (sync or async) context manager."""
+
+    def __init__(self, script: Script | dict[str, Any] | None = None, *, host: str = "127.0.0.1",
+                 port: int = 0, log_path: str | Path | None = None) -> None:
+        self.script = script if isinstance(script, Script) else Script.model_validate(script or {})
+        self.host, self.port = host, port
+        self.log_path = Path(log_path) if log_path else None
+        self.hits: Counter[str] = Counter()
+        self.in_flight = self.max_in_flight = self.disconnects = self.connections = 0
+        self._replier = Replier(self.script)
+        self._requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._ids = 0
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+
+    # --- public surface ---------------------------------------------------------------------
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._requests)
+
+    def requests_by_role(self, role: str) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["role"] == role]
+
+    def reset_log(self) -> None:
+        with self._lock:
+            self._requests.clear()
+            self.hits.clear()
+            self.max_in_flight = self.in_flight
+            self.disconnects = 0
+
+    def start(self) -> ScriptedLM:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(self.serve(ready.set))
+            except BaseException as exc:  # surfaced by start(), else lost in the thread
+                failure.append(exc)
+                ready.set()
+
+        self._thread = threading.Thread(target=run, name="scripted-lm", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        if failure:
+            raise RuntimeError(f"scripted LM failed to start: {failure[0]!r}") from failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    def __enter__(self) -> ScriptedLM:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> ScriptedLM:
+        return self.start()  # binding a loopback socket takes well under a millisecond
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.stop()
+
+    async def serve(self, on_ready: Any = None) -> None:
+        """Serve until `stop()` (or, in the CLI, a signal). Runs on the current event loop."""
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        server = await asyncio.start_server(self._connection, self.host, self.port, backlog=1024)
+        self.port = server.sockets[0].getsockname()[1]
+        if on_ready is not None:
+            on_ready()
+        try:
+            await self._stop.wait()
+        finally:
+            server.close()
+            for task in list(self._conns):
+                task.cancel()
+            await asyncio.gather(*self._conns, return_exceptions=True)
+            await server.wait_closed()
+
+    # --- HTTP -------------------------------------------------------------------------------
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        with self._lock:
+            self.connections += 1
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = bytearray()
+        try:
+            while True:
+                request = await read_request(reader, buf)
+                if request is None:
+                    break
+                method, path, headers, body = request
+                response = await self._dispatch(method, path, body, reader, buf)
+                if response is None:  # a dropped fault, or the client went away
+                    break
+                writer.write(encode_response(*response))  # one write per response
+                await writer.drain()
+                if headers.get("connection", "").lower() == "close":
+                    break
+        except (ConnectionError, asyncio.CancelledError, ValueError):
+            pass
+        finally:
+            self._conns.discard(task)
+            writer.close()
+
+    async def _dispatch(self, method: str, path: str, body: bytes, reader: asyncio.StreamReader,
+                        buf: bytearray) -> Response | None:
+        with self._lock:
+            self.hits[path] += 1
+        s = self.script
+        if path == "/v1/chat/completions" and method == "POST":
+            return await self._chat(body, reader, buf)
+        if path == "/v1/models" and method == "GET" and s.models_endpoint:
+            return json_response(200, {"object": "list", "data": self._model_cards()})
+        if path == "/tokenize" and method == "POST" and s.tokenize:
+            return self._tokenize(body)
+        if path == "/health" and method == "GET" and s.health:
+            return 200, b"", {}
+        return json_response(404, {"detail": "Not Found"})
+
+    # --- endpoints --------------------------------------------------------------------------
+    def _model_cards(self) -> list[dict[str, Any]]:
+        s, now = self.script, int(time.time())
+        card = {"object": "model", "created": now, "owned_by": "vllm", "permission": []}
+        base = {**card, "id": s.base_model, "root": s.base_model, "parent": None, "max_model_len": s.max_model_len}
+        adapters = [{**card, "id": name, "root": f"/adapters/{name}", "parent": s.base_model, "max_model_len": None}
+                    for name in [s.model, *s.extra_models] if name != s.base_model]
+        return [base, *adapters]
+
+    def _unknown_model(self, model: Any) -> Response | None:
+        if model is None or model in self.script.served_models():
+            return None
+        return error_response(404, f"The model `{model}` does not exist. Valid aliases: {[self.script.base_model]}.", "model")
+
+    def _tokenize(self, body: bytes) -> Response:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return error_response(400, "invalid JSON body")
+        if (missing := self._unknown_model(data.get("model"))) is not None:
+            return missing
+        if isinstance(data.get("messages"), list):
+            count = count_prompt_tokens(data["messages"], bool(data.get("add_generation_prompt", True)))
+        else:
+            count = count_text_tokens(str(data.get("prompt", "")))
+        return json_response(200, {"count": count, "max_model_len": self.script.max_model_len, "tokens": list(range(count))})
+
+    async def _chat(self, body: bytes, reader: asyncio.StreamReader, buf: bytearray) -> Response | None:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return error_response(400, "invalid JSON body")
+        messages = data.get("messages") if isinstance(data, dict) else None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            return error_response(400, "`messages` must be a list of message objects", "messages")
+        role, turn = classify(messages)
+        record: dict[str, Any] = {"role": role, "turn": turn, "model": data.get("model"), "received": time.time(),
+                                  "body": data, "status": None, "disconnected": False}
+        with self._lock:
+            self._requests.append(record)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        outcome: Response | str = "cancelled"  # stays so if the server stops mid-request
+        try:
+            outcome = await self._chat_response(data, messages, role, turn, reader, buf)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                record["status"] = outcome[0] if isinstance(outcome, tuple) else outcome
+                if outcome == "disconnected":
+                    record["disconnected"] = True
+                    self.disconnects += 1
+                if self.log_path is not None:
+                    with self.log_path.open("a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(record) + "\n")
+        return outcome if isinstance(outcome, tuple) else None
+
+    async def _chat_response(self, data: dict[str, Any], messages: list[dict[str, Any]], role: Any,
+                             turn: int | None, reader: asyncio.StreamReader, buf: bytearray) -> Response | str:
+        """The response, or "disconnected" / "dropped" when none is to be sent."""
+        s = self.script
+        if (missing := self._unknown_model(data.get("model"))) is not None:
+            return missing
+        fault = self._replier.take_fault(messages, role, turn)
+        delay = s.delay_for(role) + (fault.delay_s if fault else 0.0)
+        if delay > 0 and await wait_or_disconnect(delay, reader, buf):
+            return "disconnected"
+        if fault is not None and fault.drop:
+            return "dropped"
+        if fault is not None and fault.malformed:
+            if fault.malformed == "no_choices":
+                return json_response(200, {"id": "chatcmpl-x", "object": "chat.completion"})
+            return 200, b'{"id": "chatcmpl-x", "choices": [', {"Content-Type": "application/json"}
+        if fault is not None and (status := fault.error_status()) is not None:
+            return self._fault_response(fault, status)
+        window = s.max_model_len
+        prompt_tokens = count_prompt_tokens(messages)
+        field = "max_tokens" if "max_tokens" in data else "max_completion_tokens"
+        max_tokens = data.get(field)
+        if prompt_tokens > window:
+            return error_response(400, f"This model's maximum context length is {window} tokens. However, your prompt "
+                               f"contains {prompt_tokens} input tokens, which exceeds this limit even without any "
+                               "output tokens. Please reduce the length of the input prompt.", "input_tokens")
+        if isinstance(max_tokens, int) and max_tokens > window:
+            return error_response(400, f"{field}={max_tokens} cannot be greater than max_model_len={window}. "
+                               "Please request fewer output tokens.", field)
+        allowed = window - prompt_tokens
+        if isinstance(max_tokens, int):
+            allowed = min(allowed, max(max_tokens, 0))
+        try:
+            text = self._replier.reply(messages, role, turn)
+        except Exception as exc:  # a broken test callable: say so loudly, like a dead engine
+            log.exception("scripted reply failed")
+            return error_response(500, f"scripted reply raised {exc!r}")
+        finish = "stop"
+        if count_text_tokens(text) > allowed:
+            text, finish = cut_to_tokens(text, allowed), "length"
+        return self._completion(data, text, s.finish_reason or finish, prompt_tokens, fault)
+
+    def _fault_response(self, fault: Fault, status: int) -> Response:
+        headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
+        if isinstance(fault.body, dict):
+            return json_response(status, fault.body, headers)
+        message = fault.body or {404: "Not Found", 429: "Too many requests"}.get(
+            status, "The server had an error while processing your request.")
+        status, payload, base = error_response(status, message)
+        return status, payload, {**base, **headers}
+
+    def _completion(self, data: dict[str, Any], text: str, finish: str, prompt_tokens: int,
+                    fault: Fault | None) -> Response:
+        with self._lock:
+            self._ids += 1
+            ident = self._ids
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if self.script.reasoning_content or (fault is not None and fault.reasoning_only):
+            message = {"role": "assistant", "content": "", "reasoning_content": text}
+        completion_tokens = count_text_tokens(text)
+        out: dict[str, Any] = {
+            "id": f"chatcmpl-{ident}", "object": "chat.completion", "created": int(time.time()),
+            "model": data.get("model") or self.script.base_model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        }
+        if self.script.usage and not (fault is not None and fault.no_usage):
+            out["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens}
+        return json_response(200, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlm_mcp.testing.scripted_lm", description=__doc__.split("\n")[0])
+    parser.add_argument("--script", help="script JSON file (default: an empty script)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--port-file", help="write the base URL here once listening")
+    parser.add_argument("--log", help="append each chat request as a JSON line here")
+    args = parser.parse_args(argv)
+    script = Script.load(args.script) if args.script else Script()
+    server = ScriptedLM(script, host=args.host, port=args.port, log_path=args.log)
+
+    def announce() -> None:
+        # Signal handlers and the port file first: whoever reads the URL may act on it at once.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, server.stop)
+        if args.port_file:
+            tmp = f"{args.port_file}.tmp{os.getpid()}"
+            Path(tmp).write_text(server.base_url + "\n", encoding="utf-8")
+            os.replace(tmp, args.port_file)
+        print(server.base_url, flush=True)  # the CLI's one stdout line: its URL
+
+    try:
+        asyncio.run(server.serve(announce))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
