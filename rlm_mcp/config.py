@@ -57,11 +57,15 @@ class Settings(BaseSettings):
     max_concurrent_lm_calls: int = Field(16, description="Concurrent LM requests across all runs and depths.")
     max_sub_calls_per_run: int = Field(2000, description="Sub-LM calls one run tree may make.")
     max_prompts_per_batch: int = Field(512, description="Prompts one llm_query_batched call may carry.")
+    allowed_sub_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated extra models code may name in llm_query(model=...)."
+    )
 
     # --- RLM loop ----------------------------------------------------------------------------
     prompt_profile: str = Field("rlm-mcp", description="rlm-mcp | canonical | file:PATH")
     max_iterations: int = Field(20, ge=1, le=200, description="Root turns per run.")
     max_depth: int = Field(1, ge=1, le=5, description="Recursion depth; 1 means rlm_query is llm_query.")
+    max_concurrent_children: int = Field(4, ge=1, description="Child RLMs one rlm_query_batched runs at once.")
     timeout_s: float = Field(900.0, gt=0, description="Wall-clock limit of one run.")
     token_budget: int | None = Field(None, description="Tokens (prompt+completion) one run tree may spend.")
     max_errors: int = Field(5, ge=1, description="Consecutive cells that raised before the run ends.")
@@ -111,6 +115,13 @@ class Settings(BaseSettings):
     def _split_roots(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
+        return value
+
+    @field_validator("allowed_sub_models", mode="before")
+    @classmethod
+    def _split_models(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [m.strip() for m in value.split(",") if m.strip()]
         return value
 
     @field_validator("extra_body", mode="before")

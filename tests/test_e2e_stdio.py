@@ -23,7 +23,7 @@ print(context[:120])
 
 SEARCH = """Now I search every chunk in parallel.
 ```repl
-size = 250_000
+size = 40_000
 chunks = [context[i:i + size] for i in range(0, len(context), size)]
 replies = llm_query_batched(["Find the secret code in this text; reply NONE if absent.\\n" + c for c in chunks])
 found = [r for r in replies if r != "NONE"]
@@ -75,7 +75,7 @@ async def test_rlm_complete_finds_the_hidden_fact(tmp_path: Path) -> None:
             assert out["answer"] == NEEDLE
             assert out["iterations"] == 2
             assert out["run_id"].startswith("run_")
-            assert out["sub_calls"] == len(range(0, size, 250_000))
+            assert out["sub_calls"] == len(range(0, size, 40_000))
             assert out["usage"]["total"]["calls"] == 2 + out["sub_calls"]
 
         root_requests = lm.requests_by_role("root")

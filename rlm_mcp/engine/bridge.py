@@ -1,0 +1,156 @@
+"""Answering the sandbox's sub-calls: `llm_query*` (one LM call per prompt) and `rlm_query*`
+(a child RLM when depth allows, else the same as `llm_query`).
+
+Every failure reaches the code as a string starting with "Error: "; nothing here raises into
+the sandbox, and nothing stalls: over-limit requests are answered at once with error strings.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine.ports import ChatModel, LMBridge, LMRequest
+from rlm_mcp.engine.tree import RunTree
+from rlm_mcp.lm.errors import LMError
+from rlm_mcp.lm.types import Completion
+
+log = logging.getLogger("rlm_mcp.engine")
+
+# Chat-template overhead of a one-message prompt; prompts this far under the window skip the
+# exact count (one fewer HTTP round trip per sub-call), since a token is never under 1 char.
+_TEMPLATE_SLACK = 64
+# A sub-call needs at least this much room to answer; less is reported as "prompt too large".
+_MIN_SUB_COMPLETION = 256
+
+ChildRunner = Callable[[str, int], Awaitable[str]]
+
+
+def make_bridge(
+    *,
+    settings: Settings,
+    lm: ChatModel,
+    tree: RunTree,
+    depth: int,
+    run_child: ChildRunner,
+) -> LMBridge:
+    """The bridge one run hands to `sandbox.execute` (depth = that run's depth)."""
+    sub_model = settings.effective_sub_model
+    allowed_models = {settings.model, sub_model, *settings.allowed_sub_models}
+
+    async def one_llm(prompt: str, model: str) -> str:
+        if not isinstance(prompt, str):
+            return f"Error: llm_query needs a str prompt, got {type(prompt).__name__}."
+        if tree.over_budget():
+            return "Error: the run's token budget is spent; no more sub-calls can be made."
+        started = time.monotonic()
+        try:
+            window = await lm.window(model)
+            max_tokens = settings.sub_max_tokens
+            if len(prompt) + _TEMPLATE_SLACK > window - max_tokens:
+                tokens = await lm.count_tokens([{"role": "user", "content": prompt}], model=model)
+                room = window - tokens
+                if room < min(_MIN_SUB_COMPLETION, max_tokens):
+                    return (
+                        f"Error: this prompt is {tokens} tokens ({len(prompt)} chars) but the sub-LLM "
+                        f"window is {window} tokens; send at most about {max(window - max_tokens, 0)} tokens "
+                        "per prompt (split the text into smaller chunks)."
+                    )
+                max_tokens = min(max_tokens, room)
+            completion = await lm.complete(
+                [{"role": "user", "content": prompt}], model=model, max_tokens=max_tokens, role="sub"
+            )
+        except LMError as exc:
+            record = getattr(exc, "record", None)
+            if record is not None:  # a failed call still counts (and may have used tokens)
+                tree.record(record)
+            await _emit_call(tree, depth, model, None, time.monotonic() - started, str(exc))
+            return f"Error: sub-LLM call failed: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a sub-call must never kill the run
+            log.exception("sub-call failed unexpectedly")
+            return f"Error: sub-LLM call failed: {type(exc).__name__}: {exc}"
+        tree.record(completion.record)
+        await _emit_call(tree, depth, model, completion, time.monotonic() - started, None)
+        return completion.text
+
+    async def gather(prompts: list[str], worker: Callable[[str], Awaitable[str]]) -> list[str]:
+        results: list[str] = [""] * len(prompts)
+
+        async def slot(index: int, prompt: str) -> None:
+            results[index] = await worker(prompt)
+
+        async with anyio.create_task_group() as tg:
+            for index, prompt in enumerate(prompts):
+                tg.start_soon(slot, index, prompt)
+        return results
+
+    async def bridge(request: LMRequest) -> list[str]:
+        prompts = list(request.prompts)
+        count = len(prompts)
+        if count == 0:
+            return []
+        fn = "rlm_query" if request.kind == "rlm" else "llm_query"
+        if count > tree.max_prompts_per_batch:
+            msg = (
+                f"Error: {count} prompts in one {fn}_batched call; the limit is "
+                f"{tree.max_prompts_per_batch}. Split them into smaller batches."
+            )
+            return [msg] * count
+        model = request.model if request.model in allowed_models else sub_model
+        if request.model and request.model not in allowed_models:
+            # Training ignored `model`; an unknown name falls back to the sub model, not an error.
+            log.debug("sub-call asked for model %r; using %r", request.model, sub_model)
+        granted = tree.reserve_sub_calls(count)
+        refused = (
+            f"Error: the run's limit of {tree.max_sub_calls} sub-calls is reached; "
+            "finish with what you have."
+        )
+        recursive = request.kind == "rlm" and depth + 1 < tree.limits.max_depth
+        if recursive:
+            async def worker(prompt: str) -> str:
+                async with tree.child_limiter:
+                    return await run_child(prompt, depth + 1)
+        else:
+            async def worker(prompt: str) -> str:
+                return await one_llm(prompt, model)
+
+        results = await gather(prompts[:granted], worker) + [refused] * (count - granted)
+        failed = sum(1 for r in results if r.startswith("Error: "))
+        await tree.emit(
+            {
+                "type": "sub_calls",
+                "kind": "rlm" if recursive else "llm",
+                "requested_kind": request.kind,
+                "count": count,
+                "failed": failed,
+                "total_sub_calls": tree.progress.sub_calls,
+                "depth": depth,
+            }
+        )
+        return results
+
+    return bridge
+
+
+async def _emit_call(
+    tree: RunTree, depth: int, model: str, completion: Completion | None, latency: float, error: str | None
+) -> None:
+    record = completion.record if completion is not None else None
+    await tree.emit(
+        {
+            "type": "llm_call",
+            "role": "sub",
+            "model": model,
+            "prompt_tokens": record.prompt_tokens if record else 0,
+            "completion_tokens": record.completion_tokens if record else 0,
+            "latency_s": round(latency, 4),
+            "status": "ok" if error is None else "error",
+            "finish_reason": completion.finish_reason if completion is not None else None,
+            "error": error,
+            "depth": depth + 1,
+        }
+    )

@@ -1,0 +1,250 @@
+"""The RLM loop: one root conversation driving one sandbox, with limits, recursion and events.
+
+Choices worth knowing:
+- All complete ```repl blocks of a reply run in order in the same sandbox, but the reply stops
+  at the first block after which `answer` is ready (the answer is then final, so later blocks
+  could only spend time and sub-calls; the reference also returns the first ready answer).
+- A reply without a repl block gets no extra message: the next `Turn k/N:` follows, as in the
+  reference. A reply cut off (finish_reason "length") inside a ```repl fence runs only its
+  complete blocks, and the model is told its reply was cut and to send shorter code.
+- Legacy `FINAL(text)` / `FINAL_VAR(name)` outside code fences end the run too (checked after
+  the blocks ran, only when the answer dict is not ready).
+- A child (`rlm_query` when depth + 1 < max_depth) gets the prompt as its context and no query,
+  exactly as the reference starts children; it shares the tree's deadline, budget and usage.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine import messages as msg
+from rlm_mcp.engine.bridge import ChildRunner, make_bridge
+from rlm_mcp.engine.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
+from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
+from rlm_mcp.engine.tree import RunTree
+from rlm_mcp.engine.types import EventSink, RunLimits, RunProgress, RunResult, RunStatus
+from rlm_mcp.errors import RlmMcpError
+
+log = logging.getLogger("rlm_mcp.engine")
+
+_CLEANUP_GRACE_S = 30.0
+
+
+class RLMEngine:
+    """Runs RLM trees against a chat model and a sandbox factory (both injected)."""
+
+    def __init__(self, settings: Settings, lm: ChatModel, sandboxes: SandboxFactory, *, system_prompt: str) -> None:
+        self.settings = settings
+        self.lm = lm
+        self.sandboxes = sandboxes
+        self.system_prompt = system_prompt
+
+    async def run(
+        self,
+        *,
+        run_id: str,
+        query: str,
+        contexts: Sequence[ContextSpec],
+        limits: RunLimits,
+        progress: RunProgress,
+        emit: EventSink,
+    ) -> RunResult:
+        """Run one RLM tree to its end; always a structured result, except that cancellation
+        propagates and a first-call connection/model failure is re-raised (nothing started)."""
+        tree = RunTree(
+            progress=progress,
+            limits=limits,
+            deadline=anyio.current_time() + limits.timeout_s,
+            sink=emit,
+            max_sub_calls=self.settings.max_sub_calls_per_run,
+            max_prompts_per_batch=self.settings.max_prompts_per_batch,
+            child_limiter=anyio.CapacityLimiter(self.settings.max_concurrent_children),
+        )
+        return await self._run(tree, depth=0, run_id=run_id, query=query, contexts=contexts, progress=progress)
+
+    async def _run(
+        self,
+        tree: RunTree,
+        *,
+        depth: int,
+        run_id: str,
+        query: str | None,
+        contexts: Sequence[ContextSpec],
+        progress: RunProgress,
+    ) -> RunResult:
+        limits = tree.limits
+        started = time.monotonic()
+        ctx = RunContext(
+            settings=self.settings,
+            lm=self.lm,
+            tree=tree,
+            depth=depth,
+            run_id=run_id,
+            progress=progress,
+            limits=limits,
+        )
+        status: RunStatus = "error"
+        reason: str | None = None
+        await tree.emit(
+            {
+                "type": "run_start",
+                "run_id": run_id,
+                "depth": depth,
+                "query": query,
+                "contexts": [{"context_id": c.context_id, "name": c.name, "kind": c.kind, "chars": c.chars} for c in contexts],
+                "limits": {
+                    "max_iterations": limits.max_iterations,
+                    "max_depth": limits.max_depth,
+                    "timeout_s": limits.timeout_s,
+                    "token_budget": limits.token_budget,
+                    "max_errors": limits.max_errors,
+                },
+                "model": self.settings.model,
+                "sub_model": self.settings.effective_sub_model,
+                "prompt_profile": self.settings.prompt_profile,
+            }
+        )
+        stack = AsyncExitStack()
+        try:
+            with anyio.CancelScope(deadline=tree.deadline) as scope:
+                try:
+                    progress.phase = "sandbox"
+                    sandbox: Sandbox = await stack.enter_async_context(self.sandboxes(contexts))
+                    bridge = make_bridge(
+                        settings=self.settings, lm=self.lm, tree=tree, depth=depth, run_child=self._child_runner(tree, run_id)
+                    )
+                    status, reason = await self._loop(ctx, sandbox, bridge, query, contexts)
+                except StopRun as stop:
+                    status, reason = stop.status, stop.reason
+            if scope.cancelled_caught:
+                status, reason = "timeout", f"timeout_s={limits.timeout_s:g} reached"
+        except anyio.get_cancelled_exc_class():
+            status, reason = "cancelled", "the run was cancelled"
+            raise
+        except RlmMcpError as exc:
+            status, reason = "error", str(exc)
+            # Before the first root reply nothing has really started: the caller gets the
+            # error itself (a ToolError naming the cause and fix) rather than a result.
+            if depth == 0 and ctx.root_calls == 0:
+                raise
+        except Exception as exc:  # noqa: BLE001 - a bug must still end with a structured result
+            log.exception("run %s failed", run_id)
+            status, reason = "error", f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(_CLEANUP_GRACE_S):
+                    try:
+                        await stack.aclose()
+                    except Exception:  # noqa: BLE001 - cleanup trouble must not mask the result
+                        log.exception("closing the sandbox of run %s failed", run_id)
+                progress.status = status
+                progress.phase = "done"
+                duration = time.monotonic() - started
+                await tree.emit(
+                    {
+                        "type": "run_end",
+                        "run_id": run_id,
+                        "status": status,
+                        "reason": reason,
+                        "iterations": ctx.iterations,
+                        "usage": tree.usage.to_dict(),
+                        "duration_s": round(duration, 4),
+                        "depth": depth,
+                    }
+                )
+        return RunResult(
+            status=status,
+            answer=ctx.answer.content,
+            reason=reason,
+            run_id=run_id,
+            iterations=ctx.iterations,
+            usage=tree.usage.to_dict(),
+            duration_s=round(duration, 4),
+            sub_calls=tree.progress.sub_calls,
+        )
+
+    async def _loop(
+        self, ctx: RunContext, sandbox: Sandbox, bridge: LMBridge, query: str | None, contexts: Sequence[ContextSpec]
+    ) -> tuple[RunStatus, str | None]:
+        settings = self.settings
+        ctx.window = await self.lm.window(settings.model)
+        sub_window = await self.lm.window(settings.effective_sub_model)
+        # What one sub-prompt may hold: the window minus the answer budget (which the bridge
+        # clamps for big prompts, so never claim less than half the window).
+        sub_capacity = max(sub_window - settings.sub_max_tokens, sub_window // 2)
+        history = ctx.history
+        history.add("system", self.system_prompt, "system", 0)
+        history.add("user", msg.metadata_message(query, contexts, sub_capacity), "metadata", 0)
+        runner = TurnRunner(ctx, sandbox, bridge, context_count=len(contexts))
+        max_iterations = ctx.limits.max_iterations
+        for iteration in range(1, max_iterations + 1):
+            text = msg.turn_message(iteration, max_iterations, len(contexts))
+            outcome = await runner.turn(iteration, text)
+            if outcome is not None:
+                return outcome
+        if settings.submit_on_max_iterations:
+            outcome = await runner.turn(max_iterations + 1, msg.submit_now_message(max_iterations))
+            if outcome is not None and outcome[0] != "completed":
+                return outcome
+        return "max_iterations", f"max_iterations={max_iterations} reached" + (
+            "; the answer was submitted on the extra turn" if ctx.answer.ready else ""
+        )
+
+    def _child_runner(self, tree: RunTree, parent_run_id: str) -> ChildRunner:
+        """What `rlm_query` runs when depth allows: a full RLM over the prompt, in its own sandbox."""
+
+        async def run_child(prompt: str, depth: int) -> str:
+            tree.child_count += 1
+            tree.progress.children = tree.child_count
+            child_id = f"{parent_run_id}.{tree.child_count}"
+            path = await anyio.to_thread.run_sync(_write_temp_context, prompt)
+            try:
+                spec = ContextSpec(
+                    path=path,
+                    format="text",
+                    kind="str",
+                    chars=len(prompt),
+                    bytes=len(prompt.encode("utf-8")),
+                    name="rlm_query prompt",
+                )
+                child_progress = RunProgress(run_id=child_id, max_iterations=tree.limits.max_iterations)
+                child_progress.usage = tree.usage  # one Usage for the whole tree
+                await tree.emit({"type": "child_start", "child_run_id": child_id, "depth": depth, "status": "running"})
+                result = await self._run(
+                    tree, depth=depth, run_id=child_id, query=None, contexts=[spec], progress=child_progress
+                )
+                await tree.emit({"type": "child_end", "child_run_id": child_id, "depth": depth, "status": result.status})
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(_unlink, path)
+            if result.answer is not None and (result.status == "completed" or result.answer):
+                return result.answer
+            return f"Error: the recursive RLM call ended with status {result.status}: {result.reason or 'no answer'}"
+
+        return run_child
+
+
+def _write_temp_context(text: str) -> Path:
+    fd, name = tempfile.mkstemp(prefix="rlm-mcp-child-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return Path(name)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+__all__ = ["RLMEngine"]

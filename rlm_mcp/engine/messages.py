@@ -1,0 +1,108 @@
+"""The chat history of one run and the user messages the engine writes into it.
+
+The texts follow the trained layout (metadata message, `Turn k/N:` messages, REPL output
+messages) in this project's own words. Messages already sent are never rewritten except by
+window elision (window.py), so vLLM's prefix cache keeps hitting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlm_mcp.engine.ports import ContextSpec
+
+MessageKind = Literal["system", "metadata", "turn", "assistant", "output", "notice"]
+
+
+@dataclass
+class History:
+    """Messages in order, each tagged with what it is (so elision knows what it may touch)."""
+
+    messages: list[dict[str, str]] = field(default_factory=list)
+    kinds: list[MessageKind] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)  # iteration that added each message (0: setup)
+    elided: set[int] = field(default_factory=set)  # indices whose content was replaced by a marker
+
+    def add(self, role: str, content: str, kind: MessageKind, turn: int) -> dict[str, str]:
+        message = {"role": role, "content": content}
+        self.messages.append(message)
+        self.kinds.append(kind)
+        self.turns.append(turn)
+        return message
+
+    def snapshot(self) -> list[dict[str, str]]:
+        """Copies to hand to the LM client (it must not be able to alter our history)."""
+        return [dict(m) for m in self.messages]
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+def _fmt_int(value: int) -> str:
+    return f"{value:,}"
+
+
+def metadata_message(query: str | None, contexts: Sequence[ContextSpec], sub_capacity_tokens: int) -> str:
+    """The first user message: the query, what the context is, and what one sub-call can take."""
+    total = sum(c.chars for c in contexts)
+    if len(contexts) <= 1:
+        kind = contexts[0].kind if contexts else "str"
+        body = f"Your context is a {kind} of {total} total characters."
+    else:
+        listing = "; ".join(f"context_{i} is a {c.kind} of {c.chars} characters" for i, c in enumerate(contexts))
+        body = (
+            f"Your context is {len(contexts)} contexts of {total} total characters "
+            f"(`context` is context_0): {listing}."
+        )
+    # The real capacity, from the sub model's window (the reference always claims ~100k).
+    capacity_k = max(1, round(sub_capacity_tokens / 1000))
+    body += (
+        f" Each sub-LLM call can handle roughly ~{capacity_k}k tokens at once "
+        f"(about {_fmt_int(sub_capacity_tokens * 3)} characters of prompt)."
+    )
+    if query:
+        return f"Answer the following: {query}\n\n{body}"
+    return body
+
+
+# Turn 1 starts with a two-sentence safeguard (as in training): the model has not seen the
+# context yet and must look before it answers.
+_FIRST_TURN_SAFEGUARD = (
+    "You have not used the REPL or looked at your context yet. "
+    "Inspect the context first and do not submit a final answer yet.\n\n"
+)
+
+
+def turn_message(iteration: int, max_iterations: int, context_count: int) -> str:
+    """`Turn k/N:` (1-based k), with the safeguard on turn 1 and a note when there are several contexts."""
+    text = f"Turn {iteration}/{max_iterations}:"
+    if iteration == 1:
+        text = _FIRST_TURN_SAFEGUARD + text
+    if context_count > 1:
+        text += f"\n\nNote: You have {context_count} contexts available (context_0 through context_{context_count - 1})."
+    return text
+
+
+def submit_now_message(max_iterations: int) -> str:
+    """The one extra turn after the last: a user turn (never an assistant prefill)."""
+    return (
+        f"Turn {max_iterations + 1}/{max_iterations}: you have used all your turns. "
+        "Submit your best answer now: in one ```repl``` block set answer[\"content\"] to it "
+        "and answer[\"ready\"] = True."
+    )
+
+
+def cut_off_message(max_tokens: int) -> str:
+    """After a reply that hit the completion limit inside a ```repl block."""
+    return (
+        f"Your previous reply was cut off at the {max_tokens}-token limit inside a ```repl``` block, "
+        "so that block was not run. Send shorter code: one compact ```repl``` block per turn, "
+        "keep long text in variables and sub-LLM calls rather than in your reply."
+    )
+
+
+ELIDED_OUTPUT = "[REPL output of an earlier turn removed to fit the context window ({chars} chars). Its variables are still in the REPL.]"
+ELIDED_REPLY = "[Earlier reply removed to fit the context window ({chars} chars).]"
+CUT_OUTPUT = "\n... [output cut to fit the context window: {chars} more chars not shown]"

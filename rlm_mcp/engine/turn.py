@@ -1,0 +1,280 @@
+"""One root turn: fit the window, call the root model, run its repl blocks, record the turn."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine import messages as msg
+from rlm_mcp.engine.answer import AnswerState
+from rlm_mcp.engine.formatting import cap_messages, cap_text, format_cell, format_outputs
+from rlm_mcp.engine.parsing import find_legacy_final, find_repl_blocks, has_unclosed_repl_block
+from rlm_mcp.engine.ports import CellResult, ChatModel, LMBridge, Sandbox
+from rlm_mcp.engine.tree import RunTree
+from rlm_mcp.engine.types import RunLimits, RunProgress, RunStatus
+from rlm_mcp.engine.window import WindowTooSmallError, fit_history
+from rlm_mcp.lm.errors import LMConnectionError, LMContextLengthError, LMError, LMModelNotFoundError
+from rlm_mcp.lm.types import Completion
+
+log = logging.getLogger("rlm_mcp.engine")
+
+RESTART_NOTICE = (
+    "The REPL was restarted: every variable from earlier cells is gone (the contexts were "
+    "loaded again). Recreate what you still need."
+)
+
+
+class StopRun(Exception):
+    """Ends the loop with a status and reason (raised from deep inside a turn)."""
+
+    def __init__(self, status: RunStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class RunContext:
+    """Per-run state shared by the loop and its turns."""
+
+    settings: Settings
+    lm: ChatModel
+    tree: RunTree
+    depth: int
+    run_id: str
+    progress: RunProgress
+    limits: RunLimits
+    history: msg.History = field(default_factory=msg.History)
+    answer: AnswerState = field(default_factory=AnswerState)
+    window: int = 16384
+    iterations: int = 0
+    root_calls: int = 0
+    consecutive_errors: int = 0
+
+
+class TurnRunner:
+    def __init__(self, ctx: RunContext, sandbox: Sandbox, bridge: LMBridge, *, context_count: int) -> None:
+        self.ctx = ctx
+        self.sandbox = sandbox
+        self.bridge = bridge
+        self.context_count = context_count
+
+    async def turn(self, iteration: int, turn_text: str) -> tuple[RunStatus, str | None] | None:
+        """Play one turn; return (status, reason) when the run must end, else None."""
+        ctx = self.ctx
+        ctx.iterations = iteration
+        if ctx.depth == 0:
+            ctx.progress.iterations = iteration
+        await ctx.tree.emit(
+            {"type": "turn_start", "run_id": ctx.run_id, "iteration": iteration, "max_iterations": ctx.limits.max_iterations, "depth": ctx.depth}
+        )
+        first_new = len(ctx.history)
+        ctx.history.add("user", turn_text, "turn", iteration)
+        completion = await self._root_call()
+        ctx.history.add("assistant", completion.text, "assistant", iteration)
+        if ctx.tree.over_budget():
+            await self._emit_turn(iteration, first_new)
+            return "budget_exceeded", self._budget_reason()
+
+        outcome = await self._run_blocks(iteration, completion)
+        await self._emit_turn(iteration, first_new)
+        if ctx.answer.ready:
+            return "completed", None
+        if outcome is not None:
+            return outcome
+        if ctx.tree.over_budget():
+            return "budget_exceeded", self._budget_reason()
+        return None
+
+    # -- the root call ------------------------------------------------------------------------
+    async def _root_call(self) -> Completion:
+        ctx = self.ctx
+        settings = ctx.settings
+        model = settings.model
+        floor = settings.min_completion_tokens
+        max_tokens = await self._fit(settings.root_max_tokens, ctx.window)
+        for attempt in (1, 2):
+            if ctx.depth == 0:
+                ctx.progress.phase = "lm"
+            started = time.monotonic()
+            try:
+                completion = await ctx.lm.complete(ctx.history.snapshot(), model=model, max_tokens=max_tokens, role="root")
+            except LMContextLengthError as exc:
+                self._account_failure(exc)
+                await self._emit_call(model, None, time.monotonic() - started, str(exc))
+                if attempt == 2:
+                    said = getattr(exc, "server_message", None) or str(exc)
+                    raise StopRun("error", f"the LM server rejected the conversation as too long twice: {said}") from None
+                # Our count disagreed with the server's: elide harder for the retry, and trust
+                # the window a little less for the rest of the run so this does not recur.
+                log.warning("root call rejected for length (%s); shrinking and retrying once", exc)
+                max_tokens = await self._fit(max(floor, max_tokens // 2), int(ctx.window * 0.75))
+                ctx.window = int(ctx.window * 0.9)
+                continue
+            except LMError as exc:
+                self._account_failure(exc)
+                await self._emit_call(model, None, time.monotonic() - started, str(exc))
+                first = ctx.depth == 0 and ctx.root_calls == 0
+                if first and isinstance(exc, (LMConnectionError, LMModelNotFoundError)):
+                    raise
+                where = f" at {exc.endpoint}" if exc.endpoint else ""
+                raise StopRun("error", f"root LM call{where} failed: {exc}") from None
+            ctx.root_calls += 1
+            ctx.tree.record(completion.record)
+            await self._emit_call(model, completion, time.monotonic() - started, None)
+            return completion
+        raise AssertionError("unreachable")
+
+    def _account_failure(self, exc: LMError) -> None:
+        # The LM client attaches the failed call's record (status "error"): it counts as a call.
+        record = getattr(exc, "record", None)
+        if record is not None:
+            self.ctx.tree.record(record)
+
+    async def _fit(self, max_tokens: int, window: int) -> int:
+        ctx = self.ctx
+        try:
+            fit = await fit_history(
+                ctx.history,
+                ctx.lm,
+                model=ctx.settings.model,
+                window=window,
+                max_tokens=max_tokens,
+                floor=ctx.settings.min_completion_tokens,
+            )
+        except WindowTooSmallError as exc:
+            raise StopRun("error", f"context window too small: {exc}") from None
+        if fit.elided or fit.cut_newest:
+            if ctx.depth == 0:
+                ctx.progress.elided_messages = len(ctx.history.elided)
+            await ctx.tree.emit(
+                {
+                    "type": "history_elided",
+                    "run_id": ctx.run_id,
+                    "depth": ctx.depth,
+                    "indices": fit.elided,
+                    "cut_newest": fit.cut_newest,
+                    "tokens_before": fit.tokens_before,
+                    "tokens_after": fit.prompt_tokens,
+                    "window": window,
+                    "max_tokens": fit.max_tokens,
+                }
+            )
+        return fit.max_tokens
+
+    # -- running the reply --------------------------------------------------------------------
+    async def _run_blocks(self, iteration: int, completion: Completion) -> tuple[RunStatus, str | None] | None:
+        ctx = self.ctx
+        text = completion.text
+        blocks = find_repl_blocks(text)
+        cut_off = completion.finish_reason == "length" and has_unclosed_repl_block(text)
+        outputs: list[str] = []
+        outcome: tuple[RunStatus, str | None] | None = None
+        for index, code in enumerate(blocks, start=1):
+            result = await self._execute(iteration, index, code)
+            outputs.append(format_cell(result))
+            if result.error:
+                ctx.consecutive_errors += 1
+            else:
+                ctx.consecutive_errors = 0
+            if ctx.answer.observe(result.answer):
+                break
+            if ctx.consecutive_errors >= ctx.limits.max_errors:
+                outcome = ("error", f"max_errors: {ctx.consecutive_errors} consecutive cells raised an exception")
+                break
+            if ctx.tree.over_budget():
+                break
+        notes: list[str] = []
+        if not ctx.answer.ready and outcome is None:
+            legacy = find_legacy_final(text)
+            if legacy is not None and legacy.kind == "text":
+                ctx.answer.submit_text(legacy.value)
+            elif legacy is not None:
+                note = await self._final_var(iteration, legacy.value)
+                if note:
+                    notes.append(note)
+        if cut_off:
+            notes.append(msg.cut_off_message(ctx.settings.root_max_tokens))
+        output_chars = int(getattr(ctx.settings, "output_chars", 20_000))
+        if outputs:
+            content = format_outputs(outputs, output_chars)
+            if notes:
+                content += "\n\n" + "\n\n".join(notes)
+            ctx.history.add("user", content, "output", iteration)
+        elif notes:
+            ctx.history.add("user", "\n\n".join(notes), "notice", iteration)
+        return outcome
+
+    async def _execute(self, iteration: int, index: int, code: str) -> CellResult:
+        ctx = self.ctx
+        if ctx.depth == 0:
+            ctx.progress.phase = "cell"
+        started = time.monotonic()
+        result = await self.sandbox.execute(code, self.bridge)
+        if result.restarted and not result.notice:
+            result.notice = RESTART_NOTICE
+        output = format_cell(result)
+        await ctx.tree.emit(
+            {
+                "type": "cell",
+                "run_id": ctx.run_id,
+                "iteration": iteration,
+                "block": index,
+                "code": cap_text(code),
+                "output": cap_text(output),
+                "duration_s": round(result.duration_s or (time.monotonic() - started), 4),
+                "error": result.error,
+                "timed_out": result.timed_out,
+                "restarted": result.restarted,
+                "depth": ctx.depth,
+            }
+        )
+        return result
+
+    async def _final_var(self, iteration: int, name: str) -> str | None:
+        """Resolve FINAL_VAR(name) by having the sandbox set the answer from that variable."""
+        code = f'answer["content"] = {name}\nanswer["ready"] = True'
+        result = await self._execute(iteration, 0, code)
+        if result.error or not self.ctx.answer.observe(result.answer):
+            return f"FINAL_VAR({name}) was not accepted: there is no variable named {name} in the REPL."
+        return None
+
+    # -- events -------------------------------------------------------------------------------
+    async def _emit_turn(self, iteration: int, first_new: int) -> None:
+        ctx = self.ctx
+        await ctx.tree.emit(
+            {
+                "type": "turn",
+                "run_id": ctx.run_id,
+                "iteration": iteration,
+                "depth": ctx.depth,
+                "new_messages": cap_messages(ctx.history.messages[first_new:]),
+            }
+        )
+
+    async def _emit_call(self, model: str, completion: Completion | None, latency: float, error: str | None) -> None:
+        record = completion.record if completion is not None else None
+        await self.ctx.tree.emit(
+            {
+                "type": "llm_call",
+                "run_id": self.ctx.run_id,
+                "role": "root",
+                "model": model,
+                "prompt_tokens": record.prompt_tokens if record else 0,
+                "completion_tokens": record.completion_tokens if record else 0,
+                "latency_s": round(latency, 4),
+                "status": "ok" if error is None else "error",
+                "finish_reason": completion.finish_reason if completion is not None else None,
+                "error": error,
+                "depth": self.ctx.depth,
+            }
+        )
+
+    def _budget_reason(self) -> str:
+        tree = self.ctx.tree
+        return f"token_budget={tree.limits.token_budget} exceeded ({tree.usage.total.total} tokens used)"
+
+
+__all__ = ["RESTART_NOTICE", "RunContext", "StopRun", "TurnRunner"]

@@ -1,0 +1,60 @@
+"""The engine against the real LM client and the scripted OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
+from rlm_mcp.config import Settings
+from rlm_mcp.engine import RLMEngine, RunProgress
+from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
+from rlm_mcp.lm.client import LMClient
+from rlm_mcp.testing import ScriptedLM as ScriptedServer
+from rlm_mcp.testing.script import count_prompt_tokens
+
+pytestmark = pytest.mark.anyio
+
+
+async def _run(server: ScriptedServer, tmp_path: Path, **limits: object) -> tuple:  # type: ignore[type-arg]
+    settings = Settings(base_url=server.base_url, model="rlm-v0.1", lm_retries=1, request_timeout_s=30.0)
+    events: list[dict] = []  # type: ignore[type-arg]
+
+    async def sink(event: dict) -> None:  # type: ignore[type-arg]
+        events.append(event)
+
+    async with LMClient(settings, backoff_base_s=0.01) as client:
+        engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+        lim = make_limits(settings, **limits)
+        result = await engine.run(
+            run_id="h", query="What is the magic number?", contexts=[make_context(tmp_path)],
+            limits=lim, progress=RunProgress(run_id="h", max_iterations=lim.max_iterations), emit=sink,
+        )
+    return result, events
+
+
+async def test_http_run_with_sub_calls_and_exact_usage(tmp_path: Path) -> None:
+    script = {
+        "root": [
+            repl("r = llm_query_batched(['find it: ' + context[:50], 'again'])\nprint(r)"),
+            repl('answer["content"] = r[0]\nanswer["ready"] = True'),
+        ],
+        "sub": [{"match": "find it", "reply": "42"}],
+        "sub_default": "no",
+    }
+    async with ScriptedServer(script) as server:
+        result, events = await _run(server, tmp_path)
+        assert result.status == "completed" and result.answer == "42"
+        assert result.usage["total"]["calls"] == 4 == len(server.requests)
+        expected = sum(count_prompt_tokens(r["body"]["messages"]) for r in server.requests)
+        assert result.usage["total"]["prompt_tokens"] == expected
+
+
+async def test_http_many_big_outputs_never_overflow(tmp_path: Path) -> None:
+    script = {"root": [repl(f"print('{i}' * 30000)") for i in range(10)], "max_model_len": 16384}
+    async with ScriptedServer(script) as server:
+        result, events = await _run(server, tmp_path, max_iterations=8)
+        assert result.status == "max_iterations", result.reason
+        assert [e for e in events if e["type"] == "history_elided"]
+        assert all(e["status"] == "ok" for e in events if e["type"] == "llm_call")

@@ -1,0 +1,91 @@
+"""Prompt profiles and the fixed message texts."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from rlm_mcp.engine import resolve_system_prompt
+from rlm_mcp.engine.formatting import format_cell, format_outputs, truncate_head
+from rlm_mcp.engine.messages import turn_message
+from rlm_mcp.engine.ports import CellResult
+from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT, check_canonical, load_canonical_prompt
+from rlm_mcp.errors import BadArgumentError
+
+
+def test_rlm_mcp_profile_names_the_protocol() -> None:
+    text = resolve_system_prompt("rlm-mcp")
+    assert text == RLM_MCP_SYSTEM_PROMPT
+    for name in ("```repl", "context", "llm_query(prompt, model=None)", "llm_query_batched", "rlm_query",
+                 "rlm_query_batched", "SHOW_VARS()", 'answer["content"]', 'answer["ready"] = True', "print(", "small", "plan"):
+        assert name in text, name
+
+
+def test_file_profile(tmp_path: Path) -> None:
+    path = tmp_path / "p.txt"
+    path.write_text("my prompt", encoding="utf-8")
+    assert resolve_system_prompt(f"file:{path}") == "my prompt"
+    with pytest.raises(BadArgumentError, match="does not exist"):
+        resolve_system_prompt(f"file:{tmp_path / 'missing.txt'}")
+
+
+def test_unknown_profile() -> None:
+    with pytest.raises(BadArgumentError, match="rlm-mcp"):
+        resolve_system_prompt("fancy")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("rlm") is not None, reason="rlms is installed here")
+def test_canonical_without_rlms_says_how_to_install() -> None:
+    with pytest.raises(BadArgumentError, match=r"pip install 'rlm-mcp\[canonical\]'"):
+        resolve_system_prompt("canonical")
+
+
+def _fake_rlms(root: Path, prompt: str) -> None:
+    (root / "rlm" / "utils").mkdir(parents=True)
+    (root / "rlm" / "core").mkdir(parents=True)
+    (root / "rlm" / "__init__.py").write_text("import os\nos.environ['RLM_FAKE_DOTENV_LEAK'] = '1'\n")
+    (root / "rlm" / "utils" / "__init__.py").write_text("")
+    (root / "rlm" / "core" / "__init__.py").write_text("")
+    (root / "rlm" / "core" / "types.py").write_text("class QueryMetadata:\n    def __init__(self, p):\n        self.p = p\n")
+    (root / "rlm" / "utils" / "prompts.py").write_text(
+        f"RLM_SYSTEM_PROMPT = {prompt!r}\n"
+        "def build_rlm_system_prompt(system_prompt, query_metadata, custom_tools=None, root_prompt=None, orchestrator=True):\n"
+        "    return [{'role': 'system', 'content': system_prompt + (' +orch' if orchestrator else '')}, {'role': 'user', 'content': 'meta'}]\n"
+    )
+
+
+def test_canonical_read_in_a_subprocess_and_checked(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _fake_rlms(tmp_path, "not the real prompt")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="rlm_mcp.engine"):
+        text = load_canonical_prompt(env=env)
+    assert text == "not the real prompt +orch"
+    assert "differs from rlms 0.1.3" in caplog.text
+    assert "RLM_FAKE_DOTENV_LEAK" not in os.environ  # the import's side effects stayed in the child
+
+
+def test_canonical_check_accepts_only_the_known_prompt() -> None:
+    assert check_canonical("x" * 5357) is False
+
+
+def test_turn_texts() -> None:
+    first = turn_message(1, 20, 1)
+    assert first.endswith("\n\nTurn 1/20:")
+    safeguard = first.split("\n\n")[0]
+    assert safeguard.count(". ") == 1 and safeguard.endswith(".")  # two sentences
+    assert turn_message(7, 20, 1) == "Turn 7/20:"
+
+
+def test_formatting() -> None:
+    assert format_cell(CellResult()) == "No output"
+    assert format_cell(CellResult(stdout="hi\n", variables=["a"])) == "\nhi\n\n\nREPL variables: ['a']\n"
+    text = format_cell(CellResult(stderr="warn\n", error="ValueError: x"))
+    assert text == "\nwarn\nValueError: x"
+    assert format_cell(CellResult(stderr="Traceback...\nValueError: x\n", error="ValueError: x")).count("ValueError: x") == 1
+    assert truncate_head("abcdef", 4) == "abcd... + [2 chars...]"
+    assert format_outputs(["a"], 20000) == "REPL output:\na"
+    assert format_outputs(["a", "b"], 20000) == "REPL output (block 1):\na\n\nREPL output (block 2):\nb"
