@@ -81,8 +81,8 @@ class LMClient:
         self.base_url = settings.base_url.rstrip("/")
         self.root_url = self.base_url.removesuffix("/v1")  # /tokenize and /health live here
         self._retries = max(0, settings.lm_retries)
-        self._backoff_base_s = backoff_base_s if backoff_base_s is not None else float(
-            getattr(settings, "lm_backoff_base_s", 0.5))
+        # Tests shorten the backoff; 0.5 s doubling is the SDKs' convention.
+        self._backoff_base_s = 0.5 if backoff_base_s is None else backoff_base_s
         self._http: httpx.AsyncClient | None = None
         # anyio primitives bind to the running event loop, so they are made on first use.
         self._limiter: anyio.Semaphore | None = None
