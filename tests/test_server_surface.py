@@ -226,3 +226,37 @@ async def test_too_many_runs_is_refused_clearly(tmp_path: Path) -> None:
             message = await call_error(client, "rlm_complete", query="q2", context_id=ctx["context_id"])
             assert "RLM_MCP_MAX_RUNS" in message
             await call(client, "rlm_cancel", run_id=first["run_id"])
+
+
+PARENT = """```repl
+reply = rlm_query("Summarise this: the launch code is OWL-9.")
+print(reply)
+answer["content"] = "child said: " + reply
+answer["ready"] = True
+```"""
+
+CHILD = """```repl
+import re
+code = re.search(r"launch code is (\\S+?)\\.", context).group(1)
+answer["content"] = code
+answer["ready"] = True
+```"""
+
+
+async def test_depth_two_runs_a_child_rlm_whose_usage_counts(tmp_path: Path) -> None:
+    script = Script(root_by_query=[{"match": "Answer the following: parent", "replies": [PARENT]}], root=[CHILD])
+    with ScriptedLM(script) as lm:
+        async with Client(build_server(make_settings(tmp_path, lm.base_url))) as client:
+            ctx = await call(client, "rlm_load_context", text="irrelevant")
+            out = await call(client, "rlm_complete", query="parent question", context_id=ctx["context_id"], max_depth=2)
+            assert out["status"] == "completed", out
+            assert out["answer"] == "child said: OWL-9"
+            # Two root calls (parent and child), no plain sub-call.
+            assert out["usage"]["total"]["calls"] == 2
+            shallow = await call(client, "rlm_complete", query="parent question", context_id=ctx["context_id"])
+            # At the default depth 1, rlm_query is a plain sub-call: the sub default answers.
+            assert shallow["answer"] == "child said: ok"
+        roots = lm.requests_by_role("root")
+    assert len(roots) == 3  # parent, child, then the depth-1 parent
+    # The child's root model saw metadata about its context (the prompt), never the prompt itself.
+    assert all("OWL-9" not in str(r["body"]["messages"][1]["content"]) for r in roots)
