@@ -1,0 +1,104 @@
+"""Sandbox benchmark (run by hand: `.venv/bin/python bench/sandbox.py`). Needs Docker and the image.
+
+Measures cold start to kernel-ready, warm acquire, a trivial cell's round trip, the sub-LM
+bridge overhead (zero-latency bridge), a 16-way batch, and context loading throughput.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rlm_mcp.config import Settings  # noqa: E402
+from rlm_mcp.engine.ports import ContextSpec, LMRequest  # noqa: E402
+from rlm_mcp.sandbox.container import KernelContainer  # noqa: E402
+from rlm_mcp.sandbox.manager import SandboxManager  # noqa: E402
+from rlm_mcp.sandbox.session import load_contexts  # noqa: E402
+
+
+async def zero_bridge(request: LMRequest) -> list[str]:
+    return ["ok"] * len(request.prompts)
+
+
+def report(name: str, samples: list[float], target: float | None, unit: str = "ms", scale: float = 1000.0) -> None:
+    values = [s * scale for s in samples]
+    med = statistics.median(values)
+    ratio = f"  target {target:g} {unit}: {med / target:.2f}x of target" if target else ""
+    print(f"{name:<34} min {min(values):8.2f}  median {med:8.2f}  max {max(values):8.2f} {unit}{ratio}")
+
+
+async def timed(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+async def main() -> None:
+    settings = Settings(pool_size=2, cell_timeout_s=60)
+    async with SandboxManager(settings) as mgr:
+        await mgr.ensure_ready()
+        client = await mgr.docker_client()
+
+        cold: list[float] = []
+        for _ in range(5):
+            t = time.perf_counter()
+            c = await KernelContainer.start(client, settings, mgr.owner_id, register=lambda _id: None)
+            cold.append(time.perf_counter() - t)
+            await c.kill()
+        report("cold start to kernel-ready", cold, None)
+
+        warm: list[float] = []
+        for _ in range(8):
+            while mgr.pool_ready < 1:
+                await anyio.sleep(0.05)
+            t = time.perf_counter()
+            cm = mgr.open([])
+            sb = await cm.__aenter__()
+            warm.append(time.perf_counter() - t)
+            await cm.__aexit__(None, None, None)
+        report("warm acquire (open, no contexts)", warm, 20.0)
+
+        async with mgr.open([]) as sb:
+            await sb.execute("pass", zero_bridge)
+            report("trivial cell round trip", await timed(lambda: sb.execute("x = 1", zero_bridge), 200), 5.0)
+            n = 500
+            t = time.perf_counter()
+            await sb.execute(f"for i in range({n}):\n    llm_query('p')", zero_bridge)
+            per_call = (time.perf_counter() - t) / n
+            base = statistics.median(await timed(lambda: sb.execute(f"for i in range({n}):\n    pass", zero_bridge), 5))
+            report("llm_query bridge overhead / call", [per_call - base / n], 2.0)
+            report(
+                "16-way llm_query_batched / batch",
+                await timed(lambda: sb.execute("llm_query_batched(['p'] * 16)", zero_bridge), 100),
+                None,
+            )
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "ctx.txt"
+            data = (b"lorem ipsum dolor sit amet, consectetur adipiscing elit. " * (50 * 2**20 // 57 + 1))[: 50 * 2**20]
+            path.write_bytes(data)
+            spec = ContextSpec(path=path, format="text", kind="str", chars=len(data), bytes=len(data))
+            loads: list[float] = []
+            for _ in range(3):
+                c = await KernelContainer.start(client, settings, mgr.owner_id, register=lambda _id: None)
+                t = time.perf_counter()
+                await load_contexts(c, [spec])
+                loads.append(time.perf_counter() - t)
+                await c.kill()
+            report("50 MiB context load", loads, 1000.0)
+            print(f"{'context load throughput':<34} median {50 / statistics.median(loads):8.1f} MiB/s")
+
+
+if __name__ == "__main__":
+    anyio.run(main)

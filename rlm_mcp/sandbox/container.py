@@ -1,0 +1,339 @@
+"""One sandbox container: its attach stream, a dedicated reader thread and a writer thread.
+
+The attach stream is a blocking socket (unix, TCP, SSH channel...), so each container gets two
+plain threads of its own instead of slots in anyio's shared worker limiter: a pool plus
+batched children would otherwise exhaust the limiter and hang every other blocking call.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import math
+import queue
+import struct
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from rlm_mcp.config import Settings
+from rlm_mcp.errors import SandboxError
+from rlm_mcp.sandbox.bootstrap import kernel_payload
+from rlm_mcp.sandbox.docker_api import is_connection_error, require_image_sync, unavailable
+from rlm_mcp.sandbox.frames import FrameDecoder, ProtocolViolation, encode, max_kernel_frame, parse_kernel_frame
+from rlm_mcp.sandbox.hardening import create_kwargs
+
+log = logging.getLogger("rlm_mcp.sandbox")
+
+CHUNK_BYTES = 1 << 20
+INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in bytes
+STDERR_KEEP = 8 << 10
+ANSWER_MAX_BYTES = 8 << 20
+
+
+@dataclass
+class Event:
+    """What the reader thread hands the event loop: a frame, or the end of the stream."""
+
+    kind: str  # "frame" | "eof" | "violation"
+    frame: dict[str, Any] | None = None
+    detail: str = ""
+    size: int = 0
+
+
+class _ByteBudget:
+    """Bounds the bytes parsed by the reader but not yet consumed (always lets one through)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._used = 0
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def acquire(self, n: int) -> bool:
+        with self._cond:
+            while self._used and self._used + n > self._limit and not self._closed:
+                self._cond.wait(0.5)
+            if self._closed:
+                return False
+            self._used += n
+            return True
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self._used = max(0, self._used - n)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class KernelContainer:
+    """A started container running the kernel. Create with `await KernelContainer.start(...)`."""
+
+    def __init__(self, client: Any, settings: Settings, owner_id: str) -> None:
+        self.client = client
+        self.settings = settings
+        self.owner_id = owner_id
+        self.name = f"rlm-mcp-{owner_id[:8]}-{uuid.uuid4().hex[:10]}"
+        self.id: str | None = None
+        self._sock: Any = None
+        self._raw: Any = None
+        self._token: Any = None
+        self._send_events: MemoryObjectSendStream[Event]
+        self._recv_events: MemoryObjectReceiveStream[Event]
+        self._send_events, self._recv_events = anyio.create_memory_object_stream[Event](math.inf)
+        self._budget = _ByteBudget(INBOX_BYTES)
+        self._writes: queue.Queue[tuple[Any, Callable[[BaseException | None], None]] | None] = queue.Queue()
+        self._stderr = bytearray()
+        self.eof = False
+        self.closed = False
+        self.output_bytes = settings.cell_output_bytes
+        self.max_frame = max_kernel_frame(self.output_bytes, ANSWER_MAX_BYTES)
+        self._next_id = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @classmethod
+    async def start(cls, client: Any, settings: Settings, owner_id: str, *, register: Callable[[str], None]) -> KernelContainer:
+        """Create, attach, start, boot the kernel and wait for `ready`. Kills it on failure."""
+        self = cls(client, settings, owner_id)
+        self._token = anyio.lowlevel.current_token()
+        ok = False
+        try:
+            await anyio.to_thread.run_sync(self._create_and_attach, register)
+            threading.Thread(target=self._read_loop, name=f"{self.name}-reader", daemon=True).start()
+            threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True).start()
+            await self.send_raw(kernel_payload())
+            await self.send(
+                {
+                    "type": "init",
+                    "id": self.new_id(),
+                    "output_bytes": self.output_bytes,
+                    "max_batch": settings.max_prompts_per_batch,
+                    "answer_max_bytes": ANSWER_MAX_BYTES,
+                }
+            )
+            with anyio.fail_after(30):
+                event = await self.receive()
+            if event.kind != "frame" or event.frame is None or event.frame["type"] != "ready":
+                raise SandboxError(f"The sandbox kernel did not start ({self._why(event)}).", _start_fix(settings))
+            ok = True
+            return self
+        except TimeoutError:
+            raise SandboxError("The sandbox kernel did not report ready within 30 s.", _start_fix(settings)) from None
+        finally:
+            if not ok:
+                with anyio.CancelScope(shield=True):
+                    await self.kill()
+
+    def _why(self, event: Event) -> str:
+        if event.kind == "frame" and event.frame is not None:
+            return f"unexpected {event.frame['type']} frame"
+        tail = self.stderr_tail()
+        return (event.detail or event.kind) + (f"; its stderr: {tail[-500:]}" if tail else "")
+
+    def _create_and_attach(self, register: Callable[[str], None]) -> None:
+        import docker.errors
+
+        try:
+            require_image_sync(self.client, self.settings.sandbox_image)
+            created = self.client.api.create_container(**create_kwargs(self.client, self.settings, self.owner_id, self.name))
+            self.id = created["Id"]
+            register(self.id)
+            # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
+            self._sock = self.client.api.attach_socket(
+                self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            self._raw = getattr(self._sock, "_sock", self._sock)
+            self.client.api.start(self.id)
+        except docker.errors.APIError as exc:
+            raise SandboxError(f"Docker refused to start a sandbox: {exc.explanation or exc}.", _start_fix(self.settings)) from exc
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise unavailable(exc) from exc
+            raise
+
+    async def kill(self) -> None:
+        """Kill and remove the container and stop its threads. Idempotent; never raises."""
+        if self.closed:
+            return
+        self.closed = True
+        self._budget.close()
+        self._writes.put(None)
+        self._close_socket()
+        if self.id is not None:
+            with anyio.move_on_after(20):
+                await anyio.to_thread.run_sync(self._remove_sync)
+
+    def _close_socket(self) -> None:
+        for obj in (self._raw, self._sock):
+            if obj is None:
+                continue
+            try:
+                obj.close()
+            except Exception:
+                pass
+
+    def _remove_sync(self) -> None:
+        try:
+            self.client.api.remove_container(self.id, force=True)
+        except Exception as exc:  # already gone, or the daemon is down: nothing more to do
+            if "No such container" not in str(exc) and "already in progress" not in str(exc):
+                log.warning("could not remove sandbox %s: %s", self.name, exc)
+
+    async def exit_info(self) -> dict[str, Any]:
+        """State of the (stopping) container: OOMKilled, ExitCode. Waits a moment for the exit."""
+
+        def inspect() -> dict[str, Any]:
+            try:
+                try:
+                    self.client.api.wait(self.id, timeout=3)
+                except Exception:
+                    pass
+                return dict(self.client.api.inspect_container(self.id).get("State") or {})
+            except Exception:
+                return {}
+
+        if self.id is None:
+            return {}
+        with anyio.move_on_after(10):
+            return await anyio.to_thread.run_sync(inspect)
+        return {}
+
+    # -- frames ----------------------------------------------------------------------------
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    async def send(self, obj: dict[str, Any]) -> None:
+        await self.send_raw(encode(obj))
+
+    async def send_raw(self, data: bytes) -> None:
+        await self._submit(data)
+
+    async def send_context(self, index: int, path: Path, fmt: str) -> None:
+        """Stream one context file as load_context frames (read, decoded and framed off-loop)."""
+        await self._submit(("context", index, path, fmt))
+
+    async def _submit(self, job: Any) -> None:
+        if self.closed:
+            raise BrokenPipeError("sandbox closed")
+        done = anyio.Event()
+        box: list[BaseException | None] = [None]
+        token = self._token
+
+        def finished(exc: BaseException | None) -> None:
+            box[0] = exc
+            try:
+                anyio.from_thread.run_sync(done.set, token=token)
+            except Exception:  # the loop is gone: nobody is waiting any more
+                pass
+
+        self._writes.put((job, finished))
+        await done.wait()
+        if box[0] is not None:
+            raise BrokenPipeError(f"sandbox stdin closed: {box[0]}")
+
+    async def receive(self) -> Event:
+        event = await self._recv_events.receive()
+        self._budget.release(event.size)
+        return event
+
+    def stderr_tail(self) -> str:
+        return bytes(self._stderr).decode("utf-8", "replace")
+
+    # -- threads ---------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        while True:
+            item = self._writes.get()
+            if item is None:
+                return
+            job, finished = item
+            try:
+                if isinstance(job, tuple):
+                    self._write_context(*job[1:])
+                else:
+                    self._raw.sendall(job)
+                finished(None)
+            except BaseException as exc:
+                finished(exc)
+
+    def _write_context(self, index: int, path: Path, fmt: str) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        with open(path, "rb") as fh:
+            while True:
+                data = fh.read(CHUNK_BYTES)
+                text = decoder.decode(data, final=not data)
+                final = not data
+                frame = {"type": "load_context", "id": 0, "index": index, "format": fmt, "data": text, "final": final}
+                self._raw.sendall(encode(frame))
+                if final:
+                    return
+
+    def _read_loop(self) -> None:
+        decoder = FrameDecoder(self.max_frame)
+        header = bytearray()
+        need = 0
+        stream = 0
+        reason = "eof"
+        detail = "the sandbox closed its output"
+        try:
+            while True:
+                data = self._raw.recv(1 << 18)
+                if not data:
+                    break
+                view = memoryview(data)
+                while view:
+                    if need == 0:
+                        take = min(8 - len(header), len(view))
+                        header += view[:take]
+                        view = view[take:]
+                        if len(header) == 8:
+                            stream = header[0]
+                            (need,) = struct.unpack(">I", header[4:8])
+                            header.clear()
+                        continue
+                    take = min(need, len(view))
+                    chunk = bytes(view[:take])
+                    view = view[take:]
+                    need -= take
+                    if stream == 1:
+                        for payload in decoder.feed(chunk):
+                            frame = parse_kernel_frame(payload)
+                            if not self._deliver(Event("frame", frame, size=len(payload))):
+                                return
+                    elif stream == 2 and len(self._stderr) < STDERR_KEEP:
+                        self._stderr += chunk[: STDERR_KEEP - len(self._stderr)]
+        except ProtocolViolation as exc:
+            reason, detail = "violation", str(exc)
+        except OSError as exc:
+            detail = f"the attach stream failed ({exc})"
+        except Exception as exc:  # anything unexpected ends this container, never the server
+            reason, detail = "violation", f"unreadable output ({type(exc).__name__}: {exc})"
+        self.eof = True
+        self._deliver(Event(reason, detail=detail))
+
+    def _deliver(self, event: Event) -> bool:
+        if not self._budget.acquire(event.size):
+            return False
+        try:
+            anyio.from_thread.run_sync(self._send_events.send_nowait, event, token=self._token)
+            return True
+        except Exception:
+            return False
+
+
+def _start_fix(settings: Settings) -> str:
+    return (
+        f"Check that the image {settings.sandbox_image} runs python3 (rebuild it with `rlm-mcp image build "
+        "--offline`) and that Docker has free memory."
+    )

@@ -1,0 +1,129 @@
+"""The Docker client: created lazily in a worker thread, connection failures mapped to errors.
+
+`docker.from_env()` talks to the daemon at once (it fetches the API version), so it must never
+run on the event loop; and its failures arrive as several exception types whose text is
+unhelpful to a person, so they are turned into `DockerUnavailableError` with the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import anyio
+
+from rlm_mcp.errors import DockerUnavailableError, ImageMissingError
+
+log = logging.getLogger("rlm_mcp.sandbox")
+
+DOCKER_FIX = (
+    "Start Docker (Docker Desktop, or `sudo systemctl start docker`), or point DOCKER_HOST at a "
+    "running Docker engine."
+)
+BUILD_FIX = (
+    "Build it with `rlm-mcp image build` (or `rlm-mcp image build --offline` where no image "
+    "registry is reachable), or set RLM_MCP_SANDBOX_IMAGE to an image that has python3."
+)
+
+_CONNECT_MARKERS = (
+    "error while fetching server api version",
+    "connection refused",
+    "connection aborted",
+    "no such file or directory",
+    "failed to establish a new connection",
+    "cannot connect",
+    "max retries exceeded",
+    "name or service not known",
+    "permission denied",
+    "connection reset",
+)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether `exc` means the daemon cannot be reached (as opposed to a refused request)."""
+    import docker.errors
+    import requests.exceptions
+
+    if isinstance(exc, (requests.exceptions.ConnectionError, ConnectionError, FileNotFoundError)):
+        return True
+    if isinstance(exc, docker.errors.DockerException) and not isinstance(exc, docker.errors.APIError):
+        text = str(exc).lower()
+        return any(marker in text for marker in _CONNECT_MARKERS)
+    return False
+
+
+def unavailable(exc: BaseException) -> DockerUnavailableError:
+    return DockerUnavailableError(f"Docker is not running or cannot be reached ({_short(exc)}).", DOCKER_FIX)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+def connect_sync(timeout: float = 30.0) -> Any:
+    """A connected `docker.DockerClient` (blocking: call from a worker thread)."""
+    try:
+        import docker
+    except ImportError as exc:  # pragma: no cover - docker is a hard dependency
+        raise DockerUnavailableError("The `docker` Python package is missing.", "pip install docker") from exc
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+        return client
+    except Exception as exc:
+        if is_connection_error(exc):
+            raise unavailable(exc) from exc
+        raise DockerUnavailableError(f"Docker refused the connection: {_short(exc)}.", DOCKER_FIX) from exc
+
+
+def image_present_sync(client: Any, tag: str) -> bool:
+    import docker.errors
+
+    try:
+        client.api.inspect_image(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+    except Exception as exc:
+        if is_connection_error(exc):
+            raise unavailable(exc) from exc
+        raise
+
+
+def require_image_sync(client: Any, tag: str) -> None:
+    if not image_present_sync(client, tag):
+        raise ImageMissingError(f"The sandbox image {tag} is not present in Docker.", BUILD_FIX)
+
+
+class LazyDocker:
+    """One Docker client per owner, made on first use in a worker thread."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._lock = anyio.Lock()
+        self._thread_lock = threading.Lock()
+
+    async def get(self) -> Any:
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                self._client = await anyio.to_thread.run_sync(connect_sync)
+        return self._client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("LazyDocker.get() has not been awaited")
+        return self._client
+
+    def close(self) -> None:
+        with self._thread_lock:
+            if self._client is not None:
+                try:
+                    self._client.close()
+                except Exception:  # closing a dead connection pool is not worth a failure
+                    pass
+                self._client = None

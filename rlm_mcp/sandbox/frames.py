@@ -1,0 +1,146 @@
+"""Frames on the wire, and the host's checks of every frame the kernel sends.
+
+A frame is a 4-byte big-endian length followed by a UTF-8 JSON object with `type` and `id`.
+Everything that comes out of a sandbox is hostile input: sizes are capped before anything is
+buffered, and each frame is schema-checked before the session acts on it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+_HEADER = struct.Struct(">I")
+KERNEL_FRAME_TYPES = frozenset({"ready", "exec_result", "lm_request", "log", "context_loaded"})
+
+
+class ProtocolViolation(Exception):
+    """The kernel sent something that is not a well-formed frame of the protocol."""
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _HEADER.pack(len(data)) + data
+
+
+def max_kernel_frame(output_bytes: int, answer_bytes: int) -> int:
+    """Largest legal kernel frame: two capped outputs and an answer, JSON-escaped, plus slack."""
+    # Control characters escape to 6 bytes each; other text at most doubles (quotes, backslashes).
+    return 6 * (2 * output_bytes + answer_bytes) + (1 << 20)
+
+
+class FrameDecoder:
+    """Incremental splitter of a byte stream into frame payloads, with a per-frame size cap."""
+
+    def __init__(self, max_frame: int) -> None:
+        self._max = max_frame
+        self._buf = bytearray()
+        self._need: int | None = None
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        out: list[bytes] = []
+        while True:
+            if self._need is None:
+                if len(self._buf) < 4:
+                    return out
+                (size,) = _HEADER.unpack_from(self._buf)
+                if size > self._max:
+                    raise ProtocolViolation(f"a frame of {size} bytes (the cap is {self._max})")
+                del self._buf[:4]
+                self._need = size
+            if len(self._buf) < self._need:
+                return out
+            out.append(bytes(self._buf[: self._need]))
+            del self._buf[: self._need]
+            self._need = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def parse_kernel_frame(payload: bytes) -> dict[str, Any]:
+    """Decode and schema-check one kernel frame; raise ProtocolViolation on anything off."""
+    try:
+        obj = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolViolation(f"a frame that is not UTF-8 JSON ({type(exc).__name__})") from None
+    if not isinstance(obj, dict):
+        raise ProtocolViolation("a frame that is not a JSON object")
+    kind = obj.get("type")
+    if kind not in KERNEL_FRAME_TYPES:
+        raise ProtocolViolation(f"an unknown frame type {str(kind)[:40]!r}")
+    fid = obj.get("id")
+    if not (fid is None or (isinstance(fid, int) and not isinstance(fid, bool))):
+        raise ProtocolViolation(f"a {kind} frame with a bad id")
+    check = _CHECKS[kind]
+    problem = check(obj)
+    if problem:
+        raise ProtocolViolation(f"a malformed {kind} frame ({problem})")
+    return obj
+
+
+def _check_exec_result(obj: dict[str, Any]) -> str | None:
+    if not isinstance(obj.get("id"), int):
+        return "no id"
+    for key in ("stdout", "stderr"):
+        if not isinstance(obj.get(key), str):
+            return f"{key} is not a string"
+    if obj.get("error") is not None and not isinstance(obj["error"], str):
+        return "error is not a string"
+    answer = obj.get("answer")
+    if answer is not None:
+        if not isinstance(answer, dict) or set(answer) != {"content", "ready"}:
+            return "answer is not {content, ready}"
+        if answer["content"] is not None and not isinstance(answer["content"], str):
+            return "answer content is not a string"
+        if not isinstance(answer["ready"], bool):
+            return "answer ready is not a bool"
+    if not _is_str_list(obj.get("variables")) or len(obj["variables"]) > 1000:
+        return "variables is not a list of strings"
+    if not isinstance(obj.get("duration"), (int, float)):
+        return "duration is not a number"
+    return None
+
+
+def _check_lm_request(obj: dict[str, Any]) -> str | None:
+    if not isinstance(obj.get("id"), int):
+        return "no id"
+    if obj.get("kind") not in ("llm", "rlm"):
+        return "kind is not llm|rlm"
+    if not _is_str_list(obj.get("prompts")):
+        return "prompts is not a list of strings"
+    if obj.get("model") is not None and not isinstance(obj["model"], str):
+        return "model is not a string"
+    return None
+
+
+def _check_ready(obj: dict[str, Any]) -> str | None:
+    return None
+
+
+def _check_log(obj: dict[str, Any]) -> str | None:
+    return None if isinstance(obj.get("message"), str) else "message is not a string"
+
+
+def _check_loaded(obj: dict[str, Any]) -> str | None:
+    if not isinstance(obj.get("index"), int):
+        return "index is not an int"
+    if obj.get("error") is not None and not isinstance(obj["error"], str):
+        return "error is not a string"
+    return None
+
+
+_CHECKS = {
+    "exec_result": _check_exec_result,
+    "lm_request": _check_lm_request,
+    "ready": _check_ready,
+    "log": _check_log,
+    "context_loaded": _check_loaded,
+}

@@ -1,0 +1,49 @@
+"""The container configuration: every hardening option in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlm_mcp.config import Settings, parse_size
+from rlm_mcp.sandbox.bootstrap import command
+
+LABEL_OWNER = "rlm-mcp.owner"
+LABEL_ROLE = "rlm-mcp.role"
+ROLE_SANDBOX = "sandbox"
+
+
+def create_kwargs(client: Any, settings: Settings, owner_id: str, name: str) -> dict[str, Any]:
+    """Keyword arguments of the low-level `client.api.create_container` for one sandbox."""
+    memory = parse_size(settings.sandbox_memory)
+    host_config = client.api.create_host_config(
+        read_only=True,
+        tmpfs={"/tmp": f"rw,nosuid,nodev,size={parse_size(settings.sandbox_tmpfs)},mode=1777"},
+        shm_size=parse_size(settings.sandbox_shm),
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        pids_limit=settings.sandbox_pids,
+        mem_limit=memory,
+        memswap_limit=memory,  # equal: no swap on top of the memory limit
+        nano_cpus=int(settings.sandbox_cpus * 1e9),
+        network_mode="none",
+        init=True,  # tini reaps zombies and forwards signals; the kernel is its child
+        ulimits=[{"Name": "nofile", "Soft": 1024, "Hard": 1024}],
+        log_config={"Type": "none", "Config": {}},  # stdout is the protocol: do not store it
+    )
+    return {
+        "image": settings.sandbox_image,
+        "command": command(),
+        "user": settings.sandbox_user,
+        "working_dir": "/tmp",
+        # stdin_open without detach makes docker-py set AttachStdin/out/err and StdinOnce, so
+        # the container stops by itself when the host's attach connection goes away.
+        "stdin_open": True,
+        "tty": False,
+        "detach": False,
+        "environment": {},  # nothing from the host; the image provides HOME, PATH, ...
+        "network_disabled": True,
+        "labels": {LABEL_OWNER: owner_id, LABEL_ROLE: ROLE_SANDBOX},
+        "name": name,
+        "host_config": host_config,
+        "use_config_proxy": False,  # else proxy settings (credentials too) leak in
+    }

@@ -1,0 +1,503 @@
+"""The REPL kernel that runs INSIDE the sandbox container (stdlib only, Python 3.11).
+
+This file is not imported by the host: its source is sent over the container's stdin by the
+bootstrap (see bootstrap.py) and exec'd there. It talks frames (4-byte big-endian length +
+UTF-8 JSON) on private copies of the original stdin/stdout; fd 0 becomes /dev/null and fds
+1/2 become capture pipes, so user output cannot corrupt the protocol by accident.
+
+Threads: user code runs on the main thread (SIGINT, our timeout tool, is delivered only
+there); a reader thread takes host frames; two threads drain the fd-level capture pipes.
+"""
+
+import builtins
+import json
+import linecache
+import os
+import queue
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+
+_SIMPLE_TYPES = (str, int, float, bool, list, dict, tuple)
+_RESERVED = {
+    "llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "SHOW_VARS",
+    "FINAL", "FINAL_VAR", "answer", "__builtins__", "__name__",
+}
+
+
+class _Capture:
+    """Output of one stream for one cell: head and tail kept, the middle counted and dropped."""
+
+    def __init__(self, cap):
+        self.lock = threading.Lock()
+        self.resize(cap)
+
+    def resize(self, cap):
+        with self.lock:
+            self.half = max(cap // 2, 1)
+            self.reset()
+
+    def reset(self):
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data):
+        with self.lock:
+            self.total += len(data)
+            room = self.half - len(self.head)
+            if room > 0:
+                self.head += data[:room]
+                data = data[room:]
+            if data:
+                if len(data) >= self.half:
+                    self.tail = bytearray(data[-self.half:])
+                else:
+                    self.tail += data
+                    if len(self.tail) > 2 * self.half:  # trim rarely: amortised O(1) per byte
+                        del self.tail[: len(self.tail) - self.half]
+
+    def take(self):
+        with self.lock:
+            tail = self.tail[-self.half:] if len(self.tail) > self.half else self.tail
+            dropped = self.total - len(self.head) - len(tail)
+            text = self.head.decode("utf-8", "replace")
+            if dropped > 0:
+                text += "\n... [%d bytes of output dropped] ...\n" % dropped
+            text += bytes(tail).decode("utf-8", "replace")
+            self.reset()
+            return text
+
+
+class _TextSink:
+    """sys.stdout / sys.stderr replacement: Python-level prints go straight to the capture."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, capture, fileno):
+        self._capture = capture
+        self._fileno = fileno
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        self._capture.add(text.encode("utf-8", "replace"))
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self._fileno
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+    @property
+    def closed(self):
+        return False
+
+    @property
+    def buffer(self):
+        return self
+
+    def __getattr__(self, name):
+        raise AttributeError(name)
+
+
+class Kernel:
+    def __init__(self):
+        self.pid = os.getpid()
+        # Private protocol fds: the original stdin/stdout, moved out of user reach.
+        self.proto_in = os.dup(0)
+        self.proto_out = os.dup(1)
+        self.diag = os.dup(2)
+        for fd in (self.proto_in, self.proto_out, self.diag):
+            os.set_inheritable(fd, False)
+        self.devnull = os.open(os.devnull, os.O_RDONLY)
+        os.set_inheritable(self.devnull, False)
+        self.out_cap = _Capture(1 << 20)
+        self.err_cap = _Capture(1 << 20)
+        self.pipes = {}
+        for fd, cap in ((1, self.out_cap), (2, self.err_cap)):
+            r, w = os.pipe()
+            os.set_inheritable(r, False)
+            os.set_inheritable(w, False)
+            self.pipes[fd] = (r, w)
+            threading.Thread(target=self._drain, args=(r, cap), daemon=True, name="capture-%d" % fd).start()
+        self._heal_fds()
+        self.write_lock = threading.Lock()
+        self.tasks = queue.Queue()
+        self.waiters = {}
+        self.waiters_lock = threading.Lock()
+        self.next_id = 0
+        self.in_cell = False
+        self.interrupted = False
+        self.max_batch = 512
+        self.answer_max = 8 << 20
+        self.ns = {}
+        self.contexts = {}
+        self.pending_chunks = {}
+        self.drain_busy = {1: False, 2: False}
+        os.register_at_fork(after_in_child=self._after_fork_child)
+
+    # -- fds -------------------------------------------------------------------------------
+    def _heal_fds(self):
+        """Point fd 0 at /dev/null and fds 1/2 at the capture pipes (again, if user code moved them)."""
+        os.dup2(self.devnull, 0)
+        os.dup2(self.pipes[1][1], 1)
+        os.dup2(self.pipes[2][1], 2)
+        sys.stdin = open(os.devnull, "r")
+        sys.stdout = sys.__stdout__ = _TextSink(self.out_cap, 1)
+        sys.stderr = sys.__stderr__ = _TextSink(self.err_cap, 2)
+
+    def _on_sigint(self, signum, frame):
+        # Runs on the main thread between bytecodes: only user code may be interrupted, so a
+        # late signal can never cut a frame the kernel is writing in half.
+        if self.in_cell:
+            raise KeyboardInterrupt("cell interrupted")
+
+    def _after_fork_child(self):
+        # A forked child (os.fork, multiprocessing) must never speak the protocol.
+        for fd in (self.proto_in, self.proto_out):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.proto_in = self.proto_out = -1
+
+    def _drain(self, fd, cap):
+        which = 1 if cap is self.out_cap else 2
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            self.drain_busy[which] = True
+            cap.add(data)
+            self.drain_busy[which] = False
+
+    def _settle_capture(self):
+        """Wait (briefly) until what user code wrote to fds 1/2 has reached the captures."""
+        import fcntl
+        import termios
+
+        deadline = time.monotonic() + 0.5
+        buf = bytearray(4)
+        while time.monotonic() < deadline:
+            pending = 0
+            for fd in (1, 2):
+                r = self.pipes[fd][0]
+                try:
+                    fcntl.ioctl(r, termios.FIONREAD, buf)
+                    pending += struct.unpack("i", bytes(buf))[0]
+                except OSError:
+                    pass
+            if not pending and not self.drain_busy[1] and not self.drain_busy[2]:
+                return
+            time.sleep(0.0005)
+
+    # -- protocol --------------------------------------------------------------------------
+    def send(self, obj):
+        try:
+            data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates in user strings: escape them instead
+            data = json.dumps(obj, ensure_ascii=True).encode("ascii")
+        frame = struct.pack(">I", len(data)) + data
+        with self.write_lock:
+            if self.proto_out < 0:
+                raise RuntimeError("this process is a fork of the kernel and has no host connection")
+            view = memoryview(frame)
+            try:
+                while view:
+                    n = os.write(self.proto_out, view)
+                    view = view[n:]
+            except OSError:
+                os._exit(70)  # the host is gone: nothing left to do
+
+    def _read_exact(self, n):
+        chunks = []
+        while n:
+            data = os.read(self.proto_in, min(n, 1 << 20))
+            if not data:
+                raise EOFError
+            chunks.append(data)
+            n -= len(data)
+        return b"".join(chunks)
+
+    def reader(self):
+        try:
+            while True:
+                (size,) = struct.unpack(">I", self._read_exact(4))
+                msg = json.loads(self._read_exact(size))
+                kind = msg.get("type")
+                if kind == "lm_result":
+                    with self.waiters_lock:
+                        slot = self.waiters.pop(msg.get("id"), None)
+                    if slot is not None:
+                        slot[1] = msg
+                        slot[0].set()
+                elif kind == "interrupt":
+                    if self.in_cell:
+                        self.interrupted = True
+                        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                else:
+                    self.tasks.put(msg)
+        except BaseException:
+            # stdin closed (the host died) or the fds were destroyed: end the kernel.
+            os._exit(0)
+
+    # -- sub-LM calls ----------------------------------------------------------------------
+    def lm_call(self, kind, prompts, model):
+        if model is not None and not isinstance(model, str):
+            raise TypeError("model must be a str or None")
+        prompts = [p if isinstance(p, str) else json.dumps(p, default=str) if isinstance(p, (list, dict)) else str(p) for p in prompts]
+        if len(prompts) > self.max_batch:
+            raise ValueError("at most %d prompts per batched call (got %d)" % (self.max_batch, len(prompts)))
+        if not prompts:
+            return []
+        event = threading.Event()
+        slot = [event, None]
+        with self.waiters_lock:
+            self.next_id += 1
+            rid = self.next_id
+            self.waiters[rid] = slot
+        self.send({"type": "lm_request", "id": rid, "kind": kind, "prompts": prompts, "model": model})
+        event.wait()
+        msg = slot[1]
+        if msg.get("error"):
+            raise RuntimeError(str(msg["error"]))
+        results = msg.get("results")
+        if not isinstance(results, list) or len(results) != len(prompts):
+            raise RuntimeError("the host answered a sub-call with a malformed result")
+        return [str(r) for r in results]
+
+    # -- namespace -------------------------------------------------------------------------
+    def make_namespace(self):
+        kernel = self
+        ns = {"__name__": "__main__", "__builtins__": builtins}
+
+        def llm_query(prompt, model=None):
+            """Ask the sub-LM one prompt; returns its answer (a str; errors start with 'Error:')."""
+            return kernel.lm_call("llm", [prompt], model)[0]
+
+        def llm_query_batched(prompts, model=None):
+            """Ask the sub-LM several prompts concurrently; answers come back in order."""
+            return kernel.lm_call("llm", list(prompts), model)
+
+        def rlm_query(prompt, model=None):
+            """Ask a recursive LM (with its own REPL) one prompt; returns its answer."""
+            return kernel.lm_call("rlm", [prompt], model)[0]
+
+        def rlm_query_batched(prompts, model=None):
+            """Ask a recursive LM several prompts concurrently; answers come back in order."""
+            return kernel.lm_call("rlm", list(prompts), model)
+
+        def SHOW_VARS():
+            """List the variables this REPL holds, with their types."""
+            names = {k: type(v).__name__ for k, v in ns.items() if not k.startswith("_") and k not in _RESERVED and not callable(v) and type(v).__name__ != "module"}
+            text = "Available variables: %r" % (names,)
+            print(text)
+            return None
+
+        def _set_answer(value):
+            current = ns.get("answer")
+            if isinstance(current, dict):
+                current["content"] = value
+                current["ready"] = True
+            else:
+                ns["answer"] = {"content": value, "ready": True}
+
+        def FINAL(value):
+            """Submit `value` as the final answer."""
+            _set_answer(value)
+            return value
+
+        def FINAL_VAR(name):
+            """Submit the variable called `name` as the final answer."""
+            if isinstance(name, str):
+                key = name.strip().strip("'\"")
+                if key not in ns:
+                    raise NameError("FINAL_VAR: no variable named %r (create it first, then call FINAL_VAR(%r))" % (key, key))
+                value = ns[key]
+            else:
+                value = name
+            _set_answer(value)
+            return value
+
+        for fn in (llm_query, llm_query_batched, rlm_query, rlm_query_batched, SHOW_VARS, FINAL, FINAL_VAR):
+            ns[fn.__name__] = fn
+        ns["answer"] = {"content": None, "ready": False}
+        return ns
+
+    # -- tasks -----------------------------------------------------------------------------
+    def handle_init(self, msg):
+        cap = int(msg.get("output_bytes") or (1 << 20))
+        self.out_cap.resize(cap)
+        self.err_cap.resize(cap)
+        self.max_batch = int(msg.get("max_batch") or 512)
+        self.answer_max = int(msg.get("answer_max_bytes") or (8 << 20))
+        self.ns = self.make_namespace()
+        self._heal_fds()
+        self.send({"type": "ready", "id": msg.get("id"), "pid": os.getpid(), "python": sys.version.split()[0]})
+
+    def handle_load(self, msg):
+        idx = int(msg["index"])
+        parts = self.pending_chunks.setdefault(idx, [])
+        if msg.get("data"):
+            parts.append(msg["data"])
+        if not msg.get("final"):
+            return
+        text = "".join(self.pending_chunks.pop(idx))
+        try:
+            value = json.loads(text) if msg.get("format") == "json" else text
+            error = None
+        except ValueError as exc:
+            value, error = text, "context_%d is not valid JSON (%s); loaded as text" % (idx, exc)
+        del text
+        self.ns["context_%d" % idx] = value
+        if idx == 0:
+            self.ns["context"] = value
+        self.send({"type": "context_loaded", "id": msg.get("id"), "index": idx, "error": error})
+
+    def _format_error(self, exc, filename):
+        tb = exc.__traceback__
+        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
+            tb = tb.tb_next
+        head = "%s: %s" % (type(exc).__name__, exc)
+        if isinstance(exc, SyntaxError):
+            body = "".join(traceback.format_exception_only(type(exc), exc))
+        else:
+            body = "".join(traceback.format_exception(type(exc), exc, tb))
+        return head + "\n" + body.rstrip()
+
+    def handle_exec(self, msg):
+        self.cell_no = getattr(self, "cell_no", 0) + 1
+        filename = "<cell-%d>" % self.cell_no
+        code = msg.get("code") or ""
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        self._heal_fds()
+        self._settle_capture()
+        self.out_cap.take()  # output printed between cells (background threads) is not this cell's
+        self.err_cap.take()
+        error = None
+        started = time.perf_counter()
+        self.interrupted = False
+        try:
+            self.in_cell = True
+            try:
+                exec(compile(code, filename, "exec"), self.ns)
+            finally:
+                self.in_cell = False
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt included: report, never end
+            self.in_cell = False
+            error = self._format_error(exc, filename)
+            exc = None
+        duration = time.perf_counter() - started
+        if os.getpid() != self.pid:
+            os._exit(0)  # a forked child finished the cell: it must not answer the host
+        interrupted = self.interrupted
+        if interrupted:
+            self._reap_strays()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        self._settle_capture()
+        result = {
+            "type": "exec_result",
+            "id": msg.get("id"),
+            "stdout": self.out_cap.take(),
+            "stderr": self.err_cap.take(),
+            "error": error,
+            "answer": self._answer(),
+            "variables": self._variables(),
+            "duration": duration,
+            "interrupted": interrupted,
+        }
+        self.send(result)
+
+    def _reap_strays(self):
+        # After a timeout, stray processes (fork loops, background children) would keep eating
+        # the CPU and pids: kill every other process this user owns here (never init, never us).
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+
+    def _answer(self):
+        value = self.ns.get("answer")
+        if not isinstance(value, dict):
+            return None
+        try:
+            content = value.get("content")
+            ready = bool(value.get("ready"))
+            if content is not None:
+                content = str(content)
+                if len(content) > self.answer_max:
+                    content = content[: self.answer_max] + "\n... [answer truncated at %d characters]" % self.answer_max
+        except BaseException as exc:
+            return {"content": "Error: the answer could not be turned into text (%s: %s)" % (type(exc).__name__, exc), "ready": False}
+        return {"content": content, "ready": ready}
+
+    def _variables(self):
+        names = []
+        for key, value in list(self.ns.items()):
+            if key.startswith("_") or key in _RESERVED:
+                continue
+            if isinstance(value, _SIMPLE_TYPES):
+                names.append(key)
+        return names[:1000]
+
+    def main(self):
+        signal.signal(signal.SIGINT, self._on_sigint)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        threading.Thread(target=self.reader, daemon=True, name="proto-reader").start()
+        while True:
+            try:
+                msg = self.tasks.get()
+                kind = msg.get("type")
+                if kind == "exec":
+                    self.handle_exec(msg)
+                elif kind == "load_context":
+                    self.handle_load(msg)
+                elif kind == "init":
+                    self.handle_init(msg)
+                elif kind == "shutdown":
+                    os._exit(0)
+                else:
+                    self.send({"type": "log", "id": msg.get("id"), "message": "unknown frame %r" % (kind,)})
+            except KeyboardInterrupt:
+                # A late interrupt landed in kernel code between cells: ignore it.
+                continue
+            except MemoryError:
+                self.send({"type": "log", "id": 0, "message": "kernel out of memory"})
+                os._exit(71)
+
+
+if __name__ == "__rlm_kernel__":
+    Kernel().main()

@@ -1,0 +1,213 @@
+"""`SandboxManager`: the sandbox layer as the service uses it.
+
+It owns the Docker client, the warm pool and every container it started (labelled with its
+owner id), and removes them all on exit. Several servers share one daemon: at start it reaps
+only labelled containers that are no longer running, never another server's live ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from rlm_mcp.config import Settings, parse_size
+from rlm_mcp.engine.ports import ContextSpec
+from rlm_mcp.errors import DockerUnavailableError, SandboxError, TooLargeError
+from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.sandbox.docker_api import LazyDocker, is_connection_error, require_image_sync, unavailable
+from rlm_mcp.sandbox.hardening import LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX
+from rlm_mcp.sandbox.pool import WarmPool
+from rlm_mcp.sandbox.session import ContainerLost, DockerSandbox, load_contexts
+
+log = logging.getLogger("rlm_mcp.sandbox")
+
+CREATED_GRACE_S = 120.0  # a 'created' container younger than this may be starting
+KERNEL_BASE_BYTES = 48 << 20  # the interpreter, kernel threads and frame buffers
+
+
+def estimate_context_memory(spec: ContextSpec) -> int:
+    """Peak bytes a context needs inside the sandbox while it loads (chunks + joined value)."""
+    if spec.format == "json":
+        # The text, then the parsed objects: Python objects take several times the JSON size.
+        return spec.bytes * 2 + spec.bytes * 6
+    width = 1 if spec.bytes <= spec.chars else 4  # ASCII: 1 byte per char; otherwise up to 4
+    return 2 * spec.chars * width
+
+
+class SandboxManager:
+    """Opens sandboxes for runs (a `SandboxFactory`), with a warm pool and owned cleanup.
+
+    Enter and leave it in one task (it holds the pool's task group), e.g. in the server lifespan.
+    """
+
+    def __init__(self, settings: Settings, *, owner_id: str | None = None) -> None:
+        self.settings = settings
+        self.owner_id = owner_id or secrets.token_hex(8)
+        self._docker = LazyDocker()
+        self._ready = False
+        self._ready_lock = anyio.Lock()
+        self._slots = anyio.Semaphore(settings.max_sandboxes)  # not a CapacityLimiter: one task may hold several
+        self._owned: set[str] = set()
+        self._live: set[KernelContainer] = set()
+        self._pool = WarmPool(settings.pool_size, self._start_container, self._discard)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._exit_stack: contextlib.AsyncExitStack | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def __aenter__(self) -> SandboxManager:
+        stack = contextlib.AsyncExitStack()
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        self._exit_stack = stack
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            # The task group must be left in the scope it was entered in (not inside a shield).
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+            if self._exit_stack is not None:
+                await self._exit_stack.aclose()
+        finally:
+            self._tg = None
+            self._exit_stack = None
+            with anyio.CancelScope(shield=True):
+                await self._pool.drain()
+                for container in list(self._live):
+                    await self._discard(container)
+                await self._remove_leftovers()
+                self._docker.close()
+
+    async def ensure_ready(self) -> None:
+        """Connect to Docker, check the image, reap orphans once, start the pool refill."""
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if self._ready:
+                return
+            client = await self._docker.get()
+            await anyio.to_thread.run_sync(require_image_sync, client, self.settings.sandbox_image)
+            await anyio.to_thread.run_sync(self._reap_orphans_sync, client)
+            if self._tg is not None and self.settings.pool_size > 0:
+                self._tg.start_soon(self._pool.refill_forever)
+            self._ready = True
+
+    def check_fits(self, contexts: Sequence[ContextSpec]) -> None:
+        limit = parse_size(self.settings.sandbox_memory)
+        need = sum(estimate_context_memory(spec) for spec in contexts)
+        usable = int(limit * 0.85) - KERNEL_BASE_BYTES
+        if need > usable:
+            raise TooLargeError(
+                f"These contexts need about {need / 2**20:.0f} MiB inside the sandbox, more than its memory limit "
+                f"allows ({self.settings.sandbox_memory}, about {max(usable, 0) / 2**20:.0f} MiB usable).",
+                "Raise RLM_MCP_SANDBOX_MEMORY (e.g. RLM_MCP_SANDBOX_MEMORY=4g) or load fewer/smaller contexts.",
+            )
+
+    def open(self, contexts: Sequence[ContextSpec]) -> AbstractAsyncContextManager[DockerSandbox]:
+        return self._open(list(contexts))
+
+    @contextlib.asynccontextmanager
+    async def _open(self, contexts: list[ContextSpec]) -> AsyncIterator[DockerSandbox]:
+        await self.ensure_ready()
+        self.check_fits(contexts)
+        async with self._slots:
+            sandbox: DockerSandbox | None = None
+            container = await self._acquire()
+            try:
+                try:
+                    await load_contexts(container, contexts)
+                except ContainerLost as lost:
+                    raise SandboxError(f"The sandbox failed while loading the contexts: {lost.reason}",
+                                       "Raise RLM_MCP_SANDBOX_MEMORY or load smaller contexts.") from None
+                sandbox = DockerSandbox(self.settings, contexts, container, self._acquire, self._discard)
+                yield sandbox
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if sandbox is not None:
+                        await sandbox.close()
+                    await self._discard(container)
+
+    # -- containers ------------------------------------------------------------------------
+    async def _acquire(self) -> KernelContainer:
+        container = self._pool.take()
+        if container is not None:
+            return container
+        return await self._start_container()
+
+    async def _start_container(self) -> KernelContainer:
+        client = await self._docker.get()
+        container = await KernelContainer.start(client, self.settings, self.owner_id, register=self._owned.add)
+        self._live.add(container)
+        return container
+
+    async def _discard(self, container: KernelContainer) -> None:
+        with anyio.CancelScope(shield=True):
+            await container.kill()
+            self._live.discard(container)
+            if container.id:
+                self._owned.discard(container.id)
+
+    def _reap_orphans_sync(self, client: Any) -> None:
+        """Remove labelled sandboxes that no longer run (any owner): a dead server's leftovers."""
+        try:
+            found = client.api.containers(all=True, filters={"label": f"{LABEL_ROLE}={ROLE_SANDBOX}"})
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise unavailable(exc) from exc
+            log.warning("could not list old sandboxes: %s", exc)
+            return
+        now = time.time()
+        for info in found:
+            state = info.get("State")
+            if state in ("running", "paused", "restarting", "removing"):
+                continue  # possibly another live server's: never touched
+            if state == "created" and now - float(info.get("Created") or now) < CREATED_GRACE_S:
+                continue  # another server is between create and start right now
+            try:
+                client.api.remove_container(info["Id"], force=True)
+                log.info("removed orphaned sandbox %s", info["Id"][:12])
+            except Exception as exc:
+                log.debug("could not remove orphan %s: %s", info["Id"][:12], exc)
+
+    async def reap_orphans(self) -> None:
+        """Run the orphan reaping again (ensure_ready does it once)."""
+        client = await self._docker.get()
+        await anyio.to_thread.run_sync(self._reap_orphans_sync, client)
+
+    async def _remove_leftovers(self) -> None:
+        """Shutdown: remove every container labelled with this owner id, tracked or not."""
+        if self._docker._client is None:
+            return
+        client = self._docker.client
+
+        def remove() -> None:
+            try:
+                found = client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={self.owner_id}"})
+            except Exception:
+                return
+            for info in found:
+                try:
+                    client.api.remove_container(info["Id"], force=True)
+                except Exception:
+                    pass
+
+        with anyio.move_on_after(30):
+            await anyio.to_thread.run_sync(remove)
+
+    @property
+    def pool_ready(self) -> int:
+        return len(self._pool)
+
+    async def docker_client(self) -> Any:
+        """The connected Docker client (tests, diagnostics)."""
+        try:
+            return await self._docker.get()
+        except DockerUnavailableError:
+            raise

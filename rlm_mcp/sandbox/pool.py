@@ -1,0 +1,67 @@
+"""The warm pool: started, kernel-ready containers waiting for a run (each used once)."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from rlm_mcp.sandbox.container import KernelContainer
+
+log = logging.getLogger("rlm_mcp.sandbox")
+
+
+class WarmPool:
+    """Keeps `size` ready containers; `take()` never waits for Docker when one is there."""
+
+    def __init__(self, size: int, start: Callable[[], Awaitable[KernelContainer]], discard: Callable[[KernelContainer], Awaitable[None]]) -> None:
+        self.size = size
+        self._start = start
+        self._discard = discard
+        self._ready: deque[KernelContainer] = deque()
+        self._wake = anyio.Event()
+        self._failures = 0
+        self._dead: list[KernelContainer] = []
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def take(self) -> KernelContainer | None:
+        """A ready container, or None. Dead ones are dropped (their cleanup runs in refill)."""
+        while self._ready:
+            container = self._ready.popleft()
+            self._wake.set()
+            if not container.eof and not container.closed:
+                return container
+            self._dead.append(container)
+        return None
+
+    async def refill_forever(self) -> None:
+        """Background task: top the pool up after every take, backing off after failures."""
+        while True:
+            while self._dead:
+                await self._discard(self._dead.pop())
+            while len(self._ready) < self.size:
+                try:
+                    container = await self._start()
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except Exception as exc:
+                    self._failures += 1
+                    log.warning("warm pool: could not start a sandbox (%s)", exc)
+                    await anyio.sleep(min(30.0, 0.5 * 2 ** min(self._failures, 6)))
+                    continue
+                self._failures = 0
+                self._ready.append(container)
+            self._wake = anyio.Event()
+            await self._wake.wait()
+
+    async def drain(self) -> None:
+        """Discard every pooled container (shutdown)."""
+        with anyio.CancelScope(shield=True):
+            while self._ready:
+                await self._discard(self._ready.popleft())
+            while self._dead:
+                await self._discard(self._dead.pop())

@@ -1,0 +1,89 @@
+"""Fixtures of the sandbox tests: real Docker, the real image, small limits."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine.ports import ContextSpec, LMRequest
+from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
+from rlm_mcp.sandbox.manager import SandboxManager
+
+
+def sandbox_settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = dict(
+        cell_timeout_s=3,
+        sandbox_memory="256m",
+        sandbox_tmpfs="32m",
+        sandbox_pids=64,
+        pool_size=1,
+        max_sandboxes=4,
+        model="root-model",
+        sub_model="sub-model",
+    )
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The sandbox image must exist (CI builds it first); fail loudly with the fix if not."""
+    settings = Settings()
+    client = connect_sync()
+    try:
+        if not image_present_sync(client, settings.sandbox_image):
+            pytest.fail(
+                f"The sandbox image {settings.sandbox_image} is missing. Build it first: "
+                "`rlm-mcp image build --offline` (or python -c 'from rlm_mcp.config import Settings; "
+                "from rlm_mcp.sandbox.image import build_image; build_image(Settings(), offline=True)')"
+            )
+    finally:
+        client.close()
+    return settings.sandbox_image
+
+
+@contextlib.asynccontextmanager
+async def ready_manager(**overrides: Any) -> AsyncIterator[SandboxManager]:
+    """A started manager. Not a fixture: its task group must be entered and left in one task."""
+    async with SandboxManager(sandbox_settings(**overrides)) as mgr:
+        await mgr.ensure_ready()
+        yield mgr
+
+
+def text_context(tmp_path: Path, text: str, name: str = "ctx.txt") -> ContextSpec:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return ContextSpec(path=path, format="text", kind="str", chars=len(text), bytes=path.stat().st_size, name=name)
+
+
+def json_context(tmp_path: Path, value: Any, name: str = "ctx.json") -> ContextSpec:
+    path = tmp_path / name
+    data = json.dumps(value)
+    path.write_text(data, encoding="utf-8")
+    kind = "list" if isinstance(value, list) else "dict"
+    return ContextSpec(path=path, format="json", kind=kind, chars=len(data), bytes=path.stat().st_size, name=name)
+
+
+class FakeBridge:
+    """Answers every prompt with `echo:<prompt>` and records the requests."""
+
+    def __init__(self) -> None:
+        self.requests: list[LMRequest] = []
+
+    async def __call__(self, request: LMRequest) -> list[str]:
+        self.requests.append(request)
+        return [f"echo:{p}" for p in request.prompts]
+
+    @property
+    def prompts(self) -> int:
+        return sum(len(r.prompts) for r in self.requests)
+
+
+async def no_bridge(request: LMRequest) -> list[str]:
+    return ["Error: no LM in this test"] * len(request.prompts)

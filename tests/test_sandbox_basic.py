@@ -1,0 +1,109 @@
+"""Round trips through a real sandbox: output, errors, answer, variables, contexts, sub-LM calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlm_mcp.sandbox.manager import SandboxManager
+from tests.fixtures_sandbox import FakeBridge, docker_image, json_context, no_bridge, ready_manager, text_context  # noqa: F401
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
+
+
+async def test_round_trip(tmp_path: Path) -> None:
+    async with ready_manager() as manager:
+        async with manager.open([text_context(tmp_path, "hello world")]) as sb:
+            r = await sb.execute("x = 41\nimport sys, os\nprint('out', x + 1)\nprint('err', file=sys.stderr)\nos.write(1, b'fd1\\n')", no_bridge)
+            assert r.error is None
+            assert r.stdout == "out 42\nfd1\n"
+            assert r.stderr == "err\n"
+            assert "x" in r.variables and "context" in r.variables and "context_0" in r.variables
+            assert "llm_query" not in r.variables and "answer" not in r.variables
+            assert r.answer == {"content": None, "ready": False}
+            r = await sb.execute("def f():\n    return 1/0\nf()", no_bridge)
+            assert r.error is not None and r.error.startswith("ZeroDivisionError: division by zero")
+            assert "<cell-" in r.error and "rlm-kernel" not in r.error
+            r = await sb.execute("print(x)", no_bridge)  # state persists between cells
+            assert r.stdout == "41\n" and not r.restarted
+            r = await sb.execute("y = (", no_bridge)
+            assert r.error is not None and r.error.startswith("SyntaxError")
+
+
+async def test_answer_variants(tmp_path: Path) -> None:
+    async with ready_manager() as manager:
+        async with manager.open([]) as sb:
+            r = await sb.execute("answer['content'] = 'partial'", no_bridge)
+            assert r.answer == {"content": "partial", "ready": False}
+            r = await sb.execute("answer.update({'content': 7, 'ready': True})", no_bridge)
+            assert r.answer == {"content": "7", "ready": True}
+            r = await sb.execute("answer = {'content': None, 'ready': False}\nanswer['content'] = [1, 2]", no_bridge)
+            assert r.answer == {"content": "[1, 2]", "ready": False}
+            r = await sb.execute("answer['ready'] = True\nanswer['content'] = 'changed later in the cell'", no_bridge)
+            assert r.answer == {"content": "changed later in the cell", "ready": True}
+            r = await sb.execute("res = 'the final'\nFINAL_VAR('res')", no_bridge)
+            assert r.answer == {"content": "the final", "ready": True}
+            r = await sb.execute("FINAL(12)", no_bridge)
+            assert r.answer == {"content": "12", "ready": True}
+            r = await sb.execute("FINAL_VAR('missing')", no_bridge)
+            assert r.error is not None and r.error.startswith("NameError")
+            r = await sb.execute("SHOW_VARS()", no_bridge)
+            assert "res" in r.stdout
+
+
+async def test_contexts(tmp_path: Path) -> None:
+    async with ready_manager() as manager:
+        big = ("line of text é ✓ \n" * 200_000)  # ~3.8 MB, non-ASCII
+        specs = [
+            text_context(tmp_path, big, "big.txt"),
+            json_context(tmp_path, [{"id": i, "v": "x" * 10} for i in range(1000)], "list.json"),
+            json_context(tmp_path, {"a": 1, "b": [1, 2, 3]}, "dict.json"),
+        ]
+        async with manager.open(specs) as sb:
+            r = await sb.execute(
+                "print(context is context_0, len(context_0), type(context_1).__name__, len(context_1), "
+                "context_1[5]['id'], type(context_2).__name__, context_2['b'])",
+                no_bridge,
+            )
+            assert r.error is None, r.error
+            assert r.stdout == f"True {len(big)} list 1000 5 dict [1, 2, 3]\n"
+
+
+async def test_llm_query_and_batch() -> None:
+    async with ready_manager() as manager:
+        bridge = FakeBridge()
+        async with manager.open([]) as sb:
+            r = await sb.execute(
+                "a = llm_query('hi')\nb = llm_query_batched([f'p{i}' for i in range(16)])\n"
+                "c = rlm_query('deep')\nd = rlm_query_batched(['x', 'y'])\nprint(a, b == [f'echo:p{i}' for i in range(16)], c, d)",
+                bridge,
+            )
+            assert r.error is None, r.error
+            assert r.stdout == "echo:hi True echo:deep ['echo:x', 'echo:y']\n"
+            kinds = [(req.kind, len(req.prompts)) for req in bridge.requests]
+            assert kinds == [("llm", 1), ("llm", 16), ("rlm", 1), ("rlm", 2)]
+            # Several requests in flight at once, from user threads.
+            r = await sb.execute(
+                "from concurrent.futures import ThreadPoolExecutor\n"
+                "with ThreadPoolExecutor(8) as ex:\n    out = list(ex.map(llm_query, [str(i) for i in range(32)]))\n"
+                "print(out == [f'echo:{i}' for i in range(32)])",
+                bridge,
+            )
+            assert r.stdout == "True\n", r.error
+
+
+async def test_model_allow_list() -> None:
+    async with ready_manager() as manager:
+        bridge = FakeBridge()
+        async with manager.open([]) as sb:
+            r = await sb.execute(
+                "print(llm_query('a', model='sub-model'))\nprint(llm_query('b', model='root-model'))\n"
+                "print(llm_query('c', model='gpt-secret-expensive'))",
+                bridge,
+            )
+            assert r.error is None, r.error
+            lines = r.stdout.splitlines()
+            assert lines[0] == "echo:a" and lines[1] == "echo:b"
+            assert lines[2].startswith("Error: model 'gpt-secret-expensive' is not available")
+            assert [req.model for req in bridge.requests] == ["sub-model", "root-model"]

@@ -1,0 +1,215 @@
+"""Pool, ownership, orphan reaping, host death, cancellation, and a TCP Docker engine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rlm_mcp.errors import TooLargeError
+from rlm_mcp.sandbox.hardening import LABEL_OWNER
+from rlm_mcp.sandbox.manager import SandboxManager
+from tests.fixtures_sandbox import docker_image, no_bridge, ready_manager, sandbox_settings, text_context  # noqa: F401
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
+
+
+def owner_containers(client, owner: str, *, all: bool = True) -> list[dict]:
+    return client.api.containers(all=all, filters={"label": f"{LABEL_OWNER}={owner}"})
+
+
+async def wait_for(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await anyio.to_thread.run_sync(predicate):
+            return True
+        await anyio.sleep(0.1)
+    return False
+
+
+async def test_pool_warm_acquire_never_reused_and_refilled(tmp_path: Path) -> None:
+    async with ready_manager(pool_size=1) as mgr:
+        assert await wait_for(lambda: mgr.pool_ready == 1)
+        pooled = mgr._pool._ready[0]
+        async with mgr.open([]) as sb1:
+            assert sb1.container is pooled  # taken warm
+            await sb1.execute("mine = 1", no_bridge)
+            assert await wait_for(lambda: mgr.pool_ready == 1)  # refilled in the background
+            async with mgr.open([]) as sb2:
+                assert sb2.container is not sb1.container
+                r = await sb2.execute("print('mine' in globals())", no_bridge)
+                assert r.stdout == "False\n"
+        # After release, the used containers are gone, never handed out again.
+        client = await mgr.docker_client()
+        ids = {c["Id"] for c in owner_containers(client, mgr.owner_id)}
+        assert pooled.id not in ids
+
+
+async def test_owners_are_separate_and_exit_cleans_up(tmp_path: Path) -> None:
+    async with ready_manager(pool_size=1) as other:
+        client = await other.docker_client()
+        assert await wait_for(lambda: other.pool_ready == 1)
+        async with other.open([]) as busy:
+            async with ready_manager(pool_size=1) as mine:
+                assert mine.owner_id != other.owner_id
+                async with mine.open([]) as sb:
+                    await sb.execute("x = 1", no_bridge)
+                await mine.reap_orphans()
+            # `mine` is closed: none of its containers are left, the other's live ones are untouched.
+            assert owner_containers(client, mine.owner_id) == []
+            r = await busy.execute("print('alive')", no_bridge)
+            assert r.stdout == "alive\n"
+            assert len(owner_containers(client, other.owner_id, all=False)) >= 2
+        owner = other.owner_id
+    assert owner_containers(client, owner) == []
+    client.close()
+
+
+async def test_reaping_removes_only_stopped_labelled(tmp_path: Path) -> None:
+    async with ready_manager(pool_size=0) as mgr:
+        client = await mgr.docker_client()
+        async with mgr.open([]) as live:
+            # A stopped container with another owner's label: an orphan.
+            cid = client.api.create_container(
+                mgr.settings.sandbox_image, command=["true"], labels={LABEL_OWNER: "dead-owner", "rlm-mcp.role": "sandbox"}
+            )["Id"]
+            await anyio.to_thread.run_sync(client.api.start, cid)
+            await anyio.to_thread.run_sync(lambda: client.api.wait(cid, timeout=20))
+            await mgr.reap_orphans()
+            assert not client.api.containers(all=True, filters={"id": cid})
+            r = await live.execute("print(1)", no_bridge)
+            assert r.stdout == "1\n"
+
+
+HOST_SCRIPT = textwrap.dedent(
+    """
+    import anyio, sys
+    from tests.fixtures_sandbox import sandbox_settings
+    from rlm_mcp.sandbox.manager import SandboxManager
+
+    async def main():
+        async with SandboxManager(sandbox_settings(pool_size=0), owner_id=sys.argv[1]) as mgr:
+            await mgr.ensure_ready()
+            async with mgr.open([]) as sb:
+                print("OPEN", flush=True)
+                await anyio.sleep(3600)
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_host_sigkill_leaves_a_container_that_stops_itself(tmp_path: Path) -> None:
+    owner = "sigkilled-" + os.urandom(4).hex()
+    proc = subprocess.Popen([sys.executable, "-c", HOST_SCRIPT, owner], stdout=subprocess.PIPE, cwd=Path(__file__).parents[1])
+    try:
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        assert line.strip() == b"OPEN"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    async with ready_manager(pool_size=0) as mgr:
+        client = await mgr.docker_client()
+        assert len(owner_containers(client, owner)) == 1
+        assert await wait_for(lambda: not owner_containers(client, owner, all=False), timeout=15)
+        await mgr.reap_orphans()
+        assert owner_containers(client, owner) == []
+
+
+async def test_cancellation_kills_the_container(tmp_path: Path) -> None:
+    async with ready_manager(pool_size=0) as mgr:
+        client = await mgr.docker_client()
+        async with mgr.open([]) as sb:
+            with anyio.move_on_after(0.5):
+                await sb.execute("import time\ntime.sleep(30)", no_bridge)
+            assert sb.container is None
+            assert owner_containers(client, mgr.owner_id) == []
+            r = await sb.execute("print('back')", no_bridge)  # a fresh container takes over
+            assert r.stdout == "back\n" and r.restarted
+
+
+async def test_check_fits(tmp_path: Path) -> None:
+    mgr = SandboxManager(sandbox_settings(sandbox_memory="256m"))
+    small = text_context(tmp_path, "x" * 1000)
+    mgr.check_fits([small])
+    big = small.__class__(path=small.path, format="text", kind="str", chars=200 << 20, bytes=200 << 20)
+    with pytest.raises(TooLargeError, match="RLM_MCP_SANDBOX_MEMORY"):
+        mgr.check_fits([big])
+
+
+@pytest.fixture
+def tcp_docker() -> Iterator[str]:
+    """A loopback TCP port forwarded to the local Docker socket (a remote engine stand-in)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect("/var/run/docker.sock")
+            threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"tcp://127.0.0.1:{port}"
+    stop.set()
+    listener.close()
+
+
+async def test_tcp_docker_host(tcp_docker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", tcp_docker)
+    async with ready_manager(pool_size=0) as mgr:
+        async with mgr.open([text_context(tmp_path, "over tcp")]) as sb:
+            r = await sb.execute("print(context)\nFINAL(llm_query('q'))", lambda req: _echo(req))
+            assert r.stdout == "over tcp\n" and r.answer == {"content": "echo:q", "ready": True}
+
+
+async def _echo(req):
+    return [f"echo:{p}" for p in req.prompts]
+
+
+async def test_docker_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlm_mcp.errors import DockerUnavailableError
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    async with SandboxManager(sandbox_settings()) as mgr:
+        with pytest.raises(DockerUnavailableError, match="Docker is not running"):
+            await mgr.ensure_ready()
+
+
+async def test_image_missing() -> None:
+    from rlm_mcp.errors import ImageMissingError
+
+    async with SandboxManager(sandbox_settings(sandbox_image="rlm-mcp-no-such-image:0")) as mgr:
+        with pytest.raises(ImageMissingError, match="rlm-mcp image build"):
+            await mgr.ensure_ready()
