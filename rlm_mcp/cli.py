@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
+import threading
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -112,17 +114,18 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 async def _serve(settings: Settings) -> None:
     """Serve until stdin closes (stdio), or SIGINT/SIGTERM; the lifespan then removes this
     server's sandboxes before the process exits."""
+    closed = threading.Event()
     if settings.transport == "http":
         from rlm_mcp.server.http import build_http_app, serve_http
 
-        app = build_http_app(settings)  # refusals (no token off loopback) happen before binding
+        app = build_http_app(settings, on_closed=closed.set)  # refusals happen before binding
 
         async def serve() -> None:
             await serve_http(settings, app)
     else:
         from rlm_mcp.server.app import build_server
 
-        server = build_server(settings, mode="stdio")
+        server = build_server(settings, mode="stdio", on_closed=closed.set)
 
         async def serve() -> None:
             await server.run_stdio_async()
@@ -132,12 +135,22 @@ async def _serve(settings: Settings) -> None:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
+                    # The SDK reads stdin in a worker thread that cancellation cannot
+                    # interrupt, so once the service has cleaned up, leave without it.
+                    threading.Thread(target=_exit_when, args=(closed,), daemon=True).start()
                     tg.cancel_scope.cancel()
                     return
 
         tg.start_soon(stop_on_signal)
         await serve()
         tg.cancel_scope.cancel()
+
+
+def _exit_when(closed: threading.Event, grace_s: float = 30.0) -> None:
+    closed.wait(grace_s)
+    logging.getLogger("rlm_mcp").info("shut down on signal")
+    logging.shutdown()
+    os._exit(0)
 
 
 def _image(args: argparse.Namespace, settings: Settings) -> int:

@@ -67,18 +67,26 @@ def _overrides(**values: Any) -> dict[str, Any]:
 # JSON-looking strings for any other annotation, which would turn the text '{"a": 1}' into a dict.
 
 
-def build_server(settings: Settings, *, mode: Mode = "stdio") -> MCPServer[RlmService]:
+def build_server(
+    settings: Settings, *, mode: Mode = "stdio", on_closed: Callable[[], None] | None = None
+) -> MCPServer[RlmService]:
+    """The MCP server; `on_closed` is called once the service has shut down (runs recorded,
+    sandboxes removed)."""
     holder: dict[str, RlmService] = {}
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[RlmService]) -> AsyncIterator[RlmService]:
         # Nothing here touches Docker or the LM endpoint: `initialize` must answer at once.
-        async with RlmService(settings, mode=mode) as service:
-            holder["service"] = service
-            try:
-                yield service
-            finally:
-                holder.pop("service", None)
+        try:
+            async with RlmService(settings, mode=mode) as service:
+                holder["service"] = service
+                try:
+                    yield service
+                finally:
+                    holder.pop("service", None)
+        finally:
+            if on_closed is not None:
+                on_closed()
 
     def svc() -> RlmService:
         try:

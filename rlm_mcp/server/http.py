@@ -10,6 +10,7 @@ import hmac
 import ipaddress
 import json
 import logging
+from collections.abc import Callable
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -60,13 +61,13 @@ class BearerAuth:
         await send({"type": "http.response.body", "body": body})
 
 
-def build_http_app(settings: Settings) -> ASGIApp:
+def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None = None) -> ASGIApp:
     if not is_loopback_host(settings.host) and not settings.auth_token:
         raise AccessDeniedError(
             f"Refusing to serve HTTP on {settings.host} without a token: anyone who can reach it could run code.",
             "Set RLM_MCP_AUTH_TOKEN (clients then send Authorization: Bearer <token>), or bind 127.0.0.1.",
         )
-    mcp = build_server(settings, mode="http")
+    mcp = build_server(settings, mode="http", on_closed=on_closed)
     app: ASGIApp = mcp.streamable_http_app(host=settings.host)
     if settings.auth_token:
         app = BearerAuth(app, settings.auth_token)
