@@ -68,13 +68,13 @@ async def _lm(settings: Settings) -> list[Check]:
     lm = LMClient(settings)
     try:
         probe = await lm.probe()
-        detail = f"{settings.base_url} answered" if probe.reachable else (probe.error or "unreachable")
-        if probe.reachable and probe.models is not None:
-            detail += f"; serves {', '.join(probe.models)}"
-        checks = [Check("lm endpoint", probe.reachable, detail)]
         if not probe.reachable:
-            checks[0].fix = f"Start the server behind {settings.base_url} (e.g. `vllm serve …`), or set RLM_MCP_BASE_URL."
-            return checks
+            fix = probe.error or f"Start the server behind {settings.base_url}, or set RLM_MCP_BASE_URL."
+            return [Check("lm endpoint", False, f"{settings.base_url} is unreachable", fix)]
+        detail = f"{settings.base_url} answered"
+        if probe.models is not None:
+            detail += f"; serves {', '.join(probe.models)}"
+        checks = [Check("lm endpoint", True, detail)]
         try:
             await lm.check_model()
             window = await lm.window(settings.model)

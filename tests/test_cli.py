@@ -1,0 +1,83 @@
+"""The `rlm-mcp` command line: doctor, image status, a one-off run, contexts and runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from rlm_mcp.testing.script import Script
+from rlm_mcp.testing.scripted_lm import ScriptedLM
+from tests.fixtures_e2e import SERVER_SCRIPT
+
+ANSWER = '```repl\nanswer["content"] = "cli:" + context.strip()\nanswer["ready"] = True\n```'
+
+
+def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {
+        "HOME": os.environ.get("HOME", "/root"),
+        "PATH": os.environ.get("PATH", ""),
+        "RLM_MCP_DATA_DIR": str(tmp_path / "data"),
+        "RLM_MCP_ALLOWED_ROOTS": str(tmp_path),
+        "RLM_MCP_POOL_SIZE": "0",
+        "RLM_MCP_LOG_LEVEL": "WARNING",
+        **env,
+    }
+    return subprocess.run([str(SERVER_SCRIPT), *args], env=full_env, capture_output=True, text=True, timeout=120)
+
+
+def test_doctor_passes_when_everything_is_there(tmp_path: Path) -> None:
+    with ScriptedLM(Script(sub_default="OK")) as lm:
+        proc = cli(tmp_path, "doctor", RLM_MCP_BASE_URL=lm.base_url)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for check in ("docker", "image", "lm endpoint", "model", "completion", "sandbox round trip"):
+        assert f"ok    {check}" in proc.stdout, proc.stdout
+    assert "window 16384 tokens" in proc.stdout
+    assert "all checks passed" in proc.stdout
+
+
+def test_doctor_names_the_fix_for_each_failure(tmp_path: Path) -> None:
+    proc = cli(
+        tmp_path, "doctor",
+        RLM_MCP_BASE_URL="http://127.0.0.1:9/v1", RLM_MCP_SANDBOX_IMAGE="rlm-mcp-sandbox:not-built",
+    )
+    assert proc.returncode == 1
+    assert "FAIL  image" in proc.stdout and "rlm-mcp image build" in proc.stdout
+    assert "FAIL  lm endpoint" in proc.stdout and "RLM_MCP_BASE_URL" in proc.stdout
+    assert "ok    docker" in proc.stdout
+
+
+def test_image_status(tmp_path: Path) -> None:
+    assert cli(tmp_path, "image", "status").returncode == 0
+    missing = cli(tmp_path, "image", "status", RLM_MCP_SANDBOX_IMAGE="rlm-mcp-sandbox:not-built")
+    assert missing.returncode == 1 and "rlm-mcp image build" in missing.stdout
+
+
+def test_run_then_inspect_contexts_and_runs(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello from a file\n")
+    with ScriptedLM(Script(root=[ANSWER])) as lm:
+        proc = cli(tmp_path, "run", "What does it say?", "--path", str(notes), RLM_MCP_BASE_URL=lm.base_url)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "completed" and result["answer"] == "cli:hello from a file"
+    assert "turn 1/20" in proc.stderr  # progress goes to stderr
+
+    listed = cli(tmp_path, "contexts", "list")
+    assert "notes.txt" in listed.stdout
+    runs = cli(tmp_path, "runs", "list")
+    assert result["run_id"] in runs.stdout and "completed" in runs.stdout
+    shown = json.loads(cli(tmp_path, "runs", "show", result["run_id"]).stdout)
+    assert shown["result"]["answer"] == "cli:hello from a file"
+    events = [json.loads(line) for line in cli(tmp_path, "runs", "export", result["run_id"]).stdout.splitlines()]
+    assert events[0]["type"] == "run_start" and events[-1]["type"] == "run_end"
+
+    missing = cli(tmp_path, "runs", "show", "run_nope")
+    assert missing.returncode == 1 and "Unknown run id" in missing.stderr
+
+
+def test_bad_configuration_is_reported_not_raised(tmp_path: Path) -> None:
+    proc = cli(tmp_path, "contexts", "list", RLM_MCP_MAX_ITERATIONS="lots")
+    assert proc.returncode == 2
+    assert "max_iterations" in proc.stderr and "Traceback" not in proc.stderr
