@@ -36,11 +36,19 @@ def make_bridge(
     lm: ChatModel,
     tree: RunTree,
     depth: int,
+    run_id: str,
     run_child: ChildRunner,
 ) -> LMBridge:
     """The bridge one run hands to `sandbox.execute` (depth = that run's depth)."""
     sub_model = settings.effective_sub_model
     allowed_models = {settings.model, sub_model, *settings.allowed_sub_models}
+
+    async def emit(model: str, completion: Completion | None, latency: float, error: str | None) -> None:
+        # Sub-calls are made by the run at `depth`; they are accounted one level below it.
+        await tree.emit_call(
+            role="sub", run_id=run_id, model=model, completion=completion,
+            latency_s=latency, error=error, depth=depth + 1,
+        )
 
     async def one_llm(prompt: str, model: str) -> str:
         if not isinstance(prompt, str):
@@ -68,13 +76,13 @@ def make_bridge(
             record = getattr(exc, "record", None)
             if record is not None:  # a failed call still counts (and may have used tokens)
                 tree.record(record)
-            await _emit_call(tree, depth, model, None, time.monotonic() - started, str(exc))
+            await emit(model, None, time.monotonic() - started, str(exc))
             return f"Error: sub-LLM call failed: {exc}"
         except Exception as exc:  # noqa: BLE001 - a sub-call must never kill the run
             log.exception("sub-call failed unexpectedly")
             return f"Error: sub-LLM call failed: {type(exc).__name__}: {exc}"
         tree.record(completion.record)
-        await _emit_call(tree, depth, model, completion, time.monotonic() - started, None)
+        await emit(model, completion, time.monotonic() - started, None)
         return completion.text
 
     async def gather(prompts: list[str], worker: Callable[[str], Awaitable[str]]) -> list[str]:
@@ -135,22 +143,3 @@ def make_bridge(
 
     return bridge
 
-
-async def _emit_call(
-    tree: RunTree, depth: int, model: str, completion: Completion | None, latency: float, error: str | None
-) -> None:
-    record = completion.record if completion is not None else None
-    await tree.emit(
-        {
-            "type": "llm_call",
-            "role": "sub",
-            "model": model,
-            "prompt_tokens": record.prompt_tokens if record else 0,
-            "completion_tokens": record.completion_tokens if record else 0,
-            "latency_s": round(latency, 4),
-            "status": "ok" if error is None else "error",
-            "finish_reason": completion.finish_reason if completion is not None else None,
-            "error": error,
-            "depth": depth + 1,
-        }
-    )

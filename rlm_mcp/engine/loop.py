@@ -120,7 +120,12 @@ class RLMEngine:
                     progress.phase = "sandbox"
                     sandbox: Sandbox = await stack.enter_async_context(self.sandboxes(contexts))
                     bridge = make_bridge(
-                        settings=self.settings, lm=self.lm, tree=tree, depth=depth, run_child=self._child_runner(tree, run_id)
+                        settings=self.settings,
+                        lm=self.lm,
+                        tree=tree,
+                        depth=depth,
+                        run_id=run_id,
+                        run_child=self._child_runner(tree, run_id),
                     )
                     status, reason = await self._loop(ctx, sandbox, bridge, query, contexts)
                 except StopRun as stop:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from rlm_mcp.engine.types import EventSink, RunLimits, RunProgress
-from rlm_mcp.lm.types import CallRecord, Usage
+from rlm_mcp.lm.types import CallRecord, Completion, Usage
 
 log = logging.getLogger("rlm_mcp.engine")
 
@@ -26,7 +26,6 @@ class RunTree:
     max_prompts_per_batch: int
     child_limiter: anyio.CapacityLimiter
     child_count: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def usage(self) -> Usage:
@@ -60,3 +59,32 @@ class RunTree:
             await self.sink(event)
         except Exception:  # noqa: BLE001 - the sink contract says it must not raise; be safe anyway
             log.exception("event sink failed on %s event", event.get("type"))
+
+    async def emit_call(
+        self,
+        *,
+        role: str,
+        run_id: str,
+        model: str,
+        completion: Completion | None,
+        latency_s: float,
+        error: str | None,
+        depth: int,
+    ) -> None:
+        """The `llm_call` event of one root or sub call (failed calls have no completion)."""
+        record = completion.record if completion is not None else None
+        await self.emit(
+            {
+                "type": "llm_call",
+                "run_id": run_id,
+                "role": role,
+                "model": model,
+                "prompt_tokens": record.prompt_tokens if record else 0,
+                "completion_tokens": record.completion_tokens if record else 0,
+                "latency_s": round(latency_s, 4),
+                "status": "ok" if error is None else "error",
+                "finish_reason": completion.finish_reason if completion is not None else None,
+                "error": error,
+                "depth": depth,
+            }
+        )

@@ -197,7 +197,7 @@ class TurnRunner:
                     notes.append(note)
         if cut_off:
             notes.append(msg.cut_off_message(ctx.settings.root_max_tokens))
-        output_chars = int(getattr(ctx.settings, "output_chars", 20_000))
+        output_chars = ctx.settings.output_chars
         if outputs:
             content = format_outputs(outputs, output_chars)
             if notes:
@@ -255,21 +255,10 @@ class TurnRunner:
         )
 
     async def _emit_call(self, model: str, completion: Completion | None, latency: float, error: str | None) -> None:
-        record = completion.record if completion is not None else None
-        await self.ctx.tree.emit(
-            {
-                "type": "llm_call",
-                "run_id": self.ctx.run_id,
-                "role": "root",
-                "model": model,
-                "prompt_tokens": record.prompt_tokens if record else 0,
-                "completion_tokens": record.completion_tokens if record else 0,
-                "latency_s": round(latency, 4),
-                "status": "ok" if error is None else "error",
-                "finish_reason": completion.finish_reason if completion is not None else None,
-                "error": error,
-                "depth": self.ctx.depth,
-            }
+        ctx = self.ctx
+        await ctx.tree.emit_call(
+            role="root", run_id=ctx.run_id, model=model, completion=completion,
+            latency_s=latency, error=error, depth=ctx.depth,
         )
 
     def _budget_reason(self) -> str:

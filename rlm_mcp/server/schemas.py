@@ -22,16 +22,7 @@ class ContextHandle(BaseModel):
 
     @classmethod
     def of(cls, info: ContextInfo) -> ContextHandle:
-        return cls(
-            context_id=info.context_id,
-            name=info.name,
-            bytes=info.bytes,
-            sha256=info.sha256,
-            format=info.format,
-            kind=info.kind,
-            chars=info.chars,
-            source=info.source,
-        )
+        return cls.model_validate(info.model_dump())  # the public subset of the stored fields
 
 
 class ContextList(BaseModel):
