@@ -183,6 +183,9 @@ class ScriptedLM:
     async def window(self, model: str) -> int:
         return self.windows.get(model, self.default_window)
 
+    async def window_known(self, model: str) -> bool:
+        return True
+
     async def count_tokens(self, messages: list[dict[str, str]], *, model: str) -> int:
         return int(count_tokens(messages) * self.count_skew)
 

@@ -58,3 +58,24 @@ async def test_http_many_big_outputs_never_overflow(tmp_path: Path) -> None:
         assert result.status == "max_iterations", result.reason
         assert [e for e in events if e["type"] == "history_elided"]
         assert all(e["status"] == "ok" for e in events if e["type"] == "llm_call")
+
+
+async def test_sub_prompts_are_refused_only_against_a_window_the_server_reported(tmp_path: Path) -> None:
+    big = repl("r = llm_query('look: ' + 'x' * 100_000)\nanswer['content'] = r\nanswer['ready'] = True")
+    # No /v1/models: the window is unknown, so the server decides (this one takes 64k tokens).
+    lenient = {"root": [big], "sub_default": "took it", "models_endpoint": False, "max_model_len": 65536}
+    async with ScriptedServer(lenient) as server:
+        result, _ = await _run(server, tmp_path)
+        assert result.answer == "took it"
+    # The server reports 16384 tokens: the prompt is refused with a clear message, never sent.
+    strict = {"root": [big], "sub_default": "took it", "max_model_len": 16384}
+    async with ScriptedServer(strict) as server:
+        result, _ = await _run(server, tmp_path)
+        assert result.answer.startswith("Error: this prompt is") and "smaller chunks" in result.answer
+        assert server.requests_by_role("sub") == []
+    # Unknown window and a server that rejects it: the server's reason reaches the code.
+    rejecting = {"root": [big], "models_endpoint": False, "max_model_len": 16384}
+    async with ScriptedServer(rejecting) as server:
+        result, _ = await _run(server, tmp_path)
+        assert "too large for the sub-LLM's window" in result.answer
+        assert "maximum context length is 16384" in result.answer

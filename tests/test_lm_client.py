@@ -69,6 +69,7 @@ async def test_window_discovered_from_adapter_parent_and_cached() -> None:
             assert await client.window("rlm-v0.1") == 8192  # adapter entry is null: its parent's
             assert await client.window("rlm-v0.1") == 8192
             assert await client.window(lm.script.base_model) == 8192
+            assert await client.window_known("rlm-v0.1") is True
         assert lm.hits["/v1/models"] == 1
 
 
@@ -76,6 +77,7 @@ async def test_window_setting_overrides_discovery() -> None:
     async with ScriptedLM({"max_model_len": 8192}) as lm:
         async with client_for(lm, max_model_len=4000) as client:
             assert await client.window("rlm-v0.1") == 4000
+            assert await client.window_known("rlm-v0.1") is True
         assert lm.hits["/v1/models"] == 0
 
 
@@ -83,6 +85,7 @@ async def test_window_falls_back_without_models_endpoint() -> None:
     async with ScriptedLM({"models_endpoint": False, "max_model_len": 8192}) as lm:
         async with client_for(lm) as client:
             assert await client.window("rlm-v0.1") == 16384
+            assert await client.window_known("rlm-v0.1") is False
 
 
 async def test_window_falls_back_when_unreachable() -> None:

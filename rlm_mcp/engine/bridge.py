@@ -16,7 +16,7 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.ports import ChatModel, LMBridge, LMRequest
 from rlm_mcp.engine.tree import RunTree
-from rlm_mcp.lm.errors import LMError
+from rlm_mcp.lm.errors import LMContextLengthError, LMError
 from rlm_mcp.lm.types import Completion
 
 log = logging.getLogger("rlm_mcp.engine")
@@ -59,7 +59,10 @@ def make_bridge(
         try:
             window = await lm.window(model)
             max_tokens = settings.sub_max_tokens
-            if len(prompt) + _TEMPLATE_SLACK > window - max_tokens:
+            # Refuse or clamp only against a window the server reported (or the setting); with
+            # the 16384 fallback the server itself decides, and a rejection comes back as text.
+            known = await lm.window_known(model)
+            if known and len(prompt) + _TEMPLATE_SLACK > window - max_tokens:
                 tokens = await lm.count_tokens([{"role": "user", "content": prompt}], model=model)
                 room = window - tokens
                 if room < min(_MIN_SUB_COMPLETION, max_tokens):
@@ -72,6 +75,10 @@ def make_bridge(
             completion = await lm.complete(
                 [{"role": "user", "content": prompt}], model=model, max_tokens=max_tokens, role="sub"
             )
+        except LMContextLengthError as exc:
+            await emit(model, None, time.monotonic() - started, str(exc))
+            said = getattr(exc, "server_message", None) or str(exc)
+            return f"Error: this prompt ({len(prompt)} chars) is too large for the sub-LLM's window: {said} Split the text into smaller chunks."
         except LMError as exc:
             record = getattr(exc, "record", None)
             if record is not None:  # a failed call still counts (and may have used tokens)

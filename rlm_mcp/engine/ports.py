@@ -77,4 +77,9 @@ class ChatModel(Protocol):
 
     async def window(self, model: str) -> int: ...
 
+    async def window_known(self, model: str) -> bool:
+        """True when `window(model)` is the server's real window (a setting, or discovered),
+        False when it is only the 16384 fallback."""
+        ...
+
     async def count_tokens(self, messages: list[dict[str, str]], *, model: str) -> int: ...

@@ -90,6 +90,7 @@ class LMClient:
         self._cards: list[dict[str, Any]] | None = None
         self._cards_failed_at: float | None = None
         self._windows: dict[str, int] = {}
+        self._known_windows: set[str] = set()  # windows the server itself reported
         self._tokenize_ok: bool | None = None
 
     # --- plumbing ---------------------------------------------------------------------------
@@ -305,13 +306,22 @@ class LMClient:
             return self._windows[model]
         cards = await self._model_cards()
         found = window_from_cards(cards, model) if cards else None
-        if found is None:
+        if found is not None:
+            self._known_windows.add(model)
+        else:
             log.info("no window found for model '%s' at %s: assuming %d", model, self.base_url, DEFAULT_WINDOW)
             if cards is None:
                 return DEFAULT_WINDOW  # not cached: discovery may work later
             found = DEFAULT_WINDOW
         self._windows[model] = found
         return found
+
+    async def window_known(self, model: str) -> bool:
+        """Whether `window(model)` is real (the setting or discovered) rather than the fallback."""
+        if self._settings.max_model_len:
+            return True
+        await self.window(model)
+        return model in self._known_windows
 
     async def count_tokens(self, messages: list[dict[str, str]], *, model: str) -> int:
         """Prompt tokens as the chat template sees them: /tokenize when served, else an over-estimate."""
