@@ -13,6 +13,7 @@ import signal
 import threading
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -56,8 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     runs_sub.add_parser("list")
     show = runs_sub.add_parser("show")
     show.add_argument("run_id")
-    export = runs_sub.add_parser("export", help="print a run's event log as JSONL")
+    export = runs_sub.add_parser("export", help="print a run as JSONL: its events, or chat conversations")
     export.add_argument("run_id")
+    export.add_argument("--format", choices=["events", "chat"], default="events",
+                        help="chat: one {messages: [...]} line per run of the tree, for fine-tuning sets")
+    page = runs_sub.add_parser("html", help="write a self-contained HTML page of a run's trajectory")
+    page.add_argument("run_id")
+    page.add_argument("-o", "--output", help="file to write (default: stdout)")
 
     image = sub.add_parser("image", help="the sandbox image")
     image_sub = image.add_subparsers(dest="action", required=True)
@@ -199,7 +205,22 @@ async def _runs(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "show":
         print(json.dumps(await records.read_summary(args.run_id), indent=2, default=str))
         return 0
-    for event in await records.read_events(args.run_id):
+    from rlm_mcp.service.trajectory import chat_jsonl, render_html
+
+    summary = await records.read_summary(args.run_id)
+    events = await records.read_events(args.run_id)
+    if args.action == "html":
+        page = render_html(summary, events)
+        if args.output:
+            Path(args.output).write_text(page, encoding="utf-8")
+            print(args.output)
+        else:
+            print(page)
+        return 0
+    if args.format == "chat":
+        sys.stdout.write(chat_jsonl(summary, events))
+        return 0
+    for event in events:
         print(json.dumps(event, default=str))
     return 0
 

@@ -73,6 +73,18 @@ def test_run_then_inspect_contexts_and_runs(tmp_path: Path) -> None:
     events = [json.loads(line) for line in cli(tmp_path, "runs", "export", result["run_id"]).stdout.splitlines()]
     assert events[0]["type"] == "run_start" and events[-1]["type"] == "run_end"
 
+    chat = [json.loads(line) for line in cli(tmp_path, "runs", "export", result["run_id"], "--format", "chat").stdout.splitlines()]
+    assert len(chat) == 1 and chat[0]["answer"] == "cli:hello from a file"
+    roles = [m["role"] for m in chat[0]["messages"]]
+    assert roles == ["system", "user", "user", "assistant", "user"]
+    assert "hello from a file" not in json.dumps(chat[0]["messages"])  # the root never saw the context
+
+    page = tmp_path / "run.html"
+    assert cli(tmp_path, "runs", "html", result["run_id"], "-o", str(page)).returncode == 0
+    text = page.read_text()
+    assert "What does it say?" in text and "cli:hello from a file" in text
+    assert "answer[&quot;content&quot;]" in text  # the model's code is escaped, never raw HTML
+
     missing = cli(tmp_path, "runs", "show", "run_nope")
     assert missing.returncode == 1 and "Unknown run id" in missing.stderr
 

@@ -43,7 +43,9 @@ async def test_one_turn_answer_and_message_structure(tmp_path: Path) -> None:
         assert kind in types
     assert events.of("run_end")[0]["status"] == "completed"
     turn1 = events.of("turn")[0]
-    assert [x["role"] for x in turn1["new_messages"]] == ["user", "assistant", "user"]
+    # Turn 1 carries the whole opening (system and metadata too), later turns only what is new.
+    assert [x["role"] for x in turn1["new_messages"]] == ["system", "user", "user", "assistant", "user"]
+    assert [x["role"] for x in events.of("turn")[1]["new_messages"]] == ["user", "assistant", "user"]
     start = events.of("run_start")[0]
     assert start["contexts"] == [{"context_id": "ctx", "name": "ctx", "kind": "str", "chars": 240}]
     assert "The magic number" not in str(start)

@@ -70,7 +70,9 @@ class TurnRunner:
         await ctx.tree.emit(
             {"type": "turn_start", "run_id": ctx.run_id, "iteration": iteration, "max_iterations": ctx.limits.max_iterations, "depth": ctx.depth}
         )
-        first_new = len(ctx.history)
+        # Turn 1 also logs the system and metadata messages, so a run's log holds the whole
+        # conversation (the trajectory export and viewer rebuild it from these events).
+        first_new = 0 if iteration == 1 else len(ctx.history)
         ctx.history.add("user", turn_text, "turn", iteration)
         completion = await self._root_call()
         ctx.history.add("assistant", completion.text, "assistant", iteration)
