@@ -7,8 +7,12 @@ import time
 from rlm_mcp.engine import RunProgress
 
 
+_PHASES = {"sandbox": "starting a sandbox", "lm": "waiting for the model", "cell": "running code"}
+
+
 def describe(progress: RunProgress, *, phase: str | None = None) -> str:
     """One short line a person can read; Claude Code shows about 200 characters of it."""
+    phase = phase or _PHASES.get(progress.phase)
     elapsed = time.monotonic() - progress.started
     parts = [f"turn {progress.iterations}/{progress.max_iterations}"]
     parts.append(f"{progress.sub_calls} sub-call{'s' if progress.sub_calls != 1 else ''}")
