@@ -189,3 +189,58 @@ def test_server_exit_mid_run_removes_its_sandboxes(tmp_path: Path, stop: str) ->
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
     assert sandbox_container_ids() <= before
+
+
+@pytest.mark.anyio
+async def test_run_timeout_interrupts_a_stuck_cell_and_keeps_the_partial_answer(tmp_path: Path) -> None:
+    before = sandbox_container_ids()
+    turns = [
+        cell('answer["content"] = "partial"'),
+        cell("while True:\n    pass"),
+    ]
+    with ScriptedLM(Script(root=turns)) as lm:
+        env = minimal_env(lm.base_url, tmp_path / "data", [tmp_path], RLM_MCP_CELL_TIMEOUT_S="600")
+        async with stdio_client(env) as client:
+            ctx = (await client.call_tool("rlm_load_context", {"text": "c"})).structured_content
+            started = anyio.current_time()
+            result = await client.call_tool(
+                "rlm_complete", {"query": "q", "context_id": ctx["context_id"], "timeout_s": 8}
+            )
+            elapsed = anyio.current_time() - started
+            out = result.structured_content
+            assert out["status"] == "timeout", out
+            assert out["answer"] == "partial"
+            assert "timeout_s=8" in out["reason"]
+            assert elapsed < 60  # the 600 s cell limit did not decide it; the run's 8 s did
+    assert sandbox_container_ids() <= before
+
+
+ANSWER_VARIANTS = {
+    "update": cell('answer.update({"content": "via update", "ready": True})'),
+    "rebind": cell('answer = {"content": 12345, "ready": True}'),
+    "ready_first": cell('answer["ready"] = True\nanswer["content"] = "order does not matter"'),
+    "final_var": "I computed it.\n" + cell('result = "from a variable"') + "\nFINAL_VAR(result)",
+    "final_text": "The answer is plain.\nFINAL(in the text)",
+}
+EXPECTED = {
+    "update": "via update",
+    "rebind": "12345",
+    "ready_first": "order does not matter",
+    "final_var": "from a variable",
+    "final_text": "in the text",
+}
+
+
+@pytest.mark.anyio
+async def test_answer_protocol_variants_through_the_real_kernel(tmp_path: Path) -> None:
+    script = Script(root_by_query=[{"match": f"variant {name}\n", "replies": [reply]} for name, reply in ANSWER_VARIANTS.items()])
+    with ScriptedLM(script) as lm:
+        async with stdio_client(minimal_env(lm.base_url, tmp_path / "data", [tmp_path])) as client:
+            ctx = (await client.call_tool("rlm_load_context", {"text": "c"})).structured_content
+            for name in ANSWER_VARIANTS:
+                result = await client.call_tool(
+                    "rlm_complete", {"query": f"variant {name}", "context_id": ctx["context_id"]}
+                )
+                out = result.structured_content
+                assert out["status"] == "completed", (name, out)
+                assert out["answer"] == EXPECTED[name], name
