@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -140,6 +141,12 @@ class Settings(BaseSettings):
             return parsed
         return value
 
+    @field_validator("sandbox_memory", "sandbox_tmpfs", "sandbox_shm", mode="after")
+    @classmethod
+    def _check_size(cls, value: str) -> str:
+        parse_size(value)  # fail at start-up, not at the first sandbox
+        return value
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _expand_data_dir(cls, value: Path) -> Path:
@@ -166,9 +173,8 @@ class Settings(BaseSettings):
 
 
 def parse_size(text: str) -> int:
-    """'256m' -> bytes. Accepts b, k, m, g suffixes (Docker's convention, powers of 1024)."""
-    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    cleaned = text.strip().lower().removesuffix("b") if text.strip().lower().endswith(("kb", "mb", "gb")) else text.strip().lower()
-    if cleaned and cleaned[-1] in units:
-        return int(float(cleaned[:-1]) * units[cleaned[-1]])
-    return int(cleaned)
+    """'256m' -> bytes. Docker's units: b, k, m, g (powers of 1024), an optional trailing 'b'."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)b?\s*", text.lower())
+    if match is None:
+        raise ValueError(f"{text!r} is not a size such as 512m or 2g")
+    return int(float(match[1]) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[match[2]])
