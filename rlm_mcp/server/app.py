@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
@@ -59,6 +60,35 @@ async def _call(work: Awaitable[T]) -> T:
         raise ToolError(str(exc)) from exc
 
 
+HEARTBEAT_S = 5.0
+
+
+async def _with_heartbeat(ctx: Context, label: str, work: Awaitable[T]) -> T:
+    """Await `work`, sending a progress line every few seconds (a big folder or a slow URL
+    must not look like a hang, and clients that reset their timeout on progress need it)."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+    async with anyio.create_task_group() as tg:
+
+        async def beat() -> None:
+            started = anyio.current_time()
+            while True:
+                await anyio.sleep(HEARTBEAT_S)
+                elapsed = anyio.current_time() - started
+                await ctx.report_progress(elapsed, None, f"{label} · {elapsed:.0f} s")
+
+        tg.start_soon(beat)
+        try:
+            outcome.append(await work)
+        except Exception as exc:  # re-raised below, outside the task group (no ExceptionGroup)
+            failure.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
 def _overrides(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
@@ -98,6 +128,7 @@ def build_server(
 
     @mcp.tool(annotations=_STORE)
     async def rlm_load_context(
+        ctx: Context,
         text: Annotated[str, Field(description="The context itself (small contexts only).")] = "",
         path: Annotated[str, Field(description="A file or folder under the allowed roots.")] = "",
         glob: Annotated[str, Field(description="An absolute glob pattern, e.g. /repo/**/*.py.")] = "",
@@ -108,12 +139,12 @@ def build_server(
         exclude: Annotated[list[str] | None, Field(description="Folder/glob: skip paths matching these.")] = None,
     ) -> ContextHandle:
         """Store a large context once and get a context_id handle (same bytes, same id)."""
-        info = await _call(
-            svc().load_context(
-                text=text or None, path=path or None, glob=glob or None, url=url or None, name=name or None,
-                format=format, include=include, exclude=exclude,
-            )
+        source = path or glob or url or "text"
+        work = svc().load_context(
+            text=text or None, path=path or None, glob=glob or None, url=url or None, name=name or None,
+            format=format, include=include, exclude=exclude,
         )
+        info = await _call(_with_heartbeat(ctx, f"loading {source[:120]}", work))
         return ContextHandle.of(info)
 
     @mcp.tool(annotations=_STORE)
