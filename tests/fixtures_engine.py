@@ -170,6 +170,7 @@ class ScriptedLM:
     enforce_window: bool = True
     root_delay_s: float = 0.0
     count_skew: float = 1.0  # < 1 makes count_tokens under-report (server disagrees with us)
+    tokenizer: Callable[[list[dict[str, str]]], int] = count_tokens  # the "server's" token count
     calls: list[Call] = field(default_factory=list)
 
     @property
@@ -187,18 +188,21 @@ class ScriptedLM:
         return True
 
     async def count_tokens(self, messages: list[dict[str, str]], *, model: str) -> int:
-        return int(count_tokens(messages) * self.count_skew)
+        return int(self.tokenizer(messages) * self.count_skew)
 
     async def complete(self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: str) -> Completion:
         self.calls.append(Call([dict(m) for m in messages], model, max_tokens, role))
-        prompt_tokens = count_tokens(messages)
+        prompt_tokens = self.tokenizer(messages)
         if self.enforce_window and prompt_tokens + max_tokens > await self.window(model):
-            raise LMContextLengthError(
+            err = LMContextLengthError(
                 f"This model's maximum context length is {await self.window(model)} tokens; "
                 f"the request has {prompt_tokens} input tokens and max_tokens {max_tokens}.",
                 endpoint="http://fake/v1",
                 status=400,
             )
+            # As LMClient.complete does: the failed call, as accounted (it counts as a call).
+            err.record = CallRecord(model, 0, 0, 0.0, "error", "root" if role == "root" else "sub", error=str(err))
+            raise err
         if role == "root":
             if self.root_delay_s:
                 await anyio.sleep(self.root_delay_s)

@@ -153,3 +153,49 @@ async def test_children_at_max_depth_use_llm_query(tmp_path: Path) -> None:
     result, events, factory, _ = await run_engine(tmp_path, lm, max_depth=2)
     assert result.answer == "sub[leaf]"
     assert len(factory.opened) == 2  # the child's rlm_query did not start a grandchild
+
+
+async def test_a_sub_call_rejected_for_length_still_counts_as_a_call(tmp_path: Path) -> None:
+    # Our count under-reports, so the sub-prompt passes the pre-check and the server rejects it.
+    # Every other failed call (root or sub) is in usage.calls; this one must be too.
+    settings = make_settings(sub_model="small")
+    lm = ScriptedLM(root=[repl("print(llm_query('w ' * 5000))"), DONE], windows={"small": 4000}, count_skew=0.5)
+    result, events, *_ = await run_engine(tmp_path, lm, settings=settings)
+    assert "too large for the sub-LLM's window" in lm.root_calls[1].messages[4]["content"]
+    assert len(lm.sub_calls) == 1
+    assert result.usage["total"]["calls"] == len(lm.calls) == len(events.of("llm_call"))
+    assert result.usage["by_model"]["small"]["calls"] == 1
+
+
+async def test_sub_prompt_precheck_counts_bytes_not_chars(tmp_path: Path) -> None:
+    # Byte-level BPE can spend several tokens on one non-ASCII character, so a prompt with fewer
+    # characters than the room left may still not fit: it must be counted, refused before it is
+    # sent (or clamped), never sent blind with the full completion budget.
+    def byte_tokens(messages: list[dict[str, str]]) -> int:
+        return sum(len(m["content"].encode("utf-8")) + 4 for m in messages) + 3
+
+    settings = make_settings(sub_model="small")
+    code = "print(llm_query('\U0001F600' * 9000))"  # 9,000 chars, 36,000 bytes/tokens
+    lm = ScriptedLM(root=[repl(code), DONE], windows={"small": 20000}, tokenizer=byte_tokens)
+    result, *_ = await run_engine(tmp_path, lm, settings=settings)
+    out = lm.root_calls[1].messages[4]["content"]
+    assert "Error: this prompt is" in out and "window is 20000 tokens" in out, out
+    assert len(lm.sub_calls) == 0  # refused before sending
+
+
+async def test_no_child_rlm_starts_once_the_token_budget_is_spent(tmp_path: Path) -> None:
+    # The budget spans the tree: once it is spent, rlm_query must not start children that
+    # each make a full root call (llm_query already refuses at that point).
+    parent = repl("x = llm_query('hi ' * 2000)\nprint(rlm_query_batched(['a', 'b', 'c', 'd', 'e', 'f']))")
+
+    def root(messages: list[dict[str, str]], index: int) -> str:
+        if messages[1]["content"].startswith("Answer the following"):
+            return parent
+        return DONE
+
+    lm = ScriptedLM(root=root, sub=lambda p: "s" * 4000)
+    result, events, *_ = await run_engine(tmp_path, lm, max_depth=2, token_budget=2000)
+    assert result.status == "budget_exceeded"
+    child_roots = [c for c in lm.root_calls if not c.messages[1]["content"].startswith("Answer the following")]
+    assert child_roots == []
+    assert result.usage["total"]["calls"] == len(lm.calls)

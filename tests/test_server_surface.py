@@ -299,3 +299,62 @@ async def test_slow_context_loads_send_progress(tmp_path: Path, monkeypatch: pyt
         server.shutdown()
         server.server_close()
     assert any(m.startswith(f"loading {url}") for m in messages), messages
+
+
+async def test_complete_progress_values_strictly_increase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # MCP: "The progress value MUST increase with each notification". The start line, the
+    # queued/turn events and the heartbeats must not repeat a value (they used to repeat the
+    # turn number: 0.0 for "started" and again for turn 0, then turn k at every heartbeat).
+    import rlm_mcp.service.runs as runs_module
+    import rlm_mcp.service.service as service_module
+
+    original = runs_module.wait_with_heartbeat
+
+    async def fast_heartbeat(run: Any, report: Any, *, heartbeat_s: float = 5.0) -> Any:
+        return await original(run, report, heartbeat_s=0.1)
+
+    monkeypatch.setattr(service_module, "wait_with_heartbeat", fast_heartbeat)
+    slow = '```repl\nimport time\ntime.sleep(0.6)\nprint("step")\n```'
+    values: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        values.append(value)
+
+    with ScriptedLM(Script(root=[slow, slow, ANSWER_NOW])) as lm:
+        async with Client(build_server(make_settings(tmp_path, lm.base_url))) as client:
+            ctx = await call(client, "rlm_load_context", text="c")
+            result = await client.call_tool(
+                "rlm_complete", {"query": "q", "context_id": ctx["context_id"]}, progress_callback=on_progress
+            )
+            assert not result.is_error, result.content
+            assert result.structured_content["status"] == "completed"
+    assert len(values) >= 5, values
+    assert all(b > a for a, b in zip(values, values[1:])), values
+
+
+async def test_an_event_during_a_progress_report_is_not_lost() -> None:
+    # A turn that starts while the previous progress line is being sent must still be
+    # reported at once, not at the next heartbeat.
+    from rlm_mcp.engine import RunLimits, RunProgress
+    from rlm_mcp.service.runs import ActiveRun, RunRequest, wait_with_heartbeat
+
+    limits = RunLimits(max_iterations=3, max_depth=1, timeout_s=60, token_budget=None, max_errors=5)
+    run = ActiveRun("r", RunRequest("q", ["c"], limits), RunProgress(run_id="r", max_iterations=3))
+    seen: list[tuple[str | None, float]] = []
+    start = anyio.current_time()
+
+    async def report(event: str | None) -> None:
+        seen.append((event, anyio.current_time() - start))
+        if len(seen) == 1:
+            run.notify("turn_start")  # happens while this report is in flight
+        else:
+            run.result = object()  # type: ignore[assignment]
+            run.done.set()
+            run.notify("run_end")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_with_heartbeat, run, report)
+        await anyio.sleep(0.05)
+        run.notify("turn_start")
+    assert [e for e, _ in seen] == ["turn_start", "turn_start"], seen
+    assert seen[1][1] < 1.0, seen

@@ -22,7 +22,8 @@ from rlm_mcp.lm.types import Completion
 log = logging.getLogger("rlm_mcp.engine")
 
 # Chat-template overhead of a one-message prompt; prompts this far under the window skip the
-# exact count (one fewer HTTP round trip per sub-call), since a token is never under 1 char.
+# exact count (one fewer HTTP round trip per sub-call). Measured in UTF-8 bytes, not chars: a
+# byte-level BPE token is never under 1 byte, but one emoji or rare CJK char can be 2-4 tokens.
 _TEMPLATE_SLACK = 64
 # A sub-call needs at least this much room to answer; less is reported as "prompt too large".
 _MIN_SUB_COMPLETION = 256
@@ -62,7 +63,7 @@ def make_bridge(
             # Refuse or clamp only against a window the server reported (or the setting); with
             # the 16384 fallback the server itself decides, and a rejection comes back as text.
             known = await lm.window_known(model)
-            if known and len(prompt) + _TEMPLATE_SLACK > window - max_tokens:
+            if known and len(prompt.encode("utf-8", "surrogatepass")) + _TEMPLATE_SLACK > window - max_tokens:
                 tokens = await lm.count_tokens([{"role": "user", "content": prompt}], model=model)
                 room = window - tokens
                 if room < min(_MIN_SUB_COMPLETION, max_tokens):
@@ -76,6 +77,9 @@ def make_bridge(
                 [{"role": "user", "content": prompt}], model=model, max_tokens=max_tokens, role="sub"
             )
         except LMContextLengthError as exc:
+            record = getattr(exc, "record", None)
+            if record is not None:  # a rejected call is a call, as everywhere else (exact usage)
+                tree.record(record)
             await emit(model, None, time.monotonic() - started, str(exc))
             said = getattr(exc, "server_message", None) or str(exc)
             return f"Error: this prompt ({len(prompt)} chars) is too large for the sub-LLM's window: {said} Split the text into smaller chunks."
@@ -127,7 +131,11 @@ def make_bridge(
         recursive = request.kind == "rlm" and depth + 1 < tree.limits.max_depth
         if recursive:
             async def worker(prompt: str) -> str:
+                # Like llm_query: a spent tree budget starts no child (each would make at
+                # least one full root call); checked again once a child slot is free.
                 async with tree.child_limiter:
+                    if tree.over_budget():
+                        return "Error: the run's token budget is spent; no more sub-calls can be made."
                     return await run_child(prompt, depth + 1)
         else:
             async def worker(prompt: str) -> str:

@@ -64,6 +64,10 @@ class TurnRunner:
     async def turn(self, iteration: int, turn_text: str) -> tuple[RunStatus, str | None] | None:
         """Play one turn; return (status, reason) when the run must end, else None."""
         ctx = self.ctx
+        if ctx.tree.over_budget():
+            # Siblings share the tree's budget: a child must not make its first (or next) root
+            # call once another run of the tree has spent it.
+            return "budget_exceeded", self._budget_reason()
         ctx.iterations = iteration
         if ctx.depth == 0:
             ctx.progress.iterations = iteration

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from rlm_mcp.engine import RunProgress
@@ -30,3 +31,25 @@ def _human(n: int) -> str:
     if n >= 10_000:
         return f"{n / 1000:.0f}k"
     return str(n)
+
+
+class ProgressValues:
+    """Progress values for one request: the turn number, made strictly increasing.
+
+    MCP requires each notification's `progress` to be larger than the last; heartbeats and
+    several events within one turn would otherwise repeat the turn number (clients may drop
+    or reject such notifications). Within a turn the value creeps towards the next integer.
+    """
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+
+    def next(self, turn: int) -> float:
+        value = float(turn)
+        last = self._last
+        if last is not None and value <= last:
+            value = last + (max(float(turn) + 1.0, last + 1.0) - last) / 2
+            if value <= last:  # halving ran out of precision: the smallest step up
+                value = math.nextafter(last, math.inf)
+        self._last = value
+        return value

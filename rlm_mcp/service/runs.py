@@ -52,14 +52,20 @@ class ActiveRun:
     scope: anyio.CancelScope | None = None
     _changed: anyio.Event = field(default_factory=anyio.Event)
     last_event: str | None = None
+    # Counts notifications, so a waiter that was busy (sending progress) when one happened
+    # still sees it: the Event alone is replaced on every notify and would lose it.
+    seq: int = 0
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
+        self.seq += 1
         self._changed.set()
         self._changed = anyio.Event()
 
-    async def wait_change(self, timeout: float) -> bool:
-        """True if something happened within `timeout` seconds."""
+    async def wait_change(self, timeout: float, *, since: int | None = None) -> bool:
+        """True if something happened within `timeout` seconds (or since notification `since`)."""
+        if since is not None and self.seq != since:
+            return True
         changed = self._changed
         with anyio.move_on_after(timeout):
             await changed.wait()
@@ -225,8 +231,10 @@ async def wait_with_heartbeat(
 ) -> RunResult:
     """Wait for `run` to end, calling `report` on every progress event and at least every
     `heartbeat_s` seconds (clients that reset their timeout on progress need this)."""
+    seen = run.seq
     while not run.done.is_set():
-        changed = await run.wait_change(heartbeat_s)
+        changed = await run.wait_change(heartbeat_s, since=seen)
+        seen = run.seq
         if run.done.is_set():
             break
         await report(run.last_event if changed else None)

@@ -22,7 +22,7 @@ from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.contexts import ContextLoader
-from rlm_mcp.service.progress import describe
+from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.runs import ActiveRun, RunManager, RunRequest, limits_from, unique_ids, wait_with_heartbeat
 from rlm_mcp.store import ContextInfo, ContextStore, RunStore, UploadState, UploadStore
 
@@ -154,14 +154,15 @@ class RlmService:
         self, query: str, context_id: str | Sequence[str], overrides: dict[str, Any], report: ProgressReport
     ) -> RunResult:
         run = await self.start_run(query, context_id, overrides)
+        values = ProgressValues()  # MCP: each progress value must exceed the previous one
         try:
 
             async def on_progress(event: str | None) -> None:
                 phase = "waiting for a free run slot" if run.phase == "queued" else None
                 p = run.progress
-                await report(float(p.iterations), float(p.max_iterations), describe(p, phase=phase))
+                await report(values.next(p.iterations), float(p.max_iterations), describe(p, phase=phase))
 
-            await report(0.0, float(run.progress.max_iterations), f"run {run.run_id} started")
+            await report(values.next(0), float(run.progress.max_iterations), f"run {run.run_id} started")
             result = await wait_with_heartbeat(run, on_progress)
         finally:
             # The caller went away (cancel, timeout): the run must not outlive its call.
