@@ -358,3 +358,41 @@ async def test_an_event_during_a_progress_report_is_not_lost() -> None:
         run.notify("turn_start")
     assert [e for e, _ in seen] == ["turn_start", "turn_start"], seen
     assert seen[1][1] < 1.0, seen
+
+
+async def test_old_finished_runs_are_served_from_their_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlm_mcp.service.runs as runs_module
+
+    monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
+    with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
+        mcp = build_server(make_settings(tmp_path, lm.base_url))
+        async with Client(mcp) as client:
+            ctx = await call(client, "rlm_load_context", text="c")
+            first = await call(client, "rlm_complete", query="one", context_id=ctx["context_id"])
+            await call(client, "rlm_complete", query="two", context_id=ctx["context_id"])
+            await call(client, "rlm_complete", query="three", context_id=ctx["context_id"])
+            # The first run left memory, but every tool still answers for it from disk.
+            assert (await call(client, "rlm_status", run_id=first["run_id"]))["status"] == "completed"
+            result = await call(client, "rlm_result", run_id=first["run_id"])
+            assert result["answer"] == "forty-two" and result["status"] == "completed"
+            assert (await call(client, "rlm_cancel", run_id=first["run_id"]))["status"] == "completed"
+            answer = await client.read_resource(f"rlm://runs/{first['run_id']}/answer")
+            assert answer.contents[0].text == "forty-two"
+
+
+async def test_finished_runs_beyond_the_cap_leave_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlm_mcp.service.runs as runs_module
+    from rlm_mcp.service.service import RlmService
+
+    async def quiet(progress: float, total: float | None, message: str) -> None:
+        return None
+
+    monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
+    with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
+        async with RlmService(make_settings(tmp_path, lm.base_url)) as service:
+            ctx = await service.load_context(text="c")
+            first = await service.complete("one", ctx.context_id, {}, quiet)
+            second = await service.complete("two", ctx.context_id, {}, quiet)
+            assert service.runs.get(first.run_id) is None
+            assert service.runs.get(second.run_id) is not None
+            assert (await service.status(first.run_id))["status"] == "completed"

@@ -178,6 +178,12 @@ class LMClient:
                     )
                 except httpx.TransportError as exc:
                     failure = self._unreachable(exc)
+                except httpx.HTTPError as exc:  # a corrupt body (DecodingError), redirect loops, ...
+                    raise LMMalformedResponseError(
+                        f"The answer of {url} (model '{model}') could not be read: {type(exc).__name__}: {exc}.",
+                        "Check that RLM_MCP_BASE_URL points at an OpenAI-compatible server (…/v1).",
+                        endpoint=url,
+                    ) from exc
                 else:
                     if response.status_code < 400:
                         return response

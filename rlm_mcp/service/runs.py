@@ -24,6 +24,8 @@ from rlm_mcp.store import ContextStore, RunLog, RunStore
 
 logger = logging.getLogger("rlm_mcp.service")
 
+FINISHED_RUNS_KEPT = 64
+
 # Events after which a waiting `rlm_complete` reports progress at once.
 PROGRESS_EVENTS = frozenset({"turn_start", "sub_calls", "child_start", "child_end", "run_end"})
 
@@ -156,6 +158,14 @@ class RunManager:
                 await self._finish_record(run, log)
                 run.done.set()
                 run.notify("run_end")
+                self._forget_old_runs()
+
+    def _forget_old_runs(self) -> None:
+        """Keep only the newest finished runs in memory: older ones are served from their
+        records on disk, so a long-lived server does not grow with every answer it gave."""
+        finished = [r for r in self._runs.values() if r.result is not None]
+        for run in finished[: max(0, len(finished) - FINISHED_RUNS_KEPT)]:
+            del self._runs[run.run_id]
 
     async def _run_in_slot(self, run: ActiveRun, engine: RLMEngine, log: RunLog) -> RunResult:
         timeout = self._settings.run_queue_timeout_s

@@ -200,8 +200,8 @@ class RlmService:
     async def cancel(self, run_id: str) -> dict[str, Any]:
         run = self._active(run_id)
         if run is None:
-            await self.records.read_summary(run_id)  # unknown id -> NotFoundError
-            raise BadArgumentError(f"Run {run_id} is not running in this server.", "Only runs in flight can be cancelled.")
+            # Finished long ago, or by another server: cancelling an ended run changes nothing.
+            return await self.status(run_id)  # unknown id -> NotFoundError
         if run.result is None:
             await self.runs.cancel(run_id)
         return run.status()
