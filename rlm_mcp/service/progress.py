@@ -15,7 +15,10 @@ def describe(progress: RunProgress, *, phase: str | None = None) -> str:
     """One short line a person can read; Claude Code shows about 200 characters of it."""
     phase = phase or _PHASES.get(progress.phase)
     elapsed = time.monotonic() - progress.started
-    parts = [f"turn {progress.iterations}/{progress.max_iterations}"]
+    if progress.iterations > progress.max_iterations:  # the extra "submit now" turn
+        parts = [f"turn {progress.max_iterations}/{progress.max_iterations} (asked to submit)"]
+    else:
+        parts = [f"turn {progress.iterations}/{progress.max_iterations}"]
     parts.append(f"{progress.sub_calls} sub-call{'s' if progress.sub_calls != 1 else ''}")
     tokens = progress.usage.total.total
     if tokens:
