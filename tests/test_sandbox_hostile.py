@@ -164,3 +164,32 @@ async def test_no_host_env_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             )
             assert "hunter2" not in r.stdout and "sk-fake" not in r.stdout and "RLM_TEST" not in r.stdout
             assert r.stdout.splitlines()[-1] == "1000 1000"
+
+
+# Cells that used to crash the kernel (or overflow the frame cap) while it built the cell's
+# result: the REPL must survive them with its variables, and report an error.
+SURVIVABLE = {
+    "non_str_global": ("globals()[1] = 2\nx = 5", None),
+    "str_raises": ("class E(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise E()", "E"),
+    "class_raises": ("class P:\n    @property\n    def __class__(self):\n        raise RuntimeError('boom')\np = P()", None),
+    # A 64 MB error text (message + traceback) overflowed the frame cap: protocol violation.
+    "huge_error": ("raise ValueError('x' * 32_000_000)", "ValueError"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SURVIVABLE))
+async def test_kernel_survives_odd_cells(case: str, tmp_path: Path) -> None:
+    code, error = SURVIVABLE[case]
+    async with ready_manager(pool_size=0) as mgr:
+        async with mgr.open([text_context(tmp_path, CONTEXT)]) as sb:
+            await sb.execute("keep = 1", no_bridge)
+            r = await sb.execute(code, no_bridge)
+            assert not r.restarted, r.notice
+            if error is None:
+                assert r.error is None, r.error
+            else:
+                assert r.error and r.error.startswith(error), r.error[:300]
+                assert len(r.error) < 2 * (1 << 20)
+            r2 = await sb.execute("print('keep' in globals())", no_bridge)
+            assert r2.stdout == "True\n" and not r2.restarted
+            await assert_healthy(sb)

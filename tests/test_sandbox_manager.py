@@ -213,3 +213,46 @@ async def test_image_missing() -> None:
     async with SandboxManager(sandbox_settings(sandbox_image="rlm-mcp-no-such-image:0")) as mgr:
         with pytest.raises(ImageMissingError, match="rlm-mcp image build"):
             await mgr.ensure_ready()
+
+
+async def test_kill_stops_the_container_even_when_remove_fails() -> None:
+    """If the daemon does not answer the remove, dropping our attach connection must still stop it."""
+    from rlm_mcp.sandbox.container import KernelContainer
+
+    async with ready_manager(pool_size=0) as mgr:
+        client = await mgr.docker_client()
+        owner = "killfail-" + os.urandom(4).hex()
+        c = await KernelContainer.start(client, mgr.settings, owner, register=lambda _id: None)
+        try:
+            c._remove_sync = lambda: None  # the daemon "times out" on the remove
+            await c.kill()
+            assert await wait_for(lambda: not owner_containers(client, owner, all=False), timeout=10)
+        finally:
+            client.api.remove_container(c.id, force=True)
+
+
+async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow daemon creates the container but the client times out: it must still be removed."""
+    import requests.exceptions
+
+    from rlm_mcp.errors import SandboxError
+    from rlm_mcp.sandbox.container import KernelContainer
+
+    async with ready_manager(pool_size=0) as mgr:
+        client = await mgr.docker_client()
+        owner = "lostcreate-" + os.urandom(4).hex()
+        real = client.api.create_container
+
+        def create(*args, **kwargs):
+            real(*args, **kwargs)
+            raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=30)")
+
+        monkeypatch.setattr(client.api, "create_container", create)
+        with pytest.raises((SandboxError, requests.exceptions.ReadTimeout, Exception)):
+            await KernelContainer.start(client, mgr.settings, owner, register=lambda _id: None)
+        monkeypatch.undo()
+        try:
+            assert owner_containers(client, owner) == []
+        finally:
+            for info in owner_containers(client, owner):
+                client.api.remove_container(info["Id"], force=True)

@@ -11,6 +11,7 @@ import codecs
 import logging
 import math
 import queue
+import socket
 import struct
 import threading
 import uuid
@@ -27,13 +28,20 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.bootstrap import kernel_payload
 from rlm_mcp.sandbox.docker_api import is_connection_error, require_image_sync, unavailable
-from rlm_mcp.sandbox.frames import FrameDecoder, ProtocolViolation, encode, max_kernel_frame, parse_kernel_frame
+from rlm_mcp.sandbox.frames import (
+    FrameDecoder,
+    ProtocolViolation,
+    encode,
+    max_frame_strings,
+    max_kernel_frame,
+    parse_kernel_frame_sized,
+)
 from rlm_mcp.sandbox.hardening import create_kwargs
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
 CHUNK_BYTES = 1 << 20
-INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in bytes
+INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in estimated host bytes
 STDERR_KEEP = 8 << 10
 ANSWER_MAX_BYTES = 8 << 20
 
@@ -99,7 +107,9 @@ class KernelContainer:
         self.closed = False
         self.output_bytes = settings.cell_output_bytes
         self.max_frame = max_kernel_frame(self.output_bytes, ANSWER_MAX_BYTES)
+        self.max_strings = max_frame_strings(settings.max_prompts_per_batch)
         self._next_id = 0
+        self._create_sent = False
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
@@ -146,6 +156,7 @@ class KernelContainer:
 
         try:
             require_image_sync(self.client, self.settings.sandbox_image)
+            self._create_sent = True
             created = self.client.api.create_container(**create_kwargs(self.client, self.settings, self.owner_id, self.name))
             self.id = created["Id"]
             register(self.id)
@@ -170,11 +181,22 @@ class KernelContainer:
         self._budget.close()
         self._writes.put(None)
         self._close_socket()
-        if self.id is not None:
+        # A create whose answer was lost (client read timeout on a slow daemon, cancellation)
+        # may still have made the container: remove it by its unique name, or it leaks.
+        if self.id is not None or self._create_sent:
             with anyio.move_on_after(20):
                 await anyio.to_thread.run_sync(self._remove_sync)
 
     def _close_socket(self) -> None:
+        # shutdown() first: close() alone does not end the connection while the reader thread
+        # sits in recv() on it (Linux keeps the file open), so the daemon never saw stdin close
+        # and, when the remove failed (slow or unreachable daemon), the container ran on.
+        shutdown = getattr(self._raw, "shutdown", None)
+        if shutdown is not None:
+            try:
+                shutdown(socket.SHUT_RDWR)
+            except Exception:
+                pass
         for obj in (self._raw, self._sock):
             if obj is None:
                 continue
@@ -185,7 +207,7 @@ class KernelContainer:
 
     def _remove_sync(self) -> None:
         try:
-            self.client.api.remove_container(self.id, force=True)
+            self.client.api.remove_container(self.id or self.name, force=True)
         except Exception as exc:  # already gone, or the daemon is down: nothing more to do
             if "No such container" not in str(exc) and "already in progress" not in str(exc):
                 log.warning("could not remove sandbox %s: %s", self.name, exc)
@@ -308,8 +330,10 @@ class KernelContainer:
                     need -= take
                     if stream == 1:
                         for payload in decoder.feed(chunk):
-                            frame = parse_kernel_frame(payload)
-                            if not self._deliver(Event("frame", frame, size=len(payload))):
+                            # Charged at its parsed size, not its wire size (see parse_kernel_frame_sized).
+                            frame, cost = parse_kernel_frame_sized(payload, self.max_strings)
+                            del payload
+                            if not self._deliver(Event("frame", frame, size=cost)):
                                 return
                     elif stream == 2 and len(self._stderr) < STDERR_KEEP:
                         self._stderr += chunk[: STDERR_KEEP - len(self._stderr)]

@@ -8,11 +8,13 @@ buffered, and each frame is schema-checked before the session acts on it.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any
 
 _HEADER = struct.Struct(">I")
 KERNEL_FRAME_TYPES = frozenset({"ready", "exec_result", "lm_request", "log", "context_loaded"})
+_STRING = re.compile(rb'"[^"]*"')
 
 
 class ProtocolViolation(Exception):
@@ -65,10 +67,50 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def parse_kernel_frame(payload: bytes) -> dict[str, Any]:
+def _shape(payload: bytes, max_strings: int) -> tuple[int, int]:
+    """Refuse, before json.loads, a frame made of many small JSON values; return its shape.
+
+    json.loads holds the GIL throughout and turns each `[]`, `"ab"` or `1` into a Python object
+    of 30-60 bytes: a 60 MB frame of them cost the host ~1.5 GB and froze its event loop for
+    ~13 s. Legitimate frames are a few long strings in a small skeleton (keys, ids, at most
+    1000 variable names or max_batch prompts), so count the strings and measure the skeleton,
+    in C-speed passes only. Without escaped backslashes and escaped quotes, every remaining
+    double quote delimits a string (exact for valid JSON; invalid JSON fails later anyway).
+    Returns (strings, skeleton bytes).
+    """
+    flat = payload.replace(b"\\\\", b"").replace(b'\\"', b"")
+    strings = flat.count(b'"') // 2
+    if strings > max_strings:
+        raise ProtocolViolation(f"a frame of {strings} strings (at most {max_strings})")
+    skeleton = len(_STRING.sub(b"", flat))  # at most max_strings matches: a small list inside re
+    limit = 4 * max_strings + 1024
+    if skeleton > limit:
+        raise ProtocolViolation(f"a frame of {skeleton} bytes outside strings (at most {limit})")
+    return strings, skeleton
+
+
+def max_frame_strings(max_batch: int) -> int:
+    """Strings a legitimate kernel frame may hold: keys, <= 1000 variable names, a batch of prompts."""
+    return 2048 + max_batch
+
+
+def parse_kernel_frame(payload: bytes, max_strings: int = max_frame_strings(512)) -> dict[str, Any]:
     """Decode and schema-check one kernel frame; raise ProtocolViolation on anything off."""
+    return parse_kernel_frame_sized(payload, max_strings)[0]
+
+
+def parse_kernel_frame_sized(payload: bytes, max_strings: int) -> tuple[dict[str, Any], int]:
+    """`parse_kernel_frame`, plus a bound on the host memory the parsed frame holds.
+
+    The bound (4 bytes per payload byte for UCS-4 strings, plus ~64 bytes per JSON value) is
+    what the reader charges against its inbox budget, so queued frames cannot amplify.
+    """
+    strings, skeleton = _shape(payload, max_strings)
+    cost = 4 * len(payload) + 64 * (strings + skeleton)
     try:
         obj = json.loads(payload.decode("utf-8"))
+    except RecursionError:
+        raise ProtocolViolation("a frame nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolViolation(f"a frame that is not UTF-8 JSON ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
@@ -83,7 +125,7 @@ def parse_kernel_frame(payload: bytes) -> dict[str, Any]:
     problem = check(obj)
     if problem:
         raise ProtocolViolation(f"a malformed {kind} frame ({problem})")
-    return obj
+    return obj, cost
 
 
 def _check_exec_result(obj: dict[str, Any]) -> str | None:

@@ -28,6 +28,14 @@ _RESERVED = {
 }
 
 
+def _clip(text, limit):
+    """At most about `limit` characters of `text`: head and tail, with the count dropped."""
+    if len(text) <= limit:
+        return text
+    half = max(limit // 2, 1)
+    return text[:half] + "\n... [%d characters dropped] ...\n" % (len(text) - 2 * half) + text[-half:]
+
+
 class _Capture:
     """Output of one stream for one cell: head and tail kept, the middle counted and dropped."""
 
@@ -379,15 +387,28 @@ class Kernel:
         self.send({"type": "context_loaded", "id": msg.get("id"), "index": idx, "error": error})
 
     def _format_error(self, exc, filename):
-        tb = exc.__traceback__
-        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
-            tb = tb.tb_next
-        head = "%s: %s" % (type(exc).__name__, exc)
-        if isinstance(exc, SyntaxError):
-            body = "".join(traceback.format_exception_only(type(exc), exc))
-        else:
-            body = "".join(traceback.format_exception(type(exc), exc, tb))
-        return head + "\n" + body.rstrip()
+        # User exceptions are hostile too: str(exc) may raise (which used to end the kernel) or
+        # be huge (a 64 MB message overflowed the host's frame cap): never raise, clip the text.
+        limit = 2 * self.out_cap.half
+        try:
+            name = type(exc).__name__
+        except BaseException:
+            name = "Exception"
+        try:
+            message = _clip(str(exc), limit)
+        except BaseException:
+            message = "<the exception's str() failed>"
+        try:
+            tb = exc.__traceback__
+            while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
+                tb = tb.tb_next
+            if isinstance(exc, SyntaxError):
+                body = "".join(traceback.format_exception_only(type(exc), exc))
+            else:
+                body = "".join(traceback.format_exception(type(exc), exc, tb))
+        except BaseException:
+            body = ""
+        return _clip("%s: %s" % (name, message) + "\n" + _clip(body.rstrip(), limit), limit)
 
     def handle_exec(self, msg):
         self.cell_no = getattr(self, "cell_no", 0) + 1
@@ -423,14 +444,19 @@ class Kernel:
         except BaseException:
             pass
         self._settle_capture()
+        try:
+            answer, variables = self._answer(), self._variables()
+        except BaseException as exc:  # never let a result-building bug end the kernel
+            answer, variables = None, []
+            error = (error or "") + "\n(the kernel could not read the namespace: %s)" % type(exc).__name__
         result = {
             "type": "exec_result",
             "id": msg.get("id"),
             "stdout": self.out_cap.take(),
             "stderr": self.err_cap.take(),
             "error": error,
-            "answer": self._answer(),
-            "variables": self._variables(),
+            "answer": answer,
+            "variables": variables,
             "duration": duration,
             "interrupted": interrupted,
         }
@@ -465,13 +491,20 @@ class Kernel:
         return {"content": content, "ready": ready}
 
     def _variables(self):
+        # Keys need not be str (globals()[1] = 2) and isinstance() runs a user __class__
+        # property: either used to raise here and end the kernel. Names are clipped too.
         names = []
         for key, value in list(self.ns.items()):
-            if key.startswith("_") or key in _RESERVED:
+            try:
+                if type(key) is not str or key.startswith("_") or key in _RESERVED or len(key) > 200:
+                    continue
+                if isinstance(value, _SIMPLE_TYPES):
+                    names.append(key)
+            except BaseException:
                 continue
-            if isinstance(value, _SIMPLE_TYPES):
-                names.append(key)
-        return names[:1000]
+            if len(names) >= 1000:
+                break
+        return names
 
     def main(self):
         signal.signal(signal.SIGINT, self._on_sigint)

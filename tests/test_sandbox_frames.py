@@ -1,0 +1,55 @@
+"""The host's parsing of kernel frames: hostile payloads must not cost more than their size."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from rlm_mcp.sandbox.frames import FrameDecoder, ProtocolViolation, encode, max_kernel_frame, parse_kernel_frame
+
+CAP = max_kernel_frame(1 << 20, 8 << 20)
+
+
+def _padded(head: bytes, item: bytes, tail: bytes, size: int) -> bytes:
+    return head + item * ((size - len(head) - len(tail)) // len(item)) + tail
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # ~20 M empty lists in an unknown key of a log frame: 1.5 GB of host memory and ~13 s
+        # of GIL held by json.loads (the event loop frozen) before the fix.
+        _padded(b'{"type":"log","id":1,"message":"","pad":[', b"[],", b"[]]}", 30 << 20),
+        # A schema-valid lm_request with ~6 M two-character prompts: ~12x its size once parsed.
+        _padded(b'{"type":"lm_request","id":1,"kind":"llm","model":null,"prompts":[', b'"ab",', b'"x"]}', 30 << 20),
+        # Millions of small numbers and constants.
+        _padded(b'{"type":"log","id":1,"message":"","pad":[', b"1.5,null,", b"0]}", 30 << 20),
+    ],
+    ids=["empty_lists", "short_strings", "scalars"],
+)
+def test_amplifying_frames_are_refused_cheaply(payload: bytes) -> None:
+    assert len(payload) < CAP
+    started = time.monotonic()
+    with pytest.raises(ProtocolViolation):
+        parse_kernel_frame(payload)
+    assert time.monotonic() - started < 2.0
+
+
+def test_big_legitimate_frames_still_parse() -> None:
+    tricky = 'a "quoted" \\ back\\\\slash \\" [1, {2}] , : \x00\x1f é ✓ 😀\n'
+    stdout = (tricky * 40_000)[: 1 << 20]
+    frame = {
+        "type": "exec_result", "id": 7, "stdout": stdout, "stderr": "\\" * 500_000 + '"',
+        "error": None, "answer": {"content": tricky * 100_000, "ready": True},
+        "variables": [f"v{i}" for i in range(1000)], "duration": 0.5, "interrupted": False,
+    }
+    data = encode(frame)
+    assert len(data) > 8 << 20
+    (payload,) = FrameDecoder(CAP).feed(data)
+    assert parse_kernel_frame(payload) == frame
+    # The kernel's own encoding (ensure_ascii=False, default separators) and ASCII escapes.
+    for kw in ({"ensure_ascii": False}, {"ensure_ascii": True}):
+        request = {"type": "lm_request", "id": 3, "kind": "rlm", "prompts": [tricky * 100] * 512, "model": None}
+        assert parse_kernel_frame(json.dumps(request, **kw).encode()) == request
