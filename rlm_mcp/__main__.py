@@ -1,0 +1,5 @@
+"""`python -m rlm_mcp` is the same as the `rlm-mcp` console script."""
+
+from rlm_mcp.cli import main
+
+raise SystemExit(main())
