@@ -64,7 +64,7 @@ async def main() -> None:
                 await anyio.sleep(0.05)
             t = time.perf_counter()
             cm = mgr.open([])
-            sb = await cm.__aenter__()
+            await cm.__aenter__()
             warm.append(time.perf_counter() - t)
             await cm.__aexit__(None, None, None)
         report("warm acquire (open, no contexts)", warm, 20.0)

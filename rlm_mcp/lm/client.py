@@ -13,7 +13,7 @@ import ipaddress
 import logging
 import re
 import time
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -30,13 +30,13 @@ from rlm_mcp.lm.errors import (
     LMRequestError,
     LMServerError,
 )
+from rlm_mcp.lm.responses import Role, parse_completion, server_message
 from rlm_mcp.lm.retry import TOTAL_SLEEP_CAP_S, backoff_s, retry_after_s, retryable_status
-from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens
+from rlm_mcp.lm.tokens import estimate_tokens
 from rlm_mcp.lm.types import CallRecord, Completion
 
 log = logging.getLogger("rlm_mcp.lm")
 
-Role = Literal["root", "sub"]
 
 VLLM_HINT = (
     "`vllm serve Qwen/Qwen3-30B-A3B-Instruct-2507 --enable-lora --max-lora-rank 64 "
@@ -55,22 +55,6 @@ def _is_loopback(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The error text of a response: OpenAI/vLLM `error.message`, FastAPI `detail`, or the body."""
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text.strip()[:500] or f"HTTP {response.status_code}"
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        for key in ("error", "detail", "message"):
-            if isinstance(data.get(key), str) and data[key]:
-                return str(data[key])
-    return str(data)[:500]
 
 
 class LMClient:
@@ -151,7 +135,7 @@ class LMClient:
         queued = [0.0]  # filled by _post_completion, also when it raises
         try:
             response = await self._post_completion(body, model, queued)
-            completion = self._parse(response, messages, model, role, started, queued[0])
+            completion = parse_completion(response, messages, model, role, started, queued[0])
         except LMError as err:
             err.record = CallRecord(model, 0, 0, time.perf_counter() - started - queued[0], "error", role,
                                     error=str(err), queued_s=queued[0])
@@ -201,7 +185,7 @@ class LMClient:
         raise AssertionError("unreachable")  # the loop always returns or raises
 
     async def _status_error(self, response: httpx.Response, url: str, model: str, attempts: int) -> LMError:
-        status, message = response.status_code, _server_message(response)
+        status, message = response.status_code, server_message(response)
         common = {"endpoint": url, "status": status, "server_message": message}
         if retryable_status(status):
             fix = ("The server is rate-limiting or busy: lower RLM_MCP_MAX_CONCURRENT_LM_CALLS or retry later."
@@ -231,42 +215,6 @@ class LMClient:
                                   **common)
         return LMRequestError(f"{url} rejected the request for model '{model}' (HTTP {status}): {message}",
                               "Check RLM_MCP_EXTRA_BODY and the server's log.", **common)
-
-    def _parse(self, response: httpx.Response, messages: list[dict[str, str]], model: str, role: Role,
-               started: float, queued_s: float) -> Completion:
-        url = str(response.request.url)
-        fix = "Check that RLM_MCP_BASE_URL is the /v1 URL of an OpenAI-compatible server."
-        try:
-            data = response.json()
-        except ValueError:
-            raise LMMalformedResponseError(
-                f"{url} answered HTTP {response.status_code} with a body that is not JSON: "
-                f"{response.text[:200]!r}", fix, endpoint=url, status=response.status_code) from None
-        choices = data.get("choices") if isinstance(data, dict) else None
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise LMMalformedResponseError(f"{url} answered without `choices`: {str(data)[:200]}", fix,
-                                           endpoint=url, status=response.status_code)
-        choice = choices[0]
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
-        text = content_text(message.get("content"))
-        if not text:
-            # Reasoning parsers move everything to `reasoning_content` when no answer follows.
-            for key in ("reasoning_content", "reasoning"):
-                if isinstance(message.get(key), str) and message[key]:
-                    text = message[key]
-                    break
-        usage = data.get("usage")
-        prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        estimated = not (isinstance(prompt_tokens, int) and isinstance(completion_tokens, int))
-        if estimated:
-            log.debug("no usage in the response of %s: estimating", url)
-            prompt_tokens, completion_tokens = estimate_tokens(messages), estimate_text_tokens(text)
-        finish = choice.get("finish_reason")
-        record = CallRecord(model, int(prompt_tokens), int(completion_tokens),  # type: ignore[arg-type]
-                            time.perf_counter() - started - queued_s, "ok", role, estimated=estimated,
-                            queued_s=queued_s)
-        return Completion(text, finish if isinstance(finish, str) else None, record)
 
     # --- discovery --------------------------------------------------------------------------
     async def _fetch_models(self) -> tuple[int | None, list[dict[str, Any]] | None, str | LMError | None]:
