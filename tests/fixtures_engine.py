@@ -45,13 +45,13 @@ class FakeSandbox:
         self._reset()
 
     def _reset(self) -> None:
-        ns: dict[str, Any] = {"__name__": "__main__"}
+        # `answer` first, then the contexts: the order the real kernel (and the reference) lists.
+        ns: dict[str, Any] = {"__name__": "__main__", "answer": {"content": "", "ready": False}}
         for i, spec in enumerate(self.contexts):
             raw = Path(spec.path).read_text(encoding="utf-8")
             ns[f"context_{i}"] = json.loads(raw) if spec.format == "json" else raw
         if self.contexts:
             ns["context"] = ns["context_0"]
-        ns["answer"] = {"content": "", "ready": False}
 
         def _print(*args: Any, sep: str = " ", end: str = "\n", file: Any = None, flush: bool = False) -> None:
             self._out.write(sep.join(str(a) for a in args) + end)

@@ -34,7 +34,7 @@ async def test_one_turn_answer_and_message_structure(tmp_path: Path) -> None:
     m2 = second.messages
     assert m2[:3] == m  # the prefix never changes
     assert m2[3] == {"role": "assistant", "content": first_reply(lm)}
-    assert m2[4] == {"role": "user", "content": "REPL output:\n\n240\n\n\nREPL variables: ['context_0', 'context', 'answer']\n"}
+    assert m2[4] == {"role": "user", "content": "REPL output:\n\n240\n\n\nREPL variables: ['answer', 'context_0', 'context']\n"}
     assert m2[5] == {"role": "user", "content": "Turn 2/20:"}
     assert factory.closed == 1
     types = [e["type"] for e in events.items]
@@ -102,7 +102,7 @@ async def test_output_truncated_at_20000_chars_per_block(tmp_path: Path) -> None
     assert body.endswith("... + [30073 chars...]") or "... + [" in body
     head = body.split("... + [")[0]
     assert len(head) == 20000
-    formatted_len = len("\n" + "a" * 50000 + "\n") + 2 + len("REPL variables: ['context_0', 'context', 'answer']\n")
+    formatted_len = len("\n" + "a" * 50000 + "\n") + 2 + len("REPL variables: ['answer', 'context_0', 'context']\n")
     assert body.endswith(f"... + [{formatted_len - 20000} chars...]")
     assert block2.startswith("\nbbbbbbbbbb\n")
 

@@ -496,7 +496,8 @@ class Kernel:
         names = []
         for key, value in list(self.ns.items()):
             try:
-                if type(key) is not str or key.startswith("_") or key in _RESERVED or len(key) > 200:
+                # `answer` is listed, as in the trained format (it is a dict); the helpers are not.
+                if type(key) is not str or key.startswith("_") or (key in _RESERVED and key != "answer") or len(key) > 200:
                     continue
                 if isinstance(value, _SIMPLE_TYPES):
                     names.append(key)

@@ -73,6 +73,9 @@ def render_html(summary: dict[str, Any], events: list[dict[str, Any]]) -> str:
     if result.get("reason"):
         parts.append(f"<p class='err'>{html.escape(str(result['reason']))}</p>")
     parts.append("<h2>Answer</h2>" + _pre(result.get("answer")))
+    # A turn's cells and sub-calls are logged before its `turn` event (which carries the
+    # messages), so hold them and show them right after the reply that ran them.
+    pending: list[str] = []
     for event in events:
         kind = event.get("type")
         if kind == "turn_start":
@@ -86,17 +89,23 @@ def render_html(summary: dict[str, Any], events: list[dict[str, Any]]) -> str:
                 if role == "system":
                     body = f"<details><summary>system prompt</summary>{body}</details>"
                 parts.append(f"<div class='msg {role}'><div class='role'>{role}</div>{body}</div>")
+                if role == "assistant":
+                    parts.extend(pending)
+                    pending = []
+            parts.extend(pending)
+            pending = []
         elif kind == "cell":
             error = f"<div class='err'>{html.escape(str(event['error']))}</div>" if event.get("error") else ""
-            parts.append(
+            pending.append(
                 f"<div class='cell'><div class='role'>cell {html.escape(str(event.get('block')))} · "
                 f"{html.escape(str(event.get('duration_s')))} s</div>{_pre(event.get('code'))}"
                 f"<details><summary>output</summary>{_pre(event.get('output'))}</details>{error}</div>"
             )
         elif kind == "sub_calls":
-            parts.append(
+            pending.append(
                 f"<p class='meta'>{html.escape(str(event.get('count')))} {html.escape(str(event.get('kind')))} "
                 f"sub-calls, {html.escape(str(event.get('failed')))} failed</p>"
             )
+    parts.extend(pending)
     parts.append("</body></html>")
     return "\n".join(parts)
