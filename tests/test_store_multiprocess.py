@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.synchronize
 from pathlib import Path
 
 import anyio
@@ -73,3 +74,32 @@ async def test_two_instances_many_tasks(tmp_path: Path) -> None:
             tg.start_soon(put, n)
     assert len(set(ids)) == 10
     assert len(await stores[0].list()) == 10
+
+
+def _open_fresh(data_dir: str, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.Queue) -> None:
+    async def main() -> None:
+        store = ContextStore(Settings(data_dir=Path(data_dir), allowed_roots=[Path(data_dir)]))
+        await store.put_bytes(b"first write", name="x", format="text", source={})
+
+    barrier.wait()
+    try:
+        anyio.run(main)
+        results.put("ok")
+    except Exception as exc:  # reported to the test, which shows it
+        results.put(repr(exc))
+
+
+def test_servers_starting_together_on_a_fresh_data_dir(tmp_path: Path) -> None:
+    # Fresh index files switched to WAL by several processes at the same instant used to
+    # fail one of them with "database is locked" (about one start in thirty).
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(12):
+        data_dir = str(tmp_path / f"data{trial}")
+        barrier, results = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_open_fresh, args=(data_dir, barrier, results)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        outcomes = [results.get(timeout=5) for _ in procs]
+        assert outcomes == ["ok"] * 6, (trial, outcomes)

@@ -11,9 +11,11 @@ be interleaved with another process's write.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,22 +86,37 @@ def _ensure_schema(path: Path) -> None:
             return
         # 0700: the data dir holds users' documents (see ContextStore._prepare).
         path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        conn = _open(path)
-        try:
-            # journal_mode is persistent in the file; setting it again is a no-op.
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("BEGIN IMMEDIATE")
+        # Two servers opening a fresh file at once can both hold a shared lock while asking
+        # for the exclusive one the WAL switch needs; SQLite then answers "locked" at once
+        # (no busy wait, it would deadlock), so the loser backs off and tries again.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
             try:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        finally:
-            conn.close()
+                _create_schema(path)
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02 + random.random() * 0.08)
         _initialised.add(key)
+
+
+def _create_schema(path: Path) -> None:
+    conn = _open(path)
+    try:
+        # journal_mode is persistent in the file; setting it again is a no-op.
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
 
 
 @contextmanager
