@@ -109,3 +109,13 @@ async def test_model_allow_list() -> None:
             assert lines[0] == "echo:a" and lines[1] == "echo:b"
             assert lines[2].startswith("Error: model 'gpt-secret-expensive' is not available")
             assert [req.model for req in bridge.requests] == ["sub-model", "root-model"]
+
+
+async def test_fd_level_output_is_never_lost_at_the_end_of_a_cell(tmp_path: Path) -> None:
+    # Bytes written with os.write go through a pipe drained by a thread; a cell's result must
+    # still hold every one of them, however the threads interleave.
+    async with ready_manager() as manager:
+        async with manager.open([]) as sb:
+            for i in range(300):
+                r = await sb.execute(f"import os\nos.write(1, b'out {i}\\n')\nos.write(2, b'err {i}\\n')", no_bridge)
+                assert (r.stdout, r.stderr) == (f"out {i}\n", f"err {i}\n"), i

@@ -14,6 +14,7 @@ import json
 import linecache
 import os
 import queue
+import select
 import signal
 import struct
 import sys
@@ -141,10 +142,14 @@ class Kernel:
         self.out_cap = _Capture(1 << 20)
         self.err_cap = _Capture(1 << 20)
         self.pipes = {}
+        # Bytes leave a capture pipe only under this lock, straight into the capture, so at
+        # the end of a cell every byte is either still in the pipe or already captured.
+        self.capture_lock = threading.Lock()
         for fd, cap in ((1, self.out_cap), (2, self.err_cap)):
             r, w = os.pipe()
             os.set_inheritable(r, False)
             os.set_inheritable(w, False)
+            os.set_blocking(r, False)
             self.pipes[fd] = (r, w)
             threading.Thread(target=self._drain, args=(r, cap), daemon=True, name="capture-%d" % fd).start()
         self._heal_fds()
@@ -160,7 +165,6 @@ class Kernel:
         self.ns = {}
         self.contexts = {}
         self.pending_chunks = {}
-        self.drain_busy = {1: False, 2: False}
         os.register_at_fork(after_in_child=self._after_fork_child)
 
     # -- fds -------------------------------------------------------------------------------
@@ -189,39 +193,39 @@ class Kernel:
         self.proto_in = self.proto_out = -1
 
     def _drain(self, fd, cap):
-        which = 1 if cap is self.out_cap else 2
+        """Keep the pipe flowing while a cell writes more than the pipe buffer holds."""
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while True:
+            try:
+                poller.poll()
+            except InterruptedError:
+                continue
+            with self.capture_lock:
+                if not self._read_available(fd, cap):
+                    return
+
+    @staticmethod
+    def _read_available(fd, cap):
+        """Move what the pipe holds into `cap`; False once the pipe is closed or broken."""
         while True:
             try:
                 data = os.read(fd, 65536)
+            except BlockingIOError:
+                return True
             except InterruptedError:
                 continue
             except OSError:
-                return
+                return False
             if not data:
-                return
-            self.drain_busy[which] = True
+                return False
             cap.add(data)
-            self.drain_busy[which] = False
 
     def _settle_capture(self):
-        """Wait (briefly) until what user code wrote to fds 1/2 has reached the captures."""
-        import fcntl
-        import termios
-
-        deadline = time.monotonic() + 0.5
-        buf = bytearray(4)
-        while time.monotonic() < deadline:
-            pending = 0
-            for fd in (1, 2):
-                r = self.pipes[fd][0]
-                try:
-                    fcntl.ioctl(r, termios.FIONREAD, buf)
-                    pending += struct.unpack("i", bytes(buf))[0]
-                except OSError:
-                    pass
-            if not pending and not self.drain_busy[1] and not self.drain_busy[2]:
-                return
-            time.sleep(0.0005)
+        """Take what user code wrote to fds 1/2 into the captures (nothing can be in flight)."""
+        with self.capture_lock:
+            self._read_available(self.pipes[1][0], self.out_cap)
+            self._read_available(self.pipes[2][0], self.err_cap)
 
     # -- protocol --------------------------------------------------------------------------
     def send(self, obj):
