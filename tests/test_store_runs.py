@@ -77,3 +77,28 @@ async def test_list_newest_first(settings) -> None:
     listed = await runs.list()
     assert [s["run_id"] for s in listed] == ["c", "b", "a"]
     assert [s["run_id"] for s in await runs.list(limit=2)] == ["c", "b"]
+
+
+async def test_prune_keeps_the_newest_finished_and_drops_the_stale(settings) -> None:
+    import os
+    import time
+
+    runs = RunStore(settings)
+    for index, name in enumerate(("old1", "old2", "new1", "new2", "live")):
+        log = await runs.create(name, {"status": "running"})
+        if name != "live":
+            await log.write_summary({"status": "completed", "result": {"answer": name}})
+        await log.aclose()
+        summary = Path(settings.data_dir) / "runs" / name / "summary.json"
+        os.utime(summary, (time.time() - 100 + index, time.time() - 100 + index))  # a stable order
+    stale = Path(settings.data_dir) / "runs" / "stale"
+    log = await runs.create("stale", {"status": "running"})  # its server died long ago
+    await log.aclose()
+    os.utime(stale / "summary.json", (time.time() - 40 * 86400, time.time() - 40 * 86400))
+
+    removed = await runs.prune(max_records=2, max_age_days=30)
+    assert sorted(removed) == ["old1", "old2", "stale"]
+    left = {s["run_id"] for s in await runs.list()}
+    assert left == {"new1", "new2", "live"}  # a run still going is never pruned by count
+    with pytest.raises(NotFoundError):
+        await runs.read_summary("old1")

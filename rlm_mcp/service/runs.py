@@ -25,6 +25,7 @@ from rlm_mcp.store import ContextStore, RunLog, RunStore
 logger = logging.getLogger("rlm_mcp.service")
 
 FINISHED_RUNS_KEPT = 64
+PRUNE_EVERY_S = 300.0
 
 # Events after which a waiting `rlm_complete` reports progress at once.
 PROGRESS_EVENTS = frozenset({"turn_start", "sub_calls", "child_start", "child_end", "run_end"})
@@ -97,6 +98,7 @@ class RunManager:
         self._records = records
         self._runs: dict[str, ActiveRun] = {}
         self._slots = anyio.Semaphore(settings.max_runs)
+        self._pruned_at = float("-inf")
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> RunManager:
@@ -159,6 +161,20 @@ class RunManager:
                 run.done.set()
                 run.notify("run_end")
                 self._forget_old_runs()
+                await self._prune_records()
+
+    async def _prune_records(self) -> None:
+        """Keep the records on disk bounded too (at most once every few minutes)."""
+        now = time.monotonic()
+        if now - self._pruned_at < PRUNE_EVERY_S:
+            return
+        self._pruned_at = now
+        try:
+            await self._records.prune(
+                max_records=self._settings.run_max_records, max_age_days=self._settings.run_max_age_days
+            )
+        except Exception:  # housekeeping must never fail a run
+            logger.exception("could not prune old run records")
 
     def _forget_old_runs(self) -> None:
         """Keep only the newest finished runs in memory: older ones are served from their

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -189,6 +190,39 @@ class RunStore:
                     except json.JSONDecodeError:
                         log.warning("skipping a malformed line in %s", path)
             return events
+
+        return await in_thread(work)
+
+    async def prune(self, *, max_records: int, max_age_days: float) -> list[str]:
+        """Remove the records of finished runs beyond the newest `max_records`, and every
+        record untouched for `max_age_days` (0 turns the age cap off). Returns the run ids removed."""
+
+        def work() -> list[str]:
+            try:
+                entries = [e for e in os.scandir(self._dir) if e.is_dir(follow_symlinks=False) and _RUN_ID.match(e.name)]
+            except FileNotFoundError:
+                return []
+            now = time.time()
+            finished: list[tuple[float, str]] = []
+            doomed: list[str] = []
+            for entry in entries:
+                summary = Path(entry.path, "summary.json")
+                try:
+                    touched = summary.stat().st_mtime
+                    done = "result" in json.loads(summary.read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError):
+                    continue
+                if max_age_days > 0 and now - touched > max_age_days * 86400:
+                    doomed.append(entry.name)  # finished long ago, or its server died mid-run
+                elif done:
+                    finished.append((touched, entry.name))
+            finished.sort(reverse=True)
+            doomed += [name for _, name in finished[max(0, max_records):]]
+            for name in doomed:
+                shutil.rmtree(self._dir / name, ignore_errors=True)
+            if doomed:
+                log.info("pruned %d old run record(s)", len(doomed))
+            return doomed
 
         return await in_thread(work)
 
