@@ -105,7 +105,9 @@ async def test_contexts_from_a_folder_and_a_loopback_url(tmp_path: Path, loopbac
             out = result.structured_content
     assert out["status"] == "completed", out
     assert out["answer"] == f"{folder['chars']}/the answer is 17"
-    assert "src/main.py" in json.dumps(folder["source"]) or folder["chars"] > 0
+    # Two text files taken; the hidden file and the binary one skipped and counted.
+    assert folder["source"]["files"] == 2
+    assert sum(folder["source"]["skipped"].values()) == 2
 
 
 @pytest.mark.anyio

@@ -31,9 +31,6 @@ class RunTree:
     def usage(self) -> Usage:
         return self.progress.usage
 
-    def remaining_s(self) -> float:
-        return max(0.0, self.deadline - anyio.current_time())
-
     def budget_left(self) -> int | None:
         if self.limits.token_budget is None:
             return None

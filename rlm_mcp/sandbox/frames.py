@@ -58,10 +58,6 @@ class FrameDecoder:
             del self._buf[: self._need]
             self._need = None
 
-    @property
-    def buffered(self) -> int:
-        return len(self._buf)
-
 
 def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)

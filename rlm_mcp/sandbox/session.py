@@ -94,7 +94,6 @@ class DockerSandbox:
         self._discard = discard
         self._gate = LMGate(settings)
         self._lock = anyio.Lock()
-        self.restarts = 0
 
     @property
     def container(self) -> KernelContainer | None:
@@ -129,7 +128,6 @@ class DockerSandbox:
         with anyio.CancelScope(shield=True):
             self._container = None
             await self._discard(container)
-        self.restarts += 1
         await self._restart()
         notice = (
             f"{reason} The sandbox was replaced by a fresh one: all variables were lost; contexts reloaded "

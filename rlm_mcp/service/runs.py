@@ -115,9 +115,6 @@ class RunManager:
     def get(self, run_id: str) -> ActiveRun | None:
         return self._runs.get(run_id)
 
-    def active(self) -> list[ActiveRun]:
-        return [r for r in self._runs.values() if r.result is None]
-
     async def start(self, request: RunRequest, engine: RLMEngine) -> ActiveRun:
         if self._tg is None:
             raise RuntimeError("RunManager used outside its context")

@@ -173,11 +173,8 @@ class RlmService:
             raise run.early_error
         return result
 
-    def _active(self, run_id: str) -> ActiveRun | None:
-        return self.runs.get(run_id)
-
     async def status(self, run_id: str) -> dict[str, Any]:
-        run = self._active(run_id)
+        run = self.runs.get(run_id)
         if run is not None:
             return run.status()
         summary = await self.records.read_summary(run_id)  # NotFoundError for unknown ids
@@ -186,7 +183,7 @@ class RlmService:
 
     async def result(self, run_id: str, wait_s: float = 0.0) -> RunResult | dict[str, Any]:
         """The result when the run has ended (waiting up to `wait_s`), else its status."""
-        run = self._active(run_id)
+        run = self.runs.get(run_id)
         if run is not None:
             if wait_s > 0:
                 with anyio.move_on_after(min(wait_s, 300.0)):
@@ -198,7 +195,7 @@ class RlmService:
         return {k: summary.get(k) for k in ("run_id", "status", "iterations", "sub_calls", "usage")}
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
-        run = self._active(run_id)
+        run = self.runs.get(run_id)
         if run is None:
             # Finished long ago, or by another server: cancelling an ended run changes nothing.
             return await self.status(run_id)  # unknown id -> NotFoundError
@@ -207,7 +204,7 @@ class RlmService:
         return run.status()
 
     async def full_answer(self, run_id: str) -> str:
-        run = self._active(run_id)
+        run = self.runs.get(run_id)
         result = run.result if run is not None else None
         if result is None:
             summary = await self.records.read_summary(run_id)
