@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 
+from rlm_mcp.engine.ports import ContextSpec
 from tests.fixtures_sandbox import FakeBridge, json_context, no_bridge, ready_manager, text_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
@@ -70,6 +72,27 @@ async def test_contexts(tmp_path: Path) -> None:
             )
             assert r.error is None, r.error
             assert r.stdout == f"True {len(big)} list 1000 5 dict [1, 2, 3]\n"
+
+
+async def test_context_bytes_arrive_exactly(tmp_path: Path) -> None:
+    # Raw transfer: larger than the kernel's 4 MiB read, multi-byte characters across every read
+    # boundary, invalid UTF-8 replaced as the host's reader always did, and an empty file.
+    text = "ünïcödé ✓ 𝄞 line\n" * 400_000  # ~9 MB
+    odd = tmp_path / "odd.txt"
+    odd.write_bytes(b"ok \xff\xfe bytes \xe2\x9c")
+    specs = [
+        text_context(tmp_path, text, "big.txt"),
+        ContextSpec(path=odd, format="text", kind="str", chars=10, bytes=odd.stat().st_size, name="odd.txt"),
+        text_context(tmp_path, "", "empty.txt"),
+    ]
+    async with ready_manager() as manager, manager.open(specs) as sb:
+        r = await sb.execute(
+            "import hashlib\nprint(hashlib.sha256(context_0.encode()).hexdigest(), repr(context_1), repr(context_2))",
+            no_bridge,
+        )
+    assert r.error is None, r.error
+    expected_odd = b"ok \xff\xfe bytes \xe2\x9c".decode("utf-8", "replace")
+    assert r.stdout == f"{hashlib.sha256(text.encode()).hexdigest()} {expected_odd!r} ''\n"
 
 
 async def test_llm_query_and_batch() -> None:

@@ -11,9 +11,9 @@ batched children would otherwise exhaust the limiter and hang every other blocki
 from __future__ import annotations
 
 import asyncio
-import codecs
 import logging
 import math
+import os
 import queue
 import socket
 import struct
@@ -290,7 +290,7 @@ class KernelContainer:
         await self._submit(data)
 
     async def send_context(self, index: int, path: Path, fmt: str) -> None:
-        """Stream one context file as load_context frames (read, decoded and framed off-loop)."""
+        """Send one context file: a load_context frame, then its bytes raw (off-loop)."""
         await self._submit(("context", index, path, fmt))
 
     async def _submit(self, job: Any) -> None:
@@ -364,16 +364,22 @@ class KernelContainer:
             finished(error)
 
     def _write_context(self, index: int, path: Path, fmt: str) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        # The frame names the byte count and the file's bytes follow raw: no decoding or JSON
+        # escaping here (the kernel decodes once), and sendfile keeps them out of this process.
         with open(path, "rb") as fh:
-            while True:
-                data = fh.read(CHUNK_BYTES)
-                text = decoder.decode(data, final=not data)
-                final = not data
-                frame = {"type": "load_context", "id": 0, "index": index, "format": fmt, "data": text, "final": final}
-                self._raw.sendall(encode(frame))
-                if final:
-                    return
+            size = os.fstat(fh.fileno()).st_size
+            self._raw.sendall(encode({"type": "load_context", "id": 0, "index": index, "format": fmt, "bytes": size}))
+            if size == 0:
+                sent = 0
+            elif isinstance(self._raw, socket.socket):
+                sent = self._raw.sendfile(fh, 0, size)
+            else:  # an SSH channel or another socket-like object: plain copies
+                sent = 0
+                while sent < size and (data := fh.read(min(CHUNK_BYTES, size - sent))):
+                    self._raw.sendall(data)
+                    sent += len(data)
+        if sent != size:  # the kernel would wait for the rest forever: end the stream instead
+            raise OSError(f"context file {path.name} shrank while it was sent ({sent} of {size} bytes)")
 
     def _read_loop(self) -> None:
         # Each frame is counted against the inbox budget from its header on, before its bytes

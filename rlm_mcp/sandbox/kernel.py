@@ -204,7 +204,6 @@ class Kernel:
         self.answer_max = 8 << 20
         self.ns = {}
         self.contexts = {}
-        self.pending_chunks = {}
         os.register_at_fork(after_in_child=self._after_fork_child)
 
     # -- fds -------------------------------------------------------------------------------
@@ -300,12 +299,28 @@ class Kernel:
             n -= len(data)
         return b"".join(chunks)
 
+    def _read_payload(self, n):
+        # A context's bytes follow its load_context frame raw (no JSON): read straight into one
+        # buffer, so a 50 MiB context costs one decode here and no escaping on either side.
+        buf = bytearray(n)
+        view = memoryview(buf)
+        pos = 0
+        while pos < n:
+            got = os.readv(self.proto_in, [view[pos : pos + (1 << 22)]])
+            if not got:
+                raise EOFError
+            pos += got
+        view.release()
+        return buf
+
     def reader(self):
         try:
             while True:
                 (size,) = struct.unpack(">I", self._read_exact(4))
                 msg = json.loads(self._read_exact(size))
                 kind = msg.get("type")
+                if kind == "load_context":
+                    msg["raw"] = self._read_payload(int(msg["bytes"]))
                 if kind == "lm_result":
                     with self.waiters_lock:
                         waiter = self.waiters.pop(msg.get("id"), None)
@@ -409,12 +424,9 @@ class Kernel:
 
     def handle_load(self, msg):
         idx = int(msg["index"])
-        parts = self.pending_chunks.setdefault(idx, [])
-        if msg.get("data"):
-            parts.append(msg["data"])
-        if not msg.get("final"):
-            return
-        text = "".join(self.pending_chunks.pop(idx))
+        raw = msg.pop("raw")
+        text = raw.decode("utf-8", "replace")
+        del raw
         try:
             value = json.loads(text) if msg.get("format") == "json" else text
             error = None
