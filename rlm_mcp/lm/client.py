@@ -115,7 +115,7 @@ class LMClient:
 
     def _slots(self) -> anyio.Semaphore:
         if self._limiter is None:
-            self._limiter = anyio.Semaphore(max(1, self._settings.max_concurrent_lm_calls))
+            self._limiter = anyio.Semaphore(max(1, self._settings.max_concurrent_lm_calls), fast_acquire=True)
         return self._limiter
 
     async def aclose(self) -> None:
@@ -269,7 +269,7 @@ class LMClient:
 
     async def _model_cards(self, fresh: bool = False) -> list[dict[str, Any]] | None:
         if self._discovery_lock is None:
-            self._discovery_lock = anyio.Lock()
+            self._discovery_lock = anyio.Lock(fast_acquire=True)
         async with self._discovery_lock:
             if self._cards is not None and not fresh:
                 return self._cards

@@ -11,8 +11,8 @@ batched children would otherwise exhaust the limiter and hang every other blocki
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
-import math
 import os
 import queue
 import socket
@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, SandboxError
@@ -90,6 +89,32 @@ class _ByteBudget:
             self._cond.notify_all()
 
 
+class _Inbox:
+    """Events from the reader thread, consumed on the event loop (put and get both run there).
+
+    Not an anyio memory stream: its receive() yields to the loop once before it waits, an
+    extra event-loop round for every frame; a waiting get() here costs only the wake-up.
+    """
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Event] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, event: Event) -> None:
+        self._items.append(event)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def get(self) -> Event:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 class KernelContainer:
     """A started container running the kernel. Create with `await KernelContainer.start(...)`."""
 
@@ -104,9 +129,7 @@ class KernelContainer:
         self._loop: asyncio.AbstractEventLoop
         self._write_lock = threading.Lock()
         self._pending_writes = 0  # jobs queued for or running in the writer thread
-        self._send_events: MemoryObjectSendStream[Event]
-        self._recv_events: MemoryObjectReceiveStream[Event]
-        self._send_events, self._recv_events = anyio.create_memory_object_stream[Event](math.inf)
+        self._inbox = _Inbox()
         self._budget = _ByteBudget(INBOX_BYTES)
         self._writes: queue.Queue[tuple[Any, Callable[[BaseException | None], None]] | None] = queue.Queue()
         self._stderr = bytearray()
@@ -335,7 +358,7 @@ class KernelContainer:
             raise BrokenPipeError(f"sandbox stdin closed: {exc}") from None
 
     async def receive(self) -> Event:
-        event = await self._recv_events.receive()
+        event = await self._inbox.get()
         self._budget.release(event.size)
         return event
 
@@ -445,10 +468,7 @@ class KernelContainer:
             return False
 
     def _hand_over(self, event: Event) -> None:
-        try:
-            self._send_events.send_nowait(event)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._budget.release(event.size)
+        self._inbox.put(event)
 
 
 def _start_fix(settings: Settings) -> str:

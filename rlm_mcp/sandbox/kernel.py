@@ -10,6 +10,7 @@ there); a reader thread takes host frames; two threads drain the fd-level captur
 """
 
 import builtins
+import fcntl
 import gc
 import json
 import linecache
@@ -164,6 +165,11 @@ class Kernel:
         # Private protocol fds: the original stdin/stdout, moved out of user reach.
         self.proto_in = os.dup(0)
         self.proto_out = os.dup(1)
+        for fd in (self.proto_in, self.proto_out):
+            try:  # bigger pipes: a large context or result crosses in fewer wake-ups
+                fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ (Linux); refused where not a pipe
+            except OSError:
+                pass
         self.diag = os.dup(2)
         for fd in (self.proto_in, self.proto_out, self.diag):
             os.set_inheritable(fd, False)
@@ -582,6 +588,14 @@ class Kernel:
         until the kernel waits for it, and ~120 of them left no pid for a thread. Never raises:
         with every fd taken the scan is skipped until fds are free again.
         """
+        try:
+            # One syscall answers the common case: no exited child at all (nothing is reaped).
+            if os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                return
+        except ChildProcessError:
+            return  # no children
+        except BaseException:
+            pass  # scan below
         try:
             zombies = []
             for entry in os.listdir("/proc"):

@@ -7,6 +7,7 @@ goes on. Sub-LM requests from the cell are answered concurrently through the bri
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -72,6 +73,43 @@ class _Clock:
         return time.monotonic() - self.started
 
 
+class _Watchdog:
+    """The cell's time limits as a timer on the event loop, re-armed while the clock is paused.
+
+    A timer rather than a task: a task per cell (spawn, cancel, join) cost several event-loop
+    rounds on every cell, most of the host's time for a trivial one. On expiry it sets `state`
+    and calls `expire` (which starts the interrupt in the cell's task group).
+    """
+
+    def __init__(self, settings: Settings, clock: _Clock, state: _CellTimeout, expire: Callable[[], None]) -> None:
+        self._limit = settings.cell_timeout_s
+        self._ceiling = settings.cell_wall_timeout_s
+        self._clock = clock
+        self._state = state
+        self._expire = expire
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
+        self._check()
+
+    def _check(self) -> None:
+        remaining = self._limit - self._clock.running()
+        wall_left = self._ceiling - self._clock.wall()
+        if remaining <= 0 or wall_left <= 0:
+            self._handle = None
+            self._state.interrupted = True
+            self._state.wall = remaining > 0
+            self._expire()
+            return
+        # While paused the running time stands still, but the pause may end at any moment.
+        delay = min(remaining, wall_left, 0.25) if self._clock.paused else min(remaining, wall_left)
+        self._handle = self._loop.call_later(delay, self._check)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class DockerSandbox:
     """Implements `rlm_mcp.engine.ports.Sandbox` on Docker containers."""
 
@@ -89,7 +127,7 @@ class DockerSandbox:
         self._replace = replace
         self._discard = discard
         self._gate = LMGate(settings)
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)
         self._lost = LostCount()
 
     @property
@@ -168,7 +206,11 @@ class DockerSandbox:
         logs = 0
         lost: ContainerLost | None = None
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watchdog, container, clock, state, tg.cancel_scope)
+
+            def expire() -> None:
+                tg.start_soon(self._interrupt, container, state, tg.cancel_scope)
+
+            watchdog = _Watchdog(self._settings, clock, state, expire)
             try:
                 await self._send(
                     container, {"type": "exec", "id": cell_id, "code": code, "training_cell": training_cell}
@@ -194,7 +236,10 @@ class DockerSandbox:
                         break
             except ContainerLost as exc:
                 lost = exc
-            tg.cancel_scope.cancel()
+            finally:
+                watchdog.cancel()
+            if state.interrupted or self._gate.outstanding:
+                tg.cancel_scope.cancel()  # the interrupt's grace, sub-calls the cell left behind
         if lost is not None:
             raise lost
         if frame is None:
@@ -239,20 +284,8 @@ class DockerSandbox:
         except BrokenPipeError:
             raise await death(container, self._settings, "eof", "its input closed") from None
 
-    async def _watchdog(
-        self, container: KernelContainer, clock: _Clock, state: _CellTimeout, scope: anyio.CancelScope
-    ) -> None:
-        limit = self._settings.cell_timeout_s
-        ceiling = self._settings.cell_wall_timeout_s
-        while True:
-            remaining = limit - clock.running()
-            wall_left = ceiling - clock.wall()
-            if remaining <= 0 or wall_left <= 0:
-                break
-            # While paused the running time stands still, but the pause may end at any moment.
-            await anyio.sleep(min(remaining, wall_left, 0.25) if clock.paused else min(remaining, wall_left))
-        state.interrupted = True
-        state.wall = remaining > 0
+    async def _interrupt(self, container: KernelContainer, state: _CellTimeout, scope: anyio.CancelScope) -> None:
+        """The cell passed its limit: interrupt it; abandon it if it is still running after GRACE_S."""
         try:
             with anyio.move_on_after(1):
                 await container.send({"type": "interrupt", "id": 0})

@@ -99,7 +99,7 @@ class RunManager:
         self._contexts = contexts
         self._records = records
         self._runs: dict[str, ActiveRun] = {}
-        self._slots = anyio.Semaphore(settings.max_runs)
+        self._slots = anyio.Semaphore(settings.max_runs, fast_acquire=True)
         self._pruned_at = float("-inf")
         self._tg: anyio.abc.TaskGroup | None = None
 

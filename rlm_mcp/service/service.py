@@ -53,7 +53,7 @@ class RlmService:
         self.sandboxes = SandboxManager(settings)
         self.loader = ContextLoader(settings, self.contexts, allow_loopback_urls=(mode == "stdio"))
         self._engine: RLMEngine | None = None
-        self._engine_lock = anyio.Lock()
+        self._engine_lock = anyio.Lock(fast_acquire=True)
         self._lm_checked_at = float("-inf")
         self._runs: RunManager | None = None
         self._stack = AsyncExitStack()

@@ -102,26 +102,29 @@ class RunLog:
         return self._dir.name
 
     async def append(self, event: dict[str, Any]) -> None:
+        line = encode_event({**event, "ts": time.time()}, self._max_event)
+        if len(line) <= INLINE_WRITE_BYTES and not self._lock.locked():
+            # A small append lands in the page cache in microseconds: written here, with no
+            # await (a lock round or a worker-thread hop costs more than the write, and a turn
+            # has several events). The lock only orders appends behind a large write in flight.
+            self._write(line)
+            return
         async with self._lock:
-            if self._fh is None or self._truncated:
-                return
-            line = encode_event({**event, "ts": time.time()}, self._max_event)
-            if self._written + len(line) > self._max_log:
-                self._truncated = True
-                line = encode_event({"type": "log_truncated", "ts": time.time(), "max_bytes": self._max_log}, 1024)
-            fh = self._fh
-
-            def write() -> None:
-                fh.write(line)
-                fh.flush()
-
             if len(line) <= INLINE_WRITE_BYTES:
-                # A small append lands in the page cache in microseconds; a worker-thread hop
-                # costs far more (several events per turn: most of the host's time per turn).
-                write()
+                self._write(line)
             else:
-                await in_thread(write)
-            self._written += len(line)
+                await in_thread(lambda: self._write(line))
+
+    def _write(self, line: bytes) -> None:
+        fh = self._fh
+        if fh is None or self._truncated:
+            return
+        if self._written + len(line) > self._max_log:
+            self._truncated = True
+            line = encode_event({"type": "log_truncated", "ts": time.time(), "max_bytes": self._max_log}, 1024)
+        fh.write(line)
+        fh.flush()
+        self._written += len(line)
 
     async def write_summary(self, summary: dict[str, Any]) -> None:
         # run_id and created_at stay, so listings keep their order whatever the caller writes.
