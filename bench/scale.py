@@ -69,11 +69,18 @@ def proc_sample(pid: int) -> dict[str, float]:
     }
 
 
-def containers(owner: str) -> int:
+def container_states(owner: str) -> list[str]:
     out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=rlm-mcp.owner={owner}"], capture_output=True, text=True, check=True
+        ["docker", "ps", "-a", "--filter", f"label=rlm-mcp.owner={owner}", "--format", "{{.State}}"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    return len(out.split())
+    return out.split()
+
+
+def containers(owner: str) -> int:
+    return len(container_states(owner))
 
 
 def server_env(url: str, tmp: Path, owner: str, limit: int) -> dict[str, str]:
@@ -193,13 +200,16 @@ def slope(points: list[tuple[float, float]]) -> float:
 
 
 async def containers_settle(owner: str, target: int) -> int:
-    """This server's containers once there are `target` of them (60 s at most): used ones are
-    removed in the background and the warm pool refills in the background."""
+    """This server's containers once `target` of them are running and nothing else is left, twice
+    in a row (60 s at most): used ones stop and are removed in the background, and the warm pool
+    refills in the background, so a count alone may include a used one about to go."""
+    seen = 0
     with anyio.move_on_after(60):
         while True:
-            count = await anyio.to_thread.run_sync(containers, owner)
-            if count == target:
-                return count
+            states = await anyio.to_thread.run_sync(container_states, owner)
+            seen = seen + 1 if len(states) == target and set(states) <= {"running"} else 0
+            if seen == 2:
+                return len(states)
             await anyio.sleep(0.5)
     return await anyio.to_thread.run_sync(containers, owner)
 

@@ -63,8 +63,11 @@ class SandboxManager:
         # Not a CapacityLimiter (one task may hold several); grants keep room for descendants.
         self._slots = SandboxSlots(settings.max_sandboxes)
         self._live: set[KernelContainer] = set()
+        self._retired: set[KernelContainer] = set()  # closed after use, removal pending
         self._cpu = CpuShares(settings.sandbox_cpus)
-        self._removals = anyio.Semaphore(BACKGROUND_REMOVALS)
+        # As many as can end together: a burst of runs ending at once must not wait for Docker
+        # (a removal under load takes ~0.3 s) before returning their results.
+        self._removals = anyio.Semaphore(max(BACKGROUND_REMOVALS, settings.max_sandboxes))
         # Pool refills and background removals wait until no run is using a sandbox (quiet.py).
         self._quiet = QuietGate()
         self._pool = WarmPool(settings.pool_size, self._start_container, self._discard, quiet=self._quiet.wait_quiet)
@@ -111,8 +114,10 @@ class SandboxManager:
             if total is None:
                 total = await anyio.to_thread.run_sync(docker_host_cpus, client) or float(os.cpu_count() or 1)
             self._cpu.total = total
-            if self._tg is not None and self.settings.pool_size > 0:
-                self._tg.start_soon(self._pool.refill_forever)
+            if self._tg is not None:
+                self._tg.start_soon(self._cpu.run)
+                if self.settings.pool_size > 0:
+                    self._tg.start_soon(self._pool.refill_forever)
             self._ready = True
 
     def check_fits(self, contexts: Sequence[ContextSpec]) -> None:
@@ -142,12 +147,13 @@ class SandboxManager:
             finally:
                 with anyio.CancelScope(shield=True):
                     if sandbox is not None:
-                        await sandbox.close()
-                    await self._retire(container)
+                        await sandbox.close()  # retires the container it holds (this one or a replacement)
+                    else:
+                        await self._retire(container)
 
     # -- containers ------------------------------------------------------------------------
     async def _acquire(self) -> KernelContainer:
-        """A container for a run: from the pool, else a new one; its CPU share set before use."""
+        """A container for a run: from the pool, else a new one; counted in the CPU shares."""
         container = self._pool.take()
         if container is None:
             container = await self._start_container()
@@ -169,6 +175,7 @@ class SandboxManager:
             await container.kill()
             await self._cpu.remove(container)  # the others' shares grow back
             self._live.discard(container)
+            self._retired.discard(container)
 
     async def _retire(self, container: KernelContainer) -> None:
         """Close a used container now and remove it from Docker in the background.
@@ -177,6 +184,9 @@ class SandboxManager:
         At most `_removals` run in the background; past that the caller removes it itself, so a
         burst of runs cannot pile up dead containers. Shutdown removes whatever is still pending.
         """
+        if container in self._retired:
+            return  # retired once already: a second removal would take a second slot
+        self._retired.add(container)
         container.close()
         with anyio.CancelScope(shield=True):
             await self._cpu.remove(container)  # the run is done with it: the others' shares grow back now
