@@ -6,6 +6,7 @@ bridge overhead (zero-latency bridge), a 16-way batch, and context loading throu
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
@@ -44,7 +45,7 @@ async def timed(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
     return out
 
 
-async def main() -> None:
+async def main(mib: int, calls: int) -> None:
     settings = Settings(pool_size=2, cell_timeout_s=60)
     async with SandboxManager(settings) as mgr:
         await mgr.ensure_ready()
@@ -53,7 +54,7 @@ async def main() -> None:
         cold: list[float] = []
         for _ in range(5):
             t = time.perf_counter()
-            c = await KernelContainer.start(client, settings, mgr.owner_id, register=lambda _id: None)
+            c = await KernelContainer.start(client, settings, mgr.owner_id)
             cold.append(time.perf_counter() - t)
             await c.kill()
         report("cold start to kernel-ready", cold, None)
@@ -72,7 +73,7 @@ async def main() -> None:
         async with mgr.open([]) as sb:
             await sb.execute("pass", zero_bridge)
             report("trivial cell round trip", await timed(lambda: sb.execute("x = 1", zero_bridge), 200), 5.0)
-            n = 500
+            n = calls
             t = time.perf_counter()
             await sb.execute(f"for i in range({n}):\n    llm_query('p')", zero_bridge)
             per_call = (time.perf_counter() - t) / n
@@ -86,19 +87,25 @@ async def main() -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "ctx.txt"
-            data = (b"lorem ipsum dolor sit amet, consectetur adipiscing elit. " * (50 * 2**20 // 57 + 1))[: 50 * 2**20]
+            data = (b"lorem ipsum dolor sit amet, consectetur adipiscing elit. " * (mib * 2**20 // 57 + 1))[
+                : mib * 2**20
+            ]
             path.write_bytes(data)
             spec = ContextSpec(path=path, format="text", kind="str", chars=len(data), bytes=len(data))
             loads: list[float] = []
             for _ in range(3):
-                c = await KernelContainer.start(client, settings, mgr.owner_id, register=lambda _id: None)
+                c = await KernelContainer.start(client, settings, mgr.owner_id)
                 t = time.perf_counter()
-                await load_contexts(c, [spec])
+                await load_contexts(c, [spec], settings)
                 loads.append(time.perf_counter() - t)
                 await c.kill()
-            report("50 MiB context load", loads, 1000.0)
-            print(f"{'context load throughput':<34} median {50 / statistics.median(loads):8.1f} MiB/s")
+            report(f"{mib} MiB context load", loads, 1000.0 if mib == 50 else None)
+            print(f"{'context load throughput':<34} median {mib / statistics.median(loads):8.1f} MiB/s")
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mib", type=int, default=50, help="size of the loaded context (default 50)")
+    parser.add_argument("--calls", type=int, default=500, help="sequential llm_query calls timed (default 500)")
+    args = parser.parse_args()
+    anyio.run(main, args.mib, args.calls)

@@ -40,3 +40,9 @@ def test_scale_and_soak_benches_run_over_both_transports() -> None:
     assert "server CPU per turn" in out and "slowest/fastest" in out
     out = run_bench(str(BENCH / "scale.py"), "soak", "--sequential", "4", "--concurrent", "4", "--settle", "0")
     assert "RSS" in out and "slope" in out and "containers 2 -> 2" in out
+
+
+def test_sandbox_bench_prints_every_figure() -> None:
+    out = run_bench(str(BENCH / "sandbox.py"), "--mib", "1", "--calls", "20")
+    for row in ("cold start", "warm acquire", "trivial cell", "bridge overhead", "16-way", "1 MiB context load"):
+        assert row in out
