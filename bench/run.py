@@ -38,9 +38,13 @@ async def quiet(progress: float, total: float | None, message: str) -> None:
     return None
 
 
+GAP_S = 1.5  # idle before each timed run: the warm pool refills only while no sandbox is in use
+
+
 async def timed(fn: Callable[[], Awaitable[object]], repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
+        await anyio.sleep(GAP_S)
         start = time.perf_counter()
         await fn()
         times.append(time.perf_counter() - start)

@@ -218,6 +218,17 @@ async def soak(client: Client, pid: int, owner: str, context_id: str, args: argp
     warm = max(1, min(50, args.sequential // 10))
     for i in range(warm):
         await one_run(client, context_id, f"soak run warm-up {i}")
+    # And one concurrent round: bounded pools (Docker API keep-alive connections, SQLite
+    # connections, worker threads) grow to their working size once; the baseline includes them.
+    warm_limiter = anyio.CapacityLimiter(SOAK_PARALLEL)
+
+    async def warm_up(i: int) -> None:
+        async with warm_limiter:
+            await one_run(client, context_id, f"soak run concurrent warm-up {i}")
+
+    async with anyio.create_task_group() as tg:
+        for i in range(2 * SOAK_PARALLEL):
+            tg.start_soon(warm_up, i)
     base_containers = await containers_settle(owner, args.pool)
     base = proc_sample(pid)
     every = max(1, args.sequential // 20)
@@ -245,7 +256,7 @@ async def soak(client: Client, pid: int, owner: str, context_id: str, args: argp
     end = proc_sample(pid)
     rss.append((args.sequential + args.concurrent, end["rss"]))
     print(
-        f"soak: {warm} warm-up runs, then {args.sequential} sequential and {args.concurrent} concurrent "
+        f"soak: {warm} warm-up runs and {2 * SOAK_PARALLEL} concurrent ones, then {args.sequential} sequential and {args.concurrent} concurrent "
         f"({SOAK_PARALLEL} at a time)"
     )
     print(

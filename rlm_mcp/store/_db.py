@@ -94,10 +94,12 @@ _keepers: OrderedDict[str, sqlite3.Connection] = OrderedDict()
 
 # Connections are reused: opening one (two PRAGMAs) and closing it cost ~1.5 ms of a 2.3 ms pin,
 # and under load each of those steps waits for the GIL. Idle ones are kept per file (a few per
-# file, for the files in `_keepers`), checked to still be that file's (a data dir deleted and
-# made again at the same path gets fresh ones) and never lent inside a transaction.
+# file, for the files in `_keepers`, each idle at most IDLE_S so a burst's extra connections and
+# their fds go again), checked to still be that file's (a data dir deleted and made again at
+# the same path gets fresh ones) and never lent inside a transaction.
 IDLE_PER_FILE = 4
-_idle: dict[str, list[tuple[sqlite3.Connection, int]]] = {}
+IDLE_S = 10.0
+_idle: dict[str, list[tuple[sqlite3.Connection, int, float]]] = {}
 
 
 def _inode(path: Path) -> int:
@@ -107,34 +109,48 @@ def _inode(path: Path) -> int:
         return -1
 
 
+def _expired(pool: list[tuple[sqlite3.Connection, int, float]], now: float) -> list[sqlite3.Connection]:
+    """Drop (and return, to be closed outside the lock) the connections idle too long."""
+    old = [conn for conn, _, since in pool if now - since > IDLE_S]
+    if old:
+        pool[:] = [entry for entry in pool if now - entry[2] <= IDLE_S]
+    return old
+
+
 def _borrow(path: Path) -> tuple[sqlite3.Connection, int]:
     key = str(path)
     inode = _inode(path)
-    stale: list[sqlite3.Connection] = []
+    now = time.monotonic()
+    found: sqlite3.Connection | None = None
     with _init_lock:
         pool = _idle.get(key, [])
+        stale = _expired(pool, now)
         while pool:
-            conn, conn_inode = pool.pop()
+            conn, conn_inode, _ = pool.pop()
             if conn_inode == inode:
+                found = conn
                 break
             stale.append(conn)
-        else:
-            conn = None
-    for old in stale:
-        old.close()
-    return (conn, inode) if conn is not None else (_open(path), inode)
+    for conn in stale:
+        conn.close()
+    return (found, inode) if found is not None else (_open(path), inode)
 
 
 def _give_back(path: Path, conn: sqlite3.Connection, inode: int) -> None:
     key = str(path)
+    stale: list[sqlite3.Connection] = [conn]
     if not conn.in_transaction:
         with _init_lock:
             if key in _keepers:  # a file still in use: keep it (bounded by KEEP_OPEN files)
                 pool = _idle.setdefault(key, [])
+                now = time.monotonic()
+                stale = _expired(pool, now)
                 if len(pool) < IDLE_PER_FILE:
-                    pool.append((conn, inode))
-                    return
-    conn.close()
+                    pool.append((conn, inode, now))
+                else:
+                    stale.append(conn)
+    for old in stale:
+        old.close()
 
 
 def _open(path: Path) -> sqlite3.Connection:
@@ -184,7 +200,7 @@ def _keep_open(key: str, path: Path) -> None:
     while len(_keepers) > KEEP_OPEN:
         old_key, kept = _keepers.popitem(last=False)
         kept.close()
-        for conn, _ in _idle.pop(old_key, []):
+        for conn, _, _ in _idle.pop(old_key, []):
             conn.close()
 
 
