@@ -214,21 +214,26 @@ async def containers_settle(owner: str, target: int) -> int:
     return await anyio.to_thread.run_sync(containers, owner)
 
 
+async def runs_at_once(client: Client, context_id: str, label: str, count: int) -> None:
+    """`count` runs, SOAK_PARALLEL at a time."""
+    limiter = anyio.CapacityLimiter(SOAK_PARALLEL)
+
+    async def limited(i: int) -> None:
+        async with limiter:
+            await one_run(client, context_id, f"{label} {i}")
+
+    async with anyio.create_task_group() as tg:
+        for i in range(count):
+            tg.start_soon(limited, i)
+
+
 async def soak(client: Client, pid: int, owner: str, context_id: str, args: argparse.Namespace) -> None:
     warm = max(1, min(50, args.sequential // 10))
     for i in range(warm):
         await one_run(client, context_id, f"soak run warm-up {i}")
     # And one concurrent round: bounded pools (Docker API keep-alive connections, SQLite
     # connections, worker threads) grow to their working size once; the baseline includes them.
-    warm_limiter = anyio.CapacityLimiter(SOAK_PARALLEL)
-
-    async def warm_up(i: int) -> None:
-        async with warm_limiter:
-            await one_run(client, context_id, f"soak run concurrent warm-up {i}")
-
-    async with anyio.create_task_group() as tg:
-        for i in range(2 * SOAK_PARALLEL):
-            tg.start_soon(warm_up, i)
+    await runs_at_once(client, context_id, "soak run concurrent warm-up", 2 * SOAK_PARALLEL)
     base_containers = await containers_settle(owner, args.pool)
     base = proc_sample(pid)
     every = max(1, args.sequential // 20)
@@ -237,15 +242,7 @@ async def soak(client: Client, pid: int, owner: str, context_id: str, args: argp
         await one_run(client, context_id, f"soak run sequential {i}")
         if (i + 1) % every == 0:
             rss.append((i + 1, proc_sample(pid)["rss"]))
-    limiter = anyio.CapacityLimiter(SOAK_PARALLEL)
-
-    async def limited(i: int) -> None:
-        async with limiter:
-            await one_run(client, context_id, f"soak run concurrent {i}")
-
-    async with anyio.create_task_group() as tg:
-        for i in range(args.concurrent):
-            tg.start_soon(limited, i)
+    await runs_at_once(client, context_id, "soak run concurrent", args.concurrent)
     end_containers = await containers_settle(owner, base_containers)
     loaded = proc_sample(pid)
     # Idle kept-alive LM connections close after 15 s; anyio's worker threads idle for 10 s exit

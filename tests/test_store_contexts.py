@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, NotFoundError, TooLargeError
 from rlm_mcp.store import ContextStore
 
@@ -197,3 +199,15 @@ async def test_new_context_kept_even_if_over_cap(settings_factory) -> None:
     store = ContextStore(settings_factory(store_max_bytes=5))
     info = await store.put_bytes(b"0123456789", name="big", format="text", source={})
     assert (await store.get(info.context_id)).bytes == 10
+
+
+async def test_a_data_dir_made_again_at_the_same_path_gets_fresh_connections(tmp_path: Path) -> None:
+    # Idle index connections are reused; one still open on a deleted index must not be lent.
+    data = tmp_path / "data"
+    first = ContextStore(Settings(data_dir=data))
+    old = await first.put_bytes(b"old", name="old", format="text", source={"type": "text"})
+    shutil.rmtree(data)
+    second = ContextStore(Settings(data_dir=data))
+    new = await second.put_bytes(b"new", name="new", format="text", source={"type": "text"})
+    assert [c.context_id for c in await second.list()] == [new.context_id]
+    assert old.context_id != new.context_id

@@ -1,8 +1,8 @@
 """The metadata index: one SQLite file shared by every server process using a data dir.
 
-Each operation opens its own short-lived connection inside a worker thread. That keeps
-connections off the event loop and away from thread-affinity rules, and costs well under a
-millisecond. WAL mode lets readers run while one process writes; the busy timeout makes a
+Each operation borrows a connection inside a worker thread (a few idle ones are kept per file,
+see `_borrow`), which keeps connections off the event loop; this process's writers queue on a
+mutex, other processes' on SQLite's busy handler. WAL mode lets readers run while one process writes; the busy timeout makes a
 second writer wait instead of failing with "database is locked". Every write runs inside
 `BEGIN IMMEDIATE`, so the write lock is taken up front and a read-then-write sequence cannot
 be interleaved with another process's write.
@@ -80,8 +80,9 @@ CREATE TABLE IF NOT EXISTS uploads (
 """
 
 # Schema creation is idempotent, but doing it once per process per file saves a write lock
-# on every operation.
-_initialised: set[str] = set()
+# on every operation. Keyed by path, with the inode it was done for: a data dir deleted and
+# made again at the same path gets its schema (and fresh connections) again.
+_initialised: dict[str, int] = {}
 _init_lock = threading.Lock()
 
 # One idle connection kept open per recently used file: closing the last connection to a WAL
@@ -95,8 +96,8 @@ _keepers: OrderedDict[str, sqlite3.Connection] = OrderedDict()
 # Connections are reused: opening one (two PRAGMAs) and closing it cost ~1.5 ms of a 2.3 ms pin,
 # and under load each of those steps waits for the GIL. Idle ones are kept per file (a few per
 # file, for the files in `_keepers`, each idle at most IDLE_S so a burst's extra connections and
-# their fds go again), checked to still be that file's (a data dir deleted and made again at
-# the same path gets fresh ones) and never lent inside a transaction.
+# their fds go again), tagged with the inode they were opened on (a data dir deleted and made again
+# at the same path gets fresh ones) and never lent inside a transaction.
 IDLE_PER_FILE = 4
 IDLE_S = 10.0
 _idle: dict[str, list[tuple[sqlite3.Connection, int, float]]] = {}
@@ -117,9 +118,8 @@ def _expired(pool: list[tuple[sqlite3.Connection, int, float]], now: float) -> l
     return old
 
 
-def _borrow(path: Path) -> tuple[sqlite3.Connection, int]:
+def _borrow(path: Path, inode: int) -> sqlite3.Connection:
     key = str(path)
-    inode = _inode(path)
     now = time.monotonic()
     found: sqlite3.Connection | None = None
     with _init_lock:
@@ -133,7 +133,7 @@ def _borrow(path: Path) -> tuple[sqlite3.Connection, int]:
             stale.append(conn)
     for conn in stale:
         conn.close()
-    return (found, inode) if found is not None else (_open(path), inode)
+    return found if found is not None else _open(path)
 
 
 def _give_back(path: Path, conn: sqlite3.Connection, inode: int) -> None:
@@ -167,12 +167,15 @@ def _open(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _ensure_schema(path: Path) -> None:
+def _ensure_schema(path: Path) -> int:
+    """Create the schema once per file; returns the file's inode (connections are tagged with it)."""
     key = str(path)
+    inode = _inode(path)
     with _init_lock:
-        if key in _initialised:
+        if _initialised.get(key) == inode != -1:
             _keep_open(key, path)
-            return
+            return inode
+        _forget(key)  # a new file at this path (or the first use): nothing kept may serve it
         # 0700: the data dir holds users' documents (see ContextStore._prepare).
         path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
         # Two servers opening a fresh file at once can both hold a shared lock while asking
@@ -187,8 +190,10 @@ def _ensure_schema(path: Path) -> None:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.02 + random.random() * 0.08)
-        _initialised.add(key)
+        inode = _inode(path)
+        _initialised[key] = inode
         _keep_open(key, path)
+        return inode
 
 
 def _keep_open(key: str, path: Path) -> None:
@@ -198,10 +203,16 @@ def _keep_open(key: str, path: Path) -> None:
         return
     _keepers[key] = sqlite3.connect(path, check_same_thread=False)  # never used, only held
     while len(_keepers) > KEEP_OPEN:
-        old_key, kept = _keepers.popitem(last=False)
+        _forget(next(iter(_keepers)))
+
+
+def _forget(key: str) -> None:
+    """Close the kept and idle connections of one file (call with `_init_lock` held)."""
+    kept = _keepers.pop(key, None)
+    if kept is not None:
         kept.close()
-        for conn, _, _ in _idle.pop(old_key, []):
-            conn.close()
+    for conn, _, _ in _idle.pop(key, []):
+        conn.close()
 
 
 def _create_schema(path: Path) -> None:
@@ -244,8 +255,8 @@ def _migrate(conn: sqlite3.Connection, *, had_owners: bool) -> None:
 @contextmanager
 def connect(path: Path) -> Iterator[sqlite3.Connection]:
     """A connection for reads (autocommit); given back (or closed) on exit."""
-    _ensure_schema(path)
-    conn, inode = _borrow(path)
+    inode = _ensure_schema(path)
+    conn = _borrow(path, inode)
     try:
         yield conn
     except BaseException:
