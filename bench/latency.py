@@ -22,6 +22,7 @@ from pathlib import Path
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing import scripted_lm_process
@@ -51,11 +52,11 @@ async def bench(delay: float, limit: int, repeat: int) -> None:
             max_concurrent_lm_calls=limit,
         )
         async with RlmService(settings) as service:
-            context = await service.load_context(text="hello " * 1000)
+            context = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
             walls = []
             for _ in range(repeat + 1):  # the first run warms the pool and model discovery up
                 started = time.perf_counter()
-                result = await service.complete("latency", context.context_id, RunOverrides(), quiet)
+                result = await service.complete("latency", context.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
                 walls.append(time.perf_counter() - started)
                 assert result.status == "completed", result
             walls = walls[1:]

@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing import scripted_lm_process
@@ -78,11 +79,13 @@ async def bench(repeat: int) -> None:
             max_concurrent_lm_calls=64,
         )
         async with RlmService(settings) as service:
-            small = await service.load_context(text="hello " * 1000)
-            big = await service.load_context(text=("0123456789abcdef" * 64 + "\n") * (50 * 1024 * 1024 // 1025))
+            small = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
+            big = await service.load_context(
+                text=("0123456789abcdef" * 64 + "\n") * (50 * 1024 * 1024 // 1025), owner=LOCAL_OWNER
+            )
 
             async def run(query: str, context_id: str) -> None:
-                result = await service.complete(query, context_id, RunOverrides(), quiet)
+                result = await service.complete(query, context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
                 assert result.status == "completed", result
 
             await run("one-turn warm-up", small.context_id)

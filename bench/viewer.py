@@ -18,6 +18,8 @@ from pathlib import Path
 
 import anyio
 
+from rlm_mcp.owners import EVERY_OWNER
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from chromium import Browser
@@ -36,7 +38,9 @@ def main() -> None:
         store = RunStore(make_settings(data_dir=data))
 
         async def load() -> tuple[dict, list]:
-            return await store.read_summary("run_big"), await store.read_events("run_big")
+            return await store.read_summary("run_big", owner=EVERY_OWNER), await store.read_events(
+                "run_big", owner=EVERY_OWNER
+            )
 
         started = time.perf_counter()
         summary, events = anyio.run(load)

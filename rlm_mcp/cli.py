@@ -21,6 +21,7 @@ from rlm_mcp import __version__
 from rlm_mcp.config import Settings, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
+from rlm_mcp.owners import EVERY_OWNER
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -242,11 +243,11 @@ async def _contexts(args: argparse.Namespace, settings: Settings) -> int:
 
     store = ContextStore(settings)
     if args.action == "list":
-        for info in await store.list(owner=None):  # the operator sees every owner's contexts
+        for info in await store.list(owner=EVERY_OWNER):  # the operator sees every owner's contexts
             print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {info.name}")
         return 0
-    await store.get(args.context_id, owner=None)
-    await store.delete(args.context_id, owner=None)
+    await store.get(args.context_id, owner=EVERY_OWNER)
+    await store.delete(args.context_id, owner=EVERY_OWNER)
     print(f"deleted {args.context_id}")
     return 0
 
@@ -258,11 +259,11 @@ async def _runs(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "list":
         from rlm_mcp.cli_run import runs_table
 
-        for line in runs_table(await records.list()):
+        for line in runs_table(await records.list(owner=EVERY_OWNER)):
             print(line)
         return 0
     if args.action == "show":
-        print(json.dumps(await records.read_summary(args.run_id), indent=2, default=str))
+        print(json.dumps(await records.read_summary(args.run_id, owner=EVERY_OWNER), indent=2, default=str))
         return 0
     if args.action == "view":
         from rlm_mcp.viewer.local import view
@@ -271,8 +272,8 @@ async def _runs(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.viewer import render_run_html
     from rlm_mcp.viewer.export import chat_jsonl
 
-    summary = await records.read_summary(args.run_id)
-    events = await records.read_events(args.run_id)
+    summary = await records.read_summary(args.run_id, owner=EVERY_OWNER)
+    events = await records.read_events(args.run_id, owner=EVERY_OWNER)
     if args.action == "html":
         from rlm_mcp.cli_run import write_page
 

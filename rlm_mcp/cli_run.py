@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.owners import LOCAL_OWNER
 
 
 class ProgressDisplay:
@@ -57,12 +58,12 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
             if args.context_id:
                 context_id = args.context_id
             else:
-                info = await service.load_context(path=path, url=args.url)
+                info = await service.for_owner(LOCAL_OWNER).load_context(path=path, url=args.url)
                 context_id = info.context_id
             overrides = RunOverrides.checked(
                 max_iterations=args.max_iterations, max_depth=args.max_depth, timeout_s=args.timeout_s
             )
-            result = await service.complete(args.query, context_id, overrides, display.report)
+            result = await service.for_owner(LOCAL_OWNER).complete(args.query, context_id, overrides, display.report)
     if args.json:
         print(json.dumps(result.model_dump(), indent=2))
     else:

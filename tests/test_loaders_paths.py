@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError, TooLargeError
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.loaders import load_glob, load_path
 from rlm_mcp.service.loaders.patterns import matches
 from rlm_mcp.store import ContextStore
@@ -46,7 +47,9 @@ async def test_single_file(settings, root) -> None:
     loaded = await load_path(str(root / "notes.txt"), settings)
     assert loaded.name == "notes.txt" and loaded.source["type"] == "path" and loaded.source["bytes"] == 6
     store = ContextStore(settings)
-    info = await store.put_file(loaded.path, name=loaded.name, format="text", source=loaded.source, consume=True)
+    info = await store.put_file(
+        loaded.path, name=loaded.name, format="text", source=loaded.source, consume=True, owner=LOCAL_OWNER
+    )
     loaded.cleanup()
     assert info.bytes == 6 and (root / "notes.txt").exists()
 

@@ -15,6 +15,7 @@ from mcp import Client
 
 from fixtures_store import LoopbackServer
 from rlm_mcp.config import Settings
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.server.app import build_server
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
@@ -344,7 +345,7 @@ async def test_an_event_during_a_progress_report_is_not_lost() -> None:
     from rlm_mcp.service.runs import ActiveRun, RunRequest, wait_with_heartbeat
 
     limits = RunLimits(max_iterations=3, max_depth=1, timeout_s=60, token_budget=None, max_errors=5)
-    run = ActiveRun("r", RunRequest("q", ["c"], limits), RunProgress(run_id="r", max_iterations=3))
+    run = ActiveRun("r", RunRequest("q", ["c"], limits, LOCAL_OWNER), RunProgress(run_id="r", max_iterations=3))
     seen: list[tuple[str | None, float]] = []
     start = anyio.current_time()
 
@@ -398,9 +399,9 @@ async def test_finished_runs_beyond_the_cap_leave_memory(tmp_path: Path, monkeyp
     monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
         async with RlmService(make_settings(tmp_path, lm.base_url)) as service:
-            ctx = await service.load_context(text="c")
-            first = await service.complete("one", ctx.context_id, RunOverrides(), quiet)
-            second = await service.complete("two", ctx.context_id, RunOverrides(), quiet)
-            assert service.runs.get(first.run_id) is None
-            assert service.runs.get(second.run_id) is not None
-            assert (await service.status(first.run_id)).status == "completed"
+            ctx = await service.load_context(text="c", owner=LOCAL_OWNER)
+            first = await service.complete("one", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
+            second = await service.complete("two", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
+            assert service.runs.get(first.run_id, owner=LOCAL_OWNER) is None
+            assert service.runs.get(second.run_id, owner=LOCAL_OWNER) is not None
+            assert (await service.status(first.run_id, owner=LOCAL_OWNER)).status == "completed"

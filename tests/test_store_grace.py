@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from rlm_mcp.config import Settings
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore
 
 CAP = 1000
@@ -30,7 +31,7 @@ def _settings(data_dir: str, grace_s: float) -> Settings:
 def _store_one(data_dir: str, grace_s: float, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     async def main() -> None:
         info = await ContextStore(_settings(data_dir, grace_s)).put_bytes(
-            b"x" * 800, name="loaded by the other server", format="text", source={}
+            b"x" * 800, name="loaded by the other server", format="text", source={}, owner=LOCAL_OWNER
         )
         queue.put(info.context_id)
 
@@ -44,7 +45,7 @@ def _hold_pin(
     release: multiprocessing.synchronize.Event,
 ) -> None:
     async def main() -> None:
-        async with ContextStore(_settings(data_dir, 0)).in_use([context_id]):
+        async with ContextStore(_settings(data_dir, 0)).in_use([context_id], owner=LOCAL_OWNER):
             pinned.set()
             await anyio.to_thread.run_sync(lambda: release.wait(120))
 
@@ -73,11 +74,13 @@ def test_a_context_another_process_just_stored_survives_eviction(tmp_path: Path,
 
     async def main() -> None:
         store = ContextStore(_settings(data_dir, grace_s))
-        await store.put_bytes(b"y" * 800, name="mine", format="text", source={})  # over the cap: evicts
-        ids = {i.context_id for i in await store.list()}
+        await store.put_bytes(
+            b"y" * 800, name="mine", format="text", source={}, owner=LOCAL_OWNER
+        )  # over the cap: evicts
+        ids = {i.context_id for i in await store.list(owner=LOCAL_OWNER)}
         assert (theirs in ids) is kept
         if kept:  # the caller's rlm_complete can still pin and read it
-            async with store.in_use([theirs]) as infos:
+            async with store.in_use([theirs], owner=LOCAL_OWNER) as infos:
                 assert store.spec(infos[0]).path.read_bytes() == b"x" * 800
 
     anyio.run(main)
@@ -87,7 +90,7 @@ def test_a_context_pinned_by_another_process_survives_until_released_or_dead(tmp
     data_dir = str(tmp_path / "data")
     settings = _settings(data_dir, 0)
     store = ContextStore(settings)
-    info = anyio.run(lambda: store.put_bytes(b"z" * 800, name="held", format="text", source={}))
+    info = anyio.run(lambda: store.put_bytes(b"z" * 800, name="held", format="text", source={}, owner=LOCAL_OWNER))
     ctx = multiprocessing.get_context("spawn")
     for ending in ("release", "kill"):
         pinned, release = ctx.Event(), ctx.Event()
@@ -96,8 +99,10 @@ def test_a_context_pinned_by_another_process_survives_until_released_or_dead(tmp
         try:
             assert pinned.wait(60)
             _age(store, info.context_id, 10 * 86400)
-            assert anyio.run(lambda: store.put_bytes(b"w" * 800, name="pressure", format="text", source={}))
-            assert info.context_id in {i.context_id for i in anyio.run(lambda: store.list())}
+            assert anyio.run(
+                lambda: store.put_bytes(b"w" * 800, name="pressure", format="text", source={}, owner=LOCAL_OWNER)
+            )
+            assert info.context_id in {i.context_id for i in anyio.run(lambda: store.list(owner=LOCAL_OWNER))}
             if ending == "release":
                 release.set()
                 proc.join(60)
@@ -111,10 +116,12 @@ def test_a_context_pinned_by_another_process_survives_until_released_or_dead(tmp
                 proc.kill()
             proc.join(60)
         more = b"v" * 800 + ending.encode()
-        anyio.run(lambda: store.put_bytes(more, name="more", format="text", source={}))  # noqa: B023 (run at once)
-        remaining = {i.context_id for i in anyio.run(lambda: store.list())}
+        anyio.run(lambda: store.put_bytes(more, name="more", format="text", source={}, owner=LOCAL_OWNER))  # noqa: B023 (run at once)
+        remaining = {i.context_id for i in anyio.run(lambda: store.list(owner=LOCAL_OWNER))}
         if ending == "release":
             assert info.context_id not in remaining
-            info = anyio.run(lambda: store.put_bytes(b"z" * 800, name="held", format="text", source={}))
+            info = anyio.run(
+                lambda: store.put_bytes(b"z" * 800, name="held", format="text", source={}, owner=LOCAL_OWNER)
+            )
         else:
             assert info.context_id not in remaining  # a dead process's pin does not hold it

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from rlm_mcp.config import Settings
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, UploadStore
 
 
@@ -22,14 +23,18 @@ def _worker(data_dir: str, worker: int, rounds: int) -> None:
         uploads = UploadStore(settings, store)
         for i in range(rounds):
             # Half the contents are shared by both workers (same ids), half are private.
-            shared = await store.put_bytes(f"shared {i % 7}".encode() * 20, name=f"s{i}", format="text", source={})
-            own = await store.put_bytes(f"worker {worker} item {i}".encode() * 20, name="own", format="text", source={})
-            async with store.in_use([own.context_id]) as infos:
+            shared = await store.put_bytes(
+                f"shared {i % 7}".encode() * 20, name=f"s{i}", format="text", source={}, owner=LOCAL_OWNER
+            )
+            own = await store.put_bytes(
+                f"worker {worker} item {i}".encode() * 20, name="own", format="text", source={}, owner=LOCAL_OWNER
+            )
+            async with store.in_use([own.context_id], owner=LOCAL_OWNER) as infos:
                 assert infos[0].context_id == own.context_id
                 assert store.spec(infos[0]).path.exists()
             if i % 3 == 0:
                 try:
-                    await store.delete(shared.context_id)
+                    await store.delete(shared.context_id, owner=LOCAL_OWNER)
                 except Exception as exc:  # in use by the other worker is the one allowed refusal
                     assert "in use" in str(exc)
             state = await uploads.put_chunk(
@@ -40,9 +45,10 @@ def _worker(data_dir: str, worker: int, rounds: int) -> None:
                 sha256=None,
                 name=None,
                 format=None,
+                owner=LOCAL_OWNER,
             )
             assert state.done and state.context is not None
-            await store.list()
+            await store.list(owner=LOCAL_OWNER)
 
     anyio.run(main)
 
@@ -58,7 +64,7 @@ def test_two_processes_share_a_data_dir(tmp_path: Path) -> None:
 
     async def check() -> None:
         store = ContextStore(Settings(data_dir=tmp_path / "data", allowed_roots=[tmp_path]))
-        infos = await store.list()
+        infos = await store.list(owner=LOCAL_OWNER)
         assert infos
         for info in infos:  # every indexed context has its blob, with the right size
             assert store.spec(info).path.stat().st_size == info.bytes
@@ -74,20 +80,22 @@ async def test_two_instances_many_tasks(tmp_path: Path) -> None:
     ids: list[str] = []
 
     async def put(n: int) -> None:
-        info = await stores[n % 2].put_bytes(f"item {n % 10}".encode(), name=str(n), format="text", source={})
+        info = await stores[n % 2].put_bytes(
+            f"item {n % 10}".encode(), name=str(n), format="text", source={}, owner=LOCAL_OWNER
+        )
         ids.append(info.context_id)
 
     async with anyio.create_task_group() as tg:
         for n in range(60):
             tg.start_soon(put, n)
     assert len(set(ids)) == 10
-    assert len(await stores[0].list()) == 10
+    assert len(await stores[0].list(owner=LOCAL_OWNER)) == 10
 
 
 def _open_fresh(data_dir: str, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.Queue) -> None:
     async def main() -> None:
         store = ContextStore(Settings(data_dir=Path(data_dir), allowed_roots=[Path(data_dir)]))
-        await store.put_bytes(b"first write", name="x", format="text", source={})
+        await store.put_bytes(b"first write", name="x", format="text", source={}, owner=LOCAL_OWNER)
 
     barrier.wait()
     try:

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from rlm_mcp.errors import NotFoundError
+from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.store import ContextStore, RunStore
 
 pytestmark = pytest.mark.anyio
@@ -41,7 +42,7 @@ async def test_same_bytes_two_owners_see_only_their_own(settings) -> None:
     assert store.blob_path(a.sha256).exists()  # Bob still has it
     assert await store.delete(b.context_id, owner=BOB) is True
     assert not store.blob_path(a.sha256).exists()
-    assert await store.list(owner=None) == []
+    assert await store.list(owner=EVERY_OWNER) == []
 
 
 async def test_another_owners_run_does_not_show_through_a_delete(settings_factory) -> None:
@@ -66,7 +67,7 @@ async def test_owner_run_blocks_own_delete_and_orphans_go_at_eviction(settings_f
         assert await store.delete(info.context_id, owner=BOB) is True
         # Alice's run still holds it; the operator's delete of every owner is refused too.
         with pytest.raises(Exception, match="in use by a running run"):
-            await store.delete(info.context_id, owner=None)
+            await store.delete(info.context_id, owner=EVERY_OWNER)
     assert await store.delete(info.context_id, owner=ALICE) is True
     assert not store.blob_path(info.sha256).exists()
 
@@ -104,9 +105,11 @@ async def test_an_index_from_before_owners_is_the_local_users(settings) -> None:
         )
     store.blob_path("ab" * 32).parent.mkdir(parents=True)
     store.blob_path("ab" * 32).write_bytes(b"old")
-    assert [i.context_id for i in await store.list()] == ["ctx_old"]  # owner defaults to the local user
+    assert [i.context_id for i in await store.list(owner=LOCAL_OWNER)] == [
+        "ctx_old"
+    ]  # owner defaults to the local user
     assert await store.list(owner=ALICE) == []
-    async with store.in_use(["ctx_old"]) as infos:
+    async with store.in_use(["ctx_old"], owner=LOCAL_OWNER) as infos:
         assert infos[0].name == "old"
 
 
@@ -122,7 +125,7 @@ async def test_run_records_are_their_owners(settings) -> None:
         await runs.read_summary("run_alice", owner=BOB)
     with pytest.raises(NotFoundError, match="Unknown run id 'run_alice'"):
         await runs.read_events("run_alice", owner=BOB)
-    assert (await runs.read_summary("run_old"))["status"] == "completed"  # owner None: the operator
+    assert (await runs.read_summary("run_old", owner=EVERY_OWNER))["status"] == "completed"  # the operator
     assert (await runs.read_summary("run_old", owner="local"))["status"] == "completed"
     with pytest.raises(NotFoundError):
         await runs.read_summary("run_old", owner=ALICE)
@@ -130,10 +133,10 @@ async def test_run_records_are_their_owners(settings) -> None:
 
 def test_one_visibility_rule_for_run_records() -> None:
     """The store's rule, which the viewer uses too: a record is its owner's; one written before
-    owners existed is the local user's; None (the operator's view) sees every record."""
-    from rlm_mcp.owners import LOCAL_OWNER
+    owners existed is the local user's; EVERY_OWNER (the operator's view) sees every record."""
+    from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
     from rlm_mcp.store.runs import owned_by
 
     assert owned_by({"owner": ALICE}, ALICE) and not owned_by({"owner": ALICE}, LOCAL_OWNER)
     assert owned_by({}, LOCAL_OWNER) and not owned_by({}, ALICE)
-    assert owned_by({"owner": ALICE}, None) and owned_by({}, None)
+    assert owned_by({"owner": ALICE}, EVERY_OWNER) and owned_by({}, EVERY_OWNER)

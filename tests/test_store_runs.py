@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp.errors import BadArgumentError, NotFoundError
+from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store import RunStore
 
 pytestmark = pytest.mark.anyio
@@ -22,13 +23,13 @@ async def test_create_append_read(settings) -> None:
         await log.write_summary({"status": "completed", "answer": "42"})
     finally:
         await log.aclose()
-    events = await runs.read_events("run_1")
+    events = await runs.read_events("run_1", owner=EVERY_OWNER)
     assert [e["type"] for e in events] == ["run_start", "cell"]
     assert all(isinstance(e["ts"], float) for e in events)
-    summary = await runs.read_summary("run_1")
+    summary = await runs.read_summary("run_1", owner=EVERY_OWNER)
     assert summary["status"] == "completed" and summary["run_id"] == "run_1" and "created_at" in summary
     first_line = len((Path(settings.data_dir) / "runs" / "run_1" / "events.jsonl").read_bytes().splitlines()[0]) + 1
-    assert len(await runs.read_events("run_1", limit_bytes=first_line)) == 1
+    assert len(await runs.read_events("run_1", limit_bytes=first_line, owner=EVERY_OWNER)) == 1
 
 
 async def test_event_and_log_bounds(settings) -> None:
@@ -53,14 +54,14 @@ async def test_event_and_log_bounds(settings) -> None:
 async def test_unknown_and_invalid_ids(settings) -> None:
     runs = RunStore(settings)
     with pytest.raises(NotFoundError, match="Unknown run id 'nope'"):
-        await runs.read_summary("nope")
+        await runs.read_summary("nope", owner=EVERY_OWNER)
     with pytest.raises(NotFoundError):
-        await runs.read_events("nope")
+        await runs.read_events("nope", owner=EVERY_OWNER)
     for bad in ("../etc", "a/b", "", "x" * 200, "run.1"):
         with pytest.raises(BadArgumentError, match="not a valid run id"):
             await runs.create(bad, {})
         with pytest.raises(BadArgumentError):
-            await runs.read_summary(bad)
+            await runs.read_summary(bad, owner=EVERY_OWNER)
     log = await runs.create("dup", {})
     await log.aclose()
     with pytest.raises(BadArgumentError, match="already exists"):
@@ -69,13 +70,13 @@ async def test_unknown_and_invalid_ids(settings) -> None:
 
 async def test_list_newest_first(settings) -> None:
     runs = RunStore(settings)
-    assert await runs.list() == []
+    assert await runs.list(owner=EVERY_OWNER) == []
     for name in ("a", "b", "c"):
         log = await runs.create(name, {"n": name})
         await log.aclose()
-    listed = await runs.list()
+    listed = await runs.list(owner=EVERY_OWNER)
     assert [s["run_id"] for s in listed] == ["c", "b", "a"]
-    assert [s["run_id"] for s in await runs.list(limit=2)] == ["c", "b"]
+    assert [s["run_id"] for s in await runs.list(limit=2, owner=EVERY_OWNER)] == ["c", "b"]
 
 
 async def test_prune_keeps_the_newest_finished_and_drops_the_stale(settings) -> None:
@@ -97,7 +98,7 @@ async def test_prune_keeps_the_newest_finished_and_drops_the_stale(settings) -> 
 
     removed = await runs.prune(max_records=2, max_age_days=30)
     assert sorted(removed) == ["old1", "old2", "stale"]
-    left = {s["run_id"] for s in await runs.list()}
+    left = {s["run_id"] for s in await runs.list(owner=EVERY_OWNER)}
     assert left == {"new1", "new2", "live"}  # a run still going is never pruned by count
     with pytest.raises(NotFoundError):
-        await runs.read_summary("old1")
+        await runs.read_summary("old1", owner=EVERY_OWNER)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp.errors import BadArgumentError, NotFoundError, TooLargeError
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, UploadStore
 
 pytestmark = pytest.mark.anyio
@@ -20,7 +21,14 @@ def _stores(settings):
 
 async def _send(uploads, data, index, upload_id=None, final=False, sha256=None, name=None, format=None):
     return await uploads.put_chunk(
-        data=data, index=index, upload_id=upload_id, final=final, sha256=sha256, name=name, format=format
+        data=data,
+        index=index,
+        upload_id=upload_id,
+        final=final,
+        sha256=sha256,
+        name=name,
+        format=format,
+        owner=LOCAL_OWNER,
     )
 
 
@@ -71,7 +79,7 @@ async def test_sha_mismatch_then_resend(settings) -> None:
     s = await _send(uploads, b"hello ", 0)
     with pytest.raises(BadArgumentError, match="sha256"):
         await _send(uploads, b"world", 1, s.upload_id, final=True, sha256="0" * 64)
-    assert await contexts.list() == []
+    assert await contexts.list(owner=LOCAL_OWNER) == []
     good = hashlib.sha256(b"hello world").hexdigest()
     done = await _send(uploads, b"world", 1, s.upload_id, final=True, sha256=good)
     assert done.done and done.context.sha256 == good

@@ -12,6 +12,7 @@ import pytest
 
 from fixtures_store import make_settings
 from rlm_mcp.errors import BadArgumentError, TooLargeError
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, UploadStore
 
 pytestmark = pytest.mark.anyio
@@ -26,6 +27,7 @@ async def _send(uploads: UploadStore, data: bytes, index: int, upload_id: str | 
         sha256=kw.get("sha256"),
         name=None,
         format=None,
+        owner=LOCAL_OWNER,
     )
 
 

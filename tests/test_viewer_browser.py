@@ -21,6 +21,7 @@ import pytest
 from chromium import Browser
 
 from fixtures_viewer import HOSTILE, record_big_run, record_run
+from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.server.guard import owner_of_token
 from rlm_mcp.store import RunLog, RunStore
 from rlm_mcp.viewer import render_index_html, render_run_html
@@ -64,7 +65,7 @@ def start_server(env: dict[str, str], port: int) -> Iterator[str]:
 async def _reopen(store: RunStore, run_id: str) -> RunLog:
     """The run's log opened for appending, as the server that runs it holds it."""
     run_dir = store._run_dir(run_id)
-    created = (await store.read_summary(run_id))["created_at"]
+    created = (await store.read_summary(run_id, owner=EVERY_OWNER))["created_at"]
     fh = await anyio.to_thread.run_sync(open, run_dir / "events.jsonl", "ab")
     return RunLog(run_dir, fh, created_at=created, max_event_bytes=1 << 18, max_log_bytes=1 << 26)
 
@@ -97,7 +98,9 @@ def _record(tmp_path: Path) -> tuple[dict, list]:
     async def work() -> tuple[dict, list]:
         await record_run(tmp_path / "data")
         store = RunStore(_settings(tmp_path))
-        return await store.read_summary("run_viewer_1"), await store.read_events("run_viewer_1")
+        return await store.read_summary("run_viewer_1", owner=EVERY_OWNER), await store.read_events(
+            "run_viewer_1", owner=EVERY_OWNER
+        )
 
     return anyio.run(work)
 
@@ -374,7 +377,9 @@ def test_a_run_with_2000_sub_calls_draws_every_turn_and_opens_a_batch(tmp_path: 
     async def work() -> tuple[dict, list]:
         await record_big_run(tmp_path / "data")
         store = RunStore(_settings(tmp_path))
-        return await store.read_summary("run_big"), await store.read_events("run_big")
+        return await store.read_summary("run_big", owner=EVERY_OWNER), await store.read_events(
+            "run_big", owner=EVERY_OWNER
+        )
 
     summary, events = anyio.run(work)
     assert sum(1 for e in events if e.get("type") == "llm_call" and e.get("role") == "sub") == 2000

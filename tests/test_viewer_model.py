@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from fixtures_engine import make_settings
 from fixtures_viewer import HOSTILE, record_run
+from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store import RunStore
 from rlm_mcp.viewer.model import build_run
 from rlm_mcp.viewer.page import json_for_script, render_page
@@ -20,7 +21,9 @@ def _load(tmp_path: Path) -> tuple[dict, list]:
     async def work() -> tuple[dict, list]:
         await record_run(tmp_path / "data")
         store = RunStore(make_settings(data_dir=tmp_path / "data"))
-        return await store.read_summary("run_viewer_1"), await store.read_events("run_viewer_1")
+        return await store.read_summary("run_viewer_1", owner=EVERY_OWNER), await store.read_events(
+            "run_viewer_1", owner=EVERY_OWNER
+        )
 
     return anyio.run(work)
 

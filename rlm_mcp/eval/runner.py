@@ -22,6 +22,7 @@ from rlm_mcp.eval.judge import Judge
 from rlm_mcp.eval.results import BASELINE_FILES, RESULTS_FILE, TaskResult, append_result, read_results
 from rlm_mcp.eval.scorers import LENIENT, SCORERS
 from rlm_mcp.eval.tasks import Task
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
 
@@ -73,9 +74,11 @@ class ContextCache:
         async with lock:
             if key not in self._ids:
                 if path is not None:
-                    info = await self._service.load_context(path=str(path), name=path.name)
+                    info = await self._service.load_context(path=str(path), name=path.name, owner=LOCAL_OWNER)
                 else:
-                    info = await self._service.load_context(text=task.context, name=f"task {task.id}")
+                    info = await self._service.load_context(
+                        text=task.context, name=f"task {task.id}", owner=LOCAL_OWNER
+                    )
                 self._ids[key] = info.context_id
             return self._ids[key]
 
@@ -107,7 +110,7 @@ async def _rlm_result(
 
     try:
         context_id = await contexts.context_id(task)
-        run = await service.complete(task.query, context_id, overrides, report)
+        run = await service.complete(task.query, context_id, overrides, report, owner=LOCAL_OWNER)
     except RlmMcpError as exc:  # the run never started (or its start failed): a 0, with the reason
         return TaskResult(
             id=task.id,
@@ -144,7 +147,7 @@ async def _rlm_result(
 async def _direct_result(service: RlmService, contexts: ContextCache, scoring: Scoring, task: Task) -> TaskResult:
     started = time.monotonic()
     try:
-        info = await service.contexts.get(await contexts.context_id(task))
+        info = await service.contexts.get(await contexts.context_id(task), owner=LOCAL_OWNER)
     except RlmMcpError as exc:
         return TaskResult(
             id=task.id,

@@ -19,6 +19,7 @@ from pydantic import Field
 from rlm_mcp import __version__
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
+from rlm_mcp.owners import Owner
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
 from rlm_mcp.server.schemas import (
     ContextHandle,
@@ -276,7 +277,7 @@ def build_server(
     return mcp
 
 
-def request_owner(ctx: Context, mode: Mode) -> str:
+def request_owner(ctx: Context, mode: Mode) -> Owner:
     """The owner the HTTP guard recorded for this request (`server.guard`); over stdio, the one
     local user. Over HTTP a request without one is refused rather than treated as local."""
     request = ctx.request_context.request

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rlm_mcp.config import Settings
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import LOCAL_OWNER, Owner
 
 __all__ = ["LOCAL_OWNER", "OWNER_KEY", "RequestGuard", "HostPolicy", "load_tokens", "owner_of_token", "scope_owner"]
 
@@ -30,15 +30,15 @@ OWNER_KEY = "rlm_owner"
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def owner_of_token(token: str) -> str:
-    return "token-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+def owner_of_token(token: str) -> Owner:
+    return Owner("token-" + hashlib.sha256(token.encode()).hexdigest()[:16])
 
 
-def scope_owner(scope: Scope) -> str:
+def scope_owner(scope: Scope) -> Owner:
     """The owner the guard recorded for this request (LOCAL_OWNER when there is no guard)."""
     state = scope.get("state") or {}
     owner = state.get(OWNER_KEY)
-    return owner if isinstance(owner, str) else LOCAL_OWNER
+    return Owner(owner) if isinstance(owner, str) else LOCAL_OWNER
 
 
 def _ip(text: str) -> IPAddress | None:

@@ -8,9 +8,10 @@ one place that names the owner; nothing in the server layer passes an owner by h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlm_mcp.engine import RunResult
+from rlm_mcp.owners import Owner
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, UploadState
@@ -21,17 +22,59 @@ if TYPE_CHECKING:
 
 
 class Caller:
-    def __init__(self, service: RlmService, owner: str) -> None:
+    def __init__(self, service: RlmService, owner: Owner) -> None:
         self.service = service
         self.owner = owner
 
     # --- contexts --------------------------------------------------------------------------
 
-    async def load_context(self, **source: Any) -> ContextInfo:
-        return await self.service.load_context(**source, owner=self.owner)
+    async def load_context(
+        self,
+        *,
+        text: str | None = None,
+        path: str | None = None,
+        glob: str | None = None,
+        url: str | None = None,
+        name: str | None = None,
+        format: Literal["text", "json"] = "text",
+        include: list[str] | None = None,
+        exclude: list[str] | None = None,
+    ) -> ContextInfo:
+        return await self.service.load_context(
+            text=text,
+            path=path,
+            glob=glob,
+            url=url,
+            name=name,
+            format=format,
+            include=include,
+            exclude=exclude,
+            owner=self.owner,
+        )
 
-    async def upload_chunk(self, **chunk: Any) -> UploadState:
-        return await self.service.upload_chunk(**chunk, owner=self.owner)
+    async def upload_chunk(
+        self,
+        *,
+        data: str,
+        index: int,
+        upload_id: str | None,
+        final: bool,
+        encoding: Literal["text", "base64"],
+        sha256: str | None,
+        name: str | None,
+        format: Literal["text", "json"] | None,
+    ) -> UploadState:
+        return await self.service.upload_chunk(
+            data=data,
+            index=index,
+            upload_id=upload_id,
+            final=final,
+            encoding=encoding,
+            sha256=sha256,
+            name=name,
+            format=format,
+            owner=self.owner,
+        )
 
     async def list_contexts(self) -> list[ContextInfo]:
         return await self.service.list_contexts(owner=self.owner)

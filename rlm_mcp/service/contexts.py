@@ -6,7 +6,7 @@ from typing import Literal
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import Owner
 from rlm_mcp.service.loaders import Loaded, fetch_url, load_glob, load_path
 from rlm_mcp.store import ContextInfo, ContextStore
 
@@ -30,7 +30,7 @@ class ContextLoader:
         format: Literal["text", "json"],
         include: list[str] | None,
         exclude: list[str] | None,
-        owner: str = LOCAL_OWNER,
+        owner: Owner,
     ) -> ContextInfo:
         given = [k for k, v in (("text", text), ("path", path), ("glob", glob), ("url", url)) if v is not None]
         if len(given) != 1:
@@ -57,7 +57,7 @@ class ContextLoader:
         return await self._store_loaded(loaded, name=name, format=format, owner=owner)
 
     async def _store_loaded(
-        self, loaded: Loaded, *, name: str | None, format: Literal["text", "json"], owner: str
+        self, loaded: Loaded, *, name: str | None, format: Literal["text", "json"], owner: Owner
     ) -> ContextInfo:
         final_name = name or loaded.name
         try:

@@ -21,7 +21,7 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import BusyError, RlmMcpError
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, ContextStore, RunLog, RunStore
 
@@ -39,7 +39,7 @@ class RunRequest:
     query: str
     context_ids: list[str]
     limits: RunLimits
-    owner: str = LOCAL_OWNER  # who may see, wait on and cancel the run (rlm_mcp.owners)
+    owner: Owner  # who may see, wait on and cancel the run (rlm_mcp.owners)
 
 
 @dataclass
@@ -114,10 +114,10 @@ class RunManager:
         tg.cancel_scope.cancel()  # every run records `cancelled` in its own shielded finally
         await tg.__aexit__(None, None, None)
 
-    def get(self, run_id: str, *, owner: str | None = None) -> ActiveRun | None:
-        """The live run; with `owner`, None for another owner's run (as for an unknown id)."""
+    def get(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:
+        """The live run; None for another owner's run (as for an unknown id)."""
         run = self._runs.get(run_id)
-        if run is None or (owner is not None and run.request.owner != owner):
+        if run is None or not sees(owner, run.request.owner):
             return None
         return run
 

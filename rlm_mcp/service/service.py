@@ -3,9 +3,9 @@
 It owns the long-lived parts (stores, LM client, sandbox manager, runs) and connects to
 Docker and the LM endpoint lazily, so the MCP handshake never waits for either.
 
-Every call that touches a context or a run takes the caller's `owner` (rlm_mcp.owners): another
-owner's context or run is "unknown". The default is the single local user (stdio, the CLI); the
-server binds the owner of each MCP request once, through `for_owner`.
+Every call that touches a context or a run takes the caller's `owner` (rlm_mcp.owners), a
+required keyword with no default: another owner's context or run is "unknown". The server binds
+the owner of each MCP request once, through `for_owner`; the CLI passes `LOCAL_OWNER`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import Owner
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.contexts import ContextLoader
@@ -93,7 +93,7 @@ class RlmService:
                 self._engine = RLMEngine(self.settings, self.lm, self.sandboxes.open, profile=choice.profile)
         return self._engine
 
-    def for_owner(self, owner: str) -> Caller:
+    def for_owner(self, owner: Owner) -> Caller:
         """This service as `owner` sees it (the server's one place that binds an owner)."""
         return Caller(self, owner)
 
@@ -116,7 +116,7 @@ class RlmService:
         format: Literal["text", "json"] = "text",
         include: list[str] | None = None,
         exclude: list[str] | None = None,
-        owner: str = LOCAL_OWNER,
+        owner: Owner,
     ) -> ContextInfo:
         return await self.loader.load(
             text=text,
@@ -141,7 +141,7 @@ class RlmService:
         sha256: str | None,
         name: str | None,
         format: Literal["text", "json"] | None,
-        owner: str = LOCAL_OWNER,
+        owner: Owner,
     ) -> UploadState:
         if encoding == "base64":
             try:
@@ -163,20 +163,20 @@ class RlmService:
             owner=owner,
         )
 
-    async def list_contexts(self, *, owner: str = LOCAL_OWNER) -> list[ContextInfo]:
+    async def list_contexts(self, *, owner: Owner) -> list[ContextInfo]:
         return await self.contexts.list(owner=owner)
 
-    async def context(self, context_id: str, *, owner: str = LOCAL_OWNER) -> ContextInfo:
+    async def context(self, context_id: str, *, owner: Owner) -> ContextInfo:
         return await self.contexts.get(context_id, owner=owner)
 
-    async def delete_context(self, context_id: str, *, owner: str = LOCAL_OWNER) -> bool:
+    async def delete_context(self, context_id: str, *, owner: Owner) -> bool:
         await self.contexts.get(context_id, owner=owner)  # NotFoundError with the fix for unknown ids
         return await self.contexts.delete(context_id, owner=owner)
 
     # --- runs ------------------------------------------------------------------------------
 
     async def start_run(
-        self, query: str, context_id: str | Sequence[str], overrides: RunOverrides, *, owner: str = LOCAL_OWNER
+        self, query: str, context_id: str | Sequence[str], overrides: RunOverrides, *, owner: Owner
     ) -> ActiveRun:
         """What can be checked before a run is accepted fails here, as an RlmMcpError; what
         fails later but before the run started is the run's `not_started`."""
@@ -202,7 +202,7 @@ class RlmService:
         overrides: RunOverrides,
         report: ProgressReport,
         *,
-        owner: str = LOCAL_OWNER,
+        owner: Owner,
     ) -> RunResult:
         """Start a run and wait for its result, reporting progress. The one place a run's
         failure picks its channel: one that never started raises (a tool error), any other
@@ -226,14 +226,14 @@ class RlmService:
             raise run.not_started
         return result
 
-    async def status(self, run_id: str, *, owner: str = LOCAL_OWNER) -> RunSnapshot:
+    async def status(self, run_id: str, *, owner: Owner) -> RunSnapshot:
         run = self.runs.get(run_id, owner=owner)
         if run is not None:
             return run.snapshot()
         summary = await self.records.read_summary(run_id, owner=owner)  # NotFoundError for unknown ids
         return RunSnapshot.from_record(summary)
 
-    async def result(self, run_id: str, wait_s: float = 0.0, *, owner: str = LOCAL_OWNER) -> RunResult | RunSnapshot:
+    async def result(self, run_id: str, wait_s: float = 0.0, *, owner: Owner) -> RunResult | RunSnapshot:
         """The result when the run has ended (waiting up to `wait_s`), else its status."""
         run = self.runs.get(run_id, owner=owner)
         if run is not None:
@@ -246,7 +246,7 @@ class RlmService:
             return RunResult.model_validate(summary["result"])
         return RunSnapshot.from_record(summary)
 
-    async def cancel(self, run_id: str, *, owner: str = LOCAL_OWNER) -> RunSnapshot:
+    async def cancel(self, run_id: str, *, owner: Owner) -> RunSnapshot:
         run = self.runs.get(run_id, owner=owner)
         if run is None:
             # Finished long ago, or by another server: cancelling an ended run changes nothing.
@@ -255,7 +255,7 @@ class RlmService:
             await self.runs.cancel(run_id)
         return run.snapshot()
 
-    async def run_summary(self, run_id: str, *, owner: str = LOCAL_OWNER) -> dict[str, Any]:
+    async def run_summary(self, run_id: str, *, owner: Owner) -> dict[str, Any]:
         """The run's record, with the live status while it runs."""
         summary = await self.records.read_summary(run_id, owner=owner)
         run = self.runs.get(run_id, owner=owner)
@@ -263,10 +263,10 @@ class RlmService:
             summary.update(run.snapshot().model_dump())
         return summary
 
-    async def run_events(self, run_id: str, *, owner: str = LOCAL_OWNER) -> list[dict[str, Any]]:
+    async def run_events(self, run_id: str, *, owner: Owner) -> list[dict[str, Any]]:
         return await self.records.read_events(run_id, owner=owner)
 
-    async def full_answer(self, run_id: str, *, owner: str = LOCAL_OWNER) -> str:
+    async def full_answer(self, run_id: str, *, owner: Owner) -> str:
         run = self.runs.get(run_id, owner=owner)
         result = run.result if run is not None else None
         if result is None:

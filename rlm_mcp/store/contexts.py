@@ -19,7 +19,7 @@ process can never remove a blob another process has just committed a row for.
 Owners (see `rlm_mcp.owners`): the table `context_owners` says who stored which context, with
 each owner's own name, source and times. Reads, lists, deletes and pins take the caller's owner
 and see only that owner's rows, so the same bytes stored by two owners (one blob, one context
-row) reveal nothing across them. `owner=None` means every owner: the operator's CLI only.
+row) reveal nothing across them. `owner=EVERY_OWNER` means every owner: the operator's CLI only.
 A delete removes the caller's ownership; the context row and blob go when no owner and no pin
 is left (a row orphaned while pinned goes at the next eviction).
 
@@ -50,7 +50,7 @@ from pydantic import BaseModel
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 
@@ -92,8 +92,8 @@ _OWNED = (
 )
 
 
-def _select(conn: sqlite3.Connection, context_id: str, owner: str | None) -> sqlite3.Row | None:
-    if owner is None:
+def _select(conn: sqlite3.Connection, context_id: str, owner: OwnerScope) -> sqlite3.Row | None:
+    if owner is EVERY_OWNER:
         cursor = conn.execute("SELECT * FROM contexts WHERE context_id = ?", (context_id,))
     else:
         cursor = conn.execute(_OWNED + " WHERE c.context_id = ? AND o.owner = ?", (context_id, owner))
@@ -147,7 +147,7 @@ class ContextStore:
         name: str,
         format: Literal["text", "json"],
         source: dict[str, Any],
-        owner: str = LOCAL_OWNER,
+        owner: Owner,
     ) -> ContextInfo:
         if len(data) > self._settings.max_context_bytes:
             raise context_too_large(self._settings.max_context_bytes)
@@ -162,7 +162,7 @@ class ContextStore:
         format: Literal["text", "json"],
         source: dict[str, Any],
         consume: bool = False,
-        owner: str = LOCAL_OWNER,
+        owner: Owner,
     ) -> ContextInfo:
         """Store a file's bytes, streaming. With consume=True the file (a temp file the caller
         owns, e.g. a loader's output) is moved into the store instead of copied when it lives
@@ -200,7 +200,7 @@ class ContextStore:
         format: Literal["text", "json"],
         source: dict[str, Any],
         expected_sha256: str | None = None,
-        owner: str = LOCAL_OWNER,
+        owner: Owner,
     ) -> ContextInfo:
         """Store bytes given as a (blocking) iterable of chunks, consumed in a worker thread."""
 
@@ -220,7 +220,7 @@ class ContextStore:
         return info
 
     def _commit(
-        self, ing: Ingested, *, name: str, format: Literal["text", "json"], source: dict[str, Any], owner: str
+        self, ing: Ingested, *, name: str, format: Literal["text", "json"], source: dict[str, Any], owner: Owner
     ) -> ContextInfo:
         cid = context_id_for(ing.sha256, format)
         blob = self.blob_path(ing.sha256)
@@ -260,7 +260,7 @@ class ContextStore:
 
     # --- reading -------------------------------------------------------------------------
 
-    async def get(self, context_id: str, *, owner: str | None = LOCAL_OWNER) -> ContextInfo:
+    async def get(self, context_id: str, *, owner: OwnerScope) -> ContextInfo:
         """The context as `owner` sees it; NotFoundError when that owner has none by this id."""
 
         def work() -> ContextInfo:
@@ -272,10 +272,10 @@ class ContextStore:
 
         return await _db.in_thread(work)
 
-    async def list(self, *, owner: str | None = LOCAL_OWNER) -> list[ContextInfo]:
+    async def list(self, *, owner: OwnerScope) -> list[ContextInfo]:
         def work() -> list[ContextInfo]:
             with _db.connect(self.db_path) as conn:
-                if owner is None:
+                if owner is EVERY_OWNER:
                     rows = conn.execute("SELECT * FROM contexts ORDER BY last_used_at DESC").fetchall()
                 else:
                     query = _OWNED + " WHERE o.owner = ? ORDER BY o.last_used_at DESC"
@@ -297,7 +297,7 @@ class ContextStore:
 
     # --- deleting ------------------------------------------------------------------------
 
-    async def delete(self, context_id: str, *, owner: str | None = LOCAL_OWNER) -> bool:
+    async def delete(self, context_id: str, *, owner: OwnerScope) -> bool:
         """False when `owner` has no context by this id. A context a live run of the same owner
         is using cannot be deleted (runs of other owners keep only the bytes alive, unseen)."""
 
@@ -308,18 +308,18 @@ class ContextStore:
                 if row is None:
                     return False
                 pins = self._live_pins(conn, now)
-                if any(cid == context_id and (owner is None or pin_owner == owner) for cid, pin_owner in pins):
+                if any(cid == context_id and (owner is EVERY_OWNER or pin_owner == owner) for cid, pin_owner in pins):
                     raise BadArgumentError(
                         f"Context '{context_id}' is in use by a running run.",
                         "Wait for the run to finish (or cancel it with rlm_cancel), then delete it.",
                     )
-                if owner is None:
+                if owner is EVERY_OWNER:
                     conn.execute("DELETE FROM context_owners WHERE context_id = ?", (context_id,))
                 else:
                     conn.execute("DELETE FROM context_owners WHERE context_id = ? AND owner = ?", (context_id, owner))
                 if not self._owned(conn, context_id) and context_id not in {cid for cid, _ in pins}:
                     self._drop_context(conn, context_id, row["sha256"])
-            log.info("deleted context %s%s", context_id, "" if owner is None else f" of {owner}")
+            log.info("deleted context %s%s", context_id, "" if owner is EVERY_OWNER else f" of {owner}")
             return True
 
         return await _db.in_thread(work)
@@ -340,7 +340,7 @@ class ContextStore:
     # --- pins and eviction ---------------------------------------------------------------
 
     def in_use(
-        self, context_ids: Sequence[str], *, owner: str = LOCAL_OWNER
+        self, context_ids: Sequence[str], *, owner: Owner
     ) -> AbstractAsyncContextManager[builtins.list[ContextInfo]]:
         """Resolve `owner`'s ids (NotFoundError), mark them used and pin them for the block's lifetime.
 
@@ -349,7 +349,7 @@ class ContextStore:
         return self._in_use(list(context_ids), owner)
 
     @asynccontextmanager
-    async def _in_use(self, context_ids: builtins.list[str], owner: str) -> AsyncIterator[builtins.list[ContextInfo]]:
+    async def _in_use(self, context_ids: builtins.list[str], owner: Owner) -> AsyncIterator[builtins.list[ContextInfo]]:
         pin_id = secrets.token_hex(8)
         infos = await _db.in_thread(lambda: self._pin(context_ids, pin_id, owner))
         try:
@@ -359,7 +359,7 @@ class ContextStore:
             with anyio.CancelScope(shield=True):
                 await _db.in_thread(lambda: self._unpin(pin_id))
 
-    def _pin(self, context_ids: builtins.list[str], pin_id: str, owner: str) -> builtins.list[ContextInfo]:
+    def _pin(self, context_ids: builtins.list[str], pin_id: str, owner: Owner) -> builtins.list[ContextInfo]:
         now = time.time()
         pid = os.getpid()
         start = _db.proc_start(pid)

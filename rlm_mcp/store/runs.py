@@ -23,7 +23,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import OwnerScope, owner_of_record, sees
 from rlm_mcp.store._db import in_thread
 
 log = logging.getLogger("rlm_mcp.store")
@@ -138,10 +138,10 @@ class RunLog:
                 await in_thread(fh.close)
 
 
-def owned_by(summary: dict[str, Any], owner: str | None) -> bool:
-    """Whether `owner` may see the run this summary records (None: every owner, the operator's
+def owned_by(summary: dict[str, Any], owner: OwnerScope) -> bool:
+    """Whether `owner` may see the run this summary records (EVERY_OWNER: the operator's
     view). Records written before owners existed are the local user's."""
-    return owner is None or summary.get("owner", LOCAL_OWNER) == owner
+    return sees(owner, owner_of_record(summary))
 
 
 class RunStore:
@@ -172,9 +172,9 @@ class RunStore:
         fh = await in_thread(work)
         return RunLog(run_dir, fh, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
 
-    async def read_summary(self, run_id: str, *, owner: str | None = None) -> dict[str, Any]:
-        """The run's summary; with `owner`, a run of another owner is unknown (owner None: the
-        operator's view, every run). Records from before owners are the local user's."""
+    async def read_summary(self, run_id: str, *, owner: OwnerScope) -> dict[str, Any]:
+        """The run's summary; a run of another owner is unknown (EVERY_OWNER: the operator's
+        view, every run). Records from before owners are the local user's."""
         path = self._run_dir(run_id) / "summary.json"
 
         def work() -> dict[str, Any]:
@@ -183,7 +183,7 @@ class RunStore:
         return await in_thread(work)
 
     @staticmethod
-    def _summary_of(run_id: str, path: Path, owner: str | None) -> dict[str, Any]:
+    def _summary_of(run_id: str, path: Path, owner: OwnerScope) -> dict[str, Any]:
         try:
             summary: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -193,16 +193,15 @@ class RunStore:
         return summary
 
     async def read_events(
-        self, run_id: str, *, limit_bytes: int | None = None, owner: str | None = None
+        self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None
     ) -> list[dict[str, Any]]:
         """Events from the start of the log; with limit_bytes, only the whole lines that fit;
-        with `owner`, as read_summary."""
+        `owner` as for read_summary."""
         path = self._run_dir(run_id) / "events.jsonl"
         summary_path = self._run_dir(run_id) / "summary.json"
 
         def work() -> list[dict[str, Any]]:
-            if owner is not None:
-                self._summary_of(run_id, summary_path, owner)
+            self._summary_of(run_id, summary_path, owner)
             events: list[dict[str, Any]] = []
             used = 0
             try:
@@ -275,8 +274,8 @@ class RunStore:
 
         return await in_thread(work)
 
-    async def list(self, limit: int = 50) -> list[dict[str, Any]]:
-        """Summaries of the most recently created runs first."""
+    async def list(self, limit: int = 50, *, owner: OwnerScope) -> list[dict[str, Any]]:
+        """Summaries of `owner`'s most recently created runs first."""
 
         def work() -> list[dict[str, Any]]:
             summaries = []
@@ -292,7 +291,8 @@ class RunStore:
                 except (OSError, json.JSONDecodeError):
                     continue
                 data.setdefault("run_id", entry.name)
-                summaries.append(data)
+                if owned_by(data, owner):
+                    summaries.append(data)
             summaries.sort(key=lambda s: s.get("created_at") or 0, reverse=True)
             return summaries[: max(0, limit)]
 

@@ -39,7 +39,7 @@ from rlm_mcp.errors import (
     context_too_large,
     uploads_over_store_cap,
 )
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import Owner
 from rlm_mcp.store import _db
 from rlm_mcp.store.contexts import ContextInfo, ContextStore
 
@@ -64,6 +64,20 @@ def _unknown(upload_id: str) -> UnknownIdError:
     return UnknownIdError("upload", upload_id, detail=detail)
 
 
+def check_chunk(data: bytes, index: int, format: str | None, sha256: str | None) -> None:
+    """The checks every upload store makes before it looks at its state."""
+    if len(data) > MAX_CHUNK_BYTES:
+        raise chunk_too_large(index, len(data), MAX_CHUNK_BYTES)
+    if index < 0:
+        raise BadArgumentError(f"Chunk index {index} is negative.", "Number chunks 0, 1, 2, ...")
+    if format not in (None, "text", "json"):
+        raise BadArgumentError(f"Unknown format '{format}'.", "Use format='text' or format='json'.")
+    if sha256 is not None and not _SHA256.match(sha256.strip()):
+        raise BadArgumentError(
+            "sha256 must be 64 hexadecimal digits.", "Pass the hex sha256 digest of all the data, or omit it."
+        )
+
+
 class UploadStore:
     def __init__(self, settings: Settings, contexts: ContextStore) -> None:
         self._settings = settings
@@ -83,20 +97,11 @@ class UploadStore:
         sha256: str | None,
         name: str | None,
         format: Literal["text", "json"] | None,
-        owner: str = LOCAL_OWNER,
+        owner: Owner,
     ) -> UploadState:
         """`owner` owns the context the final chunk stores (the upload id itself is an
         unguessable capability: whoever holds it may add chunks)."""
-        if len(data) > MAX_CHUNK_BYTES:
-            raise chunk_too_large(index, len(data), MAX_CHUNK_BYTES)
-        if index < 0:
-            raise BadArgumentError(f"Chunk index {index} is negative.", "Number chunks 0, 1, 2, ...")
-        if format not in (None, "text", "json"):
-            raise BadArgumentError(f"Unknown format '{format}'.", "Use format='text' or format='json'.")
-        if sha256 is not None and not _SHA256.match(sha256.strip()):
-            raise BadArgumentError(
-                "sha256 must be 64 hexadecimal digits.", "Pass the hex sha256 digest of all the data, or omit it."
-            )
+        check_chunk(data, index, format, sha256)
         row = await _db.in_thread(lambda: self._store(data, index, upload_id, name, format, final))
         if row["done"] or not final:
             return await self._state(row, owner)
@@ -223,7 +228,7 @@ class UploadStore:
 
     # --- completing ----------------------------------------------------------------------
 
-    async def _finalize(self, upload_id: str, sha256: str | None, owner: str) -> UploadState:
+    async def _finalize(self, upload_id: str, sha256: str | None, owner: Owner) -> UploadState:
         row = await _db.in_thread(lambda: self._row(upload_id))
         count = row["next_index"]
 
@@ -274,7 +279,7 @@ class UploadStore:
             raise _unknown(upload_id)
         return row
 
-    async def _state(self, row: sqlite3.Row, owner: str) -> UploadState:
+    async def _state(self, row: sqlite3.Row, owner: Owner) -> UploadState:
         context = await self._contexts.get(row["context_id"], owner=owner) if row["done"] else None
         return UploadState(
             upload_id=row["upload_id"],

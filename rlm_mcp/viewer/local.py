@@ -22,6 +22,7 @@ import uvicorn
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError
+from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.server.guard import HostPolicy
 from rlm_mcp.store import RunStore
 from rlm_mcp.store.runs import check_run_id
@@ -58,9 +59,10 @@ async def view(
 async def _write(settings: Settings, run_id: str | None, output: Path, open_browser: bool) -> int:
     records = RunStore(settings)
     if run_id:
-        page = render_run_html(await records.read_summary(run_id), await records.read_events(run_id))
+        summary = await records.read_summary(run_id, owner=EVERY_OWNER)
+        page = render_run_html(summary, await records.read_events(run_id, owner=EVERY_OWNER))
     else:
-        page = render_index_html(await records.list(500), run_href="")
+        page = render_index_html(await records.list(500, owner=EVERY_OWNER), run_href="")
     target = anyio.Path(output)
     await target.write_text(page, encoding="utf-8")
     _say(str(output))

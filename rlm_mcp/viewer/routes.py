@@ -21,8 +21,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.store import RunStore
-from rlm_mcp.store.runs import owned_by
 from rlm_mcp.viewer.auth import ALL_OWNERS, COOKIE, SESSION_TTL_S, ViewerAuth
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
@@ -42,8 +42,9 @@ _HEADERS = {
 }
 
 
-def _visible(summary: dict[str, Any], owner: str) -> bool:
-    return owned_by(summary, None if owner == ALL_OWNERS else owner)
+def _scope(owner: str) -> OwnerScope:
+    """Whose runs a viewer session sees (`ALL_OWNERS`: the local viewer, every run)."""
+    return EVERY_OWNER if owner == ALL_OWNERS else Owner(owner)
 
 
 def _refusal(request: Request, status: int, message: str) -> Response:
@@ -90,7 +91,7 @@ def build_viewer(records: RunStore, auth: ViewerAuth) -> Starlette:
 
     async def _index(request: Request) -> tuple[str, list[dict[str, Any]]]:
         owner = owner_of(request)
-        entries = [index_entry(s) for s in await records.list(INDEX_LIMIT) if _visible(s, owner)]
+        entries = [index_entry(s) for s in await records.list(INDEX_LIMIT, owner=_scope(owner))]
         digest = hashlib.sha256(json.dumps(entries, default=str, sort_keys=True).encode()).hexdigest()[:16]
         return digest, entries
 
@@ -105,13 +106,12 @@ def build_viewer(records: RunStore, auth: ViewerAuth) -> Starlette:
     async def _model(request: Request) -> tuple[str, dict[str, Any]] | Response:
         run_id = request.path_params["run_id"]
         try:
-            summary = await records.read_summary(run_id)
-            if not _visible(summary, owner_of(request)):
-                return _refusal(request, 404, "Unknown run id.")
+            scope = _scope(owner_of(request))
+            summary = await records.read_summary(run_id, owner=scope)  # another owner's: unknown
             version = await records.version(run_id)
             if request.query_params.get("since") == version:
                 return version, {}
-            return version, build_run(summary, await records.read_events(run_id))
+            return version, build_run(summary, await records.read_events(run_id, owner=scope))
         except RlmMcpError:
             return _refusal(request, 404, "Unknown run id.")
 
