@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -22,6 +22,9 @@ from rlm_mcp.config import Settings, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
 from rlm_mcp.owners import EVERY_OWNER
+
+if TYPE_CHECKING:
+    from rlm_mcp.store.ports import RunStorePort
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -239,23 +242,32 @@ def _image(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _contexts(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.store import ContextStore
+    from rlm_mcp.store.factory import make_stores
 
-    store = ContextStore(settings)
-    if args.action == "list":
-        for info in await store.list(owner=EVERY_OWNER):  # the operator sees every owner's contexts
-            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {info.name}")
-        return 0
-    await store.get(args.context_id, owner=EVERY_OWNER)
-    await store.delete(args.context_id, owner=EVERY_OWNER)
+    async with make_stores(settings) as stores:
+        store = stores.contexts
+        if args.action == "list":
+            for info in await store.list(owner=EVERY_OWNER):  # the operator sees every owner's contexts
+                print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {info.name}")
+            return 0
+        await store.get(args.context_id, owner=EVERY_OWNER)
+        await store.delete(args.context_id, owner=EVERY_OWNER)
     print(f"deleted {args.context_id}")
     return 0
 
 
 async def _runs(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.store import RunStore
+    if args.action == "view":
+        from rlm_mcp.viewer.local import view
 
-    records = RunStore(settings)
+        return await view(settings, args.run_id, url=args.url, output=args.output, open_browser=not args.no_open)
+    from rlm_mcp.store.factory import make_stores
+
+    async with make_stores(settings) as stores:
+        return await _runs_with(args, stores.runs)
+
+
+async def _runs_with(args: argparse.Namespace, records: RunStorePort) -> int:
     if args.action == "list":
         from rlm_mcp.cli_run import runs_table
 
@@ -265,10 +277,6 @@ async def _runs(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "show":
         print(json.dumps(await records.read_summary(args.run_id, owner=EVERY_OWNER), indent=2, default=str))
         return 0
-    if args.action == "view":
-        from rlm_mcp.viewer.local import view
-
-        return await view(settings, args.run_id, url=args.url, output=args.output, open_browser=not args.no_open)
     from rlm_mcp.viewer import render_run_html
     from rlm_mcp.viewer.export import chat_jsonl
 

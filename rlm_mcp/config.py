@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -133,6 +133,12 @@ class Settings(BaseSettings):
         900.0, ge=0, description="A context stored or used this recently is never evicted (covers load -> complete)."
     )
     max_files: int = Field(20_000, description="Files one folder/glob load may take.")
+
+    # --- Team mode (README "Team server") -------------------------------------------------------
+    database_url: SecretStr | None = Field(
+        None,
+        description="postgresql://user:password@host:port/db: shared state on PostgreSQL (needs rlm-mcp[team]).",
+    )
     url_timeout_s: float = Field(30.0, description="Timeout of a URL fetch.")
     url_max_redirects: int = Field(5, description="Redirects a URL fetch may follow.")
     allow_private_urls: bool = Field(False, description="Over HTTP, allow URLs on private addresses.")

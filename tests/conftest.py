@@ -16,13 +16,23 @@ from collections.abc import Iterator
 
 import pytest
 
+from fixtures_postgres import pg_cluster, pg_url, store_settings
 from fixtures_sandbox import docker_image
 from fixtures_store import http_server, root, settings, settings_factory
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.sandbox.image_ensure import ensure_image
 
-__all__ = ["docker_image", "http_server", "root", "settings", "settings_factory"]
+__all__ = [
+    "docker_image",
+    "http_server",
+    "pg_cluster",
+    "pg_url",
+    "root",
+    "settings",
+    "settings_factory",
+    "store_settings",
+]
 
 # Modules whose tests run sandboxes, or servers that run them.
 DOCKER_MODULES = frozenset(
@@ -62,6 +72,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.module is not None and item.module.__name__.rpartition(".")[2] in DOCKER_MODULES:
             item.add_marker(pytest.mark.docker)
+        if "pg_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
 
 
 @pytest.fixture(autouse=True)

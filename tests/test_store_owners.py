@@ -8,17 +8,27 @@ import time
 
 import pytest
 
+from fixtures_postgres import has_bytes
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
-from rlm_mcp.store import ContextStore, RunStore
+from rlm_mcp.store import ContextStore
+from rlm_mcp.store.factory import make_stores
 
 pytestmark = pytest.mark.anyio
 
 ALICE, BOB = "token-alice", "token-bob"
 
 
-async def test_same_bytes_two_owners_see_only_their_own(settings) -> None:
-    store = ContextStore(settings)
+# The isolation tests run against both stores (`store_settings`: SQLite and PostgreSQL).
+
+
+async def test_same_bytes_two_owners_see_only_their_own(store_settings) -> None:
+    async with make_stores(store_settings()) as stores:
+        await _same_bytes_two_owners(stores)
+
+
+async def _same_bytes_two_owners(stores) -> None:
+    store = stores.contexts
     a = await store.put_bytes(b"shared secret", name="alice's notes", format="text", source={"who": "a"}, owner=ALICE)
     assert await store.list(owner=BOB) == []
     with pytest.raises(NotFoundError, match="Unknown context id"):
@@ -39,26 +49,36 @@ async def test_same_bytes_two_owners_see_only_their_own(settings) -> None:
     with pytest.raises(NotFoundError):
         await store.get(a.context_id, owner=ALICE)
     assert (await store.get(a.context_id, owner=BOB)).name == "bob's copy"
-    assert store.blob_path(a.sha256).exists()  # Bob still has it
+    assert await has_bytes(stores, a.sha256)  # Bob still has it
     assert await store.delete(b.context_id, owner=BOB) is True
-    assert not store.blob_path(a.sha256).exists()
+    assert not await has_bytes(stores, a.sha256)
     assert await store.list(owner=EVERY_OWNER) == []
 
 
-async def test_another_owners_run_does_not_show_through_a_delete(settings_factory) -> None:
-    store = ContextStore(settings_factory(context_grace_s=0))
+async def test_another_owners_run_does_not_show_through_a_delete(store_settings) -> None:
+    async with make_stores(store_settings(context_grace_s=0), replica=True) as stores:
+        await _another_owners_run(stores)
+
+
+async def _another_owners_run(stores) -> None:
+    store = stores.contexts
     info = await store.put_bytes(b"common bytes", name="a", format="text", source={}, owner=ALICE)
     await store.put_bytes(b"common bytes", name="b", format="text", source={}, owner=BOB)
     async with store.in_use([info.context_id], owner=BOB) as infos:
         assert infos[0].name == "b"
         # Alice has no run on it: her delete succeeds and says nothing about Bob's run.
         assert await store.delete(info.context_id, owner=ALICE) is True
-        assert store.blob_path(info.sha256).exists()
+        assert await has_bytes(stores, info.sha256)
     assert (await store.get(info.context_id, owner=BOB)).name == "b"
 
 
-async def test_owner_run_blocks_own_delete_and_orphans_go_at_eviction(settings_factory) -> None:
-    store = ContextStore(settings_factory(context_grace_s=0))
+async def test_owner_run_blocks_own_delete_and_orphans_go_at_eviction(store_settings) -> None:
+    async with make_stores(store_settings(context_grace_s=0), replica=True) as stores:
+        await _own_run_blocks_delete(stores)
+
+
+async def _own_run_blocks_delete(stores) -> None:
+    store = stores.contexts
     info = await store.put_bytes(b"bytes held by a run", name="a", format="text", source={}, owner=ALICE)
     await store.put_bytes(b"bytes held by a run", name="b", format="text", source={}, owner=BOB)
     async with store.in_use([info.context_id], owner=ALICE):
@@ -69,7 +89,7 @@ async def test_owner_run_blocks_own_delete_and_orphans_go_at_eviction(settings_f
         with pytest.raises(Exception, match="in use by a running run"):
             await store.delete(info.context_id, owner=EVERY_OWNER)
     assert await store.delete(info.context_id, owner=ALICE) is True
-    assert not store.blob_path(info.sha256).exists()
+    assert not await has_bytes(stores, info.sha256)
 
 
 async def test_a_row_orphaned_while_pinned_is_evicted_once_unpinned(settings) -> None:
@@ -113,8 +133,12 @@ async def test_an_index_from_before_owners_is_the_local_users(settings) -> None:
         assert infos[0].name == "old"
 
 
-async def test_run_records_are_their_owners(settings) -> None:
-    runs = RunStore(settings)
+async def test_run_records_are_their_owners(store_settings) -> None:
+    async with make_stores(store_settings()) as stores:
+        await _run_records_are_their_owners(stores.runs)
+
+
+async def _run_records_are_their_owners(runs) -> None:
     log = await runs.create("run_alice", {"status": "running", "owner": ALICE})
     await log.append({"type": "run_start"})
     await log.aclose()
@@ -129,6 +153,9 @@ async def test_run_records_are_their_owners(settings) -> None:
     assert (await runs.read_summary("run_old", owner="local"))["status"] == "completed"
     with pytest.raises(NotFoundError):
         await runs.read_summary("run_old", owner=ALICE)
+    assert [r["run_id"] for r in await runs.list(owner=ALICE)] == ["run_alice"]
+    assert await runs.list(owner=BOB) == []
+    assert {r["run_id"] for r in await runs.list(owner=EVERY_OWNER)} == {"run_alice", "run_old"}
 
 
 def test_one_visibility_rule_for_run_records() -> None:

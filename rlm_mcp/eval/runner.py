@@ -160,7 +160,10 @@ async def _direct_result(service: RlmService, contexts: ContextCache, scoring: S
             duration_s=time.monotonic() - started,
             error=str(exc),
         )
-    done = await run_direct(service.lm, service.settings, service.contexts.blob_path(info.sha256), task.query)
+    # Pinned, and fetched into this replica's cache in team mode, while the direct call reads it.
+    async with service.contexts.in_use([info.context_id], owner=LOCAL_OWNER):
+        path = service.contexts.spec(info).path
+        done = await run_direct(service.lm, service.settings, path, task.query)
     value, lenient, error = await scoring.score(task, done.answer)
     return TaskResult(
         id=task.id,

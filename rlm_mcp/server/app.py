@@ -33,6 +33,7 @@ from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import MaxDepth, MaxIterations, RunOverrides, TimeoutS, TokenBudget
 from rlm_mcp.service.service import Mode, RlmService
 from rlm_mcp.service.views import RunSnapshot
+from rlm_mcp.store.factory import Stores
 
 T = TypeVar("T")
 logger = logging.getLogger("rlm_mcp.server")
@@ -116,7 +117,11 @@ async def _with_heartbeat(ctx: Context, label: str, work: Awaitable[T]) -> T:
 
 
 def build_server(
-    settings: Settings, *, mode: Mode = "stdio", on_closed: Callable[[], None] | None = None
+    settings: Settings,
+    *,
+    mode: Mode = "stdio",
+    on_closed: Callable[[], None] | None = None,
+    stores: Stores | None = None,
 ) -> MCPServer[RlmService]:
     """The MCP server; `on_closed` is called once the service has shut down (runs recorded,
     sandboxes removed)."""
@@ -126,7 +131,7 @@ def build_server(
     async def lifespan(_: MCPServer[RlmService]) -> AsyncIterator[RlmService]:
         # Nothing here touches Docker or the LM endpoint: `initialize` must answer at once.
         try:
-            async with RlmService(settings, mode=mode) as service:
+            async with RlmService(settings, mode=mode, stores=stores) as service:
                 holder["service"] = service
                 try:
                     yield service

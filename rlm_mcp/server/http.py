@@ -20,7 +20,7 @@ from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
 from rlm_mcp.server.guard import HostPolicy, RequestGuard, load_tokens
 from rlm_mcp.server.sessions import SessionLimiter
-from rlm_mcp.store import RunStore
+from rlm_mcp.store.factory import make_stores
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.routes import build_viewer, mount_viewer
 
@@ -51,7 +51,8 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
             f"Refusing to serve HTTP on {settings.host} without a token: anyone who can reach it could run code.",
             "Set RLM_MCP_AUTH_TOKEN (clients then send Authorization: Bearer <token>), or bind 127.0.0.1.",
         )
-    mcp = build_server(settings, mode="http", on_closed=on_closed)
+    stores = make_stores(settings, replica=True)  # opened and closed by the service's lifespan
+    mcp = build_server(settings, mode="http", on_closed=on_closed, stores=stores)
     app: ASGIApp = mcp.streamable_http_app(
         host=settings.host,
         # The guard checks Host/Origin for every bind; the SDK's own check covers only three host strings.
@@ -63,7 +64,7 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     policy = HostPolicy(settings.host, settings.port, settings.allowed_hosts, settings.allowed_origins)
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
-    viewer = build_viewer(RunStore(settings), ViewerAuth(tokens=tokens, policy=policy))
+    viewer = build_viewer(stores.runs, ViewerAuth(tokens=tokens, policy=policy))
     return mount_viewer(RequestGuard(app, policy, tokens), viewer)
 
 

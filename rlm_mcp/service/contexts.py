@@ -8,11 +8,12 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.owners import Owner
 from rlm_mcp.service.loaders import Loaded, fetch_url, load_glob, load_path
-from rlm_mcp.store import ContextInfo, ContextStore
+from rlm_mcp.store import ContextInfo
+from rlm_mcp.store.ports import ContextStorePort
 
 
 class ContextLoader:
-    def __init__(self, settings: Settings, store: ContextStore, *, allow_loopback_urls: bool) -> None:
+    def __init__(self, settings: Settings, store: ContextStorePort, *, allow_loopback_urls: bool) -> None:
         self._settings = settings
         self._store = store
         # In stdio mode the caller already runs on this machine, so loopback URLs reveal

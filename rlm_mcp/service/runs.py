@@ -23,7 +23,8 @@ from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunPro
 from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.service.views import RunSnapshot
-from rlm_mcp.store import ContextInfo, ContextStore, RunLog, RunStore
+from rlm_mcp.store import ContextInfo
+from rlm_mcp.store.ports import ContextStorePort, RunLogPort, RunStorePort
 
 logger = logging.getLogger("rlm_mcp.service")
 
@@ -94,7 +95,7 @@ class ActiveRun:
 class RunManager:
     """Starts, tracks and cancels runs; owns their task group."""
 
-    def __init__(self, settings: Settings, contexts: ContextStore, records: RunStore) -> None:
+    def __init__(self, settings: Settings, contexts: ContextStorePort, records: RunStorePort) -> None:
         self._settings = settings
         self._contexts = contexts
         self._records = records
@@ -142,7 +143,7 @@ class RunManager:
             await run.done.wait()
 
     async def _execute(
-        self, run: ActiveRun, engine: RLMEngine, log: RunLog, *, task_status: anyio.abc.TaskStatus[None]
+        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, *, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
         result: RunResult | None = None
         # The contexts' pins only guard against eviction: released last, once the result is out
@@ -193,7 +194,7 @@ class RunManager:
         for run in finished[: max(0, len(finished) - FINISHED_RUNS_KEPT)]:
             del self._runs[run.run_id]
 
-    async def _run_in_slot(self, run: ActiveRun, engine: RLMEngine, log: RunLog, pins: AsyncExitStack) -> RunResult:
+    async def _run_in_slot(self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack) -> RunResult:
         """Pin the contexts (onto `pins`, which the caller releases) and run once a slot is free."""
         # Pinned while queued too: eviction (here or in another process) must not take the
         # contexts while the run waits for a slot.
@@ -222,7 +223,9 @@ class RunManager:
                 )
             )
 
-    async def _run_pinned(self, run: ActiveRun, engine: RLMEngine, log: RunLog, infos: list[ContextInfo]) -> RunResult:
+    async def _run_pinned(
+        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, infos: list[ContextInfo]
+    ) -> RunResult:
         run.progress.status = "running"
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
@@ -273,7 +276,7 @@ class RunManager:
             summary["result"] = run.result.model_dump()
         return summary
 
-    async def _finish_record(self, run: ActiveRun, log: RunLog) -> None:
+    async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> None:
         try:
             await log.write_summary(self._summary(run))
             await log.aclose()

@@ -33,7 +33,8 @@ from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.runs import ActiveRun, RunManager, RunRequest, unique_ids, wait_with_heartbeat
 from rlm_mcp.service.views import RunSnapshot
-from rlm_mcp.store import ContextInfo, ContextStore, RunStore, UploadState, UploadStore
+from rlm_mcp.store import ContextInfo, UploadState
+from rlm_mcp.store.factory import Stores, make_stores
 
 logger = logging.getLogger("rlm_mcp.service")
 
@@ -43,12 +44,15 @@ _LM_CHECK_TTL_S = 60.0
 
 
 class RlmService:
-    def __init__(self, settings: Settings, *, mode: Mode = "stdio") -> None:
+    def __init__(self, settings: Settings, *, mode: Mode = "stdio", stores: Stores | None = None) -> None:
+        """`stores`: the store bundle when the caller shares it (the HTTP app's viewer reads
+        the same run records); by default the one the settings select (`store.factory`)."""
         self.settings = settings
         self.mode = mode
-        self.contexts = ContextStore(settings)
-        self.uploads = UploadStore(settings, self.contexts)
-        self.records = RunStore(settings)
+        self.stores = stores if stores is not None else make_stores(settings, replica=True)
+        self.contexts = self.stores.contexts
+        self.uploads = self.stores.uploads
+        self.records = self.stores.runs
         self.lm = LMClient(settings)
         self.sandboxes = SandboxManager(settings)
         self.loader = ContextLoader(settings, self.contexts, allow_loopback_urls=(mode == "stdio"))
@@ -61,6 +65,7 @@ class RlmService:
     async def __aenter__(self) -> RlmService:
         await self._stack.__aenter__()
         try:
+            await self._stack.enter_async_context(self.stores)  # closed last: runs record into it
             await self._stack.enter_async_context(self.sandboxes)
             self._runs = await self._stack.enter_async_context(RunManager(self.settings, self.contexts, self.records))
         except BaseException:

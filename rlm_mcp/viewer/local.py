@@ -24,7 +24,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.server.guard import HostPolicy
-from rlm_mcp.store import RunStore
+from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.runs import check_run_id
 from rlm_mcp.viewer import render_index_html, render_run_html
 from rlm_mcp.viewer.auth import ALL_OWNERS, ViewerAuth
@@ -57,12 +57,13 @@ async def view(
 
 
 async def _write(settings: Settings, run_id: str | None, output: Path, open_browser: bool) -> int:
-    records = RunStore(settings)
-    if run_id:
-        summary = await records.read_summary(run_id, owner=EVERY_OWNER)
-        page = render_run_html(summary, await records.read_events(run_id, owner=EVERY_OWNER))
-    else:
-        page = render_index_html(await records.list(500, owner=EVERY_OWNER), run_href="")
+    async with make_stores(settings) as stores:
+        records = stores.runs
+        if run_id:
+            summary = await records.read_summary(run_id, owner=EVERY_OWNER)
+            page = render_run_html(summary, await records.read_events(run_id, owner=EVERY_OWNER))
+        else:
+            page = render_index_html(await records.list(500, owner=EVERY_OWNER), run_href="")
     target = anyio.Path(output)
     await target.write_text(page, encoding="utf-8")
     _say(str(output))
@@ -92,12 +93,14 @@ async def _link_from_server(settings: Settings, url: str, run_id: str | None, op
 
 async def _serve_local(settings: Settings, run_id: str | None, open_browser: bool) -> int:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    stores = make_stores(settings)
     try:
+        await stores.__aenter__()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         # A random token no one knows: only the one-time link below gets a browser in.
         auth = ViewerAuth(tokens=[secrets.token_urlsafe(32)], policy=HostPolicy("127.0.0.1", port, [], []))
-        app = build_viewer(RunStore(settings), auth)
+        app = build_viewer(stores.runs, auth)
         link = f"http://127.0.0.1:{port}" + _with_run(f"{PREFIX}/login?code={auth.issue_code(ALL_OWNERS)}", run_id)
         config = uvicorn.Config(app, log_level="warning", lifespan="off")
         server = uvicorn.Server(config)
@@ -107,4 +110,5 @@ async def _serve_local(settings: Settings, run_id: str | None, open_browser: boo
         await server.serve(sockets=[sock])
     finally:
         sock.close()
+        await stores.__aexit__(None, None, None)
     return 0

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
-from rlm_mcp.store import RunStore
+from rlm_mcp.store.ports import RunStorePort
 from rlm_mcp.viewer.auth import ALL_OWNERS, COOKIE, SESSION_TTL_S, ViewerAuth
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
@@ -54,7 +54,7 @@ def _refusal(request: Request, status: int, message: str) -> Response:
     return HTMLResponse(page, status_code=status, headers=_HEADERS)
 
 
-def build_viewer(records: RunStore, auth: ViewerAuth) -> Starlette:
+def build_viewer(records: RunStorePort, auth: ViewerAuth) -> Starlette:
     """The Starlette app of every path under /runs/."""
 
     def owner_of(request: Request) -> str:

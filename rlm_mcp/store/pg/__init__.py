@@ -1,0 +1,33 @@
+"""Team mode's store: shared state on PostgreSQL (README "Team server").
+
+`RLM_MCP_DATABASE_URL=postgresql://...` selects it (`rlm_mcp.store.factory`). Contexts (their
+bytes chunked in the database, cached per replica), uploads, run records and events live in one
+database every replica shares; each replica keeps only its cache and temp files in its data dir.
+Needs the `team` extra (psycopg 3).
+"""
+
+from __future__ import annotations
+
+from rlm_mcp.config import Settings
+from rlm_mcp.store.factory import Stores
+from rlm_mcp.store.pg.contexts import PgContextStore
+from rlm_mcp.store.pg.db import Database, DatabaseUnavailableError, SchemaError
+from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.store.pg.uploads import PgUploadStore
+
+__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "make_pg_stores"]
+
+
+def make_pg_stores(settings: Settings, *, replica: bool) -> Stores:
+    assert settings.database_url is not None
+    db = Database(settings.database_url.get_secret_value(), replica=replica)
+    contexts = PgContextStore(settings, db)
+    if replica:
+        db.on_heartbeat.append(lambda: contexts.cache.sweep(db))
+    return Stores(
+        contexts=contexts,
+        uploads=PgUploadStore(settings, contexts, db),
+        runs=PgRunStore(settings, db),
+        kind="postgresql",
+        lifecycle=db,
+    )

@@ -1,0 +1,122 @@
+"""This replica's local copy of context bytes, content-addressed: `data_dir/cache/<sha[:2]>/<sha>`.
+
+The bytes live in PostgreSQL; a sandbox needs a local file to bind-mount, so a context in use
+is fetched here first (streamed chunk by chunk, checked against its sha256, renamed into place).
+A file whose blob is no longer in the database (deleted or evicted on any replica) is removed by
+`sweep`, which runs at each heartbeat and after every delete or eviction on this replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import anyio
+
+from rlm_mcp.errors import UnknownIdError
+from rlm_mcp.store.pg.db import Database
+
+log = logging.getLogger("rlm_mcp.store")
+
+
+class BlobCache:
+    def __init__(self, root: Path, tmp_dir: Path) -> None:
+        self.root = root
+        self.tmp_dir = tmp_dir
+        self._locks: dict[str, anyio.Lock] = {}
+
+    def path(self, sha256: str) -> Path:
+        return self.root / sha256[:2] / sha256
+
+    def has(self, sha256: str, size: int) -> bool:
+        try:
+            return self.path(sha256).stat().st_size == size
+        except FileNotFoundError:
+            return False
+
+    def adopt(self, tmp_path: Path, sha256: str) -> None:
+        """Move a verified temp file (same filesystem) into the cache."""
+        target = self.path(sha256)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp_path, 0o644)  # a sandbox under another uid reads the bind-mounted file
+        os.replace(tmp_path, target)
+
+    def copy_in(self, source: Path, sha256: str) -> None:
+        """Copy a file the caller keeps (a user's file) into the cache."""
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="cache-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+                while block := src.read(1 << 20):
+                    out.write(block)
+            self.adopt(Path(name), sha256)
+        finally:
+            Path(name).unlink(missing_ok=True)
+
+    async def fetch(self, db: Database, sha256: str, size: int) -> Path:
+        """The local file of a blob, streamed from the database when this replica lacks it."""
+        target = self.path(sha256)
+        lock = self._locks.setdefault(sha256, anyio.Lock())
+        async with lock:
+            if await anyio.to_thread.run_sync(self.has, sha256, size):
+                return target
+            await anyio.to_thread.run_sync(lambda: self.tmp_dir.mkdir(parents=True, exist_ok=True))
+            fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="fetch-", suffix=".tmp")
+            tmp = Path(name)
+            digest = hashlib.sha256()
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    async with db.connection() as conn:
+                        cur = await conn.execute("SELECT chunks FROM rlm_blobs WHERE sha256 = %s", (sha256,))
+                        row = await cur.fetchone()
+                        if row is None:
+                            raise UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")
+                        for idx in range(int(row["chunks"])):
+                            cur = await conn.execute(
+                                "SELECT data FROM rlm_blob_chunks WHERE sha256 = %s AND idx = %s", (sha256, idx)
+                            )
+                            part = await cur.fetchone()
+                            if part is None:
+                                raise UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")
+                            block = bytes(part["data"])
+                            digest.update(block)
+                            await anyio.to_thread.run_sync(out.write, block)
+                if digest.hexdigest() != sha256:
+                    raise RuntimeError(f"blob {sha256} read back from the database with another digest")
+                await anyio.to_thread.run_sync(self.adopt, tmp, sha256)
+            finally:
+                await anyio.Path(tmp).unlink(missing_ok=True)
+            log.info("fetched blob %s (%d bytes) into the local cache", sha256[:12], size)
+            return target
+
+    def cached(self) -> list[str]:
+        found: list[str] = []
+        try:
+            for sub in os.scandir(self.root):
+                if sub.is_dir(follow_symlinks=False):
+                    found += [e.name for e in os.scandir(sub.path) if len(e.name) == 64]
+        except FileNotFoundError:
+            pass
+        return found
+
+    def drop(self, shas: Iterable[str]) -> None:
+        for sha in shas:
+            self.path(sha).unlink(missing_ok=True)
+
+    async def sweep(self, db: Database) -> list[str]:
+        """Remove cached files whose blob the database no longer has; returns their digests."""
+        local = await anyio.to_thread.run_sync(self.cached)
+        if not local:
+            return []
+        async with db.connection() as conn:
+            cur = await conn.execute("SELECT sha256 FROM rlm_blobs WHERE sha256 = ANY(%s)", (local,))
+            known = {r["sha256"] for r in await cur.fetchall()}
+        gone = [sha for sha in local if sha not in known]
+        if gone:
+            await anyio.to_thread.run_sync(self.drop, gone)
+            log.info("removed %d cached blob(s) deleted elsewhere", len(gone))
+        return gone

@@ -1,0 +1,167 @@
+"""The PostgreSQL connection pool of one process, its errors, and this replica's heartbeat.
+
+psycopg 3's async pool checks each connection before lending it (`check_connection`), so a
+PostgreSQL restart costs the next call a reconnect, never a process restart. A call that cannot
+get a connection within `CONNECT_TIMEOUT_S` fails with `DatabaseUnavailableError`, which names
+the host and the fix and never the password (nor the URL, which may carry it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from rlm_mcp import __version__
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.store.pg.migrations import migrate
+
+log = logging.getLogger("rlm_mcp.store")
+
+CONNECT_TIMEOUT_S = 10.0
+HEARTBEAT_S = 5.0
+REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
+
+Conn = psycopg.AsyncConnection[dict[str, Any]]
+
+
+class DatabaseUnavailableError(RlmMcpError):
+    """PostgreSQL cannot be reached or refused the connection."""
+
+
+class SchemaError(RlmMcpError):
+    """The database's schema is newer than this version of rlm-mcp knows."""
+
+
+def describe(url: str) -> str:
+    """user@host:port/dbname of a connection URL: safe to show (no password)."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "the database in RLM_MCP_DATABASE_URL"
+    host = parts.get("host") or "localhost"
+    if str(host).startswith("/"):
+        host = f"socket {host}"
+    return f"{parts.get('user') or 'default user'}@{host}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
+
+
+def redact(text: str, url: str) -> str:
+    """`text` without the URL's password (a driver message may quote its conninfo)."""
+    try:
+        password = conninfo_to_dict(url).get("password")
+    except psycopg.ProgrammingError:
+        password = None
+    if password:
+        text = text.replace(str(password), "***")
+    return re.sub(r"(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+
+
+class Database:
+    """The pool, opened by `open` (migrations first, under an advisory lock)."""
+
+    def __init__(self, url: str, *, replica: bool, max_size: int = 16) -> None:
+        self._url = url
+        self.where = describe(url)
+        self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._replica = replica
+        self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            timeout=CONNECT_TIMEOUT_S,
+            check=AsyncConnectionPool.check_connection,
+            kwargs={"row_factory": dict_row, "autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
+            reconnect_timeout=0,  # keep trying in the background after an outage, never give up
+            name="rlm-mcp",
+        )
+        self.schema_version = 0
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.on_heartbeat: list[Any] = []  # async callables run after each heartbeat (cache sweep)
+
+    def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
+        detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self._url)
+        return DatabaseUnavailableError(
+            f"The database {self.where} is unreachable ({detail}).",
+            "Check that PostgreSQL is running and reachable from this server and that RLM_MCP_DATABASE_URL "
+            "(user, password, host, port, database) is right; `rlm-mcp doctor` checks it.",
+        )
+
+    async def open(self) -> None:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
+            ) as conn:
+                self.schema_version = await migrate(conn)
+        except psycopg.OperationalError as exc:
+            raise self.unavailable(exc) from None
+        await self.pool.open(wait=False)
+        if self._replica:
+            await self._beat()
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            self._tg.start_soon(self._heartbeat)
+
+    async def close(self) -> None:
+        tg, self._tg = self._tg, None
+        if tg is not None:  # exited first, outside any scope entered after it
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            if tg is not None:
+                try:
+                    async with self.connection() as conn:
+                        await conn.execute("DELETE FROM rlm_replicas WHERE replica_id = %s", (self.replica_id,))
+                except RlmMcpError:
+                    pass
+            await self.pool.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Conn]:
+        """A pooled connection (autocommit; use `conn.transaction()` for several statements)."""
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise self.unavailable(exc) from None
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Conn]:
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    # --- replicas ------------------------------------------------------------------------
+
+    async def _beat(self) -> None:
+        now = time.time()
+        async with self.connection() as conn:
+            await conn.execute(
+                "INSERT INTO rlm_replicas VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (replica_id) DO UPDATE SET seen_at = excluded.seen_at",
+                (self.replica_id, socket.gethostname(), os.getpid(), __version__, now, now),
+            )
+            await conn.execute("DELETE FROM rlm_replicas WHERE seen_at < %s", (now - 24 * 3600,))
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(HEARTBEAT_S)
+            try:
+                await self._beat()
+                for hook in self.on_heartbeat:
+                    await hook()
+            except RlmMcpError as exc:
+                log.warning("team mode heartbeat failed: %s", exc)
+            except Exception:
+                log.exception("team mode heartbeat failed")

@@ -1,0 +1,117 @@
+"""The store interface the service layer uses: contexts, uploads and run records.
+
+Two implementations satisfy it: SQLite and files in the data dir (the embedded default,
+`rlm_mcp.store.contexts` / `uploads` / `runs`) and PostgreSQL (`rlm_mcp.store.pg`, team mode).
+`open_stores` (`rlm_mcp.store.factory`) picks one from the settings; nothing above this layer
+knows which it got.
+
+Every entry point that reads or writes owned data takes the owner as a required keyword
+(`rlm_mcp.owners`): writes an `Owner`, reads an `OwnerScope`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from rlm_mcp.engine.ports import ContextSpec
+from rlm_mcp.owners import Owner, OwnerScope
+from rlm_mcp.store.contexts import ContextInfo
+from rlm_mcp.store.uploads import UploadState
+
+Format = Literal["text", "json"]
+
+
+class ContextStorePort(Protocol):
+    """Content-addressed contexts with per-owner names, pins and eviction."""
+
+    async def put_bytes(
+        self, data: bytes, *, name: str, format: Format, source: dict[str, Any], owner: Owner
+    ) -> ContextInfo: ...
+
+    async def put_file(
+        self,
+        path: Path,
+        *,
+        name: str,
+        format: Format,
+        source: dict[str, Any],
+        consume: bool = False,
+        owner: Owner,
+    ) -> ContextInfo: ...
+
+    async def put_chunks(
+        self,
+        chunks: Iterable[bytes],
+        *,
+        name: str,
+        format: Format,
+        source: dict[str, Any],
+        expected_sha256: str | None = None,
+        owner: Owner,
+    ) -> ContextInfo: ...
+
+    async def get(self, context_id: str, *, owner: OwnerScope) -> ContextInfo: ...
+
+    async def list(self, *, owner: OwnerScope) -> builtins.list[ContextInfo]: ...
+
+    async def delete(self, context_id: str, *, owner: OwnerScope) -> bool: ...
+
+    def spec(self, info: ContextInfo) -> ContextSpec:
+        """Where the sandbox reads the bytes: a local file, present inside `in_use`."""
+        ...
+
+    def in_use(
+        self, context_ids: Sequence[str], *, owner: Owner
+    ) -> AbstractAsyncContextManager[builtins.list[ContextInfo]]: ...
+
+    async def evict(self, *, keep: Sequence[str] = ()) -> builtins.list[str]: ...
+
+
+class UploadStorePort(Protocol):
+    async def put_chunk(
+        self,
+        *,
+        data: bytes,
+        index: int,
+        upload_id: str | None,
+        final: bool,
+        sha256: str | None,
+        name: str | None,
+        format: Format | None,
+        owner: Owner,
+    ) -> UploadState: ...
+
+
+class RunLogPort(Protocol):
+    """The open log of one run (one writer)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    async def append(self, event: dict[str, Any]) -> None: ...
+
+    async def write_summary(self, summary: dict[str, Any]) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class RunStorePort(Protocol):
+    """Run records: a summary and an ordered event log per run id."""
+
+    async def create(self, run_id: str, summary: dict[str, Any]) -> RunLogPort: ...
+
+    async def read_summary(self, run_id: str, *, owner: OwnerScope) -> dict[str, Any]: ...
+
+    async def read_events(
+        self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None
+    ) -> builtins.list[dict[str, Any]]: ...
+
+    async def version(self, run_id: str) -> str: ...
+
+    async def prune(self, *, max_records: int, max_age_days: float) -> builtins.list[str]: ...
+
+    async def list(self, limit: int = 50, *, owner: OwnerScope) -> builtins.list[dict[str, Any]]: ...
