@@ -4,7 +4,8 @@ One cluster per test session: `initdb` and `postgres` from Debian's `postgresql`
 (`/usr/lib/postgresql/<version>/bin`; `.ci/run` installs it), data and socket in a temp folder,
 listening on a free loopback port, password authentication (so the tests can check the password
 never leaks). Both refuse to run as root: as root they run as `nobody` through `runuser`, in a
-temp folder `nobody` owns. Each test gets a database of its own (`pg_url`).
+temp folder `nobody` owns
+(`initdb` under `runuser`; the server started by `Popen(user=...)` so a signal reaches it). Each test gets a database of its own (`pg_url`).
 """
 
 from __future__ import annotations
@@ -96,7 +97,11 @@ class Cluster:
             "-c", "full_page_writes=off", "-c", "max_connections=200",
         ]  # fmt: skip
         log = open(self.dir / "postgres.log", "ab")  # noqa: SIM115 - the server writes it until stop()
-        self.proc = subprocess.Popen(self._cmd(argv), cwd=self.dir, stdout=log, stderr=log)
+        # Started as nobody by Popen itself (not under runuser), so stop()'s signal reaches postgres.
+        as_nobody: dict[str, object] = (
+            {"user": "nobody", "group": "nogroup", "extra_groups": []} if self._as_root else {}
+        )
+        self.proc = subprocess.Popen(argv, cwd=self.dir, stdout=log, stderr=log, **as_nobody)  # type: ignore[call-overload]
         log.close()
         # pg_isready answers at once (no retry): poll it, as wait_until does, with a generous deadline.
         deadline = time.monotonic() + 120
