@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fixtures_postgres import pg_cluster, pg_url, store_settings
+from fixtures_postgres import database_url, pg_cluster, pg_url, store_settings
 from fixtures_sandbox import docker_image
 from fixtures_store import http_server, root, settings, settings_factory
 from rlm_mcp.config import Settings
@@ -24,6 +24,7 @@ from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.sandbox.image_ensure import ensure_image
 
 __all__ = [
+    "database_url",
     "docker_image",
     "http_server",
     "pg_cluster",

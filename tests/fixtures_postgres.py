@@ -175,6 +175,12 @@ def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[.
     return make
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """RLM_MCP_DATABASE_URL for each store: None (SQLite and files) and a fresh PostgreSQL database."""
+    return str(request.getfixturevalue("pg_url")) if request.param == "postgres" else None
+
+
 async def has_bytes(stores: Stores, sha256: str) -> bool:
     """Whether the store still holds a blob (SQLite: its file; PostgreSQL: its row)."""
     if stores.kind == "sqlite":

@@ -43,7 +43,8 @@ async def names(client: Client) -> dict[str, str]:
     return {c["context_id"]: c["name"] for c in listed["contexts"]}
 
 
-async def test_another_token_finds_nothing_of_the_first(tmp_path: Path) -> None:
+async def test_another_token_finds_nothing_of_the_first(tmp_path: Path, database_url: str | None) -> None:
+    """Against both stores: the embedded one and PostgreSQL (team mode)."""
     with ScriptedLM(Script(root=[STUCK])) as lm:
         settings = make_settings(
             tmp_path,
@@ -51,6 +52,7 @@ async def test_another_token_finds_nothing_of_the_first(tmp_path: Path) -> None:
             host="127.0.0.1",
             port=free_port("127.0.0.1"),
             auth_tokens=["alice-token", "bob-token"],
+            database_url=database_url,
         )
         async with serving(settings) as url, as_token(url, "alice-token") as alice, as_token(url, "bob-token") as bob:
             mine = await call(alice, "rlm_load_context", text="the shared bytes", name="alice's plan")
