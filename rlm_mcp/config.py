@@ -200,6 +200,16 @@ class Settings(BaseSettings):
         parse_size(value)  # fail at start-up, not at the first sandbox
         return value
 
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None  # an empty variable: the embedded store
+        if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            # The value is never echoed: it may carry a password.
+            raise ValueError("must be a postgresql://user:password@host:port/dbname URL")
+        return value
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _expand_data_dir(cls, value: Path) -> Path:

@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
 from rlm_mcp.errors import RlmMcpError
@@ -89,6 +89,7 @@ def expected_form(field: FieldInfo) -> str:
         Path: "a path",
         dict: "a JSON object",
         list: "a list",
+        SecretStr: "text",
     }
     form = forms.get(origin or annotation, str(annotation))
     if isinstance(annotation, type) and issubclass(annotation, Enum):
@@ -104,6 +105,8 @@ def describe_validation_error(exc: ValidationError, fields: Mapping[str, FieldIn
         field = fields.get(name)
         value = error.get("input")
         shown = repr(value) if not isinstance(value, (dict, list)) or len(repr(value)) < 80 else "(a value)"
+        if field is not None and "SecretStr" in str(field.annotation):
+            shown = "(hidden: it may hold a password)"
         message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
         expected = f"; expected {expected_form(field)}" if field is not None else ""
         lines.append(f"{env_name(name)}={shown}: {message}{expected}")

@@ -133,9 +133,41 @@ async def _profile(settings: Settings) -> Check:
     return Check("prompt profile", True, detail, choice.fix, warn=True)
 
 
+async def _team(settings: Settings) -> list[Check]:
+    """Team mode (RLM_MCP_DATABASE_URL): the database, its schema version, the replicas seen."""
+    if settings.database_url is None:
+        return []
+    try:
+        from rlm_mcp.store.pg.status import LATEST, team_status
+    except ImportError:
+        return [Check("database", False, "the PostgreSQL driver is not installed", "pip install 'rlm-mcp[team]'")]
+    status = await team_status(settings.database_url.get_secret_value())
+    if status.error is not None:
+        return [Check("database", False, status.error, status.fix)]
+    checks = [Check("database", True, status.where)]
+    if status.schema_version > LATEST:
+        checks.append(
+            Check(
+                "schema",
+                False,
+                f"version {status.schema_version}, newer than this rlm-mcp knows (version {LATEST})",
+                "Upgrade rlm-mcp here to the version the other replicas run.",
+            )
+        )
+    elif status.schema_version < LATEST:
+        detail = f"version {status.schema_version or 'none'}; the first server start migrates it to {LATEST}"
+        checks.append(Check("schema", True, detail, warn=status.schema_version > 0))
+    else:
+        checks.append(Check("schema", True, f"version {LATEST}"))
+    seen = "; ".join(status.replicas) if status.replicas else "none in the last minute"
+    checks.append(Check("replicas", True, seen))
+    return checks
+
+
 async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> int:
     checks: list[Check] = []
     steps: list[Callable[[], Awaitable[Any]]] = [
+        lambda: _team(settings),
         lambda: _docker(settings),
         lambda: _lm(settings),
         lambda: _profile(settings),

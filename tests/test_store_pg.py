@@ -192,3 +192,32 @@ def test_the_url_is_never_shown() -> None:
     assert "s3cret" not in redact(f"connection to {url} failed: password s3cret", url)
     with pytest.raises(psycopg.ProgrammingError):
         psycopg.conninfo.conninfo_to_dict("not a url ===")
+
+
+async def test_doctor_reports_the_database_schema_and_replicas(
+    tmp_path: Path, pg_cluster: Cluster, pg_url: str
+) -> None:
+    from rlm_mcp.doctor import _team
+
+    fresh = await _team(make_settings(tmp_path, database_url=pg_url))
+    assert [(c.name, c.ok) for c in fresh] == [("database", True), ("schema", True), ("replicas", True)]
+    assert "the first server start migrates it" in fresh[1].detail
+    async with _replica(tmp_path, "a", pg_url):
+        checks = {c.name: c for c in await _team(make_settings(tmp_path, database_url=pg_url))}
+        assert checks["schema"].detail == f"version {LATEST}"
+        assert "pid" in checks["replicas"].detail
+    wrong = await _team(make_settings(tmp_path, database_url=pg_cluster.url(password="wrong")))
+    assert wrong[0].name == "database" and not wrong[0].ok and "RLM_MCP_DATABASE_URL" in wrong[0].fix
+    assert PASSWORD not in wrong[0].detail + wrong[0].fix
+
+
+def test_a_bad_database_url_is_refused_without_echoing_it() -> None:
+    from pydantic import ValidationError
+
+    from rlm_mcp.config import Settings
+    from rlm_mcp.config_check import describe_validation_error
+
+    with pytest.raises(ValidationError) as caught:
+        Settings(_env_file=None, database_url="mysql://u:s3cret@h/db")  # type: ignore[call-arg]
+    text = describe_validation_error(caught.value, Settings.model_fields)
+    assert "RLM_MCP_DATABASE_URL" in text and "postgresql://" in text and "s3cret" not in text
