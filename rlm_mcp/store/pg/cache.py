@@ -77,7 +77,9 @@ class BlobCache:
                             raise UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")
                         for idx in range(int(row["chunks"])):
                             cur = await conn.execute(
-                                "SELECT data FROM rlm_blob_chunks WHERE sha256 = %s AND idx = %s", (sha256, idx)
+                                "SELECT data FROM rlm_blob_chunks WHERE sha256 = %s AND idx = %s",
+                                (sha256, idx),
+                                binary=True,  # bytea as raw bytes, not hex text
                             )
                             part = await cur.fetchone()
                             if part is None:

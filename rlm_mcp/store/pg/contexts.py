@@ -194,12 +194,12 @@ class PgContextStore:
                 "INSERT INTO rlm_blobs VALUES (%s, %s, %s, %s) ON CONFLICT (sha256) DO NOTHING RETURNING sha256",
                 (ing.sha256, ing.bytes, chunks, now),
             )
-            if await cur.fetchone() is not None:  # new content: stream it in (another writer waits on the key)
+            if await cur.fetchone() is not None:  # new content: stream it in (another writer waits on the key); %b: bytea sent binary, not hex
                 fh = await anyio.to_thread.run_sync(open, ing.tmp_path, "rb")
                 try:
                     for idx in range(chunks):
                         block = await anyio.to_thread.run_sync(fh.read, CHUNK)
-                        await conn.execute("INSERT INTO rlm_blob_chunks VALUES (%s, %s, %s)", (ing.sha256, idx, block))
+                        await conn.execute("INSERT INTO rlm_blob_chunks VALUES (%s, %s, %b)", (ing.sha256, idx, block))
                 finally:
                     await anyio.to_thread.run_sync(fh.close)
             await conn.execute(

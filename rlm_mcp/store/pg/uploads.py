@@ -85,7 +85,7 @@ class PgUploadStore:
                     "created_at, updated_at) VALUES (%s, 1, %s, %s, %s, %s, %s, %s)",
                     (upload_id, len(data), chunk_sha, name, format, now, now),
                 )
-                await conn.execute("INSERT INTO rlm_upload_chunks VALUES (%s, 0, %s)", (upload_id, data))
+                await conn.execute("INSERT INTO rlm_upload_chunks VALUES (%s, 0, %b)", (upload_id, data))
             else:
                 if not _UPLOAD_ID.match(upload_id):
                     raise _unknown(upload_id)
@@ -141,7 +141,7 @@ class PgUploadStore:
                 )
             self._check_total(row["bytes_received"] + len(data))
             await self._check_store_room(conn, len(data))
-            await conn.execute("INSERT INTO rlm_upload_chunks VALUES (%s, %s, %s)", (upload_id, index, data))
+            await conn.execute("INSERT INTO rlm_upload_chunks VALUES (%s, %s, %b)", (upload_id, index, data))
             await conn.execute(
                 "UPDATE rlm_uploads SET next_index = %s, bytes_received = %s, last_chunk_sha = %s WHERE upload_id = %s",
                 (index + 1, row["bytes_received"] + len(data), chunk_sha, upload_id),
@@ -170,7 +170,9 @@ class PgUploadStore:
                 async with self._db.connection() as conn:
                     for idx in range(row["next_index"]):
                         cur = await conn.execute(
-                            "SELECT data FROM rlm_upload_chunks WHERE upload_id = %s AND idx = %s", (upload_id, idx)
+                            "SELECT data FROM rlm_upload_chunks WHERE upload_id = %s AND idx = %s",
+                            (upload_id, idx),
+                            binary=True,
                         )
                         part = await cur.fetchone()
                         if part is None:
