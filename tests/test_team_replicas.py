@@ -73,6 +73,22 @@ async def as_token(base: str, token: str) -> AsyncIterator[Client]:
         yield client
 
 
+def viewer_on(a: str, b: str, c: str, run_id: str) -> None:
+    link = httpx.post(f"{a}/runs/api/login-link", headers={"Authorization": f"Bearer {ALICE}"})
+    assert link.status_code == 200, link.text
+    opened = httpx.get(b + link.json()["path"], follow_redirects=False)
+    assert opened.status_code == 303, opened.text
+    cookie = opened.cookies.get("rlm_mcp_view")
+    assert cookie
+    index = httpx.get(f"{c}/runs/api/runs", cookies={"rlm_mcp_view": cookie})
+    assert index.status_code == 200 and run_id in index.text
+    page = httpx.get(f"{a}/runs/api/runs/{run_id}", cookies={"rlm_mcp_view": cookie})
+    assert page.status_code == 200 and "what is it?" in page.text and "forty-two" in page.text
+    # a spent code does not open a second session on the replica that spent it; a forged cookie fails
+    assert httpx.get(b + link.json()["path"], follow_redirects=False).status_code != 303
+    assert httpx.get(f"{c}/runs/api/runs", cookies={"rlm_mcp_view": cookie[:-2] + "xx"}).status_code in (401, 403)
+
+
 async def test_three_replicas_share_contexts_runs_and_uploads(tmp_path: Path, pg_url: str) -> None:
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm, ExitStack() as stack:
         a, b, c = (stack.enter_context(replica(tmp_path, n, pg_url, lm.base_url)) for n in ("a", "b", "c"))
@@ -96,6 +112,9 @@ async def test_three_replicas_share_contexts_runs_and_uploads(tmp_path: Path, pg
             assert "run_start" in str(trajectory)
             meta = await on_a.read_resource(f"rlm://contexts/{cid}")
             assert "shared" in str(meta)
+
+            # The viewer: a login link asked of a, opened on b; its cookie read on c.
+            viewer_on(a, b, c, run_id)
 
             # An upload whose chunks land on all three replicas.
             parts = ["part one, ", "part two, ", "part three"]

@@ -64,7 +64,13 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     policy = HostPolicy(settings.host, settings.port, settings.allowed_hosts, settings.allowed_origins)
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
-    viewer = build_viewer(stores.runs, ViewerAuth(tokens=tokens, policy=policy))
+    auth = ViewerAuth(tokens=tokens, policy=policy)
+
+    async def share_viewer_key() -> None:  # team mode: a login link or cookie works on every replica
+        auth.key = await stores.lifecycle.shared_key("viewer")
+
+    stores.after_open.append(share_viewer_key)
+    viewer = build_viewer(stores.runs, auth)
     return mount_viewer(RequestGuard(app, policy, tokens), viewer)
 
 

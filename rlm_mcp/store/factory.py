@@ -7,6 +7,7 @@ closes it again. The embedded default has nothing to open.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,12 +24,19 @@ class Lifecycle(Protocol):
 
     async def close(self) -> None: ...
 
+    async def shared_key(self, name: str) -> bytes | None:
+        """A random key every process sharing this store sees (None: one process only)."""
+        ...
+
 
 class _Nothing:
     async def open(self) -> None:
         return None
 
     async def close(self) -> None:
+        return None
+
+    async def shared_key(self, name: str) -> bytes | None:
         return None
 
 
@@ -39,9 +47,17 @@ class Stores:
     runs: RunStorePort
     kind: str = "sqlite"
     lifecycle: Lifecycle = field(default_factory=_Nothing)
+    # Run once the store is open (the HTTP viewer fetches its shared key here).
+    after_open: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def __aenter__(self) -> Stores:
         await self.lifecycle.open()
+        try:
+            for hook in self.after_open:
+                await hook()
+        except BaseException:
+            await self.lifecycle.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rlm_mcp.server.guard import LOCAL_OWNER, HostPolicy, owner_of_token
+from rlm_mcp.viewer import signed
 
 COOKIE = "rlm_mcp_view"
 CODE_TTL_S = 60.0
@@ -36,6 +37,10 @@ class ViewerAuth:
 
     tokens: Sequence[str]
     policy: HostPolicy
+    # Team mode: a key every replica shares; codes and sessions are then signed (`signed.py`),
+    # so a link opened or a cookie sent to another replica behind the load balancer is valid.
+    key: bytes | None = None
+    _spent: dict[str, float] = field(default_factory=dict)
     _codes: dict[str, tuple[float, str]] = field(default_factory=dict)
     _sessions: dict[str, tuple[float, str]] = field(default_factory=dict)
 
@@ -54,10 +59,15 @@ class ViewerAuth:
     def session_owner(self, cookie: str | None) -> str | None:
         if not self.tokens:
             return LOCAL_OWNER
+        if self.key is not None:
+            valid = signed.verify(self.key, "session", cookie)
+            return valid[0] if valid is not None else None
         found = self._sessions.get(cookie or "")
         return found[1] if found is not None and found[0] > time.monotonic() else None
 
     def issue_code(self, owner: str = LOCAL_OWNER) -> str:
+        if self.key is not None:
+            return signed.sign(self.key, "code", owner, CODE_TTL_S)
         now = time.monotonic()
         self._codes = {c: v for c, v in self._codes.items() if v[0] > now}
         code = secrets.token_urlsafe(24)
@@ -66,6 +76,14 @@ class ViewerAuth:
 
     def redeem(self, code: str) -> str | None:
         """A new session id for a valid, unspent code; None otherwise."""
+        if self.key is not None:
+            valid = signed.verify(self.key, "code", code)
+            now_s = time.time()
+            self._spent = {c: e for c, e in self._spent.items() if e > now_s}
+            if valid is None or code in self._spent:
+                return None
+            self._spent[code] = valid[1]
+            return signed.sign(self.key, "session", valid[0], SESSION_TTL_S)
         found = self._codes.pop(code, None)
         now = time.monotonic()
         if found is None or found[0] <= now:

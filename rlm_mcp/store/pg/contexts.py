@@ -194,7 +194,9 @@ class PgContextStore:
                 "INSERT INTO rlm_blobs VALUES (%s, %s, %s, %s) ON CONFLICT (sha256) DO NOTHING RETURNING sha256",
                 (ing.sha256, ing.bytes, chunks, now),
             )
-            if await cur.fetchone() is not None:  # new content: stream it in (another writer waits on the key); %b: bytea sent binary, not hex
+            if (
+                await cur.fetchone() is not None
+            ):  # new content: stream it in (another writer waits on the key); %b: bytea sent binary, not hex
                 fh = await anyio.to_thread.run_sync(open, ing.tmp_path, "rb")
                 try:
                     for idx in range(chunks):

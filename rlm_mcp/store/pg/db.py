@@ -142,6 +142,17 @@ class Database:
         async with self.connection() as conn, conn.transaction():
             yield conn
 
+    async def shared_key(self, name: str) -> bytes:
+        """A random 32-byte key, made by whichever replica asks first, the same for all."""
+        async with self.connection() as conn:
+            await conn.execute(
+                "INSERT INTO rlm_secrets VALUES (%s, %b) ON CONFLICT (name) DO NOTHING", (name, secrets.token_bytes(32))
+            )
+            cur = await conn.execute("SELECT value FROM rlm_secrets WHERE name = %s", (name,), binary=True)
+            row = await cur.fetchone()
+        assert row is not None  # inserted above unless it was there
+        return bytes(row["value"])
+
     # --- replicas ------------------------------------------------------------------------
 
     async def _beat(self) -> None:
