@@ -268,6 +268,7 @@ async def _runs(args: argparse.Namespace, settings: Settings) -> int:
         from rlm_mcp.viewer.local import view
 
         return await view(settings, args.run_id, url=args.url, output=args.output, open_browser=not args.no_open)
+    from rlm_mcp.events import to_json
     from rlm_mcp.viewer import render_run_html
     from rlm_mcp.viewer.export import chat_jsonl
 
@@ -284,7 +285,7 @@ async def _runs(args: argparse.Namespace, settings: Settings) -> int:
         sys.stdout.write(chat_jsonl(summary, events))
         return 0
     for event in events:
-        print(json.dumps(event, default=str))
+        print(json.dumps(to_json(event), default=str))
     return 0
 
 
