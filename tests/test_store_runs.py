@@ -68,8 +68,9 @@ async def test_oversize_events_and_foreign_lines_read_back_without_error(setting
     finally:
         await log.aclose()
     path = Path(settings.data_dir) / "runs" / "odd" / "events.jsonl"
-    # another version's event, a known kind in a shape it never had, not an object at all
-    foreign_lines = b'{"type": "future_kind", "x": 1}\n{"type": "cell", "code": 5}\n[1, 2]\n'
+    # another version's event, a known kind in a shape it never had, not an object at all; lines
+    # that are not JSON or not UTF-8 are skipped
+    foreign_lines = b'{"type": "future_kind", "x": 1}\nnot json\n{"type": "cell", "code": 5}\n\xff\xfe\n[1, 2]\n'
     await anyio.Path(path).write_bytes(await anyio.Path(path).read_bytes() + foreign_lines)
     stub, *foreign = await runs.read_events("odd")
     assert isinstance(stub, EventStub) and stub.type == "turn" and isinstance(stub.ts, float)

@@ -24,7 +24,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
-from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, from_json, stamped, to_json
+from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store._db import in_thread
 
@@ -106,7 +106,7 @@ class RunLog:
         return self._dir.name
 
     async def append(self, event: RunEvent) -> None:
-        line = encode_event(to_json(stamped(event, time.time())), self._max_event)
+        line = encode_event(to_json(event, ts=time.time()), self._max_event)
         if len(line) <= INLINE_WRITE_BYTES and not self._lock.locked():
             # A small append lands in the page cache in microseconds: written here, with no
             # await (a lock round or a worker-thread hop costs more than the write, and a turn
@@ -219,8 +219,8 @@ class RunStore:
                         if not raw.endswith(b"\n"):
                             break  # a line still being written, or torn by a crash
                         try:
-                            events.append(from_json(json.loads(raw)))
-                        except json.JSONDecodeError:
+                            events.append(loads(raw))
+                        except ValueError:  # not JSON, or not UTF-8
                             log.warning("skipping a malformed line in %s", path)
             except FileNotFoundError:  # only open() can raise it: the run was never stored
                 raise _unknown(run_id) from None
