@@ -33,7 +33,9 @@ Number = int | float
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # A field this version does not know (a newer version wrote it) is kept and written back
+    # after the known ones, so an export of a newer log loses nothing.
+    model_config = ConfigDict(frozen=True, extra="allow")
     # Optional fields left out of the JSON object when None (their absence means something).
     OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"ts"})
 
