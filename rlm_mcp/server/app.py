@@ -141,7 +141,7 @@ def build_server(
             service = holder["service"]
         except KeyError:
             raise ToolError("The server is starting or shutting down; try again in a moment.") from None
-        return service.for_owner(request_owner(ctx, mode))
+        return Caller(service, request_owner(ctx, mode))
 
     mcp = MCPServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
 

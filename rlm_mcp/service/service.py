@@ -5,7 +5,8 @@ Docker and the LM endpoint lazily, so the MCP handshake never waits for either.
 
 Every call that touches a context or a run takes the caller's `owner` (rlm_mcp.owners): another
 owner's context or run is "unknown". The default is the single local user (stdio, the CLI); the
-server binds the owner of each MCP request once, through `for_owner`.
+server binds the owner of each MCP request once, through `service.caller.Caller` (which imports
+this module, never the reverse).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.profile import choose_profile
@@ -92,10 +92,6 @@ class RlmService:
                     logger.info("prompt profile %s (%s)", choice.profile.name, choice.detail)
                 self._engine = RLMEngine(self.settings, self.lm, self.sandboxes.open, profile=choice.profile)
         return self._engine
-
-    def for_owner(self, owner: str) -> Caller:
-        """This service as `owner` sees it (the server's one place that binds an owner)."""
-        return Caller(self, owner)
 
     @property
     def runs(self) -> RunManager:
