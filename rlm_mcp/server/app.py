@@ -20,6 +20,7 @@ from rlm_mcp import __version__
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
+from rlm_mcp.server.run_tools import run_tool
 from rlm_mcp.server.schemas import (
     ContextHandle,
     ContextList,
@@ -29,7 +30,7 @@ from rlm_mcp.server.schemas import (
     UploadProgress,
 )
 from rlm_mcp.service.caller import Caller
-from rlm_mcp.service.limits import MaxDepth, MaxIterations, RunOverrides, TimeoutS, TokenBudget
+from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import Mode, RlmService
 from rlm_mcp.service.views import RunSnapshot
 
@@ -46,12 +47,6 @@ INSTRUCTIONS = (
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _STORE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 _RUN = ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=True)
-
-ContextIds = Annotated[
-    str | list[str],
-    Field(description="A context_id from rlm_load_context, or a list of them (context_0, context_1, ...)."),
-]
-
 
 # How an MCP client's user fixes an unknown id (the store only says which id was unknown).
 MCP_FIXES = {
@@ -212,14 +207,9 @@ def build_server(
         return Deleted(context_id=context_id, deleted=deleted)
 
     @mcp.tool(annotations=_RUN)
+    @run_tool
     async def rlm_complete(
-        query: Annotated[str, Field(description="The question to answer about the context.")],
-        context_id: ContextIds,
-        ctx: Context,
-        max_iterations: MaxIterations = None,
-        max_depth: MaxDepth = None,
-        timeout_s: TimeoutS = None,
-        token_budget: TokenBudget = None,
+        ctx: Context, query: str, context_id: str | list[str], overrides: RunOverrides
     ) -> RunOutcome:
         """Answer `query` over a stored context with a Recursive Language Model (waits for the
         answer; sends progress). For clients with short timeouts use rlm_start instead."""
@@ -227,26 +217,13 @@ def build_server(
         async def report(progress: float, total: float | None, message: str) -> None:
             await ctx.report_progress(progress, total, message)
 
-        overrides = RunOverrides(
-            max_iterations=max_iterations, max_depth=max_depth, timeout_s=timeout_s, token_budget=token_budget
-        )
         result = await _call(svc(ctx).complete(query, context_id, overrides, report))
         return RunOutcome.of(result, max_chars=settings.answer_max_chars)
 
     @mcp.tool(annotations=_RUN)
-    async def rlm_start(
-        query: Annotated[str, Field(description="The question to answer about the context.")],
-        context_id: ContextIds,
-        ctx: Context,
-        max_iterations: MaxIterations = None,
-        max_depth: MaxDepth = None,
-        timeout_s: TimeoutS = None,
-        token_budget: TokenBudget = None,
-    ) -> RunStarted:
+    @run_tool
+    async def rlm_start(ctx: Context, query: str, context_id: str | list[str], overrides: RunOverrides) -> RunStarted:
         """Start a run in the background and return its run_id at once (poll rlm_status / rlm_result)."""
-        overrides = RunOverrides(
-            max_iterations=max_iterations, max_depth=max_depth, timeout_s=timeout_s, token_budget=token_budget
-        )
         run = await _call(svc(ctx).start_run(query, context_id, overrides))
         return RunStarted(run_id=run.run_id, status="running")
 
