@@ -18,6 +18,7 @@ from pydantic import Field
 
 from rlm_mcp import __version__
 from rlm_mcp.config import Settings
+from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
 from rlm_mcp.server.run_tools import run_tool
@@ -30,7 +31,8 @@ from rlm_mcp.server.schemas import (
     UploadProgress,
 )
 from rlm_mcp.service.caller import Caller
-from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.limits import RunOverrides, WaitS
+from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.service import Mode, RlmService
 from rlm_mcp.service.views import RunSnapshot
 
@@ -76,9 +78,6 @@ async def _call(work: Awaitable[T]) -> T:
             f"Internal error in rlm-mcp ({type(exc).__name__}); the server is still running. "
             "Report it with the server log; meanwhile check the arguments or try again."
         ) from exc
-
-
-HEARTBEAT_S = 5.0
 
 
 async def _with_heartbeat(ctx: Context, label: str, work: Awaitable[T]) -> T:
@@ -148,7 +147,7 @@ def build_server(
         glob: Annotated[str, Field(description="An absolute glob pattern, e.g. /repo/**/*.py.")] = "",
         url: Annotated[str, Field(description="An http(s) URL to fetch.")] = "",
         name: Annotated[str, Field(description="A label shown in rlm_list_contexts.")] = "",
-        format: Annotated[Literal["text", "json"], Field(description="json: the sandbox sees a list/dict.")] = "text",
+        format: Annotated[ContextFormat, Field(description="json: the sandbox sees a list/dict.")] = "text",
         include: Annotated[list[str] | None, Field(description="Folder/glob: only paths matching these.")] = None,
         exclude: Annotated[list[str] | None, Field(description="Folder/glob: skip paths matching these.")] = None,
     ) -> ContextHandle:
@@ -177,7 +176,7 @@ def build_server(
         encoding: Annotated[Literal["text", "base64"], Field(description="How `data` is encoded.")] = "text",
         sha256: Annotated[str, Field(description="Hex SHA-256 of the whole upload, checked at the end.")] = "",
         name: Annotated[str, Field(description="A label for the context.")] = "",
-        format: Annotated[Literal["text", "json"] | None, Field(description="text (default) or json.")] = None,
+        format: Annotated[ContextFormat | None, Field(description="text (default) or json.")] = None,
     ) -> UploadProgress:
         """Upload a context in chunks (resumable); the final chunk returns the context handle."""
         state = await _call(
@@ -236,7 +235,7 @@ def build_server(
     async def rlm_result(
         run_id: str,
         ctx: Context,
-        wait_s: Annotated[float, Field(ge=0, le=300, description="Wait up to this long for the end.")] = 0.0,
+        wait_s: WaitS = 0.0,
     ) -> RunOutcome:
         """The result of a run (status 'running' while it still runs)."""
         outcome = await _call(svc(ctx).result(run_id, wait_s))

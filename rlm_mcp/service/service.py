@@ -23,12 +23,13 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunResult
+from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.contexts import ContextLoader
-from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.runs import ActiveRun, RunManager, RunRequest, unique_ids, wait_with_heartbeat
@@ -109,7 +110,7 @@ class RlmService:
         glob: str | None = None,
         url: str | None = None,
         name: str | None = None,
-        format: Literal["text", "json"] = "text",
+        format: ContextFormat = "text",
         include: list[str] | None = None,
         exclude: list[str] | None = None,
         owner: str = LOCAL_OWNER,
@@ -136,7 +137,7 @@ class RlmService:
         encoding: Literal["text", "base64"],
         sha256: str | None,
         name: str | None,
-        format: Literal["text", "json"] | None,
+        format: ContextFormat | None,
         owner: str = LOCAL_OWNER,
     ) -> UploadState:
         if encoding == "base64":
@@ -234,7 +235,7 @@ class RlmService:
         run = self.runs.get(run_id, owner=owner)
         if run is not None:
             if wait_s > 0:
-                with anyio.move_on_after(min(wait_s, 300.0)):
+                with anyio.move_on_after(min(wait_s, RESULT_WAIT_MAX_S)):
                     await run.done.wait()
             return run.result if run.result is not None else run.snapshot()
         summary = await self.records.read_summary(run_id, owner=owner)
