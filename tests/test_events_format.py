@@ -14,11 +14,14 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fixtures_engine import make_settings
 from fixtures_viewer import record_run
 from rlm_mcp import events as ev
 from rlm_mcp.store import RunStore
+from rlm_mcp.store.runs import encode_event
 from rlm_mcp.viewer.export import chat_jsonl
 from rlm_mcp.viewer.model import build_run
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
@@ -152,3 +155,31 @@ def test_events_from_before_the_sub_call_records_still_read() -> None:
     model = build_run({"run_id": "r"}, events)
     assert model["runs"]["r"]["children"] == ["r.1"] and model["runs"]["r.1"]["parent"] == "r"
     assert model["runs"]["r.1"]["status"] == "completed"
+
+
+@settings(max_examples=60, deadline=None)
+@given(code=st.text(), output=st.text(), max_bytes=st.integers(min_value=80, max_value=4096))
+def test_a_capped_line_reads_back_as_its_event_or_its_stub(code: str, output: str, max_bytes: int) -> None:
+    """The log's caps cut strings or reduce a line to its kind and time: either way the line
+    still reads back as a typed event (never an unreadable one)."""
+    cell = ev.Cell(
+        run_id="r",
+        iteration=1,
+        block=1,
+        code=code,
+        output=output,
+        duration_s=0.25,
+        error=None,
+        timed_out=False,
+        restarted=False,
+        depth=0,
+    )
+    try:
+        line = encode_event(ev.to_json(cell, ts=1.5), max_bytes)
+    except UnicodeEncodeError:  # a lone surrogate cannot be written as UTF-8 (the log skips the event)
+        return
+    back = ev.loads(line)
+    assert isinstance(back, (ev.Cell, ev.EventStub)) and back.ts == 1.5
+    if isinstance(back, ev.Cell):
+        assert back.code == code[: len(back.code)] or "truncated" in back.code
+        assert ev.dumps(back).encode() + b"\n" == line
