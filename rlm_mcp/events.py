@@ -7,8 +7,8 @@ every layer may use it (store must not import engine, engine must not import sto
 
 The encoding is the format run logs have had on disk since the first release, kept byte for byte:
 each event's fields in the order declared below, `ts` (Unix time, stamped by the log) where the
-log has always put it, and the optional fields marked in `OMIT_WHEN_NONE` left out when unset (a sub-call
-made outside a cell names no cell; a root call names no batch). `to_json`/`from_json` are the only
+log has always put it, and the optional fields named in `OMIT_WHEN_NONE` left out when unset
+(a sub-call made outside a cell names no cell; a root call names no batch). `to_json`/`from_json` are the only
 way in and out; a store that keeps events elsewhere (a database) persists `dumps(event)` and reads
 back with `loads(line)` without knowing the types.
 
@@ -282,7 +282,8 @@ class EventStub(_Event):
 
 
 class UnreadableEvent(BaseModel):
-    """A line that is no event this version knows; `raw` is the object as it was read."""
+    """A line that is no event this version knows; `raw` is the JSON value as it was read (no
+    version writes anything but objects; `to_json` gives another value as `{"value": raw}`)."""
 
     model_config = ConfigDict(frozen=True)
     raw: Any
