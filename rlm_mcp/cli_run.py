@@ -48,7 +48,7 @@ class ProgressDisplay:
 
 
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.service.limits import RunOverrides
+    from rlm_mcp.cli_options import overrides_of
     from rlm_mcp.service.service import RlmService
 
     # A relative --path means relative to where the command was typed.
@@ -58,12 +58,10 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
             if args.context_id:
                 context_id = args.context_id
             else:
-                info = await service.for_owner(LOCAL_OWNER).load_context(path=path, url=args.url)
+                info = await service.load_context(path=path, url=args.url, owner=LOCAL_OWNER)
                 context_id = info.context_id
-            overrides = RunOverrides.checked(
-                max_iterations=args.max_iterations, max_depth=args.max_depth, timeout_s=args.timeout_s
-            )
-            result = await service.for_owner(LOCAL_OWNER).complete(args.query, context_id, overrides, display.report)
+            overrides = overrides_of(args)
+            result = await service.complete(args.query, context_id, overrides, display.report, owner=LOCAL_OWNER)
     if args.json:
         print(json.dumps(result.model_dump(), indent=2))
     else:

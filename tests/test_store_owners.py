@@ -10,6 +10,7 @@ import pytest
 
 from fixtures_postgres import has_bytes
 from rlm_mcp.errors import NotFoundError
+from rlm_mcp.events import TurnStart
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.store import ContextStore
 from rlm_mcp.store.factory import make_stores
@@ -140,11 +141,11 @@ async def test_run_records_are_their_owners(store_settings) -> None:
 
 async def _run_records_are_their_owners(runs) -> None:
     log = await runs.create("run_alice", {"status": "running", "owner": ALICE})
-    await log.append({"type": "run_start"})
+    await log.append(TurnStart(run_id="run_alice", iteration=1, max_iterations=1, depth=0))
     await log.aclose()
     await (await runs.create("run_old", {"status": "completed"})).aclose()  # a record from before owners
     assert (await runs.read_summary("run_alice", owner=ALICE))["owner"] == ALICE
-    assert [e["type"] for e in await runs.read_events("run_alice", owner=ALICE)] == ["run_start"]
+    assert [e.type for e in await runs.read_events("run_alice", owner=ALICE)] == ["turn_start"]
     with pytest.raises(NotFoundError, match="Unknown run id 'run_alice'"):
         await runs.read_summary("run_alice", owner=BOB)
     with pytest.raises(NotFoundError, match="Unknown run id 'run_alice'"):

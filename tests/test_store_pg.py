@@ -14,6 +14,7 @@ import pytest
 
 from fixtures_postgres import PASSWORD, Cluster
 from rlm_mcp.errors import BadArgumentError, NotFoundError
+from rlm_mcp.events import Cell, LogTruncated, TurnStart, dumps
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, Owner
 from rlm_mcp.store.factory import Stores, make_stores
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError, SchemaError
@@ -24,6 +25,13 @@ from rlm_mcp.testing.settings import make_settings
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 ALICE = Owner("token-alice")
+
+
+def _cell(block: int, output: str) -> Cell:
+    return Cell(
+        run_id="run_1", iteration=1, block=block, code="print()", output=output, duration_s=0.1, error=None,
+        timed_out=False, restarted=False, depth=0,
+    )  # fmt: skip
 
 
 def _replica(tmp_path: Path, name: str, url: str, **overrides: object) -> Stores:
@@ -101,13 +109,13 @@ async def test_run_records_are_read_on_every_replica(tmp_path: Path, pg_url: str
     async with _replica(tmp_path, "a", pg_url) as a, _replica(tmp_path, "b", pg_url) as b:
         log = await a.runs.create("run_1", {"status": "running", "owner": ALICE})
         before = await b.runs.version("run_1")
-        await log.append({"type": "run_start", "text": "x" * 10})
-        await log.append({"type": "turn_start", "turn": 1})
+        await log.append(_cell(0, "x" * 10))
+        await log.append(TurnStart(run_id="run_1", iteration=1, max_iterations=1, depth=0))
         assert await b.runs.version("run_1") != before
         await log.write_summary({"status": "completed", "owner": ALICE, "result": {"answer": "42"}})
         await log.aclose()
         assert (await b.runs.read_summary("run_1", owner=ALICE))["result"] == {"answer": "42"}
-        assert [e["type"] for e in await b.runs.read_events("run_1", owner=ALICE)] == ["run_start", "turn_start"]
+        assert [e.type for e in await b.runs.read_events("run_1", owner=ALICE)] == ["cell", "turn_start"]
         with pytest.raises(NotFoundError):
             await b.runs.read_events("run_1", owner=LOCAL_OWNER)
         with pytest.raises(BadArgumentError, match="already exists"):
@@ -124,10 +132,10 @@ async def test_run_log_is_capped_like_the_file_log(tmp_path: Path, pg_url: str) 
         runs = PgRunStore(settings, _db(stores), max_event_bytes=200, max_log_bytes=600)
         log = await runs.create("run_cap", {"owner": ALICE})
         for i in range(20):
-            await log.append({"type": "cell", "i": i, "output": "y" * 1000})
+            await log.append(_cell(i, "y" * 1000))
         events = await runs.read_events("run_cap", owner=ALICE)
-        assert events[-1]["type"] == "log_truncated"
-        assert all(len(str(e)) < 400 for e in events)
+        assert isinstance(events[-1], LogTruncated) and events[-1].max_bytes == 600
+        assert all(len(dumps(e).encode()) < 200 for e in events)  # each line within the event cap
 
 
 async def test_migrations_apply_once_and_a_newer_schema_is_refused(tmp_path: Path, pg_url: str) -> None:

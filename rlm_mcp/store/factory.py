@@ -7,61 +7,14 @@ closes it again. The embedded default has nothing to open.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Protocol
-
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.contexts import ContextStore
-from rlm_mcp.store.ports import ContextStorePort, RunStorePort, UploadStorePort
 from rlm_mcp.store.runs import RunStore
 from rlm_mcp.store.uploads import UploadStore
 
-
-class Lifecycle(Protocol):
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def shared_key(self, name: str) -> bytes | None:
-        """A random key every process sharing this store sees (None: one process only)."""
-        ...
-
-
-class _Nothing:
-    async def open(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-    async def shared_key(self, name: str) -> bytes | None:
-        return None
-
-
-@dataclass
-class Stores:
-    contexts: ContextStorePort
-    uploads: UploadStorePort
-    runs: RunStorePort
-    kind: str = "sqlite"
-    lifecycle: Lifecycle = field(default_factory=_Nothing)
-    # Run once the store is open (the HTTP viewer fetches its shared key here).
-    after_open: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-
-    async def __aenter__(self) -> Stores:
-        await self.lifecycle.open()
-        try:
-            for hook in self.after_open:
-                await hook()
-        except BaseException:
-            await self.lifecycle.close()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.lifecycle.close()
+__all__ = ["Stores", "make_stores"]
 
 
 def make_stores(settings: Settings, *, replica: bool = False) -> Stores:

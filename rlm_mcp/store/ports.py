@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from rlm_mcp.engine.ports import ContextSpec
+from rlm_mcp.events import LoggedEvent, RunEvent
 from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.store.contexts import ContextInfo
 from rlm_mcp.store.uploads import UploadState
@@ -92,7 +93,7 @@ class RunLogPort(Protocol):
     @property
     def run_id(self) -> str: ...
 
-    async def append(self, event: dict[str, Any]) -> None: ...
+    async def append(self, event: RunEvent) -> None: ...
 
     async def write_summary(self, summary: dict[str, Any]) -> None: ...
 
@@ -108,7 +109,7 @@ class RunStorePort(Protocol):
 
     async def read_events(
         self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None
-    ) -> builtins.list[dict[str, Any]]: ...
+    ) -> builtins.list[LoggedEvent]: ...
 
     async def version(self, run_id: str) -> str: ...
 

@@ -9,7 +9,7 @@ Needs the `team` extra (psycopg 3).
 from __future__ import annotations
 
 from rlm_mcp.config import Settings
-from rlm_mcp.store.factory import Stores
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.db import Database, DatabaseUnavailableError, SchemaError
 from rlm_mcp.store.pg.runs import PgRunStore

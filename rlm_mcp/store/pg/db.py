@@ -26,9 +26,11 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from rlm_mcp import __version__
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.store.pg.migrations import migrate
+from rlm_mcp.store.pg.migrations import SchemaError, migrate
 
 log = logging.getLogger("rlm_mcp.store")
+
+__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "describe", "redact"]
 
 CONNECT_TIMEOUT_S = 10.0
 HEARTBEAT_S = 5.0
@@ -39,10 +41,6 @@ Conn = psycopg.AsyncConnection[dict[str, Any]]
 
 class DatabaseUnavailableError(RlmMcpError):
     """PostgreSQL cannot be reached or refused the connection."""
-
-
-class SchemaError(RlmMcpError):
-    """The database's schema is newer than this version of rlm-mcp knows."""
 
 
 def describe(url: str) -> str:

@@ -16,6 +16,8 @@ from typing import Any
 
 import psycopg
 
+from rlm_mcp.errors import RlmMcpError
+
 ADVISORY_LOCK_KEY = 0x726C6D2D6D6370  # "rlm-mcp"
 
 MIGRATIONS: list[tuple[int, str]] = [
@@ -124,10 +126,12 @@ MIGRATIONS: list[tuple[int, str]] = [
 LATEST = MIGRATIONS[-1][0]
 
 
+class SchemaError(RlmMcpError):
+    """The database's schema is newer than this version of rlm-mcp knows."""
+
+
 async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:
     """Bring the schema to LATEST (autocommit connection); returns the version now in place."""
-    from rlm_mcp.store.pg.db import SchemaError
-
     await conn.execute("SELECT pg_advisory_lock(%s)", (ADVISORY_LOCK_KEY,))
     try:
         await conn.execute("CREATE TABLE IF NOT EXISTS rlm_schema (version integer NOT NULL, applied_at timestamptz)")

@@ -2,8 +2,9 @@
 and its events as `rlm_run_events` rows ordered by a per-run sequence, so any replica lists,
 shows and renders any finished run.
 
-Each event is stored as the one JSON line the file store would write (`encode_event`), so this
-store depends on no event type; the same caps apply (one event, the whole log).
+Each event is stored as the one JSON line the file store would write (`events.to_json`, then
+`encode_event`'s caps) and read back with `events.loads`, so this store knows no event type;
+the same caps apply (one event, the whole log).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
+from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, OwnerScope, sees
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event
@@ -54,8 +56,8 @@ class PgRunLog:
     def run_id(self) -> str:
         return self._run_id
 
-    async def append(self, event: dict[str, Any]) -> None:
-        await self.append_line(encode_event({**event, "ts": time.time()}, self._max_event))
+    async def append(self, event: RunEvent) -> None:
+        await self.append_line(encode_event(to_json(event, ts=time.time()), self._max_event))
 
     async def append_line(self, line: bytes) -> None:
         """Append one already-encoded JSON line (newline included)."""
@@ -64,7 +66,7 @@ class PgRunLog:
                 return
             if self._written + len(line) > self._max_log:
                 self._truncated = True
-                line = encode_event({"type": "log_truncated", "ts": time.time(), "max_bytes": self._max_log}, 1024)
+                line = encode_event(to_json(LogTruncated(ts=time.time(), max_bytes=self._max_log)), 1024)
             async with self._db.connection() as conn:
                 await conn.execute(
                     "WITH ev AS (INSERT INTO rlm_run_events VALUES (%s, %s, %s)) "
@@ -137,9 +139,9 @@ class PgRunStore:
 
     async def read_events(
         self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[LoggedEvent]:
         await self.read_summary(run_id, owner=owner)
-        events: list[dict[str, Any]] = []
+        events: list[LoggedEvent] = []
         used = 0
         async with self._db.connection() as conn:
             cur = conn.cursor()
@@ -148,10 +150,7 @@ class PgRunStore:
                 if limit_bytes is not None and used + size > limit_bytes:
                     break
                 used += size
-                try:
-                    events.append(json.loads(row["line"]))
-                except json.JSONDecodeError:
-                    log.warning("skipping a malformed event of run %s", run_id)
+                events.append(loads(row["line"]))  # another version's line: an UnreadableEvent
         return events
 
     async def version(self, run_id: str) -> str:

@@ -1,0 +1,57 @@
+"""The bundle of stores one process uses (`Stores`), whichever implementation it holds.
+
+`async with stores:` opens what the implementation needs and closes it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rlm_mcp.store.ports import ContextStorePort, RunStorePort, UploadStorePort
+
+
+class Lifecycle(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def shared_key(self, name: str) -> bytes | None:
+        """A random key every process sharing this store sees (None: one process only)."""
+        ...
+
+
+class _Nothing:
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def shared_key(self, name: str) -> bytes | None:
+        return None
+
+
+@dataclass
+class Stores:
+    contexts: ContextStorePort
+    uploads: UploadStorePort
+    runs: RunStorePort
+    kind: str = "sqlite"
+    lifecycle: Lifecycle = field(default_factory=_Nothing)
+    # Run once the store is open (the HTTP viewer fetches its shared key here).
+    after_open: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def __aenter__(self) -> Stores:
+        await self.lifecycle.open()
+        try:
+            for hook in self.after_open:
+                await hook()
+        except BaseException:
+            await self.lifecycle.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.lifecycle.close()
