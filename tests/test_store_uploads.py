@@ -1,4 +1,5 @@
-"""UploadStore: chunk protocol, idempotent resend, sha checks, restarts, caps."""
+"""UploadStore: chunk protocol, idempotent resend, sha checks, restarts, caps. The protocol
+tests run against both stores (`store_settings`: SQLite and files, then PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from rlm_mcp.errors import BadArgumentError, NotFoundError, TooLargeError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, UploadStore
+from rlm_mcp.store.factory import make_stores
 
 pytestmark = pytest.mark.anyio
 
@@ -53,14 +55,22 @@ async def test_upload_in_chunks(settings) -> None:
     assert again.done and again.context.context_id == done.context.context_id
 
 
-async def test_single_chunk_json_upload(settings) -> None:
-    _, uploads = _stores(settings)
+async def test_single_chunk_json_upload(store_settings) -> None:
+    async with make_stores(store_settings()) as stores:
+        await _single_chunk_json(stores.uploads)
+
+
+async def _single_chunk_json(uploads) -> None:
     state = await _send(uploads, b'{"k": [1]}', 0, final=True, format="json")
     assert state.done and state.context.kind == "dict" and state.context.context_id.endswith("_json")
 
 
-async def test_idempotent_resend_and_gaps(settings) -> None:
-    _, uploads = _stores(settings)
+async def test_idempotent_resend_and_gaps(store_settings) -> None:
+    async with make_stores(store_settings()) as stores:
+        await _idempotent_resend_and_gaps(stores.uploads)
+
+
+async def _idempotent_resend_and_gaps(uploads) -> None:
     s = await _send(uploads, b"aaa", 0)
     again = await _send(uploads, b"aaa", 0, s.upload_id)
     assert again.next_index == 1 and again.bytes_received == 3
@@ -74,8 +84,12 @@ async def test_idempotent_resend_and_gaps(settings) -> None:
     assert s2.next_index == 2 and s2.bytes_received == 6
 
 
-async def test_sha_mismatch_then_resend(settings) -> None:
-    contexts, uploads = _stores(settings)
+async def test_sha_mismatch_then_resend(store_settings) -> None:
+    async with make_stores(store_settings()) as stores:
+        await _sha_mismatch_then_resend(stores.contexts, stores.uploads)
+
+
+async def _sha_mismatch_then_resend(contexts, uploads) -> None:
     s = await _send(uploads, b"hello ", 0)
     with pytest.raises(BadArgumentError, match="sha256"):
         await _send(uploads, b"world", 1, s.upload_id, final=True, sha256="0" * 64)
@@ -85,18 +99,22 @@ async def test_sha_mismatch_then_resend(settings) -> None:
     assert done.done and done.context.sha256 == good
 
 
-async def test_resume_after_restart(settings) -> None:
-    _, uploads = _stores(settings)
-    s = await _send(uploads, b"part one, ", 0, name="resumed")
-    # A new server process: fresh store objects on the same data dir.
-    _, restarted = _stores(settings)
-    done = await _send(restarted, b"part two", 1, s.upload_id, final=True)
+async def test_resume_after_restart(store_settings) -> None:
+    async with make_stores(store_settings()) as stores:
+        s = await _send(stores.uploads, b"part one, ", 0, name="resumed")
+    # A new server process: fresh stores on the same data dir (or database).
+    async with make_stores(store_settings()) as restarted:
+        done = await _send(restarted.uploads, b"part two", 1, s.upload_id, final=True)
     assert done.context.name == "resumed"
     assert done.context.bytes == len(b"part one, part two")
 
 
-async def test_caps_and_unknown_ids(settings_factory) -> None:
-    _, uploads = _stores(settings_factory(max_context_bytes=(1 << 20) + 10))
+async def test_caps_and_unknown_ids(store_settings) -> None:
+    async with make_stores(store_settings(max_context_bytes=(1 << 20) + 10)) as stores:
+        await _caps_and_unknown_ids(stores.uploads)
+
+
+async def _caps_and_unknown_ids(uploads) -> None:
     with pytest.raises(TooLargeError, match="1 MiB"):
         await _send(uploads, b"x" * ((1 << 20) + 1), 0)
     s = await _send(uploads, b"x" * (1 << 20), 0)
@@ -110,8 +128,12 @@ async def test_caps_and_unknown_ids(settings_factory) -> None:
         await _send(uploads, b"x", 0, final=True, sha256="abc")
 
 
-async def test_invalid_text_upload_is_kept(settings) -> None:
-    _, uploads = _stores(settings)
+async def test_invalid_text_upload_is_kept(store_settings) -> None:
+    async with make_stores(store_settings()) as stores:
+        await _invalid_text_upload_is_kept(stores.uploads)
+
+
+async def _invalid_text_upload_is_kept(uploads) -> None:
     s = await _send(uploads, b"ok ", 0)
     with pytest.raises(BadArgumentError, match="not UTF-8"):
         await _send(uploads, b"\xff", 1, s.upload_id, final=True)
