@@ -7,6 +7,7 @@ MCP client, real Docker for the run, the scripted LM."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
@@ -18,6 +19,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from fixtures_postgres import PASSWORD
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
@@ -41,6 +43,7 @@ def replica(tmp_path: Path, name: str, database_url: str, lm_url: str) -> Iterat
         RLM_MCP_BASE_URL=lm_url,
         RLM_MCP_AUTH_TOKENS=f"{ALICE},{BOB}",
         RLM_MCP_SANDBOX_MEMORY="512m",
+        RLM_MCP_LOG_LEVEL="DEBUG",  # the most the logs say: the password must still be absent
     )
     log = open(root / "server.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
@@ -142,3 +145,7 @@ async def test_three_replicas_share_contexts_runs_and_uploads(tmp_path: Path, pg
                 assert cid not in {x["context_id"] for x in (await call(client, "rlm_list_contexts"))["contexts"]}
             cached = tmp_path / "b" / "data" / "cache" / loaded["sha256"][:2] / loaded["sha256"]
             await wait_until(lambda: not cached.exists(), within_s=60, what="b's cached copy to be swept")
+            assert PASSWORD not in json.dumps(status) + json.dumps(result)
+    # The database password never reaches a log (the servers have stopped: their logs are whole).
+    for name in ("a", "b", "c"):
+        assert PASSWORD not in (tmp_path / name / "server.log").read_text(errors="replace")
