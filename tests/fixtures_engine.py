@@ -20,9 +20,9 @@ import anyio.to_thread
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RunLimits, RunProgress
-from rlm_mcp.engine.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.lm.errors import LMContextLengthError
 from rlm_mcp.lm.types import CallRecord, Completion
+from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.sandbox.answer_rules import new_answer, read_answer, submit_answer, submit_variable
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec, LMRequest
+from rlm_mcp.ports import ContextSpec, LMRequest
 from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing.settings import make_settings

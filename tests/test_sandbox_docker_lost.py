@@ -13,8 +13,8 @@ import anyio
 import docker
 import pytest
 
-from rlm_mcp.engine.ports import LMRequest
 from rlm_mcp.errors import SandboxError
+from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.faults import MAX_CONNECTION_RESTARTS, ConnectionLostError
 from tests.fixtures_chaos import CuttableDockerSocket
 from tests.fixtures_e2e import sandbox_container_ids

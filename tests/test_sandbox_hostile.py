@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm_mcp.engine.ports import CellResult
+from rlm_mcp.ports import CellResult
 from rlm_mcp.sandbox.session import DockerSandbox
 from tests.fixtures_sandbox import FakeBridge, no_bridge, ready_manager, text_context
 

@@ -4,7 +4,7 @@ Owns the image, hardening, the warm pool, the in-container kernel and its framed
 protocol, context loading, per-cell timeouts, orphan reaping, and the one mapping of Docker
 failures to user-facing errors (`docker_api.docker_errors`).
 Must not know about prompts or MCP. A new backend (Kubernetes pods, remote engines) is a new
-factory here whose sandboxes satisfy the engine's `Sandbox` protocol (engine/ports.py).
+factory here whose sandboxes satisfy the engine's `Sandbox` protocol (rlm_mcp/ports/).
 """
 
 from rlm_mcp.sandbox.image import build_image, image_dir

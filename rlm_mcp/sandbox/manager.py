@@ -20,8 +20,8 @@ from typing import Any
 import anyio
 
 from rlm_mcp.config import Settings, parse_size
-from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.errors import contexts_over_sandbox_memory
+from rlm_mcp.ports import ContextSpec
 from rlm_mcp.sandbox.container import KernelContainer
 from rlm_mcp.sandbox.cpu import CpuShares, docker_host_cpus
 from rlm_mcp.sandbox.docker_api import LazyDocker, docker_errors, require_image_sync

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.errors import SandboxError
+from rlm_mcp.ports import ContextSpec
 from rlm_mcp.sandbox.container import KernelContainer
 from rlm_mcp.sandbox.faults import MAX_CONNECTION_RESTARTS, RESTART_BACKOFF_S, DockerConnectionLost, lost_error
 

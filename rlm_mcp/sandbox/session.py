@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import CellResult, ContextSpec, LMBridge, LMRequest
+from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.sandbox.container import KernelContainer
 from rlm_mcp.sandbox.lm_gate import LMGate
 from rlm_mcp.sandbox.recovery import ContainerLost, LostCount, death, load_contexts, start_loaded
@@ -111,7 +111,7 @@ class _Watchdog:
 
 
 class DockerSandbox:
-    """Implements `rlm_mcp.engine.ports.Sandbox` on Docker containers."""
+    """Implements `rlm_mcp.ports.Sandbox` on Docker containers."""
 
     def __init__(
         self,
