@@ -2,12 +2,13 @@
 
 It owns the Docker client, the warm pool and every container it started (labelled with its
 owner id), and removes them all on exit. Several servers share one daemon: at start it reaps
-only labelled containers that are no longer running, never another server's live ones.
+only stopped sandboxes whose owning process is gone (`liveness.py`), never a live server's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import os
 import secrets
@@ -22,10 +23,12 @@ import anyio
 from rlm_mcp.config import Settings, parse_size
 from rlm_mcp.errors import contexts_over_sandbox_memory
 from rlm_mcp.ports import ContextSpec
+from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.sandbox.container import KernelContainer
 from rlm_mcp.sandbox.cpu import CpuShares, docker_host_cpus
 from rlm_mcp.sandbox.docker_api import LazyDocker, docker_errors, require_image_sync
 from rlm_mcp.sandbox.hardening import LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX
+from rlm_mcp.sandbox.liveness import ProcessLiveness
 from rlm_mcp.sandbox.pool import WarmPool
 from rlm_mcp.sandbox.quiet import QuietGate
 from rlm_mcp.sandbox.recovery import LostCount, start_loaded
@@ -34,7 +37,6 @@ from rlm_mcp.sandbox.slots import SandboxSlots
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
-CREATED_GRACE_S = 120.0  # a 'created' container younger than this may be starting
 KERNEL_BASE_BYTES = 48 << 20  # the interpreter, kernel threads and frame buffers
 BACKGROUND_REMOVALS = 8  # used containers being removed after their run returned, at most
 
@@ -54,8 +56,11 @@ class SandboxManager:
     Enter and leave it in one task (it holds the pool's task group), e.g. in the server lifespan.
     """
 
-    def __init__(self, settings: Settings, *, owner_id: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, owner_id: str | None = None, liveness: OwnerLiveness | None = None
+    ) -> None:
         self.settings = settings
+        self.liveness: OwnerLiveness = liveness or ProcessLiveness()
         self.owner_id = owner_id or settings.instance_id or secrets.token_hex(8)
         self._docker = LazyDocker()
         self._ready = False
@@ -210,7 +215,8 @@ class SandboxManager:
             self._removals.release()
 
     def _reap_orphans_sync(self, client: Any) -> None:
-        """Remove labelled sandboxes that no longer run (any owner): a dead server's leftovers."""
+        """Remove stopped sandboxes whose owner is gone (`self.liveness`): a dead server's
+        leftovers, never a live neighbour's (it may still be reading its exit reason)."""
         import docker.errors
 
         with docker_errors():
@@ -224,13 +230,29 @@ class SandboxManager:
             state = info.get("State")
             if state in ("running", "paused", "restarting", "removing"):
                 continue  # possibly another live server's: never touched
-            if state == "created" and now - float(info.get("Created") or now) < CREATED_GRACE_S:
-                continue  # another server is between create and start right now
+            labels = info.get("Labels") or {}
+            if labels.get(LABEL_OWNER) == self.owner_id:
+                continue  # ours: released by this manager
+            if not self.liveness.owner_gone(labels, idle_s=self._idle_s(client, info, now)):
+                continue
             try:
                 client.api.remove_container(info["Id"], force=True)
                 log.info("removed orphaned sandbox %s", info["Id"][:12])
             except Exception as exc:
                 log.debug("could not remove orphan %s: %s", info["Id"][:12], exc)
+
+    @staticmethod
+    def _idle_s(client: Any, info: dict[str, Any], now: float) -> float:
+        """Seconds since the container stopped (since it was created, when it never ran)."""
+        created = float(info.get("Created") or now)
+        if info.get("State") == "created":
+            return now - created
+        try:
+            finished = client.api.inspect_container(info["Id"])["State"]["FinishedAt"]
+            at = datetime.datetime.fromisoformat(finished[:19]).replace(tzinfo=datetime.UTC).timestamp()
+        except Exception:
+            return now - created
+        return now - at if at > created else now - created
 
     async def reap_orphans(self) -> None:
         """Run the orphan reaping again (ensure_ready does it once)."""
