@@ -217,8 +217,8 @@ def _exit_when(closed: threading.Event, grace_s: float = 30.0) -> None:
 
 
 def _image(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
-    from rlm_mcp.sandbox.image import build_image
+    from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
+    from rlm_mcp.sandbox.docker.image import build_image
 
     if args.action == "status":
         client = connect_sync()

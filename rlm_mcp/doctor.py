@@ -18,7 +18,7 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.server_kind import guess_server_kind
 from rlm_mcp.ports import LMRequest
-from rlm_mcp.sandbox.docker_api import BUILD_FIX, DOCKER_FIX, connect_sync, image_present_sync
+from rlm_mcp.sandbox.docker.docker_api import BUILD_FIX, DOCKER_FIX, connect_sync, image_present_sync
 from rlm_mcp.sandbox.manager import SandboxManager
 
 

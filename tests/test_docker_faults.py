@@ -17,9 +17,9 @@ import pytest
 import requests.exceptions
 import urllib3.exceptions
 
-from rlm_mcp.sandbox.container import KernelContainer
-from rlm_mcp.sandbox.docker_api import is_connection_error
-from rlm_mcp.sandbox.faults import DOCKER_LOST_FIX, DockerConnectionLost, boot_failure, classify, lost_error
+from rlm_mcp.sandbox.docker.container import KernelContainer
+from rlm_mcp.sandbox.docker.docker_api import is_connection_error
+from rlm_mcp.sandbox.docker.faults import DOCKER_LOST_FIX, DockerConnectionLost, boot_failure, classify, lost_error
 from tests.fixtures_sandbox import sandbox_settings
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.ports import LMRequest
-from rlm_mcp.sandbox.faults import MAX_CONNECTION_RESTARTS, ConnectionLostError
+from rlm_mcp.sandbox.docker.faults import MAX_CONNECTION_RESTARTS, ConnectionLostError
 from tests.fixtures_chaos import CuttableDockerSocket
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_sandbox import no_bridge, ready_manager, text_context

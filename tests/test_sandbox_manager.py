@@ -19,7 +19,7 @@ import docker.errors
 import pytest
 
 from rlm_mcp.errors import TooLargeError
-from rlm_mcp.sandbox.hardening import LABEL_OWNER
+from rlm_mcp.sandbox.docker.hardening import LABEL_OWNER
 from rlm_mcp.sandbox.liveness import LABEL_PID, ProcessLiveness
 from rlm_mcp.sandbox.manager import BACKGROUND_REMOVALS, SandboxManager
 from tests.fixtures_sandbox import no_bridge, ready_manager, sandbox_settings, text_context
@@ -110,8 +110,8 @@ NEIGHBOUR_SCRIPT = textwrap.dedent(
     import sys
     import anyio
     from tests.fixtures_sandbox import sandbox_settings
-    from rlm_mcp.sandbox.container import KernelContainer
-    from rlm_mcp.sandbox.docker_api import connect_sync
+    from rlm_mcp.sandbox.docker.container import KernelContainer
+    from rlm_mcp.sandbox.docker.docker_api import connect_sync
 
     async def main():
         client = connect_sync()
@@ -288,7 +288,7 @@ async def test_image_missing() -> None:
 
 async def test_kill_stops_the_container_even_when_remove_fails() -> None:
     """If the daemon does not answer the remove, dropping our attach connection must still stop it."""
-    from rlm_mcp.sandbox.container import KernelContainer
+    from rlm_mcp.sandbox.docker.container import KernelContainer
 
     async with ready_manager(pool_size=0) as mgr:
         client = await mgr.docker_client()
@@ -309,7 +309,7 @@ async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatc
     import requests.exceptions
 
     from rlm_mcp.errors import SandboxError
-    from rlm_mcp.sandbox.container import KernelContainer
+    from rlm_mcp.sandbox.docker.container import KernelContainer
 
     async with ready_manager(pool_size=0) as mgr:
         client = await mgr.docker_client()

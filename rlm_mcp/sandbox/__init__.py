@@ -7,7 +7,7 @@ Must not know about prompts or MCP. A new backend (Kubernetes pods, remote engin
 factory here whose sandboxes satisfy the engine's `Sandbox` protocol (rlm_mcp/ports/).
 """
 
-from rlm_mcp.sandbox.image import build_image, image_dir
+from rlm_mcp.sandbox.docker.image import build_image, image_dir
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.sandbox.session import DockerSandbox
 

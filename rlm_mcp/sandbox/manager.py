@@ -24,10 +24,10 @@ from rlm_mcp.config import Settings, parse_size
 from rlm_mcp.errors import contexts_over_sandbox_memory
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.owners import OwnerLiveness
-from rlm_mcp.sandbox.container import KernelContainer
-from rlm_mcp.sandbox.cpu import CpuShares, docker_host_cpus
-from rlm_mcp.sandbox.docker_api import LazyDocker, docker_errors, require_image_sync
-from rlm_mcp.sandbox.hardening import LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX
+from rlm_mcp.sandbox.docker.container import KernelContainer
+from rlm_mcp.sandbox.docker.cpu import CpuShares, docker_host_cpus
+from rlm_mcp.sandbox.docker.docker_api import LazyDocker, docker_errors, require_image_sync
+from rlm_mcp.sandbox.docker.hardening import LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX
 from rlm_mcp.sandbox.liveness import ProcessLiveness
 from rlm_mcp.sandbox.pool import WarmPool
 from rlm_mcp.sandbox.quiet import QuietGate

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.sandbox.docker.container import KernelContainer
 
 log = logging.getLogger("rlm_mcp.sandbox")
 

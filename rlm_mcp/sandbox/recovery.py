@@ -15,8 +15,8 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.ports import ContextSpec
-from rlm_mcp.sandbox.container import KernelContainer
-from rlm_mcp.sandbox.faults import MAX_CONNECTION_RESTARTS, RESTART_BACKOFF_S, DockerConnectionLost, lost_error
+from rlm_mcp.sandbox.docker.container import KernelContainer
+from rlm_mcp.sandbox.docker.faults import MAX_CONNECTION_RESTARTS, RESTART_BACKOFF_S, DockerConnectionLost, lost_error
 
 log = logging.getLogger("rlm_mcp.sandbox")
 

@@ -18,7 +18,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
-from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.lm_gate import LMGate
 from rlm_mcp.sandbox.recovery import ContainerLost, LostCount, death, load_contexts, start_loaded
 

@@ -28,9 +28,9 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, SandboxError
-from rlm_mcp.sandbox.bootstrap import kernel_payload
-from rlm_mcp.sandbox.docker_api import docker_errors, require_image_sync, short
-from rlm_mcp.sandbox.faults import EXIT_INPUT_CLOSED, DockerConnectionLost, boot_failure, is_lost, lost_raised
+from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
+from rlm_mcp.sandbox.docker.faults import EXIT_INPUT_CLOSED, DockerConnectionLost, boot_failure, is_lost, lost_raised
+from rlm_mcp.sandbox.docker.hardening import create_kwargs
 from rlm_mcp.sandbox.frames import (
     FrameDecoder,
     ProtocolViolation,
@@ -39,7 +39,7 @@ from rlm_mcp.sandbox.frames import (
     max_kernel_frame,
     parse_kernel_frame_sized,
 )
-from rlm_mcp.sandbox.hardening import create_kwargs
+from rlm_mcp.sandbox.guest.bootstrap import kernel_payload
 
 log = logging.getLogger("rlm_mcp.sandbox")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlm_mcp.config import Settings, parse_size
-from rlm_mcp.sandbox.bootstrap import command
+from rlm_mcp.sandbox.guest.bootstrap import command
 from rlm_mcp.sandbox.liveness import ProcessLiveness
 
 LABEL_OWNER = "rlm-mcp.owner"

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from rlm_mcp.errors import DockerUnavailableError, ImageMissingError, RlmMcpError
-from rlm_mcp.sandbox.faults import classify
+from rlm_mcp.sandbox.docker.faults import classify
 
 log = logging.getLogger("rlm_mcp.sandbox")
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.sandbox.container import KernelContainer
-from rlm_mcp.sandbox.hardening import CPU_PERIOD_US, cpu_quota
+from rlm_mcp.sandbox.docker.container import KernelContainer
+from rlm_mcp.sandbox.docker.hardening import CPU_PERIOD_US, cpu_quota
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
