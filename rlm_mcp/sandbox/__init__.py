@@ -9,6 +9,6 @@ factory here whose sandboxes satisfy the engine's `Sandbox` protocol (rlm_mcp/po
 
 from rlm_mcp.sandbox.docker.image import build_image, image_dir
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.sandbox.session import DockerSandbox
+from rlm_mcp.sandbox.session import KernelSandbox
 
-__all__ = ["SandboxManager", "DockerSandbox", "build_image", "image_dir"]
+__all__ = ["SandboxManager", "KernelSandbox", "build_image", "image_dir"]
