@@ -18,7 +18,8 @@ from rlm_mcp.errors import ImageMissingError, RlmMcpError
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.server_kind import guess_server_kind
 from rlm_mcp.ports import LMRequest
-from rlm_mcp.sandbox.manager import SandboxManager, backend_for
+from rlm_mcp.sandbox.backends import backend_for
+from rlm_mcp.sandbox.manager import SandboxManager
 
 
 @dataclass

@@ -38,14 +38,10 @@ KERNEL_BASE_BYTES = 48 << 20  # the interpreter, kernel threads and frame buffer
 BACKGROUND_REMOVALS = 8  # used containers being removed after their run returned, at most
 
 
-def backend_for(settings: Settings) -> SandboxBackend:
-    """The configured backend (RLM_MCP_SANDBOX_BACKEND; Docker is the only one so far). Imported
-    here, on use: the generic sandbox code never imports a backend's modules."""
-    if settings.sandbox_backend == "docker":
-        from rlm_mcp.sandbox.docker.backend import DockerBackend
+def _configured(settings: Settings) -> SandboxBackend:
+    from rlm_mcp.sandbox.backends import backend_for  # the one import of a backend (see backends.py)
 
-        return DockerBackend(settings)
-    raise ValueError(f"unknown sandbox backend {settings.sandbox_backend!r}")  # config.py validates it
+    return backend_for(settings)
 
 
 def estimate_context_memory(spec: ContextSpec) -> int:
@@ -74,7 +70,7 @@ class SandboxManager:
         self.settings = settings
         self.liveness: OwnerLiveness = liveness or ProcessLiveness()
         self.owner_id = owner_id or settings.instance_id or secrets.token_hex(8)
-        self.backend: SandboxBackend = backend or backend_for(settings)
+        self.backend: SandboxBackend = backend or _configured(settings)
         self._ready = False
         self._ready_lock = anyio.Lock()
         # Not a CapacityLimiter (one task may hold several); grants keep room for descendants.
