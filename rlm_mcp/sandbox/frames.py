@@ -44,11 +44,12 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def encode_frame(frame: HostFrame) -> bytes:
-    """A host frame on the wire: `type` first, then its fields; a None field is left out."""
+    """A host frame on the wire: `type`, `id`, then its other fields; a None field is left out."""
     cls = type(frame)
     names = _FIELDS.get(cls)
     if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in fields(frame) if f.name != "type")
+        rest = [f.name for f in fields(frame) if f.name not in ("type", "id")]
+        names = _FIELDS[cls] = ("id", *rest)  # the order the host always wrote: type, id, the rest
     obj: dict[str, Any] = {"type": frame.type}
     for name in names:
         value = getattr(frame, name)
