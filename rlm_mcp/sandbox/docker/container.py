@@ -11,7 +11,6 @@ batched children would otherwise exhaust the limiter and hang every other blocki
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import queue
@@ -47,6 +46,7 @@ from rlm_mcp.sandbox.frames import (
     max_kernel_frame,
 )
 from rlm_mcp.sandbox.guest.bootstrap import kernel_payload
+from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
@@ -55,61 +55,6 @@ INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in estimated
 STDERR_KEEP = 8 << 10
 ANSWER_MAX_BYTES = 8 << 20
 DIRECT_SEND_MAX = 64 << 10  # frames up to this size may be written from the event loop
-
-
-class _ByteBudget:
-    """Bounds the bytes parsed by the reader but not yet consumed (always lets one through)."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._used = 0
-        self._cond = threading.Condition()
-        self._closed = False
-
-    def acquire(self, n: int) -> bool:
-        with self._cond:
-            while self._used and self._used + n > self._limit and not self._closed:
-                self._cond.wait(0.5)
-            if self._closed:
-                return False
-            self._used += n
-            return True
-
-    def release(self, n: int) -> None:
-        with self._cond:
-            self._used = max(0, self._used - n)
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-
-class _Inbox:
-    """Events from the reader thread, consumed on the event loop (put and get both run there).
-
-    Not an anyio memory stream: its receive() yields to the loop once before it waits, an
-    extra event-loop round for every frame; a waiting get() here costs only the wake-up.
-    """
-
-    def __init__(self) -> None:
-        self._items: collections.deque[ChannelEvent] = collections.deque()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, event: ChannelEvent) -> None:
-        self._items.append(event)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def get(self) -> ChannelEvent:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._items.popleft()
 
 
 class KernelContainer:
@@ -127,8 +72,8 @@ class KernelContainer:
         self._loop: asyncio.AbstractEventLoop
         self._write_lock = threading.Lock()
         self._pending_writes = 0  # jobs queued for or running in the writer thread
-        self._inbox = _Inbox()
-        self._budget = _ByteBudget(INBOX_BYTES)
+        self._inbox = Inbox()
+        self._budget = ByteBudget(INBOX_BYTES)
         self._writes: queue.Queue[tuple[Any, Callable[[BaseException | None], None]] | None] = queue.Queue()
         self._stderr = bytearray()
         self.stream_error: BaseException | None = None  # what broke the attach stream, if anything did
