@@ -25,9 +25,7 @@ def process_started(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-    except FileNotFoundError:
-        return None if os.path.isdir("/proc/self") else _exists_or_none(pid)
-    except OSError:
+    except OSError:  # no such process, or /proc hides other users' (hidepid), or no /proc
         return _exists_or_none(pid)
     # The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
     fields = stat[stat.rfind(b")") + 2 :].split()
