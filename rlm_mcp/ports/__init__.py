@@ -9,6 +9,7 @@ Must not import any other `rlm_mcp` package at run time (only `rlm_mcp.errors` a
 from rlm_mcp.ports.engine import (
     CellResult,
     ChatModel,
+    ContextFormat,
     ContextSpec,
     LMBridge,
     LMRequest,
@@ -16,4 +17,13 @@ from rlm_mcp.ports.engine import (
     SandboxFactory,
 )
 
-__all__ = ["CellResult", "ChatModel", "ContextSpec", "LMBridge", "LMRequest", "Sandbox", "SandboxFactory"]
+__all__ = [
+    "CellResult",
+    "ChatModel",
+    "ContextFormat",
+    "ContextSpec",
+    "LMBridge",
+    "LMRequest",
+    "Sandbox",
+    "SandboxFactory",
+]
