@@ -157,6 +157,10 @@ class KernelChannel(Protocol):
         """Write one frame. Raises BrokenPipeError when the kernel's input is closed."""
         ...
 
+    async def send_raw(self, data: bytes) -> None:
+        """Write bytes that are not a frame: the kernel's source, read by the bootstrap."""
+        ...
+
     async def send_context(self, index: int, path: Path, fmt: str) -> None:
         """Write a `LoadContextFrame` and then the file's bytes raw."""
         ...

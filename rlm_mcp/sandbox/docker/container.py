@@ -26,7 +26,8 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, SandboxError
-from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, InitFrame, LoadContextFrame, ReadyFrame
+from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
+from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
 from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
 from rlm_mcp.sandbox.docker.faults import (
     EXIT_INPUT_CLOSED,
@@ -45,7 +46,6 @@ from rlm_mcp.sandbox.frames import (
     max_frame_strings,
     max_kernel_frame,
 )
-from rlm_mcp.sandbox.guest.bootstrap import kernel_payload
 from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
 
 log = logging.getLogger("rlm_mcp.sandbox")
@@ -53,7 +53,6 @@ log = logging.getLogger("rlm_mcp.sandbox")
 CHUNK_BYTES = 1 << 20
 INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in estimated host bytes
 STDERR_KEEP = 8 << 10
-ANSWER_MAX_BYTES = 8 << 20
 DIRECT_SEND_MAX = 64 << 10  # frames up to this size may be written from the event loop
 
 
@@ -97,17 +96,7 @@ class KernelContainer:
             await anyio.to_thread.run_sync(self._create_and_attach)
             threading.Thread(target=self._read_loop, name=f"{self.name}-reader", daemon=True).start()
             threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True).start()
-            await self.send_raw(kernel_payload())
-            await self.send(
-                InitFrame(
-                    id=self.new_id(),
-                    output_bytes=self.output_bytes,
-                    max_batch=settings.max_prompts_per_batch,
-                    answer_max_bytes=ANSWER_MAX_BYTES,
-                )
-            )
-            with anyio.fail_after(30):
-                event = await self.receive()
+            event = await boot_kernel(self, settings)
             if not isinstance(event.frame, ReadyFrame):
                 state = await self.exit_info() if event.kind == "eof" else ExitInfo()
                 if lost := self.lost_reason(state):
@@ -116,7 +105,9 @@ class KernelContainer:
             ok = True
             return self
         except TimeoutError:
-            raise SandboxError("The sandbox kernel did not report ready within 30 s.", _start_fix(settings)) from None
+            raise SandboxError(
+                f"The sandbox kernel did not report ready within {BOOT_TIMEOUT_S:g} s.", _start_fix(settings)
+            ) from None
         except BrokenPipeError as exc:  # its input closed while the kernel was being sent
             if lost := self.lost_reason(await self.exit_info()):
                 raise DockerConnectionLost(lost) from None
