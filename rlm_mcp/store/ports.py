@@ -17,9 +17,9 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.events import LoggedEvent, RunEvent
 from rlm_mcp.owners import Owner, OwnerScope
+from rlm_mcp.ports import ContextSpec
 from rlm_mcp.store.contexts import ContextInfo
 from rlm_mcp.store.uploads import UploadState
 

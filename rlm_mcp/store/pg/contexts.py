@@ -24,9 +24,9 @@ from typing import Any, Literal
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
+from rlm_mcp.ports import ContextSpec
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.contexts import PIN_TTL_S, ContextInfo, context_id_for
 from rlm_mcp.store.pg.cache import BlobCache
