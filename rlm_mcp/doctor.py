@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -17,7 +17,6 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.ports import LMRequest
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.lm.server_kind import guess_server_kind
 from rlm_mcp.sandbox.docker_api import BUILD_FIX, DOCKER_FIX, connect_sync, image_present_sync
 from rlm_mcp.sandbox.manager import SandboxManager
 
@@ -71,16 +70,22 @@ async def _sandbox(settings: Settings) -> Check:
 async def _lm(settings: Settings) -> list[Check]:
     lm = LMClient(settings)
     try:
-        probe = await lm.probe()
-        if not probe.reachable:
-            fix = probe.error or f"Start the server behind {settings.base_url}, or set RLM_MCP_BASE_URL."
-            return [Check("lm endpoint", False, f"{settings.base_url} is unreachable", fix)]
-        detail = f"{settings.base_url} answered"
-        if probe.models is not None:
-            detail += f"; serves {', '.join(probe.models)}"
-        kind = guess_server_kind(settings.base_url, await lm.served_cards())
-        detail += f"; looks like {kind}" if kind else "; server kind not recognised"
-        checks = [Check("lm endpoint", True, detail)]
+        checks: list[Check] = []
+        for probe in await lm.probes():
+            # With a separate sub-call endpoint each row names the endpoint it checked.
+            name = "lm endpoint" if probe.endpoint == "root" else "sub-call endpoint"
+            setting = "RLM_MCP_BASE_URL" if probe.endpoint == "root" else "RLM_MCP_SUB_BASE_URL"
+            if not probe.reachable:
+                fix = probe.error or f"Start the server behind {probe.base_url}, or set {setting}."
+                checks.append(Check(name, False, f"{probe.base_url} is unreachable", fix))
+                continue
+            detail = f"{probe.base_url} answered"
+            if probe.models is not None:
+                detail += f"; serves {', '.join(probe.models)}"
+            detail += f"; looks like {probe.kind}" if probe.kind else "; server kind not recognised"
+            checks.append(Check(name, True, detail))
+        if not all(c.ok for c in checks):
+            return checks
         try:
             await lm.check_model()
             window = await lm.window(settings.model)
@@ -100,16 +105,18 @@ async def _lm(settings: Settings) -> list[Check]:
         except RlmMcpError as exc:
             checks.append(Check("model", False, exc.cause, exc.fix or ""))
             return checks
-        try:
-            done = await lm.complete(
-                [{"role": "user", "content": "Say OK."}], model=settings.model, max_tokens=1, role="sub"
-            )
-            rec = done.record
-            checks.append(
-                Check("completion", True, f"1 token in {rec.latency_s:.2f} s ({rec.prompt_tokens} prompt tokens)")
-            )
-        except RlmMcpError as exc:
-            checks.append(Check("completion", False, exc.cause, exc.fix or ""))
+        roles: list[Literal["root", "sub"]] = ["root", "sub"] if lm.separate_sub_endpoint else ["root"]
+        for role in roles:
+            model = settings.model if role == "root" else settings.effective_sub_model
+            name = "completion" if role == "root" else "sub-call completion"
+            try:
+                done = await lm.complete([{"role": "user", "content": "Say OK."}], model=model, max_tokens=1, role=role)
+                rec = done.record
+                checks.append(
+                    Check(name, True, f"1 token in {rec.latency_s:.2f} s ({rec.prompt_tokens} prompt tokens)")
+                )
+            except RlmMcpError as exc:
+                checks.append(Check(name, False, exc.cause, exc.fix or ""))
         return checks
     finally:
         await lm.aclose()
