@@ -81,8 +81,9 @@ def where(label: str, base_url: str, kind: str | None) -> str:
 
 def unreachable(label: str, base_url: str, kind: str | None, setting: str, detail: str) -> LMConnectionError:
     start = f"Start the server there (the adapter on vLLM: {VLLM_HINT})" if kind in (None, "vLLM") else "Start it"
+    place = where(label, base_url, kind)
     return LMConnectionError(
-        f"{where(label, base_url, kind).capitalize()} is unreachable ({detail}).",
+        f"{place[:1].upper()}{place[1:]} is unreachable ({detail}).",
         f"{start} or set {setting} to a running OpenAI-compatible endpoint.",
         endpoint=base_url,
     )
