@@ -102,6 +102,19 @@ async def _lm(settings: Settings) -> list[Check]:
                         warn=True,
                     )
                 )
+            if lm.separate_sub_endpoint:
+                sub_model = settings.effective_sub_model
+                sub_window = await lm.window(sub_model, role="sub")
+                known = await lm.window_known(sub_model, role="sub")
+                checks.append(
+                    Check(
+                        "sub-call window",
+                        True,
+                        f"{sub_window} tokens" + ("" if known else " ASSUMED: the endpoint does not report it"),
+                        "" if known else "Set RLM_MCP_SUB_MAX_MODEL_LEN to the window the sub-call server really has.",
+                        warn=not known,
+                    )
+                )
         except RlmMcpError as exc:
             checks.append(Check("model", False, exc.cause, exc.fix or ""))
             return checks

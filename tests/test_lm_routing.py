@@ -172,6 +172,7 @@ async def test_doctor_checks_both_endpoints_and_names_the_failing_one() -> None:
         assert checks["lm endpoint"].ok and checks["sub-call endpoint"].ok
         assert sub.base_url in checks["sub-call endpoint"].detail and "small" in checks["sub-call endpoint"].detail
         assert checks["completion"].ok and checks["sub-call completion"].ok
+        assert checks["sub-call window"].detail == "16384 tokens" and not checks["sub-call window"].warn
         assert [r["model"] for r in sub.requests] == ["small"]  # the sub-call probe went to the sub endpoint
     async with ScriptedLM({"sub_default": "OK"}) as root:
         down = lm_settings(root, sub_base_url="http://127.0.0.1:9/v1", sub_model="small", lm_retries=0)

@@ -17,6 +17,9 @@ from rlm_mcp.engine.ports import ChatModel
 
 log = logging.getLogger("rlm_mcp.engine")
 
+# Elide down to half the window: each elision re-prefills everything after the first message it
+# shortens, so fewer, larger steps reuse more of the prefix cache (bench/prefix.py: 0.6 -> 74.7 %
+# of root prompt tokens reusable, 0.5 -> 82.4 %, 0.4 -> 80.8 %: smaller prompts, same cost).
 TARGET_FRACTION = 0.5
 # An upper bound on the prompt's tokens without asking the server: a byte-level BPE token
 # covers at least one UTF-8 byte, and the chat template adds a few tokens per message.
