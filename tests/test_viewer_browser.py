@@ -21,7 +21,7 @@ import pytest
 from chromium import Browser
 
 from fixtures_viewer import HOSTILE, record_big_run, record_run
-from rlm_mcp.server.guard import owner_of_token
+from rlm_mcp.access import owner_of_token
 from rlm_mcp.store import RunLog, RunStore
 from rlm_mcp.viewer import render_index_html, render_run_html
 from tests.fixtures_e2e import SERVER_SCRIPT

@@ -8,11 +8,11 @@ the root's, the two are one `Endpoint` (one pool, one discovery cache).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from rlm_mcp.access import is_loopback_host
 from rlm_mcp.config import Settings
 from rlm_mcp.lm.http import HttpPool
 from rlm_mcp.lm.length_field import CompletionLengthField, FieldSetting
@@ -83,16 +83,6 @@ def endpoint_configs(settings: Settings) -> tuple[EndpointConfig, EndpointConfig
     return root, sub
 
 
-def is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class Endpoint:
     """An endpoint's settings, its HTTP pool (made lazily, on the running loop) and its
     completion-length field memory."""
@@ -113,7 +103,7 @@ class Endpoint:
                 timeout_s=self.request_timeout_s,
                 connect_s=min(10.0, self.request_timeout_s),
                 # A proxy from the environment must not capture a local server.
-                trust_env=not is_loopback(self.base_url),
+                trust_env=not is_loopback_host(urlsplit(self.base_url).hostname or ""),
             )
         return self._http
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from rlm_mcp.engine import RunResult
 from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.service import ProgressReport, RlmService
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, UploadState
 
 if TYPE_CHECKING:
     from rlm_mcp.service.runs import ActiveRun
-    from rlm_mcp.service.service import ProgressReport, RlmService
 
 
 class Caller:

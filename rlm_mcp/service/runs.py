@@ -22,6 +22,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, ContextStore, RunLog, RunStore
 
@@ -282,7 +283,7 @@ class RunManager:
 
 
 async def wait_with_heartbeat(
-    run: ActiveRun, report: Callable[[str | None], Awaitable[None]], *, heartbeat_s: float = 5.0
+    run: ActiveRun, report: Callable[[str | None], Awaitable[None]], *, heartbeat_s: float = HEARTBEAT_S
 ) -> RunResult:
     """Wait for `run` to end, calling `report` on every progress event and at least every
     `heartbeat_s` seconds (clients that reset their timeout on progress need this)."""
