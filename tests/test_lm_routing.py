@@ -21,6 +21,7 @@ from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError
 from rlm_mcp.lm.routing import AFFINITY_HEADERS
 from rlm_mcp.testing import ScriptedLM
+from rlm_mcp.testing.settings import make_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -201,3 +202,23 @@ async def test_the_scripted_server_measures_prefix_reuse_per_session() -> None:
         assert second.prefilled == 1 + 4 + count_text_tokens("Turn 2:") + 3  # end, message, generation prompt
         # An edit in the second message: only the system message and the second's head are reused.
         assert 0 < third.reused_tokens < count_prompt_tokens(ROOT_MESSAGES[:2])
+
+
+def test_sub_endpoint_settings_default_to_the_roots(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlm_mcp.lm.endpoint import endpoint_configs
+
+    base = {"base_url": "http://gpu:8000/v1", "extra_body": {"a": 1}, "max_model_len": 8192}
+    root, sub = endpoint_configs(make_settings(**base))
+    assert sub is None and root.max_model_len == 8192  # nothing differs: one endpoint
+    root, sub = endpoint_configs(make_settings(**base, sub_base_url="http://gpu:8000/v1/"))
+    assert sub is None  # the same address, written differently
+    root, sub = endpoint_configs(make_settings(**base, sub_base_url="http://cheap:8000/v1"))
+    assert sub is not None and sub.base_url == "http://cheap:8000/v1" and sub.extra_body == {"a": 1}
+    assert sub.max_model_len is None and sub.api_key == root.api_key  # another server: its window is discovered
+    monkeypatch.setenv("RLM_MCP_SUB_EXTRA_BODY", "{}")
+    monkeypatch.setenv("RLM_MCP_SUB_MAX_MODEL_LEN", "4096")
+    root, sub = endpoint_configs(make_settings(**base))
+    assert sub is not None and sub.base_url == root.base_url and sub.extra_body == {} and sub.max_model_len == 4096
+    monkeypatch.setenv("RLM_MCP_SUB_EXTRA_BODY", "[1]")
+    with pytest.raises(ValueError, match="RLM_MCP_SUB_EXTRA_BODY must be a JSON object"):
+        make_settings(**base)

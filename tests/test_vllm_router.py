@@ -22,6 +22,7 @@ from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.routing import AFFINITY_HEADERS
 from rlm_mcp.testing import ScriptedLM
+from rlm_mcp.testing.settings import make_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -77,7 +78,7 @@ def served(servers: Sequence[ScriptedLM], role: str, session: str | None = None)
 
 
 def settings_for(url: str, **extra: Any) -> Settings:
-    return Settings(base_url=url, model="rlm-v0.1", request_timeout_s=30.0, max_concurrent_lm_calls=8, **extra)
+    return make_settings(base_url=url, model="rlm-v0.1", request_timeout_s=30.0, max_concurrent_lm_calls=8, **extra)
 
 
 async def test_root_turns_stay_on_one_backend_and_sub_calls_spread(tmp_path: Path) -> None:
