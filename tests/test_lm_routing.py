@@ -222,3 +222,25 @@ def test_sub_endpoint_settings_default_to_the_roots(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("RLM_MCP_SUB_EXTRA_BODY", "[1]")
     with pytest.raises(ValueError, match="RLM_MCP_SUB_EXTRA_BODY must be a JSON object"):
         make_settings(**base)
+
+
+async def test_the_length_field_rule_and_the_key_are_per_endpoint() -> None:
+    from rlm_mcp.testing.endpoints import OpenAI
+
+    say = [{"role": "user", "content": "Say OK."}]
+    with ScriptedLM({"model": "gpt-5-mini", "sub_default": "OK"}, endpoint=OpenAI(api_key="sk-sub")) as sub:
+        async with ScriptedLM({"root": ["x"]}) as root:
+            settings = lm_settings(root, sub_base_url=sub.base_url, sub_api_key="sk-sub", sub_model="gpt-5-mini")
+            async with LMClient(settings, backoff_base_s=FAST) as client:
+                for _ in range(2):
+                    await client.complete(say, model="gpt-5-mini", max_tokens=4, role="sub")
+                    await client.complete(ROOT_MESSAGES, model="rlm-v0.1", max_tokens=4, role="root", session="r")
+            # The sub endpoint refused max_tokens once, and is sent max_completion_tokens since;
+            # the root endpoint (vLLM) keeps max_tokens.
+            assert [("max_tokens" in r["body"], r["status"]) for r in sub.requests] == [
+                (True, 400),
+                (False, 200),
+                (False, 200),
+            ]
+            assert all("max_tokens" in r["body"] for r in root.requests)
+            assert all(r["headers"].get("authorization") == "Bearer EMPTY" for r in root.requests)
