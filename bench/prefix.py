@@ -29,6 +29,7 @@ from rlm_mcp.engine import RLMEngine, RunLimits, RunProgress
 from rlm_mcp.engine import window as window_module
 from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
+from rlm_mcp.events import HistoryElided, RunEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing import count_prompt_tokens
@@ -98,9 +99,9 @@ async def ours(target: float) -> dict[str, Any]:
             async with LMClient(settings) as lm, SandboxManager(settings) as sandboxes:
                 engine = RLMEngine(settings, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
                 limits = RunLimits(max_iterations=TURNS, max_depth=1, timeout_s=600, token_budget=None, max_errors=5)
-                events: list[dict[str, Any]] = []
+                events: list[RunEvent] = []
 
-                async def sink(event: dict[str, Any]) -> None:
+                async def sink(event: RunEvent) -> None:
                     events.append(event)
 
                 result = await engine.run(
@@ -113,7 +114,7 @@ async def ours(target: float) -> dict[str, Any]:
                 )
             turns = server.prefix.by_session("prefix")
             bodies = [r["body"] for r in server.requests_by_role("root") if r["status"] == 200]
-        elisions = sum(1 for e in events if e["type"] == "history_elided")
+        elisions = sum(1 for e in events if isinstance(e, HistoryElided))
         print(f"rlm-mcp run: {result.status}, {result.iterations} turns, {elisions} elisions (target {target:g})")
         figures = summary("rlm-mcp", turns, bodies)
         figures["turns"], figures["bodies"] = turns, bodies

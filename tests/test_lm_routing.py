@@ -8,7 +8,6 @@ endpoint that fails."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +16,7 @@ from fixtures_lm import ROOT_MESSAGES, lm_settings, sub_messages
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress, RunResult
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
+from rlm_mcp.events import RunEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError
 from rlm_mcp.lm.routing import AFFINITY_HEADERS
@@ -78,7 +78,7 @@ async def test_a_child_rlm_root_turns_carry_the_child_run_id(tmp_path: Path) -> 
 
 
 async def _run(settings: Settings, client: LMClient, tmp_path: Path, code: str) -> RunResult:
-    async def sink(event: dict[str, Any]) -> None:
+    async def sink(event: RunEvent) -> None:
         pass
 
     engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)

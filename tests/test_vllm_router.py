@@ -19,6 +19,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress, RunResult
 from rlm_mcp.engine.ports import ContextSpec, LMBridge
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
+from rlm_mcp.events import LLMCall, RunEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.routing import AFFINITY_HEADERS
 from rlm_mcp.testing import ScriptedLM
@@ -47,9 +48,9 @@ async def backends(turns: int = TURNS) -> AsyncIterator[list[ScriptedLM]]:
 
 
 async def run(settings: Settings, lm: LMClient, run_id: str, tmp_path: Path, sandboxes: Any = None) -> RunResult:
-    events: list[dict[str, Any]] = []
+    events: list[RunEvent] = []
 
-    async def sink(event: dict[str, Any]) -> None:
+    async def sink(event: RunEvent) -> None:
         events.append(event)
 
     engine = RLMEngine(settings, lm, sandboxes or FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
@@ -62,7 +63,7 @@ async def run(settings: Settings, lm: LMClient, run_id: str, tmp_path: Path, san
         progress=RunProgress(run_id=run_id, max_iterations=limits.max_iterations),
         emit=sink,
     )
-    failed = [e for e in events if e["type"] == "llm_call" and e.get("status") != "ok"]
+    failed = [e for e in events if isinstance(e, LLMCall) and e.status != "ok"]
     assert not failed, failed
     return result
 
