@@ -27,10 +27,10 @@ import anyio
 
 from rlm_mcp.engine import RLMEngine, RunLimits, RunProgress
 from rlm_mcp.engine import window as window_module
-from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.events import HistoryElided, RunEvent
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.ports import ContextSpec
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing import count_prompt_tokens
 from rlm_mcp.testing.prefix import PrefixTurn

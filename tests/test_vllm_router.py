@@ -17,11 +17,11 @@ from fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
 from fixtures_router import vllm_router
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress, RunResult
-from rlm_mcp.engine.ports import ContextSpec, LMBridge
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.events import LLMCall, RunEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.routing import AFFINITY_HEADERS
+from rlm_mcp.ports import ContextSpec, LMBridge
 from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.settings import make_settings
 

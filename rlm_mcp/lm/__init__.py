@@ -8,7 +8,7 @@ discovery.py), token counting (/tokenize, else an estimate: counting.py, tokens.
 pre-flight check and doctor's probe (probe.py); and the phrasing of every endpoint failure
 (lm/errors.py factories, each naming the endpoint, its kind when known, and the setting to fix).
 Must not parse code or touch sandboxes. A new LM backend (another API, an endpoint pool) is a
-new client here that satisfies the engine's `ChatModel` protocol (engine/ports.py).
+new client here that satisfies the engine's `ChatModel` protocol (rlm_mcp/ports/).
 """
 
 from rlm_mcp.lm.client import LMClient
