@@ -11,6 +11,7 @@ registered here so test modules need not import them by name.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 
@@ -56,6 +57,20 @@ DOCKER_MODULES = frozenset(
         "test_server_surface",
     }
 )
+
+
+# What the user exported is not the tests' configuration: every test states the settings it needs
+# (make_settings, cli_env, minimal_env), and an exported RLM_MCP_INSTANCE_ID or RLM_MCP_CONFIG
+# would change what a test sees. Cleared before any test or fixture reads the environment.
+CLEARED_SETTINGS = sorted(name for name in os.environ if name.upper().startswith("RLM_MCP_"))
+for _name in CLEARED_SETTINGS:
+    del os.environ[_name]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not CLEARED_SETTINGS:
+        return None
+    return "cleared from the test environment: " + ", ".join(CLEARED_SETTINGS)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
