@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -81,10 +82,13 @@ async def _lm(settings: Settings) -> list[Check]:
         kind = guess_server_kind(settings.base_url, await lm.served_cards())
         detail += f"; looks like {kind}" if kind else "; server kind not recognised"
         checks = [Check("lm endpoint", True, detail)]
+        if probe.models is None:  # nothing listed: "served" would be a guess
+            checks.append(_unlisted(settings))
         try:
             await lm.check_model()
             window = await lm.window(settings.model)
-            checks.append(Check("model", True, f"{settings.model} served"))
+            if probe.models is not None:
+                checks.append(Check("model", True, f"{settings.model} served"))
             if await lm.window_known(settings.model):
                 checks.append(Check("window", True, f"{window} tokens"))
             else:
@@ -113,6 +117,17 @@ async def _lm(settings: Settings) -> list[Check]:
         return checks
     finally:
         await lm.aclose()
+
+
+def _unlisted(settings: Settings) -> Check:
+    """The endpoint answered but GET /models listed nothing: most often a base URL without /v1."""
+    url = settings.base_url.rstrip("/")
+    detail = f"not confirmed: {url}/models lists no models"
+    if not urlsplit(url).path.endswith("/v1"):
+        return Check(
+            "model", False, detail, f"OpenAI-compatible servers answer under /v1: set RLM_MCP_BASE_URL={url}/v1"
+        )
+    return Check("model", True, detail, "The completion check below tells whether the model answers.", warn=True)
 
 
 async def _profile(settings: Settings) -> Check:
