@@ -50,6 +50,13 @@ async def _docker(settings: Settings) -> list[Check]:
         await anyio.to_thread.run_sync(client.close)
 
 
+# Said to every user, most of whom have no checkout: what to try and where to report.
+SANDBOX_FIX = (
+    "Rebuild the sandbox image (`rlm-mcp image build --force`) and run doctor again; if it still fails, "
+    "report this output with `rlm-mcp --version` and `docker version`."
+)
+
+
 async def _sandbox(settings: Settings) -> Check:
     async def bridge(request: LMRequest) -> list[str]:
         return [f"echo:{p}" for p in request.prompts]
@@ -66,7 +73,7 @@ async def _sandbox(settings: Settings) -> Check:
     detail = (
         f"one cell in {time.monotonic() - start:.2f} s" if ok else f"unexpected output {cell.stdout!r} {cell.error!r}"
     )
-    return Check("sandbox round trip", ok, detail, "" if ok else "Run the tests: pytest tests/test_sandbox_*.py")
+    return Check("sandbox round trip", ok, detail, "" if ok else SANDBOX_FIX)
 
 
 async def _lm(settings: Settings) -> list[Check]:

@@ -55,6 +55,7 @@ DOCKER_MODULES = frozenset(
         "test_sandbox_manager",
         "test_sandbox_survival",
         "test_server_surface",
+        "test_wheel_smoke",
     }
 )
 
