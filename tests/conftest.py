@@ -32,6 +32,7 @@ DOCKER_MODULES = frozenset(
         "test_chaos",
         "test_cli",
         "test_cli_run",
+        "test_demo",
         "test_client_snippets",
         "test_doctor_endpoints",
         "test_e2e_lifecycle",
