@@ -10,6 +10,7 @@ needs Docker on the machine (the sandboxes), which no bundle can carry.
 from __future__ import annotations
 
 import json
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,10 @@ async def _tools() -> list[dict[str, str]]:
     from rlm_mcp.config import Settings
     from rlm_mcp.server.app import build_server
 
-    server = build_server(Settings(), mode="stdio")  # declares the tools; starts nothing
-    return [
-        {"name": t.name, "description": (t.description or "").split("\n")[0].strip()} for t in await server.list_tools()
-    ]
+    with tempfile.TemporaryDirectory() as data_dir:  # declares the tools; starts and writes nothing
+        server = build_server(Settings.model_validate({"data_dir": data_dir}), mode="stdio")
+        tools = await server.list_tools()
+    return [{"name": t.name, "description": (t.description or "").split("\n")[0].strip()} for t in tools]
 
 
 def manifest() -> dict[str, Any]:
