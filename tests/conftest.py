@@ -75,6 +75,12 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return "cleared from the test environment: " + ", ".join(CLEARED_SETTINGS)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from prerequisites import check
+
+    check(session)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.module is not None and item.module.__name__.rpartition(".")[2] in DOCKER_MODULES:
