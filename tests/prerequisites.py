@@ -18,7 +18,7 @@ def _module(item: pytest.Item) -> str:
 
 def _docker_answers() -> str | None:
     from rlm_mcp.errors import RlmMcpError
-    from rlm_mcp.sandbox.docker_api import connect_sync
+    from rlm_mcp.sandbox.docker.docker_api import connect_sync
 
     try:
         connect_sync(timeout=10).close()
