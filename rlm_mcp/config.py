@@ -23,7 +23,13 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from rlm_mcp.config_check import CONFIG_VAR, SettingsError, check_config_file, describe_validation_error
+from rlm_mcp.config_check import (
+    CONFIG_VAR,
+    SettingsError,
+    check_config_file,
+    check_endpoint_url,
+    describe_validation_error,
+)
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
 
@@ -217,6 +223,11 @@ class Settings(BaseSettings):
     def _check_size(cls, value: str) -> str:
         parse_size(value)  # fail at start-up, not at the first sandbox
         return value
+
+    @field_validator("base_url", mode="after")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        return check_endpoint_url(value)
 
     @field_validator("data_dir", mode="after")
     @classmethod

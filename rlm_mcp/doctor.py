@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -51,6 +52,13 @@ async def _backend(settings: Settings) -> list[Check]:
         backend.close()
 
 
+# Said to every user, most of whom have no checkout: what to try and where to report.
+SANDBOX_FIX = (
+    "Rebuild the sandbox image (`rlm-mcp image build --force`) and run doctor again; if it still fails, "
+    "report this output with `rlm-mcp --version` and `docker version`."
+)
+
+
 async def _sandbox(settings: Settings) -> Check:
     async def bridge(request: LMRequest) -> list[str]:
         return [f"echo:{p}" for p in request.prompts]
@@ -67,14 +75,15 @@ async def _sandbox(settings: Settings) -> Check:
     detail = (
         f"one cell in {time.monotonic() - start:.2f} s" if ok else f"unexpected output {cell.stdout!r} {cell.error!r}"
     )
-    return Check("sandbox round trip", ok, detail, "" if ok else "Run the tests: pytest tests/test_sandbox_*.py")
+    return Check("sandbox round trip", ok, detail, "" if ok else SANDBOX_FIX)
 
 
 async def _lm(settings: Settings) -> list[Check]:
     lm = LMClient(settings)
     try:
         checks: list[Check] = []
-        for probe in await lm.probes():
+        probes = await lm.probes()
+        for probe in probes:
             # With a separate sub-call endpoint each row names the endpoint it checked.
             name = "lm endpoint" if probe.endpoint == "root" else "sub-call endpoint"
             setting = "RLM_MCP_BASE_URL" if probe.endpoint == "root" else "RLM_MCP_SUB_BASE_URL"
@@ -87,12 +96,16 @@ async def _lm(settings: Settings) -> list[Check]:
                 detail += f"; serves {', '.join(probe.models)}"
             detail += f"; looks like {probe.kind}" if probe.kind else "; server kind not recognised"
             checks.append(Check(name, True, detail))
+            if probe.endpoint == "root" and probe.models is None:  # nothing listed: "served" would be a guess
+                checks.append(_unlisted(settings))
+        root_listed = any(p.endpoint == "root" and p.models is not None for p in probes)
         if not all(c.ok for c in checks):
             return checks
         try:
             await lm.check_model()
             window = await lm.window(settings.model)
-            checks.append(Check("model", True, f"{settings.model} served"))
+            if root_listed:
+                checks.append(Check("model", True, f"{settings.model} served"))
             if await lm.window_known(settings.model):
                 checks.append(Check("window", True, f"{window} tokens"))
             else:
@@ -136,6 +149,17 @@ async def _lm(settings: Settings) -> list[Check]:
         return checks
     finally:
         await lm.aclose()
+
+
+def _unlisted(settings: Settings) -> Check:
+    """The endpoint answered but GET /models listed nothing: most often a base URL without /v1."""
+    url = settings.base_url.rstrip("/")
+    detail = f"not confirmed: {url}/models lists no models"
+    if not urlsplit(url).path.endswith("/v1"):
+        return Check(
+            "model", False, detail, f"OpenAI-compatible servers answer under /v1: set RLM_MCP_BASE_URL={url}/v1"
+        )
+    return Check("model", True, detail, "The completion check below tells whether the model answers.", warn=True)
 
 
 async def _profile(settings: Settings) -> Check:

@@ -471,15 +471,29 @@ class ScriptedLM:
         return json_response(200, out)
 
 
+# `--demo`: the root LM's one reply measures the context in the sandbox and answers with that, so
+# a newcomer sees a whole run (sandbox, progress, answer) with no model at all.
+DEMO_REPLY = (
+    "```repl\n"
+    "text = context if isinstance(context, str) else str(context)\n"
+    "print(len(text), text.count(chr(10)))\n"
+    'answer["content"] = f"(scripted demo LM) the context has {len(text):,} characters '
+    'and {text.count(chr(10)):,} lines"\n'
+    'answer["ready"] = True\n'
+    "```"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlm_mcp.testing.scripted_lm", description=__doc__.split("\n")[0])
     parser.add_argument("--script", help="script JSON file (default: an empty script)")
+    parser.add_argument("--demo", action="store_true", help="a script for trying rlm-mcp without a GPU (DEMO_SCRIPT)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file", help="write the base URL here once listening")
     parser.add_argument("--log", help="append each chat request as a JSON line here")
     args = parser.parse_args(argv)
-    script = Script.load(args.script) if args.script else Script()
+    script = Script.load(args.script) if args.script else Script(root=[DEMO_REPLY]) if args.demo else Script()
     server = ScriptedLM(script, host=args.host, port=args.port, log_path=args.log)
 
     def announce() -> None:
