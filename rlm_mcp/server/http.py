@@ -18,8 +18,9 @@ from starlette.types import ASGIApp
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
-from rlm_mcp.server.guard import HostPolicy, RequestGuard, load_tokens
+from rlm_mcp.server.guard import HostPolicy, RequestGuard
 from rlm_mcp.server.sessions import SessionLimiter
+from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners
 from rlm_mcp.store import RunStore
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.routes import build_viewer, mount_viewer
@@ -39,13 +40,8 @@ def is_loopback_host(host: str) -> bool:
 def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None = None) -> ASGIApp:
     """The MCP app behind `SessionLimiter` (per-owner sessions) and `RequestGuard` (Host, Origin,
     token, owner) — the guard wraps every route the app serves."""
-    try:
-        tokens = load_tokens(settings)
-    except OSError as exc:
-        raise AccessDeniedError(
-            f"The tokens file {settings.auth_tokens_file} cannot be read ({exc.strerror}).",
-            "Fix RLM_MCP_AUTH_TOKENS_FILE, or unset it.",
-        ) from None
+    tokens = checked_tokens(settings)
+    settings = roots_for_owners(settings, tokens)
     if not is_loopback_host(settings.host) and not tokens:
         raise AccessDeniedError(
             f"Refusing to serve HTTP on {settings.host} without a token: anyone who can reach it could run code.",
