@@ -21,6 +21,7 @@ from rlm_mcp import __version__
 from rlm_mcp.config import Settings, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
+from rlm_mcp.visible import visible, visible_line
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RlmMcpError as exc:
         if isinstance(exc, UnknownIdError):
             exc = exc.phrased(CLI_FIXES)
-        print(f"rlm-mcp: {exc}", file=sys.stderr)
+        print(f"rlm-mcp: {visible(str(exc))}", file=sys.stderr)  # may quote a URL, a name, a model
         return 1
     except KeyboardInterrupt:
         return 130
@@ -243,7 +244,7 @@ async def _contexts(args: argparse.Namespace, settings: Settings) -> int:
     store = ContextStore(settings)
     if args.action == "list":
         for info in await store.list(owner=None):  # the operator sees every owner's contexts
-            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {info.name}")
+            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {visible_line(info.name)}")
         return 0
     await store.get(args.context_id, owner=None)
     await store.delete(args.context_id, owner=None)

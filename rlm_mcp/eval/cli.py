@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.visible import visible
 
 _USAGE = """rlm-mcp eval TASKS.jsonl --output DIR [--parallel N] [--baseline direct] [options]
        rlm-mcp eval generate {needle,oolong,pairs,code,suite} --output DIR [--n N] [--seed S]
@@ -101,5 +102,5 @@ def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> 
         summaries.append(summarize(opts.baseline, [r for r in baseline if r.id in ids]))
     markdown = render_markdown(summaries, wall_s=time.monotonic() - started, title=f"rlm-mcp eval: {task_file.name}")
     (output / SUMMARY_FILE).write_text(markdown, encoding="utf-8")
-    sys.stdout.write(markdown)
+    sys.stdout.write(visible(markdown))
     return 0
