@@ -156,6 +156,12 @@ class Settings(BaseSettings):
         16, ge=1, description="MCP sessions one client (token) keeps open; more close its least recently used."
     )
     http_session_idle_s: float = Field(600.0, gt=0, description="An HTTP MCP session idle this long is closed.")
+    http_header_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a request's headers may take to arrive; slower connections are closed."
+    )
+    http_max_connections: int | None = Field(
+        None, ge=1, description="Open HTTP connections; default 2 x sessions per client x tokens + 32."
+    )
     log_level: str = "INFO"
 
     @field_validator("allowed_roots", mode="before")

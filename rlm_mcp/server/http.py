@@ -18,6 +18,7 @@ from starlette.types import ASGIApp
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
+from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.guard import HostPolicy, RequestGuard
 from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners
@@ -65,8 +66,7 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
 
 async def serve_http(settings: Settings, app: ASGIApp | None = None) -> None:
     app = app or build_http_app(settings)
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), lifespan="on"
-    )
+    owners = len(checked_tokens(settings))
+    config = uvicorn_config(settings, app, owners=owners, log_level=settings.log_level.lower(), lifespan="on")
     logger.info("rlm-mcp serving streamable HTTP on http://%s:%d/mcp", settings.host, settings.port)
     await uvicorn.Server(config).serve()
