@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from rlm_mcp.config_check import CONFIG_VAR, SettingsError, check_config_file, describe_validation_error
+from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
 
@@ -198,6 +199,17 @@ class Settings(BaseSettings):
     @classmethod
     def _check_size(cls, value: str) -> str:
         parse_size(value)  # fail at start-up, not at the first sandbox
+        return value
+
+    @field_validator("prompt_profile", mode="after")
+    @classmethod
+    def _check_prompt_file(cls, value: str) -> str:
+        path = prompt_file_path(value)
+        if path is not None:
+            try:
+                read_prompt_file(path)  # at start, not at the first run (issue 20 item 12)
+            except PromptFileError as exc:
+                raise ValueError(f"{exc}; give a regular UTF-8 text file of at most {MAX_PROMPT_BYTES} bytes") from None
         return value
 
     @field_validator("data_dir", mode="after")
