@@ -21,6 +21,7 @@ from rlm_mcp import __version__
 from rlm_mcp.config import Settings, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
+from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.visible import visible, visible_line
 
 
@@ -124,6 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, UnknownIdError):
             exc = exc.phrased(CLI_FIXES)
         print(f"rlm-mcp: {visible(str(exc))}", file=sys.stderr)  # may quote a URL, a name, a model
+        return 1
+    except OSError as exc:
+        if (phrased := exhausted(exc)) is None:
+            raise
+        print(f"rlm-mcp: {visible(str(phrased))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
