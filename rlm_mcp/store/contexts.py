@@ -53,6 +53,7 @@ from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
+from rlm_mcp.store.blob_check import check_blob
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -367,7 +368,7 @@ class ContextStore:
             infos = []
             for cid in context_ids:
                 row = _select(conn, cid, owner)
-                if row is None or not self.blob_path(row["sha256"]).exists():
+                if row is None or not check_blob(self.blob_path(row["sha256"]), row["bytes"], cid):
                     raise _unknown(cid)  # the transaction rolls back: no pin is left behind
                 conn.execute("UPDATE contexts SET last_used_at = ? WHERE context_id = ?", (now, cid))
                 conn.execute(
