@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.store import ContextStore
+from rlm_mcp.store import ContextStore, RunStore
 from rlm_mcp.testing.settings import make_settings
 
 pytestmark = pytest.mark.anyio
@@ -44,3 +44,24 @@ async def test_an_intact_context_is_pinned(tmp_path: Path) -> None:
     async with store.in_use([info.context_id]) as infos:
         assert [i.bytes for i in infos] == [6]
     await anyio.lowlevel.checkpoint()
+
+
+def test_a_data_dir_made_beforehand_is_made_private(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    data = Path(settings.data_dir)
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)  # as `mkdir` under the usual umask made it
+    store = ContextStore(settings)
+
+    async def write() -> str:
+        info = await store.put_bytes(b"private notes", name="notes", format="text", source={})
+        log = await RunStore(settings).create("run_0123456789ab", {"query": "q", "status": "running"})
+        await log.append({"type": "started"})
+        await log.aclose()
+        return info.sha256
+
+    sha256 = anyio.run(write)
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert store.blob_path(sha256).stat().st_mode & 0o777 == 0o600
+    for name in ("events.jsonl", "summary.json"):
+        assert (data / "runs" / "run_0123456789ab" / name).stat().st_mode & 0o077 == 0, name

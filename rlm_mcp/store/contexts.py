@@ -54,6 +54,7 @@ from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.blob_check import check_blob
+from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -133,10 +134,9 @@ class ContextStore:
         return self._blobs / sha256[:2] / sha256
 
     def _prepare(self) -> None:
-        if not self._root.exists():
-            # 0700: contexts are often private documents; blobs themselves are 0644 so a
-            # sandbox running under another uid can read a bind-mounted blob.
-            self._root.mkdir(parents=True, mode=0o700, exist_ok=True)
+        # 0700, also when made beforehand: contexts are often private documents (blobs are 0600;
+        # a sandbox receives them over its stream, never by a mount).
+        private_dir(self._root)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
 
     # --- writing -------------------------------------------------------------------------
@@ -232,7 +232,7 @@ class ContextStore:
                 if blob.exists() and blob.stat().st_size == ing.bytes:
                     ing.tmp_path.unlink(missing_ok=True)  # same content already stored
                 else:
-                    os.chmod(ing.tmp_path, 0o644)
+                    os.chmod(ing.tmp_path, PRIVATE_FILE)
                     os.replace(ing.tmp_path, blob)
                 exists = conn.execute("SELECT 1 FROM contexts WHERE context_id = ?", (cid,)).fetchone()
                 if exists:

@@ -25,6 +25,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store._db import in_thread
+from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -161,13 +162,15 @@ class RunStore:
         created_at = time.time()
 
         def work() -> IO[bytes]:
+            private_dir(self._dir.parent)  # the data dir: 0700 (run logs say what users asked)
             self._dir.mkdir(parents=True, exist_ok=True)
             try:
                 run_dir.mkdir()
             except FileExistsError:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.") from None
             _write_json_atomic(run_dir / "summary.json", {"run_id": run_id, "created_at": created_at, **summary})
-            return open(run_dir / "events.jsonl", "ab")
+            fd = os.open(run_dir / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE)
+            return os.fdopen(fd, "ab")
 
         fh = await in_thread(work)
         return RunLog(run_dir, fh, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
