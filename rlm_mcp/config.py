@@ -7,6 +7,7 @@ Layers never read the environment themselves: they are handed a `Settings`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -136,7 +137,12 @@ class Settings(BaseSettings):
     max_files: int = Field(20_000, description="Files one folder/glob load may take.")
     url_timeout_s: float = Field(30.0, description="Timeout of a URL fetch.")
     url_max_redirects: int = Field(5, description="Redirects a URL fetch may follow.")
-    allow_private_urls: bool = Field(False, description="Over HTTP, allow URLs on private addresses.")
+    allow_private_urls: bool = Field(
+        False, description="Over HTTP, allow URLs on private networks (never loopback or link-local unless listed)."
+    )
+    allowed_url_addresses: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated addresses or networks URL loads may always reach."
+    )
 
     # --- Server ------------------------------------------------------------------------------
     transport: Literal["stdio", "http"] = "stdio"
@@ -172,7 +178,19 @@ class Settings(BaseSettings):
             return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
         return value
 
-    @field_validator("allowed_sub_models", "auth_tokens", "allowed_hosts", "allowed_origins", mode="before")
+    @field_validator("allowed_url_addresses", mode="after")
+    @classmethod
+    def _check_networks(cls, value: list[str]) -> list[str]:
+        for item in value:  # a bad one stops the start
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network such as 127.0.0.1 or 10.0.0.0/8") from None
+        return value
+
+    @field_validator(
+        "allowed_sub_models", "auth_tokens", "allowed_hosts", "allowed_origins", "allowed_url_addresses", mode="before"
+    )
     @classmethod
     def _split_models(cls, value: Any) -> Any:
         if isinstance(value, str):
