@@ -24,6 +24,7 @@ from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners
 from rlm_mcp.store import RunStore
 from rlm_mcp.viewer.auth import ViewerAuth
+from rlm_mcp.viewer.path_key import deployment_key
 from rlm_mcp.viewer.routes import build_viewer, mount_viewer
 
 logger = logging.getLogger("rlm_mcp.server")
@@ -60,7 +61,8 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     policy = HostPolicy(settings.host, settings.port, settings.allowed_hosts, settings.allowed_origins)
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
-    viewer = build_viewer(RunStore(settings), ViewerAuth(tokens=tokens, policy=policy))
+    auth = ViewerAuth(tokens=tokens, policy=policy, path_key=deployment_key(settings.data_dir))
+    viewer = build_viewer(RunStore(settings), auth)
     return mount_viewer(RequestGuard(app, policy, tokens), viewer)
 
 

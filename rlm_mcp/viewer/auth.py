@@ -5,8 +5,12 @@ long-lived token must never sit in a URL (history, logs, referrers), so a holder
 asks for a one-time login code (`POST /runs/api/login-link`, bearer header); opening
 `/runs/login?code=...` spends the code (it works once, for a minute) and sets a random session
 cookie: HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it),
-Path=/runs/ (never sent to /mcp). Host and Origin are checked on every request, so a page on
-another site cannot reach a loopback server by DNS rebinding.
+Path=/runs/s/<key>/ with a random key (never sent to /mcp, nor to another listener on the same
+host: cookies are not port-bound, see `path_key`), for an hour. A code is redeemed only in a
+navigation the user made (Sec-Fetch-Site absent, `none` or `same-origin`): a page elsewhere,
+another local port included, cannot log a browser in as its own token (login CSRF). Host and
+Origin are checked on every request, so a page on another site cannot reach a loopback server
+by DNS rebinding.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rlm_mcp.server.guard import LOCAL_OWNER, HostPolicy, owner_of_token
+from rlm_mcp.viewer.path_key import random_key
 
 COOKIE = "rlm_mcp_view"
 CODE_TTL_S = 60.0
-SESSION_TTL_S = 12 * 3600.0
+SESSION_TTL_S = 3600.0
 MAX_SESSIONS = 256
 ALL_OWNERS = "*"  # the local viewer (`rlm-mcp runs view`): the data dir's own user sees every run
 
@@ -36,6 +41,7 @@ class ViewerAuth:
 
     tokens: Sequence[str]
     policy: HostPolicy
+    path_key: str = field(default_factory=random_key)  # the cookie path's random part
     _codes: dict[str, tuple[float, str]] = field(default_factory=dict)
     _sessions: dict[str, tuple[float, str]] = field(default_factory=dict)
 
