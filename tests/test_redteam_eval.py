@@ -43,3 +43,30 @@ def test_short_answers_score_as_before() -> None:
     assert score("choice", "(A) or (B)", "A") == 0.0
     assert score("pairs_f1", "(a, b)\n(c,\nd) (e\nf, g)", [["a", "b"], ["c", "d"], ["f", "g"]]) == pytest.approx(0.8)
     assert score("pairs_f1", "( 'a' ,  b )", [["b", "a"]]) == 1.0
+
+
+def test_resume_counts_malformed_result_lines_as_absent(tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    import json as _json
+
+    from rlm_mcp.eval.report import summarize
+    from rlm_mcp.eval.results import read_results
+
+    good = {"id": "ok", "status": "completed", "answer": "a", "expected": "a", "scorer": "exact", "score": 1.0}
+    lines = [
+        _json.dumps(good),
+        'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: boom',
+        _json.dumps({**good, "id": "nan"}).replace("1.0", "NaN"),
+        _json.dumps({**good, "id": "inf", "duration_s": 1.0}).replace('"duration_s": 1.0', '"duration_s": Infinity'),
+        _json.dumps({**good, "id": "big", "score": 7.5}),
+        _json.dumps({**good, "id": "neg", "lenient_score": -1.0}),
+        _json.dumps({**good, "id": "tokens", "usage": {"total": {"prompt_tokens": "lots"}}}),
+        _json.dumps({**good, "id": "negative-tokens", "usage": {"total": {"prompt_tokens": -5}}}),
+    ]
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with caplog.at_level("WARNING", logger="rlm_mcp.eval"):
+        found = read_results(path)
+    assert list(found) == ["ok"]
+    assert sum("will run again" in r.getMessage() for r in caplog.records) >= 7
+    summary = summarize("rlm", list(found.values()))
+    assert summary.mean == 1.0 and summary.task_seconds == 0.0
