@@ -8,6 +8,7 @@ from __future__ import annotations
 from http.cookies import SimpleCookie
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -57,3 +58,32 @@ async def test_a_login_link_from_another_site_logs_nobody_in(tmp_path: Path, sit
         # Typed or pasted (no header, or "none"): it works.
         assert (await client.get(await _link(client, base), headers={"Sec-Fetch-Site": "none"})).status_code == 303
         assert (await client.get(await _link(client, base))).status_code == 303
+
+
+async def test_runs_view_keeps_the_code_off_the_browser_command_line(tmp_path: Path) -> None:
+    import os
+    import stat
+    import subprocess
+
+    from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
+
+    seen = tmp_path / "browser-argv"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\n')
+    browser.chmod(0o700)
+    settings = http_settings(tmp_path, "127.0.0.1", auth_token=TOKEN)
+    async with serving(settings) as url:
+        base = url.removesuffix("/mcp")
+        env = {**cli_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN), "BROWSER": str(browser)}
+        done = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [str(SERVER_SCRIPT), "runs", "view", "--url", base], env=env, capture_output=True, text=True, timeout=60
+            )
+        )
+        assert done.returncode == 0, done.stderr
+    argv = seen.read_text()  # what other local users could read in /proc/PID/cmdline
+    assert "code=" not in argv, argv
+    opened = Path(argv.strip().removeprefix("file://"))
+    assert stat.S_IMODE(os.stat(opened).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(opened.parent).st_mode) & 0o077 == 0
+    assert "/runs/login?code=" in await anyio.Path(opened).read_text()
