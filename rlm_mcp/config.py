@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     # --- Runs --------------------------------------------------------------------------------
     max_runs: int = Field(4, ge=1, description="Runs executing at once; more wait (with progress).")
     run_queue_timeout_s: float = Field(60.0, description="How long a run waits for a free slot.")
+    run_max_queued: int = Field(64, ge=0, description="Runs waiting for a slot, all owners; more are refused.")
+    run_max_queued_per_owner: int = Field(
+        16, ge=0, description="Runs one owner (token) may have waiting for a slot; more are refused."
+    )
     run_max_records: int = Field(1000, ge=1, description="Finished run records kept on disk (newest first).")
     run_max_age_days: float = Field(30.0, description="Run records untouched this long are removed (0: never).")
     log_sub_call_chars: int = Field(

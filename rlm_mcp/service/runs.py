@@ -22,6 +22,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.service.run_queue import queue_refusal
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, ContextStore, RunLog, RunStore
 
@@ -124,6 +125,14 @@ class RunManager:
     async def start(self, request: RunRequest, engine: RLMEngine) -> ActiveRun:
         if self._tg is None:
             raise RuntimeError("RunManager used outside its context")
+        # Bounded before anything is opened (issue 20 item 11); runs that will take a free slot
+        # at once do not count as waiting.
+        waiting = [r for r in self._runs.values() if r.result is None and r.progress.status == "queued"]
+        free = self._slots.value
+        mine = sum(1 for r in waiting if r.request.owner == request.owner)
+        busy = queue_refusal(self._settings, queued=max(0, len(waiting) - free), queued_by_owner=max(0, mine - free))
+        if busy is not None:
+            raise busy
         run_id = f"run_{uuid.uuid4().hex[:20]}"
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
