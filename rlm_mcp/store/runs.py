@@ -278,8 +278,9 @@ class RunStore:
 
         return await in_thread(work)
 
-    async def list(self, limit: int = 50) -> list[dict[str, Any]]:
-        """Summaries of the most recently created runs first."""
+    async def list(self, limit: int = 50, *, owner: str | None = None) -> list[dict[str, Any]]:
+        """Summaries of the most recently created runs first; with `owner`, only that owner's,
+        filtered before the limit (another owner's many runs must not push one's own out)."""
 
         def work() -> list[dict[str, Any]]:
             summaries = []
@@ -295,7 +296,8 @@ class RunStore:
                 except (OSError, json.JSONDecodeError):
                     continue
                 data.setdefault("run_id", entry.name)
-                summaries.append(data)
+                if owned_by(data, owner):
+                    summaries.append(data)
             summaries.sort(key=lambda s: s.get("created_at") or 0, reverse=True)
             return summaries[: max(0, limit)]
 

@@ -27,7 +27,8 @@ from rlm_mcp.viewer.path_key import random_key
 COOKIE = "rlm_mcp_view"
 CODE_TTL_S = 60.0
 SESSION_TTL_S = 3600.0
-MAX_SESSIONS = 256
+MAX_SESSIONS = 4096  # all owners: a bound on memory
+MAX_SESSIONS_PER_OWNER = 16  # one owner's logins evict only that owner's oldest sessions
 ALL_OWNERS = "*"  # the local viewer (`rlm-mcp runs view`): the data dir's own user sees every run
 
 
@@ -77,7 +78,11 @@ class ViewerAuth:
         if found is None or found[0] <= now:
             return None
         self._sessions = {s: v for s, v in self._sessions.items() if v[0] > now}
-        if len(self._sessions) >= MAX_SESSIONS:  # drop the oldest: bounded memory
+        owner = found[1]
+        theirs = [s for s, v in self._sessions.items() if v[1] == owner]
+        if len(theirs) >= MAX_SESSIONS_PER_OWNER:  # the owner's own oldest goes, nobody else's
+            self._sessions.pop(min(theirs, key=lambda s: self._sessions[s][0]))
+        elif len(self._sessions) >= MAX_SESSIONS:  # bounded memory (owners x per-owner cap past it)
             self._sessions.pop(min(self._sessions, key=lambda s: self._sessions[s][0]))
         session = secrets.token_urlsafe(32)
         self._sessions[session] = (now + SESSION_TTL_S, found[1])

@@ -90,7 +90,8 @@ def build_viewer(records: RunStore, auth: ViewerAuth) -> ASGIApp:
 
     async def _index(request: Request) -> tuple[str, list[dict[str, Any]]]:
         owner = owner_of(request)
-        entries = [index_entry(s) for s in await records.list(INDEX_LIMIT) if _visible(s, owner)]
+        mine = await records.list(INDEX_LIMIT, owner=None if owner == ALL_OWNERS else owner)
+        entries = [index_entry(s) for s in mine if _visible(s, owner)]
         digest = hashlib.sha256(json.dumps(entries, default=str, sort_keys=True).encode()).hexdigest()[:16]
         return digest, entries
 
