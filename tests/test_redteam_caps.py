@@ -42,3 +42,19 @@ def test_a_full_upload_area_does_not_tell_how_much_others_hold() -> None:
     message = str(uploads_over_store_cap(123_456_789, 1000, 200_000_000))
     assert "123456789" not in message and "123,456,789" not in message
     assert "RLM_MCP_STORE_MAX_BYTES" in message
+
+
+def test_run_records_are_pruned_per_owner(tmp_path: Path) -> None:
+    store = RunStore(make_settings(tmp_path))
+
+    async def record() -> list[str]:
+        for i, owner in enumerate(["alice"] + ["mallory"] * 5):
+            log = await store.create(f"run_{i:012d}", {"query": "q", "status": "running", "owner": owner})
+            await log.write_summary({"status": "completed", "owner": owner, "result": {"status": "completed"}})
+            await log.aclose()
+        return await store.prune(max_records=2, max_age_days=0)
+
+    removed = anyio.run(record)
+    assert sorted(removed) == [f"run_{i:012d}" for i in (1, 2, 3)]  # mallory's oldest three
+    kept = {s["run_id"]: s.get("owner") for s in anyio.run(lambda: store.list(10))}
+    assert kept == {"run_000000000000": "alice", "run_000000000004": "mallory", "run_000000000005": "mallory"}
