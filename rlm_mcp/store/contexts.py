@@ -95,6 +95,8 @@ _OWNED = (
 
 
 def _select(conn: sqlite3.Connection, context_id: str, owner: str | None) -> sqlite3.Row | None:
+    if not context_id.isascii():  # a lone surrogate cannot even be sent to SQLite: no such id
+        return None
     if owner is None:
         cursor = conn.execute("SELECT * FROM contexts WHERE context_id = ?", (context_id,))
     else:
