@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
-from rlm_mcp.eval.results import TaskResult
+from pydantic import BaseModel, ValidationError
 
 __all__ = ["parse_result_line"]
 
@@ -23,7 +21,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number a result may hold")
 
 
-def _check(result: TaskResult) -> None:
+def _check(result: Any) -> None:
     scores = [("score", result.score), ("lenient_score", result.lenient_score)]
     for name, value in scores:
         if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
@@ -41,11 +39,15 @@ def _check(result: TaskResult) -> None:
             raise ValueError(f"usage.total.{key} {value!r} is not a token count")
 
 
-def parse_result_line(line: str) -> TaskResult:
-    """The result on this line, checked; ValueError naming what is wrong otherwise."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_result_line(line: str, model: type[M]) -> M:
+    """The result on this line as `model` (results.TaskResult), checked; ValueError naming what is
+    wrong otherwise."""
     try:
         data = json.loads(line, parse_constant=_no_constant)
-        result = TaskResult.model_validate(data)
+        result = model.model_validate(data)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc.msg})") from None
     except ValidationError as exc:

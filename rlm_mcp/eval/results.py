@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from rlm_mcp.eval.result_check import parse_result_line
+
 logger = logging.getLogger("rlm_mcp.eval")
 
 RESULTS_FILE = "results.jsonl"
@@ -45,8 +47,6 @@ class TaskResult(BaseModel):
 def read_results(path: Path) -> dict[str, TaskResult]:
     """The results already written, by task id (the last line wins). A line that is not a valid
     result (a torn write, a traceback, NaN; see `result_check`) is ignored: that task runs again."""
-    from rlm_mcp.eval.result_check import parse_result_line  # it imports TaskResult from here
-
     found: dict[str, TaskResult] = {}
     if not path.exists():
         return found
@@ -54,7 +54,7 @@ def read_results(path: Path) -> dict[str, TaskResult]:
         if not line.strip():
             continue
         try:
-            result = parse_result_line(line)  # NaN, inf, scores outside [0, 1] are refused too
+            result = parse_result_line(line, TaskResult)  # NaN, inf, scores outside [0, 1] are refused too
         except ValueError as why:
             logger.warning("%s:%d is not a result line (%s); its task will run again", path, number, why)
             continue

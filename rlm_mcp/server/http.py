@@ -1,13 +1,12 @@
 """Streamable HTTP transport with bearer-token auth.
 
-Rules (DESIGN §5): binding a non-loopback address without a token is refused; whenever tokens
+Rules (README, "Security model"): binding a non-loopback address without a token is refused; whenever tokens
 are set, every HTTP request on every address must carry one; Host and Origin are checked against
 the actual bind on every bind (`guard`); sessions are capped per owner (`sessions`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 
@@ -15,11 +14,12 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
+from rlm_mcp.access import HostPolicy, is_loopback_host
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
 from rlm_mcp.server.connections import uvicorn_config
-from rlm_mcp.server.guard import HostPolicy, RequestGuard
+from rlm_mcp.server.guard import RequestGuard
 from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners
 from rlm_mcp.store import RunStore
@@ -28,15 +28,6 @@ from rlm_mcp.viewer.path_key import deployment_key
 from rlm_mcp.viewer.routes import build_viewer, mount_viewer
 
 logger = logging.getLogger("rlm_mcp.server")
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None = None) -> ASGIApp:

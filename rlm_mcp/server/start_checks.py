@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
+from rlm_mcp.access import load_tokens
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
-from rlm_mcp.server.guard import load_tokens
 
 __all__ = ["checked_tokens", "roots_for_owners"]
 

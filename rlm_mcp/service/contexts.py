@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports import ContextFormat
 from rlm_mcp.service.loaders import Loaded, fetch_url, load_glob, load_path
 from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 from rlm_mcp.store import ContextInfo, ContextStore
@@ -32,7 +31,7 @@ class ContextLoader:
         glob: str | None,
         url: str | None,
         name: str | None,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         include: list[str] | None,
         exclude: list[str] | None,
         owner: str = LOCAL_OWNER,
@@ -62,7 +61,7 @@ class ContextLoader:
         return await self._store_loaded(loaded, name=name, format=format, owner=owner)
 
     async def _store_loaded(
-        self, loaded: Loaded, *, name: str | None, format: Literal["text", "json"], owner: str
+        self, loaded: Loaded, *, name: str | None, format: ContextFormat, owner: str
     ) -> ContextInfo:
         final_name = name or loaded.name
         try:

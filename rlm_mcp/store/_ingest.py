@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from rlm_mcp.errors import BadArgumentError, context_too_large
+from rlm_mcp.ports import ContextFormat
 
 CHUNK = 1 << 20
 
@@ -54,7 +55,7 @@ def ingest(
     chunks: Iterable[bytes],
     *,
     tmp_dir: Path,
-    format: Literal["text", "json"],
+    format: ContextFormat,
     max_bytes: int,
     expected_sha256: str | None = None,
     write: bool = True,

@@ -48,9 +48,9 @@ import anyio
 from pydantic import BaseModel
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.blob_check import check_blob
@@ -70,7 +70,7 @@ class ContextInfo(BaseModel):
     name: str
     bytes: int
     sha256: str
-    format: Literal["text", "json"]
+    format: ContextFormat
     kind: Literal["str", "list", "dict"]
     chars: int
     created_at: float
@@ -78,7 +78,7 @@ class ContextInfo(BaseModel):
     source: dict[str, Any]
 
 
-def context_id_for(sha256: str, format: Literal["text", "json"]) -> str:
+def context_id_for(sha256: str, format: ContextFormat) -> str:
     return f"ctx_{sha256[:24]}" + ("_json" if format == "json" else "")
 
 
@@ -148,7 +148,7 @@ class ContextStore:
         data: bytes,
         *,
         name: str,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         source: dict[str, Any],
         owner: str = LOCAL_OWNER,
     ) -> ContextInfo:
@@ -162,7 +162,7 @@ class ContextStore:
         path: Path,
         *,
         name: str,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         source: dict[str, Any],
         consume: bool = False,
         owner: str = LOCAL_OWNER,
@@ -200,7 +200,7 @@ class ContextStore:
         chunks: Iterable[bytes],
         *,
         name: str,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         source: dict[str, Any],
         expected_sha256: str | None = None,
         owner: str = LOCAL_OWNER,
@@ -223,7 +223,7 @@ class ContextStore:
         return info
 
     def _commit(
-        self, ing: Ingested, *, name: str, format: Literal["text", "json"], source: dict[str, Any], owner: str
+        self, ing: Ingested, *, name: str, format: ContextFormat, source: dict[str, Any], owner: str
     ) -> ContextInfo:
         cid = context_id_for(ing.sha256, format)
         blob = self.blob_path(ing.sha256)

@@ -40,6 +40,7 @@ from rlm_mcp.errors import (
     uploads_over_store_cap,
 )
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports import ContextFormat
 from rlm_mcp.store import _db
 from rlm_mcp.store.contexts import ContextInfo, ContextStore
 
@@ -82,7 +83,7 @@ class UploadStore:
         final: bool,
         sha256: str | None,
         name: str | None,
-        format: Literal["text", "json"] | None,
+        format: ContextFormat | None,
         owner: str = LOCAL_OWNER,
     ) -> UploadState:
         """`owner` owns the context the final chunk stores (the upload id itself is an

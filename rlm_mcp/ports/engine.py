@@ -10,9 +10,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from rlm_mcp.lm.types import Completion
+if TYPE_CHECKING:  # the LM layer is not loaded at run time: importing a port loads nothing else
+    from rlm_mcp.lm.types import Completion
+
+# How a context's bytes are read: text (a str in the sandbox) or JSON (a list or dict there).
+ContextFormat = Literal["text", "json"]
 
 
 @dataclass(frozen=True)
@@ -20,7 +24,7 @@ class ContextSpec:
     """A stored context, as a sandbox loads it and as the metadata message describes it."""
 
     path: Path  # file holding the bytes: UTF-8 text, or a JSON document when format == "json"
-    format: Literal["text", "json"]
+    format: ContextFormat
     kind: Literal["str", "list", "dict"]  # the Python type `context_i` has inside the sandbox
     chars: int  # total length in characters (what the metadata message reports)
     bytes: int
