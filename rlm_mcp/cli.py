@@ -30,6 +30,8 @@ from rlm_mcp.owners import EVERY_OWNER
 
 if TYPE_CHECKING:
     from rlm_mcp.events import LoggedEvent
+from rlm_mcp.resource_errors import exhausted
+from rlm_mcp.visible import visible, visible_line
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -155,7 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RlmMcpError as exc:
         if isinstance(exc, UnknownIdError):
             exc = exc.phrased(CLI_FIXES)
-        print(f"rlm-mcp: {exc}", file=sys.stderr)
+        print(f"rlm-mcp: {visible(str(exc))}", file=sys.stderr)  # may quote a URL, a name, a model
+        return 1
+    except OSError as exc:
+        if (phrased := exhausted(exc)) is None:
+            raise
+        print(f"rlm-mcp: {visible(str(phrased))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -281,7 +288,7 @@ async def _contexts_list(args: argparse.Namespace, settings: Settings) -> int:
 
     async with make_stores(settings) as stores:
         for info in await stores.contexts.list(owner=EVERY_OWNER):  # the operator sees every owner's
-            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {info.name}")
+            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {visible_line(info.name)}")
     return 0
 
 

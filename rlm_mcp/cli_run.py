@@ -18,6 +18,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.visible import visible, visible_line
 
 
 class ProgressDisplay:
@@ -41,8 +42,11 @@ class ProgressDisplay:
         self._stack.close()
 
     async def report(self, progress: float, total: float | None, message: str) -> None:
+        message = visible_line(message)  # progress may quote the model
         if self._status is not None:
-            self._status.update(message)
+            from rich.text import Text
+
+            self._status.update(Text(message))  # a Text: no rich markup is read from it
         else:
             print(message, file=self._stream, flush=True)
 
@@ -65,14 +69,30 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(result.model_dump(), indent=2))
     else:
-        print(result.answer if result.answer is not None else "")
-        tokens = result.usage.get("total", {}).get("total", 0) if isinstance(result.usage, dict) else 0
-        print(
-            f"{result.status} · {result.iterations} turns · {result.sub_calls} sub-calls · {tokens} tokens · "
-            f"{result.duration_s or 0:.1f} s · run {result.run_id}" + (f" · {result.reason}" if result.reason else ""),
-            file=sys.stderr,
-        )
+        print(visible(result.answer if result.answer is not None else ""))  # the model's text: controls shown
+        print(status_line(result), file=sys.stderr)
     return 0 if result.status == "completed" else 1
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def status_line(result: Any) -> str:
+    """`run`'s last line: status, turns, sub-calls, tokens (prompt + completion), time, id, reason."""
+    total = result.usage.get("total", {}) if isinstance(result.usage, dict) else {}
+    tokens = sum(v for k, v in total.items() if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int))
+    parts = [
+        str(result.status),
+        _count(result.iterations, "turn"),
+        _count(result.sub_calls, "sub-call"),
+        _count(tokens, "token"),
+        f"{result.duration_s or 0:.1f} s",
+        f"run {result.run_id}",
+    ]
+    if result.reason:
+        parts.append(result.reason)
+    return visible_line(" · ".join(parts))
 
 
 def runs_table(summaries: list[dict[str, Any]]) -> list[str]:
@@ -89,7 +109,8 @@ def runs_table(summaries: list[dict[str, Any]]) -> list[str]:
         took = f"{duration:.1f} s" if isinstance(duration, (int, float)) else "?"
         query = " ".join(str(s.get("query", "")).split())
         query = query if len(query) <= 60 else query[:59] + "…"
-        lines.append(f"{s.get('run_id')}  {started}  {took:>9}  {str(s.get('status', '?')):<15} {query}")
+        status = visible_line(str(s.get("status", "?")))
+        lines.append(f"{visible_line(str(s.get('run_id')))}  {started}  {took:>9}  {status:<15} {visible_line(query)}")
     return lines
 
 

@@ -7,6 +7,7 @@ Layers never read the environment themselves: they are handed a `Settings`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from rlm_mcp.config_check import (
     check_endpoint_url,
     describe_validation_error,
 )
+from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
 
@@ -144,6 +146,10 @@ class Settings(BaseSettings):
     # --- Runs --------------------------------------------------------------------------------
     max_runs: int = Field(4, ge=1, description="Runs executing at once; more wait (with progress).")
     run_queue_timeout_s: float = Field(60.0, description="How long a run waits for a free slot.")
+    run_max_queued: int = Field(64, ge=0, description="Runs waiting for a slot, all owners; more are refused.")
+    run_max_queued_per_owner: int = Field(
+        16, ge=0, description="Runs one owner (token) may have waiting for a slot; more are refused."
+    )
     run_max_records: int = Field(1000, ge=1, description="Finished run records kept on disk (newest first).")
     run_max_age_days: float = Field(30.0, description="Run records untouched this long are removed (0: never).")
     log_sub_call_chars: int = Field(
@@ -170,7 +176,12 @@ class Settings(BaseSettings):
     )
     url_timeout_s: float = Field(30.0, description="Timeout of a URL fetch.")
     url_max_redirects: int = Field(5, description="Redirects a URL fetch may follow.")
-    allow_private_urls: bool = Field(False, description="Over HTTP, allow URLs on private addresses.")
+    allow_private_urls: bool = Field(
+        False, description="Over HTTP, allow URLs on private networks (never loopback or link-local unless listed)."
+    )
+    allowed_url_addresses: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated addresses or networks URL loads may always reach."
+    )
 
     # --- Server ------------------------------------------------------------------------------
     transport: Literal["stdio", "http"] = "stdio"
@@ -191,6 +202,12 @@ class Settings(BaseSettings):
         16, ge=1, description="MCP sessions one client (token) keeps open; more close its least recently used."
     )
     http_session_idle_s: float = Field(600.0, gt=0, description="An HTTP MCP session idle this long is closed.")
+    http_header_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a request's headers may take to arrive; slower connections are closed."
+    )
+    http_max_connections: int | None = Field(
+        None, ge=1, description="Open HTTP connections; default 2 x sessions per client x tokens + 32."
+    )
     log_level: str = "INFO"
 
     @field_validator("allowed_roots", mode="before")
@@ -200,7 +217,19 @@ class Settings(BaseSettings):
             return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
         return value
 
-    @field_validator("allowed_sub_models", "auth_tokens", "allowed_hosts", "allowed_origins", mode="before")
+    @field_validator("allowed_url_addresses", mode="after")
+    @classmethod
+    def _check_networks(cls, value: list[str]) -> list[str]:
+        for item in value:  # a bad one stops the start
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network such as 127.0.0.1 or 10.0.0.0/8") from None
+        return value
+
+    @field_validator(
+        "allowed_sub_models", "auth_tokens", "allowed_hosts", "allowed_origins", "allowed_url_addresses", mode="before"
+    )
     @classmethod
     def _split_models(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -238,6 +267,17 @@ class Settings(BaseSettings):
         if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
             # The value is never echoed: it may carry a password.
             raise ValueError("must be a postgresql://user:password@host:port/dbname URL")
+        return value
+
+    @field_validator("prompt_profile", mode="after")
+    @classmethod
+    def _check_prompt_file(cls, value: str) -> str:
+        path = prompt_file_path(value)
+        if path is not None:
+            try:
+                read_prompt_file(path)  # at start, not at the first run (issue 20 item 12)
+            except PromptFileError as exc:
+                raise ValueError(f"{exc}; give a regular UTF-8 text file of at most {MAX_PROMPT_BYTES} bytes") from None
         return value
 
     @field_validator("base_url", mode="after")

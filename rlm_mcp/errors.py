@@ -83,7 +83,8 @@ def chunk_too_large(index: int, size: int, max_chunk: int) -> TooLargeError:
 def uploads_over_store_cap(pending: int, adding: int, cap: int) -> TooLargeError:
     """Unfinished uploads would pass RLM_MCP_STORE_MAX_BYTES."""
     return TooLargeError(
-        f"Uploads in progress already hold {pending} bytes; {adding} more would pass "
+        # Not how much is pending: that is other owners' business too.
+        f"The uploads in progress on this server have no room for {adding} more bytes under "
         f"RLM_MCP_STORE_MAX_BYTES ({cap} bytes).",
         "Finish or abandon the uploads in progress (they expire after a day), or raise RLM_MCP_STORE_MAX_BYTES.",
     )

@@ -45,7 +45,7 @@ def test_run_reads_a_relative_path_and_prints_the_answer(tmp_path: Path) -> None
     assert proc.stdout == "cli:relative works\n"
     assert "turn 1/20" in proc.stderr  # plain progress lines: stderr is not a terminal
     assert "HTTP Request" not in proc.stderr and "\x1b[" not in proc.stderr
-    assert re.search(r"completed · 1 turns · 0 sub-calls · \d+ tokens · [\d.]+ s · run run_", proc.stderr)
+    assert re.search(r"completed · 1 turn · 0 sub-calls · [\d,]+ tokens · [\d.]+ s · run run_", proc.stderr)
 
 
 def test_runs_list_and_html(tmp_path: Path) -> None:

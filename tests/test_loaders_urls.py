@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError, TooLargeError
-from rlm_mcp.service.loaders import fetch_url, urls
+from rlm_mcp.service.loaders import fetch_url
+from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 
 pytestmark = pytest.mark.anyio
 
@@ -80,13 +81,12 @@ async def test_private_addresses(settings, http_server) -> None:
     assert _read(await fetch_url(http_server.url("/t"), settings, allow_private=True)) == b"ok"
 
 
-async def test_every_redirect_hop_is_checked(settings, http_server, monkeypatch) -> None:
-    # Pretend 127.0.0.1 is public; a redirect to 127.0.0.2 (also loopback) must still be refused.
-    real = urls._is_public
-    monkeypatch.setattr(urls, "_is_public", lambda addr: str(addr) == "127.0.0.1" or real(addr))
+async def test_every_redirect_hop_is_checked(settings, http_server) -> None:
+    # 127.0.0.1 listed as allowed; a redirect to 127.0.0.2 (also loopback) must still be refused.
+    policy = AddressPolicy(listed=tuple(parse_networks(["127.0.0.1"])))
     http_server.route("/t", b"ok", Content_Type="text/plain")
     http_server.redirect("/hop", http_server.url("/t", host="127.0.0.2"))
-    assert _read(await fetch_url(http_server.url("/t"), settings, allow_private=False)) == b"ok"
+    assert _read(await fetch_url(http_server.url("/t"), settings, allow_private=policy)) == b"ok"
     with pytest.raises(AccessDeniedError, match="127.0.0.2"):
-        await fetch_url(http_server.url("/hop"), settings, allow_private=False)
+        await fetch_url(http_server.url("/hop"), settings, allow_private=policy)
     assert not list((settings.data_dir / "tmp").iterdir())  # temp files of failed fetches are gone

@@ -77,7 +77,7 @@ async def test_unfinished_uploads_count_against_the_store_cap(tmp_path: Path) ->
     half = b"x" * (1 << 19)
     a = await _send(uploads, half, 0)
     await _send(uploads, half, 1, a.upload_id)
-    with pytest.raises(TooLargeError, match="Uploads in progress"):
+    with pytest.raises(TooLargeError, match="uploads in progress on this server have no room"):
         await _send(uploads, b"y", 2, a.upload_id)
     with pytest.raises(TooLargeError, match="RLM_MCP_STORE_MAX_BYTES"):
         await _send(uploads, b"z", 0)  # another upload is refused too: the cap is the store's

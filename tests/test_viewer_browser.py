@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -271,7 +272,8 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         assert TOKEN not in link
         browser.open(f"{base}{link}&run={run_id}", ready="document.querySelectorAll('section.turn').length === 1")
         _inert(browser)
-        assert browser.eval("location.pathname") == f"/runs/{run_id}"
+        home = str(browser.eval("location.pathname")).removesuffix(run_id)
+        assert re.fullmatch(r"/runs/s/\w+/", home)  # the cookie's path (issue 20 item 6)
         assert _texts(browser, "main > p.meta .badge") == ["running"]
         _shot(browser, "viewer-live.png")
         # the run takes another turn: the open page shows it without a reload
@@ -289,7 +291,7 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         browser.wait_for("document.querySelector('.final pre.answer') !== null")
         assert _texts(browser, ".final pre.answer") == ["forty-two"]
         # the index, with the same cookie; it lists the run and refreshes too
-        browser.open(f"{base}/runs/", ready="document.querySelectorAll('tr.row').length === 1")
+        browser.open(f"{base}{home}", ready="document.querySelectorAll('tr.row').length === 1")
         _shot(browser, "viewer-index.png")
         _inert(browser)
         # a spent link does not log anyone in again
@@ -341,9 +343,10 @@ def test_http_viewer_refuses_requests_without_the_token(tmp_path: Path) -> None:
         assert httpx.post(base + "/runs/api/login-link").status_code == 401
         path = httpx.post(base + "/runs/api/login-link", headers=bearer).json()["path"]
         login = httpx.get(base + path, follow_redirects=False)
-        assert login.status_code == 303 and login.headers["location"] == "/runs/"
+        home = login.headers["location"]  # /runs/s/<key>/: the cookie's path (issue 20 item 6)
+        assert login.status_code == 303 and home.startswith("/runs/s/")
         cookie = login.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/runs/" in cookie
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and f"Path={home}" in cookie
         session = cookie.split(";", 1)[0]
         assert httpx.get(base + "/runs/api/runs", headers={"Cookie": session}).status_code == 200
         assert httpx.post(base + "/runs/api/login-link", headers={"Cookie": session}).status_code == 401
@@ -388,9 +391,10 @@ def test_runs_view_serves_loopback_behind_a_one_time_link(tmp_path: Path) -> Non
                 anyio.run(anyio.sleep, 0.05)
         with httpx.Client(follow_redirects=True) as client:
             page = client.get(link)
-            assert page.status_code == 200 and str(page.url) == f"{base}/runs/run_viewer_1"
+            assert page.status_code == 200 and re.fullmatch(rf"{base}/runs/s/\w+/run_viewer_1", str(page.url))
             assert "rlm-data" in page.text and HOSTILE not in page.text  # only as JSON escapes
-            assert client.get(base + "/runs/api/runs").json()["data"][0]["run_id"] == "run_viewer_1"
+            home = str(page.url).removesuffix("run_viewer_1")  # the cookie is sent under this path only
+            assert client.get(home + "api/runs").json()["data"][0]["run_id"] == "run_viewer_1"
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from rlm_mcp.errors import BadArgumentError
+from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, read_prompt_file
 
 log = logging.getLogger("rlm_mcp.engine")
 
@@ -50,16 +51,12 @@ def resolve_system_prompt(profile: str) -> str:
 def _read_prompt_file(raw_path: str) -> str:
     path = Path(raw_path.strip()).expanduser()
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadArgumentError(f"Prompt file {path} does not exist.", "Give an existing file as file:PATH.") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        return read_prompt_file(path)  # no FIFO, device, /proc file, huge or non-UTF-8 file
+    except PromptFileError as exc:
         raise BadArgumentError(
-            f"Prompt file {path} cannot be read: {exc}.", "Give a readable UTF-8 text file."
+            f"RLM_MCP_PROMPT_PROFILE: {str(exc)[0].upper()}{str(exc)[1:]}.",
+            f"Give a regular UTF-8 text file of at most {MAX_PROMPT_BYTES} bytes as file:PATH.",
         ) from None
-    if not text.strip():
-        raise BadArgumentError(f"Prompt file {path} is empty.", "Put the system prompt text in it.")
-    return text
 
 
 def check_canonical(text: str) -> bool:

@@ -20,6 +20,7 @@ import anyio
 
 from rlm_mcp.cli_options import add_override_options
 from rlm_mcp.config import Settings
+from rlm_mcp.visible import visible
 
 if TYPE_CHECKING:
     from rlm_mcp.eval.results import TaskResult
@@ -118,7 +119,7 @@ def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> 
         summaries.append(summarize(opts.baseline, [r for r in baseline if r.id in ids]))
     markdown = render_markdown(summaries, wall_s=time.monotonic() - started, title=f"rlm-mcp eval: {task_file.name}")
     (output / SUMMARY_FILE).write_text(markdown, encoding="utf-8")
-    sys.stdout.write(markdown)
+    sys.stdout.write(visible(markdown))  # task ids from downloaded files: controls shown
     return _exit_status(rlm_results)
 
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlm_mcp.eval.results import TaskResult
+from rlm_mcp.visible import visible_line
 
 
 class Tally:
@@ -62,14 +63,14 @@ class PlainDisplay:
 
     def update(self, task_id: str, message: str) -> None:
         if task_id in self.tally.running:
-            self.tally.running[task_id] = message
+            self.tally.running[task_id] = visible_line(message)
 
     def finished(self, result: TaskResult) -> None:
         if result.mode == "rlm":
             self.tally.running.pop(result.id, None)
         self.tally.results.append(result)
         print(
-            f"[{result.mode}] {result.id}: {result.status}, score {result.score:.2f} | {self.tally.headline()}",
+            f"[{result.mode}] {_shown(result)}, score {result.score:.2f} | {self.tally.headline()}",
             file=self._stream,
             flush=True,
         )
@@ -92,7 +93,7 @@ class LiveDisplay(PlainDisplay):
         table.add_column("running task")
         table.add_column("progress")
         for task_id, message in list(self.tally.running.items()):
-            table.add_row(task_id, message)
+            table.add_row(Text(visible_line(task_id)), Text(message))
         return Group(Text(self.tally.headline(), style="bold"), table)
 
     def finished(self, result: TaskResult) -> None:
@@ -100,11 +101,16 @@ class LiveDisplay(PlainDisplay):
             self.tally.running.pop(result.id, None)
         self.tally.results.append(result)
         self._console.print(
-            f"[{result.mode}] {result.id}: {result.status}, score {result.score:.2f}", markup=False, highlight=False
+            f"[{result.mode}] {_shown(result)}, score {result.score:.2f}", markup=False, highlight=False
         )
 
     def close(self) -> None:
         self._live.stop()
+
+
+def _shown(result: TaskResult) -> str:
+    """'id: status', controls shown: task ids come from downloaded benchmark files."""
+    return f"{visible_line(result.id)}: {visible_line(result.status)}"
 
 
 def make_display(tally: Tally, *, live: bool | None = None) -> Display:

@@ -7,7 +7,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
+
+from rlm_mcp.eval.result_check import parse_result_line
 
 logger = logging.getLogger("rlm_mcp.eval")
 
@@ -43,8 +45,8 @@ class TaskResult(BaseModel):
 
 
 def read_results(path: Path) -> dict[str, TaskResult]:
-    """The results already written, by task id (the last line wins). A torn last line (the
-    process was killed mid-write) is ignored: that task runs again."""
+    """The results already written, by task id (the last line wins). A line that is not a valid
+    result (a torn write, a traceback, NaN; see `result_check`) is ignored: that task runs again."""
     found: dict[str, TaskResult] = {}
     if not path.exists():
         return found
@@ -52,9 +54,9 @@ def read_results(path: Path) -> dict[str, TaskResult]:
         if not line.strip():
             continue
         try:
-            result = TaskResult.model_validate(json.loads(line))
-        except (json.JSONDecodeError, ValidationError):
-            logger.warning("%s:%d is not a result line; its task will run again", path, number)
+            result = parse_result_line(line, TaskResult)  # NaN, inf, scores outside [0, 1] are refused too
+        except ValueError as why:
+            logger.warning("%s:%d is not a result line (%s); its task will run again", path, number, why)
             continue
         found[result.id] = result
     return found

@@ -22,6 +22,17 @@ def _as_list(gold: Gold) -> list[Any]:
     return gold if isinstance(gold, list) else [gold]
 
 
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _squeeze(text: str) -> str:
+    """Each whitespace run as one character (a newline when it holds one, else a space), in
+    linear time. The patterns below place `\\s*` next to other whitespace-matching parts, which
+    backtracks quadratically (or worse) over a long run: small models emit such runs, and a 1 MB
+    answer took hours (issue 20 item 18). Squeezed, every run is one character long."""
+    return _WHITESPACE.sub(lambda m: "\n" if "\n" in m.group() else " ", text)
+
+
 def _trim(text: str) -> str:
     text = text.strip()
     return text[:-1].rstrip() if text.endswith(".") else text
@@ -134,12 +145,12 @@ _PAIR = re.compile(r"\(\s*([^(),\n]+?)\s*,\s*([^(),\n]+?)\s*\)")
 
 
 def _norm_item(item: Any) -> str:
-    return str(item).strip().strip("'\"").strip()
+    return _squeeze(str(item)).strip().strip("'\"").strip()  # gold items as answers are read
 
 
 def parse_pairs(text: str) -> set[frozenset[str]]:
     """Unordered pairs written as `(a, b)` anywhere in the text (quotes around items ignored)."""
-    return {frozenset((_norm_item(a), _norm_item(b))) for a, b in _PAIR.findall(text)}
+    return {frozenset((_norm_item(a), _norm_item(b))) for a, b in _PAIR.findall(_squeeze(text))}
 
 
 def gold_pairs(gold: Gold) -> set[frozenset[str]]:
@@ -181,6 +192,7 @@ _CHOICE_PATTERNS = (
 def choice_letter(answer: str) -> str | None:
     """The letter A-D the answer commits to: the whole answer, else the last 'answer is (X)' /
     'answer: X', else the one letter written as '(X)'; None when it names none or several."""
+    answer = _squeeze(answer)
     for pattern in _CHOICE_PATTERNS:
         found = pattern.findall(answer)
         if found:

@@ -12,7 +12,9 @@ caller can check that its REPL-output layout is the reference's (see engine/prof
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -130,14 +132,36 @@ def _check(texts: ReferenceTexts) -> None:
         raise ReferenceUnavailable("The reference's several-contexts note does not have the expected shape.", None)
 
 
+# What the child needs: nothing of the server's environment (API keys, tokens, proxies).
+_CHILD_ENV = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}
+
+
+def _private_copy(wheel: Path, folder: Path) -> Path:
+    """The wheel's bytes, read once and checked against the pinned hash, in a 0700 folder."""
+    from rlm_mcp.reference.wheel import WHEEL_SHA256  # texts.py is imported by wheel's package
+
+    data = wheel.read_bytes()
+    if hashlib.sha256(data).hexdigest() != WHEEL_SHA256:
+        raise ReferenceUnavailable(f"The reference wheel {wheel} does not have the pinned SHA-256.", None)
+    copy = folder / wheel.name
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return copy
+
+
 def load_reference_texts(
     source: Path, samples: list[dict[str, Any]] | None = None, *, timeout_s: float = 60.0
 ) -> ReferenceTexts:
-    """Run the reference's builders in a child interpreter (isolated: no .env, no site paths)."""
+    """Run the reference's builders in a child interpreter (isolated: no .env, no site paths,
+    a minimal environment: no API key or tokens). A wheel is read once, checked, and the child
+    reads that private copy, so a file swapped after the check is never run."""
     with tempfile.TemporaryDirectory(prefix="rlm-mcp-reference-") as cwd:
+        readable = _private_copy(source, Path(cwd)) if source.is_file() else source
         try:
             proc = subprocess.run(
-                [sys.executable, "-I", "-c", _CHILD, str(source)],
+                [sys.executable, "-I", "-c", _CHILD, str(readable)],
+                env=_CHILD_ENV,
                 input=json.dumps(samples or []),
                 capture_output=True,
                 text=True,

@@ -183,7 +183,8 @@ class KernelSandbox:
             f"{lost.reason} The sandbox was replaced by a fresh one: all variables were lost; contexts reloaded "
             "(context, context_0, ...). Continue from there."
         )
-        return CellResult(error=f"SandboxRestarted: {lost.reason}", restarted=True, notice=notice)
+        # The reason is said once, in the notice (the model used to read it twice).
+        return CellResult(error="SandboxRestarted", restarted=True, notice=notice)
 
     async def _replace_stopped(self) -> str:
         """A fresh sandbox for one that ended between cells (e.g. its Docker connection dropped)."""
@@ -255,8 +256,9 @@ class KernelSandbox:
         if frame is None:
             if state.killed:
                 raise ContainerLost(
-                    f"The cell ran past {self._limit_text(state.wall)} and did not stop when interrupted (code "
-                    "that never returns to Python, such as a huge C-level loop), so its sandbox was killed."
+                    f"The cell ran past {self._limit_text(state.wall)} and did not stop when interrupted (its "
+                    "process was stopped or blocked in the system, or ran code that does not return to Python, "
+                    "such as a long call into C), so its sandbox was killed."
                 )
             raise ContainerLost("The sandbox stopped answering.")
         return self._to_result(frame, state.interrupted, state.wall)

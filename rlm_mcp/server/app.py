@@ -22,6 +22,7 @@ from rlm_mcp.errors import RlmMcpError, UnknownIdError
 from rlm_mcp.events import to_json
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
+from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
 from rlm_mcp.server.run_tools import run_tool
 from rlm_mcp.server.schemas import (
@@ -74,6 +75,9 @@ async def _call(work: Awaitable[T]) -> T:
     except ToolError:
         raise
     except Exception as exc:
+        if (phrased := exhausted(exc)) is not None:  # a full disk, a quota, no descriptors left
+            logger.warning("%s", phrased)
+            raise ToolError(str(phrased)) from exc
         # Last line of defence: a bug must still answer as a tool error (the caller learns
         # what happened, the server keeps serving), and leave its traceback in the log.
         logger.exception("internal error in a tool call")

@@ -15,14 +15,17 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
-from rlm_mcp.access import HostPolicy, is_loopback_host, load_tokens
+from rlm_mcp.access import HostPolicy, is_loopback_host
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
+from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.guard import RequestGuard
 from rlm_mcp.server.sessions import SessionLimiter
+from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.viewer.auth import ViewerAuth
+from rlm_mcp.viewer.path_key import deployment_key, path_key_from
 from rlm_mcp.viewer.routes import build_viewer, mount_viewer
 
 logger = logging.getLogger("rlm_mcp.server")
@@ -31,13 +34,8 @@ logger = logging.getLogger("rlm_mcp.server")
 def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None = None) -> ASGIApp:
     """The MCP app behind `SessionLimiter` (per-owner sessions) and `RequestGuard` (Host, Origin,
     token, owner) — the guard wraps every route the app serves."""
-    try:
-        tokens = load_tokens(settings)
-    except OSError as exc:
-        raise AccessDeniedError(
-            f"The tokens file {settings.auth_tokens_file} cannot be read ({exc.strerror}).",
-            "Fix RLM_MCP_AUTH_TOKENS_FILE, or unset it.",
-        ) from None
+    tokens = checked_tokens(settings)
+    settings = roots_for_owners(settings, tokens)
     if not is_loopback_host(settings.host) and not tokens:
         raise AccessDeniedError(
             f"Refusing to serve HTTP on {settings.host} without a token: anyone who can reach it could run code.",
@@ -56,10 +54,12 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     policy = HostPolicy(settings.host, settings.port, settings.allowed_hosts, settings.allowed_origins)
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
-    auth = ViewerAuth(tokens=tokens, policy=policy)
+    auth = ViewerAuth(tokens=tokens, policy=policy, path_key=deployment_key(settings.data_dir))
 
     async def share_viewer_key() -> None:  # team mode: a login link or cookie works on every replica
         auth.key = await stores.lifecycle.shared_key("viewer")
+        if auth.key is not None:  # and the cookie's path is the same on every replica
+            auth.path_key = path_key_from(auth.key)
 
     stores.after_open.append(share_viewer_key)
     viewer = build_viewer(stores.runs, auth)
@@ -70,8 +70,7 @@ async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socke
     """Serve until stopped; `sock` is a listener bound beforehand (`server.listen.bind_listener`),
     so that a port in use is reported before anything starts."""
     app = app or build_http_app(settings)
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), lifespan="on"
-    )
+    owners = len(checked_tokens(settings))
+    config = uvicorn_config(settings, app, owners=owners, log_level=settings.log_level.lower(), lifespan="on")
     logger.info("rlm-mcp serving streamable HTTP on http://%s:%d/mcp", settings.host, settings.port)
     await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)

@@ -7,6 +7,7 @@ from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.service.loaders import Loaded, fetch_url, load_glob, load_path
+from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 from rlm_mcp.store import ContextInfo
 from rlm_mcp.store.ports import ContextStorePort
 
@@ -17,7 +18,11 @@ class ContextLoader:
         self._store = store
         # In stdio mode the caller already runs on this machine, so loopback URLs reveal
         # nothing new; over HTTP they could reach services the caller cannot.
-        self._allow_private = allow_loopback_urls or settings.allow_private_urls
+        self._allow_private = AddressPolicy(
+            allow_all=allow_loopback_urls,
+            private=settings.allow_private_urls,
+            listed=tuple(parse_networks(settings.allowed_url_addresses)),
+        )
 
     async def load(
         self,

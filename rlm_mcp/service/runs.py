@@ -24,6 +24,7 @@ from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.service.progress import HEARTBEAT_S
+from rlm_mcp.service.run_queue import queue_refusal
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo
 from rlm_mcp.store.ports import ContextStorePort, RunLogPort, RunStorePort
@@ -127,6 +128,14 @@ class RunManager:
     async def start(self, request: RunRequest, engine: RLMEngine) -> ActiveRun:
         if self._tg is None:
             raise RuntimeError("RunManager used outside its context")
+        # Bounded before anything is opened (issue 20 item 11); runs that will take a free slot
+        # at once do not count as waiting.
+        waiting = [r for r in self._runs.values() if r.result is None and r.progress.status == "queued"]
+        free = self._slots.value
+        mine = sum(1 for r in waiting if r.request.owner == request.owner)
+        busy = queue_refusal(self._settings, queued=max(0, len(waiting) - free), queued_by_owner=max(0, mine - free))
+        if busy is not None:
+            raise busy
         run_id = f"run_{uuid.uuid4().hex[:20]}"
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED

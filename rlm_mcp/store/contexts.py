@@ -53,6 +53,8 @@ from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
+from rlm_mcp.store.blob_check import check_blob
+from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -93,6 +95,8 @@ _OWNED = (
 
 
 def _select(conn: sqlite3.Connection, context_id: str, owner: OwnerScope) -> sqlite3.Row | None:
+    if not context_id.isascii():  # a lone surrogate cannot even be sent to SQLite: no such id
+        return None
     if owner is EVERY_OWNER:
         cursor = conn.execute("SELECT * FROM contexts WHERE context_id = ?", (context_id,))
     else:
@@ -132,10 +136,9 @@ class ContextStore:
         return self._blobs / sha256[:2] / sha256
 
     def _prepare(self) -> None:
-        if not self._root.exists():
-            # 0700: contexts are often private documents; blobs themselves are 0644 so a
-            # sandbox running under another uid can read a bind-mounted blob.
-            self._root.mkdir(parents=True, mode=0o700, exist_ok=True)
+        # 0700, also when made beforehand: contexts are often private documents (blobs are 0600;
+        # a sandbox receives them over its stream, never by a mount).
+        private_dir(self._root)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
 
     # --- writing -------------------------------------------------------------------------
@@ -231,7 +234,7 @@ class ContextStore:
                 if blob.exists() and blob.stat().st_size == ing.bytes:
                     ing.tmp_path.unlink(missing_ok=True)  # same content already stored
                 else:
-                    os.chmod(ing.tmp_path, 0o644)
+                    os.chmod(ing.tmp_path, PRIVATE_FILE)
                     os.replace(ing.tmp_path, blob)
                 exists = conn.execute("SELECT 1 FROM contexts WHERE context_id = ?", (cid,)).fetchone()
                 if exists:
@@ -367,7 +370,7 @@ class ContextStore:
             infos = []
             for cid in context_ids:
                 row = _select(conn, cid, owner)
-                if row is None or not self.blob_path(row["sha256"]).exists():
+                if row is None or not check_blob(self.blob_path(row["sha256"]), row["bytes"], cid):
                     raise _unknown(cid)  # the transaction rolls back: no pin is left behind
                 conn.execute("UPDATE contexts SET last_used_at = ? WHERE context_id = ?", (now, cid))
                 conn.execute(

@@ -27,6 +27,8 @@ from rlm_mcp.errors import BadArgumentError, UnknownIdError
 from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import OwnerScope, owner_of_record, sees
 from rlm_mcp.store._db import in_thread
+from rlm_mcp.store.owner_caps import beyond_newest_per_owner
+from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -165,13 +167,15 @@ class RunStore:
         created_at = time.time()
 
         def work() -> IO[bytes]:
+            private_dir(self._dir.parent)  # the data dir: 0700 (run logs say what users asked)
             self._dir.mkdir(parents=True, exist_ok=True)
             try:
                 run_dir.mkdir()
             except FileExistsError:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.") from None
             _write_json_atomic(run_dir / "summary.json", {"run_id": run_id, "created_at": created_at, **summary})
-            return open(run_dir / "events.jsonl", "ab")
+            fd = os.open(run_dir / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE)
+            return os.fdopen(fd, "ab")
 
         fh = await in_thread(work)
         return RunLog(run_dir, fh, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
@@ -243,8 +247,9 @@ class RunStore:
         return await in_thread(work)
 
     async def prune(self, *, max_records: int, max_age_days: float) -> list[str]:
-        """Remove the records of finished runs beyond the newest `max_records`, and every
-        record untouched for `max_age_days` (0 turns the age cap off). Returns the run ids removed."""
+        """Remove the records of finished runs beyond each owner's newest `max_records` (one
+        owner's many runs never remove another's), and every record untouched for
+        `max_age_days` (0 turns the age cap off). Returns the run ids removed."""
 
         def work() -> list[str]:
             try:
@@ -254,21 +259,21 @@ class RunStore:
             except FileNotFoundError:
                 return []
             now = time.time()
-            finished: list[tuple[float, str]] = []
+            finished: list[tuple[str, float, str]] = []
             doomed: list[str] = []
             for entry in entries:
                 summary = Path(entry.path, "summary.json")
                 try:
                     touched = summary.stat().st_mtime
-                    done = "result" in json.loads(summary.read_text(encoding="utf-8"))
+                    data = json.loads(summary.read_text(encoding="utf-8"))
+                    done = isinstance(data, dict) and "result" in data
                 except (OSError, json.JSONDecodeError):
                     continue
                 if max_age_days > 0 and now - touched > max_age_days * 86400:
                     doomed.append(entry.name)  # finished long ago, or its server died mid-run
                 elif done:
-                    finished.append((touched, entry.name))
-            finished.sort(reverse=True)
-            doomed += [name for _, name in finished[max(0, max_records) :]]
+                    finished.append((owner_of_record(data), touched, entry.name))
+            doomed += beyond_newest_per_owner(finished, max_records)
             for name in doomed:
                 shutil.rmtree(self._dir / name, ignore_errors=True)
             if doomed:

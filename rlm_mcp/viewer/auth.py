@@ -5,8 +5,12 @@ long-lived token must never sit in a URL (history, logs, referrers), so a holder
 asks for a one-time login code (`POST /runs/api/login-link`, bearer header); opening
 `/runs/login?code=...` spends the code (it works once, for a minute) and sets a random session
 cookie: HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it),
-Path=/runs/ (never sent to /mcp). Host and Origin are checked on every request, so a page on
-another site cannot reach a loopback server by DNS rebinding.
+Path=/runs/s/<key>/ with a random key (never sent to /mcp, nor to another listener on the same
+host: cookies are not port-bound, see `path_key`), for an hour. A code is redeemed only in a
+navigation the user made (Sec-Fetch-Site absent, `none` or `same-origin`): a page elsewhere,
+another local port included, cannot log a browser in as its own token (login CSRF). Host and
+Origin are checked on every request, so a page on another site cannot reach a loopback server
+by DNS rebinding.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from dataclasses import dataclass, field
 from rlm_mcp.access import BearerTokens, HostPolicy
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.viewer import signed
+from rlm_mcp.viewer.path_key import random_key
 
 COOKIE = "rlm_mcp_view"
 CODE_TTL_S = 60.0
-SESSION_TTL_S = 12 * 3600.0
-MAX_SESSIONS = 256
+SESSION_TTL_S = 3600.0
+MAX_SESSIONS = 4096  # all owners: a bound on memory
+MAX_SESSIONS_PER_OWNER = 16  # one owner's logins evict only that owner's oldest sessions
 ALL_OWNERS = "*"  # the local viewer (`rlm-mcp runs view`): the data dir's own user sees every run
 
 
@@ -41,6 +47,7 @@ class ViewerAuth:
     # so a link opened or a cookie sent to another replica behind the load balancer is valid.
     key: bytes | None = None
     _spent: dict[str, float] = field(default_factory=dict)
+    path_key: str = field(default_factory=random_key)  # the cookie path's random part
     _codes: dict[str, tuple[float, str]] = field(default_factory=dict)
     _sessions: dict[str, tuple[float, str]] = field(default_factory=dict)
     _bearer: BearerTokens = field(init=False)
@@ -88,7 +95,11 @@ class ViewerAuth:
         if found is None or found[0] <= now:
             return None
         self._sessions = {s: v for s, v in self._sessions.items() if v[0] > now}
-        if len(self._sessions) >= MAX_SESSIONS:  # drop the oldest: bounded memory
+        owner = found[1]
+        theirs = [s for s, v in self._sessions.items() if v[1] == owner]
+        if len(theirs) >= MAX_SESSIONS_PER_OWNER:  # the owner's own oldest goes, nobody else's
+            self._sessions.pop(min(theirs, key=lambda s: self._sessions[s][0]))
+        elif len(self._sessions) >= MAX_SESSIONS:  # bounded memory (owners x per-owner cap past it)
             self._sessions.pop(min(self._sessions, key=lambda s: self._sessions[s][0]))
         session = secrets.token_urlsafe(32)
         self._sessions[session] = (now + SESSION_TTL_S, found[1])

@@ -10,9 +10,12 @@
 
 from __future__ import annotations
 
+import html
+import os
 import secrets
 import socket
 import sys
+import tempfile
 import webbrowser
 from pathlib import Path
 
@@ -37,7 +40,24 @@ def _say(line: str) -> None:
 
 def _open(target: str, open_browser: bool) -> None:
     if open_browser:
-        webbrowser.open(target)
+        webbrowser.open(_private_page(target) if "code=" in target else target)
+
+
+def _private_page(link: str) -> str:
+    """A file only this user can read that sends the browser to `link` (issue 20 item 9): a
+    browser's command line is readable by every local user (/proc/PID/cmdline), and a one-time
+    login code there could be spent by one of them first."""
+    folder = Path(tempfile.mkdtemp(prefix="rlm-mcp-view-"))  # 0700
+    page = folder / "login.html"
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    quoted = html.escape(link, quote=True)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(
+            f"<!doctype html><meta charset='utf-8'><meta name='referrer' content='no-referrer'>"
+            f"<meta http-equiv='refresh' content='0; url={quoted}'><title>rlm-mcp</title>"
+            f"<p><a href='{quoted}'>Open the run viewer</a></p>"
+        )
+    return page.as_uri()
 
 
 def _with_run(path: str, run_id: str | None) -> str:

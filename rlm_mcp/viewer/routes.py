@@ -54,7 +54,7 @@ def _refusal(request: Request, status: int, message: str) -> Response:
     return HTMLResponse(page, status_code=status, headers=_HEADERS)
 
 
-def build_viewer(records: RunStorePort, auth: ViewerAuth) -> Starlette:
+def build_viewer(records: RunStorePort, auth: ViewerAuth) -> ASGIApp:
     """The Starlette app of every path under /runs/."""
 
     def owner_of(request: Request) -> str:
@@ -154,18 +154,19 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth) -> Starlette:
     async def login(request: Request) -> Response:
         if not auth.host_ok(request.headers.get("host"), request.headers.get("origin")):
             return _refusal(request, 403, "This Host or Origin is not allowed.")
+        if request.headers.get("sec-fetch-site", "none") not in ("none", "same-origin"):
+            # Opened from another page (another site, or another port of this host): login CSRF.
+            return _refusal(request, 403, "Login links work only when opened directly: paste it into the address bar.")
         session = auth.redeem(request.query_params.get("code", ""))
         if session is None:
             return _refusal(request, 401, "This login link was already used or has expired: ask for a new one.")
         target = request.query_params.get("run", "")
-        where = f"{PREFIX}/{target}" if _RUN_ID.match(target) else f"{PREFIX}/"
-        response = RedirectResponse(where, status_code=303, headers=_HEADERS)
-        response.set_cookie(
-            COOKIE, session, max_age=int(SESSION_TTL_S), path=f"{PREFIX}/", httponly=True, samesite="strict"
-        )
+        home = f"{PREFIX}/s/{auth.path_key}/"
+        response = RedirectResponse(home + target if _RUN_ID.match(target) else home, status_code=303, headers=_HEADERS)
+        response.set_cookie(COOKIE, session, max_age=int(SESSION_TTL_S), path=home, httponly=True, samesite="strict")
         return response
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route(f"{PREFIX}/", index),
             Route(f"{PREFIX}/login", login),
@@ -175,6 +176,17 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth) -> Starlette:
             Route(f"{PREFIX}/{{run_id}}", run_page),
         ]
     )
+
+    async def under_key(scope: Scope, receive: Receive, send: Send) -> None:
+        # /runs/s/<key>/... is /runs/...: the pages' links are relative, so they stay under it.
+        # (The key is read per request: in team mode it is set once the shared store is open.)
+        keyed = f"{PREFIX}/s/{auth.path_key}/"
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path.startswith(keyed):
+            scope = {**scope, "path": PREFIX + "/" + path[len(keyed) :], "raw_path": None}
+        await app(scope, receive, send)
+
+    return under_key
 
 
 def mount_viewer(app: ASGIApp, viewer: ASGIApp) -> ASGIApp:

@@ -52,6 +52,12 @@ def _roots_text(roots: list[Path]) -> str:
 
 
 def denied_outside(path: str | Path, roots: list[Path]) -> AccessDeniedError:
+    if not roots:
+        return AccessDeniedError(
+            f"'{path}' cannot be loaded: no folder is open to path and glob loads (RLM_MCP_ALLOWED_ROOTS is "
+            "empty; a server with several tokens opens none unless it is set, since every token could read it).",
+            "Send the text or upload it instead, or have the operator set RLM_MCP_ALLOWED_ROOTS.",
+        )
     return AccessDeniedError(
         f"'{path}' is outside the allowed roots ({_roots_text(roots)}).",
         f"Load something under one of those roots, or add its folder to RLM_MCP_ALLOWED_ROOTS "

@@ -2,8 +2,8 @@
 
 * http/https only; redirects are followed by hand (at most `url_max_redirects`) so that every
   hop's host is checked, not only the first.
-* Each host is resolved here and, unless `allow_private`, refused when any of its addresses
-  is loopback, private, link-local, multicast, reserved or unspecified. The request then goes
+* Each host is resolved here and refused when any of its addresses is not allowed (`addresses`:
+  public only by default; see there). The request then goes
   to the address that was checked (Host header and TLS SNI keep the name), so a DNS answer
   that changes between check and connect (DNS rebinding) cannot redirect it.
 * Environment proxies are ignored (trust_env=False): a proxy would make the address check
@@ -31,6 +31,7 @@ import httpx
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError, context_too_large
+from rlm_mcp.service.loaders.addresses import AddressPolicy
 from rlm_mcp.service.loaders.common import Loaded, temp_file
 
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
@@ -85,14 +86,7 @@ def _parse(url: str) -> httpx.URL:
     return parsed
 
 
-def _is_public(addr: _ADDR) -> bool:
-    # is_global alone lets multicast through; list every class explicitly.
-    return addr.is_global and not (
-        addr.is_multicast or addr.is_reserved or addr.is_loopback or addr.is_link_local or addr.is_unspecified
-    )
-
-
-async def _checked_address(url: httpx.URL, allow_private: bool) -> str:
+async def _checked_address(url: httpx.URL, allow_private: bool | AddressPolicy) -> str:
     host = url.host
     try:
         addrs: list[_ADDR] = [ipaddress.ip_address(host)]
@@ -110,14 +104,15 @@ async def _checked_address(url: httpx.URL, allow_private: bool) -> str:
                 addrs.append(addr)
         if not addrs:
             raise _fetch_error(str(url), f"the host '{host}' has no address") from None
-    if not allow_private:
-        refused = [a for a in addrs if not _is_public(a)]
-        if refused:
-            raise AccessDeniedError(
-                f"'{host}' resolves to a private or local address ({refused[0]}), and such URLs are refused here.",
-                "Load public URLs only, or (if this server should reach local services) set "
-                "RLM_MCP_ALLOW_PRIVATE_URLS=true.",
-            )
+    policy = allow_private if isinstance(allow_private, AddressPolicy) else AddressPolicy(allow_all=allow_private)
+    refused = [a for a in addrs if not policy.allows(a)]
+    if refused:
+        raise AccessDeniedError(
+            f"'{host}' resolves to a private or local address ({refused[0]}), and such URLs are refused here.",
+            "Load public URLs only, or (if this server should reach that service) have the operator list its "
+            "address in RLM_MCP_ALLOWED_URL_ADDRESSES (RLM_MCP_ALLOW_PRIVATE_URLS=true opens private networks, "
+            "never loopback or link-local addresses).",
+        )
     return str(addrs[0])
 
 
@@ -146,7 +141,8 @@ def _media_type(response: httpx.Response, url: str) -> tuple[str, str | None]:
     return mime, response.charset_encoding
 
 
-async def fetch_url(url: str, settings: Settings, *, allow_private: bool) -> Loaded:
+async def fetch_url(url: str, settings: Settings, *, allow_private: bool | AddressPolicy) -> Loaded:
+    """`allow_private`: True reaches any address (stdio), False public ones only, or a policy."""
     current = _parse(url)
     max_redirects = settings.url_max_redirects
     fd, tmp = await anyio.to_thread.run_sync(lambda: temp_file(settings))

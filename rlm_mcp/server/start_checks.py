@@ -1,0 +1,52 @@
+"""What the HTTP server checks before it listens (issue 20 items 1 and 2).
+
+- A token source that is configured but yields no token (a tokens file holding only blank or
+  comment lines: a rotation in progress, a truncated write; a blank RLM_MCP_AUTH_TOKEN) stops the
+  start with one line naming the setting: it would otherwise serve with no authentication.
+- With several tokens (several owners), path and glob loads read files under roots that every
+  token shares. The default root (the server user's home) was never chosen for that, so with
+  several tokens no root is open unless RLM_MCP_ALLOWED_ROOTS is set on purpose.
+"""
+
+from __future__ import annotations
+
+from rlm_mcp.access import load_tokens
+from rlm_mcp.config import Settings
+from rlm_mcp.errors import AccessDeniedError
+
+__all__ = ["checked_tokens", "roots_for_owners"]
+
+
+def checked_tokens(settings: Settings) -> list[str]:
+    """Every accepted token; an unreadable or empty configured source raises, naming it."""
+    if settings.auth_token is not None and not settings.auth_token.strip():
+        raise AccessDeniedError(
+            "RLM_MCP_AUTH_TOKEN is set but blank, so it names no token.",
+            "Set it to a token, or unset it.",
+        )
+    try:
+        tokens = load_tokens(settings)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise AccessDeniedError(
+            f"The tokens file {settings.auth_tokens_file} cannot be read ({reason}).",
+            "Fix RLM_MCP_AUTH_TOKENS_FILE, or unset it.",
+        ) from None
+    if settings.auth_tokens_file is not None and not (set(tokens) - _other_tokens(settings)):
+        raise AccessDeniedError(
+            f"The tokens file {settings.auth_tokens_file} holds no token (only blank or '#' lines).",
+            "Put one token per line in it (RLM_MCP_AUTH_TOKENS_FILE), or unset RLM_MCP_AUTH_TOKENS_FILE.",
+        )
+    return tokens
+
+
+def _other_tokens(settings: Settings) -> set[str]:
+    return {t for t in [settings.auth_token, *settings.auth_tokens] if t}
+
+
+def roots_for_owners(settings: Settings, tokens: list[str]) -> Settings:
+    """The settings the server runs with: with several tokens and roots not set on purpose, no
+    root is open to path/glob loads (the refusal names RLM_MCP_ALLOWED_ROOTS)."""
+    if len(tokens) > 1 and "allowed_roots" not in settings.model_fields_set:
+        return settings.model_copy(update={"allowed_roots": []})
+    return settings

@@ -1,0 +1,60 @@
+"""Issue 20 item 8 (part): caps shared by all owners neither hide nor evict one owner's things
+because of another's, and a refusal speaks only of the caller's own usage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from rlm_mcp.errors import uploads_over_store_cap
+from rlm_mcp.server.guard import HostPolicy
+from rlm_mcp.store import RunStore
+from rlm_mcp.testing.settings import make_settings
+from rlm_mcp.viewer import auth as viewer_auth
+from rlm_mcp.viewer.auth import ViewerAuth
+
+
+def test_the_run_list_is_filtered_by_owner_before_its_cap(tmp_path: Path) -> None:
+    store = RunStore(make_settings(tmp_path))
+
+    async def record() -> None:
+        for i, owner in enumerate(["alice"] + ["mallory"] * 5):
+            log = await store.create(f"run_{i:012d}", {"query": "q", "status": "completed", "owner": owner})
+            await log.aclose()
+
+    anyio.run(record)
+    assert [s["owner"] for s in anyio.run(lambda: store.list(3, owner="alice"))] == ["alice"]
+    assert len(anyio.run(lambda: store.list(3))) == 3  # the operator's view: every owner
+
+
+def test_one_owners_logins_never_evict_anothers_session(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(viewer_auth, "MAX_SESSIONS_PER_OWNER", 4)
+    auth = ViewerAuth(tokens=["alice-token", "mallory-token"], policy=HostPolicy("127.0.0.1", 1, [], []))
+    alice = auth.redeem(auth.issue_code("alice"))
+    for _ in range(50):
+        auth.redeem(auth.issue_code("mallory"))
+    assert auth.session_owner(alice) == "alice"
+    assert sum(1 for _, owner in auth._sessions.values() if owner == "mallory") == 4
+
+
+def test_a_full_upload_area_does_not_tell_how_much_others_hold() -> None:
+    message = str(uploads_over_store_cap(123_456_789, 1000, 200_000_000))
+    assert "123456789" not in message and "123,456,789" not in message
+    assert "RLM_MCP_STORE_MAX_BYTES" in message
+
+
+def test_run_records_are_pruned_per_owner(tmp_path: Path) -> None:
+    store = RunStore(make_settings(tmp_path))
+
+    async def record() -> list[str]:
+        for i, owner in enumerate(["alice"] + ["mallory"] * 5):
+            log = await store.create(f"run_{i:012d}", {"query": "q", "status": "running", "owner": owner})
+            await log.write_summary({"status": "completed", "owner": owner, "result": {"status": "completed"}})
+            await log.aclose()
+        return await store.prune(max_records=2, max_age_days=0)
+
+    removed = anyio.run(record)
+    assert sorted(removed) == [f"run_{i:012d}" for i in (1, 2, 3)]  # mallory's oldest three
+    kept = {s["run_id"]: s.get("owner") for s in anyio.run(lambda: store.list(10))}
+    assert kept == {"run_000000000000": "alice", "run_000000000004": "mallory", "run_000000000005": "mallory"}

@@ -1,0 +1,66 @@
+"""Issue 20, the store: a context whose bytes changed on disk is refused, not sent as is (item
+14); the data dir, its blobs and run logs are private to the server's user (item 15)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.store import ContextStore, RunStore
+from rlm_mcp.testing.settings import make_settings
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("change", ["truncate", "grow", "remove"])
+async def test_a_context_changed_on_disk_is_refused(tmp_path: Path, change: str) -> None:
+    store = ContextStore(make_settings(tmp_path))
+    info = await store.put_bytes(b"x" * 300_000, name="big", format="text", source={})
+    blob = store.blob_path(info.sha256)
+    if change == "truncate":
+        blob.write_bytes(b"x" * 1000)
+    elif change == "grow":
+        blob.write_bytes(b"x" * 400_000)
+    else:
+        blob.unlink()
+    with pytest.raises(RlmMcpError) as err:
+        async with store.in_use([info.context_id]):
+            pass
+    if change == "remove":
+        assert "Unknown context id" in str(err.value)
+    else:
+        assert "changed on disk" in str(err.value) and "300000" in str(err.value)
+        assert "load it again" in str(err.value)
+    # The refusal leaves no pin behind: the context can be deleted.
+    assert await store.delete(info.context_id)
+
+
+async def test_an_intact_context_is_pinned(tmp_path: Path) -> None:
+    store = ContextStore(make_settings(tmp_path))
+    info = await store.put_bytes(b"intact", name="ok", format="text", source={})
+    async with store.in_use([info.context_id]) as infos:
+        assert [i.bytes for i in infos] == [6]
+    await anyio.lowlevel.checkpoint()
+
+
+def test_a_data_dir_made_beforehand_is_made_private(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    data = Path(settings.data_dir)
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)  # as `mkdir` under the usual umask made it
+    store = ContextStore(settings)
+
+    async def write() -> str:
+        info = await store.put_bytes(b"private notes", name="notes", format="text", source={})
+        log = await RunStore(settings).create("run_0123456789ab", {"query": "q", "status": "running"})
+        await log.aclose()
+        return info.sha256
+
+    sha256 = anyio.run(write)
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert store.blob_path(sha256).stat().st_mode & 0o777 == 0o600
+    for name in ("events.jsonl", "summary.json"):
+        assert (data / "runs" / "run_0123456789ab" / name).stat().st_mode & 0o077 == 0, name
