@@ -49,23 +49,38 @@ async def _docker(settings: Settings) -> list[Check]:
         await anyio.to_thread.run_sync(client.close)
 
 
-async def _sandbox(settings: Settings) -> Check:
+async def _sandbox(settings: Settings) -> list[Check]:
     async def bridge(request: LMRequest) -> list[str]:
         return [f"echo:{p}" for p in request.prompts]
 
     start = time.monotonic()
+    checks: list[Check] = []
     try:
         async with SandboxManager(settings.model_copy(update={"pool_size": 0})) as manager:
-            await manager.ensure_ready()
+            try:
+                await manager.ensure_ready()
+            finally:
+                if manager.engine is not None:
+                    checks.append(Check("engine", True, manager.engine.describe()))
             async with manager.open([]) as sandbox:
                 cell = await sandbox.execute("print(1 + 1, llm_query('x'))", bridge)
+            fallback = manager.cpu_fallback
     except RlmMcpError as exc:
-        return Check("sandbox round trip", False, exc.cause, exc.fix or "")
+        if not checks:
+            checks.append(Check("engine", False, exc.cause, exc.fix or ""))
+        return [*checks, Check("sandbox round trip", False, exc.cause, exc.fix or "")]
     ok = cell.stdout.strip() == "2 echo:x" and cell.error is None
     detail = (
         f"one cell in {time.monotonic() - start:.2f} s" if ok else f"unexpected output {cell.stdout!r} {cell.error!r}"
     )
-    return Check("sandbox round trip", ok, detail, "" if ok else "Run the tests: pytest tests/test_sandbox_*.py")
+    checks.append(
+        Check("sandbox round trip", ok, detail, "" if ok else "Run the tests: pytest tests/test_sandbox_*.py")
+    )
+    if fallback is None:
+        checks.append(Check("cpu sharing", True, "quotas follow the sandboxes in use (updated in place)"))
+    else:
+        checks.append(Check("cpu sharing", True, fallback[0], fallback[1], warn=True))
+    return checks
 
 
 async def _lm(settings: Settings) -> list[Check]:
@@ -144,7 +159,7 @@ async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> i
         result = await step()
         checks.extend(result if isinstance(result, list) else [result])
     if all(c.ok for c in checks if c.name in ("docker", "image")):
-        checks.append(await _sandbox(settings))
+        checks.extend(await _sandbox(settings))
     else:
         checks.append(Check("sandbox round trip", False, "skipped: Docker or the image is not ready", ""))
     width = max(len(c.name) for c in checks)

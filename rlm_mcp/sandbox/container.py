@@ -30,6 +30,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.sandbox.bootstrap import kernel_payload
 from rlm_mcp.sandbox.docker_api import docker_errors, require_image_sync, short
+from rlm_mcp.sandbox.engine import EngineInfo
 from rlm_mcp.sandbox.faults import EXIT_INPUT_CLOSED, DockerConnectionLost, boot_failure, is_lost, lost_raised
 from rlm_mcp.sandbox.frames import (
     FrameDecoder,
@@ -118,8 +119,9 @@ class _Inbox:
 class KernelContainer:
     """A started container running the kernel. Create with `await KernelContainer.start(...)`."""
 
-    def __init__(self, client: Any, settings: Settings, owner_id: str) -> None:
+    def __init__(self, client: Any, settings: Settings, owner_id: str, engine: EngineInfo | None = None) -> None:
         self.client = client
+        self.engine = engine
         self.settings = settings
         self.owner_id = owner_id
         self.name = f"rlm-mcp-{owner_id[:8]}-{uuid.uuid4().hex[:10]}"
@@ -145,9 +147,11 @@ class KernelContainer:
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
-    async def start(cls, client: Any, settings: Settings, owner_id: str) -> KernelContainer:
+    async def start(
+        cls, client: Any, settings: Settings, owner_id: str, engine: EngineInfo | None = None
+    ) -> KernelContainer:
         """Create, attach, start, boot the kernel and wait for `ready`. Kills it on failure."""
-        self = cls(client, settings, owner_id)
+        self = cls(client, settings, owner_id, engine)
         self._loop = asyncio.get_running_loop()
         ok = False
         try:
@@ -199,7 +203,7 @@ class KernelContainer:
             require_image_sync(self.client, self.settings.sandbox_image)
             self._create_sent = True
             created = self.client.api.create_container(
-                **create_kwargs(self.client, self.settings, self.owner_id, self.name)
+                **create_kwargs(self.client, self.settings, self.owner_id, self.name, self.engine)
             )
             self.id = created["Id"]
             # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.

@@ -6,6 +6,11 @@ host's CPU count). Quotas are updated in place (`docker update`), so a lone run 
 quota and eight busy ones share the cores instead of slowing each other's cells 3x. Warm pool
 containers run no user code and are not counted. Chosen over a cgroup parent, which needs a
 pre-made cgroup (root, systemd slices) and does not exist on Docker Desktop or remote engines.
+
+Where the engine cannot update a quota in place (Debian's 2022 gVisor `runsc`, Podman's
+compatible API: see engine.py), the first failed update, or `probe` on the first sandbox,
+switches the shares off for good: every sandbox keeps the fixed quota it was created with,
+`fixed` says why, and `rlm-mcp doctor` and the log say so. Never silently.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import anyio
 
 from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.sandbox.engine import update_failure, update_unsupported
 from rlm_mcp.sandbox.hardening import CPU_PERIOD_US, cpu_quota
 
 log = logging.getLogger("rlm_mcp.sandbox")
@@ -49,6 +55,52 @@ class CpuShares:
         self._in_use: dict[KernelContainer, int] = {}  # container -> quota it has now
         self._changed = anyio.Event()
         self._background = False  # a `run` task is applying the quotas
+        self.fixed: str | None = None  # why quotas cannot be updated here (then each keeps its own)
+        self.probed = False
+
+    def fallback(self, max_sandboxes: int, podman: bool = False) -> tuple[str, str] | None:
+        """(what happens, the fix) while quotas cannot be updated here; None while sharing works."""
+        if self.fixed is None:
+            return None
+        what = (
+            f"CPU sharing is off: {self.fixed}. Each sandbox keeps a fixed quota of {self.per_sandbox:g} CPUs, "
+            f"so {max_sandboxes} sandboxes may use up to {self.per_sandbox * max_sandboxes:g} CPUs together"
+        )
+        fix = (
+            "Use Docker, whose API updates quotas in place (Podman's compatible API cannot)"
+            if podman
+            else "Use a runtime that updates quotas in place (runc, or a current gVisor release)"
+        )
+        if self.total is not None:
+            what += f" (the host has {self.total:g})"
+            fix += f", or cap the total with RLM_MCP_SANDBOX_CPUS={max(self.total / max_sandboxes, 0.01):.2f}"
+        return what + ".", fix + "."
+
+    def _switch_off(self, exc: BaseException, container: KernelContainer) -> None:
+        if self.fixed is None:
+            self.fixed = update_failure(exc, container.engine)
+            podman = container.engine is not None and container.engine.podman
+            what, fix = self.fallback(container.settings.max_sandboxes, podman) or ("", "")
+            log.warning("%s Fix: %s", what, fix)
+
+    async def probe(self, container: KernelContainer) -> None:
+        """Once, on a fresh sandbox: set its quota to what it already has, to learn whether the
+        engine can update quotas in place before any sharing depends on it."""
+        if self.probed or not container.id:
+            return
+        self.probed = True
+
+        def call() -> None:
+            quota = cpu_quota(self.per_sandbox)
+            container.client.api.update_container(container.id, cpu_period=CPU_PERIOD_US, cpu_quota=quota)
+
+        try:
+            await anyio.to_thread.run_sync(call)
+        except Exception as exc:
+            if update_unsupported(exc):
+                self._switch_off(exc, container)
+            else:
+                self.probed = False  # the container went away or the connection failed: ask again later
 
     def share(self, count: int) -> float:
         if self.total is None or count == 0:
@@ -83,6 +135,8 @@ class CpuShares:
 
     async def apply(self) -> None:
         """Bring every container in use to its share now (containers that left are skipped)."""
+        if self.fixed is not None:
+            return
         quota = cpu_quota(self.share(len(self._in_use)))
         changed = [c for c, q in self._in_use.items() if q != quota and c.id]
         if not changed:
@@ -95,7 +149,10 @@ class CpuShares:
             try:
                 await anyio.to_thread.run_sync(call)
             except Exception as exc:
-                log.debug("could not set the CPU quota of %s: %s", container.name, exc)
+                if update_unsupported(exc):
+                    self._switch_off(exc, container)
+                else:
+                    log.debug("could not set the CPU quota of %s: %s", container.name, exc)
                 return
             if container in self._in_use:
                 self._in_use[container] = quota

@@ -25,6 +25,7 @@ from rlm_mcp.errors import contexts_over_sandbox_memory
 from rlm_mcp.sandbox.container import KernelContainer
 from rlm_mcp.sandbox.cpu import CpuShares, docker_host_cpus
 from rlm_mcp.sandbox.docker_api import LazyDocker, docker_errors, require_image_sync
+from rlm_mcp.sandbox.engine import EngineInfo, check_engine, probe_sync
 from rlm_mcp.sandbox.hardening import LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX
 from rlm_mcp.sandbox.pool import WarmPool
 from rlm_mcp.sandbox.quiet import QuietGate
@@ -65,6 +66,7 @@ class SandboxManager:
         self._live: set[KernelContainer] = set()
         self._retired: set[KernelContainer] = set()  # closed after use, removal pending
         self._cpu = CpuShares(settings.sandbox_cpus)
+        self.engine: EngineInfo | None = None  # what the engine is and can do (engine.py), once connected
         # As many as can end together: a burst of runs ending at once must not wait for Docker
         # (a removal under load takes ~0.3 s) before returning their results.
         self._removals = anyio.Semaphore(max(BACKGROUND_REMOVALS, settings.max_sandboxes))
@@ -108,6 +110,10 @@ class SandboxManager:
             if self._ready:
                 return
             client = await self._docker.get()
+            with docker_errors():
+                engine = await anyio.to_thread.run_sync(probe_sync, client, self.settings)
+            check_engine(engine, self.settings)  # never run sandboxes without their limits
+            self.engine = engine
             await anyio.to_thread.run_sync(require_image_sync, client, self.settings.sandbox_image)
             await anyio.to_thread.run_sync(self._reap_orphans_sync, client)
             total = self.settings.sandbox_total_cpus
@@ -166,8 +172,10 @@ class SandboxManager:
 
     async def _start_container(self) -> KernelContainer:
         client = await self._docker.get()
-        container = await KernelContainer.start(client, self.settings, self.owner_id)
+        container = await KernelContainer.start(client, self.settings, self.owner_id, self.engine)
         self._live.add(container)
+        if not self._cpu.probed:
+            await self._cpu.probe(container)
         return container
 
     async def _discard(self, container: KernelContainer) -> None:
@@ -256,6 +264,11 @@ class SandboxManager:
 
         with anyio.move_on_after(30):
             await anyio.to_thread.run_sync(remove)
+
+    @property
+    def cpu_fallback(self) -> tuple[str, str] | None:
+        """(why each sandbox keeps a fixed CPU quota, the fix) where quotas cannot be updated in place."""
+        return self._cpu.fallback(self.settings.max_sandboxes, self.engine is not None and self.engine.podman)
 
     @property
     def pool_ready(self) -> int:
