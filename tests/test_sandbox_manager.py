@@ -229,7 +229,7 @@ async def test_kill_stops_the_container_even_when_remove_fails() -> None:
     async with ready_manager(pool_size=0) as mgr:
         client = await mgr.docker_client()
         owner = "killfail-" + os.urandom(4).hex()
-        c = await KernelContainer.start(client, mgr.settings, owner)
+        c = await KernelContainer.start(client, mgr.settings, owner, mgr.engine)
         try:
             c._remove_sync = lambda: None  # the daemon "times out" on the remove
             await c.kill()
@@ -258,7 +258,7 @@ async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatc
 
         monkeypatch.setattr(client.api, "create_container", create)
         with pytest.raises((SandboxError, requests.exceptions.ReadTimeout, Exception)):
-            await KernelContainer.start(client, mgr.settings, owner)
+            await KernelContainer.start(client, mgr.settings, owner, mgr.engine)
         monkeypatch.undo()
         try:
             assert owner_containers(client, owner) == []
