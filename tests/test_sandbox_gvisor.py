@@ -16,10 +16,12 @@ from typing import Any
 import anyio
 import pytest
 
+from rlm_mcp.doctor import run_doctor
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.docker_api import connect_sync
 from rlm_mcp.sandbox.engine import EngineInfo, check_engine, probe_sync, runtime_fix, update_unsupported
 from rlm_mcp.sandbox.hardening import CPU_PERIOD_US, cpu_quota
+from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_sandbox import no_bridge, ready_manager, sandbox_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("docker_image")]
@@ -117,6 +119,19 @@ async def test_runsc_without_update_gets_a_fixed_announced_quota(runsc: str) -> 
             assert "fixed quota of 0.5 CPUs" in mgr.cpu_fallback[0]
         else:
             assert failure is None and mgr.cpu_fallback is None
+
+
+async def test_doctor_shows_the_runtime_and_the_cpu_fallback(runsc: str, tmp_path: Path) -> None:
+    lines: list[str] = []
+    settings = make_settings(tmp_path, sandbox_runtime=runsc, base_url="http://127.0.0.1:9/v1", reference_fetch=False)
+    await run_doctor(settings, out=lines.append)
+    text = "\n".join(lines)
+    assert "ok    engine" in text and "runtime runsc" in text
+    assert "ok    sandbox round trip" in text
+    if "warn  cpu sharing" in text:  # Debian's runsc: no `update`
+        assert "fixed quota of 1 CPUs" in text and "RLM_MCP_SANDBOX_CPUS=" in text
+    else:
+        assert "ok    cpu sharing" in text
 
 
 async def test_the_engine_probe_names_the_runtime_and_accepts_the_daemon(runsc: str) -> None:
