@@ -19,6 +19,7 @@ import docker.errors
 import pytest
 
 from rlm_mcp.errors import TooLargeError
+from rlm_mcp.sandbox.engine import engine_ulimits
 from rlm_mcp.sandbox.hardening import LABEL_OWNER
 from rlm_mcp.sandbox.manager import BACKGROUND_REMOVALS, SandboxManager
 from tests.fixtures_sandbox import no_bridge, ready_manager, sandbox_settings, text_context
@@ -86,6 +87,7 @@ async def test_reaping_removes_only_stopped_labelled(tmp_path: Path) -> None:
                 mgr.settings.sandbox_image,
                 command=["true"],
                 labels={LABEL_OWNER: "dead-owner", "rlm-mcp.role": "sandbox"},
+                host_config=client.api.create_host_config(ulimits=engine_ulimits(mgr.engine)),  # Podman needs them
             )["Id"]
             await anyio.to_thread.run_sync(client.api.start, cid)
             await anyio.to_thread.run_sync(lambda: client.api.wait(cid, timeout=20))
@@ -276,8 +278,8 @@ async def test_used_containers_are_removed_after_the_run_returns_and_on_exit(tmp
             async with mgr.open([]) as sb:
                 used.append(sb.container)
         assert all(c is not None and c.closed for c in used)
-        assert await wait_for(lambda: owner_containers(client, mgr.owner_id) == [])
-        assert not mgr._live
+        # Gone from the engine and from the manager's books (Podman lists it gone before its API returns).
+        assert await wait_for(lambda: owner_containers(client, mgr.owner_id) == [] and not mgr._live)
         # A run that ends as the manager exits: its removal still completes before the exit returns.
         async with mgr.open([]) as sb:
             last = sb.container

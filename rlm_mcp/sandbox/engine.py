@@ -16,6 +16,9 @@ from the engine (`probe_sync`) and checked here, never guessed:
   and, on the ptrace platform, a host stub per guest process that outlives it briefly: a
   sandbox at `RLM_MCP_SANDBOX_PIDS` would have its gVisor kernel killed by the limit long
   before its code reached it, so the host limit gets room for them (`pids_limit`).
+- Podman 4.3 on cgroup v1 never reports an out-of-memory kill (`OOMKilled` stays false and no
+  `oom` event comes): a SIGKILLed kernel there is most likely the memory limit, and the model is
+  told so (`unreported_oom`).
 - CPU quotas updated in place (`docker update`) exist under Docker with runc only: Debian's
   `runsc` (2022) has no `update` command and Podman's compatible API no `containers/{id}/update`.
   `update_unsupported` tells that failure from a container that is merely gone; the CPU shares
@@ -153,6 +156,17 @@ def engine_ulimits(engine: EngineInfo | None) -> list[dict[str, Any]]:
     if engine is not None and engine.podman:
         limits.append({"Name": "nproc", "Soft": PODMAN_NPROC, "Hard": PODMAN_NPROC})
     return limits
+
+
+def unreported_oom(engine: EngineInfo | None, settings: Settings, exit_code: int) -> str | None:
+    """The explanation of a SIGKILLed kernel on an engine that does not report OOM kills, or None."""
+    if engine is None or not engine.podman or exit_code != 128 + 9:
+        return None
+    return (
+        f"The sandbox's Python process was killed by signal 9 (exit status {exit_code}): most likely it ran out of "
+        f"memory (limit {settings.sandbox_memory}, RLM_MCP_SANDBOX_MEMORY; Podman does not report out-of-memory "
+        "kills). Process the context in smaller pieces."
+    )
 
 
 def update_unsupported(exc: BaseException) -> bool:

@@ -16,6 +16,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.sandbox.engine import unreported_oom
 from rlm_mcp.sandbox.faults import MAX_CONNECTION_RESTARTS, RESTART_BACKOFF_S, DockerConnectionLost, lost_error
 
 log = logging.getLogger("rlm_mcp.sandbox")
@@ -49,6 +50,8 @@ async def death(container: KernelContainer, settings: Settings, kind: str, detai
             f"The connection to the Docker daemon was lost ({lost}), which ended the sandbox.", lost=True
         )
     code = state.get("ExitCode")
+    if isinstance(code, int) and (hint := unreported_oom(container.engine, settings, code)):
+        return ContainerLost(hint, oom=True)
     if isinstance(code, int) and code > 128:
         return ContainerLost(f"The sandbox's Python process was killed by signal {code - 128} (exit status {code}).")
     if isinstance(code, int):
