@@ -20,6 +20,7 @@ from rlm_mcp.sandbox.engine import (
     engine_info,
     engine_ulimits,
     pids_limit,
+    stopped_while_removed,
     update_failure,
     update_unsupported,
 )
@@ -132,3 +133,13 @@ def test_a_failed_update_is_told_apart_from_a_vanished_container() -> None:
     reason = update_failure(runsc, engine)
     assert reason.startswith("Docker with runtime runsc cannot update a running container's CPU quota")
     assert "<id>" in reason and "a" * 64 not in reason
+
+
+def test_podmans_removal_race_is_recognised() -> None:
+    race = docker.errors.APIError(
+        "500 Server Error",
+        explanation="cannot remove container abc as it could not be stopped: sending SIGKILL to container abc: "
+        "container state improper: stopped",
+    )
+    assert stopped_while_removed(race)
+    assert not stopped_while_removed(docker.errors.NotFound("404", explanation="No such container: abc"))

@@ -30,7 +30,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.sandbox.bootstrap import kernel_payload
 from rlm_mcp.sandbox.docker_api import docker_errors, require_image_sync, short
-from rlm_mcp.sandbox.engine import EngineInfo
+from rlm_mcp.sandbox.engine import EngineInfo, stopped_while_removed
 from rlm_mcp.sandbox.faults import EXIT_INPUT_CLOSED, DockerConnectionLost, boot_failure, is_lost, lost_raised
 from rlm_mcp.sandbox.frames import (
     FrameDecoder,
@@ -261,7 +261,12 @@ class KernelContainer:
 
     def _remove_sync(self) -> None:
         try:
-            self.client.api.remove_container(self.id or self.name, force=True)
+            try:
+                self.client.api.remove_container(self.id or self.name, force=True)
+            except Exception as exc:
+                if not stopped_while_removed(exc):
+                    raise
+                self.client.api.remove_container(self.id or self.name, force=True)  # stopped now: once more
         except Exception as exc:  # already gone, or the daemon is down: nothing more to do
             if "No such container" not in str(exc) and "already in progress" not in str(exc):
                 log.warning("could not remove sandbox %s: %s", self.name, exc)

@@ -19,6 +19,9 @@ from the engine (`probe_sync`) and checked here, never guessed:
 - Podman 4.3 on cgroup v1 never reports an out-of-memory kill (`OOMKilled` stays false and no
   `oom` event comes): a SIGKILLed kernel there is most likely the memory limit, and the model is
   told so (`unreported_oom`).
+- Podman refuses a forced removal of a container that stopped while it was being removed
+  ("could not be stopped ... container state improper"); a second removal works
+  (`stopped_while_removed`).
 - CPU quotas updated in place (`docker update`) exist under Docker with runc only: Debian's
   `runsc` (2022) has no `update` command and Podman's compatible API no `containers/{id}/update`.
   `update_unsupported` tells that failure from a container that is merely gone; the CPU shares
@@ -167,6 +170,12 @@ def unreported_oom(engine: EngineInfo | None, settings: Settings, exit_code: int
         f"memory (limit {settings.sandbox_memory}, RLM_MCP_SANDBOX_MEMORY; Podman does not report out-of-memory "
         "kills). Process the context in smaller pieces."
     )
+
+
+def stopped_while_removed(exc: BaseException) -> bool:
+    """Podman's answer to a forced removal racing the container's own exit (worth one retry)."""
+    text = str(exc).lower()
+    return "could not be stopped" in text and "state improper" in text
 
 
 def update_unsupported(exc: BaseException) -> bool:
