@@ -1,5 +1,9 @@
 """`rlm-mcp` entry point. No subcommand: serve MCP over stdio (what `uvx rlm-mcp` does).
 
+argparse subcommands, each with its handler (`set_defaults(handler=...)`) and help text on every
+option: `rlm-mcp --help` is the command reference, checked against the README by
+tests/test_cli_help.py.
+
 Nothing but MCP protocol may reach stdout in stdio mode, so every log line goes to stderr.
 """
 
@@ -12,64 +16,91 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 
 from rlm_mcp import __version__
+from rlm_mcp.cli_options import add_override_options
 from rlm_mcp.config import Settings, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
 
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _async(handler: Callable[[argparse.Namespace, Settings], Awaitable[int]]) -> Handler:
+    """A handler that runs an async command on its own event loop."""
+
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        return anyio.run(handler, args, settings)
+
+    return run
+
+
+def _command(sub: Any, name: str, handler: Handler | None, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A subcommand whose help is `help` (its summary in the parent's list and its description)."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=kwargs.pop("description", help))
+    if handler is not None:
+        parser.set_defaults(handler=handler)
+    return parser
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlm-mcp", description="MCP server for Recursive Language Models.")
+    p = argparse.ArgumentParser(
+        prog="rlm-mcp",
+        description="MCP server for Recursive Language Models. Without a command: serve MCP over stdio.",
+        epilog="`rlm-mcp COMMAND --help` describes a command. Settings: RLM_MCP_* environment variables (README).",
+    )
     p.add_argument("--version", action="version", version=f"rlm-mcp {__version__}")
-    sub = p.add_subparsers(dest="command")
+    p.set_defaults(handler=_serve_command)
+    sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="serve MCP (default: stdio)")
-    serve.add_argument("--transport", choices=["stdio", "http"], default=None)
+    serve = _command(sub, "serve", _serve_command, "serve MCP (default: stdio)")
+    serve.add_argument("--transport", choices=["stdio", "http"], default=None, help="default: RLM_MCP_TRANSPORT, stdio")
     serve.add_argument("--host", default=None, help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="HTTP port (default 8765)")
 
-    sub.add_parser("doctor", help="check Docker, the sandbox image and the LM endpoint")
+    _command(sub, "doctor", _doctor, "check Docker, the sandbox image and the LM endpoint")
 
-    run = sub.add_parser("run", help="one run from the shell: load a context and ask a question")
-    run.add_argument("query")
+    run = _command(sub, "run", _async(_one_run), "one run from the shell: load a context and ask a question")
+    run.add_argument("query", help="the question")
     src = run.add_mutually_exclusive_group(required=True)
-    src.add_argument("--path")
-    src.add_argument("--url")
-    src.add_argument("--context-id")
-    run.add_argument("--max-iterations", type=int)
-    run.add_argument("--max-depth", type=int)
-    run.add_argument("--timeout-s", type=float)
+    src.add_argument("--path", help="a file or folder to load as the context (relative to here)")
+    src.add_argument("--url", help="an http(s) URL to load as the context")
+    src.add_argument("--context-id", help="a stored context (see `rlm-mcp contexts list`)")
+    add_override_options(run)
     run.add_argument("--json", action="store_true", help="print the whole result as JSON (for scripts)")
 
-    ctx = sub.add_parser("contexts", help="list or delete stored contexts")
-    ctx_sub = ctx.add_subparsers(dest="action", required=True)
-    ctx_sub.add_parser("list")
-    delete = ctx_sub.add_parser("delete")
-    delete.add_argument("context_id")
+    ctx = _command(sub, "contexts", None, "list or delete stored contexts")
+    ctx_sub = ctx.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    _command(ctx_sub, "list", _async(_contexts_list), "every stored context: id, size, format, name")
+    delete = _command(ctx_sub, "delete", _async(_contexts_delete), "delete a stored context")
+    delete.add_argument("context_id", help="the context's id")
 
-    runs = sub.add_parser("runs", help="inspect run records")
-    runs_sub = runs.add_subparsers(dest="action", required=True)
-    runs_sub.add_parser("list")
-    show = runs_sub.add_parser("show")
-    show.add_argument("run_id")
-    export = runs_sub.add_parser("export", help="print a run as JSONL: its events, or chat conversations")
-    export.add_argument("run_id")
+    runs = _command(sub, "runs", None, "inspect run records")
+    runs_sub = runs.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    _command(runs_sub, "list", _async(_runs_list), "every run: id, start time, duration, status, query")
+    show = _command(runs_sub, "show", _async(_runs_show), "print a run's summary as JSON")
+    show.add_argument("run_id", help="the run's id")
+    export = _command(
+        runs_sub, "export", _async(_runs_export), "print a run as JSONL: its events, or chat conversations"
+    )
+    export.add_argument("run_id", help="the run's id")
     export.add_argument(
         "--format",
         choices=["events", "chat"],
         default="events",
-        help="chat: one {messages: [...]} line per run of the tree, for fine-tuning sets",
+        help="events (default): the trajectory log; chat: one {messages: [...]} line per run of the tree, for fine-tuning sets",
     )
-    page = runs_sub.add_parser("html", help="write a self-contained HTML page of a run's trajectory")
-    page.add_argument("run_id")
+    page = _command(runs_sub, "html", _async(_runs_html), "write a self-contained HTML page of a run's trajectory")
+    page.add_argument("run_id", help="the run's id")
     page.add_argument("-o", "--output", help="file to write (default: ./rlm-run-RUN_ID.html; '-': stdout)")
-    viewer = runs_sub.add_parser("view", help="open the run viewer: live on loopback, a running HTTP server, or a file")
-    viewer.add_argument("run_id", nargs="?")
+    viewer = _command(
+        runs_sub, "view", _async(_runs_view), "open the run viewer: live on loopback, a running HTTP server, or a file"
+    )
+    viewer.add_argument("run_id", nargs="?", help="the run to open (default: the index of runs)")
     viewer.add_argument(
         "--url", help="a running `serve --transport http` (e.g. http://127.0.0.1:8765): print a login link"
     )
@@ -80,31 +111,28 @@ def _parser() -> argparse.ArgumentParser:
 
     add_eval_parser(sub)
 
-    image = sub.add_parser("image", help="the sandbox image")
-    image_sub = image.add_subparsers(dest="action", required=True)
-    build = image_sub.add_parser("build", help="build the sandbox image")
+    image = _command(sub, "image", None, "the sandbox image")
+    image_sub = image.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    build = _command(image_sub, "build", _image_build, "build the sandbox image")
     build.add_argument("--offline", action="store_true", help="debootstrap a base instead of pulling one")
     build.add_argument("--mirror", default=None, help="Debian mirror for --offline")
     build.add_argument("--force", action="store_true", help="rebuild the base even if present")
-    image_sub.add_parser("status", help="is the image present?")
+    _command(image_sub, "status", _image_status, "is the image present?")
 
-    profile = sub.add_parser("profile", help="the prompt profile (canonical needs the reference's texts)")
-    profile_sub = profile.add_subparsers(dest="action", required=True)
-    profile_sub.add_parser("fetch", help="download the pinned reference wheel rlms 0.1.3 (no dependencies) once")
-    profile_sub.add_parser("show", help="which profile a run would use, and why")
+    profile = _command(sub, "profile", None, "the prompt profile (canonical needs the reference's texts)")
+    profile_sub = profile.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    _command(
+        profile_sub, "fetch", _profile_fetch, "download the pinned reference wheel rlms 0.1.3 (no dependencies) once"
+    )
+    _command(profile_sub, "show", _profile_show, "which profile a run would use, and why")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        overrides: dict[str, Any] = {}
-        if args.command == "serve":
-            overrides = {
-                k: v
-                for k, v in (("transport", args.transport), ("host", args.host), ("port", args.port))
-                if v is not None
-            }
+        serve_flags = (("transport", getattr(args, "transport", None)), ("host", getattr(args, "host", None)))
+        overrides = {k: v for k, v in (*serve_flags, ("port", getattr(args, "port", None))) if v is not None}
         settings = load_settings(**overrides)
     except SettingsError as exc:
         print(f"rlm-mcp: bad configuration: {exc}", file=sys.stderr)
@@ -118,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for noisy in ("httpx", "httpcore", "uvicorn.access"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        return _dispatch(args, settings)
+        handler: Handler = args.handler
+        return handler(args, settings)
     except RlmMcpError as exc:
         if isinstance(exc, UnknownIdError):
             exc = exc.phrased(CLI_FIXES)
@@ -135,38 +164,27 @@ CLI_FIXES = {
 }
 
 
-def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    command = args.command or "serve"
-    if command == "serve":
-        anyio.run(_serve, settings)
-        return 0
-    if command == "doctor":
-        from rlm_mcp.doctor import run_doctor
-
-        return anyio.run(run_doctor, settings)
-    if command == "image":
-        return _image(args, settings)
-    if command == "contexts":
-        return anyio.run(_contexts, args, settings)
-    if command == "runs":
-        return anyio.run(_runs, args, settings)
-    if command == "run":
-        return anyio.run(_one_run, args, settings)
-    if command == "profile":
-        return _profile(args, settings)
-    if command == "eval":
-        from rlm_mcp.eval.cli import run as run_eval_command
-
-        return run_eval_command(args, settings)
-    raise AssertionError(command)
+def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
+    anyio.run(_serve, settings)
+    return 0
 
 
-def _profile(args: argparse.Namespace, settings: Settings) -> int:
+def _doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.doctor import run_doctor
+
+    return anyio.run(run_doctor, settings)
+
+
+def _profile_fetch(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.reference import fetch_wheel
+
+    print(f"reference wheel: {fetch_wheel(settings.data_dir)}")
+    return _profile_show(args, settings)
+
+
+def _profile_show(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.service.profile import choose_profile
 
-    if args.action == "fetch":
-        print(f"reference wheel: {fetch_wheel(settings.data_dir)}")
     choice = choose_profile(settings, fetch=False)
     print(f"prompt profile: {choice.profile.name} ({choice.detail})")
     if choice.fix:
@@ -216,18 +234,20 @@ def _exit_when(closed: threading.Event, grace_s: float = 30.0) -> None:
     os._exit(0)
 
 
-def _image(args: argparse.Namespace, settings: Settings) -> int:
+def _image_status(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
-    from rlm_mcp.sandbox.image import build_image
 
-    if args.action == "status":
-        client = connect_sync()
-        try:
-            present = image_present_sync(client, settings.sandbox_image)
-        finally:
-            client.close()
-        print(f"{settings.sandbox_image}: {'present' if present else 'missing (run: rlm-mcp image build --offline)'}")
-        return 0 if present else 1
+    client = connect_sync()
+    try:
+        present = image_present_sync(client, settings.sandbox_image)
+    finally:
+        client.close()
+    print(f"{settings.sandbox_image}: {'present' if present else 'missing (run: rlm-mcp image build --offline)'}")
+    return 0 if present else 1
+
+
+def _image_build(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.sandbox.image import build_image
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -237,54 +257,73 @@ def _image(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _contexts(args: argparse.Namespace, settings: Settings) -> int:
+async def _contexts_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.store import ContextStore
+
+    for info in await ContextStore(settings).list(owner=None):  # the operator sees every owner's contexts
+        print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {info.name}")
+    return 0
+
+
+async def _contexts_delete(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.store import ContextStore
 
     store = ContextStore(settings)
-    if args.action == "list":
-        for info in await store.list(owner=None):  # the operator sees every owner's contexts
-            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {info.name}")
-        return 0
     await store.get(args.context_id, owner=None)
     await store.delete(args.context_id, owner=None)
     print(f"deleted {args.context_id}")
     return 0
 
 
-async def _runs(args: argparse.Namespace, settings: Settings) -> int:
+async def _runs_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_run import runs_table
     from rlm_mcp.store import RunStore
 
-    records = RunStore(settings)
-    if args.action == "list":
-        from rlm_mcp.cli_run import runs_table
+    for line in runs_table(await RunStore(settings).list()):
+        print(line)
+    return 0
 
-        for line in runs_table(await records.list()):
-            print(line)
-        return 0
-    if args.action == "show":
-        print(json.dumps(await records.read_summary(args.run_id), indent=2, default=str))
-        return 0
-    if args.action == "view":
-        from rlm_mcp.viewer.local import view
 
-        return await view(settings, args.run_id, url=args.url, output=args.output, open_browser=not args.no_open)
+async def _runs_show(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.store import RunStore
+
+    print(json.dumps(await RunStore(settings).read_summary(args.run_id), indent=2, default=str))
+    return 0
+
+
+async def _runs_view(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.viewer.local import view
+
+    return await view(settings, args.run_id, url=args.url, output=args.output, open_browser=not args.no_open)
+
+
+async def _runs_html(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_run import write_page
+    from rlm_mcp.store import RunStore
     from rlm_mcp.viewer import render_run_html
-    from rlm_mcp.viewer.export import chat_jsonl
 
+    records = RunStore(settings)
     summary = await records.read_summary(args.run_id)
     events = await records.read_events(args.run_id)
-    if args.action == "html":
-        from rlm_mcp.cli_run import write_page
+    written = await write_page(render_run_html(summary, events), args.run_id, args.output)
+    if written is not None:
+        print(f"wrote {written}")
+    return 0
 
-        written = await write_page(render_run_html(summary, events), args.run_id, args.output)
-        if written is not None:
-            print(f"wrote {written}")
-        return 0
+
+async def _runs_export(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.events import to_json
+    from rlm_mcp.store import RunStore
+    from rlm_mcp.viewer.export import chat_jsonl
+
+    records = RunStore(settings)
+    summary = await records.read_summary(args.run_id)
+    events = await records.read_events(args.run_id)
     if args.format == "chat":
         sys.stdout.write(chat_jsonl(summary, events))
         return 0
     for event in events:
-        print(json.dumps(event, default=str))
+        print(json.dumps(to_json(event), default=str))
     return 0
 
 

@@ -47,7 +47,7 @@ class ProgressDisplay:
 
 
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.service.limits import RunOverrides
+    from rlm_mcp.cli_options import overrides_of
     from rlm_mcp.service.service import RlmService
 
     # A relative --path means relative to where the command was typed.
@@ -59,9 +59,7 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
             else:
                 info = await service.load_context(path=path, url=args.url)
                 context_id = info.context_id
-            overrides = RunOverrides.checked(
-                max_iterations=args.max_iterations, max_depth=args.max_depth, timeout_s=args.timeout_s
-            )
+            overrides = overrides_of(args)
             result = await service.complete(args.query, context_id, overrides, display.report)
     if args.json:
         print(json.dumps(result.model_dump(), indent=2))

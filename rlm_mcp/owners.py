@@ -3,7 +3,7 @@
 Every stored context and every run belongs to an owner, a short opaque string:
 - stdio (and the CLI's `run`) serve one user, `LOCAL_OWNER`;
 - over HTTP without tokens (loopback only) every client is that same one user;
-- over HTTP with tokens each token is its own owner (`server.guard.owner_of_token`): what one
+- over HTTP with tokens each token is its own owner (`access.owner_of_token`): what one
   token stored or started, another token cannot see, use, cancel or delete ("not found").
 
 The owner is read from the MCP request in one place (`server.app`) and passed down; the store

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import uvicorn
 
+from rlm_mcp.access import HostPolicy
 from rlm_mcp.config import Settings
-from rlm_mcp.server.guard import HostPolicy
 from rlm_mcp.server.http import build_http_app
 from tests.test_server_surface import make_settings
 

@@ -17,6 +17,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.ports import ChatModel, LMBridge, LMRequest
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
+from rlm_mcp.events import SubCalls
 from rlm_mcp.lm.errors import LMContextLengthError, LMError
 from rlm_mcp.lm.types import Completion
 
@@ -52,13 +53,6 @@ def make_bridge(
     ) -> None:
         # Sub-calls are made by the run at `depth`; they are accounted one level below it.
         # The log keeps the head and tail of what the sub-LM saw and said, with full lengths.
-        extra = {
-            **tree.where(run_id),
-            "prompt": head_tail(prompt, text_cap),
-            "prompt_chars": len(prompt),
-            "answer": head_tail(answer, text_cap),
-            "answer_chars": len(answer),
-        }
         await tree.emit_call(
             role="sub",
             run_id=run_id,
@@ -67,7 +61,11 @@ def make_bridge(
             latency_s=latency,
             error=error,
             depth=depth + 1,
-            extra=extra,
+            where=tree.where(run_id),
+            prompt=head_tail(prompt, text_cap),
+            prompt_chars=len(prompt),
+            answer=head_tail(answer, text_cap),
+            answer_chars=len(answer),
         )
 
     async def one_llm(prompt: str, model: str) -> str:
@@ -168,20 +166,20 @@ def make_bridge(
         results = await gather(prompts[:granted], worker, batch) + [refused] * (count - granted)
         failed = sum(1 for r in results if r.startswith("Error: "))
         await tree.emit(
-            {
-                "type": "sub_calls",
-                "run_id": run_id,
-                "batch": batch,
-                "duration_s": round(time.monotonic() - batch_started, 4),
-                "refused": count - granted,
-                **{k: v for k, v in where.items() if k in ("iteration", "block")},
-                "kind": "rlm" if recursive else "llm",
-                "requested_kind": request.kind,
-                "count": count,
-                "failed": failed,
-                "total_sub_calls": tree.progress.sub_calls,
-                "depth": depth,
-            }
+            SubCalls(
+                run_id=run_id,
+                batch=batch,
+                duration_s=round(time.monotonic() - batch_started, 4),
+                refused=count - granted,
+                iteration=where.iteration,
+                block=where.block,
+                kind="rlm" if recursive else "llm",
+                requested_kind=request.kind,
+                count=count,
+                failed=failed,
+                total_sub_calls=tree.progress.sub_calls,
+                depth=depth,
+            )
         )
         return results
 

@@ -14,13 +14,16 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from rlm_mcp.lm.types import Completion
 
+# How a context's bytes are read: text (a str in the sandbox) or JSON (a list or dict there).
+ContextFormat = Literal["text", "json"]
+
 
 @dataclass(frozen=True)
 class ContextSpec:
     """A stored context, as a sandbox loads it and as the metadata message describes it."""
 
     path: Path  # file holding the bytes: UTF-8 text, or a JSON document when format == "json"
-    format: Literal["text", "json"]
+    format: ContextFormat
     kind: Literal["str", "list", "dict"]  # the Python type `context_i` has inside the sandbox
     chars: int  # total length in characters (what the metadata message reports)
     bytes: int

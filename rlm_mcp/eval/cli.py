@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from rlm_mcp.cli_options import add_override_options
 from rlm_mcp.config import Settings
 
 _USAGE = """rlm-mcp eval TASKS.jsonl --output DIR [--parallel N] [--baseline direct] [options]
@@ -36,20 +37,30 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("target", help="a task file (JSONL), or the word generate or import")
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(handler=run)
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlm-mcp eval TASKS.jsonl")
+    p = argparse.ArgumentParser(
+        prog="rlm-mcp eval TASKS.jsonl",
+        description="Run every task of a task file through rlm-mcp, score the answers, write DIR/summary.md.",
+    )
     p.add_argument("--output", "-o", required=True, help="folder for results.jsonl and summary.md")
     p.add_argument("--parallel", "-j", type=int, default=1, help="tasks run at once (default 1)")
     p.add_argument("--baseline", choices=["direct"], help="also score the model called once, context cut to fit")
-    p.add_argument("--max-iterations", type=int, help="root turns per task run (default: the setting)")
-    p.add_argument("--timeout-s", type=float, help="wall-clock limit of each task run")
-    p.add_argument("--token-budget", type=int, help="tokens one task run may spend")
+    add_override_options(p)  # --max-iterations, --max-depth, --timeout-s, --token-budget: as `rlm-mcp run`
     p.add_argument("--judge-model", help="model of the `judge` scorer (default: RLM_MCP_MODEL)")
     p.add_argument("--judge-base-url", help="endpoint of the judge model (default: RLM_MCP_BASE_URL)")
     p.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
     return p
+
+
+def forms() -> dict[str, argparse.ArgumentParser]:
+    """The parser of each form of `rlm-mcp eval` (its first word, or TASKS.jsonl): for help checks."""
+    from rlm_mcp.eval.generate_cli import _parser as generate_parser
+    from rlm_mcp.eval.import_cli import _parser as import_parser
+
+    return {"TASKS.jsonl": _run_parser(), "generate": generate_parser(), "import": import_parser()}
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -65,18 +76,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_options import overrides_of
     from rlm_mcp.eval.display import Tally, make_display
     from rlm_mcp.eval.report import render_markdown, summarize
     from rlm_mcp.eval.results import BASELINE_FILES, RESULTS_FILE, SUMMARY_FILE, read_results
     from rlm_mcp.eval.runner import EvalOptions, run_eval
     from rlm_mcp.eval.tasks import load_tasks
-    from rlm_mcp.service.limits import RunOverrides
 
     tasks = load_tasks(task_file)
     output = Path(opts.output)
-    overrides = RunOverrides.checked(
-        max_iterations=opts.max_iterations, timeout_s=opts.timeout_s, token_budget=opts.token_budget
-    )
+    overrides = overrides_of(opts)
     options = EvalOptions(
         task_file=task_file,
         output_dir=output,

@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         help="suite: a small mix of all four (what bench/real_model.py runs)",
     )
     p.add_argument("--output", "-o", required=True, help="folder for tasks.jsonl and contexts/")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the generator's seed: the same seed, the same tasks")
     p.add_argument("--n", type=int, help="questions (oolong, pairs, code)")
     p.add_argument(
         "--sizes", type=_sizes, help=f"needle sizes in characters (default {','.join(map(str, NEEDLE_SIZES))})"

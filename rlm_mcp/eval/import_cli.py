@@ -16,7 +16,7 @@ DEFAULT_N = {"oolong": 50, "oolong-pairs": 20, "longbench-code": 50, "browsecomp
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rlm-mcp eval import", description="Convert a downloaded benchmark file.")
-    p.add_argument("benchmark", choices=sorted(DEFAULT_N))
+    p.add_argument("benchmark", choices=sorted(DEFAULT_N), help="which benchmark the file comes from")
     p.add_argument("file", help="the benchmark's JSON or JSONL file")
     p.add_argument("--output", "-o", required=True, help="folder for tasks.jsonl and contexts/")
     p.add_argument("--n", type=int, help="tasks to take (default: the card's n; 0 = all)")

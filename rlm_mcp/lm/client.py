@@ -9,7 +9,6 @@ one keep-alive pool for every call of the process.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
 import time
@@ -18,6 +17,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from rlm_mcp.access import is_loopback_host
 from rlm_mcp.config import Settings
 from rlm_mcp.lm.discovery import (
     DEFAULT_WINDOW,
@@ -69,16 +69,6 @@ _DISCOVERY_TIMEOUT_S = 10.0
 _DISCOVERY_RETRY_S = 30.0  # after a failed /v1/models, ask again no sooner than this
 
 
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class LMClient:
     """Talks to one endpoint for every run, root and sub, at every depth. Connects lazily."""
 
@@ -109,7 +99,7 @@ class LMClient:
                 headers=headers,
                 timeout_s=s.request_timeout_s,
                 connect_s=min(10.0, s.request_timeout_s),
-                trust_env=not _is_loopback(self.base_url),
+                trust_env=not is_loopback_host(urlsplit(self.base_url).hostname or ""),
             )
         return self._http
 

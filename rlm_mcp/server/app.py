@@ -18,8 +18,11 @@ from pydantic import Field
 
 from rlm_mcp import __version__
 from rlm_mcp.config import Settings
+from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
+from rlm_mcp.events import to_json
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
+from rlm_mcp.server.run_tools import run_tool
 from rlm_mcp.server.schemas import (
     ContextHandle,
     ContextList,
@@ -29,7 +32,8 @@ from rlm_mcp.server.schemas import (
     UploadProgress,
 )
 from rlm_mcp.service.caller import Caller
-from rlm_mcp.service.limits import MaxDepth, MaxIterations, RunOverrides, TimeoutS, TokenBudget
+from rlm_mcp.service.limits import RunOverrides, WaitS
+from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.service import Mode, RlmService
 from rlm_mcp.service.views import RunSnapshot
 
@@ -46,12 +50,6 @@ INSTRUCTIONS = (
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _STORE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 _RUN = ToolAnnotations(read_only_hint=True, idempotent_hint=False, open_world_hint=True)
-
-ContextIds = Annotated[
-    str | list[str],
-    Field(description="A context_id from rlm_load_context, or a list of them (context_0, context_1, ...)."),
-]
-
 
 # How an MCP client's user fixes an unknown id (the store only says which id was unknown).
 MCP_FIXES = {
@@ -81,9 +79,6 @@ async def _call(work: Awaitable[T]) -> T:
             f"Internal error in rlm-mcp ({type(exc).__name__}); the server is still running. "
             "Report it with the server log; meanwhile check the arguments or try again."
         ) from exc
-
-
-HEARTBEAT_S = 5.0
 
 
 async def _with_heartbeat(ctx: Context, label: str, work: Awaitable[T]) -> T:
@@ -141,7 +136,7 @@ def build_server(
             service = holder["service"]
         except KeyError:
             raise ToolError("The server is starting or shutting down; try again in a moment.") from None
-        return service.for_owner(request_owner(ctx, mode))
+        return Caller(service, request_owner(ctx, mode))
 
     mcp = MCPServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
 
@@ -153,7 +148,7 @@ def build_server(
         glob: Annotated[str, Field(description="An absolute glob pattern, e.g. /repo/**/*.py.")] = "",
         url: Annotated[str, Field(description="An http(s) URL to fetch.")] = "",
         name: Annotated[str, Field(description="A label shown in rlm_list_contexts.")] = "",
-        format: Annotated[Literal["text", "json"], Field(description="json: the sandbox sees a list/dict.")] = "text",
+        format: Annotated[ContextFormat, Field(description="json: the sandbox sees a list/dict.")] = "text",
         include: Annotated[list[str] | None, Field(description="Folder/glob: only paths matching these.")] = None,
         exclude: Annotated[list[str] | None, Field(description="Folder/glob: skip paths matching these.")] = None,
     ) -> ContextHandle:
@@ -182,7 +177,7 @@ def build_server(
         encoding: Annotated[Literal["text", "base64"], Field(description="How `data` is encoded.")] = "text",
         sha256: Annotated[str, Field(description="Hex SHA-256 of the whole upload, checked at the end.")] = "",
         name: Annotated[str, Field(description="A label for the context.")] = "",
-        format: Annotated[Literal["text", "json"] | None, Field(description="text (default) or json.")] = None,
+        format: Annotated[ContextFormat | None, Field(description="text (default) or json.")] = None,
     ) -> UploadProgress:
         """Upload a context in chunks (resumable); the final chunk returns the context handle."""
         state = await _call(
@@ -212,14 +207,9 @@ def build_server(
         return Deleted(context_id=context_id, deleted=deleted)
 
     @mcp.tool(annotations=_RUN)
+    @run_tool
     async def rlm_complete(
-        query: Annotated[str, Field(description="The question to answer about the context.")],
-        context_id: ContextIds,
-        ctx: Context,
-        max_iterations: MaxIterations = None,
-        max_depth: MaxDepth = None,
-        timeout_s: TimeoutS = None,
-        token_budget: TokenBudget = None,
+        ctx: Context, query: str, context_id: str | list[str], overrides: RunOverrides
     ) -> RunOutcome:
         """Answer `query` over a stored context with a Recursive Language Model (waits for the
         answer; sends progress). For clients with short timeouts use rlm_start instead."""
@@ -227,26 +217,13 @@ def build_server(
         async def report(progress: float, total: float | None, message: str) -> None:
             await ctx.report_progress(progress, total, message)
 
-        overrides = RunOverrides(
-            max_iterations=max_iterations, max_depth=max_depth, timeout_s=timeout_s, token_budget=token_budget
-        )
         result = await _call(svc(ctx).complete(query, context_id, overrides, report))
         return RunOutcome.of(result, max_chars=settings.answer_max_chars)
 
     @mcp.tool(annotations=_RUN)
-    async def rlm_start(
-        query: Annotated[str, Field(description="The question to answer about the context.")],
-        context_id: ContextIds,
-        ctx: Context,
-        max_iterations: MaxIterations = None,
-        max_depth: MaxDepth = None,
-        timeout_s: TimeoutS = None,
-        token_budget: TokenBudget = None,
-    ) -> RunStarted:
+    @run_tool
+    async def rlm_start(ctx: Context, query: str, context_id: str | list[str], overrides: RunOverrides) -> RunStarted:
         """Start a run in the background and return its run_id at once (poll rlm_status / rlm_result)."""
-        overrides = RunOverrides(
-            max_iterations=max_iterations, max_depth=max_depth, timeout_s=timeout_s, token_budget=token_budget
-        )
         run = await _call(svc(ctx).start_run(query, context_id, overrides))
         return RunStarted(run_id=run.run_id, status="running")
 
@@ -259,7 +236,7 @@ def build_server(
     async def rlm_result(
         run_id: str,
         ctx: Context,
-        wait_s: Annotated[float, Field(ge=0, le=300, description="Wait up to this long for the end.")] = 0.0,
+        wait_s: WaitS = 0.0,
     ) -> RunOutcome:
         """The result of a run (status 'running' while it still runs)."""
         outcome = await _call(svc(ctx).result(run_id, wait_s))
@@ -311,7 +288,7 @@ def _add_resources(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller])
     async def trajectory_resource(run_id: str, ctx: Context) -> str:
         """The run's event log (JSONL): turns, cells, LM calls, end."""
         events = await read(svc(ctx).run_events(run_id))
-        return "\n".join(json.dumps(e, default=str) for e in events) + ("\n" if events else "")
+        return "\n".join(json.dumps(to_json(e), default=str) for e in events) + ("\n" if events else "")
 
     @mcp.resource("rlm://runs/{run_id}/answer", mime_type="text/plain")
     async def answer_resource(run_id: str, ctx: Context) -> str:

@@ -7,7 +7,6 @@ the actual bind on every bind (`guard`); sessions are capped per owner (`session
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 
@@ -15,25 +14,17 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
+from rlm_mcp.access import HostPolicy, is_loopback_host, load_tokens
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
-from rlm_mcp.server.guard import HostPolicy, RequestGuard, load_tokens
+from rlm_mcp.server.guard import RequestGuard
 from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.store import RunStore
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.routes import build_viewer, mount_viewer
 
 logger = logging.getLogger("rlm_mcp.server")
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None = None) -> ASGIApp:

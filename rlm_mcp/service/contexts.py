@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from rlm_mcp.config import Settings
+from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.loaders import Loaded, fetch_url, load_glob, load_path
@@ -27,7 +26,7 @@ class ContextLoader:
         glob: str | None,
         url: str | None,
         name: str | None,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         include: list[str] | None,
         exclude: list[str] | None,
         owner: str = LOCAL_OWNER,
@@ -57,7 +56,7 @@ class ContextLoader:
         return await self._store_loaded(loaded, name=name, format=format, owner=owner)
 
     async def _store_loaded(
-        self, loaded: Loaded, *, name: str | None, format: Literal["text", "json"], owner: str
+        self, loaded: Loaded, *, name: str | None, format: ContextFormat, owner: str
     ) -> ContextInfo:
         final_name = name or loaded.name
         try:

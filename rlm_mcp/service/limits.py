@@ -19,6 +19,9 @@ MaxDepth = Annotated[int | None, Field(ge=1, le=5, description="1: rlm_query is 
 TimeoutS = Annotated[float | None, Field(ge=1, le=86_400, description="Wall-clock limit of the run in seconds.")]
 TokenBudget = Annotated[int | None, Field(ge=1, le=10**12, description="Tokens the whole run tree may spend.")]
 
+RESULT_WAIT_MAX_S = 300  # the longest one rlm_result call waits for a run to end
+WaitS = Annotated[float, Field(ge=0, le=RESULT_WAIT_MAX_S, description="Wait up to this long for the end.")]
+
 
 class RunOverrides(BaseModel):
     """The caller's limits for one run; None means the setting's value."""

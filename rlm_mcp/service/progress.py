@@ -7,6 +7,11 @@ import time
 
 from rlm_mcp.engine import RunPhase, RunProgress
 
+# A caller waiting on a long step (a run, loading a big folder or a slow URL) gets a progress line
+# at least this often: it must not look like a hang, and clients that reset their timeout on
+# progress need it.
+HEARTBEAT_S = 5.0
+
 _PHASES = {
     RunPhase.QUEUED: "waiting for a free run slot",
     RunPhase.SANDBOX: "starting a sandbox",

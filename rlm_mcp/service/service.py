@@ -5,7 +5,8 @@ Docker and the LM endpoint lazily, so the MCP handshake never waits for either.
 
 Every call that touches a context or a run takes the caller's `owner` (rlm_mcp.owners): another
 owner's context or run is "unknown". The default is the single local user (stdio, the CLI); the
-server binds the owner of each MCP request once, through `for_owner`.
+server binds the owner of each MCP request once, through `service.caller.Caller` (which imports
+this module, never the reverse).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunResult
+from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import BadArgumentError, NotFoundError
+from rlm_mcp.events import LoggedEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.contexts import ContextLoader
-from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.runs import ActiveRun, RunManager, RunRequest, unique_ids, wait_with_heartbeat
@@ -93,10 +95,6 @@ class RlmService:
                 self._engine = RLMEngine(self.settings, self.lm, self.sandboxes.open, profile=choice.profile)
         return self._engine
 
-    def for_owner(self, owner: str) -> Caller:
-        """This service as `owner` sees it (the server's one place that binds an owner)."""
-        return Caller(self, owner)
-
     @property
     def runs(self) -> RunManager:
         if self._runs is None:
@@ -113,7 +111,7 @@ class RlmService:
         glob: str | None = None,
         url: str | None = None,
         name: str | None = None,
-        format: Literal["text", "json"] = "text",
+        format: ContextFormat = "text",
         include: list[str] | None = None,
         exclude: list[str] | None = None,
         owner: str = LOCAL_OWNER,
@@ -140,7 +138,7 @@ class RlmService:
         encoding: Literal["text", "base64"],
         sha256: str | None,
         name: str | None,
-        format: Literal["text", "json"] | None,
+        format: ContextFormat | None,
         owner: str = LOCAL_OWNER,
     ) -> UploadState:
         if encoding == "base64":
@@ -238,7 +236,7 @@ class RlmService:
         run = self.runs.get(run_id, owner=owner)
         if run is not None:
             if wait_s > 0:
-                with anyio.move_on_after(min(wait_s, 300.0)):
+                with anyio.move_on_after(min(wait_s, RESULT_WAIT_MAX_S)):
                     await run.done.wait()
             return run.result if run.result is not None else run.snapshot()
         summary = await self.records.read_summary(run_id, owner=owner)
@@ -263,7 +261,7 @@ class RlmService:
             summary.update(run.snapshot().model_dump())
         return summary
 
-    async def run_events(self, run_id: str, *, owner: str = LOCAL_OWNER) -> list[dict[str, Any]]:
+    async def run_events(self, run_id: str, *, owner: str = LOCAL_OWNER) -> list[LoggedEvent]:
         return await self.records.read_events(run_id, owner=owner)
 
     async def full_answer(self, run_id: str, *, owner: str = LOCAL_OWNER) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import BadArgumentError, context_too_large
 
 CHUNK = 1 << 20
@@ -54,7 +55,7 @@ def ingest(
     chunks: Iterable[bytes],
     *,
     tmp_dir: Path,
-    format: Literal["text", "json"],
+    format: ContextFormat,
     max_bytes: int,
     expected_sha256: str | None = None,
     write: bool = True,

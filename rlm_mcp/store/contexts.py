@@ -48,7 +48,7 @@ import anyio
 from pydantic import BaseModel
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec
+from rlm_mcp.engine.ports import ContextFormat, ContextSpec
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import _db
@@ -68,7 +68,7 @@ class ContextInfo(BaseModel):
     name: str
     bytes: int
     sha256: str
-    format: Literal["text", "json"]
+    format: ContextFormat
     kind: Literal["str", "list", "dict"]
     chars: int
     created_at: float
@@ -76,7 +76,7 @@ class ContextInfo(BaseModel):
     source: dict[str, Any]
 
 
-def context_id_for(sha256: str, format: Literal["text", "json"]) -> str:
+def context_id_for(sha256: str, format: ContextFormat) -> str:
     return f"ctx_{sha256[:24]}" + ("_json" if format == "json" else "")
 
 
@@ -145,7 +145,7 @@ class ContextStore:
         data: bytes,
         *,
         name: str,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         source: dict[str, Any],
         owner: str = LOCAL_OWNER,
     ) -> ContextInfo:
@@ -159,7 +159,7 @@ class ContextStore:
         path: Path,
         *,
         name: str,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         source: dict[str, Any],
         consume: bool = False,
         owner: str = LOCAL_OWNER,
@@ -197,7 +197,7 @@ class ContextStore:
         chunks: Iterable[bytes],
         *,
         name: str,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         source: dict[str, Any],
         expected_sha256: str | None = None,
         owner: str = LOCAL_OWNER,
@@ -220,7 +220,7 @@ class ContextStore:
         return info
 
     def _commit(
-        self, ing: Ingested, *, name: str, format: Literal["text", "json"], source: dict[str, Any], owner: str
+        self, ing: Ingested, *, name: str, format: ContextFormat, source: dict[str, Any], owner: str
     ) -> ContextInfo:
         cid = context_id_for(ing.sha256, format)
         blob = self.blob_path(ing.sha256)

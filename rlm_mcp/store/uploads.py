@@ -32,6 +32,7 @@ from typing import Literal, overload
 from pydantic import BaseModel
 
 from rlm_mcp.config import Settings
+from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import (
     BadArgumentError,
     UnknownIdError,
@@ -82,7 +83,7 @@ class UploadStore:
         final: bool,
         sha256: str | None,
         name: str | None,
-        format: Literal["text", "json"] | None,
+        format: ContextFormat | None,
         owner: str = LOCAL_OWNER,
     ) -> UploadState:
         """`owner` owns the context the final chunk stores (the upload id itself is an

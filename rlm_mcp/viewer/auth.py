@@ -11,13 +11,13 @@ another site cannot reach a loopback server by DNS rebinding.
 
 from __future__ import annotations
 
-import hmac
 import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rlm_mcp.server.guard import LOCAL_OWNER, HostPolicy, owner_of_token
+from rlm_mcp.access import BearerTokens, HostPolicy
+from rlm_mcp.owners import LOCAL_OWNER
 
 COOKIE = "rlm_mcp_view"
 CODE_TTL_S = 60.0
@@ -38,18 +38,17 @@ class ViewerAuth:
     policy: HostPolicy
     _codes: dict[str, tuple[float, str]] = field(default_factory=dict)
     _sessions: dict[str, tuple[float, str]] = field(default_factory=dict)
+    _bearer: BearerTokens = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._bearer = BearerTokens(self.tokens)
 
     def host_ok(self, host: str | None, origin: str | None) -> bool:
         return self.policy.host_ok(host or "") and self.policy.origin_ok(origin)
 
     def bearer_owner(self, authorization: str | None) -> str | None:
         """The owner a bearer header proves (LOCAL_OWNER when no token is set), else None."""
-        if not self.tokens:
-            return LOCAL_OWNER
-        given = (authorization or "").encode("latin-1", "replace")
-        # Compare with every token (constant time each), so timing does not tell which matched.
-        matched = [t for t in self.tokens if hmac.compare_digest(given, f"Bearer {t}".encode())]
-        return owner_of_token(matched[0]) if matched else None
+        return self._bearer.owner(authorization)
 
     def session_owner(self, cookie: str | None) -> str | None:
         if not self.tokens:

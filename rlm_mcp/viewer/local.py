@@ -20,9 +20,9 @@ import anyio
 import httpx
 import uvicorn
 
+from rlm_mcp.access import HostPolicy
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError
-from rlm_mcp.server.guard import HostPolicy
 from rlm_mcp.store import RunStore
 from rlm_mcp.store.runs import check_run_id
 from rlm_mcp.viewer import render_index_html, render_run_html

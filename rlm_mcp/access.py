@@ -1,0 +1,154 @@
+"""Who may reach an HTTP surface of rlm-mcp: one rule, one place (issue 18 item 2).
+
+Neutral: `server/` (the MCP endpoint's `RequestGuard`), `viewer/` (the `/runs/` pages and
+`rlm-mcp runs view`) and `lm/` (is the endpoint on this machine?) import it; it imports only
+`config` and `owners`, so no layer has to import another's internals for these rules.
+
+- `is_loopback_host`: the one loopback test (`localhost`, 127.0.0.0/8, ::1, bracketed or not);
+- `HostPolicy`: the Host and Origin values a request may carry, derived from the bind (a page on
+  another site must never reach a loopback server: DNS rebinding);
+- `BearerTokens`: which owner an `Authorization: Bearer` header proves, compared in constant time
+  with every accepted token; `owner_of_token` names that owner (never the token itself);
+- `load_tokens`: every accepted token from the settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from rlm_mcp.config import Settings
+from rlm_mcp.owners import LOCAL_OWNER
+
+__all__ = ["BearerTokens", "HostPolicy", "is_loopback_host", "load_tokens", "owner_of_token"]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address (`127.0.0.1`, `::1`, `[::1]`); names other than
+    `localhost` are not resolved (a name could point anywhere)."""
+    if host.strip().lower() == "localhost":
+        return True
+    ip = _ip(host)
+    return ip is not None and ip.is_loopback
+
+
+def owner_of_token(token: str) -> str:
+    return "token-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+class BearerTokens:
+    """The accepted bearer tokens, and the owner a presented `Authorization` header proves."""
+
+    def __init__(self, tokens: Iterable[str]) -> None:
+        self._expected = [(f"Bearer {t}".encode(), owner_of_token(t)) for t in tokens]
+
+    def __bool__(self) -> bool:
+        return bool(self._expected)
+
+    def owner(self, authorization: str | None) -> str | None:
+        """The owner the header proves (LOCAL_OWNER when no token is set), else None."""
+        if not self._expected:
+            return LOCAL_OWNER
+        given = (authorization or "").encode("latin-1", "replace")
+        # Compare with every token (constant time each), so timing does not tell which matched.
+        matched = [owner for expected, owner in self._expected if hmac.compare_digest(given, expected)]
+        return matched[0] if matched else None
+
+
+def _ip(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text.strip().strip("[]"))
+    except ValueError:
+        return None
+
+
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """'host:port' / '[v6]:port' / 'host' -> (host lower-cased, port); None when malformed."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        if end == -1:
+            return None
+        host, rest = value[1:end], value[end + 1 :]
+    elif value.count(":") == 1:
+        host, rest = value.split(":")
+        rest = ":" + rest
+    elif ":" in value:
+        return None  # a bare IPv6 address must be bracketed in a Host header
+    else:
+        host, rest = value, ""
+    if not host:
+        return None
+    if not rest:
+        return host, None
+    if not rest.startswith(":") or not rest[1:].isdigit():
+        return None
+    return host, int(rest[1:])
+
+
+class HostPolicy:
+    """The Host and Origin values a request may carry, derived from the bind."""
+
+    def __init__(self, bind_host: str, port: int, extra_hosts: Iterable[str], extra_origins: Iterable[str]) -> None:
+        self.port = port
+        bind_ip = _ip(bind_host)
+        self._wildcard = bind_ip is not None and bind_ip.is_unspecified
+        self._ips: set[IPAddress] = set()
+        self._names: set[str] = set()
+        if bind_host.lower() == "localhost":
+            self._ips |= {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
+        if bind_ip is not None:
+            self._ips.add(bind_ip)
+        if is_loopback_host(bind_host) or self._wildcard:
+            self._names.add("localhost")
+        if self._wildcard:  # reached by any of the machine's names (a token is required there)
+            self._names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        elif bind_ip is None:
+            self._names.add(bind_host.lower())
+        self._extra_hosts = {h.strip().lower() for h in extra_hosts if h.strip()}
+        self._extra_origins = {o.strip().lower().rstrip("/") for o in extra_origins if o.strip()}
+
+    def host_ok(self, value: str) -> bool:
+        if value.strip().lower() in self._extra_hosts:
+            return True
+        parsed = _split_host(value)
+        if parsed is None:
+            return False
+        host, port = parsed
+        if host in self._extra_hosts:
+            return True
+        if (port if port is not None else 80) != self.port:
+            return False
+        ip = _ip(host)
+        if ip is not None:
+            return self._wildcard or ip in self._ips
+        return host in self._names
+
+    def origin_ok(self, value: str | None) -> bool:
+        """Absent: not a browser (fine). Present: the server's own origin or a configured one;
+        another local origin (another port, another app) is refused unless configured."""
+        if value is None:
+            return True
+        value = value.strip().lower().rstrip("/")
+        if value in self._extra_origins:
+            return True
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+            return False
+        return self.host_ok(parts.netloc)
+
+
+def load_tokens(settings: Settings) -> list[str]:
+    """Every accepted token: RLM_MCP_AUTH_TOKEN, RLM_MCP_AUTH_TOKENS and the tokens file
+    (one per line; blank lines and '#' comments ignored)."""
+    tokens = [t for t in [settings.auth_token, *settings.auth_tokens] if t]
+    if settings.auth_tokens_file is not None:
+        text = settings.auth_tokens_file.expanduser().read_text()
+        tokens += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return list(dict.fromkeys(tokens))

@@ -1,0 +1,117 @@
+"""The CLI's help is its documentation: every command and option has help text, and the README's
+command list (the block marked `<!-- commands`) names exactly the commands and options that
+`rlm-mcp --help` and each command's `--help` describe (issue 18 item 6)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+
+import pytest
+
+from rlm_mcp.cli import _parser, main
+from rlm_mcp.eval.cli import forms as eval_forms
+from tests.fixtures_e2e import SERVER_SCRIPT
+from tests.readme_blocks import blocks
+
+Path_ = tuple[str, ...]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _commands(parser: argparse.ArgumentParser, path: Path_ = ()) -> dict[Path_, argparse.ArgumentParser]:
+    """Every command a user can type: a parser with a handler, keyed by its words; `eval`'s three
+    forms (a task file, generate, import) stand for `eval` itself."""
+    if path == ("eval",):
+        return {("eval", form): p for form, p in eval_forms().items()}
+    found: dict[Path_, argparse.ArgumentParser] = {}
+    if parser.get_default("handler") is not None:
+        found[path] = parser
+    for name, sub in _subcommands(parser).items():
+        found.update(_commands(sub, (*path, name)))
+    return found
+
+
+def _readme_commands() -> dict[Path_, str]:
+    (block,) = [b for b in blocks() if b.marker.startswith("<!-- commands")]
+    listed: dict[Path_, str] = {}
+    for line in block.text.splitlines():
+        words = line.split()
+        assert words[0] == "rlm-mcp", line
+        path: list[str] = []
+        for word in words[1:]:
+            if word in ("TASKS.jsonl",) or re.fullmatch(r"[a-z]+", word):
+                path.append(word)
+            else:
+                break
+        if path[:1] == ["eval"] and len(path) == 1:
+            path.append("TASKS.jsonl")
+        listed[tuple(path)] = line
+    return listed
+
+
+COMMANDS = _commands(_parser())
+LISTED = _readme_commands()
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+
+
+def _positionals(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if not a.option_strings and not isinstance(a, argparse._SubParsersAction)]
+
+
+def test_the_readme_lists_every_command_and_no_other() -> None:
+    assert set(LISTED) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=lambda p: " ".join(p) or "rlm-mcp")
+def test_every_option_and_argument_has_help_and_is_listed(path: Path_) -> None:
+    parser, line = COMMANDS[path], LISTED[path]
+    listed_options = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", line))
+    options = _options(parser)
+    for action in [*options, *_positionals(parser)]:
+        if action.help == argparse.SUPPRESS:
+            continue
+        assert action.help, f"{' '.join(path)}: {action.dest} has no help text"
+    for action in options:
+        assert listed_options & set(action.option_strings), f"README omits {action.option_strings[-1]}: {line}"
+    known = {s for a in options for s in a.option_strings}
+    assert listed_options <= known, f"README lists options `{' '.join(path)}` lacks: {listed_options - known}"
+    if path[:1] != ("eval",):  # eval's forms are named by their first word
+        for action in _positionals(parser):
+            assert action.dest.upper() in re.findall(r"[A-Z_]+", line), f"README omits {action.dest.upper()}: {line}"
+
+
+def test_every_command_has_a_description() -> None:
+    for path, parser in COMMANDS.items():
+        assert parser.description, " ".join(path)
+
+
+def test_rlm_mcp_help_names_every_command() -> None:
+    proc = subprocess.run([str(SERVER_SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for name in _subcommands(_parser()):
+        assert re.search(rf"^\s+{name}\s+\S", proc.stdout, re.M), f"`rlm-mcp --help` omits {name}"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in COMMANDS if p), ids=" ".join)
+def test_each_commands_help_shows_its_options(
+    path: Path_, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    monkeypatch.setenv("RLM_MCP_DATA_DIR", str(tmp_path))
+    argv = [*path[:1], *path[1:]] if path[:2] != ("eval", "TASKS.jsonl") else ["eval", "tasks.jsonl"]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--help"])
+    assert exited.value.code == 0
+    shown = capsys.readouterr().out
+    for action in _options(COMMANDS[path]):
+        assert action.option_strings[-1] in shown and str(action.help).split()[0] in shown
