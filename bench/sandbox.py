@@ -21,8 +21,8 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec, LMRequest
-from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.ports import ContextSpec, LMRequest
+from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.sandbox.session import load_contexts
 
@@ -52,12 +52,13 @@ async def main(mib: int, calls: int) -> None:
     async with SandboxManager(settings) as mgr:
         await mgr.ensure_ready()
         client = await mgr.docker_client()
-        print(f"engine: {mgr.engine.describe() if mgr.engine else '?'}")
+        engine = getattr(mgr.backend, "engine", None)
+        print(f"engine: {engine.describe() if engine else '?'}")
 
         cold: list[float] = []
         for _ in range(5):
             t = time.perf_counter()
-            c = await KernelContainer.start(client, settings, mgr.owner_id, mgr.engine)
+            c = await KernelContainer.start(client, settings, mgr.owner_id, engine)
             cold.append(time.perf_counter() - t)
             await c.kill()
         report("cold start to kernel-ready", cold, None)
@@ -97,7 +98,7 @@ async def main(mib: int, calls: int) -> None:
             spec = ContextSpec(path=path, format="text", kind="str", chars=len(data), bytes=len(data))
             loads: list[float] = []
             for _ in range(3):
-                c = await KernelContainer.start(client, settings, mgr.owner_id, mgr.engine)
+                c = await KernelContainer.start(client, settings, mgr.owner_id, engine)
                 t = time.perf_counter()
                 await load_contexts(c, [spec], settings)
                 loads.append(time.perf_counter() - t)

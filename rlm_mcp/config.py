@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     answer_max_chars: int = Field(20_000, description="Answer characters in a tool result (full: resource).")
 
     # --- Sandbox -----------------------------------------------------------------------------
+    sandbox_backend: Literal["docker"] = Field(
+        "docker", description="What makes the sandboxes (docs/architecture.md, Backends); Docker only so far."
+    )
     sandbox_image: str = Field(DEFAULT_IMAGE, description="Docker image the sandboxes run.")
     sandbox_runtime: str | None = Field(
         None,

@@ -102,7 +102,11 @@ class AccessDeniedError(RlmMcpError):
     """A path outside the allowed roots, a hidden entry, or a refused URL."""
 
 
-class DockerUnavailableError(RlmMcpError):
+class BackendUnavailableError(RlmMcpError):
+    """The sandbox backend (a Docker engine, a cluster) cannot be reached."""
+
+
+class DockerUnavailableError(BackendUnavailableError):
     """The Docker daemon cannot be reached."""
 
 
@@ -114,5 +118,13 @@ class SandboxError(RlmMcpError):
     """A sandbox failed in a way the run cannot recover from."""
 
 
+class ConnectionLostError(SandboxError):
+    """The connection to the sandbox backend was lost and could not be made good again."""
+
+
 class BusyError(RlmMcpError):
     """Too many runs or sandboxes at once."""
+
+
+class CpuLimitFixed(RlmMcpError):
+    """The backend cannot change a running sandbox's CPU limit (`cause`: why; `fix`: what to do)."""

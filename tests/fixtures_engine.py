@@ -20,11 +20,11 @@ import anyio.to_thread
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RunLimits, RunProgress
-from rlm_mcp.engine.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.lm.errors import LMContextLengthError
 from rlm_mcp.lm.types import CallRecord, Completion
-from rlm_mcp.sandbox.answer_rules import new_answer, read_answer, submit_answer, submit_variable
+from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
+from rlm_mcp.sandbox.guest.answer_rules import new_answer, read_answer, submit_answer, submit_variable
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
 
 _SIMPLE = (str, int, float, bool, list, dict, tuple)

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec, LMRequest
-from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
+from rlm_mcp.ports import ContextSpec, LMRequest
+from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
+from rlm_mcp.sandbox.docker.engine import EngineInfo
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing.settings import make_settings
 
@@ -42,7 +43,7 @@ def docker_image() -> str:
             pytest.fail(
                 f"The sandbox image {settings.sandbox_image} is missing. Build it first: "
                 "`rlm-mcp image build --offline` (or python -c 'from rlm_mcp.config import Settings; "
-                "from rlm_mcp.sandbox.image import build_image; build_image(Settings(), offline=True)')"
+                "from rlm_mcp.sandbox.docker.image import build_image; build_image(Settings(), offline=True)')"
             )
     finally:
         client.close()
@@ -88,3 +89,8 @@ class FakeBridge:
 
 async def no_bridge(request: LMRequest) -> list[str]:
     return ["Error: no LM in this test"] * len(request.prompts)
+
+
+def engine_of(mgr: SandboxManager) -> EngineInfo | None:
+    """What the manager's Docker engine is and can do (Podman needs it for raw containers)."""
+    return getattr(mgr.backend, "engine", None)

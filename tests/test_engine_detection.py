@@ -14,7 +14,7 @@ import docker.errors
 import pytest
 
 from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.engine import (
+from rlm_mcp.sandbox.docker.engine import (
     GVISOR_PIDS_ROOM,
     check_engine,
     engine_info,
@@ -24,7 +24,7 @@ from rlm_mcp.sandbox.engine import (
     update_failure,
     update_unsupported,
 )
-from rlm_mcp.sandbox.hardening import create_kwargs
+from rlm_mcp.sandbox.docker.hardening import create_kwargs
 from rlm_mcp.testing.settings import make_settings
 
 DOCKER_VERSION = {"Version": "20.10.24+dfsg1", "Components": [{"Name": "Engine", "Version": "20.10.24+dfsg1"}]}

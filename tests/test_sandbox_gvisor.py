@@ -18,9 +18,9 @@ import pytest
 
 from rlm_mcp.doctor import run_doctor
 from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.docker_api import connect_sync
-from rlm_mcp.sandbox.engine import EngineInfo, check_engine, probe_sync, runtime_fix, update_unsupported
-from rlm_mcp.sandbox.hardening import CPU_PERIOD_US, cpu_quota
+from rlm_mcp.sandbox.docker.docker_api import connect_sync
+from rlm_mcp.sandbox.docker.engine import EngineInfo, check_engine, probe_sync, runtime_fix, update_unsupported
+from rlm_mcp.sandbox.docker.hardening import CPU_PERIOD_US, cpu_quota
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_sandbox import no_bridge, ready_manager, sandbox_settings
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from rlm_mcp.config import Settings, parse_size
-from rlm_mcp.sandbox.bootstrap import command
-from rlm_mcp.sandbox.engine import EngineInfo, engine_ulimits, pids_limit
+from rlm_mcp.sandbox.docker.engine import EngineInfo, engine_ulimits, pids_limit
+from rlm_mcp.sandbox.guest.bootstrap import command
+from rlm_mcp.sandbox.liveness import ProcessLiveness
 
 LABEL_OWNER = "rlm-mcp.owner"
 LABEL_ROLE = "rlm-mcp.role"
@@ -23,8 +24,7 @@ def cpu_quota(cpus: float) -> int:
 def create_kwargs(
     client: Any, settings: Settings, owner_id: str, name: str, engine: EngineInfo | None = None
 ) -> dict[str, Any]:
-    """Keyword arguments of the low-level `client.api.create_container` for one sandbox
-    (`engine`: what the engine needs beyond Docker's defaults, see engine.py)."""
+    """Keyword arguments of the low-level `client.api.create_container` for one sandbox."""
     memory = parse_size(settings.sandbox_memory)
     host_config = client.api.create_host_config(
         read_only=True,
@@ -56,7 +56,8 @@ def create_kwargs(
         "detach": False,
         "environment": {},  # nothing from the host; the image provides HOME, PATH, ...
         "network_disabled": True,
-        "labels": {LABEL_OWNER: owner_id, LABEL_ROLE: ROLE_SANDBOX},
+        # The creating process's stamp: reaping removes a stopped sandbox only once it is gone.
+        "labels": {LABEL_OWNER: owner_id, LABEL_ROLE: ROLE_SANDBOX, **ProcessLiveness().stamp()},
         "name": name,
         "host_config": host_config,
         "use_config_proxy": False,  # else proxy settings (credentials too) leak in

@@ -18,14 +18,14 @@ from the engine (`probe_sync`) and checked here, never guessed:
   before its code reached it, so the host limit gets room for them (`pids_limit`).
 - Podman 4.3 on cgroup v1 never reports an out-of-memory kill (`OOMKilled` stays false and no
   `oom` event comes): a SIGKILLed kernel there is most likely the memory limit, and the model is
-  told so (`unreported_oom`).
+  told so (`ExitInfo.oom_unreported`).
 - Podman refuses a forced removal of a container that stopped while it was being removed
   ("could not be stopped ... container state improper"); a second removal works
   (`stopped_while_removed`).
 - CPU quotas updated in place (`docker update`) exist under Docker with runc only: Debian's
   `runsc` (2022) has no `update` command and Podman's compatible API no `containers/{id}/update`.
   `update_unsupported` tells that failure from a container that is merely gone; the CPU shares
-  (cpu.py) then keep each sandbox's fixed quota, and say so.
+  (sandbox/cpu.py) then keep each sandbox's fixed quota, and say so.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.faults import is_lost
+from rlm_mcp.sandbox.docker.faults import is_lost
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
@@ -161,17 +161,6 @@ def engine_ulimits(engine: EngineInfo | None) -> list[dict[str, Any]]:
     return limits
 
 
-def unreported_oom(engine: EngineInfo | None, settings: Settings, exit_code: int) -> str | None:
-    """The explanation of a SIGKILLed kernel on an engine that does not report OOM kills, or None."""
-    if engine is None or not engine.podman or exit_code != 128 + 9:
-        return None
-    return (
-        f"The sandbox's Python process was killed by signal 9 (exit status {exit_code}): most likely it ran out of "
-        f"memory (limit {settings.sandbox_memory}, RLM_MCP_SANDBOX_MEMORY; Podman does not report out-of-memory "
-        "kills). Process the context in smaller pieces."
-    )
-
-
 def stopped_while_removed(exc: BaseException) -> bool:
     """Podman's answer to a forced removal racing the container's own exit (worth one retry)."""
     text = str(exc).lower()
@@ -195,3 +184,9 @@ def update_failure(exc: BaseException, engine: EngineInfo | None) -> str:
     lines = str(getattr(exc, "explanation", None) or exc).strip().splitlines()
     answer = re.sub(r"\b[0-9a-f]{64}\b", "<id>", lines[0] if lines else type(exc).__name__)
     return f"{who} cannot update a running container's CPU quota (it answered: {answer[:120]})"
+
+
+def update_fix(engine: EngineInfo | None) -> str:
+    if engine is not None and engine.podman:
+        return "Use Docker, whose API updates quotas in place (Podman's compatible API cannot)"
+    return "Use a runtime that updates quotas in place (runc, or a current gVisor release)"
