@@ -126,7 +126,7 @@ async def test_doctor_shows_the_runtime_and_the_cpu_fallback(runsc: str, tmp_pat
     settings = make_settings(tmp_path, sandbox_runtime=runsc, base_url="http://127.0.0.1:9/v1", reference_fetch=False)
     await run_doctor(settings, out=lines.append)
     text = "\n".join(lines)
-    assert "ok    engine" in text and "runtime runsc" in text
+    assert "ok    docker" in text and "runtime runsc" in text
     assert "ok    sandbox round trip" in text
     if "warn  cpu sharing" in text:  # Debian's runsc: no `update`
         assert "fixed quota of 1 CPUs" in text and "RLM_MCP_SANDBOX_CPUS=" in text
