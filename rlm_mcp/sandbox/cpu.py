@@ -55,6 +55,7 @@ class CpuShares:
         self.max_sandboxes = 1  # for the fallback's message (the manager sets it)
         self.fixed: CpuLimitFixed | None = None  # why limits cannot change here (then each keeps its own)
         self.probed = False
+        self._probe_lock = anyio.Lock()  # sandboxes started meanwhile wait for the one probe's answer
 
     def fallback(self, max_sandboxes: int) -> tuple[str, str] | None:
         """(what happens, the fix) while limits cannot be changed here; None while sharing works."""
@@ -78,17 +79,21 @@ class CpuShares:
 
     async def probe(self, container: KernelChannel, max_sandboxes: int) -> None:
         """Once, on a fresh sandbox: set its limit to what it already has, to learn whether the
-        backend can change limits in place before any sharing depends on it."""
+        backend can change limits in place before any sharing depends on it. Sandboxes started
+        while it is asked wait for the answer, so none is handed out before it is known."""
         if self.probed:
             return
-        self.probed = True
-        try:
-            await self._set_cpus(container, self.per_sandbox)
-        except CpuLimitFixed as exc:
-            self._switch_off(exc, max_sandboxes)
-        except Exception as exc:  # the sandbox went away or the connection failed: ask again later
-            log.debug("could not probe the CPU limit of %s: %s", container.name, exc)
-            self.probed = False
+        async with self._probe_lock:
+            if self.probed:
+                return
+            try:
+                await self._set_cpus(container, self.per_sandbox)
+            except CpuLimitFixed as exc:
+                self._switch_off(exc, max_sandboxes)
+            except Exception as exc:  # the sandbox went away or the connection failed: ask again later
+                log.debug("could not probe the CPU limit of %s: %s", container.name, exc)
+                return
+            self.probed = True
 
     def share(self, count: int) -> float:
         if self.total is None or count == 0:

@@ -184,8 +184,8 @@ class SandboxManager:
     async def _start_container(self) -> KernelChannel:
         container = await self.backend.start(self.owner_id)
         self._live.add(container)
-        if not self._cpu.probed:  # can limits change in place here? (else: fixed, announced)
-            await self._cpu.probe(container, self.settings.max_sandboxes)
+        # Can limits change in place here? (else: fixed, announced). Once; later starts return at once.
+        await self._cpu.probe(container, self.settings.max_sandboxes)
         return container
 
     async def _discard(self, container: KernelChannel) -> None:
