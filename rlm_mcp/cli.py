@@ -196,14 +196,21 @@ async def _serve(settings: Settings) -> None:
     """Serve until stdin closes (stdio), or SIGINT/SIGTERM; the lifespan then removes this
     server's sandboxes before the process exits."""
     closed = threading.Event()
+    listener = None
     if settings.transport == "http":
         from rlm_mcp.server.http import build_http_app, serve_http
+        from rlm_mcp.server.listen import bind_listener
 
         app = build_http_app(settings, on_closed=closed.set)  # refusals happen before binding
+        listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before "serving"
 
         async def serve() -> None:
-            await serve_http(settings, app)
+            await serve_http(settings, app, listener)
     else:
+        from rlm_mcp.cli_hints import STDIO_ON_A_TERMINAL
+
+        if sys.stdin.isatty():  # a person typed `rlm-mcp`: say what it waits for
+            print(STDIO_ON_A_TERMINAL, file=sys.stderr, flush=True)
         from rlm_mcp.server.app import build_server
 
         server = build_server(settings, mode="stdio", on_closed=closed.set)
@@ -211,6 +218,14 @@ async def _serve(settings: Settings) -> None:
         async def serve() -> None:
             await server.run_stdio_async()
 
+    try:
+        await _serve_until_signal(serve, closed)
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+async def _serve_until_signal(serve: Callable[[], Awaitable[None]], closed: threading.Event) -> None:
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:

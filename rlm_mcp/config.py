@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -23,7 +23,13 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from rlm_mcp.config_check import CONFIG_VAR, SettingsError, check_config_file, describe_validation_error
+from rlm_mcp.config_check import (
+    CONFIG_VAR,
+    SettingsError,
+    check_config_file,
+    check_endpoint_url,
+    describe_validation_error,
+)
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
 
@@ -65,6 +71,26 @@ class Settings(BaseSettings):
     max_prompts_per_batch: int = Field(512, description="Prompts one llm_query_batched call may carry.")
     allowed_sub_models: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated extra models code may name in llm_query(model=...)."
+    )
+    # Sub-call endpoint (llm_query*, rlm_query at the depth limit); each unset value is the root's.
+    sub_base_url: str | None = Field(None, description="Endpoint of sub-calls (…/v1); default: base_url.")
+    sub_api_key: str | None = Field(None, description="API key of the sub-call endpoint; default: api_key.")
+    sub_max_model_len: int | None = Field(
+        None,
+        description="Sub-call window in tokens; default: max_model_len when the endpoint is the root's, else discovered.",
+    )
+    sub_completion_tokens_field: Literal["auto", "max_tokens", "max_completion_tokens"] | None = Field(
+        None, description="completion_tokens_field of the sub-call endpoint; default: the root's."
+    )
+    sub_extra_body: Annotated[dict[str, Any] | None, NoDecode] = Field(
+        None, description="extra_body of the sub-call endpoint (JSON); default: the root's."
+    )
+    # Routing keys for replica routers (vllm-router consistent_hash, production-stack session).
+    session_affinity: bool = Field(True, description="Root calls carry the run id in session_header.")
+    session_header: str = Field(
+        "X-Session-ID",
+        pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$",
+        description="Header carrying the run id on root calls.",
     )
 
     # --- RLM loop ----------------------------------------------------------------------------
@@ -180,19 +206,20 @@ class Settings(BaseSettings):
             return [m.strip() for m in value.split(",") if m.strip()]
         return value
 
-    @field_validator("extra_body", mode="before")
+    @field_validator("extra_body", "sub_extra_body", mode="before")
     @classmethod
-    def _parse_extra_body(cls, value: Any) -> Any:
+    def _parse_extra_body(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
+            name = f"RLM_MCP_{(info.field_name or '').upper()}"
             value = value.strip()
             if not value:
-                return {}
+                return {} if info.field_name == "extra_body" else None
             try:
                 parsed = json.loads(value)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"RLM_MCP_EXTRA_BODY must be a JSON object: {exc}") from exc
+                raise ValueError(f"{name} must be a JSON object: {exc}") from exc
             if not isinstance(parsed, dict):
-                raise ValueError("RLM_MCP_EXTRA_BODY must be a JSON object")
+                raise ValueError(f"{name} must be a JSON object")
             return parsed
         return value
 
@@ -201,6 +228,11 @@ class Settings(BaseSettings):
     def _check_size(cls, value: str) -> str:
         parse_size(value)  # fail at start-up, not at the first sandbox
         return value
+
+    @field_validator("base_url", mode="after")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        return check_endpoint_url(value)
 
     @field_validator("data_dir", mode="after")
     @classmethod

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
@@ -67,6 +68,19 @@ def check_config_file(path: Path, fields: Iterable[str]) -> None:
             f"Unknown key(s) in config file {path}: {hints}",
             "Keys are the settings' names without the RLM_MCP_ prefix, in lower case.",
         )
+
+
+def check_endpoint_url(value: str) -> str:
+    """An endpoint URL must say http:// or https:// and name a host; without them every request
+    fails later with a message that blames the server (\"vLLM unreachable\")."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"not an http:// or https:// URL; write it in full, e.g. http://{value.strip() or 'localhost:8000/v1'}"
+            if parts.scheme not in ("http", "https") and "//" not in value
+            else "not an http:// or https:// URL with a host, e.g. http://localhost:8000/v1"
+        )
+    return value.strip()
 
 
 def expected_form(field: FieldInfo) -> str:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import ImageMissingError, RlmMcpError
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.lm.server_kind import guess_server_kind
 from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.backends import backend_for
 from rlm_mcp.sandbox.manager import SandboxManager
@@ -52,6 +52,13 @@ async def _backend(settings: Settings) -> list[Check]:
         backend.close()
 
 
+# Said to every user, most of whom have no checkout: what to try and where to report.
+SANDBOX_FIX = (
+    "Rebuild the sandbox image (`rlm-mcp image build --force`) and run doctor again; if it still fails, "
+    "report this output with `rlm-mcp --version` and `docker version`."
+)
+
+
 async def _sandbox(settings: Settings) -> list[Check]:
     async def bridge(request: LMRequest) -> list[str]:
         return [f"echo:{p}" for p in request.prompts]
@@ -69,7 +76,7 @@ async def _sandbox(settings: Settings) -> list[Check]:
     detail = (
         f"one cell in {time.monotonic() - start:.2f} s" if ok else f"unexpected output {cell.stdout!r} {cell.error!r}"
     )
-    checks = [Check("sandbox round trip", ok, detail, "" if ok else "Run the tests: pytest tests/test_sandbox_*.py")]
+    checks = [Check("sandbox round trip", ok, detail, "" if ok else SANDBOX_FIX)]
     if fallback is None:
         checks.append(Check("cpu sharing", True, "limits follow the sandboxes in use (changed in place)"))
     else:  # a fixed limit per sandbox: works, but the user must know (never silently)
@@ -80,20 +87,31 @@ async def _sandbox(settings: Settings) -> list[Check]:
 async def _lm(settings: Settings) -> list[Check]:
     lm = LMClient(settings)
     try:
-        probe = await lm.probe()
-        if not probe.reachable:
-            fix = probe.error or f"Start the server behind {settings.base_url}, or set RLM_MCP_BASE_URL."
-            return [Check("lm endpoint", False, f"{settings.base_url} is unreachable", fix)]
-        detail = f"{settings.base_url} answered"
-        if probe.models is not None:
-            detail += f"; serves {', '.join(probe.models)}"
-        kind = guess_server_kind(settings.base_url, await lm.served_cards())
-        detail += f"; looks like {kind}" if kind else "; server kind not recognised"
-        checks = [Check("lm endpoint", True, detail)]
+        checks: list[Check] = []
+        probes = await lm.probes()
+        for probe in probes:
+            # With a separate sub-call endpoint each row names the endpoint it checked.
+            name = "lm endpoint" if probe.endpoint == "root" else "sub-call endpoint"
+            setting = "RLM_MCP_BASE_URL" if probe.endpoint == "root" else "RLM_MCP_SUB_BASE_URL"
+            if not probe.reachable:
+                fix = probe.error or f"Start the server behind {probe.base_url}, or set {setting}."
+                checks.append(Check(name, False, f"{probe.base_url} is unreachable", fix))
+                continue
+            detail = f"{probe.base_url} answered"
+            if probe.models is not None:
+                detail += f"; serves {', '.join(probe.models)}"
+            detail += f"; looks like {probe.kind}" if probe.kind else "; server kind not recognised"
+            checks.append(Check(name, True, detail))
+            if probe.endpoint == "root" and probe.models is None:  # nothing listed: "served" would be a guess
+                checks.append(_unlisted(settings))
+        root_listed = any(p.endpoint == "root" and p.models is not None for p in probes)
+        if not all(c.ok for c in checks):
+            return checks
         try:
             await lm.check_model()
             window = await lm.window(settings.model)
-            checks.append(Check("model", True, f"{settings.model} served"))
+            if root_listed:
+                checks.append(Check("model", True, f"{settings.model} served"))
             if await lm.window_known(settings.model):
                 checks.append(Check("window", True, f"{window} tokens"))
             else:
@@ -106,22 +124,48 @@ async def _lm(settings: Settings) -> list[Check]:
                         warn=True,
                     )
                 )
+            if lm.separate_sub_endpoint:
+                sub_model = settings.effective_sub_model
+                sub_window = await lm.window(sub_model, role="sub")
+                known = await lm.window_known(sub_model, role="sub")
+                checks.append(
+                    Check(
+                        "sub-call window",
+                        True,
+                        f"{sub_window} tokens" + ("" if known else " ASSUMED: the endpoint does not report it"),
+                        "" if known else "Set RLM_MCP_SUB_MAX_MODEL_LEN to the window the sub-call server really has.",
+                        warn=not known,
+                    )
+                )
         except RlmMcpError as exc:
             checks.append(Check("model", False, exc.cause, exc.fix or ""))
             return checks
-        try:
-            done = await lm.complete(
-                [{"role": "user", "content": "Say OK."}], model=settings.model, max_tokens=1, role="sub"
-            )
-            rec = done.record
-            checks.append(
-                Check("completion", True, f"1 token in {rec.latency_s:.2f} s ({rec.prompt_tokens} prompt tokens)")
-            )
-        except RlmMcpError as exc:
-            checks.append(Check("completion", False, exc.cause, exc.fix or ""))
+        roles: list[Literal["root", "sub"]] = ["root", "sub"] if lm.separate_sub_endpoint else ["root"]
+        for role in roles:
+            model = settings.model if role == "root" else settings.effective_sub_model
+            name = "completion" if role == "root" else "sub-call completion"
+            try:
+                done = await lm.complete([{"role": "user", "content": "Say OK."}], model=model, max_tokens=1, role=role)
+                rec = done.record
+                checks.append(
+                    Check(name, True, f"1 token in {rec.latency_s:.2f} s ({rec.prompt_tokens} prompt tokens)")
+                )
+            except RlmMcpError as exc:
+                checks.append(Check(name, False, exc.cause, exc.fix or ""))
         return checks
     finally:
         await lm.aclose()
+
+
+def _unlisted(settings: Settings) -> Check:
+    """The endpoint answered but GET /models listed nothing: most often a base URL without /v1."""
+    url = settings.base_url.rstrip("/")
+    detail = f"not confirmed: {url}/models lists no models"
+    if not urlsplit(url).path.endswith("/v1"):
+        return Check(
+            "model", False, detail, f"OpenAI-compatible servers answer under /v1: set RLM_MCP_BASE_URL={url}/v1"
+        )
+    return Check("model", True, detail, "The completion check below tells whether the model answers.", warn=True)
 
 
 async def _profile(settings: Settings) -> Check:

@@ -11,6 +11,7 @@ registered here so test modules need not import them by name.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 
@@ -31,6 +32,7 @@ DOCKER_MODULES = frozenset(
         "test_chaos",
         "test_cli",
         "test_cli_run",
+        "test_demo",
         "test_client_snippets",
         "test_doctor_endpoints",
         "test_e2e_lifecycle",
@@ -55,8 +57,29 @@ DOCKER_MODULES = frozenset(
         "test_sandbox_manager",
         "test_sandbox_survival",
         "test_server_surface",
+        "test_wheel_smoke",
     }
 )
+
+
+# What the user exported is not the tests' configuration: every test states the settings it needs
+# (make_settings, cli_env, minimal_env), and an exported RLM_MCP_INSTANCE_ID or RLM_MCP_CONFIG
+# would change what a test sees. Cleared before any test or fixture reads the environment.
+CLEARED_SETTINGS = sorted(name for name in os.environ if name.upper().startswith("RLM_MCP_"))
+for _name in CLEARED_SETTINGS:
+    del os.environ[_name]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not CLEARED_SETTINGS:
+        return None
+    return "cleared from the test environment: " + ", ".join(CLEARED_SETTINGS)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from prerequisites import check
+
+    check(session)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

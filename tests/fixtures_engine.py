@@ -158,6 +158,7 @@ class Call:
     model: str
     max_tokens: int
     role: str
+    session: str | None = None  # the routing key a root call carried (its run id)
 
 
 @dataclass
@@ -183,17 +184,19 @@ class FakeChatModel:
     def sub_calls(self) -> list[Call]:
         return [c for c in self.calls if c.role == "sub"]
 
-    async def window(self, model: str) -> int:
+    async def window(self, model: str, *, role: str = "root") -> int:
         return self.windows.get(model, self.default_window)
 
-    async def window_known(self, model: str) -> bool:
+    async def window_known(self, model: str, *, role: str = "root") -> bool:
         return True
 
-    async def count_tokens(self, messages: list[dict[str, str]], *, model: str) -> int:
+    async def count_tokens(self, messages: list[dict[str, str]], *, model: str, role: str = "root") -> int:
         return int(self.tokenizer(messages) * self.count_skew)
 
-    async def complete(self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: str) -> Completion:
-        self.calls.append(Call([dict(m) for m in messages], model, max_tokens, role))
+    async def complete(
+        self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: str, session: str | None = None
+    ) -> Completion:
+        self.calls.append(Call([dict(m) for m in messages], model, max_tokens, role, session))
         prompt_tokens = self.tokenizer(messages)
         if self.enforce_window and prompt_tokens + max_tokens > await self.window(model):
             err = LMContextLengthError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,9 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing.settings import make_settings
 
 
+TEST_RUNTIME_VAR = "RLM_TEST_SANDBOX_RUNTIME"  # the sandbox tests' runtime (not an RLM_MCP_* setting)
+
+
 def sandbox_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = dict(
         cell_timeout_s=3,
@@ -28,6 +32,8 @@ def sandbox_settings(**overrides: Any) -> Settings:
         max_sandboxes=4,
         model="root-model",
         sub_model="sub-model",
+        # .ci/run runs the sandbox tests again under gVisor with this (the suite clears RLM_MCP_*).
+        sandbox_runtime=os.environ.get(TEST_RUNTIME_VAR) or None,
     )
     values.update(overrides)
     return make_settings(**values)

@@ -46,3 +46,8 @@ def test_sandbox_bench_prints_every_figure() -> None:
     out = run_bench(str(BENCH / "sandbox.py"), "--mib", "1", "--calls", "20")
     for row in ("cold start", "warm acquire", "trivial cell", "bridge overhead", "16-way", "1 MiB context load"):
         assert row in out
+
+
+def test_prefix_bench_runs_the_whole_trajectory() -> None:
+    out = run_bench(str(BENCH / "prefix.py"))
+    assert "rlm-mcp run: completed, 30 turns" in out and "append-only ceiling" in out

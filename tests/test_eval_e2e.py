@@ -67,7 +67,9 @@ SCRIPT = Script(
 )
 
 
-def run_eval(tmp_path: Path, base_url: str, owner: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_eval(
+    tmp_path: Path, base_url: str, owner: str, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         "HOME": os.environ.get("HOME", "/root"),
         "PATH": os.environ.get("PATH", ""),
@@ -82,7 +84,9 @@ def run_eval(tmp_path: Path, base_url: str, owner: str, *args: str) -> subproces
     }
     if "DOCKER_HOST" in os.environ:
         env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
-    return subprocess.run([str(SERVER_SCRIPT), "eval", *args], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(SERVER_SCRIPT), "eval", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def write_tasks(path: Path, tasks: list[dict[str, Any]]) -> None:
@@ -112,7 +116,11 @@ def test_eval_scores_resumes_and_compares_with_the_direct_baseline(tmp_path: Pat
     owner = new_instance_id()
 
     with ScriptedLM(SCRIPT) as lm:
-        first = run_eval(tmp_path, lm.base_url, owner, str(task_file), "--output", str(out), "--parallel", "2")
+        # As the README writes it: the task file and the output named relative to the current
+        # directory (the context path inside is relative to the task file).
+        relative = f"{tmp_path.name}/tasks.jsonl"
+        args = (relative, "--output", f"{tmp_path.name}/out", "--parallel", "2")
+        first = run_eval(tmp_path, lm.base_url, owner, *args, cwd=tmp_path.parent)
         assert first.returncode == 0, first.stderr[-3000:]
         got = results(out / "results.jsonl")
         assert {k: v["score"] for k, v in got.items()} == pytest.approx(EXPECTED)

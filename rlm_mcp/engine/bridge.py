@@ -75,13 +75,13 @@ def make_bridge(
             return "Error: the run's token budget is spent; no more sub-calls can be made."
         started = time.monotonic()
         try:
-            window = await lm.window(model)
+            window = await lm.window(model, role="sub")
             max_tokens = settings.sub_max_tokens
             # Refuse or clamp only against a window the server reported (or the setting); with
             # the 16384 fallback the server itself decides, and a rejection comes back as text.
-            known = await lm.window_known(model)
+            known = await lm.window_known(model, role="sub")
             if known and len(prompt.encode("utf-8", "surrogatepass")) + _TEMPLATE_SLACK > window - max_tokens:
-                tokens = await lm.count_tokens([{"role": "user", "content": prompt}], model=model)
+                tokens = await lm.count_tokens([{"role": "user", "content": prompt}], model=model, role="sub")
                 room = window - tokens
                 if room < min(_MIN_SUB_COMPLETION, max_tokens):
                     return (

@@ -201,7 +201,7 @@ class RLMEngine:
     ) -> tuple[RunStatus, str | None]:
         settings = self.settings
         ctx.window = await self.lm.window(settings.model)
-        sub_window = await self.lm.window(settings.effective_sub_model)
+        sub_window = await self.lm.window(settings.effective_sub_model, role="sub")
         # What one sub-prompt may hold: the window minus the answer budget (which the bridge
         # clamps for big prompts, so never claim less than half the window).
         sub_capacity = max(sub_window - settings.sub_max_tokens, sub_window // 2)

@@ -120,7 +120,7 @@ class TurnRunner:
             started = time.monotonic()
             try:
                 completion = await ctx.lm.complete(
-                    ctx.history.snapshot(), model=model, max_tokens=max_tokens, role="root"
+                    ctx.history.snapshot(), model=model, max_tokens=max_tokens, role="root", session=ctx.run_id
                 )
             except LMContextLengthError as exc:
                 self._account_failure(exc)

@@ -14,12 +14,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from rlm_mcp.cli_options import add_override_options
 from rlm_mcp.config import Settings
+
+if TYPE_CHECKING:
+    from rlm_mcp.eval.results import TaskResult
 
 _USAGE = """rlm-mcp eval TASKS.jsonl --output DIR [--parallel N] [--baseline direct] [options]
        rlm-mcp eval generate {needle,oolong,pairs,code,suite} --output DIR [--n N] [--seed S]
@@ -52,6 +55,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-model", help="model of the `judge` scorer (default: RLM_MCP_MODEL)")
     p.add_argument("--judge-base-url", help="endpoint of the judge model (default: RLM_MCP_BASE_URL)")
     p.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    p.add_argument(
+        "--keep-errors", action="store_true", help="on resume, keep tasks that ended in error (default: run them again)"
+    )
     return p
 
 
@@ -80,7 +86,7 @@ def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> 
     from rlm_mcp.eval.display import Tally, make_display
     from rlm_mcp.eval.report import render_markdown, summarize
     from rlm_mcp.eval.results import BASELINE_FILES, RESULTS_FILE, SUMMARY_FILE, read_results
-    from rlm_mcp.eval.runner import EvalOptions, run_eval
+    from rlm_mcp.eval.runner import EvalOptions, run_eval, settled
     from rlm_mcp.eval.tasks import load_tasks
 
     tasks = load_tasks(task_file)
@@ -94,9 +100,10 @@ def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> 
         overrides=overrides,
         judge_model=opts.judge_model,
         judge_base_url=opts.judge_base_url,
+        keep_errors=opts.keep_errors,
     )
     ids = {t.id for t in tasks}
-    already = [r for r in read_results(output / RESULTS_FILE).values() if r.id in ids]
+    already = [r for r in settled(read_results(output / RESULTS_FILE), opts.keep_errors).values() if r.id in ids]
     tally = Tally(len(tasks), already)
     display = make_display(tally, live=False if opts.plain else None)
     started = time.monotonic()
@@ -104,11 +111,26 @@ def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> 
         anyio.run(run_eval, tasks, settings, options, display)
     finally:
         display.close()
-    summaries = [summarize("rlm", [r for r in read_results(output / RESULTS_FILE).values() if r.id in ids])]
+    rlm_results = [r for r in read_results(output / RESULTS_FILE).values() if r.id in ids]
+    summaries = [summarize("rlm", rlm_results)]
     if opts.baseline:
         baseline = read_results(output / BASELINE_FILES[opts.baseline]).values()
         summaries.append(summarize(opts.baseline, [r for r in baseline if r.id in ids]))
     markdown = render_markdown(summaries, wall_s=time.monotonic() - started, title=f"rlm-mcp eval: {task_file.name}")
     (output / SUMMARY_FILE).write_text(markdown, encoding="utf-8")
     sys.stdout.write(markdown)
-    return 0
+    return _exit_status(rlm_results)
+
+
+def _exit_status(results: list[TaskResult]) -> int:
+    """1 when every task ended in `error` (nothing was measured: the cause is a setup problem),
+    with the first cause on stderr; otherwise 0, whatever the scores."""
+    if not results or any(r.status != "error" for r in results):
+        return 0
+    first = next((r.error for r in results if r.error), "no reason recorded")
+    sys.stderr.write(
+        f"rlm-mcp eval: every task ({len(results)}) ended in error; the first: {first}\n"
+        "Fix that cause and run the same command again: tasks that ended in error run again "
+        "(--keep-errors keeps them).\n"
+    )
+    return 1

@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "kind",
         choices=["needle", "oolong", "pairs", "code", "suite"],
-        help="suite: a small mix of all four (what bench/real_model.py runs)",
+        help="suite: a small mix of all four (a quick check of a model)",
     )
     p.add_argument("--output", "-o", required=True, help="folder for tasks.jsonl and contexts/")
     p.add_argument("--seed", type=int, default=0, help="the generator's seed: the same seed, the same tasks")

@@ -43,7 +43,8 @@ class Judge:
     """Grades with one model; owns its LM client (closed by `aclose`)."""
 
     def __init__(self, settings: Settings, *, model: str | None = None, base_url: str | None = None) -> None:
-        update: dict[str, Any] = {}
+        # The judge talks to one endpoint, its own (default: the root's), never the sub-call one.
+        update: dict[str, Any] = {"sub_base_url": None, "sub_api_key": None, "sub_extra_body": None}
         if base_url:
             update["base_url"] = base_url
         self.model = model or settings.model

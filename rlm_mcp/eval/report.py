@@ -46,6 +46,7 @@ class Summary:
     completion_tokens: int = 0
     task_seconds: float = 0.0
     by_scorer: dict[str, tuple[int, float]] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)  # cause -> task ids that ended with it
 
 
 def summarize(label: str, results: Sequence[TaskResult]) -> Summary:
@@ -62,10 +63,29 @@ def summarize(label: str, results: Sequence[TaskResult]) -> Summary:
         summary.prompt_tokens += int(total.get("prompt_tokens", 0))
         summary.completion_tokens += int(total.get("completion_tokens", 0))
         summary.task_seconds += r.duration_s
+        if r.status == "error":
+            summary.errors.setdefault(_one_line(r.error or "no reason recorded"), []).append(r.id)
     for scorer in sorted({r.scorer for r in results}):
         picked = [r.score for r in results if r.scorer == scorer]
         summary.by_scorer[scorer] = (len(picked), sum(picked) / len(picked))
     return summary
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split()).replace("|", "\\|")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _error_lines(summaries: Sequence[Summary]) -> list[str]:
+    """Why tasks ended in error: each distinct cause once, with how many tasks and which."""
+    if not any(s.errors for s in summaries):
+        return []
+    lines = ["", "| system | tasks in error | cause (first tasks) |", "|---|---:|---|"]
+    for s in summaries:
+        for cause, ids in sorted(s.errors.items(), key=lambda item: -len(item[1])):
+            shown = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
+            lines.append(f"| {s.label} | {len(ids)} | {cause} ({shown}) |")
+    return lines
 
 
 def _pct(x: float) -> str:
@@ -93,6 +113,7 @@ def render_markdown(summaries: Sequence[Summary], *, wall_s: float, title: str) 
         for s in summaries:
             for scorer, (count, mean) in s.by_scorer.items():
                 lines.append(f"| {s.label} | {scorer} | {count} | {_pct(mean)} |")
+    lines += _error_lines(summaries)
     lines += [
         "",
         f"Wall time of this invocation: {wall_s:.1f} s. Mean over every task; tasks without an answer or "

@@ -1,7 +1,9 @@
 """Run a task file through the service (the same path as `rlm_complete`), score, write results.
 
-Resume: a task with a line in `results.jsonl` is not run again (delete its line to redo it);
-tasks in flight when the eval is interrupted leave no line and run at the next invocation.
+Resume: a task with a line in `results.jsonl` is not run again (delete its line to redo it),
+except one that ended in `error` (an unreachable endpoint, a context that could not be read):
+that runs again unless `keep_errors` is set. Tasks in flight when the eval is interrupted leave
+no line and run at the next invocation.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ class EvalOptions:
     overrides: RunOverrides = field(default_factory=RunOverrides)  # max_iterations, timeout_s, ...
     judge_model: str | None = None
     judge_base_url: str | None = None
+    keep_errors: bool = False  # resume: errored tasks count as done instead of running again
+
+
+def settled(results: dict[str, TaskResult], keep_errors: bool) -> dict[str, TaskResult]:
+    """The results a resumed eval keeps: all of them with `keep_errors`, else all but errors."""
+    return {k: r for k, r in results.items() if keep_errors or r.status != "error"}
 
 
 def eval_settings(settings: Settings, tasks: list[Task], options: EvalOptions) -> Settings:
@@ -180,9 +188,9 @@ async def run_eval(tasks: list[Task], settings: Settings, options: EvalOptions, 
     """Run every task not yet in the output files; each result is appended as soon as it is scored."""
     options.output_dir.mkdir(parents=True, exist_ok=True)
     results_path = options.output_dir / RESULTS_FILE
-    done = read_results(results_path)
+    done = settled(read_results(results_path), options.keep_errors)
     baseline_path = options.output_dir / BASELINE_FILES[options.baseline] if options.baseline else None
-    baseline_done = read_results(baseline_path) if baseline_path else {}
+    baseline_done = settled(read_results(baseline_path), options.keep_errors) if baseline_path else {}
     pending = [t for t in tasks if t.id not in done or (baseline_path and t.id not in baseline_done)]
     if not pending:
         return

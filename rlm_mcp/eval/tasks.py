@@ -34,10 +34,12 @@ class Task(BaseModel):
         return self
 
     def resolved_context_path(self, task_file: Path) -> Path | None:
+        """The context's absolute path: a relative one is taken from the task file's folder
+        (whatever the current directory and however the task file itself was named)."""
         if self.context_path is None:
             return None
         path = Path(self.context_path).expanduser()
-        return path if path.is_absolute() else (task_file.parent / path)
+        return (path if path.is_absolute() else task_file.parent / path).absolute()
 
 
 def load_tasks(path: Path) -> list[Task]:

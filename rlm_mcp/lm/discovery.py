@@ -10,7 +10,8 @@ DEFAULT_WINDOW = 16384  # what the rlm-v0.1 adapter was trained with
 
 @dataclass
 class ProbeResult:
-    """What `LMClient.probe()` learned; `None` means "could not tell" (endpoint missing)."""
+    """What a probe of one endpoint learned (`LMClient.probes()`); `None` means "could not tell"
+    (endpoint missing, or the model is not expected at this endpoint)."""
 
     base_url: str
     reachable: bool
@@ -25,10 +26,17 @@ class ProbeResult:
     error: str | None = None  # the first problem found, written for a person
     latency_s: float | None = None  # round trip of GET /v1/models
     details: dict[str, Any] = field(default_factory=dict)
+    endpoint: str = "root"  # "root", or "sub" for a separate sub-call endpoint
+    kind: str | None = None  # the server's kind where the address or cards tell ("vLLM", ...)
 
     @property
     def ok(self) -> bool:
-        return self.reachable and self.model_served is not False and self.sub_model_served is not False
+        return (
+            self.reachable
+            and self.error is None
+            and self.model_served is not False
+            and self.sub_model_served is not False
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)

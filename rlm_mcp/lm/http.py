@@ -8,6 +8,7 @@ client, not the server, the bottleneck of a 16-way batch (bench/lm.py prints bot
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,12 +76,20 @@ class HttpPool:
         )
 
     async def request(
-        self, method: str, url: str, *, json_body: bytes | None = None, timeout_s: float | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        json_body: bytes | None = None,
+        timeout_s: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> HttpReply:
         timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
-        headers = _JSON_HEADERS if json_body is not None else None
+        sent: Mapping[str, str] | None = _JSON_HEADERS if json_body is not None else None
+        if headers:
+            sent = {**(sent or {}), **headers}
         try:
-            async with self._session.request(method, url, data=json_body, headers=headers, timeout=timeout) as resp:
+            async with self._session.request(method, url, data=json_body, headers=sent, timeout=timeout) as resp:
                 content = await resp.read()
                 return HttpReply(url, resp.status, CIMultiDictProxy(CIMultiDict(resp.headers)), content)
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:

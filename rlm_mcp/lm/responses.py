@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Any, Literal
 
-from rlm_mcp.lm.errors import LMMalformedResponseError
+from rlm_mcp.lm.errors import no_choices, not_json
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens
 from rlm_mcp.lm.types import CallRecord, Completion
@@ -33,25 +33,24 @@ def server_message(response: HttpReply) -> str:
 
 
 def parse_completion(
-    response: HttpReply, messages: list[dict[str, str]], model: str, role: Role, started: float, queued_s: float
+    response: HttpReply,
+    messages: list[dict[str, str]],
+    model: str,
+    role: Role,
+    started: float,
+    queued_s: float,
+    setting: str = "RLM_MCP_BASE_URL",
 ) -> Completion:
-    """A 200 answer as a Completion; tolerant of what real servers omit, strict about the rest."""
+    """A 200 answer as a Completion; tolerant of what real servers omit, strict about the rest.
+    `setting` names the variable that sets this endpoint's address (for the fix)."""
     url = response.url
-    fix = "Check that RLM_MCP_BASE_URL is the /v1 URL of an OpenAI-compatible server."
     try:
         data = response.json()
     except ValueError:
-        raise LMMalformedResponseError(
-            f"{url} answered HTTP {response.status_code} with a body that is not JSON: {response.text[:200]!r}",
-            fix,
-            endpoint=url,
-            status=response.status_code,
-        ) from None
+        raise not_json(url, response.status_code, response.text, setting) from None
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise LMMalformedResponseError(
-            f"{url} answered without `choices`: {str(data)[:200]}", fix, endpoint=url, status=response.status_code
-        )
+        raise no_choices(url, response.status_code, data, setting)
     choice = choices[0]
     raw_message = choice.get("message")
     message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}

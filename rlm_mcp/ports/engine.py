@@ -93,14 +93,25 @@ class ChatModel(Protocol):
     """The LM endpoint as the engine needs it."""
 
     async def complete(
-        self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: Literal["root", "sub"]
-    ) -> Completion: ...
+        self,
+        messages: list[dict[str, str]],
+        *,
+        model: str,
+        max_tokens: int,
+        role: Literal["root", "sub"],
+        session: str | None = None,
+    ) -> Completion:
+        """`session`: the run id of a root call (its replica-routing key); None for sub-calls."""
+        ...
 
-    async def window(self, model: str) -> int: ...
+    # `role` picks the endpoint: root calls' or sub-calls' (they may be different servers).
+    async def window(self, model: str, *, role: Literal["root", "sub"] = "root") -> int: ...
 
-    async def window_known(self, model: str) -> bool:
+    async def window_known(self, model: str, *, role: Literal["root", "sub"] = "root") -> bool:
         """True when `window(model)` is the server's real window (a setting, or discovered),
         False when it is only the 16384 fallback."""
         ...
 
-    async def count_tokens(self, messages: list[dict[str, str]], *, model: str) -> int: ...
+    async def count_tokens(
+        self, messages: list[dict[str, str]], *, model: str, role: Literal["root", "sub"] = "root"
+    ) -> int: ...

@@ -8,6 +8,7 @@ the actual bind on every bind (`guard`); sessions are capped per owner (`session
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 
 import uvicorn
@@ -58,10 +59,12 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     return mount_viewer(RequestGuard(app, policy, tokens), viewer)
 
 
-async def serve_http(settings: Settings, app: ASGIApp | None = None) -> None:
+async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socket.socket | None = None) -> None:
+    """Serve until stopped; `sock` is a listener bound beforehand (`server.listen.bind_listener`),
+    so that a port in use is reported before anything starts."""
     app = app or build_http_app(settings)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(), lifespan="on"
     )
     logger.info("rlm-mcp serving streamable HTTP on http://%s:%d/mcp", settings.host, settings.port)
-    await uvicorn.Server(config).serve()
+    await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)

@@ -137,6 +137,8 @@ class Script(BaseModel):
     finish_reason: str | None = None  # overrides "stop"/"length" when set
     usage: bool = True
     reasoning_content: bool = False  # every reply as reasoning_content with empty content
+    session_token: str | None = None  # root replies carry this `x-session-token` (as llm-d's scorer)
+    server_header: str | None = None  # every reply carries `x-served-by: <this>` (which backend answered)
 
     @classmethod
     def load(cls, path: str | Path) -> Script:

@@ -47,6 +47,8 @@ Script (JSON object; every key optional; the Python model is `rlm_mcp.testing.sc
     finish_reason    null             forces this finish_reason on every reply
     usage            true             false: replies carry no `usage`
     reasoning_content false           true: content "" and the reply in `reasoning_content`
+    session_token    null             root replies carry `x-session-token: <this>` (llm-d style)
+    server_header    null             every reply carries `x-served-by: <this>`
 
 In Python, `Script(root_fn=lambda messages, turn: ..., sub_fn=lambda prompt: ...)` replace the
 tables (they run on the server thread; keep them quick).
@@ -66,10 +68,19 @@ the (clamped) max_tokens is cut, with finish_reason "length". An unknown model i
 ("The model `X` does not exist.").
 
 Request log: each chat request appends ``{"role", "turn", "model", "received" (epoch s),
-"body" (the request JSON), "status", "disconnected"}`` to `requests` and, with a log path,
+"body" (the request JSON), "status", "disconnected", "headers" (as received, lower-case
+names), "session" (its X-Session-ID), "usage" (as replied)}`` to `requests` and, with a log path,
 one JSON line to that file. `hits` counts requests per path (all endpoints), `connections`
 the TCP connections accepted, `max_in_flight` the most concurrent chat requests. A client that
 disconnects while its reply is delayed is counted in `disconnects` (vLLM aborts those).
+
+Prefix reuse: `prefix` (rlm_mcp.testing.prefix.PrefixLedger) records, per session
+(X-Session-ID), how many tokens of each root request a prefix cache could reuse from the
+session's previous request and its completion. With `session_token` set, root replies carry an
+`x-session-token` header (as llm-d's session-affinity scorer sends); with `server_header`, every
+reply carries `x-served-by` (which backend answered, behind a router).
+
+Health: GET /health answers 200 (what vllm-router and the production-stack router poll).
 
 The HTTP is HTTP/1.1 with keep-alive; each response goes out in one write with TCP_NODELAY,
 so reused connections never stall on delayed ACKs.
@@ -101,6 +112,7 @@ from rlm_mcp.testing._http import (
     wait_or_disconnect,
 )
 from rlm_mcp.testing.endpoints import Endpoint
+from rlm_mcp.testing.prefix import PrefixLedger
 from rlm_mcp.testing.script import (
     Fault,
     Replier,
@@ -133,6 +145,8 @@ class ScriptedLM:
         self.hits: Counter[str] = Counter()
         self.in_flight = self.max_in_flight = self.disconnects = self.connections = 0
         self._replier = Replier(self.script)
+        self.prefix = PrefixLedger()  # per session: what a prefix cache could reuse (testing/prefix.py)
+        self.alive = True  # False once stop()ped: the process "was killed"
         self._requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._ids = 0
@@ -184,6 +198,7 @@ class ScriptedLM:
         return self
 
     def stop(self) -> None:
+        self.alive = False
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
@@ -238,6 +253,8 @@ class ScriptedLM:
                     break
                 method, path, headers, body = request
                 response = await self._dispatch(method, path, headers, body, reader, buf)
+                if response is not None and self.script.server_header:
+                    response = (*response[:2], {**response[2], "x-served-by": self.script.server_header})
                 if response is None:  # a dropped fault, or the client went away
                     break
                 writer.write(encode_response(*response))  # one write per response
@@ -261,7 +278,7 @@ class ScriptedLM:
             if answered is not None:
                 return answered
         if path == "/v1/chat/completions" and method == "POST":
-            return await self._chat(body, reader, buf)
+            return await self._chat(body, headers, reader, buf)
         if path == "/v1/models" and method == "GET" and s.models_endpoint:
             cards = self.endpoint.model_cards(s) if self.endpoint is not None else None
             return json_response(200, {"object": "list", "data": self._model_cards() if cards is None else cards})
@@ -305,7 +322,9 @@ class ScriptedLM:
             200, {"count": count, "max_model_len": self.script.max_model_len, "tokens": list(range(count))}
         )
 
-    async def _chat(self, body: bytes, reader: asyncio.StreamReader, buf: bytearray) -> Response | None:
+    async def _chat(
+        self, body: bytes, headers: dict[str, str], reader: asyncio.StreamReader, buf: bytearray
+    ) -> Response | None:
         try:
             data = json.loads(body)
         except ValueError:
@@ -322,6 +341,9 @@ class ScriptedLM:
             "body": data,
             "status": None,
             "disconnected": False,
+            "headers": dict(headers),  # as received (names in lower case)
+            "session": headers.get("x-session-id"),
+            "usage": None,  # what the reply reported, when one was sent
         }
         with self._lock:
             self._requests.append(record)
@@ -329,7 +351,7 @@ class ScriptedLM:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         outcome: Response | str = "cancelled"  # stays so if the server stops mid-request
         try:
-            outcome = await self._chat_response(data, messages, role, turn, reader, buf)
+            outcome = await self._chat_response(data, messages, role, turn, reader, buf, record)
         finally:
             with self._lock:
                 self.in_flight -= 1
@@ -350,6 +372,7 @@ class ScriptedLM:
         turn: int | None,
         reader: asyncio.StreamReader,
         buf: bytearray,
+        record: dict[str, Any],
     ) -> Response | str:
         """The response, or "disconnected" / "dropped" when none is to be sent."""
         s = self.script
@@ -402,7 +425,15 @@ class ScriptedLM:
         finish = "stop"
         if count_text_tokens(text) > allowed:
             text, finish = cut_to_tokens(text, allowed), "length"
-        return self._completion(data, text, s.finish_reason or finish, prompt_tokens, fault)
+        response = self._completion(data, text, s.finish_reason or finish, prompt_tokens, fault)
+        usage = json.loads(response[1]).get("usage")
+        record["usage"] = usage
+        if role == "root":
+            session = record["session"] or ""
+            self.prefix.completed(session, self.prefix.request(session, messages), text)
+            if s.session_token:
+                response = (*response[:2], {**response[2], "x-session-token": s.session_token})
+        return response
 
     def _fault_response(self, fault: Fault, status: int) -> Response:
         headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
@@ -440,15 +471,29 @@ class ScriptedLM:
         return json_response(200, out)
 
 
+# `--demo`: the root LM's one reply measures the context in the sandbox and answers with that, so
+# a newcomer sees a whole run (sandbox, progress, answer) with no model at all.
+DEMO_REPLY = (
+    "```repl\n"
+    "text = context if isinstance(context, str) else str(context)\n"
+    "print(len(text), text.count(chr(10)))\n"
+    'answer["content"] = f"(scripted demo LM) the context has {len(text):,} characters '
+    'and {text.count(chr(10)):,} lines"\n'
+    'answer["ready"] = True\n'
+    "```"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlm_mcp.testing.scripted_lm", description=__doc__.split("\n")[0])
     parser.add_argument("--script", help="script JSON file (default: an empty script)")
+    parser.add_argument("--demo", action="store_true", help="a script for trying rlm-mcp without a GPU (DEMO_SCRIPT)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file", help="write the base URL here once listening")
     parser.add_argument("--log", help="append each chat request as a JSON line here")
     args = parser.parse_args(argv)
-    script = Script.load(args.script) if args.script else Script()
+    script = Script.load(args.script) if args.script else Script(root=[DEMO_REPLY]) if args.demo else Script()
     server = ScriptedLM(script, host=args.host, port=args.port, log_path=args.log)
 
     def announce() -> None:

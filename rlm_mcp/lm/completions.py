@@ -1,0 +1,156 @@
+"""Chat completions at one endpoint: the request body, the attempt loop with backoff, and the
+classification of a failed reply into an `LMError` (messages from lm/errors.py).
+
+Plain HTTP (aiohttp, see `rlm_mcp.lm.http`) rather than the `openai` SDK: we run our own retry
+policy (the SDK's would stack under it), we need the raw status, headers and error body to
+classify failures (context length, unknown model, Retry-After), and we must tolerate responses
+the SDK's models reject or hide (no `usage`, `reasoning_content`, broken JSON).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from rlm_mcp.lm import errors
+from rlm_mcp.lm.catalog import ModelCatalog
+from rlm_mcp.lm.endpoint import Endpoint
+from rlm_mcp.lm.errors import LMError, LMRequestError
+from rlm_mcp.lm.http import HttpError, HttpReply, HttpTimeout, HttpTransportError, encode_json
+from rlm_mcp.lm.length_field import set_budget
+from rlm_mcp.lm.responses import Role, parse_completion, server_message
+from rlm_mcp.lm.retry import TOTAL_SLEEP_CAP_S, backoff_s, retry_after_s, retryable_status
+from rlm_mcp.lm.types import CallRecord, Completion
+
+log = logging.getLogger("rlm_mcp.lm")
+
+_CONTEXT_RE = re.compile(
+    r"context length|context_length_exceeded|exceed_context_size|max_model_len|context window", re.I
+)
+
+# The headers of one attempt (a fresh X-Request-ID each time) and what to do with the answer's.
+HeadersFor = Callable[[], dict[str, str]]
+OnReply = Callable[[HttpReply], None]
+
+
+class Completions:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        catalog: ModelCatalog,
+        slots: Callable[[], anyio.Semaphore],
+        *,
+        retries: int,
+        backoff_base_s: float,
+    ) -> None:
+        self.endpoint = endpoint
+        self.catalog = catalog
+        self._slots = slots
+        self._retries = max(0, retries)
+        self._backoff_base_s = backoff_base_s
+
+    async def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        model: str,
+        max_tokens: int,
+        role: Role,
+        headers: HeadersFor,
+        on_reply: OnReply | None = None,
+    ) -> Completion:
+        """One non-streamed chat completion, retried on transient failures.
+
+        Raises an `LMError`; its `record` is the failed call as accounted.
+        """
+        config = self.endpoint.config
+        base: dict[str, Any] = {**config.extra_body, "model": model, "messages": messages, "stream": False}
+        base.pop("user", None)  # never a routing key: routers hash it (see lm/routing.py)
+        length_field = self.endpoint.length_field
+        field = length_field.field_for(model)
+        body = set_budget(base, field, max_tokens)
+        started = time.perf_counter()
+        queued = [0.0]  # filled by _post, also when it raises
+        try:
+            try:
+                response = await self._post(body, model, queued, headers)
+            except LMRequestError as refused:
+                if not length_field.switch_after(model, field, refused.status, refused.server_message or ""):
+                    raise
+                log.info("%s refused max_tokens for model %s; using max_completion_tokens", config.base_url, model)
+                body = set_budget(base, "max_completion_tokens", max_tokens)
+                response = await self._post(body, model, queued, headers)
+            if on_reply is not None:
+                on_reply(response)
+            completion = parse_completion(response, messages, model, role, started, queued[0], config.setting)
+        except LMError as err:
+            err.record = CallRecord(
+                model,
+                0,
+                0,
+                time.perf_counter() - started - queued[0],
+                "error",
+                role,
+                error=str(err),
+                queued_s=queued[0],
+            )
+            raise
+        return completion
+
+    async def _post(self, body: dict[str, Any], model: str, queued: list[float], headers: HeadersFor) -> HttpReply:
+        url = f"{self.endpoint.base_url}/chat/completions"
+        slept = 0.0
+        payload = encode_json(body)
+        for attempt in range(self._retries + 1):
+            wait: float | None = None
+            # The slot is held for one attempt only: a call backing off must not starve others.
+            asked = time.perf_counter()
+            async with self._slots():
+                queued[0] += time.perf_counter() - asked
+                try:
+                    response = await self.endpoint.http().request("POST", url, json_body=payload, headers=headers())
+                except HttpTimeout as exc:
+                    failure: LMError = errors.timed_out(url, model, str(exc), self.endpoint.request_timeout_s)
+                except HttpTransportError as exc:
+                    failure = self.catalog.unreachable(exc)
+                except HttpError as exc:  # a corrupt body (bad encoding), broken framing, ...
+                    raise errors.unreadable(url, model, str(exc), self.endpoint.config.setting) from exc
+                else:
+                    if response.status_code < 400:
+                        return response
+                    failure = await self._status_error(response, url, model, attempt + 1)
+                    wait = retry_after_s(response)
+            if not failure.retryable or attempt >= self._retries:
+                raise failure
+            delay = wait if wait is not None else backoff_s(attempt, self._backoff_base_s)
+            if slept + delay > TOTAL_SLEEP_CAP_S:
+                raise failure
+            log.warning(
+                "LM call failed (attempt %d/%d), retrying in %.2f s: %s", attempt + 1, self._retries + 1, delay, failure
+            )
+            await anyio.sleep(delay)
+            slept += delay
+        raise AssertionError("unreachable")  # the loop always returns or raises
+
+    async def _status_error(self, response: HttpReply, url: str, model: str, attempts: int) -> LMError:
+        status, message = response.status_code, server_message(response)
+        config = self.endpoint.config
+        if retryable_status(status):
+            return errors.server_busy(url, status, model, attempts, message)
+        if status in (400, 413, 422) and _CONTEXT_RE.search(message + response.text[:2000]):
+            window_setting = "RLM_MCP_MAX_MODEL_LEN" if config.name == "root" else "RLM_MCP_SUB_MAX_MODEL_LEN"
+            return errors.too_long(url, status, model, message, window_setting)
+        if status == 404:
+            if "model" in message.lower():
+                served = await self.catalog.served_ids(fresh=True)
+                return errors.model_not_served(model, config.base_url, served, endpoint=url, server_message=message)
+            return errors.path_missing(url, message, config.setting)
+        if status in (401, 403):
+            return errors.key_refused(url, status, server_message=message, key_setting=config.key_setting)
+        body_setting = "RLM_MCP_EXTRA_BODY" if config.name == "root" else "RLM_MCP_SUB_EXTRA_BODY"
+        return errors.request_refused(url, status, model, message, body_setting)

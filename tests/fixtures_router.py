@@ -1,0 +1,96 @@
+"""The real `vllm-router` (PyPI, a Rust binary in a wheel) in front of scripted backends.
+
+It is installed once, pinned, into a virtual environment of its own under the user's cache
+directory (not into the test environment: it brings FastAPI, uvicorn and more that nothing else
+needs, and its own pins must not move ours). Installing needs the package index, as
+`uv sync --extra test` does; a failed install fails the tests that need it, with the command.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import platformdirs
+
+from rlm_mcp.testing.waiting import wait_until
+
+VLLM_ROUTER = "vllm-router==0.1.17"
+
+
+def router_binary() -> Path:
+    """The `vllm-router` executable, installed on first use (a marker says the install finished)."""
+    home = Path(platformdirs.user_cache_dir("rlm-mcp-tests")) / VLLM_ROUTER.replace("==", "-")
+    binary, done = home / "bin" / "vllm-router", home / ".installed"
+    if done.exists():
+        return binary
+    shutil.rmtree(home, ignore_errors=True)  # a half-finished earlier install
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    for argv in (
+        [uv, "venv", "-q", "--python", sys.executable, str(home)],
+        [uv, "pip", "install", "-q", "--python", str(home / "bin" / "python"), VLLM_ROUTER],
+    ):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"installing {VLLM_ROUTER} failed: {' '.join(argv)}\n{proc.stderr[-2000:]}")
+    done.write_text(VLLM_ROUTER + "\n", encoding="utf-8")
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def vllm_router(workers: Sequence[str], *extra: str, log: Path) -> AsyncIterator[str]:
+    """Run `vllm-router --policy consistent_hash` over `workers` (root URLs); yield its /v1 URL."""
+    port = free_port()
+    argv = [
+        str(router_binary()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--policy",
+        "consistent_hash",
+        "--worker-urls",
+        *workers,
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),  # its default port is shared by every router on the machine
+        "--log-level",
+        "info",
+        *extra,
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"vllm-router exited ({proc.returncode}): {log.read_text()[-2000:]}")
+            try:
+                return httpx.get(f"{url}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        await wait_until(ready, within_s=60, what="vllm-router answering /health")
+        yield f"{url}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,54 @@
+"""What the selected tests need from the machine, checked once before any test runs: one message
+that lists everything missing with how to get it, instead of failures scattered over the run."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+# Modules that run a JavaScript tool (npx, tests/js): need Node.js and npm.
+NODE_MODULES = frozenset({"test_client_snippets", "test_claude_code_cli", "test_bundle"})
+CHROMIUM_MODULES = frozenset({"test_viewer_browser"})
+
+
+def _module(item: pytest.Item) -> str:
+    return item.module.__name__.rpartition(".")[2] if item.module is not None else ""
+
+
+def _docker_answers() -> str | None:
+    from rlm_mcp.errors import RlmMcpError
+    from rlm_mcp.sandbox.docker.docker_api import connect_sync
+
+    try:
+        connect_sync(timeout=10).close()
+    except RlmMcpError as exc:
+        return f"{exc.cause} {exc.fix or ''}".strip()
+    return None
+
+
+def missing(items: list[pytest.Item]) -> list[str]:
+    modules = {_module(i) for i in items}
+    found: list[str] = []
+    if modules & NODE_MODULES and not (shutil.which("node") and shutil.which("npm") and shutil.which("npx")):
+        found.append("Node.js with npm and npx (apt-get install nodejs npm; tested with Node 20.20)")
+    if modules & CHROMIUM_MODULES and not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        found.append("Chromium, for the viewer's browser tests (apt-get install chromium)")
+    if any(i.get_closest_marker("docker") is not None for i in items):
+        problem = _docker_answers()
+        if problem is not None:
+            found.append(f"a running Docker daemon ({problem})")
+    return found
+
+
+def check(session: pytest.Session) -> None:
+    """Stop before the first test when something the selected tests need is missing."""
+    lacking = missing(list(session.items))
+    if lacking:
+        lines = "\n".join(f"  - {what}" for what in lacking)
+        pytest.exit(
+            f"The selected tests need what this machine lacks:\n{lines}\n"
+            "Install it (README, Install; `bash .ci/run` does all of it on Debian), or run the fast tier "
+            '(-m "not docker") where Docker is the only thing missing.',
+            returncode=1,
+        )
