@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,6 @@ from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 from rlm_mcp.sandbox.docker.engine import EngineInfo
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing.settings import make_settings
-
 
 TEST_RUNTIME_VAR = "RLM_TEST_SANDBOX_RUNTIME"  # the sandbox tests' runtime (not an RLM_MCP_* setting)
 
