@@ -2,6 +2,8 @@
 
 Measures cold start to kernel-ready, warm acquire, a trivial cell's round trip, the sub-LM
 bridge overhead (zero-latency bridge), a 16-way batch, and context loading throughput.
+Under another runtime or engine: `RLM_MCP_SANDBOX_RUNTIME=runsc`, or `DOCKER_HOST` at Podman's
+service (the first line names the engine measured).
 """
 
 from __future__ import annotations
@@ -50,11 +52,13 @@ async def main(mib: int, calls: int) -> None:
     async with SandboxManager(settings) as mgr:
         await mgr.ensure_ready()
         client = await mgr.docker_client()
+        engine = getattr(mgr.backend, "engine", None)
+        print(f"engine: {engine.describe() if engine else '?'}")
 
         cold: list[float] = []
         for _ in range(5):
             t = time.perf_counter()
-            c = await KernelContainer.start(client, settings, mgr.owner_id)
+            c = await KernelContainer.start(client, settings, mgr.owner_id, engine)
             cold.append(time.perf_counter() - t)
             await c.kill()
         report("cold start to kernel-ready", cold, None)
@@ -94,7 +98,7 @@ async def main(mib: int, calls: int) -> None:
             spec = ContextSpec(path=path, format="text", kind="str", chars=len(data), bytes=len(data))
             loads: list[float] = []
             for _ in range(3):
-                c = await KernelContainer.start(client, settings, mgr.owner_id)
+                c = await KernelContainer.start(client, settings, mgr.owner_id, engine)
                 t = time.perf_counter()
                 await load_contexts(c, [spec], settings)
                 loads.append(time.perf_counter() - t)

@@ -117,6 +117,11 @@ class Settings(BaseSettings):
         "docker", description="What makes the sandboxes (docs/architecture.md, Backends); Docker only so far."
     )
     sandbox_image: str = Field(DEFAULT_IMAGE, description="Docker image the sandboxes run.")
+    sandbox_runtime: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="OCI runtime of the sandboxes, e.g. runsc (gVisor); default: the engine's default (runc).",
+    )
     sandbox_memory: str = Field("1g", description="Memory limit (= memory+swap) of one sandbox.")
     sandbox_cpus: float = Field(1.0, gt=0, description="CPU quota of one sandbox.")
     sandbox_total_cpus: float | None = Field(

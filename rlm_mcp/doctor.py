@@ -59,7 +59,7 @@ SANDBOX_FIX = (
 )
 
 
-async def _sandbox(settings: Settings) -> Check:
+async def _sandbox(settings: Settings) -> list[Check]:
     async def bridge(request: LMRequest) -> list[str]:
         return [f"echo:{p}" for p in request.prompts]
 
@@ -69,13 +69,19 @@ async def _sandbox(settings: Settings) -> Check:
             await manager.ensure_ready()
             async with manager.open([]) as sandbox:
                 cell = await sandbox.execute("print(1 + 1, llm_query('x'))", bridge)
+            fallback = manager.cpu_fallback
     except RlmMcpError as exc:
-        return Check("sandbox round trip", False, exc.cause, exc.fix or "")
+        return [Check("sandbox round trip", False, exc.cause, exc.fix or "")]
     ok = cell.stdout.strip() == "2 echo:x" and cell.error is None
     detail = (
         f"one cell in {time.monotonic() - start:.2f} s" if ok else f"unexpected output {cell.stdout!r} {cell.error!r}"
     )
-    return Check("sandbox round trip", ok, detail, "" if ok else SANDBOX_FIX)
+    checks = [Check("sandbox round trip", ok, detail, "" if ok else SANDBOX_FIX)]
+    if fallback is None:
+        checks.append(Check("cpu sharing", True, "limits follow the sandboxes in use (changed in place)"))
+    else:  # a fixed limit per sandbox: works, but the user must know (never silently)
+        checks.append(Check("cpu sharing", True, fallback[0], fallback[1], warn=True))
+    return checks
 
 
 async def _lm(settings: Settings) -> list[Check]:
@@ -224,7 +230,7 @@ async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> i
         checks.extend(result if isinstance(result, list) else [result])
     backend = settings.sandbox_backend
     if all(c.ok for c in checks if c.name in (backend, "image")):
-        checks.append(await _sandbox(settings))
+        checks.extend(await _sandbox(settings))
     else:
         title = "Docker" if backend == "docker" else backend
         checks.append(Check("sandbox round trip", False, f"skipped: {title} or the image is not ready", ""))

@@ -125,3 +125,7 @@ class ConnectionLostError(SandboxError):
 
 class BusyError(RlmMcpError):
     """Too many runs or sandboxes at once."""
+
+
+class CpuLimitFixed(RlmMcpError):
+    """The backend cannot change a running sandbox's CPU limit (`cause`: why; `fix`: what to do)."""

@@ -63,6 +63,7 @@ DOCKER_MODULES = frozenset(
         "test_sandbox_cpu",
         "test_sandbox_docker_lost",
         "test_sandbox_frame_flood",
+        "test_sandbox_gvisor",
         "test_sandbox_hostile",
         "test_sandbox_manager",
         "test_sandbox_survival",

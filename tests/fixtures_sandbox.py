@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,11 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.ports import ContextSpec, LMRequest
 from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
+from rlm_mcp.sandbox.docker.engine import EngineInfo
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing.settings import make_settings
+
+TEST_RUNTIME_VAR = "RLM_TEST_SANDBOX_RUNTIME"  # the sandbox tests' runtime (not an RLM_MCP_* setting)
 
 
 def sandbox_settings(**overrides: Any) -> Settings:
@@ -27,6 +31,8 @@ def sandbox_settings(**overrides: Any) -> Settings:
         max_sandboxes=4,
         model="root-model",
         sub_model="sub-model",
+        # .ci/run runs the sandbox tests again under gVisor with this (the suite clears RLM_MCP_*).
+        sandbox_runtime=os.environ.get(TEST_RUNTIME_VAR) or None,
     )
     values.update(overrides)
     return make_settings(**values)
@@ -88,3 +94,8 @@ class FakeBridge:
 
 async def no_bridge(request: LMRequest) -> list[str]:
     return ["Error: no LM in this test"] * len(request.prompts)
+
+
+def engine_of(mgr: SandboxManager) -> EngineInfo | None:
+    """What the manager's Docker engine is and can do (Podman needs it for raw containers)."""
+    return getattr(mgr.backend, "engine", None)

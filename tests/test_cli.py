@@ -31,6 +31,8 @@ def test_doctor_passes_when_everything_is_there(tmp_path: Path, reference_wheel:
         assert f"ok    {check}" in proc.stdout, proc.stdout
     assert "16384 tokens" in proc.stdout and "ASSUMED" not in proc.stdout and "looks like vLLM" in proc.stdout
     assert "canonical (auto: rlm-v0.1 is the trained adapter)" in proc.stdout
+    assert "ok    docker" in proc.stdout and "runtime runc" in proc.stdout  # the engine and runtime used
+    assert "ok    cpu sharing" in proc.stdout  # Docker with runc updates quotas in place
     assert "all checks passed" in proc.stdout
 
 

@@ -19,10 +19,11 @@ import docker.errors
 import pytest
 
 from rlm_mcp.errors import TooLargeError
+from rlm_mcp.sandbox.docker.engine import engine_ulimits
 from rlm_mcp.sandbox.docker.hardening import LABEL_OWNER
 from rlm_mcp.sandbox.liveness import LABEL_PID, ProcessLiveness
 from rlm_mcp.sandbox.manager import BACKGROUND_REMOVALS, SandboxManager
-from tests.fixtures_sandbox import no_bridge, ready_manager, sandbox_settings, text_context
+from tests.fixtures_sandbox import engine_of, no_bridge, ready_manager, sandbox_settings, text_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 
@@ -96,6 +97,7 @@ async def test_reaping_removes_only_stopped_sandboxes_of_dead_owners(tmp_path: P
                 mgr.settings.sandbox_image,
                 command=["true"],
                 labels={LABEL_OWNER: "dead-owner", "rlm-mcp.role": "sandbox", **dead_process_stamp()},
+                host_config=client.api.create_host_config(ulimits=engine_ulimits(engine_of(mgr))),  # Podman needs them
             )["Id"]
             await anyio.to_thread.run_sync(client.api.start, cid)
             await anyio.to_thread.run_sync(lambda: client.api.wait(cid, timeout=20))
@@ -113,10 +115,12 @@ NEIGHBOUR_SCRIPT = textwrap.dedent(
     from tests.fixtures_sandbox import sandbox_settings
     from rlm_mcp.sandbox.docker.container import KernelContainer
     from rlm_mcp.sandbox.docker.docker_api import connect_sync
+    from rlm_mcp.sandbox.docker.engine import probe_sync
 
     async def main():
         client = connect_sync()
-        container = await KernelContainer.start(client, sandbox_settings(pool_size=0), sys.argv[1])
+        settings = sandbox_settings(pool_size=0)
+        container = await KernelContainer.start(client, settings, sys.argv[1], probe_sync(client, settings))
         client.api.kill(container.id)  # stopped, not removed: its server may still read why
         client.api.wait(container.id, timeout=20)
         print(container.id, flush=True)
@@ -295,7 +299,7 @@ async def test_kill_stops_the_container_even_when_remove_fails() -> None:
     async with ready_manager(pool_size=0) as mgr:
         client = await mgr.docker_client()
         owner = "killfail-" + os.urandom(4).hex()
-        c = await KernelContainer.start(client, mgr.settings, owner)
+        c = await KernelContainer.start(client, mgr.settings, owner, engine_of(mgr))
         try:
             c._remove_sync = lambda: None  # the daemon "times out" on the remove
             await c.kill()
@@ -324,7 +328,7 @@ async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatc
 
         monkeypatch.setattr(client.api, "create_container", create)
         with pytest.raises((SandboxError, requests.exceptions.ReadTimeout, Exception)):
-            await KernelContainer.start(client, mgr.settings, owner)
+            await KernelContainer.start(client, mgr.settings, owner, engine_of(mgr))
         monkeypatch.undo()
         try:
             assert owner_containers(client, owner) == []

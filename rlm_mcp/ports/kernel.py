@@ -142,6 +142,7 @@ class ExitInfo:
     oom_killed: bool = False
     running: bool | None = None  # still running although its stream ended
     lost: str | None = None  # the backend's connection failed while asking: what was seen
+    oom_unreported: bool = False  # the backend never reports OOM kills (Podman 4.3, cgroup v1)
 
 
 class KernelChannel(Protocol):

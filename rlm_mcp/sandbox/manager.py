@@ -78,6 +78,7 @@ class SandboxManager:
         self._live: set[KernelChannel] = set()
         self._retired: set[KernelChannel] = set()  # closed after use, removal pending
         self._cpu = CpuShares(settings.sandbox_cpus, self.backend.set_cpus)
+        self._cpu.max_sandboxes = settings.max_sandboxes
         # As many as can end together: a burst of runs ending at once must not wait for Docker
         # (a removal under load takes ~0.3 s) before returning their results.
         self._removals = anyio.Semaphore(max(BACKGROUND_REMOVALS, settings.max_sandboxes))
@@ -183,6 +184,8 @@ class SandboxManager:
     async def _start_container(self) -> KernelChannel:
         container = await self.backend.start(self.owner_id)
         self._live.add(container)
+        # Can limits change in place here? (else: fixed, announced). Once; later starts return at once.
+        await self._cpu.probe(container, self.settings.max_sandboxes)
         return container
 
     async def _discard(self, container: KernelChannel) -> None:
@@ -227,6 +230,11 @@ class SandboxManager:
     async def reap_orphans(self) -> None:
         """Run the orphan reaping again (ensure_ready does it once)."""
         await self.backend.reap(self.liveness, self.owner_id)
+
+    @property
+    def cpu_fallback(self) -> tuple[str, str] | None:
+        """(why each sandbox keeps a fixed CPU limit, the fix) where limits cannot change in place."""
+        return self._cpu.fallback(self.settings.max_sandboxes)
 
     @property
     def pool_ready(self) -> int:

@@ -53,6 +53,13 @@ async def death(container: KernelChannel, settings: Settings, kind: str, detail:
             f"The connection to the Docker daemon was lost ({lost}), which ended the sandbox.", lost=True
         )
     code = state.exit_code
+    if code == 128 + 9 and state.oom_unreported:  # a SIGKILL where OOM kills go unreported
+        return ContainerLost(
+            f"The sandbox's Python process was killed by signal 9 (exit status {code}): most likely it ran out of "
+            f"memory (limit {settings.sandbox_memory}, RLM_MCP_SANDBOX_MEMORY; this engine does not report "
+            "out-of-memory kills). Process the context in smaller pieces.",
+            oom=True,
+        )
     if isinstance(code, int) and code > 128:
         return ContainerLost(f"The sandbox's Python process was killed by signal {code - 128} (exit status {code}).")
     if isinstance(code, int):

@@ -15,11 +15,19 @@ from typing import Any
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import SandboxError
+from rlm_mcp.errors import CpuLimitFixed, SandboxError
 from rlm_mcp.ports.kernel import KernelChannel
 from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.docker.docker_api import LazyDocker, docker_errors, require_image_sync
+from rlm_mcp.sandbox.docker.engine import (
+    EngineInfo,
+    check_engine,
+    probe_sync,
+    update_failure,
+    update_fix,
+    update_unsupported,
+)
 from rlm_mcp.sandbox.docker.faults import is_refused, lost_error
 from rlm_mcp.sandbox.docker.hardening import CPU_PERIOD_US, LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX, cpu_quota
 
@@ -34,6 +42,7 @@ class DockerBackend:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._docker = LazyDocker()
+        self.engine: EngineInfo | None = None  # what the engine is and can do (engine.py), once checked
 
     async def client(self) -> Any:
         """The connected Docker client (made on first use in a worker thread)."""
@@ -42,15 +51,23 @@ class DockerBackend:
     async def describe(self) -> str:
         client = await self._docker.get()
         version: dict[str, Any] = await anyio.to_thread.run_sync(client.version)
-        return f"engine {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})"
+        engine = await self._engine(client)
+        return f"{engine.describe()} (API {version.get('ApiVersion', '?')})"
+
+    async def _engine(self, client: Any) -> EngineInfo:
+        if self.engine is None:
+            with docker_errors():
+                self.engine = await anyio.to_thread.run_sync(probe_sync, client, self.settings)
+        return self.engine
 
     async def check_ready(self) -> None:
         client = await self._docker.get()
+        check_engine(await self._engine(client), self.settings)  # never run sandboxes without their limits
         await anyio.to_thread.run_sync(require_image_sync, client, self.settings.sandbox_image)
 
     async def start(self, owner_id: str) -> KernelChannel:
         client = await self._docker.get()
-        return await KernelContainer.start(client, self.settings, owner_id)
+        return await KernelContainer.start(client, self.settings, owner_id, self.engine)
 
     async def capacity_cpus(self) -> float | None:
         client = await self._docker.get()
@@ -61,9 +78,14 @@ class DockerBackend:
         if channel.id is None:
             return
         container_id, quota = channel.id, cpu_quota(cpus)
-        await anyio.to_thread.run_sync(
-            lambda: channel.client.api.update_container(container_id, cpu_period=CPU_PERIOD_US, cpu_quota=quota)
-        )
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: channel.client.api.update_container(container_id, cpu_period=CPU_PERIOD_US, cpu_quota=quota)
+            )
+        except Exception as exc:
+            if update_unsupported(exc):  # Debian's runsc, Podman: the CPU shares fall back (cpu.py)
+                raise CpuLimitFixed(update_failure(exc, self.engine), update_fix(self.engine)) from exc
+            raise
 
     async def reap(self, liveness: OwnerLiveness, owner_id: str) -> None:
         client = await self._docker.get()

@@ -11,6 +11,7 @@ batched children would otherwise exhaust the limiter and hang every other blocki
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import queue
@@ -29,6 +30,7 @@ from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
 from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
+from rlm_mcp.sandbox.docker.engine import EngineInfo, stopped_while_removed
 from rlm_mcp.sandbox.docker.faults import (
     EXIT_INPUT_CLOSED,
     DockerConnectionLost,
@@ -60,8 +62,9 @@ class KernelContainer:
     """A started container running the kernel: the Docker `KernelChannel` (rlm_mcp.ports.kernel).
     Create with `await KernelContainer.start(...)`."""
 
-    def __init__(self, client: Any, settings: Settings, owner_id: str) -> None:
+    def __init__(self, client: Any, settings: Settings, owner_id: str, engine: EngineInfo | None = None) -> None:
         self.client = client
+        self.engine = engine
         self.settings = settings
         self.owner_id = owner_id
         self.name = f"rlm-mcp-{owner_id[:8]}-{uuid.uuid4().hex[:10]}"
@@ -87,9 +90,11 @@ class KernelContainer:
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
-    async def start(cls, client: Any, settings: Settings, owner_id: str) -> KernelContainer:
+    async def start(
+        cls, client: Any, settings: Settings, owner_id: str, engine: EngineInfo | None = None
+    ) -> KernelContainer:
         """Create, attach, start, boot the kernel and wait for `ready`. Kills it on failure."""
-        self = cls(client, settings, owner_id)
+        self = cls(client, settings, owner_id, engine)
         self._loop = asyncio.get_running_loop()
         ok = False
         try:
@@ -132,7 +137,7 @@ class KernelContainer:
             require_image_sync(self.client, self.settings.sandbox_image)
             self._create_sent = True
             created = self.client.api.create_container(
-                **create_kwargs(self.client, self.settings, self.owner_id, self.name)
+                **create_kwargs(self.client, self.settings, self.owner_id, self.name, self.engine)
             )
             self.id = created["Id"]
             # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
@@ -190,7 +195,12 @@ class KernelContainer:
 
     def _remove_sync(self) -> None:
         try:
-            self.client.api.remove_container(self.id or self.name, force=True)
+            try:
+                self.client.api.remove_container(self.id or self.name, force=True)
+            except Exception as exc:
+                if not stopped_while_removed(exc):
+                    raise
+                self.client.api.remove_container(self.id or self.name, force=True)  # stopped now: once more
         except Exception as exc:  # already gone, or the daemon is down: nothing more to do
             if not is_gone(exc):
                 log.warning("could not remove sandbox %s: %s", self.name, exc)
@@ -205,7 +215,9 @@ class KernelContainer:
                     self.client.api.wait(self.id, timeout=3)
                 except Exception:
                     pass
-                return exit_info_of(self.client.api.inspect_container(self.id).get("State"))
+                info = exit_info_of(self.client.api.inspect_container(self.id).get("State"))
+                podman = self.engine is not None and self.engine.podman  # never reports OOM kills (engine.py)
+                return dataclasses.replace(info, oom_unreported=True) if podman else info
             except Exception as exc:
                 return ExitInfo(lost=short(exc)) if is_lost(exc) else ExitInfo()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlm_mcp.config import Settings, parse_size
+from rlm_mcp.sandbox.docker.engine import EngineInfo, engine_ulimits, pids_limit
 from rlm_mcp.sandbox.guest.bootstrap import command
 from rlm_mcp.sandbox.liveness import ProcessLiveness
 
@@ -20,7 +21,9 @@ def cpu_quota(cpus: float) -> int:
     return max(int(cpus * CPU_PERIOD_US), MIN_QUOTA_US)
 
 
-def create_kwargs(client: Any, settings: Settings, owner_id: str, name: str) -> dict[str, Any]:
+def create_kwargs(
+    client: Any, settings: Settings, owner_id: str, name: str, engine: EngineInfo | None = None
+) -> dict[str, Any]:
     """Keyword arguments of the low-level `client.api.create_container` for one sandbox."""
     memory = parse_size(settings.sandbox_memory)
     host_config = client.api.create_host_config(
@@ -29,7 +32,7 @@ def create_kwargs(client: Any, settings: Settings, owner_id: str, name: str) -> 
         shm_size=parse_size(settings.sandbox_shm),
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        pids_limit=settings.sandbox_pids,
+        pids_limit=pids_limit(engine, settings),
         mem_limit=memory,
         memswap_limit=memory,  # equal: no swap on top of the memory limit
         # A quota, not nano_cpus: Docker can update a quota in place (see cpu.py), never nano_cpus.
@@ -37,7 +40,8 @@ def create_kwargs(client: Any, settings: Settings, owner_id: str, name: str) -> 
         cpu_quota=cpu_quota(settings.sandbox_cpus),
         network_mode="none",
         init=True,  # tini reaps zombies and forwards signals; the kernel is its child
-        ulimits=[{"Name": "nofile", "Soft": 1024, "Hard": 1024}],
+        ulimits=engine_ulimits(engine),
+        runtime=settings.sandbox_runtime,  # None: the engine's default (runc)
         log_config={"Type": "none", "Config": {}},  # stdout is the protocol: do not store it
     )
     return {

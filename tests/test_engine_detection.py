@@ -1,0 +1,145 @@
+"""Issue 24: what the engine behind DOCKER_HOST can do, read from its /version and /info answers.
+
+The answers below are the fields Docker 20.10 and Podman 4.3 really send (checked on this
+project's CI machine kind); the rootless cgroup v1 ones are what those engines send when run as
+a user there, which CI (root) cannot be. The real engines are probed in test_sandbox_gvisor.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+
+from rlm_mcp.errors import SandboxError
+from rlm_mcp.sandbox.docker.engine import (
+    GVISOR_PIDS_ROOM,
+    check_engine,
+    engine_info,
+    engine_ulimits,
+    pids_limit,
+    stopped_while_removed,
+    update_failure,
+    update_unsupported,
+)
+from rlm_mcp.sandbox.docker.hardening import create_kwargs
+from rlm_mcp.testing.settings import make_settings
+
+DOCKER_VERSION = {"Version": "20.10.24+dfsg1", "Components": [{"Name": "Engine", "Version": "20.10.24+dfsg1"}]}
+PODMAN_VERSION = {
+    "Platform": {"Name": "linux/amd64/debian-12"},
+    "Version": "4.3.1",
+    "Components": [{"Name": "Podman Engine", "Version": "4.3.1"}, {"Name": "Conmon"}],
+}
+LIMITS = {"MemoryLimit": True, "PidsLimit": True, "CpuCfsQuota": True}
+DOCKER_INFO = {
+    **LIMITS,
+    "CgroupVersion": "1",
+    "Runtimes": {"runc": {}, "runsc": {"path": "/usr/bin/runsc"}},
+    "DefaultRuntime": "runc",
+    "SecurityOptions": ["name=seccomp,profile=default"],
+}
+PODMAN_INFO = {**LIMITS, "CgroupVersion": "1", "Rootless": False, "Runtimes": {"crun": {}, "runc": {}}}
+
+
+def test_docker_and_podman_are_told_apart_and_described() -> None:
+    settings = make_settings()
+    docker_engine = engine_info(DOCKER_VERSION, DOCKER_INFO, settings)
+    podman = engine_info(PODMAN_VERSION, PODMAN_INFO, settings)
+    assert (docker_engine.product, docker_engine.runtime, docker_engine.podman) == ("Docker", "runc", False)
+    assert (podman.product, podman.version, podman.podman) == ("Podman", "4.3.1", True)
+    assert podman.describe() == "Podman 4.3.1, runtime runc, cgroup v1"
+    runsc = engine_info(DOCKER_VERSION, DOCKER_INFO, make_settings(sandbox_runtime="runsc"))
+    assert runsc.describe() == "Docker 20.10.24+dfsg1, runtime runsc, cgroup v1"
+    for engine in (docker_engine, podman, runsc):
+        check_engine(engine, make_settings(sandbox_runtime=engine.runtime))  # rootful, limits: fine
+
+
+@pytest.mark.parametrize(
+    ("version", "info"),
+    [
+        (PODMAN_VERSION, {**PODMAN_INFO, "Rootless": True}),  # rootless Podman
+        (DOCKER_VERSION, {**DOCKER_INFO, "SecurityOptions": ["name=seccomp", "name=rootless"]}),  # rootless Docker
+    ],
+)
+def test_rootless_on_cgroup_v1_is_refused_with_the_reason_and_the_fix(
+    version: dict[str, Any], info: dict[str, Any]
+) -> None:
+    engine = engine_info(version, info, make_settings())
+    assert engine.rootless
+    with pytest.raises(SandboxError) as caught:
+        check_engine(engine, make_settings())
+    assert "cgroup v1 cannot enforce the sandbox's memory, pids and CPU limits" in caught.value.cause
+    assert "podman system service" in (caught.value.fix or "") and "cgroup v2" in (caught.value.fix or "")
+    # The same engine on cgroup v2 applies the limits: allowed.
+    check_engine(engine_info(version, {**info, "CgroupVersion": "2"}, make_settings()), make_settings())
+
+
+def test_an_engine_that_says_it_cannot_apply_a_limit_is_refused() -> None:
+    engine = engine_info(DOCKER_VERSION, {**DOCKER_INFO, "PidsLimit": False}, make_settings())
+    with pytest.raises(SandboxError, match="cannot apply pids limits"):
+        check_engine(engine, make_settings())
+
+
+def test_a_runtime_the_engine_lacks_is_refused_with_how_to_register_it() -> None:
+    settings = make_settings(sandbox_runtime="runsc")
+    with pytest.raises(SandboxError) as caught:
+        check_engine(engine_info(PODMAN_VERSION, PODMAN_INFO, settings), settings)
+    assert "'runsc' (RLM_MCP_SANDBOX_RUNTIME) is not registered with Podman; it has crun, runc" in caught.value.cause
+    assert '"runtimeArgs": ["--network=none"]' in (caught.value.fix or "")
+    assert "kill -HUP" in (caught.value.fix or "") and "without a restart" in (caught.value.fix or "")
+
+
+def test_the_runtime_setting_is_validated() -> None:
+    with pytest.raises(ValueError):
+        make_settings(sandbox_runtime="runsc --debug")
+
+
+class _Client:
+    """Just enough of docker-py's low-level client for `create_host_config` (a real function)."""
+
+    def __init__(self) -> None:
+        self.api = docker.APIClient(base_url="unix:///nonexistent", version="1.41")  # connects to nothing
+
+
+def test_the_container_gets_the_runtime_and_the_engines_limits() -> None:
+    settings = make_settings(sandbox_runtime="runsc", sandbox_pids=64)
+    docker_engine = engine_info(DOCKER_VERSION, DOCKER_INFO, settings)
+    host = create_kwargs(_Client(), settings, "owner", "name", docker_engine)["host_config"]
+    assert host["Runtime"] == "runsc"
+    assert host["PidsLimit"] == 64 * 2 + GVISOR_PIDS_ROOM == pids_limit(docker_engine, settings)
+    plain = make_settings(sandbox_pids=64)
+    host = create_kwargs(_Client(), plain, "owner", "name", engine_info(PODMAN_VERSION, PODMAN_INFO, plain))[
+        "host_config"
+    ]
+    assert "Runtime" not in host and host["PidsLimit"] == 64
+    assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "nproc"}  # Podman would raise both past its own
+    assert [u["Name"] for u in engine_ulimits(docker_engine)] == ["nofile"]  # Docker: as before
+
+
+def test_a_failed_update_is_told_apart_from_a_vanished_container() -> None:
+    runsc = docker.errors.APIError(
+        "500 Server Error",
+        explanation="Cannot update container " + "a" * 64 + ": /var/lib/docker/runtimes/runsc did not terminate",
+    )
+    podman = docker.errors.APIError("404 Client Error", explanation="Not Found")
+    gone = docker.errors.NotFound("404 Client Error", explanation="No such container: abc")
+    assert update_unsupported(runsc) and update_unsupported(podman)
+    assert not update_unsupported(gone)
+    assert not update_unsupported(ConnectionResetError(104, "Connection reset by peer"))
+    engine = engine_info(DOCKER_VERSION, DOCKER_INFO, make_settings(sandbox_runtime="runsc"))
+    reason = update_failure(runsc, engine)
+    assert reason.startswith("Docker with runtime runsc cannot update a running container's CPU quota")
+    assert "<id>" in reason and "a" * 64 not in reason
+
+
+def test_podmans_removal_race_is_recognised() -> None:
+    race = docker.errors.APIError(
+        "500 Server Error",
+        explanation="cannot remove container abc as it could not be stopped: sending SIGKILL to container abc: "
+        "container state improper: stopped",
+    )
+    assert stopped_while_removed(race)
+    assert not stopped_while_removed(docker.errors.NotFound("404", explanation="No such container: abc"))
