@@ -7,7 +7,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from fixtures_engine import (
+from rlm_mcp.engine import RLMEngine, RunNotStarted, RunProgress
+from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError, LMServerError
+from rlm_mcp.testing.waiting import wait_until
+from tests.fixtures_engine import (
     Events,
     FakeChatModel,
     FakeSandboxFactory,
@@ -17,9 +20,6 @@ from fixtures_engine import (
     repl,
     run_engine,
 )
-from rlm_mcp.engine import RLMEngine, RunNotStarted, RunProgress
-from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError, LMServerError
-from rlm_mcp.testing.waiting import wait_until
 
 pytestmark = pytest.mark.anyio
 
