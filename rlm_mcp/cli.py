@@ -312,6 +312,7 @@ async def _runs_html(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _runs_export(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.events import to_json
     from rlm_mcp.store import RunStore
     from rlm_mcp.viewer.export import chat_jsonl
 
@@ -322,7 +323,7 @@ async def _runs_export(args: argparse.Namespace, settings: Settings) -> int:
         sys.stdout.write(chat_jsonl(summary, events))
         return 0
     for event in events:
-        print(json.dumps(event, default=str))
+        print(json.dumps(to_json(event), default=str))
     return 0
 
 

@@ -21,6 +21,7 @@ import anyio.to_thread
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RunLimits, RunProgress
 from rlm_mcp.engine.ports import CellResult, ContextSpec, LMBridge, LMRequest
+from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.lm.errors import LMContextLengthError
 from rlm_mcp.lm.types import CallRecord, Completion
 from rlm_mcp.sandbox import kernel
@@ -279,10 +280,15 @@ def make_limits(settings: Settings, **overrides: Any) -> RunLimits:
 
 @dataclass
 class Events:
+    """An event sink that keeps each event and the JSON object the run log would hold of it
+    (`items`, what the assertions read: the on-disk shape is what users and tools see)."""
+
+    typed: list[RunEvent] = field(default_factory=list)
     items: list[dict[str, Any]] = field(default_factory=list)
 
-    async def __call__(self, event: dict[str, Any]) -> None:
-        self.items.append(event)
+    async def __call__(self, event: RunEvent) -> None:
+        self.typed.append(event)
+        self.items.append(to_json(event))
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.items if e["type"] == kind]

@@ -9,6 +9,7 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
+from rlm_mcp.events import HistoryElided, LLMCall, RunEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.script import count_prompt_tokens
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.anyio
 
 async def _run(server: ScriptedLM, tmp_path: Path, **limits: object) -> tuple:  # type: ignore[type-arg]
     settings = Settings(base_url=server.base_url, model="rlm-v0.1", lm_retries=1, request_timeout_s=30.0)
-    events: list[dict] = []  # type: ignore[type-arg]
+    events: list[RunEvent] = []
 
-    async def sink(event: dict) -> None:  # type: ignore[type-arg]
+    async def sink(event: RunEvent) -> None:
         events.append(event)
 
     async with LMClient(settings, backoff_base_s=0.01) as client:
@@ -60,8 +61,8 @@ async def test_http_many_big_outputs_never_overflow(tmp_path: Path) -> None:
     async with ScriptedLM(script) as server:
         result, events = await _run(server, tmp_path, max_iterations=8)
         assert result.status == "max_iterations", result.reason
-        assert [e for e in events if e["type"] == "history_elided"]
-        assert all(e["status"] == "ok" for e in events if e["type"] == "llm_call")
+        assert [e for e in events if isinstance(e, HistoryElided)]
+        assert all(e.status == "ok" for e in events if isinstance(e, LLMCall))
 
 
 async def test_sub_prompts_are_refused_only_against_a_window_the_server_reported(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from rlm_mcp.engine import RLMEngine, RunNotStarted, RunProgress
+from rlm_mcp.events import RunEvent, TurnStart
 from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError, LMServerError
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_engine import (
@@ -180,8 +181,8 @@ async def test_progress_is_live(tmp_path: Path) -> None:
     progress = RunProgress(run_id="r", max_iterations=20)
     progress_ref["p"] = progress
 
-    async def sink(event: dict) -> None:  # type: ignore[type-arg]
-        if event["type"] == "turn_start":
+    async def sink(event: RunEvent) -> None:
+        if isinstance(event, TurnStart):
             seen.append((progress.iterations, progress.status))
 
     engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="S")
@@ -201,7 +202,7 @@ async def test_progress_is_live(tmp_path: Path) -> None:
 async def test_a_failing_event_sink_does_not_end_the_run(tmp_path: Path) -> None:
     settings = make_settings()
 
-    async def bad(event: dict) -> None:  # type: ignore[type-arg]
+    async def bad(event: RunEvent) -> None:
         raise RuntimeError("sink broke")
 
     lm = FakeChatModel(root=[repl('answer["content"]="s"; answer["ready"]=True')])

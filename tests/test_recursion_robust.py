@@ -18,6 +18,7 @@ import pytest
 
 from rlm_mcp.engine import RLMEngine, RunLimits, RunProgress, RunResult
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
+from rlm_mcp.events import RunEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.sandbox.slots import SandboxSlots
@@ -42,9 +43,9 @@ answer["ready"] = True
 
 async def _run_tree(engine: RLMEngine, tmp_path: Path, name: str, depth: int) -> RunResult:
     limits = RunLimits(max_iterations=2, max_depth=depth, timeout_s=240, token_budget=None, max_errors=2)
-    events: list[dict[str, Any]] = []
+    events: list[RunEvent] = []
 
-    async def sink(event: dict[str, Any]) -> None:
+    async def sink(event: RunEvent) -> None:
         events.append(event)
 
     return await engine.run(
@@ -105,7 +106,7 @@ async def test_two_fanning_trees_do_not_starve_a_third_run(tmp_path: Path) -> No
             async def plain() -> None:
                 limits = RunLimits(max_iterations=2, max_depth=1, timeout_s=240, token_budget=None, max_errors=2)
 
-                async def sink(event: dict[str, Any]) -> None:
+                async def sink(event: RunEvent) -> None:
                     pass
 
                 results["plain"] = await engine.run(
@@ -185,7 +186,7 @@ answer["ready"] = True
             engine = RLMEngine(settings, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
             limits = RunLimits(max_iterations=2, max_depth=2, timeout_s=120, token_budget=None, max_errors=2)
 
-            async def sink(event: dict[str, Any]) -> None:
+            async def sink(event: RunEvent) -> None:
                 pass
 
             result = await engine.run(

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from rlm_mcp.errors import NotFoundError
+from rlm_mcp.events import TurnStart
 from rlm_mcp.store import ContextStore, RunStore
 
 pytestmark = pytest.mark.anyio
@@ -113,11 +114,11 @@ async def test_an_index_from_before_owners_is_the_local_users(settings) -> None:
 async def test_run_records_are_their_owners(settings) -> None:
     runs = RunStore(settings)
     log = await runs.create("run_alice", {"status": "running", "owner": ALICE})
-    await log.append({"type": "run_start"})
+    await log.append(TurnStart(run_id="run_alice", iteration=1, max_iterations=1, depth=0))
     await log.aclose()
     await (await runs.create("run_old", {"status": "completed"})).aclose()  # a record from before owners
     assert (await runs.read_summary("run_alice", owner=ALICE))["owner"] == ALICE
-    assert [e["type"] for e in await runs.read_events("run_alice", owner=ALICE)] == ["run_start"]
+    assert [e.type for e in await runs.read_events("run_alice", owner=ALICE)] == ["turn_start"]
     with pytest.raises(NotFoundError, match="Unknown run id 'run_alice'"):
         await runs.read_summary("run_alice", owner=BOB)
     with pytest.raises(NotFoundError, match="Unknown run id 'run_alice'"):

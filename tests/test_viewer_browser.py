@@ -19,6 +19,18 @@ import httpx
 import pytest
 
 from rlm_mcp.access import owner_of_token
+from rlm_mcp.events import (
+    ChatMessage,
+    LimitsRecord,
+    LLMCall,
+    RunEnd,
+    RunEvent,
+    RunStart,
+    TokenCounts,
+    Turn,
+    TurnStart,
+    UsageRecord,
+)
 from rlm_mcp.store import RunLog, RunStore
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.viewer import render_index_html, render_run_html
@@ -168,7 +180,7 @@ def test_static_index_filters_and_searches(tmp_path: Path, browser: Browser) -> 
 
 
 # -- live, over the HTTP server -------------------------------------------------------------------
-def _append(store: RunStore, run_id: str, *events: dict) -> None:
+def _append(store: RunStore, run_id: str, *events: RunEvent) -> None:
     async def work() -> None:
         log = await _reopen(store, run_id)
         try:
@@ -180,28 +192,23 @@ def _append(store: RunStore, run_id: str, *events: dict) -> None:
     anyio.run(work)
 
 
-def _turn(run_id: str, n: int, reply: str) -> list[dict]:
+def _turn(run_id: str, n: int, reply: str) -> list[RunEvent]:
     return [
-        {"type": "turn_start", "run_id": run_id, "iteration": n, "depth": 0},
-        {
-            "type": "llm_call",
-            "run_id": run_id,
-            "role": "root",
-            "iteration": n,
-            "model": "m",
-            "prompt_tokens": 100 * n,
-            "completion_tokens": 10,
-            "latency_s": 0.01,
-            "status": "ok",
-            "depth": 0,
-        },
-        {
-            "type": "turn",
-            "run_id": run_id,
-            "iteration": n,
-            "depth": 0,
-            "new_messages": [{"role": "assistant", "content": reply}],
-        },
+        TurnStart(run_id=run_id, iteration=n, max_iterations=20, depth=0),
+        LLMCall(
+            run_id=run_id,
+            role="root",
+            iteration=n,
+            model="m",
+            prompt_tokens=100 * n,
+            completion_tokens=10,
+            latency_s=0.01,
+            status="ok",
+            finish_reason="stop",
+            error=None,
+            depth=0,
+        ),
+        Turn(run_id=run_id, iteration=n, depth=0, new_messages=[ChatMessage(role="assistant", content=reply)]),
     ]
 
 
@@ -215,7 +222,18 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         # A run this token started, as the server records it: the token's session may see it.
         summary = {"query": "live question", "status": "running", "model": "m", "owner": owner_of_token(TOKEN)}
         log = await store.create(run_id, summary)
-        await log.append({"type": "run_start", "run_id": run_id, "depth": 0, "query": "live question", "model": "m"})
+        await log.append(
+            RunStart(
+                run_id=run_id,
+                depth=0,
+                query="live question",
+                contexts=[],
+                limits=LimitsRecord(max_iterations=20, max_depth=1, timeout_s=900, token_budget=None, max_errors=3),
+                model="m",
+                sub_model="m",
+                prompt_profile="rlm-mcp",
+            )
+        )
         await log.aclose()
 
     anyio.run(create)
@@ -234,7 +252,12 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         browser.wait_for("document.querySelectorAll('section.turn').length === 2")
         assert "second reply" in _texts(browser, "section.turn[data-turn='2'] .reply")[0]
         # and it ends: the answer appears at the top
-        _append(store, run_id, {"type": "run_end", "run_id": run_id, "status": "completed", "depth": 0})
+        usage = UsageRecord(total=TokenCounts(prompt_tokens=300, completion_tokens=20, calls=2), by_model={})
+        _append(
+            store,
+            run_id,
+            RunEnd(run_id=run_id, status="completed", reason=None, iterations=2, usage=usage, duration_s=1.0, depth=0),
+        )
         anyio.run(_finish, store, run_id)
         browser.wait_for("document.querySelector('.final pre.answer') !== null")
         assert _texts(browser, ".final pre.answer") == ["forty-two"]
@@ -353,7 +376,7 @@ def test_a_run_with_2000_sub_calls_draws_every_turn_and_opens_a_batch(tmp_path: 
         return await store.read_summary("run_big"), await store.read_events("run_big")
 
     summary, events = anyio.run(work)
-    assert sum(1 for e in events if e.get("type") == "llm_call" and e.get("role") == "sub") == 2000
+    assert sum(1 for e in events if isinstance(e, LLMCall) and e.role == "sub") == 2000
     page = tmp_path / "big.html"
     page.write_text(render_run_html(summary, events), encoding="utf-8")
     browser.open(page.as_uri(), ready="document.querySelectorAll('main > .runbody > section.turn').length === 20")

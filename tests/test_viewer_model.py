@@ -9,6 +9,7 @@ import anyio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rlm_mcp.events import SubCalls
 from rlm_mcp.store import RunStore
 from rlm_mcp.viewer.model import build_run
 from rlm_mcp.viewer.page import json_for_script, render_page
@@ -47,7 +48,7 @@ def test_model_ties_calls_to_batches_cells_and_children(tmp_path: Path) -> None:
 
 def test_a_log_cut_mid_cell_is_a_running_run(tmp_path: Path) -> None:
     summary, events = _load(tmp_path)
-    cut = next(i for i, e in enumerate(events) if e["type"] == "sub_calls")
+    cut = next(i for i, e in enumerate(events) if isinstance(e, SubCalls))
     model = build_run({"run_id": summary["run_id"], "query": summary["query"]}, events[:cut])
     assert not model["finished"] and model["status"] == "running" and model["answer"] is None
     cell = model["runs"]["run_viewer_1"]["turns"][0]["cells"][0]

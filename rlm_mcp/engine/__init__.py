@@ -1,8 +1,8 @@
 """The engine layer: the RLM loop (see loop.py).
 
 Owns prompt profiles, the message history, ```repl parsing, answer detection, output
-formatting and truncation, the token-aware window, limits, recursion, the usage tree and run
-events; and the decision whether a run has started (`RunNotStarted`).
+formatting and truncation, the token-aware window, limits, recursion, the usage tree and
+producing the run events (their types and encoding are `rlm_mcp.events`); and the decision whether a run has started (`RunNotStarted`).
 Must not know about MCP or Docker: it talks to the `Sandbox` and `ChatModel` protocols
 (engine/ports.py), which the service wires to the real `sandbox` and `lm` layers.
 The service layer is written against the names exported here.

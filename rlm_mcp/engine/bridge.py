@@ -17,6 +17,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.ports import ChatModel, LMBridge, LMRequest
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
+from rlm_mcp.events import SubCalls
 from rlm_mcp.lm.errors import LMContextLengthError, LMError
 from rlm_mcp.lm.types import Completion
 
@@ -42,10 +43,10 @@ def make_bridge(
     run_child: ChildRunner,
 ) -> LMBridge:
     """The bridge one run hands to `sandbox.execute` (depth = that run's depth)."""
-    return SubCalls(settings=settings, lm=lm, tree=tree, depth=depth, run_id=run_id, run_child=run_child)
+    return SubCallBridge(settings=settings, lm=lm, tree=tree, depth=depth, run_id=run_id, run_child=run_child)
 
 
-class SubCalls:
+class SubCallBridge:
     """One run's sub-calls: the model policy and limits (`__call__`), one LM call per prompt
     (`one_llm`), a child RLM per prompt (`one_child`), and their events."""
 
@@ -67,13 +68,6 @@ class SubCalls:
         tree, text_cap = self.tree, self.settings.log_sub_call_chars
         # Sub-calls are made by the run at `depth`; they are accounted one level below it.
         # The log keeps the head and tail of what the sub-LM saw and said, with full lengths.
-        extra = {
-            **tree.where(self.run_id),
-            "prompt": head_tail(prompt, text_cap),
-            "prompt_chars": len(prompt),
-            "answer": head_tail(answer, text_cap),
-            "answer_chars": len(answer),
-        }
         await tree.emit_call(
             role="sub",
             run_id=self.run_id,
@@ -82,7 +76,11 @@ class SubCalls:
             latency_s=latency,
             error=error,
             depth=self.depth + 1,
-            extra=extra,
+            where=tree.where(self.run_id),
+            prompt=head_tail(prompt, text_cap),
+            prompt_chars=len(prompt),
+            answer=head_tail(answer, text_cap),
+            answer_chars=len(answer),
         )
 
     async def fit(self, prompt: str, model: str) -> int | str:
@@ -180,20 +178,20 @@ class SubCalls:
         results = await _gather(prompts[:granted], worker, batch) + [refused] * (count - granted)
         failed = sum(1 for r in results if r.startswith("Error: "))
         await tree.emit(
-            {
-                "type": "sub_calls",
-                "run_id": run_id,
-                "batch": batch,
-                "duration_s": round(time.monotonic() - batch_started, 4),
-                "refused": count - granted,
-                **{k: v for k, v in where.items() if k in ("iteration", "block")},
-                "kind": "rlm" if recursive else "llm",
-                "requested_kind": request.kind,
-                "count": count,
-                "failed": failed,
-                "total_sub_calls": tree.progress.sub_calls,
-                "depth": depth,
-            }
+            SubCalls(
+                run_id=run_id,
+                batch=batch,
+                duration_s=round(time.monotonic() - batch_started, 4),
+                refused=count - granted,
+                iteration=where.iteration,
+                block=where.block,
+                kind="rlm" if recursive else "llm",
+                requested_kind=request.kind,
+                count=count,
+                failed=failed,
+                total_sub_calls=tree.progress.sub_calls,
+                depth=depth,
+            )
         )
         return results
 

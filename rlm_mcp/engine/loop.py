@@ -34,10 +34,11 @@ from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
-from rlm_mcp.engine.tree import RunTree
+from rlm_mcp.engine.tree import RunTree, usage_record
 from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
 
 log = logging.getLogger("rlm_mcp.engine")
 
@@ -112,25 +113,24 @@ class RLMEngine:
         status: RunStatus = "error"
         reason: str | None = None
         await tree.emit(
-            {
-                "type": "run_start",
-                "run_id": run_id,
-                "depth": depth,
-                "query": query,
-                "contexts": [
-                    {"context_id": c.context_id, "name": c.name, "kind": c.kind, "chars": c.chars} for c in contexts
+            RunStart(
+                run_id=run_id,
+                depth=depth,
+                query=query,
+                contexts=[
+                    ContextRecord(context_id=c.context_id, name=c.name, kind=c.kind, chars=c.chars) for c in contexts
                 ],
-                "limits": {
-                    "max_iterations": limits.max_iterations,
-                    "max_depth": limits.max_depth,
-                    "timeout_s": limits.timeout_s,
-                    "token_budget": limits.token_budget,
-                    "max_errors": limits.max_errors,
-                },
-                "model": self.settings.model,
-                "sub_model": self.settings.effective_sub_model,
-                "prompt_profile": self.profile.name,
-            }
+                limits=LimitsRecord(
+                    max_iterations=limits.max_iterations,
+                    max_depth=limits.max_depth,
+                    timeout_s=limits.timeout_s,
+                    token_budget=limits.token_budget,
+                    max_errors=limits.max_errors,
+                ),
+                model=self.settings.model,
+                sub_model=self.settings.effective_sub_model,
+                prompt_profile=self.profile.name,
+            )
         )
         stack = AsyncExitStack()
         try:
@@ -175,16 +175,15 @@ class RLMEngine:
                 progress.phase = RunPhase.DONE
                 duration = time.monotonic() - started
                 await tree.emit(
-                    {
-                        "type": "run_end",
-                        "run_id": run_id,
-                        "status": status,
-                        "reason": reason,
-                        "iterations": ctx.iterations,
-                        "usage": tree.usage.to_dict(),
-                        "duration_s": round(duration, 4),
-                        "depth": depth,
-                    }
+                    RunEnd(
+                        run_id=run_id,
+                        status=status,
+                        reason=reason,
+                        iterations=ctx.iterations,
+                        usage=usage_record(tree.usage),
+                        duration_s=round(duration, 4),
+                        depth=depth,
+                    )
                 )
         return RunResult(
             status=status,
@@ -245,31 +244,33 @@ class RLMEngine:
                 )
                 child_progress = RunProgress(run_id=child_id, max_iterations=tree.limits.max_iterations)
                 child_progress.usage = tree.usage  # one Usage for the whole tree
+                where = tree.where(parent_run_id)  # the parent's cell and the sub-call slot
                 await tree.emit(
-                    {
-                        "type": "child_start",
-                        "child_run_id": child_id,
-                        "parent_run_id": parent_run_id,
-                        **tree.where(parent_run_id),  # the parent's cell and the sub-call slot
-                        "prompt": head_tail(prompt, self.settings.log_sub_call_chars),
-                        "prompt_chars": len(prompt),
-                        "depth": depth,
-                        "status": "running",
-                    }
+                    ChildStart(
+                        child_run_id=child_id,
+                        parent_run_id=parent_run_id,
+                        iteration=where.iteration,
+                        block=where.block,
+                        batch=where.batch,
+                        index=where.index,
+                        prompt=head_tail(prompt, self.settings.log_sub_call_chars),
+                        prompt_chars=len(prompt),
+                        depth=depth,
+                        status="running",
+                    )
                 )
                 result = await self._run(
                     tree, depth=depth, run_id=child_id, query=None, contexts=[spec], progress=child_progress
                 )
                 await tree.emit(
-                    {
-                        "type": "child_end",
-                        "child_run_id": child_id,
-                        "parent_run_id": parent_run_id,
-                        "depth": depth,
-                        "status": result.status,
-                        "answer": head_tail(result.answer or "", self.settings.log_sub_call_chars),
-                        "answer_chars": len(result.answer or ""),
-                    }
+                    ChildEnd(
+                        child_run_id=child_id,
+                        parent_run_id=parent_run_id,
+                        depth=depth,
+                        status=result.status,
+                        answer=head_tail(result.answer or "", self.settings.log_sub_call_chars),
+                        answer_chars=len(result.answer or ""),
+                    )
                 )
             finally:
                 with anyio.CancelScope(shield=True):

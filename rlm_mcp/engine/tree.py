@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextvars
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
 import anyio
 
 from rlm_mcp.engine.types import EventSink, RunLimits, RunProgress
+from rlm_mcp.events import LLMCall, RunEvent, TokenCounts, UsageRecord
 from rlm_mcp.lm.types import CallRecord, Completion, Usage
 
 log = logging.getLogger("rlm_mcp.engine")
@@ -18,6 +19,24 @@ log = logging.getLogger("rlm_mcp.engine")
 # prompt's task, so the `llm_call` and `child_start` events it leads to name their batch
 # without threading ids through every call signature.
 SUB_CALL_SLOT: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("sub_call_slot", default=None)
+
+
+@dataclass(frozen=True)
+class Where:
+    """The cell (iteration, block) and sub-call slot (batch, index) an event belongs to."""
+
+    iteration: int | None = None
+    block: int | None = None
+    batch: int | None = None
+    index: int | None = None
+
+
+def usage_record(usage: Usage) -> UsageRecord:
+    """The usage of a run tree as events record it."""
+    return UsageRecord(
+        total=TokenCounts(**usage.total.to_dict()),
+        by_model={model: TokenCounts(**counts.to_dict()) for model, counts in usage.by_model.items()},
+    )
 
 
 @dataclass
@@ -76,52 +95,60 @@ class RunTree:
         self.batch_count += 1
         return self.batch_count
 
-    def where(self, run_id: str) -> dict[str, int]:
-        """The cell and sub-call slot an event of `run_id` belongs to (empty outside a cell)."""
-        found: dict[str, int] = {}
+    def where(self, run_id: str) -> Where:
+        """The cell and sub-call slot an event of `run_id` belongs to (all None outside a cell)."""
         cell = self.open_cells.get(run_id)
-        if cell is not None:
-            found["iteration"], found["block"] = cell
         slot = SUB_CALL_SLOT.get()
-        if slot is not None:
-            found["batch"], found["index"] = slot
-        return found
+        iteration, block = cell if cell is not None else (None, None)
+        batch, index = slot if slot is not None else (None, None)
+        return Where(iteration=iteration, block=block, batch=batch, index=index)
 
-    async def emit(self, event: dict[str, Any]) -> None:
+    async def emit(self, event: RunEvent) -> None:
         """Send an event; a failing sink is logged and ignored, never allowed to end a run."""
         try:
             await self.sink(event)
         except Exception:
-            log.exception("event sink failed on %s event", event.get("type"))
+            log.exception("event sink failed on %s event", event.type)
 
     async def emit_call(
         self,
         *,
-        role: str,
+        role: Literal["root", "sub"],
         run_id: str,
         model: str,
         completion: Completion | None,
         latency_s: float,
         error: str | None,
         depth: int,
-        extra: dict[str, Any] | None = None,
+        where: Where,
+        prompt: str | None = None,
+        prompt_chars: int | None = None,
+        answer: str | None = None,
+        answer_chars: int | None = None,
     ) -> None:
-        """The `llm_call` event of one root or sub call (failed calls have no completion);
-        `extra` adds fields such as the turn, the cell, the batch, the prompt and the answer."""
+        """The `llm_call` event of one root or sub call (failed calls have no completion):
+        `where` names the turn (root) or the cell and batch slot (sub); a sub-call also records
+        the head and tail of its prompt and answer."""
         record = completion.record if completion is not None else None
         await self.emit(
-            {
-                "type": "llm_call",
-                "run_id": run_id,
-                "role": role,
-                "model": model,
-                "prompt_tokens": record.prompt_tokens if record else 0,
-                "completion_tokens": record.completion_tokens if record else 0,
-                "latency_s": round(latency_s, 4),
-                "status": "ok" if error is None else "error",
-                "finish_reason": completion.finish_reason if completion is not None else None,
-                "error": error,
-                "depth": depth,
-                **(extra or {}),
-            }
+            LLMCall(
+                run_id=run_id,
+                role=role,
+                model=model,
+                prompt_tokens=record.prompt_tokens if record else 0,
+                completion_tokens=record.completion_tokens if record else 0,
+                latency_s=round(latency_s, 4),
+                status="ok" if error is None else "error",
+                finish_reason=completion.finish_reason if completion is not None else None,
+                error=error,
+                depth=depth,
+                iteration=where.iteration,
+                block=where.block,
+                batch=where.batch,
+                index=where.index,
+                prompt=prompt,
+                prompt_chars=prompt_chars,
+                answer=answer,
+                answer_chars=answer_chars,
+            )
         )

@@ -13,9 +13,10 @@ from rlm_mcp.engine.formatting import cap_messages, cap_text, format_outputs
 from rlm_mcp.engine.parsing import find_legacy_final, find_repl_blocks, has_unclosed_repl_block
 from rlm_mcp.engine.ports import CellResult, ChatModel, LMBridge, Sandbox
 from rlm_mcp.engine.profiles import PromptProfile
-from rlm_mcp.engine.tree import RunTree
+from rlm_mcp.engine.tree import RunTree, Where
 from rlm_mcp.engine.types import RunLimits, RunPhase, RunProgress, RunStatus
 from rlm_mcp.engine.window import WindowTooSmallError, fit_history
+from rlm_mcp.events import Cell, CellStart, ChatMessage, HistoryElided, Turn, TurnStart
 from rlm_mcp.lm.discovery import DEFAULT_WINDOW
 from rlm_mcp.lm.errors import LMConnectionError, LMContextLengthError, LMError, LMModelNotFoundError
 from rlm_mcp.lm.types import Completion
@@ -84,13 +85,7 @@ class TurnRunner:
         if ctx.depth == 0:
             ctx.progress.iterations = iteration
         await ctx.tree.emit(
-            {
-                "type": "turn_start",
-                "run_id": ctx.run_id,
-                "iteration": iteration,
-                "max_iterations": ctx.limits.max_iterations,
-                "depth": ctx.depth,
-            }
+            TurnStart(run_id=ctx.run_id, iteration=iteration, max_iterations=ctx.limits.max_iterations, depth=ctx.depth)
         )
         # Turn 1 also logs the system and metadata messages, so a run's log holds the whole
         # conversation (the trajectory export and viewer rebuild it from these events).
@@ -179,17 +174,16 @@ class TurnRunner:
             if ctx.depth == 0:
                 ctx.progress.elided_messages = ctx.history.elided_count
             await ctx.tree.emit(
-                {
-                    "type": "history_elided",
-                    "run_id": ctx.run_id,
-                    "depth": ctx.depth,
-                    "indices": fit.elided,
-                    "cut_newest": fit.cut_newest,
-                    "tokens_before": fit.tokens_before,
-                    "tokens_after": fit.prompt_tokens,
-                    "window": window,
-                    "max_tokens": fit.max_tokens,
-                }
+                HistoryElided(
+                    run_id=ctx.run_id,
+                    depth=ctx.depth,
+                    indices=fit.elided,
+                    cut_newest=fit.cut_newest,
+                    tokens_before=fit.tokens_before,
+                    tokens_after=fit.prompt_tokens,
+                    window=window,
+                    max_tokens=fit.max_tokens,
+                )
             )
         return fit.max_tokens
 
@@ -245,9 +239,7 @@ class TurnRunner:
         if ctx.depth == 0:
             ctx.progress.phase = RunPhase.CELL
         started = time.monotonic()
-        await ctx.tree.emit(
-            {"type": "cell_start", "run_id": ctx.run_id, "iteration": iteration, "block": index, "depth": ctx.depth}
-        )
+        await ctx.tree.emit(CellStart(run_id=ctx.run_id, iteration=iteration, block=index, depth=ctx.depth))
         ctx.tree.open_cells[ctx.run_id] = (iteration, index)
         try:
             result = await self.sandbox.execute(code, self.bridge, training_cell=self.profile.training_cell)
@@ -257,19 +249,18 @@ class TurnRunner:
             result.notice = RESTART_NOTICE
         output = self.profile.format_cell(result)
         await ctx.tree.emit(
-            {
-                "type": "cell",
-                "run_id": ctx.run_id,
-                "iteration": iteration,
-                "block": index,
-                "code": cap_text(code),
-                "output": cap_text(output),
-                "duration_s": round(result.duration_s or (time.monotonic() - started), 4),
-                "error": result.error,
-                "timed_out": result.timed_out,
-                "restarted": result.restarted,
-                "depth": ctx.depth,
-            }
+            Cell(
+                run_id=ctx.run_id,
+                iteration=iteration,
+                block=index,
+                code=cap_text(code),
+                output=cap_text(output),
+                duration_s=round(result.duration_s or (time.monotonic() - started), 4),
+                error=result.error,
+                timed_out=result.timed_out,
+                restarted=result.restarted,
+                depth=ctx.depth,
+            )
         )
         return result
 
@@ -285,13 +276,12 @@ class TurnRunner:
     async def _emit_turn(self, iteration: int, first_new: int) -> None:
         ctx = self.ctx
         await ctx.tree.emit(
-            {
-                "type": "turn",
-                "run_id": ctx.run_id,
-                "iteration": iteration,
-                "depth": ctx.depth,
-                "new_messages": cap_messages(ctx.history.messages[first_new:]),
-            }
+            Turn(
+                run_id=ctx.run_id,
+                iteration=iteration,
+                depth=ctx.depth,
+                new_messages=[ChatMessage(**m) for m in cap_messages(ctx.history.messages[first_new:])],
+            )
         )
 
     async def _emit_call(self, model: str, completion: Completion | None, latency: float, error: str | None) -> None:
@@ -304,7 +294,7 @@ class TurnRunner:
             latency_s=latency,
             error=error,
             depth=ctx.depth,
-            extra={"iteration": ctx.iterations},
+            where=Where(iteration=ctx.iterations),
         )
 
     def _budget_reason(self) -> str:

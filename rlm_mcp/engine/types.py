@@ -11,6 +11,7 @@ from typing import Any, Literal
 import pydantic
 
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.events import RunEvent
 from rlm_mcp.lm.types import Usage
 
 # The one status vocabulary of a run, from accepted to ended (DESIGN §4 Ending). "queued": it
@@ -46,7 +47,7 @@ class RunNotStarted(Exception):
 
 # The service's sink for run events (JSONL log, MCP progress). It must not raise; the engine
 # still guards every call so a faulty sink can never end a run.
-EventSink = Callable[[dict[str, Any]], Awaitable[None]]
+EventSink = Callable[[RunEvent], Awaitable[None]]
 
 
 @dataclass

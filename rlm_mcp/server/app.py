@@ -20,6 +20,7 @@ from rlm_mcp import __version__
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
+from rlm_mcp.events import to_json
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
 from rlm_mcp.server.run_tools import run_tool
 from rlm_mcp.server.schemas import (
@@ -293,7 +294,7 @@ def _add_resources(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller])
     async def trajectory_resource(run_id: str, ctx: Context) -> str:
         """The run's event log (JSONL): turns, cells, LM calls, end."""
         events = await read(svc(ctx).run_events(run_id))
-        return "\n".join(json.dumps(e, default=str) for e in events) + ("\n" if events else "")
+        return "\n".join(json.dumps(to_json(e), default=str) for e in events) + ("\n" if events else "")
 
     @mcp.resource("rlm://runs/{run_id}/answer", mime_type="text/plain")
     async def answer_resource(run_id: str, ctx: Context) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlm_mcp.engine import RunResult
+from rlm_mcp.events import LoggedEvent
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import ProgressReport, RlmService
 from rlm_mcp.service.views import RunSnapshot
@@ -64,7 +65,7 @@ class Caller:
     async def run_summary(self, run_id: str) -> dict[str, Any]:
         return await self.service.run_summary(run_id, owner=self.owner)
 
-    async def run_events(self, run_id: str) -> list[dict[str, Any]]:
+    async def run_events(self, run_id: str) -> list[LoggedEvent]:
         return await self.service.run_events(run_id, owner=self.owner)
 
     async def full_answer(self, run_id: str) -> str:

@@ -21,6 +21,7 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import BusyError, RlmMcpError
+from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.views import RunSnapshot
@@ -32,7 +33,7 @@ FINISHED_RUNS_KEPT = 64
 PRUNE_EVERY_S = 300.0
 
 # Events after which a waiting `rlm_complete` reports progress at once.
-PROGRESS_EVENTS = frozenset({"turn_start", "sub_calls", "child_start", "child_end", "run_end"})
+PROGRESS_EVENTS = (TurnStart, SubCalls, ChildStart, ChildEnd, RunEnd)
 
 
 @dataclass
@@ -228,13 +229,13 @@ class RunManager:
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
 
-        async def emit(event: dict[str, Any]) -> None:
+        async def emit(event: RunEvent) -> None:
             try:
                 await log.append(event)
             except Exception:  # a full disk must not end the run
                 logger.exception("could not append to the log of run %s", run.run_id)
-            if event.get("type") in PROGRESS_EVENTS:
-                run.notify(str(event["type"]))
+            if isinstance(event, PROGRESS_EVENTS):
+                run.notify(event.type)
 
         specs = [self._contexts.spec(info) for info in infos]
         return await engine.run(

@@ -25,6 +25,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import BadArgumentError, NotFoundError
+from rlm_mcp.events import LoggedEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.sandbox.manager import SandboxManager
@@ -260,7 +261,7 @@ class RlmService:
             summary.update(run.snapshot().model_dump())
         return summary
 
-    async def run_events(self, run_id: str, *, owner: str = LOCAL_OWNER) -> list[dict[str, Any]]:
+    async def run_events(self, run_id: str, *, owner: str = LOCAL_OWNER) -> list[LoggedEvent]:
         return await self.records.read_events(run_id, owner=owner)
 
     async def full_answer(self, run_id: str, *, owner: str = LOCAL_OWNER) -> str:

@@ -1,6 +1,7 @@
 """The store layer: contexts (content-addressed, SQLite index), chunked uploads, run records.
 
-Owns files on disk, the shared index (WAL, busy timeout), limits, eviction and pruning.
+Owns files on disk, the shared index (WAL, busy timeout), limits, eviction and pruning. Run
+events are stored through their one encoding (`rlm_mcp.events.to_json`/`from_json`).
 Must not know about MCP, the CLI or the engine: its errors state what is wrong (an unknown
 id, a size over a cap) and the layers above say how their user fixes it.
 """

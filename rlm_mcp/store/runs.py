@@ -1,6 +1,7 @@
 """Run records: `data_dir/runs/<run_id>/events.jsonl` (append-only) and `summary.json`.
 
-Events are one JSON object per line with a `ts` (Unix time) added. Both the size of one line
+Events are typed (`rlm_mcp.events`); each is stamped with its `ts` (Unix time) as it is
+written, as the one JSON object per line that `rlm_mcp.events.to_json` makes of it. Both the size of one line
 and of the whole log are bounded, because a run's cells can print without limit and the log
 must never fill the disk: long strings in an oversize event are cut with a marker, and once
 the log reaches its cap a single `{"type": "log_truncated"}` event is written and later
@@ -23,6 +24,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
+from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store._db import in_thread
 
@@ -59,7 +61,9 @@ def _cut_strings(value: Any, limit: int) -> Any:
 
 
 def encode_event(event: dict[str, Any], max_bytes: int) -> bytes:
-    """One JSONL line of at most max_bytes (non-JSON values become strings)."""
+    """One JSONL line of at most max_bytes from an event's JSON object (`events.to_json`; non-JSON
+    values become strings). Cutting strings keeps the event readable as its type; the last
+    resort, `{type, ts, truncated}`, reads back as an `events.EventStub`."""
     line = json.dumps(event, ensure_ascii=False, default=str)
     limit = max_bytes // 2
     while len(line.encode()) + 1 > max_bytes and limit >= 64:
@@ -101,8 +105,8 @@ class RunLog:
     def run_id(self) -> str:
         return self._dir.name
 
-    async def append(self, event: dict[str, Any]) -> None:
-        line = encode_event({**event, "ts": time.time()}, self._max_event)
+    async def append(self, event: RunEvent) -> None:
+        line = encode_event(to_json(event, ts=time.time()), self._max_event)
         if len(line) <= INLINE_WRITE_BYTES and not self._lock.locked():
             # A small append lands in the page cache in microseconds: written here, with no
             # await (a lock round or a worker-thread hop costs more than the write, and a turn
@@ -121,7 +125,7 @@ class RunLog:
             return
         if self._written + len(line) > self._max_log:
             self._truncated = True
-            line = encode_event({"type": "log_truncated", "ts": time.time(), "max_bytes": self._max_log}, 1024)
+            line = encode_event(to_json(LogTruncated(ts=time.time(), max_bytes=self._max_log)), 1024)
         fh.write(line)
         fh.flush()
         self._written += len(line)
@@ -194,16 +198,17 @@ class RunStore:
 
     async def read_events(
         self, run_id: str, *, limit_bytes: int | None = None, owner: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[LoggedEvent]:
         """Events from the start of the log; with limit_bytes, only the whole lines that fit;
-        with `owner`, as read_summary."""
+        with `owner`, as read_summary. Lines of another version or torn by hand come back as
+        `events.UnreadableEvent` (see `events.from_json`), never as an error."""
         path = self._run_dir(run_id) / "events.jsonl"
         summary_path = self._run_dir(run_id) / "summary.json"
 
-        def work() -> list[dict[str, Any]]:
+        def work() -> list[LoggedEvent]:
             if owner is not None:
                 self._summary_of(run_id, summary_path, owner)
-            events: list[dict[str, Any]] = []
+            events: list[LoggedEvent] = []
             used = 0
             try:
                 with open(path, "rb") as fh:
@@ -214,8 +219,8 @@ class RunStore:
                         if not raw.endswith(b"\n"):
                             break  # a line still being written, or torn by a crash
                         try:
-                            events.append(json.loads(raw))
-                        except json.JSONDecodeError:
+                            events.append(loads(raw))
+                        except ValueError:  # not JSON, or not UTF-8
                             log.warning("skipping a malformed line in %s", path)
             except FileNotFoundError:  # only open() can raise it: the run was never stored
                 raise _unknown(run_id) from None

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlm_mcp.events import LoggedEvent
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
 
 
-def render_run_html(summary: dict[str, Any], events: list[dict[str, Any]]) -> str:
+def render_run_html(summary: dict[str, Any], events: list[LoggedEvent]) -> str:
     """A self-contained page of one run (no network, nothing executable from the log)."""
     return render_page("run", build_run(summary, events), title=f"rlm-mcp run {summary.get('run_id')}")
 

@@ -6,25 +6,26 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from rlm_mcp.events import LoggedEvent, RunEnd, Turn
 
-def conversations(events: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
+
+def conversations(events: Iterable[LoggedEvent]) -> dict[str, list[dict[str, str]]]:
     """Each run of the tree (the root and every child) as its chat messages, in order."""
     by_run: dict[str, list[dict[str, str]]] = {}
     for event in events:
-        if event.get("type") == "turn":
-            messages = by_run.setdefault(str(event.get("run_id")), [])
-            for message in event.get("new_messages") or []:
-                messages.append({"role": str(message.get("role")), "content": str(message.get("content"))})
+        if isinstance(event, Turn):
+            messages = by_run.setdefault(event.run_id, [])
+            messages.extend({"role": m.role, "content": m.content} for m in event.new_messages)
     return by_run
 
 
-def chat_jsonl(summary: dict[str, Any], events: list[dict[str, Any]]) -> str:
+def chat_jsonl(summary: dict[str, Any], events: list[LoggedEvent]) -> str:
     """One JSON line per run of the tree: {"messages", "run_id", "status", "answer"}."""
-    ends = {str(e.get("run_id")): e for e in events if e.get("type") == "run_end"}
+    ends = {e.run_id: e for e in events if isinstance(e, RunEnd)}
     lines = []
     for run_id, messages in conversations(events).items():
-        end = ends.get(run_id, {})
-        record = {"run_id": run_id, "status": end.get("status"), "messages": messages}
+        end = ends.get(run_id)
+        record = {"run_id": run_id, "status": end.status if end is not None else None, "messages": messages}
         if run_id == summary.get("run_id"):
             record["answer"] = (summary.get("result") or {}).get("answer")
         lines.append(json.dumps(record, ensure_ascii=False))

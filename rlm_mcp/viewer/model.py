@@ -1,7 +1,8 @@
 """The view model of one run: its event log folded into runs (the root and its children),
 turns, cells, sub-call batches and calls, each with times on one axis.
 
-The page's script only draws this model; all the knowledge of the log format lives here, so
+The page's script only draws this model; all the knowledge of what the events mean for the page
+lives here (their format is `rlm_mcp.events`), so
 the static file and the live page show the same thing, and tests can check it without a browser.
 Everything is plain JSON (dicts, lists, strings, numbers).
 """
@@ -9,7 +10,25 @@ Everything is plain JSON (dicts, lists, strings, numbers).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, assert_never
+
+from rlm_mcp.events import (
+    Cell,
+    CellStart,
+    ChildEnd,
+    ChildStart,
+    EventStub,
+    HistoryElided,
+    LLMCall,
+    LoggedEvent,
+    LogTruncated,
+    RunEnd,
+    RunStart,
+    SubCalls,
+    Turn,
+    TurnStart,
+    UnreadableEvent,
+)
 
 Json = dict[str, Any]
 
@@ -17,12 +36,11 @@ Json = dict[str, Any]
 _HIDDEN_KINDS = ("REPL output",)
 
 
-def _start(event: Json, seconds_key: str) -> float | None:
-    ts = event.get("ts")
-    if not isinstance(ts, (int, float)):
+def _start(ts: float | None, took: float | None) -> float | None:
+    """When something that ended at `ts` and took `took` seconds began."""
+    if ts is None:
         return None
-    took = event.get(seconds_key)
-    return ts - took if isinstance(took, (int, float)) else ts
+    return ts - took if took is not None else ts
 
 
 class _Builder:
@@ -54,7 +72,7 @@ class _Builder:
             self.runs[run_id] = found
         return found
 
-    def turn(self, run_id: str, iteration: Any) -> Json:
+    def turn(self, run_id: str, iteration: int | None) -> Json:
         run = self.run(run_id)
         turns: list[Json] = run["turns"]
         for turn in turns:
@@ -73,7 +91,7 @@ class _Builder:
         run["turns"].append(turn)
         return turn
 
-    def cell(self, run_id: str, iteration: Any, block: Any) -> Json:
+    def cell(self, run_id: str, iteration: int, block: int) -> Json:
         turn = self.turn(run_id, iteration)
         cells: list[Json] = turn["cells"]
         for cell in cells:
@@ -95,7 +113,7 @@ class _Builder:
         turn["cells"].append(cell)
         return cell
 
-    def batch(self, run_id: str, number: int, event: Json) -> Json:
+    def batch(self, run_id: str, number: int, iteration: int | None, block: int | None) -> Json:
         key = (run_id, number)
         found = self.batches.get(key)
         if found is None:
@@ -111,149 +129,159 @@ class _Builder:
                 "children": [],
             }
             self.batches[key] = found
-            if "iteration" in event and "block" in event:
-                self.cell(run_id, event["iteration"], event["block"])["batches"].append(found)
+            if iteration is not None and block is not None:
+                self.cell(run_id, iteration, block)["batches"].append(found)
             else:  # logged by an older version, or outside a cell: keep it visible anyway
-                self.turn(run_id, event.get("iteration"))["cells"].append(
+                self.turn(run_id, iteration)["cells"].append(
                     {"block": None, "batches": [found], "children": [], "code": None, "output": None}
                 )
         return found
 
-    # -- one handler per event type -------------------------------------------------------------
-    def add(self, event: Json) -> None:
-        kind = event.get("type")
-        handler = getattr(self, f"_on_{kind}", None)
-        if handler is not None:
-            handler(event)
+    # -- one case per event type ----------------------------------------------------------------
+    def add(self, event: LoggedEvent) -> None:
+        match event:
+            case RunStart():
+                self._run_start(event)
+            case RunEnd():
+                run = self.run(event.run_id)
+                run.update(status=event.status, reason=event.reason, end=event.ts, usage=event.usage.model_dump())
+            case TurnStart():
+                self.turn(event.run_id, event.iteration)["start"] = event.ts
+            case Turn():
+                self._turn(event)
+            case HistoryElided():
+                self._history_elided(event)
+            case LLMCall():
+                self._llm_call(event)
+            case SubCalls():
+                self._sub_calls(event)
+            case CellStart():
+                self.cell(event.run_id, event.iteration, event.block)["start"] = event.ts
+            case Cell():
+                self._cell(event)
+            case ChildStart():
+                self._child_start(event)
+            case ChildEnd():
+                child = self.run(event.child_run_id)
+                child.update(status=event.status, answer=event.answer, answer_chars=event.answer_chars)
+            case LogTruncated():
+                self.notes.append(
+                    f"The log reached its cap of {event.max_bytes} bytes; later events were not recorded."
+                )
+            case EventStub():
+                self.notes.append(f"A {event.type} event was too large to record; only its time was kept.")
+            case UnreadableEvent():
+                pass  # another version's event, or a damaged line: nothing this page can draw
+            case _:
+                assert_never(event)
 
-    def _on_run_start(self, e: Json) -> None:
-        run = self.run(str(e.get("run_id")))
+    def _run_start(self, e: RunStart) -> None:
+        run = self.run(e.run_id)
         run.update(
-            query=e.get("query"),
-            start=e.get("ts"),
-            depth=e.get("depth", 0),
-            model=e.get("model"),
-            sub_model=e.get("sub_model"),
-            limits=e.get("limits"),
-            contexts=e.get("contexts"),
+            query=e.query,
+            start=e.ts,
+            depth=e.depth,
+            model=e.model,
+            sub_model=e.sub_model,
+            limits=e.limits.model_dump(),
+            contexts=[c.model_dump() for c in e.contexts],
         )
 
-    def _on_run_end(self, e: Json) -> None:
-        run = self.run(str(e.get("run_id")))
-        run.update(status=e.get("status"), reason=e.get("reason"), end=e.get("ts"), usage=e.get("usage"))
-
-    def _on_turn_start(self, e: Json) -> None:
-        self.turn(str(e.get("run_id")), e.get("iteration"))["start"] = e.get("ts")
-
-    def _on_turn(self, e: Json) -> None:
-        turn = self.turn(str(e.get("run_id")), e.get("iteration"))
-        turn["end"] = e.get("ts")
-        for message in e.get("new_messages") or []:
-            role, content = str(message.get("role")), str(message.get("content"))
+    def _turn(self, e: Turn) -> None:
+        turn = self.turn(e.run_id, e.iteration)
+        turn["end"] = e.ts
+        for message in e.new_messages:
+            role, content = message.role, message.content
             if role == "assistant":
                 turn["reply"] = content if turn["reply"] is None else turn["reply"] + "\n\n" + content
             elif not (role == "user" and content.startswith(_HIDDEN_KINDS)):
                 turn["messages"].append({"role": role, "content": content})
 
-    def _on_history_elided(self, e: Json) -> None:
-        run = self.run(str(e.get("run_id")))
+    def _history_elided(self, e: HistoryElided) -> None:
+        run = self.run(e.run_id)
         run["elided"] += 1
         # Elision happens while fitting the next root call, i.e. within the latest turn.
         if run["turns"]:
             run["turns"][-1]["elided"] = {
-                "tokens_before": e.get("tokens_before"),
-                "tokens_after": e.get("tokens_after"),
-                "window": e.get("window"),
-                "messages": len(e.get("indices") or []),
+                "tokens_before": e.tokens_before,
+                "tokens_after": e.tokens_after,
+                "window": e.window,
+                "messages": len(e.indices),
             }
 
-    def _on_llm_call(self, e: Json) -> None:
-        call = {
-            "model": e.get("model"),
-            "status": e.get("status"),
-            "error": e.get("error"),
-            "prompt_tokens": e.get("prompt_tokens", 0),
-            "completion_tokens": e.get("completion_tokens", 0),
-            "latency_s": e.get("latency_s"),
-            "start": _start(e, "latency_s"),
-            "end": e.get("ts"),
-            "finish_reason": e.get("finish_reason"),
+    def _llm_call(self, e: LLMCall) -> None:
+        call: Json = {
+            "model": e.model,
+            "status": e.status,
+            "error": e.error,
+            "prompt_tokens": e.prompt_tokens,
+            "completion_tokens": e.completion_tokens,
+            "latency_s": e.latency_s,
+            "start": _start(e.ts, e.latency_s),
+            "end": e.ts,
+            "finish_reason": e.finish_reason,
         }
-        run_id = str(e.get("run_id"))
-        if e.get("role") == "root":
-            turns = self.run(run_id)["turns"]
-            turn = self.turn(run_id, e["iteration"]) if "iteration" in e else (turns[-1] if turns else None)
+        if e.role == "root":
+            turns = self.run(e.run_id)["turns"]
+            turn = self.turn(e.run_id, e.iteration) if e.iteration is not None else (turns[-1] if turns else None)
             if turn is not None:
                 turn["root_calls"].append(call)
             return
         call.update(
-            index=e.get("index"),
-            prompt=e.get("prompt"),
-            prompt_chars=e.get("prompt_chars"),
-            answer=e.get("answer"),
-            answer_chars=e.get("answer_chars"),
+            index=e.index,
+            prompt=e.prompt,
+            prompt_chars=e.prompt_chars,
+            answer=e.answer,
+            answer_chars=e.answer_chars,
         )
-        if isinstance(e.get("batch"), int):
-            self.batch(run_id, e["batch"], e)["calls"].append(call)
+        if e.batch is not None:
+            self.batch(e.run_id, e.batch, e.iteration, e.block)["calls"].append(call)
 
-    def _on_sub_calls(self, e: Json) -> None:
-        if not isinstance(e.get("batch"), int):
-            return  # an older log: counts only, nothing to attach
-        batch = self.batch(str(e.get("run_id")), e["batch"], e)
+    def _sub_calls(self, e: SubCalls) -> None:
+        batch = self.batch(e.run_id, e.batch, e.iteration, e.block)
         batch.update(
-            kind=e.get("kind"),
-            count=e.get("count"),
-            failed=e.get("failed"),
-            refused=e.get("refused", 0),
-            start=_start(e, "duration_s"),
-            end=e.get("ts"),
+            kind=e.kind,
+            count=e.count,
+            failed=e.failed,
+            refused=e.refused,
+            start=_start(e.ts, e.duration_s),
+            end=e.ts,
         )
         batch["calls"].sort(key=lambda c: c.get("index") or 0)
 
-    def _on_cell_start(self, e: Json) -> None:
-        self.cell(str(e.get("run_id")), e.get("iteration"), e.get("block"))["start"] = e.get("ts")
-
-    def _on_cell(self, e: Json) -> None:
-        cell = self.cell(str(e.get("run_id")), e.get("iteration"), e.get("block"))
+    def _cell(self, e: Cell) -> None:
+        cell = self.cell(e.run_id, e.iteration, e.block)
         cell.update(
-            code=e.get("code"),
-            output=e.get("output"),
-            error=e.get("error"),
-            timed_out=bool(e.get("timed_out")),
-            restarted=bool(e.get("restarted")),
-            duration_s=e.get("duration_s"),
-            end=e.get("ts"),
+            code=e.code,
+            output=e.output,
+            error=e.error,
+            timed_out=e.timed_out,
+            restarted=e.restarted,
+            duration_s=e.duration_s,
+            end=e.ts,
         )
         if cell["start"] is None:
-            cell["start"] = _start(e, "duration_s")
+            cell["start"] = _start(e.ts, e.duration_s)
 
-    def _on_child_start(self, e: Json) -> None:
-        child_id = str(e.get("child_run_id"))
-        parent_id = str(e.get("parent_run_id") or self.root_id)
+    def _child_start(self, e: ChildStart) -> None:
+        child_id = e.child_run_id
+        parent_id = e.parent_run_id or self.root_id
         child = self.run(child_id)
-        child.update(parent=parent_id, depth=e.get("depth"), prompt=e.get("prompt"), prompt_chars=e.get("prompt_chars"))
+        child.update(parent=parent_id, depth=e.depth, prompt=e.prompt, prompt_chars=e.prompt_chars)
         if child["start"] is None:
-            child["start"] = e.get("ts")
+            child["start"] = e.ts
         self.run(parent_id)["children"].append(child_id)
-        if "iteration" in e and "block" in e:
-            self.cell(parent_id, e["iteration"], e["block"])["children"].append(child_id)
-
-    def _on_child_end(self, e: Json) -> None:
-        child = self.run(str(e.get("child_run_id")))
-        child.update(status=e.get("status"), answer=e.get("answer"), answer_chars=e.get("answer_chars"))
-
-    def _on_log_truncated(self, e: Json) -> None:
-        self.notes.append(f"The log reached its cap of {e.get('max_bytes')} bytes; later events were not recorded.")
+        if e.iteration is not None and e.block is not None:
+            self.cell(parent_id, e.iteration, e.block)["children"].append(child_id)
 
 
-def build_run(summary: Json, events: Iterable[Json]) -> Json:
+def build_run(summary: Json, events: Iterable[LoggedEvent]) -> Json:
     """The view model of one run tree."""
     root_id = str(summary.get("run_id"))
     builder = _Builder(root_id)
     builder.run(root_id)
     for event in events:
-        if isinstance(event, dict):
-            builder.add(event)
+        builder.add(event)
     root = builder.runs[root_id]
     result = summary.get("result") or {}
     if result:  # the record's result wins: it also covers failures before the first event

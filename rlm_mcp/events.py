@@ -1,0 +1,369 @@
+"""Run events: one typed union for the event stream of a run tree, and its one JSON encoding.
+
+The engine produces these events, the run log stores them (one JSON object per line, see
+`store/runs.py`), and the service, the viewer and the exports consume them by type (`match` /
+`isinstance`, checked by mypy). This module imports only the standard library and pydantic, so
+every layer may use it (store must not import engine, engine must not import store).
+
+The encoding is the format run logs have had on disk since the first release, kept byte for byte:
+each event's fields in the order declared below, `ts` (Unix time, stamped by the log) where the
+log has always put it, and the optional fields named in `OMIT_WHEN_NONE` left out when unset
+(a sub-call made outside a cell names no cell; a root call names no batch). `to_json`/`from_json` are the only
+way in and out; a store that keeps events elsewhere (a database) persists `dumps(event)` and reads
+back with `loads(line)` without knowing the types.
+
+Reading never fails: besides the kinds below, a log can hold an `EventStub` (a line too large to
+keep even after its strings were cut: only its kind and time were written) and lines that are no
+event this version knows (another version's kind, a hand-edited line): those come back as
+`UnreadableEvent`, which keeps the object as it was, so an export prints it unchanged. Fields that
+older versions did not write yet are optional here, which is the reader for their logs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, ClassVar, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+# Seconds and times: ints stay ints and floats floats, so a line reads back and encodes to the
+# same bytes (pydantic would turn a `float` field's 900 into 900.0).
+Number = int | float
+
+
+class _Event(BaseModel):
+    # A field this version does not know (a newer version wrote it) is kept and written back
+    # after the known ones, so an export of a newer log loses nothing.
+    model_config = ConfigDict(frozen=True, extra="allow")
+    # Optional fields left out of the JSON object when None (their absence means something).
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"ts"})
+
+
+# -- payload records ----------------------------------------------------------------------------
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class ContextRecord(_Record):
+    context_id: str
+    name: str
+    kind: str
+    chars: int
+
+
+class LimitsRecord(_Record):
+    max_iterations: int
+    max_depth: int
+    timeout_s: Number
+    token_budget: int | None
+    max_errors: int
+
+
+class TokenCounts(_Record):
+    prompt_tokens: int
+    completion_tokens: int
+    calls: int
+
+
+class UsageRecord(_Record):
+    total: TokenCounts
+    by_model: dict[str, TokenCounts]
+
+
+class ChatMessage(_Record):
+    role: str
+    content: str
+
+
+# -- the events, in the order a run writes them --------------------------------------------------
+class RunStart(_Event):
+    """A run of the tree began (the root, or a child with its prompt as context and no query)."""
+
+    type: Literal["run_start"] = "run_start"
+    run_id: str
+    depth: int
+    query: str | None
+    contexts: list[ContextRecord]
+    limits: LimitsRecord
+    model: str
+    sub_model: str
+    prompt_profile: str
+    ts: Number | None = None
+
+
+class TurnStart(_Event):
+    type: Literal["turn_start"] = "turn_start"
+    run_id: str
+    iteration: int
+    max_iterations: int
+    depth: int
+    ts: Number | None = None
+
+
+class HistoryElided(_Event):
+    """Older messages were replaced by markers (or the newest cut) to fit the root window."""
+
+    type: Literal["history_elided"] = "history_elided"
+    run_id: str
+    depth: int
+    indices: list[int]
+    cut_newest: bool
+    tokens_before: int
+    tokens_after: int
+    window: int
+    max_tokens: int
+    ts: Number | None = None
+
+
+class LLMCall(_Event):
+    """One root or sub LM call. Root calls name their turn; sub-calls name the cell and the
+    batch slot that made them (when there is one) and keep the head and tail of prompt and answer."""
+
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset(
+        {"ts", "iteration", "block", "batch", "index", "prompt", "prompt_chars", "answer", "answer_chars"}
+    )
+    type: Literal["llm_call"] = "llm_call"
+    run_id: str
+    role: Literal["root", "sub"]
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: Number
+    status: Literal["ok", "error"]
+    finish_reason: str | None
+    error: str | None
+    depth: int
+    iteration: int | None = None
+    block: int | None = None
+    batch: int | None = None
+    index: int | None = None
+    prompt: str | None = None
+    prompt_chars: int | None = None
+    answer: str | None = None
+    answer_chars: int | None = None
+    ts: Number | None = None
+
+
+class CellStart(_Event):
+    type: Literal["cell_start"] = "cell_start"
+    run_id: str
+    iteration: int
+    block: int
+    depth: int
+    ts: Number | None = None
+
+
+class SubCalls(_Event):
+    """One batch of sub-calls from a cell (`llm_query*` / `rlm_query*`), once all answered."""
+
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"ts", "iteration", "block"})
+    type: Literal["sub_calls"] = "sub_calls"
+    run_id: str
+    batch: int
+    duration_s: Number
+    refused: int
+    iteration: int | None = None
+    block: int | None = None
+    kind: Literal["llm", "rlm"]
+    requested_kind: str
+    count: int
+    failed: int
+    total_sub_calls: int
+    depth: int
+    ts: Number | None = None
+
+
+class ChildStart(_Event):
+    """A child RLM run began (`rlm_query` with depth to spare), linked to its parent's cell."""
+
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset(
+        {"ts", "parent_run_id", "iteration", "block", "batch", "index", "prompt", "prompt_chars"}
+    )
+    type: Literal["child_start"] = "child_start"
+    child_run_id: str
+    parent_run_id: str | None = None
+    iteration: int | None = None
+    block: int | None = None
+    batch: int | None = None
+    index: int | None = None
+    prompt: str | None = None
+    prompt_chars: int | None = None
+    depth: int
+    status: str
+    ts: Number | None = None
+
+
+class ChildEnd(_Event):
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"ts", "parent_run_id", "answer", "answer_chars"})
+    type: Literal["child_end"] = "child_end"
+    child_run_id: str
+    parent_run_id: str | None = None
+    depth: int
+    status: str
+    answer: str | None = None
+    answer_chars: int | None = None
+    ts: Number | None = None
+
+
+class Cell(_Event):
+    """One code block ran: its code and output (capped), error, time, timeout and restart."""
+
+    type: Literal["cell"] = "cell"
+    run_id: str
+    iteration: int
+    block: int
+    code: str
+    output: str
+    duration_s: Number
+    error: str | None
+    timed_out: bool
+    restarted: bool
+    depth: int
+    ts: Number | None = None
+
+
+class Turn(_Event):
+    """A root turn ended: the messages it added to the conversation (turn 1 also the system
+    and metadata messages, so the log holds the whole conversation)."""
+
+    type: Literal["turn"] = "turn"
+    run_id: str
+    iteration: int
+    depth: int
+    new_messages: list[ChatMessage]
+    ts: Number | None = None
+
+
+class RunEnd(_Event):
+    type: Literal["run_end"] = "run_end"
+    run_id: str
+    status: str
+    reason: str | None
+    iterations: int
+    usage: UsageRecord
+    duration_s: Number
+    depth: int
+    ts: Number | None = None
+
+
+class LogTruncated(_Event):
+    """Written by the log once it reached its cap; later events were dropped."""
+
+    type: Literal["log_truncated"] = "log_truncated"
+    ts: Number | None = None
+    max_bytes: int
+
+
+# What the engine emits (and, with `LogTruncated`, what a log holds when all went well).
+RunEvent = Annotated[
+    RunStart
+    | TurnStart
+    | HistoryElided
+    | LLMCall
+    | CellStart
+    | SubCalls
+    | ChildStart
+    | ChildEnd
+    | Cell
+    | Turn
+    | RunEnd
+    | LogTruncated,
+    Field(discriminator="type"),
+]
+
+
+class EventStub(_Event):
+    """An event whose line was too large even with its strings cut: only its kind and time."""
+
+    type: str
+    ts: Number | None = None
+    truncated: Literal[True] = True
+
+
+class UnreadableEvent(BaseModel):
+    """A line that is no event this version knows; `raw` is the JSON value as it was read (no
+    version writes anything but objects; `to_json` gives another value as `{"value": raw}`)."""
+
+    model_config = ConfigDict(frozen=True)
+    raw: Any
+
+    @property
+    def type(self) -> str | None:
+        kind = self.raw.get("type") if isinstance(self.raw, dict) else None
+        return kind if isinstance(kind, str) else None
+
+
+# Everything a run log can hold.
+LoggedEvent = RunEvent | EventStub | UnreadableEvent
+
+_ADAPTER: pydantic.TypeAdapter[RunEvent] = pydantic.TypeAdapter(RunEvent)
+_STUB_KEYS = frozenset({"type", "ts", "truncated"})
+
+
+def to_json(event: LoggedEvent, *, ts: float | None = None) -> dict[str, Any]:
+    """The event as the JSON object a log line holds (key order included); `ts` stamps it with
+    the time it is written (the log does, as it appends)."""
+    if isinstance(event, UnreadableEvent):
+        return event.raw if isinstance(event.raw, dict) else {"value": event.raw}
+    data = event.model_dump(mode="json")
+    if ts is not None:
+        data["ts"] = ts  # in its place: every event declares `ts`
+    omit = event.OMIT_WHEN_NONE
+    return {k: v for k, v in data.items() if not (v is None and k in omit)}
+
+
+def from_json(obj: object) -> LoggedEvent:
+    """The event a log line's JSON object holds; never raises (see `UnreadableEvent`)."""
+    if isinstance(obj, dict):
+        try:
+            return _ADAPTER.validate_python(obj)
+        except pydantic.ValidationError:
+            if obj.get("truncated") is True and obj.keys() <= _STUB_KEYS and isinstance(obj.get("type"), str):
+                try:
+                    return EventStub.model_validate(obj)
+                except pydantic.ValidationError:
+                    pass
+    return UnreadableEvent(raw=obj)
+
+
+def dumps(event: LoggedEvent) -> str:
+    """One line of JSON (no newline), as a log stores it."""
+    return json.dumps(to_json(event), ensure_ascii=False)
+
+
+def loads(line: str | bytes) -> LoggedEvent:
+    """The event of one stored line; a line that is not JSON raises `ValueError`."""
+    try:
+        return _ADAPTER.validate_json(line)  # one pass over the bytes for a well-formed event
+    except pydantic.ValidationError:
+        return from_json(json.loads(line))
+
+
+__all__ = [
+    "Cell",
+    "CellStart",
+    "ChatMessage",
+    "ChildEnd",
+    "ChildStart",
+    "ContextRecord",
+    "EventStub",
+    "HistoryElided",
+    "LLMCall",
+    "LimitsRecord",
+    "LogTruncated",
+    "LoggedEvent",
+    "RunEnd",
+    "RunEvent",
+    "RunStart",
+    "SubCalls",
+    "TokenCounts",
+    "Turn",
+    "TurnStart",
+    "UnreadableEvent",
+    "UsageRecord",
+    "dumps",
+    "from_json",
+    "loads",
+    "to_json",
+]
