@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from rlm_mcp.engine.ports import LMRequest
+from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.manager import SandboxManager
 from tests.fixtures_sandbox import no_bridge, sandbox_settings
 

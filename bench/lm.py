@@ -7,8 +7,8 @@ loop would share one GIL and measure Python's thread switching instead.
 
 Prints per-call latency (sequential, the connection reused) and batched throughput, with the CPU
 time per call of this process (the client) and of the server, and first the server's own floor:
-the same requests written on raw keep-alive sockets (no HTTP client at all). The bar from
-DESIGN §7: 1.8-3.2 ms per sub-call with connection reuse (a 40 ms figure means a delayed-ACK
+the same requests written on raw keep-alive sockets (no HTTP client at all). The bar, the
+design's target: 1.8-3.2 ms per sub-call with connection reuse (a 40 ms figure means a delayed-ACK
 stall). Never fails on a timing.
 """
 

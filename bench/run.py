@@ -1,5 +1,5 @@
 """Whole-run benchmark: `RlmService.complete` with a real Docker sandbox and the zero-latency
-scripted LM in a subprocess, measured the way DESIGN §7 measured the reference library.
+scripted LM in a subprocess, measured the way the reference library was measured (README, "Benchmarks").
 
     .venv/bin/python bench/run.py [--repeat 5]
 

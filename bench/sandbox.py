@@ -19,8 +19,8 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec, LMRequest
-from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.ports import ContextSpec, LMRequest
+from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.sandbox.session import load_contexts
 

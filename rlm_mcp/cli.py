@@ -235,7 +235,7 @@ def _exit_when(closed: threading.Event, grace_s: float = 30.0) -> None:
 
 
 def _image_status(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
+    from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 
     client = connect_sync()
     try:
@@ -247,7 +247,7 @@ def _image_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _image_build(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.sandbox.image import build_image
+    from rlm_mcp.sandbox.docker.image import build_image
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

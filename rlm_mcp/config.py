@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     answer_max_chars: int = Field(20_000, description="Answer characters in a tool result (full: resource).")
 
     # --- Sandbox -----------------------------------------------------------------------------
+    sandbox_backend: Literal["docker"] = Field(
+        "docker", description="What makes the sandboxes (docs/architecture.md, Backends); Docker only so far."
+    )
     sandbox_image: str = Field(DEFAULT_IMAGE, description="Docker image the sandboxes run.")
     sandbox_memory: str = Field("1g", description="Memory limit (= memory+swap) of one sandbox.")
     sandbox_cpus: float = Field(1.0, gt=0, description="CPU quota of one sandbox.")

@@ -14,11 +14,11 @@ from typing import Any
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import LMRequest
-from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.errors import ImageMissingError, RlmMcpError
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.server_kind import guess_server_kind
-from rlm_mcp.sandbox.docker_api import BUILD_FIX, DOCKER_FIX, connect_sync, image_present_sync
+from rlm_mcp.ports import LMRequest
+from rlm_mcp.sandbox.backends import backend_for
 from rlm_mcp.sandbox.manager import SandboxManager
 
 
@@ -31,22 +31,25 @@ class Check:
     warn: bool = False  # passed, but on an assumption the user should know about
 
 
-async def _docker(settings: Settings) -> list[Check]:
+async def _backend(settings: Settings) -> list[Check]:
+    """The configured sandbox backend (RLM_MCP_SANDBOX_BACKEND): reachable, and its image there."""
+    backend = backend_for(settings)
     try:
-        client = await anyio.to_thread.run_sync(connect_sync)
-    except RlmMcpError as exc:
-        return [Check("docker", False, exc.cause, exc.fix or DOCKER_FIX), Check("image", False, "not checked", "")]
-    try:
-        version: dict[str, Any] = await anyio.to_thread.run_sync(client.version)
-        checks = [Check("docker", True, f"engine {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})")]
-        present = await anyio.to_thread.run_sync(image_present_sync, client, settings.sandbox_image)
-        if present:
+        try:
+            about = await backend.describe()
+        except RlmMcpError as exc:
+            return [Check(backend.name, False, exc.cause, exc.fix or ""), Check("image", False, "not checked", "")]
+        checks = [Check(backend.name, True, about)]
+        try:
+            await backend.check_ready()
             checks.append(Check("image", True, settings.sandbox_image))
-        else:
-            checks.append(Check("image", False, f"{settings.sandbox_image} is missing", BUILD_FIX))
+        except ImageMissingError as exc:
+            checks.append(Check("image", False, f"{settings.sandbox_image} is missing", exc.fix or ""))
+        except RlmMcpError as exc:
+            checks.append(Check("image", False, exc.cause, exc.fix or ""))
         return checks
     finally:
-        await anyio.to_thread.run_sync(client.close)
+        backend.close()
 
 
 async def _sandbox(settings: Settings) -> Check:
@@ -136,17 +139,19 @@ async def _profile(settings: Settings) -> Check:
 async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> int:
     checks: list[Check] = []
     steps: list[Callable[[], Awaitable[Any]]] = [
-        lambda: _docker(settings),
+        lambda: _backend(settings),
         lambda: _lm(settings),
         lambda: _profile(settings),
     ]
     for step in steps:
         result = await step()
         checks.extend(result if isinstance(result, list) else [result])
-    if all(c.ok for c in checks if c.name in ("docker", "image")):
+    backend = settings.sandbox_backend
+    if all(c.ok for c in checks if c.name in (backend, "image")):
         checks.append(await _sandbox(settings))
     else:
-        checks.append(Check("sandbox round trip", False, "skipped: Docker or the image is not ready", ""))
+        title = "Docker" if backend == "docker" else backend
+        checks.append(Check("sandbox round trip", False, f"skipped: {title} or the image is not ready", ""))
     width = max(len(c.name) for c in checks)
     for c in checks:
         out(f"{('warn' if c.warn else 'ok  ') if c.ok else 'FAIL'}  {c.name:<{width}}  {c.detail}")

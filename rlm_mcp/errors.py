@@ -102,7 +102,11 @@ class AccessDeniedError(RlmMcpError):
     """A path outside the allowed roots, a hidden entry, or a refused URL."""
 
 
-class DockerUnavailableError(RlmMcpError):
+class BackendUnavailableError(RlmMcpError):
+    """The sandbox backend (a Docker engine, a cluster) cannot be reached."""
+
+
+class DockerUnavailableError(BackendUnavailableError):
     """The Docker daemon cannot be reached."""
 
 
@@ -112,6 +116,10 @@ class ImageMissingError(RlmMcpError):
 
 class SandboxError(RlmMcpError):
     """A sandbox failed in a way the run cannot recover from."""
+
+
+class ConnectionLostError(SandboxError):
+    """The connection to the sandbox backend was lost and could not be made good again."""
 
 
 class BusyError(RlmMcpError):

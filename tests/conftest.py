@@ -18,7 +18,7 @@ import pytest
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
-from rlm_mcp.sandbox.image_ensure import ensure_image
+from rlm_mcp.sandbox.docker.image_ensure import ensure_image
 from tests.fixtures_sandbox import docker_image
 from tests.fixtures_store import http_server, root, settings, settings_factory
 
@@ -75,7 +75,7 @@ def _no_docker_in_fast_tier(request: pytest.FixtureRequest, monkeypatch: pytest.
     if request.node.get_closest_marker("docker") is not None:
         request.getfixturevalue("sandbox_image_built")
     else:
-        from rlm_mcp.sandbox import docker_api
+        from rlm_mcp.sandbox.docker import docker_api
 
         def refuse(*args: object, **kwargs: object) -> None:
             raise RuntimeError(

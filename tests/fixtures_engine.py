@@ -20,11 +20,11 @@ import anyio.to_thread
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RunLimits, RunProgress
-from rlm_mcp.engine.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.lm.errors import LMContextLengthError
 from rlm_mcp.lm.types import CallRecord, Completion
-from rlm_mcp.sandbox import kernel
+from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
+from rlm_mcp.sandbox.guest import kernel
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
 
 
@@ -34,7 +34,7 @@ class _KernelCrash(Exception):
 
 
 class InProcessKernel(kernel.Kernel):
-    """The sandbox kernel's own code (rlm_mcp/sandbox/kernel.py) run in this process: its
+    """The sandbox kernel's own code (rlm_mcp/sandbox/guest/kernel.py) run in this process: its
     namespace and helpers, cell execution (`handle_exec`), variable listing, answer reading, error
     formats and sub-call validation. Only its process plumbing is left out (fd capture, pipes,
     signals, reaping: those need the container and are tested in test_sandbox_*): `print` writes

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec, LMRequest
-from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
+from rlm_mcp.ports import ContextSpec, LMRequest
+from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing.settings import make_settings
 
@@ -42,7 +42,7 @@ def docker_image() -> str:
             pytest.fail(
                 f"The sandbox image {settings.sandbox_image} is missing. Build it first: "
                 "`rlm-mcp image build --offline` (or python -c 'from rlm_mcp.config import Settings; "
-                "from rlm_mcp.sandbox.image import build_image; build_image(Settings(), offline=True)')"
+                "from rlm_mcp.sandbox.docker.image import build_image; build_image(Settings(), offline=True)')"
             )
     finally:
         client.close()

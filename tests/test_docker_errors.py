@@ -7,7 +7,7 @@ import pytest
 import requests.exceptions
 
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
-from rlm_mcp.sandbox.docker_api import DOCKER_FIX, docker_errors
+from rlm_mcp.sandbox.docker.docker_api import DOCKER_FIX, docker_errors
 
 
 def test_an_unreachable_daemon_says_docker_is_not_running() -> None:

@@ -17,9 +17,16 @@ import pytest
 import requests.exceptions
 import urllib3.exceptions
 
-from rlm_mcp.sandbox.container import KernelContainer
-from rlm_mcp.sandbox.docker_api import is_connection_error
-from rlm_mcp.sandbox.faults import DOCKER_LOST_FIX, DockerConnectionLost, boot_failure, classify, lost_error
+from rlm_mcp.ports.kernel import ExitInfo
+from rlm_mcp.sandbox.docker.container import KernelContainer, exit_info_of
+from rlm_mcp.sandbox.docker.faults import (
+    DOCKER_LOST_FIX,
+    DockerConnectionLost,
+    boot_failure,
+    classify,
+    is_connection_error,
+    lost_error,
+)
 from tests.fixtures_sandbox import sandbox_settings
 
 
@@ -204,26 +211,32 @@ def test_the_final_error_names_the_lost_connection_and_what_to_check() -> None:
 
 def test_a_container_ended_by_a_dropped_attach_stream_is_recognised() -> None:
     container = KernelContainer(None, sandbox_settings(), "owner0123")
-    assert container.lost_reason({"ExitCode": 75, "OOMKilled": False})  # the kernel saw its stdin close
-    assert container.lost_reason({"ExitCode": 3})  # the bootstrap saw it close
-    assert container.lost_reason({"lost": "Connection aborted."})  # inspecting it failed too
-    assert container.lost_reason({"Running": True, "ExitCode": 0})  # the stream ended, the kernel did not
-    assert container.lost_reason({"Running": False, "ExitCode": 137}) is None  # killed: not the connection
-    assert container.lost_reason({"ExitCode": 0}) is None  # os._exit(0) in user code
-    assert container.lost_reason({"ExitCode": 75, "OOMKilled": True}) is None
+    assert container.lost_reason(exit_info_of({"ExitCode": 75, "OOMKilled": False}))  # the kernel saw its stdin close
+    assert container.lost_reason(exit_info_of({"ExitCode": 3}))  # the bootstrap saw it close
+    assert container.lost_reason(ExitInfo(lost="Connection aborted."))  # inspecting it failed too
+    assert container.lost_reason(exit_info_of({"Running": True, "ExitCode": 0}))  # the stream ended, the kernel did not
+    assert (
+        container.lost_reason(exit_info_of({"Running": False, "ExitCode": 137})) is None
+    )  # killed: not the connection
+    assert container.lost_reason(exit_info_of({"ExitCode": 0})) is None  # os._exit(0) in user code
+    assert container.lost_reason(exit_info_of({"ExitCode": 75, "OOMKilled": True})) is None
     container.stream_error = ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
-    assert container.lost_reason({"ExitCode": 137})
+    assert container.lost_reason(exit_info_of({"ExitCode": 137}))
     container.close()
-    assert container.lost_reason({"ExitCode": 75}) is None  # we closed it ourselves
+    assert container.lost_reason(exit_info_of({"ExitCode": 75})) is None  # we closed it ourselves
 
 
 def test_a_kernel_that_did_not_start_is_blamed_on_the_right_cause() -> None:
     settings = sandbox_settings()
-    killed = str(boot_failure("the sandbox closed its output", {"ExitCode": 137}, settings, "IMAGE FIX"))
+    killed = str(boot_failure("the sandbox closed its output", exit_info_of({"ExitCode": 137}), settings, "IMAGE FIX"))
     assert "killed by signal 9 while it started" in killed and "IMAGE FIX" not in killed
     oom = str(
-        boot_failure("the sandbox closed its output", {"ExitCode": 137, "OOMKilled": True}, settings, "IMAGE FIX")
+        boot_failure(
+            "the sandbox closed its output", exit_info_of({"ExitCode": 137, "OOMKilled": True}), settings, "IMAGE FIX"
+        )
     )
     assert "RLM_MCP_SANDBOX_MEMORY" in oom and "IMAGE FIX" not in oom
-    no_python = str(boot_failure("the sandbox closed its output", {"ExitCode": 127}, settings, "IMAGE FIX"))
+    no_python = str(
+        boot_failure("the sandbox closed its output", exit_info_of({"ExitCode": 127}), settings, "IMAGE FIX")
+    )
     assert "exit status 127" in no_python and "IMAGE FIX" in no_python

@@ -9,9 +9,9 @@ import pytest
 from rlm_mcp.engine import resolve_system_prompt
 from rlm_mcp.engine.formatting import format_cell, format_outputs, truncate_head
 from rlm_mcp.engine.messages import turn_message
-from rlm_mcp.engine.ports import CellResult
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT, check_canonical
 from rlm_mcp.errors import BadArgumentError
+from rlm_mcp.ports import CellResult
 
 
 def test_rlm_mcp_profile_names_the_protocol() -> None:

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from rlm_mcp.sandbox import kernel
+from rlm_mcp.sandbox.guest import kernel
 
 
 def test_clip_keeps_head_and_tail_and_counts_the_rest() -> None:

@@ -290,7 +290,7 @@ def test_script_model_roundtrip() -> None:
 
 
 def test_client_satisfies_the_engine_port() -> None:
-    from rlm_mcp.engine.ports import ChatModel
+    from rlm_mcp.ports import ChatModel
 
     client = LMClient(lm_settings("http://127.0.0.1:9/v1"))  # nothing connects here
     assert isinstance(client, ChatModel)  # every method of the port, by name (runtime_checkable)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import CellResult
 from rlm_mcp.engine.profiles import format_trained_cell
 from rlm_mcp.errors import BadArgumentError, RlmMcpError
+from rlm_mcp.ports import CellResult
 from rlm_mcp.reference import load_reference_texts
 from rlm_mcp.reference.wheel import fetch_wheel
 from rlm_mcp.service.profile import choose_profile, is_adapter

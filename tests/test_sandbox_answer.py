@@ -1,12 +1,12 @@
-"""The answer rules (rlm_mcp/sandbox/answer_rules.py) and the trained error shape, through the
+"""The answer rules (rlm_mcp/sandbox/guest/answer_rules.py) and the trained error shape, through the
 real kernel in a real sandbox: one case per edge."""
 
 from __future__ import annotations
 
 import pytest
 
-from rlm_mcp.sandbox import answer_rules
-from rlm_mcp.sandbox.bootstrap import kernel_payload
+from rlm_mcp.sandbox.guest import answer_rules
+from rlm_mcp.sandbox.guest.bootstrap import kernel_payload
 from tests.fixtures_sandbox import docker_image, no_bridge, ready_manager
 
 __all__ = ["docker_image"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm_mcp.engine.ports import ContextSpec
+from rlm_mcp.ports import ContextSpec
 from tests.fixtures_sandbox import FakeBridge, json_context, no_bridge, ready_manager, text_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]

@@ -8,20 +8,20 @@ from typing import Any
 import anyio
 import pytest
 
-from rlm_mcp.sandbox.session import DockerSandbox
+from rlm_mcp.sandbox.session import KernelSandbox
 from tests.fixtures_sandbox import ready_manager, text_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 
 
-async def _cpus(client: Any, sb: DockerSandbox) -> float:
+async def _cpus(client: Any, sb: KernelSandbox) -> float:
     assert sb.container is not None and sb.container.id
     info = await anyio.to_thread.run_sync(client.api.inspect_container, sb.container.id)
     host = info["HostConfig"]
     return float(host["CpuQuota"]) / float(host["CpuPeriod"])
 
 
-async def _settled(client: Any, sandboxes: tuple[DockerSandbox, ...], expected: list[float]) -> list[float]:
+async def _settled(client: Any, sandboxes: tuple[KernelSandbox, ...], expected: list[float]) -> list[float]:
     """The sandboxes' quotas once they equal `expected` (they follow membership changes in a
     background pass); what they are after a generous deadline otherwise."""
     shares: list[float] = []

@@ -13,9 +13,9 @@ import anyio
 import docker
 import pytest
 
-from rlm_mcp.engine.ports import LMRequest
-from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.faults import MAX_CONNECTION_RESTARTS, ConnectionLostError
+from rlm_mcp.errors import ConnectionLostError, SandboxError
+from rlm_mcp.ports import LMRequest
+from rlm_mcp.sandbox.recovery import MAX_CONNECTION_RESTARTS
 from tests.fixtures_chaos import CuttableDockerSocket
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_sandbox import no_bridge, ready_manager, text_context

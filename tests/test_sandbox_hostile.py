@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rlm_mcp.engine.ports import CellResult
-from rlm_mcp.sandbox.session import DockerSandbox
+from rlm_mcp.ports import CellResult
+from rlm_mcp.sandbox.session import KernelSandbox
 from tests.fixtures_sandbox import FakeBridge, no_bridge, ready_manager, text_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 CONTEXT = "the secret word is: pineapple"
 
 
-async def assert_healthy(sb: DockerSandbox) -> None:
+async def assert_healthy(sb: KernelSandbox) -> None:
     """A normal cell gives the right answer afterwards (contexts present)."""
     r = await sb.execute("n = sum(range(10))\nprint(n, context.split()[-1])\nFINAL(n)", no_bridge)
     assert r.error is None, r.error

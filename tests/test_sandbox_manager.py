@@ -19,7 +19,8 @@ import docker.errors
 import pytest
 
 from rlm_mcp.errors import TooLargeError
-from rlm_mcp.sandbox.hardening import LABEL_OWNER
+from rlm_mcp.sandbox.docker.hardening import LABEL_OWNER
+from rlm_mcp.sandbox.liveness import LABEL_PID, ProcessLiveness
 from rlm_mcp.sandbox.manager import BACKGROUND_REMOVALS, SandboxManager
 from tests.fixtures_sandbox import no_bridge, ready_manager, sandbox_settings, text_context
 
@@ -77,22 +78,87 @@ async def test_owners_are_separate_and_exit_cleans_up(tmp_path: Path) -> None:
     client.close()
 
 
-async def test_reaping_removes_only_stopped_labelled(tmp_path: Path) -> None:
+def dead_process_stamp() -> dict[str, str]:
+    """The liveness stamp of a process that has exited (and been waited for)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE)
+    out, _ = proc.communicate()
+    stamp = dict(ProcessLiveness().stamp())
+    stamp[LABEL_PID] = out.decode().strip()
+    return stamp
+
+
+async def test_reaping_removes_only_stopped_sandboxes_of_dead_owners(tmp_path: Path) -> None:
     async with ready_manager(pool_size=0) as mgr:
         client = await mgr.docker_client()
         async with mgr.open([]) as live:
-            # A stopped container with another owner's label: an orphan.
+            # A stopped container stamped by a process that has exited: an orphan.
             cid = client.api.create_container(
                 mgr.settings.sandbox_image,
                 command=["true"],
-                labels={LABEL_OWNER: "dead-owner", "rlm-mcp.role": "sandbox"},
+                labels={LABEL_OWNER: "dead-owner", "rlm-mcp.role": "sandbox", **dead_process_stamp()},
             )["Id"]
             await anyio.to_thread.run_sync(client.api.start, cid)
             await anyio.to_thread.run_sync(lambda: client.api.wait(cid, timeout=20))
             await mgr.reap_orphans()
-            assert not client.api.containers(all=True, filters={"id": cid})
+            # Gone, or going: another server on this daemon may be removing the same orphan.
+            assert await wait_for(lambda: not client.api.containers(all=True, filters={"id": cid}))
             r = await live.execute("print(1)", no_bridge)
             assert r.stdout == "1\n"
+
+
+NEIGHBOUR_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    from tests.fixtures_sandbox import sandbox_settings
+    from rlm_mcp.sandbox.docker.container import KernelContainer
+    from rlm_mcp.sandbox.docker.docker_api import connect_sync
+
+    async def main():
+        client = connect_sync()
+        container = await KernelContainer.start(client, sandbox_settings(pool_size=0), sys.argv[1])
+        client.api.kill(container.id)  # stopped, not removed: its server may still read why
+        client.api.wait(container.id, timeout=20)
+        print(container.id, flush=True)
+        sys.stdin.readline()  # alive until the test lets it go
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_a_live_neighbours_stopped_sandbox_survives_our_start(tmp_path: Path) -> None:
+    """Issue 19 item 3: a server starting on the same daemon never removes the stopped sandbox
+    of another server that is still running; once that server has exited, it does."""
+    owner = "neighbour-" + os.urandom(4).hex()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NEIGHBOUR_SCRIPT, owner],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[1],
+    )
+    client = None
+    try:
+        cid = (await anyio.to_thread.run_sync(proc.stdout.readline)).decode().strip()
+        assert cid, "the neighbour could not start its sandbox"
+        async with ready_manager(pool_size=0) as mgr:  # start-up reaping runs here
+            client = await mgr.docker_client()
+            await mgr.reap_orphans()
+            found = client.api.containers(all=True, filters={"id": cid})
+            assert [c["State"] for c in found] == ["exited"]
+            proc.stdin.close()
+            await anyio.to_thread.run_sync(proc.wait)
+            await mgr.reap_orphans()
+            # Gone, or going: once its owner is gone any server on this daemon may remove it.
+            assert await wait_for(lambda: not client.api.containers(all=True, filters={"id": cid}))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if client is not None:
+            for info in owner_containers(client, owner):
+                with contextlib.suppress(docker.errors.NotFound):
+                    client.api.remove_container(info["Id"], force=True)
 
 
 HOST_SCRIPT = textwrap.dedent(
@@ -224,7 +290,7 @@ async def test_image_missing() -> None:
 
 async def test_kill_stops_the_container_even_when_remove_fails() -> None:
     """If the daemon does not answer the remove, dropping our attach connection must still stop it."""
-    from rlm_mcp.sandbox.container import KernelContainer
+    from rlm_mcp.sandbox.docker.container import KernelContainer
 
     async with ready_manager(pool_size=0) as mgr:
         client = await mgr.docker_client()
@@ -245,7 +311,7 @@ async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatc
     import requests.exceptions
 
     from rlm_mcp.errors import SandboxError
-    from rlm_mcp.sandbox.container import KernelContainer
+    from rlm_mcp.sandbox.docker.container import KernelContainer
 
     async with ready_manager(pool_size=0) as mgr:
         client = await mgr.docker_client()

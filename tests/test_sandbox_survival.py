@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rlm_mcp.engine.ports import LMRequest
+from rlm_mcp.ports import LMRequest
 from tests.fixtures_sandbox import no_bridge, ready_manager, text_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]

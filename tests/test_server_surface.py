@@ -1,5 +1,5 @@
 """The MCP surface through the SDK's in-process client: every tool, resource and error
-channel of DESIGN §5, with a real Docker sandbox and the scripted LM on loopback."""
+channel (README, "Tools and resources"), with a real Docker sandbox and the scripted LM on loopback."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ Owns prompt profiles, the message history, ```repl parsing, answer detection, ou
 formatting and truncation, the token-aware window, limits, recursion, the usage tree and
 producing the run events (their types and encoding are `rlm_mcp.events`); and the decision whether a run has started (`RunNotStarted`).
 Must not know about MCP or Docker: it talks to the `Sandbox` and `ChatModel` protocols
-(engine/ports.py), which the service wires to the real `sandbox` and `lm` layers.
+(rlm_mcp/ports/, docs/architecture.md), which the service wires to the real `sandbox` and `lm`
+layers; it never imports `sandbox` or `store`.
 The service layer is written against the names exported here.
 """
 

@@ -32,7 +32,7 @@ class AnswerState:
         content = answer.get("content")
         if content is not None and content != "":
             self.content = stringify(content)
-        # The sandbox already applied the readiness rule (rlm_mcp/sandbox/answer_rules.py) and
+        # The sandbox already applied the readiness rule (rlm_mcp/sandbox/guest/answer_rules.py) and
         # sends a bool (frames.py refuses anything else): only True ends the run.
         if answer.get("ready") is True:
             if self.content is None:

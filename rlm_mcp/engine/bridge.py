@@ -15,11 +15,11 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.formatting import head_tail
-from rlm_mcp.engine.ports import ChatModel, LMBridge, LMRequest
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
 from rlm_mcp.events import SubCalls
 from rlm_mcp.lm.errors import LMContextLengthError, LMError
 from rlm_mcp.lm.types import Completion
+from rlm_mcp.ports import ChatModel, LMBridge, LMRequest
 
 log = logging.getLogger("rlm_mcp.engine")
 

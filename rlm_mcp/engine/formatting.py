@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_mcp.engine.ports import CellResult
+from rlm_mcp.ports import CellResult
 
 # Events carry messages and outputs for the trajectory log; cap each text so one huge cell
 # cannot bloat the log (the model itself never sees more than `output_chars` per block).

@@ -31,7 +31,6 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.bridge import ChildRunner, make_bridge
 from rlm_mcp.engine.formatting import head_tail
-from rlm_mcp.engine.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.engine.tree import RunTree, usage_record
@@ -39,6 +38,7 @@ from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
+from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
 
 log = logging.getLogger("rlm_mcp.engine")
 

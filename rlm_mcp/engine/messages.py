@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rlm_mcp.engine.ports import ContextSpec
+from rlm_mcp.ports import ContextSpec
 
 MessageKind = Literal["system", "metadata", "turn", "assistant", "output", "notice"]
 

@@ -22,7 +22,7 @@ import anyio
 
 from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.formatting import format_cell
-from rlm_mcp.engine.ports import CellResult, ContextSpec
+from rlm_mcp.ports import CellResult, ContextSpec
 from rlm_mcp.reference import ReferenceTexts
 
 log = logging.getLogger("rlm_mcp.engine")

@@ -11,7 +11,6 @@ from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.answer import AnswerState
 from rlm_mcp.engine.formatting import cap_messages, cap_text, format_outputs
 from rlm_mcp.engine.parsing import find_legacy_final, find_repl_blocks, has_unclosed_repl_block
-from rlm_mcp.engine.ports import CellResult, ChatModel, LMBridge, Sandbox
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.tree import RunTree, Where
 from rlm_mcp.engine.types import RunLimits, RunPhase, RunProgress, RunStatus
@@ -20,6 +19,7 @@ from rlm_mcp.events import Cell, CellStart, ChatMessage, HistoryElided, Turn, Tu
 from rlm_mcp.lm.discovery import DEFAULT_WINDOW
 from rlm_mcp.lm.errors import LMConnectionError, LMContextLengthError, LMError, LMModelNotFoundError
 from rlm_mcp.lm.types import Completion
+from rlm_mcp.ports import CellResult, ChatModel, LMBridge, Sandbox
 
 log = logging.getLogger("rlm_mcp.engine")
 

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field
 
 from rlm_mcp.engine.messages import CUT_OUTPUT, ELIDED_OUTPUT, ELIDED_REPLY, History
-from rlm_mcp.engine.ports import ChatModel
+from rlm_mcp.ports import ChatModel
 
 log = logging.getLogger("rlm_mcp.engine")
 

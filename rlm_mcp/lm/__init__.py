@@ -4,7 +4,7 @@ Owns root/sub model routing, retries with backoff (429, 5xx, connection errors),
 usage, bounded concurrency, window discovery (/v1/models) and token counting (/tokenize, else
 an estimate); and the phrasing of endpoint failures (lm/errors.py factories).
 Must not parse code or touch sandboxes. A new LM backend (another API, an endpoint pool) is a
-new client here that satisfies the engine's `ChatModel` protocol (engine/ports.py).
+new client here that satisfies the engine's `ChatModel` protocol (rlm_mcp/ports/).
 """
 
 from rlm_mcp.lm.client import LMClient

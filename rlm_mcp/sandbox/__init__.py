@@ -1,14 +1,15 @@
-"""The sandbox layer: hardened Docker containers running a REPL kernel (DESIGN §3).
+"""The sandbox layer: isolated REPL kernels for runs (docs/architecture.md, "How a backend plugs in").
 
-Owns the image, hardening, the warm pool, the in-container kernel and its framed stdio
-protocol, context loading, per-cell timeouts, orphan reaping, and the one mapping of Docker
-failures to user-facing errors (`docker_api.docker_errors`).
-Must not know about prompts or MCP. A new backend (Kubernetes pods, remote engines) is a new
-factory here whose sandboxes satisfy the engine's `Sandbox` protocol (engine/ports.py).
+Owns the generic kernel sandbox over a `KernelChannel` (session.py: cells, timeouts, the sub-LM
+bridge; recovery.py; the warm pool, slots, CPU shares, owner-liveness reaping; manager.py, the
+engine's `SandboxFactory`), the framed protocol's checks (frames.py), the code that runs inside
+(guest/) and the backends: Docker in docker/ (the only code here that imports docker-py).
+Must not know about prompts or MCP. A new backend (Kubernetes pods, another runtime) is a new
+package here implementing `rlm_mcp.ports.kernel.SandboxBackend` and `KernelChannel`.
 """
 
-from rlm_mcp.sandbox.image import build_image, image_dir
+from rlm_mcp.sandbox.docker.image import build_image, image_dir
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.sandbox.session import DockerSandbox
+from rlm_mcp.sandbox.session import KernelSandbox
 
-__all__ = ["SandboxManager", "DockerSandbox", "build_image", "image_dir"]
+__all__ = ["SandboxManager", "KernelSandbox", "build_image", "image_dir"]

@@ -1,8 +1,9 @@
 """`CpuShares`: the sandboxes of one server together never get more CPU than the machine has.
 
 Each sandbox is created with `RLM_MCP_SANDBOX_CPUS`; while N sandboxes are in use by runs, each
-gets min(that, total / N), where total is `RLM_MCP_SANDBOX_TOTAL_CPUS` (default: the Docker
-host's CPU count). Quotas are updated in place (`docker update`), so a lone run keeps its full
+gets min(that, total / N), where total is `RLM_MCP_SANDBOX_TOTAL_CPUS` (default: the backend's
+CPU count, e.g. the Docker host's). Limits are updated in place (`SandboxBackend.set_cpus`, on
+Docker `docker update`), so a lone run keeps its full
 quota and eight busy ones share the cores instead of slowing each other's cells 3x. Warm pool
 containers run no user code and are not counted. Chosen over a cgroup parent, which needs a
 pre-made cgroup (root, systemd slices) and does not exist on Docker Desktop or remote engines.
@@ -11,26 +12,21 @@ pre-made cgroup (root, systemd slices) and does not exist on Docker Desktop or r
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import anyio
 
-from rlm_mcp.sandbox.container import KernelContainer
-from rlm_mcp.sandbox.hardening import CPU_PERIOD_US, cpu_quota
+from rlm_mcp.ports.kernel import KernelChannel
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
 SETTLE_S = 0.2  # changes within this long after the first share one pass of updates
+CPU_STEP = 0.01  # Docker's smallest CPU quota (1 ms per 100 ms period): limits are kept in these steps
 
 
-def docker_host_cpus(client: Any) -> float | None:
-    """The Docker host's CPU count (blocking: call in a worker thread)."""
-    try:
-        count = client.info().get("NCPU")
-    except Exception as exc:
-        log.debug("could not read the Docker host's CPU count: %s", exc)
-        return None
-    return float(count) if isinstance(count, int) and count > 0 else None
+def cpu_steps(cpus: float) -> int:
+    """A CPU limit in the backend's steps (what counts as a change)."""
+    return max(round(cpus / CPU_STEP), 1)
 
 
 class CpuShares:
@@ -43,10 +39,11 @@ class CpuShares:
     lands, the aggregate may exceed the total by the newcomers' quotas for a fraction of a second.
     """
 
-    def __init__(self, per_sandbox: float) -> None:
+    def __init__(self, per_sandbox: float, set_cpus: Callable[[KernelChannel, float], Awaitable[None]]) -> None:
         self.per_sandbox = per_sandbox
-        self.total: float | None = None  # None: no cap (set once the Docker host is known)
-        self._in_use: dict[KernelContainer, int] = {}  # container -> quota it has now
+        self.total: float | None = None  # None: no cap (set once the backend's capacity is known)
+        self._set_cpus = set_cpus
+        self._in_use: dict[KernelChannel, int] = {}  # sandbox -> limit it has now, in CPU_STEPs
         self._changed = anyio.Event()
         self._background = False  # a `run` task is applying the quotas
 
@@ -55,11 +52,11 @@ class CpuShares:
             return self.per_sandbox
         return min(self.per_sandbox, self.total / count)
 
-    async def add(self, container: KernelContainer) -> None:
-        self._in_use[container] = cpu_quota(self.per_sandbox)  # its quota at creation
+    async def add(self, container: KernelChannel) -> None:
+        self._in_use[container] = cpu_steps(self.per_sandbox)  # its limit at creation
         await self._changes()
 
-    async def remove(self, container: KernelContainer) -> None:
+    async def remove(self, container: KernelChannel) -> None:
         if self._in_use.pop(container, None) is not None:
             await self._changes()
 
@@ -83,19 +80,17 @@ class CpuShares:
 
     async def apply(self) -> None:
         """Bring every container in use to its share now (containers that left are skipped)."""
-        quota = cpu_quota(self.share(len(self._in_use)))
-        changed = [c for c, q in self._in_use.items() if q != quota and c.id]
+        cpus = self.share(len(self._in_use))
+        quota = cpu_steps(cpus)
+        changed = [c for c, q in self._in_use.items() if q != quota]
         if not changed:
             return
 
-        async def update(container: KernelContainer) -> None:
-            def call() -> None:
-                container.client.api.update_container(container.id, cpu_period=CPU_PERIOD_US, cpu_quota=quota)
-
+        async def update(container: KernelChannel) -> None:
             try:
-                await anyio.to_thread.run_sync(call)
+                await self._set_cpus(container, cpus)
             except Exception as exc:
-                log.debug("could not set the CPU quota of %s: %s", container.name, exc)
+                log.debug("could not set the CPU limit of %s: %s", container.name, exc)
                 return
             if container in self._in_use:
                 self._in_use[container] = quota

@@ -2,7 +2,9 @@
 
 A frame is a 4-byte big-endian length followed by a UTF-8 JSON object with `type` and `id`.
 Everything that comes out of a sandbox is hostile input: sizes are capped before anything is
-buffered, and each frame is schema-checked before the session acts on it.
+buffered, and each frame is schema-checked before the session acts on it. The host handles
+frames as the typed dataclasses of `rlm_mcp.ports.kernel` (`encode_frame`, `decode_kernel_frame`);
+the JSON on the wire is unchanged.
 """
 
 from __future__ import annotations
@@ -11,7 +13,18 @@ import json
 import re
 import struct
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
+
+from rlm_mcp.ports.kernel import (
+    ContextLoadedFrame,
+    ExecResultFrame,
+    HostFrame,
+    KernelFrame,
+    LMRequestFrame,
+    LogFrame,
+    ReadyFrame,
+)
 
 _HEADER = struct.Struct(">I")
 KERNEL_FRAME_TYPES = frozenset({"ready", "exec_result", "lm_request", "log", "context_loaded"})
@@ -25,6 +38,24 @@ class ProtocolViolation(Exception):
 def encode(obj: dict[str, Any]) -> bytes:
     data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return _HEADER.pack(len(data)) + data
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def encode_frame(frame: HostFrame) -> bytes:
+    """A host frame on the wire: `type`, `id`, then its other fields; a None field is left out."""
+    cls = type(frame)
+    names = _FIELDS.get(cls)
+    if names is None:
+        rest = [f.name for f in fields(frame) if f.name not in ("type", "id")]
+        names = _FIELDS[cls] = ("id", *rest)  # the order the host always wrote: type, id, the rest
+    obj: dict[str, Any] = {"type": frame.type}
+    for name in names:
+        value = getattr(frame, name)
+        if value is not None:
+            obj[name] = value
+    return encode(obj)
 
 
 def max_kernel_frame(output_bytes: int, answer_bytes: int) -> int:
@@ -164,6 +195,39 @@ def parse_kernel_frame_sized(payload: bytes | bytearray, max_strings: int) -> tu
     if problem:
         raise ProtocolViolation(f"a malformed {kind} frame ({problem})")
     return obj, cost
+
+
+def decode_kernel_frame(payload: bytes | bytearray, max_strings: int) -> tuple[KernelFrame, int]:
+    """`parse_kernel_frame_sized`, as the typed frame (fields the host does not use are dropped)."""
+    obj, cost = parse_kernel_frame_sized(payload, max_strings)
+    return kernel_frame(obj), cost
+
+
+def kernel_frame(obj: dict[str, Any]) -> KernelFrame:
+    """A checked kernel frame (`parse_kernel_frame_sized`) as its dataclass."""
+    kind = obj["type"]
+    fid = obj.get("id")
+    if kind == "exec_result":
+        return ExecResultFrame(
+            id=obj["id"],
+            stdout=obj["stdout"],
+            stderr=obj["stderr"],
+            error=obj.get("error"),
+            answer=obj.get("answer"),
+            variables=obj["variables"],
+            duration=float(obj["duration"]),
+            trained_error=obj.get("trained_error"),
+            variables_at_start=obj.get("variables_at_start"),
+        )
+    if kind == "lm_request":
+        return LMRequestFrame(
+            id=obj["id"], kind=obj["kind"], prompts=obj["prompts"], model=obj.get("model"), main=obj.get("main") is True
+        )
+    if kind == "log":
+        return LogFrame(message=obj["message"], id=fid)
+    if kind == "context_loaded":
+        return ContextLoadedFrame(index=obj["index"], error=obj.get("error"), id=fid)
+    return ReadyFrame(id=fid)
 
 
 def _check_exec_result(obj: dict[str, Any]) -> str | None:

@@ -1,8 +1,9 @@
 """`SandboxManager`: the sandbox layer as the service uses it.
 
-It owns the Docker client, the warm pool and every container it started (labelled with its
-owner id), and removes them all on exit. Several servers share one daemon: at start it reaps
-only labelled containers that are no longer running, never another server's live ones.
+It owns a `SandboxBackend` (Docker today: `sandbox/docker/`), the warm pool and every sandbox it
+started (labelled with its owner id), and removes them all on exit. Several servers share one
+backend: at start it reaps only stopped sandboxes whose owning process is gone (`liveness.py`),
+never a live server's.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import contextlib
 import logging
 import os
 import secrets
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -20,23 +20,28 @@ from typing import Any
 import anyio
 
 from rlm_mcp.config import Settings, parse_size
-from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.errors import contexts_over_sandbox_memory
-from rlm_mcp.sandbox.container import KernelContainer
-from rlm_mcp.sandbox.cpu import CpuShares, docker_host_cpus
-from rlm_mcp.sandbox.docker_api import LazyDocker, docker_errors, require_image_sync
-from rlm_mcp.sandbox.hardening import LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX
+from rlm_mcp.ports import ContextSpec
+from rlm_mcp.ports.kernel import KernelChannel, SandboxBackend
+from rlm_mcp.ports.owners import OwnerLiveness
+from rlm_mcp.sandbox.cpu import CpuShares
+from rlm_mcp.sandbox.liveness import ProcessLiveness
 from rlm_mcp.sandbox.pool import WarmPool
 from rlm_mcp.sandbox.quiet import QuietGate
 from rlm_mcp.sandbox.recovery import LostCount, start_loaded
-from rlm_mcp.sandbox.session import DockerSandbox
+from rlm_mcp.sandbox.session import KernelSandbox
 from rlm_mcp.sandbox.slots import SandboxSlots
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
-CREATED_GRACE_S = 120.0  # a 'created' container younger than this may be starting
 KERNEL_BASE_BYTES = 48 << 20  # the interpreter, kernel threads and frame buffers
 BACKGROUND_REMOVALS = 8  # used containers being removed after their run returned, at most
+
+
+def _configured(settings: Settings) -> SandboxBackend:
+    from rlm_mcp.sandbox.backends import backend_for  # the one import of a backend (see backends.py)
+
+    return backend_for(settings)
 
 
 def estimate_context_memory(spec: ContextSpec) -> int:
@@ -54,17 +59,25 @@ class SandboxManager:
     Enter and leave it in one task (it holds the pool's task group), e.g. in the server lifespan.
     """
 
-    def __init__(self, settings: Settings, *, owner_id: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        owner_id: str | None = None,
+        liveness: OwnerLiveness | None = None,
+        backend: SandboxBackend | None = None,
+    ) -> None:
         self.settings = settings
+        self.liveness: OwnerLiveness = liveness or ProcessLiveness()
         self.owner_id = owner_id or settings.instance_id or secrets.token_hex(8)
-        self._docker = LazyDocker()
+        self.backend: SandboxBackend = backend or _configured(settings)
         self._ready = False
         self._ready_lock = anyio.Lock()
         # Not a CapacityLimiter (one task may hold several); grants keep room for descendants.
         self._slots = SandboxSlots(settings.max_sandboxes)
-        self._live: set[KernelContainer] = set()
-        self._retired: set[KernelContainer] = set()  # closed after use, removal pending
-        self._cpu = CpuShares(settings.sandbox_cpus)
+        self._live: set[KernelChannel] = set()
+        self._retired: set[KernelChannel] = set()  # closed after use, removal pending
+        self._cpu = CpuShares(settings.sandbox_cpus, self.backend.set_cpus)
         # As many as can end together: a burst of runs ending at once must not wait for Docker
         # (a removal under load takes ~0.3 s) before returning their results.
         self._removals = anyio.Semaphore(max(BACKGROUND_REMOVALS, settings.max_sandboxes))
@@ -97,22 +110,21 @@ class SandboxManager:
                 await self._pool.drain()
                 for container in list(self._live):
                     await self._discard(container)
-                await self._remove_leftovers()
-                self._docker.close()
+                await self.backend.remove_owned(self.owner_id)
+                self.backend.close()
 
     async def ensure_ready(self) -> None:
-        """Connect to Docker, check the image, reap orphans once, start the pool refill."""
+        """Reach the backend, check the image, reap orphans once, start the pool refill."""
         if self._ready:
             return
         async with self._ready_lock:
             if self._ready:
                 return
-            client = await self._docker.get()
-            await anyio.to_thread.run_sync(require_image_sync, client, self.settings.sandbox_image)
-            await anyio.to_thread.run_sync(self._reap_orphans_sync, client)
+            await self.backend.check_ready()
+            await self.backend.reap(self.liveness, self.owner_id)
             total = self.settings.sandbox_total_cpus
             if total is None:
-                total = await anyio.to_thread.run_sync(docker_host_cpus, client) or float(os.cpu_count() or 1)
+                total = await self.backend.capacity_cpus() or float(os.cpu_count() or 1)
             self._cpu.total = total
             if self._tg is not None:
                 self._tg.start_soon(self._cpu.run)
@@ -129,20 +141,24 @@ class SandboxManager:
 
     def open(
         self, contexts: Sequence[ContextSpec], *, levels_below: int = 0
-    ) -> AbstractAsyncContextManager[DockerSandbox]:
+    ) -> AbstractAsyncContextManager[KernelSandbox]:
         """A sandbox with `contexts` loaded; `levels_below`: how many levels of child runs (each with
         a sandbox) the run using it may still start, so that the slot cap cannot deadlock."""
         return self._open(list(contexts), levels_below)
 
     @contextlib.asynccontextmanager
-    async def _open(self, contexts: list[ContextSpec], levels_below: int) -> AsyncIterator[DockerSandbox]:
+    async def _open(self, contexts: list[ContextSpec], levels_below: int) -> AsyncIterator[KernelSandbox]:
         await self.ensure_ready()
         self.check_fits(contexts)
         async with self._slots.hold(levels_below), self._quiet.in_use():
-            sandbox: DockerSandbox | None = None
-            container = await start_loaded(self._acquire, self._discard, contexts, self.settings, LostCount())
+            sandbox: KernelSandbox | None = None
+            container = await start_loaded(
+                self._acquire, self._discard, contexts, self.settings, LostCount(self.backend.lost_error)
+            )
             try:
-                sandbox = DockerSandbox(self.settings, contexts, container, self._acquire, self._retire)
+                sandbox = KernelSandbox(
+                    self.settings, contexts, container, self._acquire, self._retire, self.backend.lost_error
+                )
                 yield sandbox
             finally:
                 with anyio.CancelScope(shield=True):
@@ -152,7 +168,7 @@ class SandboxManager:
                         await self._retire(container)
 
     # -- containers ------------------------------------------------------------------------
-    async def _acquire(self) -> KernelContainer:
+    async def _acquire(self) -> KernelChannel:
         """A container for a run: from the pool, else a new one; counted in the CPU shares."""
         container = self._pool.take()
         if container is None:
@@ -164,20 +180,19 @@ class SandboxManager:
             raise
         return container
 
-    async def _start_container(self) -> KernelContainer:
-        client = await self._docker.get()
-        container = await KernelContainer.start(client, self.settings, self.owner_id)
+    async def _start_container(self) -> KernelChannel:
+        container = await self.backend.start(self.owner_id)
         self._live.add(container)
         return container
 
-    async def _discard(self, container: KernelContainer) -> None:
+    async def _discard(self, container: KernelChannel) -> None:
         with anyio.CancelScope(shield=True):
             await container.kill()
             await self._cpu.remove(container)  # the others' shares grow back
             self._live.discard(container)
             self._retired.discard(container)
 
-    async def _retire(self, container: KernelContainer) -> None:
+    async def _retire(self, container: KernelChannel) -> None:
         """Close a used container now and remove it from Docker in the background.
 
         The removal is a ~0.2 s Docker round trip the caller (a finishing run) need not wait for.
@@ -202,65 +217,24 @@ class SandboxManager:
             return False
         return True
 
-    async def _remove_in_background(self, container: KernelContainer) -> None:
+    async def _remove_in_background(self, container: KernelChannel) -> None:
         try:
             await self._quiet.wait_quiet()
             await self._discard(container)
         finally:
             self._removals.release()
 
-    def _reap_orphans_sync(self, client: Any) -> None:
-        """Remove labelled sandboxes that no longer run (any owner): a dead server's leftovers."""
-        import docker.errors
-
-        with docker_errors():
-            try:
-                found = client.api.containers(all=True, filters={"label": f"{LABEL_ROLE}={ROLE_SANDBOX}"})
-            except docker.errors.APIError as exc:
-                log.warning("could not list old sandboxes: %s", exc)
-                return
-        now = time.time()
-        for info in found:
-            state = info.get("State")
-            if state in ("running", "paused", "restarting", "removing"):
-                continue  # possibly another live server's: never touched
-            if state == "created" and now - float(info.get("Created") or now) < CREATED_GRACE_S:
-                continue  # another server is between create and start right now
-            try:
-                client.api.remove_container(info["Id"], force=True)
-                log.info("removed orphaned sandbox %s", info["Id"][:12])
-            except Exception as exc:
-                log.debug("could not remove orphan %s: %s", info["Id"][:12], exc)
-
     async def reap_orphans(self) -> None:
         """Run the orphan reaping again (ensure_ready does it once)."""
-        client = await self._docker.get()
-        await anyio.to_thread.run_sync(self._reap_orphans_sync, client)
-
-    async def _remove_leftovers(self) -> None:
-        """Shutdown: remove every container labelled with this owner id, tracked or not."""
-        if self._docker._client is None:
-            return
-        client = self._docker.client
-
-        def remove() -> None:
-            try:
-                found = client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={self.owner_id}"})
-            except Exception:
-                return
-            for info in found:
-                try:
-                    client.api.remove_container(info["Id"], force=True)
-                except Exception:
-                    pass
-
-        with anyio.move_on_after(30):
-            await anyio.to_thread.run_sync(remove)
+        await self.backend.reap(self.liveness, self.owner_id)
 
     @property
     def pool_ready(self) -> int:
         return len(self._pool)
 
     async def docker_client(self) -> Any:
-        """The connected Docker client (tests, diagnostics)."""
-        return await self._docker.get()
+        """The connected Docker client of a Docker backend (tests, diagnostics)."""
+        client = getattr(self.backend, "client", None)
+        if client is None:
+            raise RuntimeError(f"the {self.backend.name} backend has no Docker client")
+        return await client()

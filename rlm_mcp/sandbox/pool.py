@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.ports.kernel import KernelChannel
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
@@ -19,8 +19,8 @@ class WarmPool:
     def __init__(
         self,
         size: int,
-        start: Callable[[], Awaitable[KernelContainer]],
-        discard: Callable[[KernelContainer], Awaitable[None]],
+        start: Callable[[], Awaitable[KernelChannel]],
+        discard: Callable[[KernelChannel], Awaitable[None]],
         *,
         quiet: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -30,15 +30,15 @@ class WarmPool:
         self._quiet = quiet
         self._start = start
         self._discard = discard
-        self._ready: deque[KernelContainer] = deque()
+        self._ready: deque[KernelChannel] = deque()
         self._wake = anyio.Event()
         self._failures = 0
-        self._dead: list[KernelContainer] = []
+        self._dead: list[KernelChannel] = []
 
     def __len__(self) -> int:
         return len(self._ready)
 
-    def take(self) -> KernelContainer | None:
+    def take(self) -> KernelChannel | None:
         """A ready container, or None. Dead ones are dropped (their cleanup runs in refill)."""
         while self._ready:
             container = self._ready.popleft()

@@ -13,12 +13,16 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextSpec
 from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.container import KernelContainer
-from rlm_mcp.sandbox.faults import MAX_CONNECTION_RESTARTS, RESTART_BACKOFF_S, DockerConnectionLost, lost_error
+from rlm_mcp.ports import ContextSpec
+from rlm_mcp.ports.kernel import BackendConnectionLost, ContextLoadedFrame, KernelChannel, LogFrame
 
 log = logging.getLogger("rlm_mcp.sandbox")
+
+# Consecutive sandbox replacements one run may make because the backend connection was lost
+# (a cell that then completes resets the count); past this the run ends with `ConnectionLostError`.
+MAX_CONNECTION_RESTARTS = 5
+RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 4.0)  # before the 1st, 2nd, ... retry in a row
 
 
 class ContainerLost(Exception):
@@ -32,12 +36,12 @@ class ContainerLost(Exception):
         self.oom = oom
 
 
-async def death(container: KernelContainer, settings: Settings, kind: str, detail: str) -> ContainerLost:
+async def death(container: KernelChannel, settings: Settings, kind: str, detail: str) -> ContainerLost:
     """What ended `container`'s stream (`kind`/`detail` from its last event), for the model."""
     if kind == "violation":
         return ContainerLost(f"The sandbox broke the host protocol ({detail}).")
     state = await container.exit_info()
-    if state.get("OOMKilled"):
+    if state.oom_killed:
         return ContainerLost(
             f"The sandbox ran out of memory (limit {settings.sandbox_memory}, RLM_MCP_SANDBOX_MEMORY) and its "
             "Python process was killed. Process the context in smaller pieces.",
@@ -48,7 +52,7 @@ async def death(container: KernelContainer, settings: Settings, kind: str, detai
         return ContainerLost(
             f"The connection to the Docker daemon was lost ({lost}), which ended the sandbox.", lost=True
         )
-    code = state.get("ExitCode")
+    code = state.exit_code
     if isinstance(code, int) and code > 128:
         return ContainerLost(f"The sandbox's Python process was killed by signal {code - 128} (exit status {code}).")
     if isinstance(code, int):
@@ -58,7 +62,7 @@ async def death(container: KernelContainer, settings: Settings, kind: str, detai
     return ContainerLost(f"The sandbox stopped unexpectedly ({detail}).")
 
 
-async def load_contexts(container: KernelContainer, contexts: Sequence[ContextSpec], settings: Settings) -> None:
+async def load_contexts(container: KernelChannel, contexts: Sequence[ContextSpec], settings: Settings) -> None:
     """Stream every context into the kernel and wait until each is bound. Raises `ContainerLost`."""
     try:
         for index, spec in enumerate(contexts):
@@ -71,47 +75,48 @@ async def load_contexts(container: KernelContainer, contexts: Sequence[ContextSp
         frame = event.frame
         if event.kind != "frame" or frame is None:
             raise await death(container, settings, event.kind, event.detail)
-        if frame["type"] == "log":
+        if isinstance(frame, LogFrame):
             continue
-        if frame["type"] != "context_loaded" or frame["index"] not in pending:
-            raise ContainerLost(f"The sandbox broke the protocol while loading contexts ({frame['type']}).")
-        if frame.get("error"):
-            log.warning("context %s: %s", frame["index"], frame["error"])
-        pending.discard(frame["index"])
+        if not isinstance(frame, ContextLoadedFrame) or frame.index not in pending:
+            raise ContainerLost(f"The sandbox broke the protocol while loading contexts ({frame.type}).")
+        if frame.error:
+            log.warning("context %s: %s", frame.index, frame.error)
+        pending.discard(frame.index)
 
 
 class LostCount:
     """Consecutive sandbox losses of one run to the Docker connection; a completed cell resets it."""
 
-    def __init__(self) -> None:
+    def __init__(self, lost_error: Callable[[int, str], SandboxError]) -> None:
         self.in_row = 0
+        self._lost_error = lost_error  # the backend's words for it (SandboxBackend.lost_error)
 
     async def another(self, detail: str) -> None:
         """Count one more; wait before the retry, or raise `ConnectionLostError` past the bound."""
         self.in_row += 1
         if self.in_row > MAX_CONNECTION_RESTARTS:
-            raise lost_error(self.in_row, detail)
+            raise self._lost_error(self.in_row, detail)
         log.info("Docker connection lost (%s); retry %d in a fresh sandbox", detail, self.in_row)
         await anyio.sleep(RESTART_BACKOFF_S[min(self.in_row, len(RESTART_BACKOFF_S)) - 1])
 
 
 async def start_loaded(
-    acquire: Callable[[], Awaitable[KernelContainer]],
-    discard: Callable[[KernelContainer], Awaitable[None]],
+    acquire: Callable[[], Awaitable[KernelChannel]],
+    discard: Callable[[KernelChannel], Awaitable[None]],
     contexts: Sequence[ContextSpec],
     settings: Settings,
     lost: LostCount,
-) -> KernelContainer:
+) -> KernelChannel:
     """A started container with `contexts` loaded. While the Docker connection is lost it retries
     (counted in `lost`); other failures raise `SandboxError` naming their cause."""
     while True:
-        container: KernelContainer | None = None
+        container: KernelChannel | None = None
         ok = False
         try:
             try:
                 container = await acquire()
                 await load_contexts(container, contexts, settings)
-            except DockerConnectionLost as exc:
+            except BackendConnectionLost as exc:
                 detail = str(exc)
             except ContainerLost as exc:
                 if not exc.lost:

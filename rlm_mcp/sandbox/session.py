@@ -1,4 +1,7 @@
-"""`DockerSandbox`: one run's REPL, which survives the death of its container.
+"""`KernelSandbox`: one run's REPL, which survives the death of its sandbox, on any backend.
+
+It talks to its kernel through a `KernelChannel` (rlm_mcp.ports.kernel) in typed frames, so the
+same logic runs a Docker container today and a Kubernetes pod later (docs/architecture.md).
 
 A cell that kills its container (timeout past the grace, OOM, kernel exit, protocol violation)
 gets a fresh container with the same contexts reloaded and a `CellResult` that says so; the run
@@ -12,17 +15,26 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import CellResult, ContextSpec, LMBridge, LMRequest
-from rlm_mcp.sandbox.container import KernelContainer
+from rlm_mcp.errors import SandboxError
+from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
+from rlm_mcp.ports.kernel import (
+    ExecFrame,
+    ExecResultFrame,
+    HostFrame,
+    InterruptFrame,
+    KernelChannel,
+    LMRequestFrame,
+    LMResultFrame,
+    LogFrame,
+)
 from rlm_mcp.sandbox.lm_gate import LMGate
 from rlm_mcp.sandbox.recovery import ContainerLost, LostCount, death, load_contexts, start_loaded
 
-__all__ = ["ContainerLost", "DockerSandbox", "load_contexts"]
+__all__ = ["ContainerLost", "KernelSandbox", "load_contexts"]
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
@@ -110,28 +122,29 @@ class _Watchdog:
             self._handle = None
 
 
-class DockerSandbox:
-    """Implements `rlm_mcp.engine.ports.Sandbox` on Docker containers."""
+class KernelSandbox:
+    """Implements `rlm_mcp.ports.Sandbox` over kernel channels from any backend."""
 
     def __init__(
         self,
         settings: Settings,
         contexts: Sequence[ContextSpec],
-        container: KernelContainer,
-        replace: Callable[[], Awaitable[KernelContainer]],
-        discard: Callable[[KernelContainer], Awaitable[None]],
+        container: KernelChannel,
+        replace: Callable[[], Awaitable[KernelChannel]],
+        discard: Callable[[KernelChannel], Awaitable[None]],
+        lost_error: Callable[[int, str], SandboxError],
     ) -> None:
         self._settings = settings
         self._contexts = list(contexts)
-        self._container: KernelContainer | None = container
+        self._container: KernelChannel | None = container
         self._replace = replace
         self._discard = discard
         self._gate = LMGate(settings)
         self._lock = anyio.Lock(fast_acquire=True)
-        self._lost = LostCount()
+        self._lost = LostCount(lost_error)
 
     @property
-    def container(self) -> KernelContainer | None:
+    def container(self) -> KernelChannel | None:
         return self._container
 
     async def execute(self, code: str, bridge: LMBridge, *, training_cell: bool = False) -> CellResult:
@@ -159,7 +172,7 @@ class DockerSandbox:
                 result.notice = note
             return result
 
-    async def _recover(self, container: KernelContainer, lost: ContainerLost) -> CellResult:
+    async def _recover(self, container: KernelChannel, lost: ContainerLost) -> CellResult:
         with anyio.CancelScope(shield=True):
             self._container = None
             await self._discard(container)
@@ -197,12 +210,12 @@ class DockerSandbox:
 
     # -- one cell --------------------------------------------------------------------------
     async def _run_cell(
-        self, container: KernelContainer, code: str, bridge: LMBridge, *, training_cell: bool
+        self, container: KernelChannel, code: str, bridge: LMBridge, *, training_cell: bool
     ) -> CellResult:
         cell_id = container.new_id()
         clock = _Clock()
         state = _CellTimeout()
-        frame: dict[str, Any] | None = None
+        frame: ExecResultFrame | None = None
         logs = 0
         lost: ContainerLost | None = None
         async with anyio.create_task_group() as tg:
@@ -212,27 +225,24 @@ class DockerSandbox:
 
             watchdog = _Watchdog(self._settings, clock, state, expire)
             try:
-                await self._send(
-                    container, {"type": "exec", "id": cell_id, "code": code, "training_cell": training_cell}
-                )
+                await self._send(container, ExecFrame(id=cell_id, code=code, training_cell=training_cell))
                 while True:
                     event = await container.receive()
                     if event.kind != "frame" or event.frame is None:
                         lost = await death(container, self._settings, event.kind, event.detail)
                         break
                     msg = event.frame
-                    kind = msg["type"]
-                    if kind == "exec_result" and msg["id"] == cell_id:
+                    if isinstance(msg, ExecResultFrame) and msg.id == cell_id:
                         frame = msg
                         break
-                    if kind == "lm_request":
+                    if isinstance(msg, LMRequestFrame):
                         await self._on_lm_request(tg, container, clock, msg, bridge)
-                    elif kind == "log":
+                    elif isinstance(msg, LogFrame):
                         logs += 1
                         if logs <= MAX_LOG_FRAMES:
-                            log.debug("sandbox %s: %s", container.name, msg["message"][:500])
+                            log.debug("sandbox %s: %s", container.name, msg.message[:500])
                     else:
-                        lost = ContainerLost(f"The sandbox broke the host protocol (an unexpected {kind} frame).")
+                        lost = ContainerLost(f"The sandbox broke the host protocol (an unexpected {msg.type} frame).")
                         break
             except ContainerLost as exc:
                 lost = exc
@@ -256,8 +266,8 @@ class DockerSandbox:
             return f"its {self._settings.cell_wall_timeout_s:g} s wall-clock ceiling (RLM_MCP_CELL_WALL_TIMEOUT_S)"
         return f"its {self._settings.cell_timeout_s:g} s limit (RLM_MCP_CELL_TIMEOUT_S)"
 
-    def _to_result(self, frame: dict[str, Any], interrupted: bool, wall: bool) -> CellResult:
-        error = frame["error"]
+    def _to_result(self, frame: ExecResultFrame, interrupted: bool, wall: bool) -> CellResult:
+        error = frame.error
         notice = None
         if interrupted:
             error = (
@@ -266,29 +276,29 @@ class DockerSandbox:
             )
             notice = "The cell was interrupted at its time limit; stray processes it started were killed."
         return CellResult(
-            stdout=frame["stdout"],
-            stderr=frame["stderr"],
+            stdout=frame.stdout,
+            stderr=frame.stderr,
             error=error,
-            answer=frame["answer"],
-            variables=list(frame["variables"]),
-            trained_error=None if interrupted else frame.get("trained_error"),
-            variables_at_start=frame.get("variables_at_start"),
-            duration_s=float(frame["duration"]),
+            answer=frame.answer,
+            variables=list(frame.variables),
+            trained_error=None if interrupted else frame.trained_error,
+            variables_at_start=frame.variables_at_start,
+            duration_s=frame.duration,
             timed_out=interrupted,
             notice=notice,
         )
 
-    async def _send(self, container: KernelContainer, obj: dict[str, Any]) -> None:
+    async def _send(self, container: KernelChannel, frame: HostFrame) -> None:
         try:
-            await container.send(obj)
+            await container.send(frame)
         except BrokenPipeError:
             raise await death(container, self._settings, "eof", "its input closed") from None
 
-    async def _interrupt(self, container: KernelContainer, state: _CellTimeout, scope: anyio.CancelScope) -> None:
+    async def _interrupt(self, container: KernelChannel, state: _CellTimeout, scope: anyio.CancelScope) -> None:
         """The cell passed its limit: interrupt it; abandon it if it is still running after GRACE_S."""
         try:
             with anyio.move_on_after(1):
-                await container.send({"type": "interrupt", "id": 0})
+                await container.send(InterruptFrame())
         except BrokenPipeError:
             pass
         await anyio.sleep(GRACE_S)
@@ -296,27 +306,25 @@ class DockerSandbox:
         scope.cancel()
 
     async def _on_lm_request(
-        self, tg: anyio.abc.TaskGroup, container: KernelContainer, clock: _Clock, msg: dict[str, Any], bridge: LMBridge
+        self, tg: anyio.abc.TaskGroup, container: KernelChannel, clock: _Clock, msg: LMRequestFrame, bridge: LMBridge
     ) -> None:
-        verdict = self._gate.admit(msg["prompts"])
+        verdict = self._gate.admit(msg.prompts)
         if verdict is not None:  # refused: answered at once, without a task or the bridge
-            await self._send(
-                container, {"type": "lm_result", "id": msg["id"], "results": verdict.results, "error": verdict.error}
-            )
+            await self._send(container, LMResultFrame(id=msg.id, results=verdict.results, error=verdict.error))
             return
-        pauses = msg.get("main") is True and not clock.paused  # the cell's own code waits, once
+        pauses = msg.main and not clock.paused  # the cell's own code waits, once
         if pauses:
             clock.pause()
         tg.start_soon(self._answer_lm, container, clock, msg, bridge, pauses)
 
     async def _answer_lm(
-        self, container: KernelContainer, clock: _Clock, msg: dict[str, Any], bridge: LMBridge, pauses: bool
+        self, container: KernelChannel, clock: _Clock, msg: LMRequestFrame, bridge: LMBridge, pauses: bool
     ) -> None:
-        prompts: list[str] = msg["prompts"]
+        prompts = msg.prompts
         results: list[str] | None = None
         try:
             try:
-                got = await bridge(LMRequest(kind=msg["kind"], prompts=prompts, model=msg["model"]))
+                got = await bridge(LMRequest(kind=msg.kind, prompts=prompts, model=msg.model))
                 if isinstance(got, list) and len(got) == len(prompts):
                     results = [r if isinstance(r, str) else str(r) for r in got]
                 else:
@@ -332,6 +340,6 @@ class DockerSandbox:
                 results = ["Error: the sub-LM call was cancelled (its cell ended)."] * len(prompts)
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
-                    await container.send({"type": "lm_result", "id": msg["id"], "results": results})
+                    await container.send(LMResultFrame(id=msg.id, results=results))
                 except BrokenPipeError:
                     pass

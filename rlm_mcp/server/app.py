@@ -18,9 +18,9 @@ from pydantic import Field
 
 from rlm_mcp import __version__
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
 from rlm_mcp.events import to_json
+from rlm_mcp.ports import ContextFormat
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
 from rlm_mcp.server.run_tools import run_tool
 from rlm_mcp.server.schemas import (

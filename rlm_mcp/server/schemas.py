@@ -1,4 +1,4 @@
-"""Structured tool results: these field names are the contract clients rely on (DESIGN §5)."""
+"""Structured tool results: these field names are the contract clients rely on (README, "Tools and resources")."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class UploadProgress(BaseModel):
 
 
 class RunOutcome(BaseModel):
-    """The structured result of a run (DESIGN §4 Ending), or its status while it runs."""
+    """The structured result of a run (README, "The answer"), or its status while it runs."""
 
     status: str = Field(
         description="queued | running | completed | max_iterations | timeout | budget_exceeded | error | cancelled"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports import ContextFormat
 from rlm_mcp.service.loaders import Loaded, fetch_url, load_glob, load_path
 from rlm_mcp.store import ContextInfo, ContextStore
 

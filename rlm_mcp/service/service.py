@@ -23,11 +23,11 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunResult
-from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import LoggedEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports import ContextFormat
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides

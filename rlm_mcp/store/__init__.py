@@ -2,8 +2,9 @@
 
 Owns files on disk, the shared index (WAL, busy timeout), limits, eviction and pruning. Run
 events are stored through their one encoding (`rlm_mcp.events.to_json`/`from_json`).
-Must not know about MCP, the CLI or the engine: its errors state what is wrong (an unknown
-id, a size over a cap) and the layers above say how their user fixes it.
+Must not know about MCP, the CLI, the engine or sandboxes (it shares only `rlm_mcp.ports`
+with them; docs/architecture.md): its errors state what is wrong (an unknown id, a size over
+a cap) and the layers above say how their user fixes it.
 """
 
 from rlm_mcp.store.contexts import ContextInfo, ContextStore, context_id_for

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import BadArgumentError, context_too_large
+from rlm_mcp.ports import ContextFormat
 
 CHUNK = 1 << 20
 

@@ -48,9 +48,9 @@ import anyio
 from pydantic import BaseModel
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextFormat, ContextSpec
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 

@@ -32,7 +32,6 @@ from typing import Literal, overload
 from pydantic import BaseModel
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine.ports import ContextFormat
 from rlm_mcp.errors import (
     BadArgumentError,
     UnknownIdError,
@@ -41,6 +40,7 @@ from rlm_mcp.errors import (
     uploads_over_store_cap,
 )
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports import ContextFormat
 from rlm_mcp.store import _db
 from rlm_mcp.store.contexts import ContextInfo, ContextStore
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
+from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 
 OFFLINE_BASE_TAG = "rlm-mcp-base:bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -41,8 +41,8 @@ def image_dir(name: str = "default") -> Path:
     """The folder holding the Dockerfile: a source checkout's or the installed wheel's copy."""
     here = Path(__file__).resolve()
     candidates = [
-        here.parents[2] / "sandbox_images" / name,  # <repo>/rlm_mcp/sandbox/image.py -> <repo>
-        here.parents[1] / "sandbox_images" / name,  # wheel: rlm_mcp/sandbox_images
+        here.parents[3] / "sandbox_images" / name,  # <repo>/rlm_mcp/sandbox/docker/image.py -> <repo>
+        here.parents[2] / "sandbox_images" / name,  # wheel: rlm_mcp/sandbox_images
     ]
     for candidate in candidates:
         if (candidate / "Dockerfile").is_file():

@@ -11,7 +11,6 @@ batched children would otherwise exhaust the limiter and hang every other blocki
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import queue
@@ -20,7 +19,6 @@ import struct
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,95 +26,39 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, SandboxError
-from rlm_mcp.sandbox.bootstrap import kernel_payload
-from rlm_mcp.sandbox.docker_api import docker_errors, require_image_sync, short
-from rlm_mcp.sandbox.faults import EXIT_INPUT_CLOSED, DockerConnectionLost, boot_failure, is_lost, lost_raised
+from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
+from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
+from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
+from rlm_mcp.sandbox.docker.faults import (
+    EXIT_INPUT_CLOSED,
+    DockerConnectionLost,
+    boot_failure,
+    is_gone,
+    is_lost,
+    lost_raised,
+)
+from rlm_mcp.sandbox.docker.hardening import create_kwargs
 from rlm_mcp.sandbox.frames import (
     FrameDecoder,
     ProtocolViolation,
-    encode,
+    decode_kernel_frame,
+    encode_frame,
     max_frame_strings,
     max_kernel_frame,
-    parse_kernel_frame_sized,
 )
-from rlm_mcp.sandbox.hardening import create_kwargs
+from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
 CHUNK_BYTES = 1 << 20
 INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in estimated host bytes
 STDERR_KEEP = 8 << 10
-ANSWER_MAX_BYTES = 8 << 20
 DIRECT_SEND_MAX = 64 << 10  # frames up to this size may be written from the event loop
 
 
-@dataclass
-class Event:
-    """What the reader thread hands the event loop: a frame, or the end of the stream."""
-
-    kind: str  # "frame" | "eof" | "violation"
-    frame: dict[str, Any] | None = None
-    detail: str = ""
-    size: int = 0
-
-
-class _ByteBudget:
-    """Bounds the bytes parsed by the reader but not yet consumed (always lets one through)."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._used = 0
-        self._cond = threading.Condition()
-        self._closed = False
-
-    def acquire(self, n: int) -> bool:
-        with self._cond:
-            while self._used and self._used + n > self._limit and not self._closed:
-                self._cond.wait(0.5)
-            if self._closed:
-                return False
-            self._used += n
-            return True
-
-    def release(self, n: int) -> None:
-        with self._cond:
-            self._used = max(0, self._used - n)
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-
-class _Inbox:
-    """Events from the reader thread, consumed on the event loop (put and get both run there).
-
-    Not an anyio memory stream: its receive() yields to the loop once before it waits, an
-    extra event-loop round for every frame; a waiting get() here costs only the wake-up.
-    """
-
-    def __init__(self) -> None:
-        self._items: collections.deque[Event] = collections.deque()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, event: Event) -> None:
-        self._items.append(event)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def get(self) -> Event:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._items.popleft()
-
-
 class KernelContainer:
-    """A started container running the kernel. Create with `await KernelContainer.start(...)`."""
+    """A started container running the kernel: the Docker `KernelChannel` (rlm_mcp.ports.kernel).
+    Create with `await KernelContainer.start(...)`."""
 
     def __init__(self, client: Any, settings: Settings, owner_id: str) -> None:
         self.client = client
@@ -129,8 +71,8 @@ class KernelContainer:
         self._loop: asyncio.AbstractEventLoop
         self._write_lock = threading.Lock()
         self._pending_writes = 0  # jobs queued for or running in the writer thread
-        self._inbox = _Inbox()
-        self._budget = _ByteBudget(INBOX_BYTES)
+        self._inbox = Inbox()
+        self._budget = ByteBudget(INBOX_BYTES)
         self._writes: queue.Queue[tuple[Any, Callable[[BaseException | None], None]] | None] = queue.Queue()
         self._stderr = bytearray()
         self.stream_error: BaseException | None = None  # what broke the attach stream, if anything did
@@ -154,27 +96,18 @@ class KernelContainer:
             await anyio.to_thread.run_sync(self._create_and_attach)
             threading.Thread(target=self._read_loop, name=f"{self.name}-reader", daemon=True).start()
             threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True).start()
-            await self.send_raw(kernel_payload())
-            await self.send(
-                {
-                    "type": "init",
-                    "id": self.new_id(),
-                    "output_bytes": self.output_bytes,
-                    "max_batch": settings.max_prompts_per_batch,
-                    "answer_max_bytes": ANSWER_MAX_BYTES,
-                }
-            )
-            with anyio.fail_after(30):
-                event = await self.receive()
-            if event.kind != "frame" or event.frame is None or event.frame["type"] != "ready":
-                state = await self.exit_info() if event.kind == "eof" else {}
+            event = await boot_kernel(self, settings)
+            if not isinstance(event.frame, ReadyFrame):
+                state = await self.exit_info() if event.kind == "eof" else ExitInfo()
                 if lost := self.lost_reason(state):
                     raise DockerConnectionLost(lost)
                 raise boot_failure(self._why(event), state, settings, _start_fix(settings))
             ok = True
             return self
         except TimeoutError:
-            raise SandboxError("The sandbox kernel did not report ready within 30 s.", _start_fix(settings)) from None
+            raise SandboxError(
+                f"The sandbox kernel did not report ready within {BOOT_TIMEOUT_S:g} s.", _start_fix(settings)
+            ) from None
         except BrokenPipeError as exc:  # its input closed while the kernel was being sent
             if lost := self.lost_reason(await self.exit_info()):
                 raise DockerConnectionLost(lost) from None
@@ -184,9 +117,9 @@ class KernelContainer:
                 with anyio.CancelScope(shield=True):
                     await self.kill()
 
-    def _why(self, event: Event) -> str:
-        if event.kind == "frame" and event.frame is not None:
-            return f"unexpected {event.frame['type']} frame"
+    def _why(self, event: ChannelEvent) -> str:
+        if event.frame is not None:
+            return f"unexpected {event.frame.type} frame"
         tail = self.stderr_tail()
         return (event.detail or event.kind) + (f"; its stderr: {tail[-500:]}" if tail else "")
 
@@ -259,30 +192,30 @@ class KernelContainer:
         try:
             self.client.api.remove_container(self.id or self.name, force=True)
         except Exception as exc:  # already gone, or the daemon is down: nothing more to do
-            if "No such container" not in str(exc) and "already in progress" not in str(exc):
+            if not is_gone(exc):
                 log.warning("could not remove sandbox %s: %s", self.name, exc)
 
-    async def exit_info(self) -> dict[str, Any]:
-        """State of the (stopping) container: OOMKilled, ExitCode. Waits a moment for the exit.
-        `{"lost": why}` when the Docker connection failed while asking."""
+    async def exit_info(self) -> ExitInfo:
+        """How the (stopping) container ended, from its Docker state. Waits a moment for the exit.
+        `lost` says why when the Docker connection failed while asking."""
 
-        def inspect() -> dict[str, Any]:
+        def inspect() -> ExitInfo:
             try:
                 try:
                     self.client.api.wait(self.id, timeout=3)
                 except Exception:
                     pass
-                return dict(self.client.api.inspect_container(self.id).get("State") or {})
+                return exit_info_of(self.client.api.inspect_container(self.id).get("State"))
             except Exception as exc:
-                return {"lost": short(exc)} if is_lost(exc) else {}
+                return ExitInfo(lost=short(exc)) if is_lost(exc) else ExitInfo()
 
         if self.id is None:
-            return {}
+            return ExitInfo()
         with anyio.move_on_after(10):
             return await anyio.to_thread.run_sync(inspect)
-        return {}
+        return ExitInfo()
 
-    def lost_reason(self, state: dict[str, Any]) -> str | None:
+    def lost_reason(self, state: ExitInfo) -> str | None:
         """Why this container's end is the Docker connection's fault, or None. `state`: `exit_info()`
         once its stream ended. The kernel exits with an EXIT_INPUT_CLOSED status when its stdin
         closes, which the daemon does when the attach stream drops, and only we close it otherwise;
@@ -291,13 +224,13 @@ class KernelContainer:
             return None
         if self.stream_error is not None and is_lost(self.stream_error):
             return f"the attach stream failed: {self.stream_error}"
-        if "lost" in state:
-            return f"the Docker API connection failed: {state['lost']}"
-        if state.get("OOMKilled"):
+        if state.lost is not None:
+            return f"the Docker API connection failed: {state.lost}"
+        if state.oom_killed:
             return None
-        if state.get("ExitCode") in EXIT_INPUT_CLOSED:
+        if state.exit_code in EXIT_INPUT_CLOSED:
             return "the attach stream to the sandbox was cut, so its kernel's input closed"
-        if state.get("Running") is True:  # our end of the stream closed, yet the kernel runs on
+        if state.running is True:  # our end of the stream closed, yet the kernel runs on
             return "the attach stream to the sandbox was cut while it ran"
         return None
 
@@ -306,8 +239,8 @@ class KernelContainer:
         self._next_id += 1
         return self._next_id
 
-    async def send(self, obj: dict[str, Any]) -> None:
-        await self.send_raw(encode(obj))
+    async def send(self, frame: HostFrame) -> None:
+        await self.send_raw(encode_frame(frame))
 
     async def send_raw(self, data: bytes) -> None:
         await self._submit(data)
@@ -357,7 +290,7 @@ class KernelContainer:
         except OSError as exc:
             raise BrokenPipeError(f"sandbox stdin closed: {exc}") from None
 
-    async def receive(self) -> Event:
+    async def receive(self) -> ChannelEvent:
         event = await self._inbox.get()
         self._budget.release(event.size)
         return event
@@ -391,7 +324,7 @@ class KernelContainer:
         # escaping here (the kernel decodes once), and sendfile keeps them out of this process.
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            self._raw.sendall(encode({"type": "load_context", "id": 0, "index": index, "format": fmt, "bytes": size}))
+            self._raw.sendall(encode_frame(LoadContextFrame(index=index, format=fmt, bytes=size)))
             if size == 0:
                 sent = 0
             elif isinstance(self._raw, socket.socket):
@@ -441,10 +374,10 @@ class KernelContainer:
                             payload = payloads.pop(0)
                             size = len(payload)
                             # Queued at its parsed size, not its wire size (see parse_kernel_frame_sized).
-                            frame, cost = parse_kernel_frame_sized(payload, self.max_strings)
+                            frame, cost = decode_kernel_frame(payload, self.max_strings)
                             del payload
                             self._budget.release(size)  # the buffer is gone; the parsed frame is charged
-                            if not self._deliver(Event("frame", frame, size=cost)):
+                            if not self._deliver(ChannelEvent("frame", frame, size=cost)):
                                 return
                     elif stream == 2 and len(self._stderr) < STDERR_KEEP:
                         self._stderr += chunk[: STDERR_KEEP - len(self._stderr)]
@@ -456,9 +389,9 @@ class KernelContainer:
         except Exception as exc:  # anything unexpected ends this container, never the server
             reason, detail = "violation", f"unreadable output ({type(exc).__name__}: {exc})"
         self.eof = True
-        self._deliver(Event(reason, detail=detail))
+        self._deliver(ChannelEvent("violation" if reason == "violation" else "eof", detail=detail))
 
-    def _deliver(self, event: Event) -> bool:
+    def _deliver(self, event: ChannelEvent) -> bool:
         if not self._budget.acquire(event.size):
             return False
         try:
@@ -467,8 +400,21 @@ class KernelContainer:
         except RuntimeError:  # the loop is closed
             return False
 
-    def _hand_over(self, event: Event) -> None:
+    def _hand_over(self, event: ChannelEvent) -> None:
         self._inbox.put(event)
+
+
+def exit_info_of(state: Any) -> ExitInfo:
+    """Docker's container `State` (hostile: only well-typed fields count) as an `ExitInfo`."""
+    if not isinstance(state, dict):
+        return ExitInfo()
+    code = state.get("ExitCode")
+    running = state.get("Running")
+    return ExitInfo(
+        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+        oom_killed=state.get("OOMKilled") is True,
+        running=running if isinstance(running, bool) else None,
+    )
 
 
 def _start_fix(settings: Settings) -> str:

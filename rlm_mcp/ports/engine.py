@@ -10,9 +10,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from rlm_mcp.lm.types import Completion
+if TYPE_CHECKING:  # the LM layer is not loaded at run time: importing a port loads nothing else
+    from rlm_mcp.lm.types import Completion
 
 # How a context's bytes are read: text (a str in the sandbox) or JSON (a list or dict there).
 ContextFormat = Literal["text", "json"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlm_mcp.config import Settings, parse_size
-from rlm_mcp.sandbox.bootstrap import command
+from rlm_mcp.sandbox.guest.bootstrap import command
+from rlm_mcp.sandbox.liveness import ProcessLiveness
 
 LABEL_OWNER = "rlm-mcp.owner"
 LABEL_ROLE = "rlm-mcp.role"
@@ -51,7 +52,8 @@ def create_kwargs(client: Any, settings: Settings, owner_id: str, name: str) -> 
         "detach": False,
         "environment": {},  # nothing from the host; the image provides HOME, PATH, ...
         "network_disabled": True,
-        "labels": {LABEL_OWNER: owner_id, LABEL_ROLE: ROLE_SANDBOX},
+        # The creating process's stamp: reaping removes a stopped sandbox only once it is gone.
+        "labels": {LABEL_OWNER: owner_id, LABEL_ROLE: ROLE_SANDBOX, **ProcessLiveness().stamp()},
         "name": name,
         "host_config": host_config,
         "use_config_proxy": False,  # else proxy settings (credentials too) leak in

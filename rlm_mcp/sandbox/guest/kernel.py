@@ -27,7 +27,7 @@ import traceback
 if "read_answer" not in globals():
     # Imported on the host (tests, linters). In the container, bootstrap.kernel_payload() has
     # already run answer_rules.py's source ahead of this file.
-    from rlm_mcp.sandbox.answer_rules import new_answer, read_answer, submit_answer, submit_variable
+    from rlm_mcp.sandbox.guest.answer_rules import new_answer, read_answer, submit_answer, submit_variable
 
 _SIMPLE_TYPES = (str, int, float, bool, list, dict, tuple)
 _RESERVED = {

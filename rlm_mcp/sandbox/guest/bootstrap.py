@@ -37,6 +37,6 @@ def command() -> list[str]:
 def kernel_payload() -> bytes:
     """What the host writes first on the container's stdin: length line + kernel source, which
     starts with the answer rules (answer_rules.py, shared with the host's tests)."""
-    package = resources.files("rlm_mcp.sandbox")
+    package = resources.files("rlm_mcp.sandbox.guest")
     source = package.joinpath("answer_rules.py").read_bytes() + b"\n" + package.joinpath("kernel.py").read_bytes()
     return b"%d\n" % len(source) + source

@@ -1,5 +1,8 @@
 """What a Docker failure means: the connection to the daemon was lost, or the daemon said no.
 
+The one place in the code base that recognises Docker failures (issue 19): everything else asks
+these functions.
+
 The one place that decides it, for the API calls (docker-py over requests/urllib3) and for the
 attach stream (a raw socket) alike. A lost connection (a restarted daemon, a dropped SSH tunnel
 or socket proxy, a reset mid-request) is worth retrying in a fresh sandbox; an answer from the
@@ -12,17 +15,13 @@ import errno
 import http.client
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Literal
 
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import DockerUnavailableError, SandboxError
+from rlm_mcp.errors import ConnectionLostError, DockerUnavailableError, SandboxError
+from rlm_mcp.ports.kernel import BackendConnectionLost, ExitInfo
 
 DockerFault = Literal["lost", "refused", "other"]
-
-# Consecutive sandbox replacements one run may make because the Docker connection was lost
-# (a cell that then completes resets the count); past this the run ends with `ConnectionLostError`.
-MAX_CONNECTION_RESTARTS = 5
-RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 4.0)  # before the 1st, 2nd, ... retry in a row
 
 # Exit statuses of a kernel whose host connection ended (bootstrap.py, kernel.py): the daemon
 # closes a StdinOnce container's stdin when the attach stream drops, so the kernel exits with one.
@@ -59,11 +58,7 @@ DOCKER_LOST_FIX = (
 )
 
 
-class ConnectionLostError(SandboxError):
-    """The connection to the Docker daemon was lost and could not be made good again."""
-
-
-class DockerConnectionLost(Exception):
+class DockerConnectionLost(BackendConnectionLost):
     """A sandbox's attach stream or a Docker API call lost its connection (retryable in a fresh
     sandbox); `str()` says what was seen."""
 
@@ -127,10 +122,10 @@ def lost_raised() -> Iterator[None]:
         raise
 
 
-def boot_failure(why: str, state: dict[str, Any], settings: Settings, image_fix: str) -> SandboxError:
+def boot_failure(why: str, state: ExitInfo, settings: Settings, image_fix: str) -> SandboxError:
     """A kernel that did not start: killed from outside, out of memory, or an image that cannot run it."""
-    code = state.get("ExitCode")
-    if state.get("OOMKilled"):
+    code = state.exit_code
+    if state.oom_killed:
         return SandboxError(
             f"The sandbox ran out of memory while it started (limit {settings.sandbox_memory}).",
             "Raise RLM_MCP_SANDBOX_MEMORY (e.g. RLM_MCP_SANDBOX_MEMORY=1g).",
@@ -148,3 +143,31 @@ def boot_failure(why: str, state: dict[str, Any], settings: Settings, image_fix:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def is_refused(exc: BaseException) -> bool:
+    """The daemon answered and said no (no such image, out of space, a bad request)."""
+    return classify(exc) == "refused"
+
+
+# Beyond a lost connection: the ways a first connection cannot be made at all.
+_UNREACHABLE_MARKERS = ("no such file or directory", "cannot connect", "name or service not known", "permission denied")
+_GONE_MARKERS = ("no such container", "already in progress")
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether `exc` means the daemon cannot be reached (as opposed to a refused request)."""
+    import docker.errors
+
+    if classify(exc) == "lost" or isinstance(exc, FileNotFoundError):
+        return True
+    if isinstance(exc, docker.errors.DockerException) and not isinstance(exc, docker.errors.APIError):
+        text = str(exc).lower()
+        return any(marker in text for marker in _UNREACHABLE_MARKERS)
+    return False
+
+
+def is_gone(exc: BaseException) -> bool:
+    """A remove that failed because the container is already gone (or being removed)."""
+    text = str(exc).lower()
+    return any(marker in text for marker in _GONE_MARKERS)

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from rlm_mcp.errors import DockerUnavailableError, ImageMissingError, RlmMcpError
-from rlm_mcp.sandbox.faults import classify
+from rlm_mcp.sandbox.docker.faults import is_connection_error
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
@@ -27,21 +27,6 @@ BUILD_FIX = (
     "Build it with `rlm-mcp image build` (or `rlm-mcp image build --offline` where no image "
     "registry is reachable), or set RLM_MCP_SANDBOX_IMAGE to an image that has python3."
 )
-
-# Beyond a lost connection (faults.classify): the ways a first connection cannot be made at all.
-_UNREACHABLE_MARKERS = ("no such file or directory", "cannot connect", "name or service not known", "permission denied")
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """Whether `exc` means the daemon cannot be reached (as opposed to a refused request)."""
-    import docker.errors
-
-    if classify(exc) == "lost" or isinstance(exc, FileNotFoundError):
-        return True
-    if isinstance(exc, docker.errors.DockerException) and not isinstance(exc, docker.errors.APIError):
-        text = str(exc).lower()
-        return any(marker in text for marker in _UNREACHABLE_MARKERS)
-    return False
 
 
 def unavailable(exc: BaseException) -> DockerUnavailableError:

@@ -15,8 +15,8 @@ from typing import Any
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.docker_api import connect_sync, image_present_sync
-from rlm_mcp.sandbox.image import OFFLINE_BASE_TAG, build_image
+from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
+from rlm_mcp.sandbox.docker.image import OFFLINE_BASE_TAG, build_image
 
 ONLINE_BASE = ("debian", "bookworm-slim")
 
