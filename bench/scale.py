@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 from rlm_mcp.testing import scripted_lm_process
+from rlm_mcp.testing.servers import free_port, server_process
 
 SERVER = Path(sys.executable).parent / "rlm-mcp"
 TURN = "```repl\nprint(len(context))\n```"
@@ -102,12 +102,6 @@ def server_env(url: str, tmp: Path, owner: str, limit: int) -> dict[str, str]:
     return env
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @asynccontextmanager
 async def server(transport: str, env: dict[str, str]) -> AsyncIterator[tuple[Client, int]]:
     """An MCP session with a fresh server, and the server's pid."""
@@ -121,27 +115,16 @@ async def server(transport: str, env: dict[str, str]) -> AsyncIterator[tuple[Cli
 
     token = secrets.token_hex(16)
     port = free_port()
-    proc = await anyio.open_process(
-        [str(SERVER), "serve", "--transport", "http", "--port", str(port)],
-        env={**env, "RLM_MCP_AUTH_TOKEN": token},
-        stdout=None,
-        stderr=None,
-    )
-    try:
-        with anyio.fail_after(60):
-            while True:
-                try:
-                    await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
-                    break
-                except OSError:
-                    await anyio.sleep(0.1)
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=600)
-        async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
-            yield client, proc.pid
-    finally:
-        proc.terminate()
-        with anyio.move_on_after(30):
-            await proc.wait()
+    argv = [str(SERVER), "serve", "--transport", "http", "--port", str(port)]
+    with ExitStack() as stack:
+        start = server_process(argv, port=port, env={**env, "RLM_MCP_AUTH_TOKEN": token}, quiet=False)
+        try:
+            proc = await anyio.to_thread.run_sync(stack.enter_context, start)
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=600)
+            async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
+                yield client, proc.pid
+        finally:
+            await anyio.to_thread.run_sync(stack.close)
 
 
 def _is_child_server(pid: int) -> bool:

@@ -19,7 +19,6 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store.factory import make_stores
@@ -76,7 +75,7 @@ def main() -> None:
         if args.url:
             anyio.run(bench, args.url, args.mib, Path(tmp))
             return
-        from fixtures_postgres import Cluster
+        from tests.fixtures_postgres import Cluster
 
         cluster = Cluster()
         try:

@@ -20,15 +20,14 @@ import anyio
 
 from rlm_mcp.owners import EVERY_OWNER
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: tests.* helpers
 
-from chromium import Browser
-
-from fixtures_engine import make_settings
-from fixtures_viewer import record_big_run
 from rlm_mcp.store import RunStore
 from rlm_mcp.viewer import render_run_html
 from rlm_mcp.viewer.model import build_run
+from tests.chromium import Browser
+from tests.fixtures_engine import make_settings
+from tests.fixtures_viewer import record_big_run
 
 
 def main() -> None:

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from fixtures_postgres import database_url, pg_cluster, pg_url, store_settings
-from fixtures_sandbox import docker_image
-from fixtures_store import http_server, root, settings, settings_factory
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.sandbox.docker.image_ensure import ensure_image
+from tests.fixtures_postgres import database_url, pg_cluster, pg_url, store_settings
+from tests.fixtures_sandbox import docker_image
+from tests.fixtures_store import http_server, root, settings, settings_factory
 
 __all__ = [
     "database_url",
@@ -94,6 +94,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # One import path for test helpers: `tests.fixtures_x`. A bare `fixtures_x` import would load
+    # the module a second time (two copies of its state and classes).
+    bare = sorted(m for m in sys.modules if m.startswith(("fixtures_", "chromium")))
+    assert not bare, f"import test helpers as tests.<module>, not {bare}"
     for item in items:
         if item.module is not None and item.module.__name__.rpartition(".")[2] in DOCKER_MODULES:
             item.add_marker(pytest.mark.docker)

@@ -1,12 +1,12 @@
-"""Fakes for engine tests: an in-process sandbox and a scripted chat model (no Docker, no HTTP)."""
+"""Engine test doubles: the sandbox kernel's own code run in-process, and a scripted chat model
+(no Docker, no HTTP)."""
 
 from __future__ import annotations
 
-import io
-import json
+import builtins
+import os
+import sys
 import threading
-import time
-import traceback
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,99 +24,121 @@ from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.lm.errors import LMContextLengthError
 from rlm_mcp.lm.types import CallRecord, Completion
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
-from rlm_mcp.sandbox.guest.answer_rules import new_answer, read_answer, submit_answer, submit_variable
+from rlm_mcp.sandbox.guest import kernel
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
 
-_SIMPLE = (str, int, float, bool, list, dict, tuple)
+
+class _KernelCrash(Exception):
+    """Raised by `crash_kernel()` in cells: the sandbox is replaced (a restart), as when a real
+    kernel dies."""
 
 
-class _KernelCrash(BaseException):
-    """Raised by `crash_kernel()` in fake cells: the fake replaces its namespace (a restart)."""
+class InProcessKernel(kernel.Kernel):
+    """The sandbox kernel's own code (rlm_mcp/sandbox/guest/kernel.py) run in this process: its
+    namespace and helpers, cell execution (`handle_exec`), variable listing, answer reading, error
+    formats and sub-call validation. Only its process plumbing is left out (fd capture, pipes,
+    signals, reaping: those need the container and are tested in test_sandbox_*): `print` writes
+    into the kernel's capture, and a sub-call frame is answered by the bridge at once."""
+
+    def __init__(self, call: Callable[[dict[str, Any]], list[str]]) -> None:  # not Kernel.__init__
+        self.pid = os.getpid()
+        self.out_cap = kernel._Capture(1 << 20)
+        self.err_cap = kernel._Capture(1 << 20)
+        self.waiters: dict[int, kernel._Waiter] = {}
+        self.waiters_lock = threading.Lock()
+        self.next_id = 0
+        self.in_cell = self.interrupted = False
+        self.show_vars_from = None
+        self.max_batch, self.answer_max = 512, 8 << 20
+        self.sent: list[dict[str, Any]] = []
+        self._call = call
+        self.ns = self.make_namespace()
+
+    def send(self, obj: dict[str, Any]) -> None:
+        if obj.get("type") == "lm_request":
+            self.waiters.pop(obj["id"]).answer({"results": self._call(obj)})
+        else:
+            self.sent.append(obj)
+
+    def _heal_fds(self) -> None: ...
+
+    def _reap_zombies(self) -> None: ...
+
+    def _reap_strays(self) -> None: ...
+
+    def _settle_capture(self) -> None: ...
+
+    def run(self, code: str, training_cell: bool) -> dict[str, Any]:
+        """One cell through the kernel's own `handle_exec`; its exec_result frame."""
+        self.handle_exec({"type": "exec", "id": 1, "code": code, "training_cell": training_cell})
+        return self.sent.pop()
 
 
 class FakeSandbox:
-    """Runs cells with exec() in a dict namespace on a worker thread, like the real kernel:
-    `context`/`context_i`, the `answer` dict read at the END of each cell, sub-calls through
-    the bridge, FINAL/FINAL_VAR helpers, SHOW_VARS."""
+    """The `Sandbox` port over `InProcessKernel`: cells run on a worker thread like the real
+    sandbox's, in the kernel's own namespace (`context`/`context_i`, the `answer` dict read at the
+    end of each cell, sub-calls through the bridge, FINAL/FINAL_VAR, SHOW_VARS). Two test hooks
+    are builtins (so the kernel never lists them): `block_forever()` (a stuck cell, until the
+    sandbox closes) and `crash_kernel()` (the sandbox is replaced, every variable lost)."""
 
     def __init__(self, contexts: Sequence[ContextSpec]) -> None:
         self.contexts = list(contexts)
         self.closed = threading.Event()
         self.cells: list[str] = []
         self._bridge: LMBridge | None = None
-        self._out: io.StringIO = io.StringIO()
-        self.ns: dict[str, Any] = {}
-        self._reset()
+        self.kernel = self._new_kernel()
 
-    def _reset(self) -> None:
-        # `answer` first, then the contexts: the order the real kernel (and the reference) lists.
-        ns: dict[str, Any] = {"__name__": "__main__", "answer": new_answer()}
+    @property
+    def ns(self) -> dict[str, Any]:
+        return self.kernel.ns
+
+    def _call(self, frame: dict[str, Any]) -> list[str]:
+        assert self._bridge is not None
+        request = LMRequest(kind=frame["kind"], prompts=frame["prompts"], model=frame["model"])
+        return anyio.from_thread.run(self._bridge, request)
+
+    def _new_kernel(self) -> InProcessKernel:
+        box = InProcessKernel(self._call)
         for i, spec in enumerate(self.contexts):
-            raw = Path(spec.path).read_text(encoding="utf-8")
-            ns[f"context_{i}"] = json.loads(raw) if spec.format == "json" else raw
-        if self.contexts:
-            ns["context"] = ns["context_0"]
+            raw = Path(spec.path).read_bytes()
+            box.handle_load({"type": "load_context", "id": i, "index": i, "raw": raw, "format": spec.format})
 
-        def _print(*args: Any, sep: str = " ", end: str = "\n", file: Any = None, flush: bool = False) -> None:
-            self._out.write(sep.join(str(a) for a in args) + end)
+        def _print(
+            *args: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None, flush: bool = False
+        ) -> None:
+            text = (" " if sep is None else sep).join(str(a) for a in args) + ("\n" if end is None else end)
+            (box.err_cap if file is sys.stderr else box.out_cap).add(text.encode("utf-8", "surrogatepass"))
 
-        def _call(kind: str, prompts: list[str], model: str | None) -> list[str]:
-            assert self._bridge is not None
-            return anyio.from_thread.run(self._bridge, LMRequest(kind=kind, prompts=list(prompts), model=model))  # type: ignore[arg-type]
-
-        ns["print"] = _print
-        ns["llm_query"] = lambda prompt, model=None: _call("llm", [prompt], model)[0]
-        ns["llm_query_batched"] = lambda prompts, model=None: _call("llm", prompts, model)
-        ns["rlm_query"] = lambda prompt, model=None: _call("rlm", [prompt], model)[0]
-        ns["rlm_query_batched"] = lambda prompts, model=None: _call("rlm", prompts, model)
-        ns["SHOW_VARS"] = lambda: "Available variables: " + str(self._variables())
-
-        ns["FINAL"] = lambda value: submit_answer(ns, value)
-        ns["FINAL_VAR"] = lambda name: submit_variable(ns, name)
-
-        def _block_forever() -> None:  # a stuck cell; ends when the sandbox is closed
+        def _block_forever() -> None:
             while not self.closed.wait(0.05):
                 pass
 
         def _crash() -> None:
             raise _KernelCrash()
 
-        ns["block_forever"] = _block_forever
-        ns["crash_kernel"] = _crash
-        self.ns = ns
-
-    def _variables(self) -> list[str]:
-        return [k for k, v in self.ns.items() if not k.startswith("_") and isinstance(v, _SIMPLE)]
-
-    def _answer(self) -> dict[str, Any] | None:
-        return read_answer(self.ns, 8 << 20)  # the kernel's own rule
+        hooks = {"print": _print, "block_forever": _block_forever, "crash_kernel": _crash}
+        box.ns["__builtins__"] = {**vars(builtins), **hooks}
+        return box
 
     def _exec(self, code: str, training_cell: bool = False) -> CellResult:
-        self._out = io.StringIO()
-        snapshot = dict(self.ns) if training_cell else None
-        started = time.monotonic()
-        error = None
-        stderr = ""
-        restarted = False
-        try:
-            exec(compile(code, "<cell>", "exec"), self.ns)  # the fake kernel: runs the cell in-process
-        except _KernelCrash:
-            self._reset()
-            restarted = True
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            stderr = traceback.format_exc(limit=1)
-            if snapshot is not None:
-                self.ns.clear()
-                self.ns.update(snapshot)
-        return CellResult(
-            stdout=self._out.getvalue(),
-            stderr=stderr,
-            error=error,
-            answer=self._answer(),
-            variables=self._variables(),
-            duration_s=time.monotonic() - started,
-            restarted=restarted,
+        frame = self.kernel.run(code, training_cell)
+        if (frame["error"] or "").startswith(_KernelCrash.__name__):
+            self.kernel = self._new_kernel()
+            reason = "The kernel crashed (crash_kernel())."
+            notice = (  # as sandbox/session.py reports a replaced sandbox
+                f"{reason} The sandbox was replaced by a fresh one: all variables were lost; contexts reloaded "
+                "(context, context_0, ...). Continue from there."
+            )
+            return CellResult(error=f"SandboxRestarted: {reason}", restarted=True, notice=notice)
+        return CellResult(  # as sandbox/session.py builds it from the frame
+            stdout=frame["stdout"],
+            stderr=frame["stderr"],
+            error=frame["error"],
+            answer=frame["answer"],
+            variables=list(frame["variables"]),
+            trained_error=frame.get("trained_error"),
+            variables_at_start=frame.get("variables_at_start"),
+            duration_s=float(frame["duration"]),
         )
 
     async def execute(self, code: str, bridge: LMBridge, *, training_cell: bool = False) -> CellResult:

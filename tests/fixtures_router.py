@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -20,6 +19,7 @@ from pathlib import Path
 import httpx
 import platformdirs
 
+from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.waiting import wait_until
 
 VLLM_ROUTER = "vllm-router==0.1.17"
@@ -42,12 +42,6 @@ def router_binary() -> Path:
             raise RuntimeError(f"installing {VLLM_ROUTER} failed: {' '.join(argv)}\n{proc.stderr[-2000:]}")
     done.write_text(VLLM_ROUTER + "\n", encoding="utf-8")
     return binary
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, make_settings, repl
 from rlm_mcp.engine import RLMEngine, RunProgress
 from rlm_mcp.lm.errors import LMServerError
 from rlm_mcp.store import RunStore
+from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, make_settings, repl
 
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 

@@ -22,9 +22,9 @@ from mcp import Client
 from rlm_mcp.server.app import build_server
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
+from rlm_mcp.testing.servers import free_port
 from tests.fixtures_chaos import CuttableDockerSocket
 from tests.fixtures_e2e import sandbox_container_ids
-from tests.test_http_guard import free_port
 from tests.test_server_surface import call, make_settings
 
 pytestmark = pytest.mark.anyio

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from mcp import Client, StdioServerParameters
 
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
+from rlm_mcp.testing.servers import free_port, server_process
 from tests.fixtures_e2e import new_instance_id
 from tests.fixtures_uv import REPO, user_env, uv_path
 from tests.readme_blocks import Block, blocks
@@ -108,28 +107,13 @@ def test_inspector_stdio_snippet_lists_tools(lm: ScriptedLM, project_env: Path, 
     assert "rlm_complete" in {tool["name"] for tool in listing["tools"]}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_inspector_http_snippet_starts_then_polls_a_run(lm: ScriptedLM, project_env: Path, tmp_path: Path) -> None:
     serve_line, *inspector_lines = snippet("inspector-http").text.replace(PLACEHOLDER, str(REPO)).splitlines()
     port = free_port()
     env = env_for(lm, project_env, tmp_path, RLM_MCP_PORT=str(port))
     serve = shlex.split(serve_line.split("&")[0])
     assert serve[0] == "uv"
-    server = subprocess.Popen([uv_path(), *serve[1:]], env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "the HTTP server did not start"
-                time.sleep(0.2)
+    with server_process([uv_path(), *serve[1:]], port=port, env=env, cwd=tmp_path, within_s=120, quiet=False):
         inspector = " ".join(line.rstrip("\\ ") for line in inspector_lines).replace(":8765/", f":{port}/")
         base = inspector[: inspector.index("--method")]
 
@@ -146,10 +130,3 @@ def test_inspector_http_snippet_starts_then_polls_a_run(lm: ScriptedLM, project_
         run_id = started["structuredContent"]["run_id"]
         result = call("rlm_result", "--tool-arg", f"run_id={run_id}", "--tool-arg", "wait_s=60")
         assert result["status"] == "completed" and result["answer"] == "snippet:polled", result
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()

@@ -14,11 +14,11 @@ from typing import Any
 import anyio
 import pytest
 
-from fixtures_store import LoopbackServer
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT, minimal_env, sandbox_container_ids, stdio_client
+from tests.fixtures_store import LoopbackServer
 
 FAST_CELLS = {"RLM_MCP_CELL_TIMEOUT_S": "3", "RLM_MCP_SANDBOX_MEMORY": "256m", "RLM_MCP_SANDBOX_PIDS": "64"}
 

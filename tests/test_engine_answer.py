@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_engine import FakeChatModel, make_settings, repl, run_engine
 from rlm_mcp.engine.parsing import find_legacy_final, find_repl_blocks, has_unclosed_repl_block
+from tests.fixtures_engine import FakeChatModel, make_settings, repl, run_engine
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
@@ -14,6 +13,7 @@ from rlm_mcp.events import HistoryElided, LLMCall, RunEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.script import count_prompt_tokens
+from tests.fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
 
 pytestmark = pytest.mark.anyio
 

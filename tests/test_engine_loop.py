@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_engine import FakeChatModel, make_context, make_settings, repl, run_engine
+from tests.fixtures_engine import FakeChatModel, make_context, make_settings, repl, run_engine
 
 pytestmark = pytest.mark.anyio
 

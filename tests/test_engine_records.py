@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_engine import FakeChatModel, make_settings, repl, run_engine
 from rlm_mcp.lm.errors import LMServerError
+from tests.fixtures_engine import FakeChatModel, make_settings, repl, run_engine
 
 pytestmark = pytest.mark.anyio
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_engine import FakeChatModel, count_tokens, make_settings, repl, run_engine
 from rlm_mcp.lm.errors import LMServerError
+from tests.fixtures_engine import FakeChatModel, count_tokens, make_settings, repl, run_engine
 
 pytestmark = pytest.mark.anyio
 

@@ -17,8 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixtures_engine import make_settings
-from fixtures_viewer import record_run
 from rlm_mcp import events as ev
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store import RunStore
@@ -26,6 +24,8 @@ from rlm_mcp.store.runs import encode_event
 from rlm_mcp.viewer.export import chat_jsonl
 from rlm_mcp.viewer.model import build_run
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
+from tests.fixtures_engine import make_settings
+from tests.fixtures_viewer import record_run
 
 V0 = Path(__file__).parent / "data" / "runlog_v0"
 RUNS = ("run_fixture_full", "run_fixture_capped")

@@ -4,7 +4,6 @@ loopback addresses, raw HTTP requests."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +17,7 @@ import uvicorn
 from rlm_mcp.access import HostPolicy
 from rlm_mcp.config import Settings
 from rlm_mcp.server.http import build_http_app
+from rlm_mcp.testing.servers import free_port
 from tests.test_server_surface import make_settings
 
 pytestmark = pytest.mark.anyio
@@ -30,13 +30,6 @@ INIT = {
 }
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-
-
-def free_port(host: str) -> int:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def http_settings(tmp_path: Path, host: str, **overrides: Any) -> Settings:

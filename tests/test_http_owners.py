@@ -18,8 +18,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
+from rlm_mcp.testing.servers import free_port
 from tests.fixtures_e2e import sandbox_container_ids
-from tests.test_http_guard import free_port, serving
+from tests.test_http_guard import serving
 from tests.test_server_surface import STUCK, call, call_error, make_settings
 
 pytestmark = pytest.mark.anyio

@@ -4,28 +4,21 @@ token. The server is the real console script in a subprocess."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import httpx
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from rlm_mcp.testing.servers import free_port, server_process
 from tests.fixtures_e2e import SERVER_SCRIPT, coverage_env
 
 TOKEN = "s3cret-token-for-tests"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -45,29 +38,8 @@ def server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def http_server(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN)
-    proc = subprocess.Popen(
-        [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}/mcp"
-        for _ in range(200):
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                anyio.run(anyio.sleep, 0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with server_process([str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], port=port, env=env):
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 def test_requests_without_the_token_are_refused(http_server: str) -> None:

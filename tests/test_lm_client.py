@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import socket
-
 import anyio
 import pytest
 
-from fixtures_lm import ROOT_MESSAGES, lm_settings, sub_messages
-from fixtures_store import LoopbackServer
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.errors import (
     LMConnectionError,
@@ -20,7 +16,10 @@ from rlm_mcp.lm.errors import (
 )
 from rlm_mcp.lm.tokens import estimate_tokens
 from rlm_mcp.testing import Script, ScriptedLM, count_prompt_tokens, count_text_tokens
+from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.waiting import wait_until
+from tests.fixtures_lm import ROOT_MESSAGES, lm_settings, sub_messages
+from tests.fixtures_store import LoopbackServer
 
 pytestmark = pytest.mark.anyio
 
@@ -180,10 +179,7 @@ async def test_unknown_model_names_the_served_models() -> None:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as sock:  # bind and release: nothing listens there afterwards
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"  # bound and released: nothing listens there
 
 
 async def test_unreachable_endpoint_is_a_connection_error_with_the_fix() -> None:

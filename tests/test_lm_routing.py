@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, repl, run_engine
-from fixtures_lm import ROOT_MESSAGES, lm_settings, sub_messages
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress, RunResult
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
@@ -22,6 +20,8 @@ from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError
 from rlm_mcp.lm.routing import AFFINITY_HEADERS
 from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, repl, run_engine
+from tests.fixtures_lm import ROOT_MESSAGES, lm_settings, sub_messages
 
 pytestmark = pytest.mark.anyio
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from fixtures_store import make_settings
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.service.loaders.folders import pack, walk
 from rlm_mcp.service.loaders.paths import _copy_file
 from rlm_mcp.service.loaders.safe_open import identity
+from tests.fixtures_store import make_settings
 
 pytestmark = pytest.mark.anyio
 

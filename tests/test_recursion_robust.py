@@ -16,7 +16,6 @@ from typing import Any
 import anyio
 import pytest
 
-from fixtures_sandbox import sandbox_settings, text_context
 from rlm_mcp.engine import RLMEngine, RunLimits, RunProgress, RunResult
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.events import RunEvent
@@ -24,6 +23,7 @@ from rlm_mcp.lm.client import LMClient
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.sandbox.slots import SandboxSlots
 from rlm_mcp.testing import ScriptedLM
+from tests.fixtures_sandbox import sandbox_settings, text_context
 
 pytestmark = pytest.mark.anyio
 

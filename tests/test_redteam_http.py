@@ -11,7 +11,8 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.http import build_http_app
-from tests.test_http_guard import free_port, serving
+from rlm_mcp.testing.servers import free_port
+from tests.test_http_guard import serving
 from tests.test_http_owners import as_token
 from tests.test_server_surface import call, call_error
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_store import LoopbackServer
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.profiles import format_trained_cell
 from rlm_mcp.errors import BadArgumentError, RlmMcpError
@@ -20,6 +19,7 @@ from rlm_mcp.reference import load_reference_texts
 from rlm_mcp.reference.wheel import fetch_wheel
 from rlm_mcp.service.profile import choose_profile, is_adapter
 from tests.fixtures_reference import reference_wheel, seed_data_dir
+from tests.fixtures_store import LoopbackServer
 
 __all__ = ["reference_wheel"]
 

@@ -13,7 +13,6 @@ import anyio
 import pytest
 from mcp import Client
 
-from fixtures_store import LoopbackServer
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.server.app import build_server
@@ -21,6 +20,7 @@ from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import new_instance_id, sandbox_container_ids
+from tests.fixtures_store import LoopbackServer
 
 pytestmark = pytest.mark.anyio
 

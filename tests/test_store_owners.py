@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from fixtures_postgres import has_bytes
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.events import TurnStart
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.store import ContextStore
 from rlm_mcp.store.factory import make_stores
+from tests.fixtures_postgres import has_bytes
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,6 @@ import anyio
 import psycopg
 import pytest
 
-from fixtures_postgres import PASSWORD, Cluster
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import Cell, LogTruncated, TurnStart, dumps
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, Owner
@@ -21,6 +20,7 @@ from rlm_mcp.store.pg import Database, DatabaseUnavailableError, SchemaError
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.migrations import LATEST
 from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_postgres import PASSWORD, Cluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

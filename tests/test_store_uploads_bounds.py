@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 import pytest
 
-from fixtures_store import make_settings
 from rlm_mcp.errors import BadArgumentError, TooLargeError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, UploadStore
+from tests.fixtures_store import make_settings
 
 pytestmark = pytest.mark.anyio
 

@@ -19,12 +19,12 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from fixtures_postgres import PASSWORD
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
+from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
-from tests.test_http_guard import free_port
+from tests.fixtures_postgres import PASSWORD
 from tests.test_server_surface import ANSWER_NOW, call, call_error
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.postgres]

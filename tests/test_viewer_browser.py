@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,9 +18,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from chromium import Browser
 
-from fixtures_viewer import HOSTILE, record_big_run, record_run
 from rlm_mcp.access import owner_of_token
 from rlm_mcp.events import (
     ChatMessage,
@@ -37,9 +34,12 @@ from rlm_mcp.events import (
 )
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store import RunLog, RunStore
+from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.viewer import render_index_html, render_run_html
+from tests.chromium import Browser
 from tests.fixtures_e2e import SERVER_SCRIPT
-from tests.test_http_transport import TOKEN, free_port, server_env
+from tests.fixtures_viewer import HOSTILE, record_big_run, record_run
+from tests.test_http_transport import TOKEN, server_env
 
 SHOTS = os.environ.get("RLM_MCP_SCREENSHOTS")
 
@@ -47,32 +47,8 @@ SHOTS = os.environ.get("RLM_MCP_SCREENSHOTS")
 @contextlib.contextmanager
 def start_server(env: dict[str, str], port: int) -> Iterator[str]:
     """`rlm-mcp serve --transport http` in a subprocess; yields its base URL once it accepts."""
-    proc = subprocess.Popen(
-        [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                anyio.run(anyio.sleep, 0.05)
+    with server_process([str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], port=port, env=env):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def _reopen(store: RunStore, run_id: str) -> RunLog:
@@ -119,7 +95,7 @@ def _record(tmp_path: Path) -> tuple[dict, list]:
 
 
 def _settings(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from fixtures_engine import make_settings
+    from tests.fixtures_engine import make_settings
 
     return make_settings(data_dir=tmp_path / "data")
 

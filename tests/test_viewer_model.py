@@ -9,13 +9,13 @@ import anyio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fixtures_engine import make_settings
-from fixtures_viewer import HOSTILE, record_run
 from rlm_mcp.events import SubCalls
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store import RunStore
 from rlm_mcp.viewer.model import build_run
 from rlm_mcp.viewer.page import json_for_script, render_page
+from tests.fixtures_engine import make_settings
+from tests.fixtures_viewer import HOSTILE, record_run
 
 
 def _load(tmp_path: Path) -> tuple[dict, list]:

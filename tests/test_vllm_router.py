@@ -13,8 +13,6 @@ from typing import Any
 import anyio
 import pytest
 
-from fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
-from fixtures_router import vllm_router
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress, RunResult
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
@@ -24,6 +22,8 @@ from rlm_mcp.lm.routing import AFFINITY_HEADERS
 from rlm_mcp.ports import ContextSpec, LMBridge
 from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
+from tests.fixtures_router import vllm_router
 
 pytestmark = pytest.mark.anyio
 

@@ -43,54 +43,77 @@ def make_bridge(
     run_child: ChildRunner,
 ) -> LMBridge:
     """The bridge one run hands to `sandbox.execute` (depth = that run's depth)."""
-    sub_model = settings.effective_sub_model
-    allowed_models = {settings.model, sub_model, *settings.allowed_sub_models}
+    return SubCallBridge(settings=settings, lm=lm, tree=tree, depth=depth, run_id=run_id, run_child=run_child)
 
-    text_cap = settings.log_sub_call_chars
+
+class SubCallBridge:
+    """One run's sub-calls: the model policy and limits (`__call__`), one LM call per prompt
+    (`one_llm`), a child RLM per prompt (`one_child`), and their events."""
+
+    def __init__(
+        self, *, settings: Settings, lm: ChatModel, tree: RunTree, depth: int, run_id: str, run_child: ChildRunner
+    ) -> None:
+        self.settings = settings
+        self.lm = lm
+        self.tree = tree
+        self.depth = depth
+        self.run_id = run_id
+        self.run_child = run_child
+        self.sub_model = settings.effective_sub_model
+        self.allowed_models = {settings.model, self.sub_model, *settings.allowed_sub_models}
 
     async def emit(
-        model: str, completion: Completion | None, latency: float, error: str | None, prompt: str, answer: str
+        self, model: str, completion: Completion | None, latency: float, error: str | None, prompt: str, answer: str
     ) -> None:
+        tree, text_cap = self.tree, self.settings.log_sub_call_chars
         # Sub-calls are made by the run at `depth`; they are accounted one level below it.
         # The log keeps the head and tail of what the sub-LM saw and said, with full lengths.
         await tree.emit_call(
             role="sub",
-            run_id=run_id,
+            run_id=self.run_id,
             model=model,
             completion=completion,
             latency_s=latency,
             error=error,
-            depth=depth + 1,
-            where=tree.where(run_id),
+            depth=self.depth + 1,
+            where=tree.where(self.run_id),
             prompt=head_tail(prompt, text_cap),
             prompt_chars=len(prompt),
             answer=head_tail(answer, text_cap),
             answer_chars=len(answer),
         )
 
-    async def one_llm(prompt: str, model: str) -> str:
+    async def fit(self, prompt: str, model: str) -> int | str:
+        """The completion budget this prompt leaves in the model's window, or an error string."""
+        lm, max_tokens = self.lm, self.settings.sub_max_tokens
+        window = await lm.window(model, role="sub")
+        # Refuse or clamp only against a window the server reported (or the setting); with
+        # the 16384 fallback the server itself decides, and a rejection comes back as text.
+        known = await lm.window_known(model, role="sub")
+        if known and len(prompt.encode("utf-8", "surrogatepass")) + _TEMPLATE_SLACK > window - max_tokens:
+            tokens = await lm.count_tokens([{"role": "user", "content": prompt}], model=model, role="sub")
+            room = window - tokens
+            if room < min(_MIN_SUB_COMPLETION, max_tokens):
+                return (
+                    f"Error: this prompt is {tokens} tokens ({len(prompt)} chars) but the sub-LLM "
+                    f"window is {window} tokens; send at most about {max(window - max_tokens, 0)} tokens "
+                    "per prompt (split the text into smaller chunks)."
+                )
+            max_tokens = min(max_tokens, room)
+        return max_tokens
+
+    async def one_llm(self, prompt: str, model: str) -> str:
+        tree = self.tree
         if not isinstance(prompt, str):
             return f"Error: llm_query needs a str prompt, got {type(prompt).__name__}."
         if tree.over_budget():
             return "Error: the run's token budget is spent; no more sub-calls can be made."
         started = time.monotonic()
         try:
-            window = await lm.window(model, role="sub")
-            max_tokens = settings.sub_max_tokens
-            # Refuse or clamp only against a window the server reported (or the setting); with
-            # the 16384 fallback the server itself decides, and a rejection comes back as text.
-            known = await lm.window_known(model, role="sub")
-            if known and len(prompt.encode("utf-8", "surrogatepass")) + _TEMPLATE_SLACK > window - max_tokens:
-                tokens = await lm.count_tokens([{"role": "user", "content": prompt}], model=model, role="sub")
-                room = window - tokens
-                if room < min(_MIN_SUB_COMPLETION, max_tokens):
-                    return (
-                        f"Error: this prompt is {tokens} tokens ({len(prompt)} chars) but the sub-LLM "
-                        f"window is {window} tokens; send at most about {max(window - max_tokens, 0)} tokens "
-                        "per prompt (split the text into smaller chunks)."
-                    )
-                max_tokens = min(max_tokens, room)
-            completion = await lm.complete(
+            max_tokens = await self.fit(prompt, model)
+            if isinstance(max_tokens, str):
+                return max_tokens
+            completion = await self.lm.complete(
                 [{"role": "user", "content": prompt}], model=model, max_tokens=max_tokens, role="sub"
             )
         except LMContextLengthError as exc:
@@ -99,71 +122,60 @@ def make_bridge(
                 tree.record(record)
             said = getattr(exc, "server_message", None) or str(exc)
             reply = f"Error: this prompt ({len(prompt)} chars) is too large for the sub-LLM's window: {said} Split the text into smaller chunks."
-            await emit(model, None, time.monotonic() - started, str(exc), prompt, reply)
+            await self.emit(model, None, time.monotonic() - started, str(exc), prompt, reply)
             return reply
         except LMError as exc:
             record = getattr(exc, "record", None)
             if record is not None:  # a failed call still counts (and may have used tokens)
                 tree.record(record)
             reply = f"Error: sub-LLM call failed: {exc}"
-            await emit(model, None, time.monotonic() - started, str(exc), prompt, reply)
+            await self.emit(model, None, time.monotonic() - started, str(exc), prompt, reply)
             return reply
         except Exception as exc:
             log.exception("sub-call failed unexpectedly")
             return f"Error: sub-LLM call failed: {type(exc).__name__}: {exc}"
         tree.record(completion.record)
-        await emit(model, completion, time.monotonic() - started, None, prompt, completion.text)
+        await self.emit(model, completion, time.monotonic() - started, None, prompt, completion.text)
         return completion.text
 
-    async def gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], batch: int) -> list[str]:
-        results: list[str] = [""] * len(prompts)
+    async def one_child(self, prompt: str) -> str:
+        tree, child_depth = self.tree, self.depth + 1
+        # Like llm_query: a spent tree budget starts no child (each would make at
+        # least one full root call); checked again once a child slot is free.
+        async with tree.child_limiter(child_depth):
+            if tree.over_budget():
+                return "Error: the run's token budget is spent; no more sub-calls can be made."
+            return await self.run_child(prompt, child_depth)
 
-        async def slot(index: int, prompt: str) -> None:
-            SUB_CALL_SLOT.set((batch, index))  # this task's own context: names the events it causes
-            try:
-                results[index] = await worker(prompt)
-            except Exception as exc:  # one failing prompt must not fail its batch
-                log.exception("sub-call failed unexpectedly")
-                results[index] = f"Error: the sub-call failed: {type(exc).__name__}: {exc}"
+    def model_for(self, request: LMRequest) -> str:
+        # The model policy's one owner is here: the root and sub models and
+        # RLM_MCP_ALLOWED_SUB_MODELS; any other name falls back to the sub model.
+        if request.model is not None and request.model in self.allowed_models:
+            return request.model
+        if request.model:
+            # Training ignored `model`; an unknown name falls back to the sub model, not an error.
+            log.debug("sub-call asked for model %r; using %r", request.model, self.sub_model)
+        return self.sub_model
 
-        async with anyio.create_task_group() as tg:
-            for index, prompt in enumerate(prompts):
-                tg.start_soon(slot, index, prompt)
-        return results
-
-    async def bridge(request: LMRequest) -> list[str]:
+    async def __call__(self, request: LMRequest) -> list[str]:
+        tree, depth, run_id = self.tree, self.depth, self.run_id
         prompts = list(request.prompts)
         count = len(prompts)
         if count == 0:
             return []
         # The batch size was bounded by the sandbox's gate (sandbox/lm_gate.py, its one owner).
-        # The model policy's one owner is here: the root and sub models and
-        # RLM_MCP_ALLOWED_SUB_MODELS; any other name falls back to the sub model.
-        model = request.model if request.model in allowed_models else sub_model
-        if request.model and request.model not in allowed_models:
-            # Training ignored `model`; an unknown name falls back to the sub model, not an error.
-            log.debug("sub-call asked for model %r; using %r", request.model, sub_model)
+        model = self.model_for(request)
         granted = tree.reserve_sub_calls(count)
         refused = f"Error: the run's limit of {tree.max_sub_calls} sub-calls is reached; finish with what you have."
         recursive = request.kind == "rlm" and depth + 1 < tree.limits.max_depth
-        if recursive:
 
-            async def worker(prompt: str) -> str:
-                # Like llm_query: a spent tree budget starts no child (each would make at
-                # least one full root call); checked again once a child slot is free.
-                async with tree.child_limiter(depth + 1):
-                    if tree.over_budget():
-                        return "Error: the run's token budget is spent; no more sub-calls can be made."
-                    return await run_child(prompt, depth + 1)
-        else:
-
-            async def worker(prompt: str) -> str:
-                return await one_llm(prompt, model)
+        async def worker(prompt: str) -> str:
+            return await (self.one_child(prompt) if recursive else self.one_llm(prompt, model))
 
         batch = tree.next_batch()
         where = tree.where(run_id)
         batch_started = time.monotonic()
-        results = await gather(prompts[:granted], worker, batch) + [refused] * (count - granted)
+        results = await _gather(prompts[:granted], worker, batch) + [refused] * (count - granted)
         failed = sum(1 for r in results if r.startswith("Error: "))
         await tree.emit(
             SubCalls(
@@ -183,4 +195,19 @@ def make_bridge(
         )
         return results
 
-    return bridge
+
+async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], batch: int) -> list[str]:
+    results: list[str] = [""] * len(prompts)
+
+    async def slot(index: int, prompt: str) -> None:
+        SUB_CALL_SLOT.set((batch, index))  # this task's own context: names the events it causes
+        try:
+            results[index] = await worker(prompt)
+        except Exception as exc:  # one failing prompt must not fail its batch
+            log.exception("sub-call failed unexpectedly")
+            results[index] = f"Error: the sub-call failed: {type(exc).__name__}: {exc}"
+
+    async with anyio.create_task_group() as tg:
+        for index, prompt in enumerate(prompts):
+            tg.start_soon(slot, index, prompt)
+    return results

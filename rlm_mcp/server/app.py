@@ -150,6 +150,25 @@ def build_server(
 
     mcp = MCPServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
 
+    _add_context_tools(mcp, svc)
+    _add_run_tools(mcp, svc, settings)
+    _add_resources(mcp, svc)
+    return mcp
+
+
+def request_owner(ctx: Context, mode: Mode) -> Owner:
+    """The owner the HTTP guard recorded for this request (`server.guard`); over stdio, the one
+    local user. Over HTTP a request without one is refused rather than treated as local."""
+    request = ctx.request_context.request
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and isinstance((scope.get("state") or {}).get("rlm_owner"), str):
+        return scope_owner(scope)
+    if mode == "http":
+        raise ToolError("This request carries no authenticated owner; send it through the server's HTTP endpoint.")
+    return LOCAL_OWNER
+
+
+def _add_context_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller]) -> None:
     @mcp.tool(annotations=_STORE)
     async def rlm_load_context(
         ctx: Context,
@@ -216,6 +235,8 @@ def build_server(
         deleted = await _call(svc(ctx).delete_context(context_id))
         return Deleted(context_id=context_id, deleted=deleted)
 
+
+def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller], settings: Settings) -> None:
     @mcp.tool(annotations=_RUN)
     @run_tool
     async def rlm_complete(
@@ -258,21 +279,6 @@ def build_server(
     async def rlm_cancel(run_id: str, ctx: Context) -> RunSnapshot:
         """Cancel a run: stops its LM calls and removes its sandboxes."""
         return await _call(svc(ctx).cancel(run_id))
-
-    _add_resources(mcp, svc)
-    return mcp
-
-
-def request_owner(ctx: Context, mode: Mode) -> Owner:
-    """The owner the HTTP guard recorded for this request (`server.guard`); over stdio, the one
-    local user. Over HTTP a request without one is refused rather than treated as local."""
-    request = ctx.request_context.request
-    scope = getattr(request, "scope", None)
-    if isinstance(scope, dict) and isinstance((scope.get("state") or {}).get("rlm_owner"), str):
-        return scope_owner(scope)
-    if mode == "http":
-        raise ToolError("This request carries no authenticated owner; send it through the server's HTTP endpoint.")
-    return LOCAL_OWNER
 
 
 def _add_resources(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller]) -> None:

@@ -40,10 +40,6 @@ class SessionLimiter:
         self._path = path
         self._sessions: dict[str, _Session] = {}
 
-    def open_sessions(self, owner: str) -> int:
-        self._forget_idle()
-        return sum(1 for s in self._sessions.values() if s.owner == owner)
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path", "").rstrip("/") != self._path:
             await self._app(scope, receive, send)

@@ -364,6 +364,18 @@ class ScriptedLM:
                         fh.write(json.dumps(record) + "\n")
         return outcome if isinstance(outcome, tuple) else None
 
+    def _faulted(self, fault: Fault) -> Response | str | None:
+        """What a scripted fault sends instead of a completion (None: the fault only delays)."""
+        if fault.drop:
+            return "dropped"
+        if fault.malformed:
+            if fault.malformed == "no_choices":
+                return json_response(200, {"id": "chatcmpl-x", "object": "chat.completion"})
+            return 200, b'{"id": "chatcmpl-x", "choices": [', {"Content-Type": "application/json"}
+        if (status := fault.error_status()) is not None:
+            return self._fault_response(fault, status)
+        return None
+
     async def _chat_response(
         self,
         data: dict[str, Any],
@@ -382,14 +394,8 @@ class ScriptedLM:
         delay = s.delay_for(role) + (fault.delay_s if fault else 0.0)
         if delay > 0 and await wait_or_disconnect(delay, reader, buf):
             return "disconnected"
-        if fault is not None and fault.drop:
-            return "dropped"
-        if fault is not None and fault.malformed:
-            if fault.malformed == "no_choices":
-                return json_response(200, {"id": "chatcmpl-x", "object": "chat.completion"})
-            return 200, b'{"id": "chatcmpl-x", "choices": [', {"Content-Type": "application/json"}
-        if fault is not None and (status := fault.error_status()) is not None:
-            return self._fault_response(fault, status)
+        if fault is not None and (faulted := self._faulted(fault)) is not None:
+            return faulted
         window = s.max_model_len
         prompt_tokens = count_prompt_tokens(messages)
         field = "max_tokens" if "max_tokens" in data else "max_completion_tokens"

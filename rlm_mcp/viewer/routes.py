@@ -55,19 +55,49 @@ def _refusal(request: Request, status: int, message: str) -> Response:
 
 
 def build_viewer(records: RunStorePort, auth: ViewerAuth) -> ASGIApp:
-    """The Starlette app of every path under /runs/."""
+    """The app of every path under /runs/ (the same pages also under /runs/s/<key>/, the cookie's path)."""
+    pages = _Pages(records, auth)
+    app = Starlette(
+        routes=[
+            Route(f"{PREFIX}/", pages.index),
+            Route(f"{PREFIX}/login", pages.login),
+            Route(f"{PREFIX}/api/runs", pages.index_api),
+            Route(f"{PREFIX}/api/runs/{{run_id}}", pages.run_api),
+            Route(f"{PREFIX}/api/login-link", pages.login_link, methods=["POST"]),
+            Route(f"{PREFIX}/{{run_id}}", pages.run_page),
+        ]
+    )
 
-    def owner_of(request: Request) -> str:
+    async def under_key(scope: Scope, receive: Receive, send: Send) -> None:
+        # /runs/s/<key>/... is /runs/...: the pages' links are relative, so they stay under it.
+        # (The key is read per request: in team mode it is set once the shared store is open.)
+        keyed = f"{PREFIX}/s/{auth.path_key}/"
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path.startswith(keyed):
+            scope = {**scope, "path": PREFIX + "/" + path[len(keyed) :], "raw_path": None}
+        await app(scope, receive, send)
+
+    return under_key
+
+
+class _Pages:
+    """The viewer's endpoints; each checks who is asking first (`denied`)."""
+
+    def __init__(self, records: RunStorePort, auth: ViewerAuth) -> None:
+        self.records = records
+        self.auth = auth
+
+    def owner_of(self, request: Request) -> str:
         owner = request.scope.get("state", {}).get("viewer_owner")
         assert isinstance(owner, str), "denied() runs first and records the owner"
         return owner
 
-    def denied(request: Request, *, bearer_only: bool = False) -> Response | None:
-        if not auth.host_ok(request.headers.get("host"), request.headers.get("origin")):
+    def denied(self, request: Request, *, bearer_only: bool = False) -> Response | None:
+        if not self.auth.host_ok(request.headers.get("host"), request.headers.get("origin")):
             return _refusal(request, 403, "This Host or Origin is not allowed.")
-        owner = auth.bearer_owner(request.headers.get("authorization"))
+        owner = self.auth.bearer_owner(request.headers.get("authorization"))
         if owner is None and not bearer_only:
-            owner = auth.session_owner(request.cookies.get(COOKIE))
+            owner = self.auth.session_owner(request.cookies.get(COOKIE))
         if owner is None:
             return _refusal(
                 request, 401, "Not signed in: run `rlm-mcp runs view --url <this server>` for a one-time login link."
@@ -75,10 +105,10 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth) -> ASGIApp:
         request.scope.setdefault("state", {})["viewer_owner"] = owner
         return None
 
-    async def index(request: Request) -> Response:
-        if (refused := denied(request)) is not None:
+    async def index(self, request: Request) -> Response:
+        if (refused := self.denied(request)) is not None:
             return refused
-        version, entries = await _index(request)
+        version, entries = await self._index(request)
         page = render_page(
             "index",
             entries,
@@ -89,36 +119,36 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth) -> ASGIApp:
         )
         return HTMLResponse(page, headers=_HEADERS)
 
-    async def _index(request: Request) -> tuple[str, list[dict[str, Any]]]:
-        owner = owner_of(request)
-        entries = [index_entry(s) for s in await records.list(INDEX_LIMIT, owner=_scope(owner))]
+    async def _index(self, request: Request) -> tuple[str, list[dict[str, Any]]]:
+        owner = self.owner_of(request)
+        entries = [index_entry(s) for s in await self.records.list(INDEX_LIMIT, owner=_scope(owner))]
         digest = hashlib.sha256(json.dumps(entries, default=str, sort_keys=True).encode()).hexdigest()[:16]
         return digest, entries
 
-    async def index_api(request: Request) -> Response:
-        if (refused := denied(request)) is not None:
+    async def index_api(self, request: Request) -> Response:
+        if (refused := self.denied(request)) is not None:
             return refused
-        version, entries = await _index(request)
+        version, entries = await self._index(request)
         if request.query_params.get("since") == version:
             return JSONResponse({"version": version}, headers=_HEADERS)
         return JSONResponse({"version": version, "data": entries}, headers=_HEADERS)
 
-    async def _model(request: Request) -> tuple[str, dict[str, Any]] | Response:
+    async def _model(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
         run_id = request.path_params["run_id"]
         try:
-            scope = _scope(owner_of(request))
-            summary = await records.read_summary(run_id, owner=scope)  # another owner's: unknown
-            version = await records.version(run_id)
+            scope = _scope(self.owner_of(request))
+            summary = await self.records.read_summary(run_id, owner=scope)  # another owner's: unknown
+            version = await self.records.version(run_id)
             if request.query_params.get("since") == version:
                 return version, {}
-            return version, build_run(summary, await records.read_events(run_id, owner=scope))
+            return version, build_run(summary, await self.records.read_events(run_id, owner=scope))
         except RlmMcpError:
             return _refusal(request, 404, "Unknown run id.")
 
-    async def run_page(request: Request) -> Response:
-        if (refused := denied(request)) is not None:
+    async def run_page(self, request: Request) -> Response:
+        if (refused := self.denied(request)) is not None:
             return refused
-        found = await _model(request)
+        found = await self._model(request)
         if isinstance(found, Response):
             return found
         version, model = found
@@ -133,10 +163,10 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth) -> ASGIApp:
         )
         return HTMLResponse(page, headers=_HEADERS)
 
-    async def run_api(request: Request) -> Response:
-        if (refused := denied(request)) is not None:
+    async def run_api(self, request: Request) -> Response:
+        if (refused := self.denied(request)) is not None:
             return refused
-        found = await _model(request)
+        found = await self._model(request)
         if isinstance(found, Response):
             return found
         version, model = found
@@ -145,48 +175,26 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth) -> ASGIApp:
             body["data"] = model
         return JSONResponse(body, headers=_HEADERS)
 
-    async def login_link(request: Request) -> Response:
-        if (refused := denied(request, bearer_only=True)) is not None:
+    async def login_link(self, request: Request) -> Response:
+        if (refused := self.denied(request, bearer_only=True)) is not None:
             return refused
-        code = auth.issue_code(owner_of(request))
+        code = self.auth.issue_code(self.owner_of(request))
         return JSONResponse({"path": f"{PREFIX}/login?code={code}"}, headers=_HEADERS)
 
-    async def login(request: Request) -> Response:
-        if not auth.host_ok(request.headers.get("host"), request.headers.get("origin")):
+    async def login(self, request: Request) -> Response:
+        if not self.auth.host_ok(request.headers.get("host"), request.headers.get("origin")):
             return _refusal(request, 403, "This Host or Origin is not allowed.")
         if request.headers.get("sec-fetch-site", "none") not in ("none", "same-origin"):
             # Opened from another page (another site, or another port of this host): login CSRF.
             return _refusal(request, 403, "Login links work only when opened directly: paste it into the address bar.")
-        session = auth.redeem(request.query_params.get("code", ""))
+        session = self.auth.redeem(request.query_params.get("code", ""))
         if session is None:
             return _refusal(request, 401, "This login link was already used or has expired: ask for a new one.")
         target = request.query_params.get("run", "")
-        home = f"{PREFIX}/s/{auth.path_key}/"
+        home = f"{PREFIX}/s/{self.auth.path_key}/"
         response = RedirectResponse(home + target if _RUN_ID.match(target) else home, status_code=303, headers=_HEADERS)
         response.set_cookie(COOKIE, session, max_age=int(SESSION_TTL_S), path=home, httponly=True, samesite="strict")
         return response
-
-    app = Starlette(
-        routes=[
-            Route(f"{PREFIX}/", index),
-            Route(f"{PREFIX}/login", login),
-            Route(f"{PREFIX}/api/runs", index_api),
-            Route(f"{PREFIX}/api/runs/{{run_id}}", run_api),
-            Route(f"{PREFIX}/api/login-link", login_link, methods=["POST"]),
-            Route(f"{PREFIX}/{{run_id}}", run_page),
-        ]
-    )
-
-    async def under_key(scope: Scope, receive: Receive, send: Send) -> None:
-        # /runs/s/<key>/... is /runs/...: the pages' links are relative, so they stay under it.
-        # (The key is read per request: in team mode it is set once the shared store is open.)
-        keyed = f"{PREFIX}/s/{auth.path_key}/"
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path.startswith(keyed):
-            scope = {**scope, "path": PREFIX + "/" + path[len(keyed) :], "raw_path": None}
-        await app(scope, receive, send)
-
-    return under_key
 
 
 def mount_viewer(app: ASGIApp, viewer: ASGIApp) -> ASGIApp:

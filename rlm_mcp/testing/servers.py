@@ -1,0 +1,82 @@
+"""Ports and server processes for tests and benchmarks: one `free_port`, one way to start a
+server in a subprocess and wait until it accepts connections."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+POLL_S = 0.05
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (bound and released; IPv6 when `host` is an IPv6 address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def server_process(
+    argv: Sequence[str],
+    *,
+    port: int,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    host: str = "127.0.0.1",
+    within_s: float = 60.0,
+    quiet: bool = True,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start `argv` (a server that listens on `host:port`), yield it once a TCP connection
+    succeeds, stop it on exit. Fails with the server's stderr if it exits before listening.
+    `quiet`: its stdout is discarded. Its stderr goes to a file (a pipe nobody reads would
+    block a chatty server), read back for that message."""
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            list(argv),
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL if quiet else None,
+            stderr=stderr,
+        )
+        try:
+            _wait_listening(proc, argv[0], host, port, within_s, stderr)
+            yield proc
+        finally:
+            stop_process(proc)
+
+
+def _wait_listening(
+    proc: subprocess.Popen[bytes], name: str, host: str, port: int, within_s: float, stderr: IO[bytes]
+) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        if proc.poll() is not None:
+            stderr.seek(0)
+            err = stderr.read().decode(errors="replace")
+            raise AssertionError(f"{name} exited with {proc.returncode} before listening: {err[-3000:]}")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} did not listen on {host}:{port} within {within_s:g} s") from None
+            time.sleep(POLL_S)  # a process's port has no event to wait on
