@@ -168,3 +168,13 @@ def test_one_visibility_rule_for_run_records() -> None:
     assert owned_by({"owner": ALICE}, ALICE) and not owned_by({"owner": ALICE}, LOCAL_OWNER)
     assert owned_by({}, LOCAL_OWNER) and not owned_by({}, ALICE)
     assert owned_by({"owner": ALICE}, EVERY_OWNER) and owned_by({}, EVERY_OWNER)
+
+
+@pytest.mark.parametrize("context_id", ["ctx_\ud800", "ctx_é", "\x00"])
+async def test_an_id_no_context_can_have_is_unknown_in_every_store(store_settings, context_id: str) -> None:
+    # A lone surrogate cannot even be encoded for the database driver: it must be an unknown id,
+    # never an internal error, whichever store is behind the service.
+    async with make_stores(store_settings()) as stores:
+        with pytest.raises(NotFoundError, match="Unknown context id"):
+            await stores.contexts.get(context_id, owner=LOCAL_OWNER)
+        assert await stores.contexts.delete(context_id, owner=LOCAL_OWNER) is False

@@ -82,6 +82,28 @@ def context_id_for(sha256: str, format: ContextFormat) -> str:
     return f"ctx_{sha256[:24]}" + ("_json" if format == "json" else "")
 
 
+def well_formed_id(context_id: str) -> bool:
+    """Whether an id could name a context at all: ids are printable ASCII, and a lone surrogate or a
+    NUL cannot even be sent to a database driver. Anything else is simply an unknown id, in every store."""
+    return context_id.isascii() and context_id.isprintable()
+
+
+def context_info(row: Any) -> ContextInfo:
+    """A stored row (SQLite's or PostgreSQL's, both indexed by column name) as the owner sees it."""
+    return ContextInfo(
+        context_id=row["context_id"],
+        name=row["name"],
+        bytes=row["bytes"],
+        sha256=row["sha256"],
+        format=row["format"],
+        kind=row["kind"],
+        chars=row["chars"],
+        created_at=row["created_at"],
+        last_used_at=row["last_used_at"],
+        source=json.loads(row["source"]),
+    )
+
+
 def _unknown(context_id: str) -> UnknownIdError:
     return UnknownIdError("context", context_id)
 
@@ -95,7 +117,7 @@ _OWNED = (
 
 
 def _select(conn: sqlite3.Connection, context_id: str, owner: OwnerScope) -> sqlite3.Row | None:
-    if not context_id.isascii():  # a lone surrogate cannot even be sent to SQLite: no such id
+    if not well_formed_id(context_id):
         return None
     if owner is EVERY_OWNER:
         cursor = conn.execute("SELECT * FROM contexts WHERE context_id = ?", (context_id,))
@@ -103,21 +125,6 @@ def _select(conn: sqlite3.Connection, context_id: str, owner: OwnerScope) -> sql
         cursor = conn.execute(_OWNED + " WHERE c.context_id = ? AND o.owner = ?", (context_id, owner))
     row: sqlite3.Row | None = cursor.fetchone()
     return row
-
-
-def _info(row: sqlite3.Row) -> ContextInfo:
-    return ContextInfo(
-        context_id=row["context_id"],
-        name=row["name"],
-        bytes=row["bytes"],
-        sha256=row["sha256"],
-        format=row["format"],
-        kind=row["kind"],
-        chars=row["chars"],
-        created_at=row["created_at"],
-        last_used_at=row["last_used_at"],
-        source=json.loads(row["source"]),
-    )
 
 
 class ContextStore:
@@ -259,7 +266,7 @@ class ContextStore:
         finally:
             ing.tmp_path.unlink(missing_ok=True)
         log.info("stored context %s (%d bytes, %s)", cid, ing.bytes, format)
-        return _info(row)
+        return context_info(row)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -271,7 +278,7 @@ class ContextStore:
                 row = _select(conn, context_id, owner)
             if row is None:
                 raise _unknown(context_id)
-            return _info(row)
+            return context_info(row)
 
         return await _db.in_thread(work)
 
@@ -283,7 +290,7 @@ class ContextStore:
                 else:
                     query = _OWNED + " WHERE o.owner = ? ORDER BY o.last_used_at DESC"
                     rows = conn.execute(query, (owner,)).fetchall()
-            return [_info(r) for r in rows]
+            return [context_info(r) for r in rows]
 
         return await _db.in_thread(work)
 
@@ -380,7 +387,7 @@ class ContextStore:
                     "INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (pin_id, cid, _db.HOST, pid, start, now + PIN_TTL_S, owner),
                 )
-                infos.append(_info(row).model_copy(update={"last_used_at": now}))
+                infos.append(context_info(row).model_copy(update={"last_used_at": now}))
         return infos
 
     def _unpin(self, pin_id: str) -> None:

@@ -28,7 +28,7 @@ from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
-from rlm_mcp.store.contexts import PIN_TTL_S, ContextInfo, context_id_for
+from rlm_mcp.store.contexts import PIN_TTL_S, ContextInfo, context_id_for, context_info, well_formed_id
 from rlm_mcp.store.pg.cache import BlobCache
 from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
 
@@ -47,22 +47,9 @@ def _unknown(context_id: str) -> UnknownIdError:
     return UnknownIdError("context", context_id)
 
 
-def _info(row: dict[str, Any]) -> ContextInfo:
-    return ContextInfo(
-        context_id=row["context_id"],
-        name=row["name"],
-        bytes=row["bytes"],
-        sha256=row["sha256"],
-        format=row["format"],
-        kind=row["kind"],
-        chars=row["chars"],
-        created_at=row["created_at"],
-        last_used_at=row["last_used_at"],
-        source=json.loads(row["source"]),
-    )
-
-
 async def _select(conn: Conn, context_id: str, owner: OwnerScope) -> dict[str, Any] | None:
+    if not well_formed_id(context_id):
+        return None
     if owner is EVERY_OWNER:
         cur = await conn.execute("SELECT * FROM rlm_contexts WHERE context_id = %s", (context_id,))
     else:
@@ -217,7 +204,7 @@ class PgContextStore:
             row = await _select(conn, cid, owner)
             assert row is not None  # written just above, in this transaction
         log.info("stored context %s (%d bytes, %s) in the database", cid, ing.bytes, format)
-        return _info(row)
+        return context_info(row)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -226,7 +213,7 @@ class PgContextStore:
             row = await _select(conn, context_id, owner)
         if row is None:
             raise _unknown(context_id)
-        return _info(row)
+        return context_info(row)
 
     async def list(self, *, owner: OwnerScope) -> builtins.list[ContextInfo]:
         async with self._db.connection() as conn:
@@ -235,7 +222,7 @@ class PgContextStore:
             else:
                 cur = await conn.execute(_OWNED + " WHERE o.owner = %s ORDER BY o.last_used_at DESC", (owner,))
             rows = await cur.fetchall()
-        return [_info(r) for r in rows]
+        return [context_info(r) for r in rows]
 
     def spec(self, info: ContextInfo) -> ContextSpec:
         return ContextSpec(
@@ -320,7 +307,7 @@ class PgContextStore:
                     "INSERT INTO rlm_pins VALUES (%s, %s, %s, %s, %s)",
                     (pin_id, cid, self._db.replica_id, owner, now + PIN_TTL_S),
                 )
-                infos.append(_info(row).model_copy(update={"last_used_at": now}))
+                infos.append(context_info(row).model_copy(update={"last_used_at": now}))
         return infos
 
     async def evict(self, *, keep: Sequence[str] = ()) -> builtins.list[str]:
