@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="HTTP port (default 8765)")
 
-    _command(sub, "doctor", _doctor, "check Docker, the sandbox image and the LM endpoint")
+    _command(sub, "doctor", _doctor, "check the sandbox backend and image, the LM endpoints and a round trip")
 
     run = _command(sub, "run", _async(_one_run), "one run from the shell: load a context and ask a question")
     run.add_argument("query", help="the question")
