@@ -1,6 +1,8 @@
 """The protocol-era scenario through LangChain tool objects (`langchain-mcp-adapters`, with its
-own `mcp` 1.x) in an environment of its own: `python langchain_scenario.py '<command JSON>' FOLDER`.
-The tools are LangChain `BaseTool`s invoked directly (no LLM), as an agent would call them.
+own `mcp` 1.x) in an environment of its own: `python langchain_scenario.py stdio '<command JSON>'
+FOLDER` or `... http URL FOLDER`.
+The tools are LangChain `BaseTool`s invoked directly (no LLM), as an agent would call them; the
+resource is read as a LangChain `Blob`.
 Prints one JSON object of what it saw. Imports nothing of rlm-mcp."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.callbacks import CallbackContext, Callbacks
 from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.resources import load_mcp_resources
 from langchain_mcp_adapters.tools import load_mcp_tools
 
 _calls = 0
@@ -29,11 +32,13 @@ async def call(tools: dict[str, BaseTool], name: str, args: dict[str, Any]) -> d
     return dict(message.artifact["structured_content"])
 
 
-async def main(spec_json: str, folder: str) -> None:
-    spec = json.loads(spec_json)
-    client = MultiServerMCPClient(
-        {"rlm": {"transport": "stdio", "command": spec["command"], "args": spec["args"], "env": spec["env"]}}
-    )
+async def main(transport: str, target: str, folder: str) -> None:
+    if transport == "stdio":
+        spec = json.loads(target)
+        connection: Any = {"transport": "stdio", "command": spec["command"], "args": spec["args"], "env": spec["env"]}
+    else:
+        connection = {"transport": "streamable_http", "url": target}
+    client = MultiServerMCPClient({"rlm": connection})
     progress: list[str] = []
 
     async def on_progress(value: float, total: float | None, message: str | None, context: CallbackContext) -> None:
@@ -50,8 +55,13 @@ async def main(spec_json: str, folder: str) -> None:
         run_id = (await call(tools, "rlm_start", {"query": "Q-ok again", "context_id": context_id}))["run_id"]
         seen["status"] = (await call(tools, "rlm_status", {"run_id": run_id}))["status"]
         seen["result"] = await call(tools, "rlm_result", {"run_id": run_id, "wait_s": 60})
+        slow_id = (await call(tools, "rlm_start", {"query": "Q-slow", "context_id": context_id}))["run_id"]
+        await call(tools, "rlm_cancel", {"run_id": slow_id})
+        seen["cancelled"] = await call(tools, "rlm_result", {"run_id": slow_id, "wait_s": 60})
+        blobs = await load_mcp_resources(session, uris=[f"rlm://contexts/{context_id}"])
+        seen["resource"] = json.loads(blobs[0].as_string())
     print(json.dumps(seen, default=str))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:3]))
+    asyncio.run(main(*sys.argv[1:4]))
