@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,6 +36,15 @@ def sandbox_container_ids(owner: str) -> set[str]:
         return {c["Id"] for c in found}
     finally:
         client.close()
+
+
+def assert_no_sandboxes_left(owner: str, within_s: float = 60.0) -> None:
+    """The server started with RLM_MCP_INSTANCE_ID=owner has removed all its sandboxes, or does so
+    within `within_s` (removal of a cancelled run's sandbox may still be settling when a client ends)."""
+    deadline = time.monotonic() + within_s
+    while left := sandbox_container_ids(owner):
+        assert time.monotonic() < deadline, f"sandboxes left behind by {owner}: {sorted(left)}"
+        time.sleep(0.2)
 
 
 def coverage_env() -> dict[str, str]:

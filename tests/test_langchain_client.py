@@ -17,7 +17,7 @@ import pytest
 
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_e2e import SERVER_SCRIPT, minimal_env, sandbox_container_ids
+from tests.fixtures_e2e import SERVER_SCRIPT, assert_no_sandboxes_left, minimal_env
 from tests.fixtures_uv import uv_path
 from tests.test_protocol_eras import MCP1, SCRIPT
 
@@ -69,7 +69,7 @@ def _check(seen: dict[str, Any], instance_id: str) -> None:
     assert seen["result"]["status"] == "completed" and seen["result"]["answer"].startswith("files:")
     assert seen["cancelled"]["status"] == "cancelled"
     assert seen["resource"]["context_id"]
-    assert sandbox_container_ids(instance_id) == set()
+    assert_no_sandboxes_left(instance_id)
 
 
 def _port_open(port: int) -> bool:

@@ -15,7 +15,7 @@ import pytest
 from rlm_mcp.testing.script import Fault, RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_e2e import SERVER_SCRIPT, minimal_env, sandbox_container_ids
+from tests.fixtures_e2e import SERVER_SCRIPT, assert_no_sandboxes_left, minimal_env
 from tests.fixtures_uv import uv_path
 
 pytestmark = pytest.mark.docker
@@ -61,7 +61,7 @@ def test_mcp1_client_over_stdio(mcp1_python: str, tmp_path: Path) -> None:
     assert seen["result"]["status"] == "completed"
     assert seen["cancelled"]["status"] == "cancelled"
     assert seen["resource"]["context_id"]
-    assert sandbox_container_ids(env["RLM_MCP_INSTANCE_ID"]) == set()
+    assert_no_sandboxes_left(env["RLM_MCP_INSTANCE_ID"])
 
 
 def _port_open(port: int) -> bool:
@@ -103,4 +103,4 @@ async def test_mcp1_client_over_streamable_http(mcp1_python: str, tmp_path: Path
     assert seen["complete"]["status"] == "completed" and seen["progress"] >= 1
     assert seen["result"]["status"] == "completed" and seen["cancelled"]["status"] == "cancelled"
     assert seen["resource"]["context_id"]
-    assert sandbox_container_ids(env["RLM_MCP_INSTANCE_ID"]) == set()
+    assert_no_sandboxes_left(env["RLM_MCP_INSTANCE_ID"])

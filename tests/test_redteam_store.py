@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, RunStore
 from rlm_mcp.testing.settings import make_settings
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.anyio
 @pytest.mark.parametrize("change", ["truncate", "grow", "remove"])
 async def test_a_context_changed_on_disk_is_refused(tmp_path: Path, change: str) -> None:
     store = ContextStore(make_settings(tmp_path))
-    info = await store.put_bytes(b"x" * 300_000, name="big", format="text", source={})
+    info = await store.put_bytes(b"x" * 300_000, name="big", format="text", source={}, owner=LOCAL_OWNER)
     blob = store.blob_path(info.sha256)
     if change == "truncate":
         blob.write_bytes(b"x" * 1000)
@@ -27,7 +28,7 @@ async def test_a_context_changed_on_disk_is_refused(tmp_path: Path, change: str)
     else:
         blob.unlink()
     with pytest.raises(RlmMcpError) as err:
-        async with store.in_use([info.context_id]):
+        async with store.in_use([info.context_id], owner=LOCAL_OWNER):
             pass
     if change == "remove":
         assert "Unknown context id" in str(err.value)
@@ -35,13 +36,13 @@ async def test_a_context_changed_on_disk_is_refused(tmp_path: Path, change: str)
         assert "changed on disk" in str(err.value) and "300000" in str(err.value)
         assert "load it again" in str(err.value)
     # The refusal leaves no pin behind: the context can be deleted.
-    assert await store.delete(info.context_id)
+    assert await store.delete(info.context_id, owner=LOCAL_OWNER)
 
 
 async def test_an_intact_context_is_pinned(tmp_path: Path) -> None:
     store = ContextStore(make_settings(tmp_path))
-    info = await store.put_bytes(b"intact", name="ok", format="text", source={})
-    async with store.in_use([info.context_id]) as infos:
+    info = await store.put_bytes(b"intact", name="ok", format="text", source={}, owner=LOCAL_OWNER)
+    async with store.in_use([info.context_id], owner=LOCAL_OWNER) as infos:
         assert [i.bytes for i in infos] == [6]
     await anyio.lowlevel.checkpoint()
 
@@ -54,7 +55,7 @@ def test_a_data_dir_made_beforehand_is_made_private(tmp_path: Path) -> None:
     store = ContextStore(settings)
 
     async def write() -> str:
-        info = await store.put_bytes(b"private notes", name="notes", format="text", source={})
+        info = await store.put_bytes(b"private notes", name="notes", format="text", source={}, owner=LOCAL_OWNER)
         log = await RunStore(settings).create("run_0123456789ab", {"query": "q", "status": "running"})
         await log.aclose()
         return info.sha256
