@@ -7,7 +7,6 @@ the real console script."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import anyio
 import pytest
 
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from rlm_mcp.testing.waiting import wait_until
+from rlm_mcp.testing.servers import free_port, server_process
 from tests.fixtures_e2e import SERVER_SCRIPT, assert_no_sandboxes_left, minimal_env
 from tests.fixtures_uv import uv_path
 from tests.test_protocol_eras import MCP1, SCRIPT
@@ -72,38 +71,18 @@ def _check(seen: dict[str, Any], instance_id: str) -> None:
     assert_no_sandboxes_left(instance_id)
 
 
-def _port_open(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-    except OSError:
-        return False
-    return True
-
-
 @pytest.mark.anyio
 async def test_langchain_tools_over_streamable_http(langchain_python: str, tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
     (folder / "c.txt").write_text("c\n")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with ScriptedLM(SCRIPT) as lm:
         env = minimal_env(lm.base_url, tmp_path / "data", [tmp_path])
-        server = subprocess.Popen(
-            [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            await wait_until(lambda: _port_open(port) or server.poll() is not None, within_s=120, what="HTTP server up")
-            assert server.poll() is None, "the HTTP server exited"
+        serve = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
+        with server_process(serve, port=port, env=env, within_s=120):
             run = await anyio.run_process(
                 [langchain_python, str(SCENARIO), "http", f"http://127.0.0.1:{port}/mcp", str(folder)], check=False
             )
-        finally:
-            server.terminate()
-            await anyio.to_thread.run_sync(server.wait, 60)
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     _check(json.loads(run.stdout.decode().strip().splitlines()[-1]), env["RLM_MCP_INSTANCE_ID"])
