@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 
 from rlm_mcp.errors import uploads_over_store_cap
+from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.server.guard import HostPolicy
 from rlm_mcp.store import RunStore
 from rlm_mcp.testing.settings import make_settings
@@ -25,7 +26,7 @@ def test_the_run_list_is_filtered_by_owner_before_its_cap(tmp_path: Path) -> Non
 
     anyio.run(record)
     assert [s["owner"] for s in anyio.run(lambda: store.list(3, owner="alice"))] == ["alice"]
-    assert len(anyio.run(lambda: store.list(3))) == 3  # the operator's view: every owner
+    assert len(anyio.run(lambda: store.list(3, owner=EVERY_OWNER))) == 3  # the operator's view: every owner
 
 
 def test_one_owners_logins_never_evict_anothers_session(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -56,5 +57,5 @@ def test_run_records_are_pruned_per_owner(tmp_path: Path) -> None:
 
     removed = anyio.run(record)
     assert sorted(removed) == [f"run_{i:012d}" for i in (1, 2, 3)]  # mallory's oldest three
-    kept = {s["run_id"]: s.get("owner") for s in anyio.run(lambda: store.list(10))}
+    kept = {s["run_id"]: s.get("owner") for s in anyio.run(lambda: store.list(10, owner=EVERY_OWNER))}
     assert kept == {"run_000000000000": "alice", "run_000000000004": "mallory", "run_000000000005": "mallory"}
