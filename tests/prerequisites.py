@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 # Modules that run a JavaScript tool (npx, tests/js): need Node.js and npm.
-NODE_MODULES = frozenset({"test_client_snippets", "test_claude_code_cli", "test_bundle"})
+NODE_MODULES = frozenset({"test_client_snippets", "test_claude_code_cli", "test_bundle", "test_ts_sdk_client"})
 CHROMIUM_MODULES = frozenset({"test_viewer_browser"})
 
 
