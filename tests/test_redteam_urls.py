@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from rlm_mcp.errors import AccessDeniedError
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.store import ContextStore
 from rlm_mcp.testing.settings import make_settings
@@ -21,7 +22,15 @@ async def _load(tmp_path: Any, url: str, *, stdio: bool = False, **overrides: An
     settings = make_settings(tmp_path, **overrides)
     loader = ContextLoader(settings, ContextStore(settings), allow_loopback_urls=stdio)
     info = await loader.load(
-        text=None, path=None, glob=None, url=url, name=None, format="text", include=None, exclude=None
+        text=None,
+        path=None,
+        glob=None,
+        url=url,
+        name=None,
+        format="text",
+        include=None,
+        exclude=None,
+        owner=LOCAL_OWNER,
     )
     return info.context_id
 
