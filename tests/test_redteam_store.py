@@ -1,5 +1,6 @@
 """Issue 20, the store: a context whose bytes changed on disk is refused, not sent as is (item
-14); the data dir, its blobs and run logs are private to the server's user (item 15)."""
+14); the data dir, its blobs and run logs are private to the server's user (item 15); a run's
+log holds no descriptor until the run starts (item 11)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import anyio
 import pytest
 
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.events import CellStart
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, RunStore
 from rlm_mcp.testing.settings import make_settings
@@ -57,6 +59,7 @@ def test_a_data_dir_made_beforehand_is_made_private(tmp_path: Path) -> None:
     async def write() -> str:
         info = await store.put_bytes(b"private notes", name="notes", format="text", source={}, owner=LOCAL_OWNER)
         log = await RunStore(settings).create("run_0123456789ab", {"query": "q", "status": "running"})
+        await log.open()
         await log.aclose()
         return info.sha256
 
@@ -65,3 +68,34 @@ def test_a_data_dir_made_beforehand_is_made_private(tmp_path: Path) -> None:
     assert store.blob_path(sha256).stat().st_mode & 0o777 == 0o600
     for name in ("events.jsonl", "summary.json"):
         assert (data / "runs" / "run_0123456789ab" / name).stat().st_mode & 0o077 == 0, name
+
+
+def _open_files_under(path: Path) -> list[str]:
+    fds = Path("/proc/self/fd")
+    targets = []
+    for fd in fds.iterdir():
+        try:
+            targets.append(str(fd.readlink()))
+        except OSError:  # closed since the listing
+            continue
+    return [t for t in targets if t.startswith(str(path))]
+
+
+async def test_a_queued_run_holds_no_descriptor(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    runs = RunStore(settings)
+    logs = [await runs.create(f"run_{i:012d}", {"query": "q", "status": "queued"}) for i in range(50)]
+    runs_dir = Path(settings.data_dir) / "runs"
+    try:
+        assert _open_files_under(runs_dir) == []
+        # Its record answers while it waits: a summary, no events yet.
+        assert (await runs.read_summary("run_000000000007", owner=LOCAL_OWNER))["status"] == "queued"
+        assert await runs.read_events("run_000000000007", owner=LOCAL_OWNER) == []
+        await logs[0].open()  # the run starts
+        await logs[0].append(CellStart(run_id="run_000000000000", iteration=1, block=1, depth=0))
+        assert _open_files_under(runs_dir) == [str(runs_dir / "run_000000000000" / "events.jsonl")]
+        assert len(await runs.read_events("run_000000000000", owner=LOCAL_OWNER)) == 1
+    finally:
+        for log in logs:
+            await log.aclose()
+    assert _open_files_under(runs_dir) == []

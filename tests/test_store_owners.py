@@ -178,3 +178,24 @@ async def test_an_id_no_context_can_have_is_unknown_in_every_store(store_setting
         with pytest.raises(NotFoundError, match="Unknown context id"):
             await stores.contexts.get(context_id, owner=LOCAL_OWNER)
         assert await stores.contexts.delete(context_id, owner=LOCAL_OWNER) is False
+
+
+async def test_an_owners_loads_evict_its_own_contexts_first(store_settings) -> None:
+    """Issue 20 item 8: over the store's cap, the loader's least recently used contexts go
+    before another owner's, which go only when the loader's own cannot make room."""
+    async with make_stores(store_settings(store_max_bytes=250, context_grace_s=0)) as stores:
+        store = stores.contexts
+        bob = await store.put_bytes(b"b" * 100, name="bob's", format="text", source={}, owner=BOB)
+        first = await store.put_bytes(b"1" * 100, name="a1", format="text", source={}, owner=ALICE)
+        await store.put_bytes(b"2" * 100, name="a2", format="text", source={}, owner=ALICE)
+        # Bob's is the least recently used, yet Alice's own older context made the room.
+        assert (await store.get(bob.context_id, owner=BOB)).name == "bob's"
+        with pytest.raises(NotFoundError, match="Unknown context id"):
+            await store.get(first.context_id, owner=ALICE)
+        await store.put_bytes(b"3" * 150, name="a3", format="text", source={}, owner=ALICE)
+        assert [i.name for i in await store.list(owner=ALICE)] == ["a3"]
+        assert [i.name for i in await store.list(owner=BOB)] == ["bob's"]
+        # When Alice's own cannot make room (what she just stored is kept), Bob's goes too.
+        await store.put_bytes(b"4" * 200, name="a4", format="text", source={}, owner=ALICE)
+        assert [i.name for i in await store.list(owner=ALICE)] == ["a4"]
+        assert await store.list(owner=BOB) == []

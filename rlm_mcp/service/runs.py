@@ -240,6 +240,10 @@ class RunManager:
         run.progress.status = "running"
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
+        try:
+            await log.open()  # only now: a queued run holds no descriptor (issue 20 item 11)
+        except Exception:  # a full disk must not end the run (appends try again)
+            logger.exception("could not open the log of run %s", run.run_id)
 
         async def emit(event: RunEvent) -> None:
             try:

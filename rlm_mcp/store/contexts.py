@@ -38,7 +38,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -54,6 +54,7 @@ from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.blob_check import check_blob
+from rlm_mcp.store.owner_caps import loader_first
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
@@ -199,7 +200,7 @@ class ContextStore:
             return self._commit(ing, name=name, format=format, source=source, owner=owner)
 
         info = await _db.in_thread(work)
-        await self.evict(keep=[info.context_id])
+        await self.evict(keep=[info.context_id], loader=owner)
         return info
 
     async def put_chunks(
@@ -226,7 +227,7 @@ class ContextStore:
             return self._commit(ing, name=name, format=format, source=source, owner=owner)
 
         info = await _db.in_thread(work)
-        await self.evict(keep=[info.context_id])
+        await self.evict(keep=[info.context_id], loader=owner)
         return info
 
     def _commit(
@@ -407,15 +408,16 @@ class ContextStore:
                 conn.execute("DELETE FROM pins WHERE rowid = ?", (pin["rowid"],))
         return live
 
-    async def evict(self, *, keep: Sequence[str] = ()) -> builtins.list[str]:
+    async def evict(self, *, keep: Sequence[str] = (), loader: Owner | None = None) -> builtins.list[str]:
         """Evict unpinned contexts: rows no owner holds any more, those unused for
         store_max_age_days (<= 0: no age cap), then least recently used ones until the blobs
         fit store_max_bytes. Never a context stored or used within context_grace_s. `keep`
         protects ids too (a put protects what it just stored, even when it alone exceeds the
-        cap). Returns the evicted ids."""
-        return await _db.in_thread(lambda: self._evict(set(keep)))
+        cap). With `loader` (who just stored), that owner's own contexts go first
+        (`owner_caps.loader_first`). Returns the evicted ids."""
+        return await _db.in_thread(lambda: self._evict(set(keep), loader))
 
-    def _evict(self, keep: set[str]) -> builtins.list[str]:
+    def _evict(self, keep: set[str], loader: Owner | None) -> builtins.list[str]:
         if not self.db_path.exists():
             return []
         now = time.time()
@@ -430,6 +432,10 @@ class ContextStore:
                 "EXISTS (SELECT 1 FROM context_owners o WHERE o.context_id = c.context_id) AS owned "
                 "FROM contexts c ORDER BY last_used_at ASC"
             ).fetchall()
+            owners: dict[str, set[str]] = defaultdict(set)
+            for o in conn.execute("SELECT context_id, owner FROM context_owners"):
+                owners[o["context_id"]].add(o["owner"])
+            rows = loader_first(rows, owners, loader)
             refs = Counter(r["sha256"] for r in rows)
             sizes = {r["sha256"]: r["bytes"] for r in rows}
             total = sum(sizes.values())  # blobs are shared: count each content once

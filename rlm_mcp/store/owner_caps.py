@@ -6,9 +6,12 @@ Pure selection logic, so any store (files, SQLite, PostgreSQL) applies the same 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
-__all__ = ["beyond_newest_per_owner"]
+_Row = TypeVar("_Row", bound=Any)
+
+__all__ = ["beyond_newest_per_owner", "loader_first"]
 
 
 def beyond_newest_per_owner(items: Iterable[tuple[str, float, str]], keep: int) -> list[str]:
@@ -21,3 +24,15 @@ def beyond_newest_per_owner(items: Iterable[tuple[str, float, str]], keep: int) 
         entries.sort(reverse=True)
         dropped += [key for _, key in entries[max(0, keep) :]]
     return dropped
+
+
+def loader_first(rows: Sequence[_Row], owners: dict[str, set[str]], loader: str | None) -> list[_Row]:
+    """The eviction order when `loader` stores a context and the store is over its cap: the
+    contexts `loader` alone holds first, least recently used first, then everyone else's (a
+    context several owners hold, as its blob is shared, counts as everyone's). `rows` come
+    least recently used first, each with a "context_id"; `owners` maps ids to their owners.
+    So one owner's loads evict another owner's contexts only when its own cannot make room."""
+    if loader is None:
+        return list(rows)
+    own = [r for r in rows if owners.get(r["context_id"]) == {loader}]
+    return own + [r for r in rows if owners.get(r["context_id"]) != {loader}]

@@ -69,7 +69,7 @@ class ContextStorePort(Protocol):
         self, context_ids: Sequence[str], *, owner: Owner
     ) -> AbstractAsyncContextManager[builtins.list[ContextInfo]]: ...
 
-    async def evict(self, *, keep: Sequence[str] = ()) -> builtins.list[str]: ...
+    async def evict(self, *, keep: Sequence[str] = (), loader: Owner | None = None) -> builtins.list[str]: ...
 
 
 class UploadStorePort(Protocol):
@@ -92,6 +92,10 @@ class RunLogPort(Protocol):
 
     @property
     def run_id(self) -> str: ...
+
+    async def open(self) -> None:
+        """The run starts: take what its log holds open (nothing is held while it is queued)."""
+        ...
 
     async def append(self, event: RunEvent) -> None: ...
 

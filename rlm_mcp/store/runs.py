@@ -87,17 +87,31 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def _open_events(run_dir: Path) -> IO[bytes]:
+    fd = os.open(run_dir / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE)
+    return os.fdopen(fd, "ab")
+
+
 class RunLog:
-    """The open log of one run. Appends are serialised; each line is flushed, so readers see
-    whole lines (a torn last line, after a crash, is skipped by `read_events`)."""
+    """The log of one run. Its file is opened by `open` (when the run starts; the first append
+    opens it too), so a queued run holds no descriptor (issue 20 item 11). Appends are
+    serialised; each line is flushed, so readers see whole lines (a torn last line, after a
+    crash, is skipped by `read_events`)."""
 
     def __init__(
-        self, run_dir: Path, fh: IO[bytes], *, created_at: float, max_event_bytes: int, max_log_bytes: int
+        self,
+        run_dir: Path,
+        fh: IO[bytes] | None = None,
+        *,
+        created_at: float,
+        max_event_bytes: int,
+        max_log_bytes: int,
     ) -> None:
         self._dir = run_dir
         self._created_at = created_at
         self._fh: IO[bytes] | None = fh
-        self._written = fh.tell()
+        self._closed = False
+        self._written = fh.tell() if fh is not None else 0
         self._max_event = max_event_bytes
         self._max_log = max_log_bytes
         self._truncated = False
@@ -107,7 +121,16 @@ class RunLog:
     def run_id(self) -> str:
         return self._dir.name
 
+    async def open(self) -> None:
+        """Open the log's file (the run starts); a second call, or one after aclose, does nothing."""
+        async with self._lock:
+            if self._fh is None and not self._closed:
+                fh = await in_thread(lambda: _open_events(self._dir))
+                self._fh, self._written = fh, fh.tell()
+
     async def append(self, event: RunEvent) -> None:
+        if self._fh is None and not self._closed:
+            await self.open()
         line = encode_event(to_json(event, ts=time.time()), self._max_event)
         if len(line) <= INLINE_WRITE_BYTES and not self._lock.locked():
             # A small append lands in the page cache in microseconds: written here, with no
@@ -138,6 +161,7 @@ class RunLog:
         await in_thread(lambda: _write_json_atomic(self._dir / "summary.json", full))
 
     async def aclose(self) -> None:
+        self._closed = True
         fh, self._fh = self._fh, None
         if fh is not None:
             with anyio.CancelScope(shield=True):
@@ -166,7 +190,7 @@ class RunStore:
 
         created_at = time.time()
 
-        def work() -> IO[bytes]:
+        def work() -> None:
             private_dir(self._dir.parent)  # the data dir: 0700 (run logs say what users asked)
             self._dir.mkdir(parents=True, exist_ok=True)
             try:
@@ -174,11 +198,9 @@ class RunStore:
             except FileExistsError:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.") from None
             _write_json_atomic(run_dir / "summary.json", {"run_id": run_id, "created_at": created_at, **summary})
-            fd = os.open(run_dir / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE)
-            return os.fdopen(fd, "ab")
 
-        fh = await in_thread(work)
-        return RunLog(run_dir, fh, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
+        await in_thread(work)  # the events file waits for RunLog.open: a queued run holds no descriptor
+        return RunLog(run_dir, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
 
     async def read_summary(self, run_id: str, *, owner: OwnerScope) -> dict[str, Any]:
         """The run's summary; a run of another owner is unknown (EVERY_OWNER: the operator's
@@ -223,8 +245,8 @@ class RunStore:
                             events.append(loads(raw))
                         except ValueError:  # not JSON, or not UTF-8
                             log.warning("skipping a malformed line in %s", path)
-            except FileNotFoundError:  # only open() can raise it: the run was never stored
-                raise _unknown(run_id) from None
+            except FileNotFoundError:  # only open() can raise it: the run has not started yet
+                pass
             return events
 
         return await in_thread(work)

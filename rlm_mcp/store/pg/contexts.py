@@ -15,7 +15,7 @@ import json
 import logging
 import secrets
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -29,6 +29,7 @@ from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.contexts import PIN_TTL_S, ContextInfo, context_id_for, context_info, well_formed_id
+from rlm_mcp.store.owner_caps import loader_first
 from rlm_mcp.store.pg.cache import BlobCache
 from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
 
@@ -167,7 +168,7 @@ class PgContextStore:
             await anyio.to_thread.run_sync(self.cache.adopt, ing.tmp_path, ing.sha256)
         finally:
             ing.tmp_path.unlink(missing_ok=True)
-        await self.evict(keep=[info.context_id])
+        await self.evict(keep=[info.context_id], loader=owner)
         return info
 
     async def _commit(
@@ -310,8 +311,9 @@ class PgContextStore:
                 infos.append(context_info(row).model_copy(update={"last_used_at": now}))
         return infos
 
-    async def evict(self, *, keep: Sequence[str] = ()) -> builtins.list[str]:
-        """As the SQLite store's `evict`, over the database (the cap counts each blob once)."""
+    async def evict(self, *, keep: Sequence[str] = (), loader: Owner | None = None) -> builtins.list[str]:
+        """As the SQLite store's `evict`, over the database (the cap counts each blob once; the
+        same order, `owner_caps.loader_first`)."""
         now = time.time()
         max_age = float(self._settings.store_max_age_days) * 86400
         cap = self._settings.store_max_bytes
@@ -327,6 +329,11 @@ class PgContextStore:
                 "FROM rlm_contexts c ORDER BY last_used_at ASC"
             )
             rows = await cur.fetchall()
+            owners: dict[str, set[str]] = defaultdict(set)
+            cur = await conn.execute("SELECT context_id, owner FROM rlm_context_owners")
+            for o in await cur.fetchall():
+                owners[o["context_id"]].add(o["owner"])
+            rows = loader_first(rows, owners, loader)
             refs = Counter(r["sha256"] for r in rows)
             sizes = {r["sha256"]: r["bytes"] for r in rows}
             total = sum(sizes.values())

@@ -56,6 +56,10 @@ class PgRunLog:
     def run_id(self) -> str:
         return self._run_id
 
+    async def open(self) -> None:
+        """Nothing to open: each append borrows a pooled connection (the record already exists,
+        so rlm_status answers while the run is queued)."""
+
     async def append(self, event: RunEvent) -> None:
         await self.append_line(encode_event(to_json(event, ts=time.time()), self._max_event))
 
