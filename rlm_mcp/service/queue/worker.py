@@ -238,18 +238,20 @@ class QueueWorker:
 
     async def _report_until_done(self, run: ActiveRun) -> None:
         """Write the run's live summary on each progress event (and every few seconds)."""
-        seen = -1
+        seen, phase = -1, None
         while not run.done.is_set():
-            if run.seq != seen:
-                seen = run.seq
+            # Progress events notify; a phase change (waiting on the model, running code) does
+            # not, so it is looked at every poll interval.
+            if run.seq != seen or run.progress.phase != phase:
+                seen, phase = run.seq, run.progress.phase
                 summary = run_summary(self._settings, run)
                 summary.update(phase=str(run.progress.phase), last_event=run.last_event)
-                lm_called = run.progress.iterations > 0 or run.progress.usage.total.calls > 0
+                lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
                 try:
                     await records.publish(self._db, run.run_id, summary, lm_called=lm_called)
                 except RlmMcpError as exc:  # the database is restarting: the next event retries
                     log.info("could not publish run %s: %s", run.run_id, exc)
-                    seen = -1
+                    seen, phase = -1, None
                     await anyio.sleep(RETRY_S)
                     continue
             await run.wait_change(self._settings.queue_poll_s, since=seen)
