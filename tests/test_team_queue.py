@@ -25,6 +25,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from rlm_mcp.config import Settings
+from rlm_mcp.doctor import _team
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port, server_process
@@ -91,7 +93,20 @@ def row(db: str, run_id: str) -> dict[str, Any]:
         ).fetchone()
     assert found is not None
     summary, done, worker_id, requeues, pid, owner = found
-    return {"summary": json.loads(summary), "done": done, "worker_id": worker_id, "requeues": requeues, "pid": pid, "owner": owner}
+    return {
+        "summary": json.loads(summary),
+        "done": done,
+        "worker_id": worker_id,
+        "requeues": requeues,
+        "pid": pid,
+        "owner": owner,
+    }
+
+
+async def doctor(tmp_path: Path, db: str) -> dict[str, str]:
+    """What `rlm-mcp doctor`'s team checks say, by check name."""
+    settings = Settings(database_url=db, data_dir=tmp_path / "doctor")
+    return {c.name: c.detail for c in await _team(settings)}
 
 
 def in_cell(db: str, run_id: str) -> bool:
@@ -141,6 +156,11 @@ async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_
             assert running["status"] == "running" and "running on worker" in (running["notice"] or "")
             owner = row(pg_url, stuck)["owner"]
             assert sandbox_container_ids(owner)  # its sandbox is up
+            seen = await doctor(tmp_path, pg_url)
+            pids = {str(w.proc.pid) for w in workers}
+            assert {p for p in pids if f"pid {p} " in seen["workers"]} == pids, seen
+            assert f"pid {row(pg_url, stuck)['pid']} (heartbeat" in seen["workers"] and "1 run)" in seen["workers"]
+            assert seen["queue"] == "0 runs waiting"
             cancelled = await call(on_front, "rlm_cancel", run_id=stuck)
             assert cancelled["status"] == "cancelled", cancelled
             result = await call(on_w2, "rlm_result", run_id=stuck, wait_s=60)
@@ -207,6 +227,8 @@ async def test_a_run_queued_with_no_live_worker_says_so_and_times_out(tmp_path: 
                 return status["status"] == "queued" and "no worker is alive" in (status["notice"] or "")
 
             await wait_until(says_no_worker, within_s=30, what="rlm_status to say no worker is alive")
+            seen = await doctor(tmp_path, pg_url)
+            assert seen["workers"] == "none alive" and seen["queue"] == "1 run waiting", seen
             result = await call(on_front, "rlm_result", run_id=run_id, wait_s=60)
             assert result["status"] == "error", result
             assert "No worker took the run" in result["reason"] and "no worker is alive" in result["reason"]
@@ -233,5 +255,5 @@ async def test_a_postgresql_restart_mid_run_ends_in_a_final_status(
             assert result["status"] in ("completed", "error"), result
             assert (await call(on_worker, "rlm_status", run_id=run_id))["status"] == result["status"]
             # and the queue still works after the restart
-            again = (await call(on_front, "rlm_complete", query="again", context_id=cid))
+            again = await call(on_front, "rlm_complete", query="again", context_id=cid)
             assert again["status"] in ("completed",), again

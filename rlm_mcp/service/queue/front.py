@@ -35,6 +35,8 @@ from rlm_mcp.store.ports import RunStorePort
 
 log = logging.getLogger("rlm_mcp.queue")
 
+NO_WORKER = "queued, but no worker is alive to run it"
+
 
 def request_of(summary: dict[str, Any]) -> RunRequest:
     """The request a run record carries (the job's only argument is the run id)."""
@@ -85,7 +87,9 @@ def apply(run: ActiveRun, row: RunRow) -> None:
         p.phase = RunPhase(s["phase"])
     if s.get("elapsed_s") is not None and p.status != "queued":
         p.started = time.monotonic() - float(s["elapsed_s"])
-    run.notice = s.get("notice")
+    notice = s.get("notice")
+    if notice or p.status != "queued":  # a queued run keeps the front's own "no worker" notice
+        run.notice = notice
     if row.done and "result" in s and not run.done.is_set():
         run.result = RunResult.model_validate(s["result"])
         if s.get("not_started"):
@@ -112,6 +116,8 @@ class QueueFront:
         self._mirrors: dict[str, ActiveRun] = {}
         self._finished: collections.deque[str] = collections.deque()
         self._tg: anyio.abc.TaskGroup | None = None
+        self._live_workers = 0
+        self._workers_seen_at = float("-inf")
 
     async def __aenter__(self) -> QueueFront:
         self._tg = anyio.create_task_group()
@@ -186,6 +192,28 @@ class QueueFront:
         with anyio.move_on_after(wait_s):
             await run.done.wait()
 
+    async def _say_if_no_worker(self, run: ActiveRun) -> None:
+        """A queued run with no live worker says so (rlm_status), until one comes."""
+        now = time.monotonic()
+        if now - self._workers_seen_at >= self._settings.queue_poll_s:
+            try:
+                self._live_workers = await records.live_workers(self._db, self._settings.worker_lease_s)
+                self._workers_seen_at = now
+            except RlmMcpError:
+                return
+        if self._live_workers > 0 and run.notice is not None and run.notice.startswith(NO_WORKER):
+            run.notice = None
+            run.notify("queued")
+        if self._live_workers == 0:
+            wait = self._settings.run_queue_timeout_s
+            notice = (
+                f"{NO_WORKER} (start one: rlm-mcp serve --role worker or --role both); "
+                f"it ends with an error if none takes it within {wait:.0f} s of queueing (RLM_MCP_RUN_QUEUE_TIMEOUT_S)"
+            )
+            if run.notice != notice:
+                run.notice = notice
+                run.notify("queued")
+
     def _follow(self, run: ActiveRun) -> None:
         assert self._tg is not None
         self._mirrors[run.run_id] = run
@@ -207,6 +235,8 @@ class QueueFront:
                         break
                 if row is not None:
                     apply(run, row)
+                    if run.progress.status == "queued" and not run.done.is_set():
+                        await self._say_if_no_worker(run)
                 if not run.done.is_set():
                     await self._wakeups.wait(run.run_id, self._settings.queue_poll_s)
         finally:
