@@ -35,6 +35,7 @@ from rlm_mcp.store.pg.migrations import ADVISORY_LOCK_KEY
 log = logging.getLogger("rlm_mcp.queue")
 
 SWEEP_LOCK_KEY = ADVISORY_LOCK_KEY + 1
+FORGET_AFTER_S = 86400.0
 
 
 class Sweeper:
@@ -67,6 +68,7 @@ class Sweeper:
             if row is not None and row["got"]:
                 await self._lost_runs(conn)
                 await self._queue_timeouts(conn)
+                await self._forget_old_workers(conn)
         if self._sandboxes is not None:
             await self._lost_sandboxes()
 
@@ -99,6 +101,12 @@ class Sweeper:
             )
             if await records.finish(self._db, run_id, records.final_summary(row.summary, "error", reason), conn=conn):
                 log.warning("run %s ended: %s lost", run_id, who)
+
+    async def _forget_old_workers(self, conn: Conn) -> None:
+        """Keep the worker tables small: rows of workers gone for a day (their runs have ended
+        and their sandboxes were removed by then)."""
+        await self._app.job_manager.prune_stalled_workers(FORGET_AFTER_S)
+        await conn.execute("DELETE FROM rlm_workers WHERE gone_at < %s", (time.time() - FORGET_AFTER_S,))
 
     async def _queue_timeouts(self, conn: Conn) -> None:
         timeout = self._settings.run_queue_timeout_s
