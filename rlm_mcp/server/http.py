@@ -21,6 +21,7 @@ from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
 from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.guard import RequestGuard
+from rlm_mcp.server.health import health_endpoint, store_readiness, with_health
 from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners
 from rlm_mcp.store.factory import make_stores
@@ -33,7 +34,7 @@ logger = logging.getLogger("rlm_mcp.server")
 
 def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None = None) -> ASGIApp:
     """The MCP app behind `SessionLimiter` (per-owner sessions) and `RequestGuard` (Host, Origin,
-    token, owner) — the guard wraps every route the app serves."""
+    token, owner) — the guard wraps every route the app serves but the health route (`health`)."""
     tokens = checked_tokens(settings)
     settings = roots_for_owners(settings, tokens)
     if not is_loopback_host(settings.host) and not tokens:
@@ -63,7 +64,10 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
 
     stores.after_open.append(share_viewer_key)
     viewer = build_viewer(stores.runs, auth)
-    return mount_viewer(RequestGuard(app, policy, tokens), viewer)
+    # /healthz (the balancer's check) is the one route in front of the guard: no token, says little.
+    # `role` is read when the settings carry one (team mode part 2: --role both|front|worker).
+    health = health_endpoint(store_readiness(stores), role=getattr(settings, "role", None))
+    return with_health(mount_viewer(RequestGuard(app, policy, tokens), viewer), health)
 
 
 async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socket.socket | None = None) -> None:
