@@ -15,7 +15,7 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
-from rlm_mcp.access import HostPolicy, is_loopback_host
+from rlm_mcp.access import host_policy, is_loopback_host
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
@@ -52,10 +52,12 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
         max_sessions=settings.http_sessions_per_client * max(1, len(tokens)),
     )
     app = SessionLimiter(app, per_owner=settings.http_sessions_per_client, idle_s=settings.http_session_idle_s)
-    policy = HostPolicy(settings.host, settings.port, settings.allowed_hosts, settings.allowed_origins)
+    policy = host_policy(settings)
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
-    auth = ViewerAuth(tokens=tokens, policy=policy, path_key=deployment_key(settings.data_dir))
+    auth = ViewerAuth(
+        tokens=tokens, policy=policy, path_key=deployment_key(settings.data_dir), public_url=settings.public_url
+    )
 
     async def share_viewer_key() -> None:  # team mode: a login link or cookie works on every replica
         auth.key = await stores.lifecycle.shared_key("viewer")
