@@ -193,20 +193,28 @@ def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _serve_worker(settings: Settings) -> None:
-    """A team-mode worker: executes queued runs, serves no MCP, until SIGINT/SIGTERM."""
+    """A team-mode worker: executes queued runs and serves only the unauthenticated health route
+    (`GET /healthz`, for a balancer or systemd) on RLM_MCP_HOST:RLM_MCP_PORT; no MCP, no viewer."""
+    from rlm_mcp.server.health import health_app, store_readiness
+    from rlm_mcp.server.http import serve_http
+    from rlm_mcp.server.listen import bind_listener
     from rlm_mcp.service.service import RlmService
 
     closed = threading.Event()
+    listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before anything starts
 
     async def serve() -> None:
         try:
-            async with RlmService(settings, mode="http"):
-                logging.getLogger("rlm_mcp").info("team worker ready: executing queued runs")
-                await anyio.sleep_forever()
+            async with RlmService(settings, mode="http") as service:
+                logging.getLogger("rlm_mcp").info("team worker: executing queued runs; health on /healthz")
+                await serve_http(settings, health_app(store_readiness(service.stores), role="worker"), listener)
         finally:
             closed.set()
 
-    await _serve_until_signal(serve, closed)
+    try:
+        await _serve_until_signal(serve, closed)
+    finally:
+        listener.close()
 
 
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import httpx2
 import psycopg
 import pytest
@@ -172,7 +173,15 @@ async def test_a_killed_worker_leaves_a_final_status_and_no_container(tmp_path: 
     script = Script(root=[STUCK])
     with ScriptedLM(script) as lm, ExitStack() as stack:
         front = stack.enter_context(replica(tmp_path, "front", pg_url, lm.base_url, "front"))
-        workers = [stack.enter_context(replica(tmp_path, f"w{i}", pg_url, lm.base_url, "both")) for i in (1, 2)]
+        # One worker-only process (no MCP: its port serves /healthz alone) and one `both`.
+        workers = [
+            stack.enter_context(replica(tmp_path, f"w{i}", pg_url, lm.base_url, role))
+            for i, role in ((1, "worker"), (2, "both"))
+        ]
+        async with httpx.AsyncClient() as http:
+            health = await http.get(f"{workers[0].url}/healthz")
+            assert health.status_code == 200 and health.json()["role"] == "worker"
+            assert (await http.get(f"{workers[0].url}/mcp")).status_code == 404
         async with client(front) as on_front:
             cid = (await call(on_front, "rlm_load_context", text="doomed haystack " * 500))["context_id"]
             run_id = (await call(on_front, "rlm_start", query="q", context_id=cid))["run_id"]
