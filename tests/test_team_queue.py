@@ -266,3 +266,33 @@ async def test_a_postgresql_restart_mid_run_ends_in_a_final_status(
             # and the queue still works after the restart
             again = await call(on_front, "rlm_complete", query="again", context_id=cid)
             assert again["status"] in ("completed",), again
+
+
+def attempts(db: str, run_id: str) -> int:
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT j.attempts FROM procrastinate_jobs j JOIN rlm_runs r ON r.job_id = j.id WHERE r.run_id = %s",
+            (run_id,),
+        ).fetchone()
+    return int(found[0]) if found else 0
+
+
+async def test_a_worker_claims_a_run_only_with_the_sandbox_slots_its_depth_may_need(
+    tmp_path: Path, pg_url: str
+) -> None:
+    script = Script(root_by_query=[{"match": "stuck", "replies": [STUCK]}], root=[ANSWER_NOW])
+    with ScriptedLM(script) as lm, ExitStack() as stack:
+        worker = stack.enter_context(
+            replica(tmp_path, "w1", pg_url, lm.base_url, "both", RLM_MCP_MAX_SANDBOXES="2", RLM_MCP_MAX_RUNS="2")
+        )
+        async with client(worker) as on_worker:
+            cid = (await call(on_worker, "rlm_load_context", text="gated haystack " * 100))["context_id"]
+            stuck = (await call(on_worker, "rlm_start", query="stuck", context_id=cid))["run_id"]
+            await wait_until(lambda: in_cell(pg_url, stuck), within_s=120, what="the stuck cell to run")
+            # One sandbox slot left, a run that may need two (max_depth 2): claimed, given back.
+            deep = (await call(on_worker, "rlm_start", query="deep", context_id=cid, max_depth=2))["run_id"]
+            await wait_until(lambda: attempts(pg_url, deep) >= 2, within_s=60, what="the deep run to be given back")
+            assert (await call(on_worker, "rlm_status", run_id=deep))["status"] == "queued"
+            await call(on_worker, "rlm_cancel", run_id=stuck)
+            result = await call(on_worker, "rlm_result", run_id=deep, wait_s=120)
+            assert result["status"] == "completed" and result["answer"] == "forty-two", result
