@@ -199,7 +199,7 @@ class QueueFront:
             try:
                 self._live_workers = await records.live_workers(self._db, self._settings.worker_lease_s)
                 self._workers_seen_at = now
-            except RlmMcpError:
+            except Exception:  # the database is restarting: say nothing new
                 return
         if self._live_workers > 0 and run.notice is not None and run.notice.startswith(NO_WORKER):
             run.notice = None
@@ -224,7 +224,7 @@ class QueueFront:
             while not run.done.is_set():
                 try:
                     row = await records.read(self._db, run.run_id)
-                except RlmMcpError as exc:  # the database is restarting: keep following
+                except Exception as exc:  # the database is restarting: keep following
                     log.info("could not read run %s: %s", run.run_id, exc)
                     row = None
                 else:

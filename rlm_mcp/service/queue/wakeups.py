@@ -57,6 +57,6 @@ class Wakeups:
                         async for note in conn.notifies(timeout=KEEPALIVE_S):
                             self.wake(note.payload)
                         await conn.execute("SELECT 1")  # notices a dead connection
-            except psycopg.Error as exc:
+            except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
                 log.info("run progress listener lost its connection (%s); reconnecting", type(exc).__name__)
             await anyio.sleep(RECONNECT_S)

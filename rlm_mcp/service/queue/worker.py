@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import procrastinate
+import psycopg
 from procrastinate.jobs import Job, Status
 
 from rlm_mcp.config import Settings
@@ -46,6 +47,7 @@ from rlm_mcp.store.pg.runs import PgRunStore
 log = logging.getLogger("rlm_mcp.queue")
 
 RETRY_S = 1.0  # after a database error, before the next try
+FINAL_WRITE_S = 600.0  # how long a run's final record is retried through a database outage
 
 
 class QueueWorker:
@@ -196,11 +198,20 @@ class QueueWorker:
             self._running.pop(job.id, None)
             self._slots.release()
             if status is not Status.TODO:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                    try:
-                        await self._app.job_manager.finish_job(job, status=status, delete_job=False)
-                    except Exception as exc:  # a sweeper ended it, or the database is away
-                        log.info("could not finish job %s: %s", job.id, exc)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_S):
+                    await self._finish_job(job, status)
+
+    async def _finish_job(self, job: Job, status: Status) -> None:
+        while True:
+            try:
+                await self._app.job_manager.finish_job(job, status=status, delete_job=False)
+                return
+            except Exception as exc:
+                if not isinstance(exc.__cause__, psycopg.OperationalError):
+                    log.info("job %s was ended elsewhere: %s", job.id, exc)  # no longer `doing`
+                    return
+                log.info("could not finish job %s yet: %s", job.id, exc)  # the database is away
+                await anyio.sleep(RETRY_S)
 
     async def _execute(self, job: Job) -> Status:
         """Run the job's run here; the job's final status (TODO: given back to the queue)."""
@@ -228,13 +239,24 @@ class QueueWorker:
                     if run.scope is not None:
                         run.scope.cancel()
                     await run.done.wait()
-                try:
-                    async with self._db.connection() as conn:
-                        await records.notify(conn, run_id)
-                except RlmMcpError as exc:
-                    log.info("could not announce the end of run %s: %s", run_id, exc)
+                await self._ensure_final(run)
         assert run.result is not None
         return Status.ABORTED if run.result.status == "cancelled" else Status.SUCCEEDED
+
+    async def _ensure_final(self, run: ActiveRun) -> None:
+        """The run's final record, whatever happened to the database meanwhile: `RunManager`
+        writes it once and only logs a failure; here it is written again until it lands (a
+        no-op when it did: final writes never overwrite one), then announced."""
+        summary = run_summary(self._settings, run)
+        with anyio.move_on_after(FINAL_WRITE_S):
+            while True:
+                try:
+                    await records.finish(self._db, run.run_id, summary)
+                    return
+                except Exception as exc:  # PostgreSQL restarting: try again
+                    log.info("could not record the end of run %s yet: %s", run.run_id, exc)
+                    await anyio.sleep(RETRY_S)
+        log.error("the end of run %s could not be recorded within %.0f s", run.run_id, FINAL_WRITE_S)
 
     async def _report_until_done(self, run: ActiveRun) -> None:
         """Write the run's live summary on each progress event (and every few seconds)."""
