@@ -151,7 +151,7 @@ async def test_team_mode_health_follows_the_database(tmp_path: Path, pg_cluster:
         await wait_until(lambda: _status_is(base, 200), within_s=120, what="the replica to report healthy")
         up = _health(base)
         assert up is not None
-        assert up.json() == {"status": "ok", "version": __version__, "database": "reachable"}
+        assert up.json() == {"status": "ok", "version": __version__, "role": "both", "database": "reachable"}
         pg_cluster.stop()
         try:
             await wait_until(lambda: _status_is(base, 503), within_s=120, what="503 while PostgreSQL is down")

@@ -240,6 +240,7 @@ class QueueFront:
                 if not run.done.is_set():
                     await self._wakeups.wait(run.run_id, self._settings.queue_poll_s)
         finally:
+            self._wakeups.forget(run.run_id)
             self._finished.append(run.run_id)
             while len(self._finished) > FINISHED_RUNS_KEPT:
                 self._mirrors.pop(self._finished.popleft(), None)

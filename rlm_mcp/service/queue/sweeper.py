@@ -36,6 +36,7 @@ log = logging.getLogger("rlm_mcp.queue")
 
 SWEEP_LOCK_KEY = ADVISORY_LOCK_KEY + 1
 FORGET_AFTER_S = 86400.0
+ORPHAN_AFTER_S = 60.0  # a run record with no job this old is an orphan (queueing takes milliseconds)
 
 
 class Sweeper:
@@ -110,6 +111,21 @@ class Sweeper:
 
     async def _queue_timeouts(self, conn: Conn) -> None:
         timeout = self._settings.run_queue_timeout_s
+        # A record without a job: its front stopped between writing it and queueing it (or it
+        # was in flight on a replica of a version without the queue). Nobody will run it.
+        cur = await conn.execute(
+            "SELECT run_id FROM rlm_runs WHERE NOT done AND job_id IS NULL AND created_at < %s",
+            (time.time() - max(timeout, ORPHAN_AFTER_S),),
+        )
+        for item in await cur.fetchall():
+            row = await records.read(self._db, item["run_id"])
+            if row is not None and row.job_id is None:
+                reason = (
+                    "The replica that accepted the run stopped before it was queued. Start it again with rlm_start."
+                )
+                await records.finish(
+                    self._db, row.run_id, records.final_summary(row.summary, "error", reason), conn=conn
+                )
         cur = await conn.execute(
             "SELECT r.run_id, r.job_id FROM rlm_runs r JOIN procrastinate_jobs j ON j.id = r.job_id "
             "WHERE NOT r.done AND j.status = 'todo' AND r.updated_at < %s",

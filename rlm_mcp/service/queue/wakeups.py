@@ -39,6 +39,10 @@ class Wakeups:
         if event is not None:
             event.set()
 
+    def forget(self, run_id: str) -> None:
+        """Drop the run's wake-up (nobody follows it any more)."""
+        self._events.pop(run_id, None)
+
     def wake_all(self) -> None:
         events, self._events = self._events, {}
         for event in events.values():
