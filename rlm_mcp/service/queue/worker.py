@@ -162,6 +162,7 @@ class QueueWorker:
         assert self._tg is not None
         while True:
             await self._slots.acquire()
+            self._new_job = anyio.Event()  # before the fetch: a job queued during it wakes us
             try:
                 job = await self._claim()
             except BaseException:
@@ -169,7 +170,6 @@ class QueueWorker:
                 raise
             if job is None:
                 self._slots.release()
-                self._new_job = anyio.Event()
                 with anyio.move_on_after(self._settings.queue_poll_s):
                     await self._new_job.wait()
                 continue
