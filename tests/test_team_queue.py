@@ -6,7 +6,7 @@ whose progress reaches the front's `rlm_complete`; status, result and cancel wor
 replica; a worker killed with SIGKILL leaves its run with a status naming it and no container
 behind; a run that had not called the LM is queued again, once; a run queued while no worker is
 alive says so and ends after the queue timeout; a PostgreSQL restart mid-run ends in a final
-status. Leases are short here (RLM_MCP_WORKER_LEASE_S=3) so the tests stay quick.
+status. Leases are short here (RLM_MCP_WORKER_LEASE_S=6) so the tests stay quick.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def replica(tmp_path: Path, name: str, db: str, lm_url: str, role: str, **extra:
         RLM_MCP_AUTH_TOKENS=TOKEN,
         RLM_MCP_SANDBOX_MEMORY="512m",
         RLM_MCP_INSTANCE_ID=owner,
-        RLM_MCP_WORKER_LEASE_S="3",
+        RLM_MCP_WORKER_LEASE_S="6",  # short, yet a loaded 2-core CI machine does not miss it
         RLM_MCP_QUEUE_POLL_S="0.5",
         RLM_MCP_CELL_TIMEOUT_S="300",
         RLM_MCP_LOG_LEVEL="INFO",
