@@ -188,7 +188,7 @@ class QueueWorker:
 
     async def _process(self, job: Job) -> None:
         assert job.id is not None
-        status = Status.SUCCEEDED
+        status = Status.ABORTED  # unless the run ends by itself: this worker's shutdown cancels it
         try:
             status = await self._execute(job)
         except Exception:
