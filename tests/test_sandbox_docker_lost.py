@@ -16,6 +16,7 @@ import pytest
 from rlm_mcp.errors import ConnectionLostError, SandboxError
 from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.recovery import MAX_CONNECTION_RESTARTS
+from rlm_mcp.testing.sandboxes import pool_ready
 from tests.fixtures_chaos import CuttableDockerSocket
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_sandbox import no_bridge, ready_manager, text_context
@@ -85,7 +86,7 @@ async def test_a_sandbox_whose_connection_drops_while_loading_the_contexts_is_re
     # A pooled container's stream dies under it (a cut while it waited): the open retries.
     async with ready_manager(pool_size=1) as mgr:
         with anyio.fail_after(60):
-            while mgr.pool_ready < 1:
+            while pool_ready(mgr) < 1:
                 await anyio.sleep(0.05)
         proxy.sever()
         async with mgr.open([text_context(tmp_path, "loaded after the cut")]) as sb:
