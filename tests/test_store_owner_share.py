@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from rlm_mcp.errors import NotFoundError, TooLargeError
@@ -223,3 +224,31 @@ async def test_a_database_from_before_upload_owners_keeps_its_uploads_open(
         )  # fmt: skip
         assert done.done and done.context is not None and done.context.bytes == len(b"old upload")
         assert (await _chunk(stores, b"new", 0, None, ALICE)).bytes_received == 3
+
+
+@pytest.mark.postgres
+async def test_replicas_storing_for_one_owner_at_once_never_pass_its_share(tmp_path: Path, pg_url: str) -> None:
+    """Two replicas spend one owner's share one at a time (a lock of that owner's): of four
+    contexts stored at once on two replicas, with room for one, exactly one is stored."""
+
+    def replica(name: str) -> Stores:
+        return make_stores(
+            make_settings(tmp_path, data_dir=tmp_path / name, database_url=pg_url, store_max_bytes_per_owner=150),
+            replica=True,
+        )
+
+    outcomes: list[str] = []
+    async with replica("a") as a, replica("b") as b:
+
+        async def store(stores: Stores, i: int) -> None:
+            try:
+                await _put(stores, bytes([65 + i]) * 100, f"c{i}", ALICE)
+                outcomes.append("stored")
+            except TooLargeError:
+                outcomes.append("refused")
+
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(store, (a, b)[i % 2], i)
+        assert sorted(outcomes) == ["refused", "refused", "refused", "stored"]
+        assert len(await a.contexts.list(owner=ALICE)) == 1
