@@ -252,3 +252,29 @@ async def test_replicas_storing_for_one_owner_at_once_never_pass_its_share(tmp_p
                 tg.start_soon(store, (a, b)[i % 2], i)
         assert sorted(outcomes) == ["refused", "refused", "refused", "stored"]
         assert len(await a.contexts.list(owner=ALICE)) == 1
+
+
+@pytest.mark.postgres
+async def test_replicas_starting_uploads_for_one_owner_at_once_never_pass_its_share(
+    tmp_path: Path, pg_url: str
+) -> None:
+    def replica(name: str) -> Stores:
+        return make_stores(
+            make_settings(tmp_path, data_dir=tmp_path / name, database_url=pg_url, store_max_bytes_per_owner=150),
+            replica=True,
+        )
+
+    outcomes: list[str] = []
+    async with replica("a") as a, replica("b") as b:
+
+        async def start(stores: Stores, i: int) -> None:
+            try:
+                await _chunk(stores, bytes([65 + i]) * 100, 0, None, ALICE)
+                outcomes.append("started")
+            except TooLargeError:
+                outcomes.append("refused")
+
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(start, (a, b)[i % 2], i)
+    assert sorted(outcomes) == ["refused", "refused", "refused", "started"]
