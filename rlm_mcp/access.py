@@ -6,7 +6,8 @@ Neutral: `server/` (the MCP endpoint's `RequestGuard`), `viewer/` (the `/runs/` 
 
 - `is_loopback_host`: the one loopback test (`localhost`, 127.0.0.0/8, ::1, bracketed or not);
 - `HostPolicy`: the Host and Origin values a request may carry, derived from the bind (a page on
-  another site must never reach a loopback server: DNS rebinding);
+  another site must never reach a loopback server: DNS rebinding); `host_policy` builds the HTTP
+  server's from its settings (the bind, the allowed hosts and origins, the public URL);
 - `BearerTokens`: which owner an `Authorization: Bearer` header proves, compared in constant time
   with every accepted token; `owner_of_token` names that owner (never the token itself);
 - `load_tokens`: every accepted token from the settings.
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 
-__all__ = ["BearerTokens", "HostPolicy", "is_loopback_host", "load_tokens", "owner_of_token"]
+__all__ = ["BearerTokens", "HostPolicy", "host_policy", "is_loopback_host", "load_tokens", "owner_of_token"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -142,6 +143,16 @@ class HostPolicy:
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
             return False
         return self.host_ok(parts.netloc)
+
+
+def host_policy(settings: Settings) -> HostPolicy:
+    """The HTTP server's policy: its bind, `RLM_MCP_ALLOWED_HOSTS` / `_ORIGINS`, and the host and
+    origin of `RLM_MCP_PUBLIC_URL` (the name a proxy serves it by: no need to list it twice)."""
+    hosts, origins = list(settings.allowed_hosts), list(settings.allowed_origins)
+    if settings.public_url:
+        hosts.append(urlsplit(settings.public_url).netloc)
+        origins.append(settings.public_url)
+    return HostPolicy(settings.host, settings.port, hosts, origins)
 
 
 def load_tokens(settings: Settings) -> list[str]:

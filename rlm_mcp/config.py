@@ -13,6 +13,7 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import platformdirs
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -209,6 +210,10 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Extra browser origins allowed over HTTP (e.g. http://localhost:3000)."
     )
+    public_url: str | None = Field(
+        None,
+        description="The URL clients and browsers reach this server by through a proxy (https://rlm.example.com).",
+    )
     http_sessions_per_client: int = Field(
         16, ge=1, description="MCP sessions one client (token) keeps open; more close its least recently used."
     )
@@ -279,6 +284,21 @@ class Settings(BaseSettings):
             # The value is never echoed: it may carry a password.
             raise ValueError("must be a postgresql://user:password@host:port/dbname URL")
         return value
+
+    @field_validator("public_url", mode="after")
+    @classmethod
+    def _check_public_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL naming a host, such as https://rlm.example.com")
+        if parts.username or parts.password or parts.query or parts.fragment or parts.path not in ("", "/"):
+            raise ValueError(
+                "must be the scheme, host and port only (https://rlm.example.com): serve rlm-mcp at the root of "
+                "its host name (a path prefix is not supported)"
+            )
+        return f"{parts.scheme}://{parts.netloc.lower()}"
 
     @field_validator("prompt_profile", mode="after")
     @classmethod

@@ -15,12 +15,13 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
-from rlm_mcp.access import HostPolicy, is_loopback_host
+from rlm_mcp.access import host_policy, is_loopback_host
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.app import build_server
 from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.guard import RequestGuard
+from rlm_mcp.server.health import health_endpoint, store_readiness, with_health
 from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners
 from rlm_mcp.store.factory import make_stores
@@ -33,7 +34,7 @@ logger = logging.getLogger("rlm_mcp.server")
 
 def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None = None) -> ASGIApp:
     """The MCP app behind `SessionLimiter` (per-owner sessions) and `RequestGuard` (Host, Origin,
-    token, owner) — the guard wraps every route the app serves."""
+    token, owner) — the guard wraps every route the app serves but the health route (`health`)."""
     tokens = checked_tokens(settings)
     settings = roots_for_owners(settings, tokens)
     if not is_loopback_host(settings.host) and not tokens:
@@ -51,10 +52,12 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
         max_sessions=settings.http_sessions_per_client * max(1, len(tokens)),
     )
     app = SessionLimiter(app, per_owner=settings.http_sessions_per_client, idle_s=settings.http_session_idle_s)
-    policy = HostPolicy(settings.host, settings.port, settings.allowed_hosts, settings.allowed_origins)
+    policy = host_policy(settings)
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
-    auth = ViewerAuth(tokens=tokens, policy=policy, path_key=deployment_key(settings.data_dir))
+    auth = ViewerAuth(
+        tokens=tokens, policy=policy, path_key=deployment_key(settings.data_dir), public_url=settings.public_url
+    )
 
     async def share_viewer_key() -> None:  # team mode: a login link or cookie works on every replica
         auth.key = await stores.lifecycle.shared_key("viewer")
@@ -63,7 +66,10 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
 
     stores.after_open.append(share_viewer_key)
     viewer = build_viewer(stores.runs, auth)
-    return mount_viewer(RequestGuard(app, policy, tokens), viewer)
+    # /healthz (the balancer's check) is the one route in front of the guard: no token, says little.
+    # `role` is read when the settings carry one (team mode part 2: --role both|front|worker).
+    health = health_endpoint(store_readiness(stores), role=getattr(settings, "role", None))
+    return with_health(mount_viewer(RequestGuard(app, policy, tokens), viewer), health)
 
 
 async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socket.socket | None = None) -> None:

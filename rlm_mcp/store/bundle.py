@@ -21,6 +21,10 @@ class Lifecycle(Protocol):
         """A random key every process sharing this store sees (None: one process only)."""
         ...
 
+    async def ping(self) -> bool | None:
+        """Whether a shared database answers now (None: there is none; the health route)."""
+        ...
+
 
 class _Nothing:
     async def open(self) -> None:
@@ -30,6 +34,9 @@ class _Nothing:
         return None
 
     async def shared_key(self, name: str) -> bytes | None:
+        return None
+
+    async def ping(self) -> bool | None:
         return None
 
 

@@ -48,12 +48,19 @@ class ViewerAuth:
     key: bytes | None = None
     _spent: dict[str, float] = field(default_factory=dict)
     path_key: str = field(default_factory=random_key)  # the cookie path's random part
+    # RLM_MCP_PUBLIC_URL: login links name it; https there marks the session cookie Secure (TLS
+    # ends at the proxy, so the request this server sees says http).
+    public_url: str | None = None
     _codes: dict[str, tuple[float, str]] = field(default_factory=dict)
     _sessions: dict[str, tuple[float, str]] = field(default_factory=dict)
     _bearer: BearerTokens = field(init=False)
 
     def __post_init__(self) -> None:
         self._bearer = BearerTokens(self.tokens)
+
+    @property
+    def secure_cookie(self) -> bool:
+        return bool(self.public_url and self.public_url.startswith("https://"))
 
     def host_ok(self, host: str | None, origin: str | None) -> bool:
         return self.policy.host_ok(host or "") and self.policy.origin_ok(origin)

@@ -179,7 +179,10 @@ class _Pages:
         if (refused := self.denied(request, bearer_only=True)) is not None:
             return refused
         code = self.auth.issue_code(self.owner_of(request))
-        return JSONResponse({"path": f"{PREFIX}/login?code={code}"}, headers=_HEADERS)
+        body = {"path": f"{PREFIX}/login?code={code}"}
+        if self.auth.public_url:  # behind a proxy: the whole link, by the name browsers use
+            body["url"] = self.auth.public_url + body["path"]
+        return JSONResponse(body, headers=_HEADERS)
 
     async def login(self, request: Request) -> Response:
         if not self.auth.host_ok(request.headers.get("host"), request.headers.get("origin")):
@@ -193,7 +196,15 @@ class _Pages:
         target = request.query_params.get("run", "")
         home = f"{PREFIX}/s/{self.auth.path_key}/"
         response = RedirectResponse(home + target if _RUN_ID.match(target) else home, status_code=303, headers=_HEADERS)
-        response.set_cookie(COOKIE, session, max_age=int(SESSION_TTL_S), path=home, httponly=True, samesite="strict")
+        response.set_cookie(
+            COOKIE,
+            session,
+            max_age=int(SESSION_TTL_S),
+            path=home,
+            httponly=True,
+            samesite="strict",
+            secure=self.auth.secure_cookie,
+        )
         return response
 
 

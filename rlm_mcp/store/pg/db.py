@@ -34,6 +34,7 @@ __all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "describe", "r
 
 CONNECT_TIMEOUT_S = 10.0
 HEARTBEAT_S = 5.0
+PING_TIMEOUT_S = 2.0
 REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
@@ -150,6 +151,17 @@ class Database:
             row = await cur.fetchone()
         assert row is not None  # inserted above unless it was there
         return bytes(row["value"])
+
+    async def ping(self) -> bool:
+        """Whether PostgreSQL answers `SELECT 1` within `PING_TIMEOUT_S` (the health route)."""
+        with anyio.move_on_after(PING_TIMEOUT_S):
+            try:
+                async with self.pool.connection(timeout=PING_TIMEOUT_S) as conn:
+                    await conn.execute("SELECT 1")
+                return True
+            except psycopg.Error:  # PoolTimeout and PoolClosed are psycopg errors too
+                return False
+        return False
 
     # --- replicas ------------------------------------------------------------------------
 
