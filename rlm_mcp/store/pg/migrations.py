@@ -26,7 +26,7 @@ def _procrastinate_schema() -> str:
     """The run queue's tables and functions, read from the installed Procrastinate at run time.
 
     Procrastinate is pinned to one minor version (pyproject, `team` extra) because its schema is
-    applied here, once, as rlm-mcp migration 2: upgrading Procrastinate means a new rlm-mcp
+    applied here, once, as rlm-mcp migration 3: upgrading Procrastinate means a new rlm-mcp
     migration carrying that release's own migration files (procrastinate/sql/migrations/).
     """
     from procrastinate.schema import SchemaManager
@@ -155,8 +155,18 @@ MIGRATIONS: list[tuple[int, str | Callable[[], str]]] = [
         );
         """,
     ),
-    (2, _procrastinate_schema),
-    (3, _QUEUE_SQL),
+    (
+        2,
+        """
+        -- Uploads record the owner that started them: only it may continue one, and each
+        -- owner's unfinished bytes count against its own share (rlm_mcp.store.owner_caps).
+        -- Rows from before have none and expire within a day.
+        ALTER TABLE rlm_uploads ADD COLUMN owner text;
+        CREATE INDEX rlm_uploads_owner ON rlm_uploads (owner) WHERE NOT done;
+        """,
+    ),
+    (3, _procrastinate_schema),
+    (4, _QUEUE_SQL),
 ]
 
 LATEST = MIGRATIONS[-1][0]

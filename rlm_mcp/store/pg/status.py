@@ -25,8 +25,8 @@ class TeamStatus:
     queued: int = 0  # runs waiting for a worker
 
 
-# Migration 3 (the run queue's tables); the queue's queries need it.
-_QUEUE_SCHEMA = 3
+# Migration 4 (the run queue's tables); the queue's queries need it.
+_QUEUE_SCHEMA = 4
 # A worker silent longer than this is not listed as live (RLM_MCP_WORKER_LEASE_S's default;
 # doctor reads the tables and need not share the servers' setting).
 _WORKER_SHOWN_S = 30.0
