@@ -109,6 +109,8 @@ class RunManager:
         self._slots = anyio.Semaphore(settings.max_runs, fast_acquire=True)
         self._pruned_at = float("-inf")
         self._tg: anyio.abc.TaskGroup | None = None
+        # The reason runs cancelled by this process's shutdown record (a team worker names itself).
+        self.shutdown_reason = "the server shut down"
 
     async def __aenter__(self) -> RunManager:
         self._tg = anyio.create_task_group()
@@ -200,7 +202,7 @@ class RunManager:
             finally:
                 with anyio.CancelScope(shield=True):
                     if result is None:  # cancelled from outside the run's own scope (shutdown)
-                        result = self._ended(run, "cancelled", "the server shut down")
+                        result = self._ended(run, "cancelled", self.shutdown_reason)
                     run.result = result
                     run.progress.status = result.status
                     await self._finish_record(run, log)

@@ -89,6 +89,7 @@ class QueueWorker:
     async def __aexit__(self, *exc: object) -> None:
         assert self._tg is not None
         tg, self._tg = self._tg, None
+        self._runs.shutdown_reason = f"the {self.name} running it shut down; start it again with rlm_start"
         tg.cancel_scope.cancel()  # each run records `cancelled` and its job ends `aborted`
         await tg.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
