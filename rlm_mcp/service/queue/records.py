@@ -84,15 +84,18 @@ async def claim(db: Database, run_id: str, worker_id: int) -> RunRow | None:
     return RunRow.from_row(row) if row is not None else None
 
 
-async def publish(db: Database, run_id: str, summary: dict[str, Any], *, lm_called: bool) -> None:
-    """The live summary of a running run (never over a final one), then the wake-up."""
+async def publish(db: Database, run_id: str, summary: dict[str, Any], *, lm_called: bool) -> bool:
+    """The live summary of a running run, then the wake-up; False when the run had already
+    ended elsewhere (a sweeper declared its worker lost): nothing is written then."""
     async with db.connection() as conn:
-        await conn.execute(
+        cur = await conn.execute(
             "UPDATE rlm_runs SET summary = %s, lm_called = lm_called OR %s, updated_at = %s "
-            "WHERE run_id = %s AND NOT done",
+            "WHERE run_id = %s AND NOT done RETURNING run_id",
             (_dump(summary), lm_called, time.time(), run_id),
         )
+        live = await cur.fetchone() is not None
         await notify(conn, run_id)
+    return live
 
 
 async def finish(db: Database, run_id: str, summary: dict[str, Any], *, conn: Conn | None = None) -> bool:

@@ -126,6 +126,22 @@ class Sweeper:
                 await records.finish(
                     self._db, row.run_id, records.final_summary(row.summary, "error", reason), conn=conn
                 )
+        # A job that ended while its run did not: its worker failed before it could record the
+        # run (its final record is written before the job ends, and retried through outages).
+        cur = await conn.execute(
+            "SELECT r.run_id FROM rlm_runs r JOIN procrastinate_jobs j ON j.id = r.job_id WHERE NOT r.done "
+            "AND j.status IN ('succeeded', 'failed', 'aborted', 'cancelled') AND r.updated_at < %s",
+            (time.time() - ORPHAN_AFTER_S,),
+        )
+        for item in await cur.fetchall():
+            row = await records.read(self._db, item["run_id"])
+            if row is not None and not row.done:
+                reason = (
+                    "The worker that took the run failed before it could record its end. Start it again with rlm_start."
+                )
+                await records.finish(
+                    self._db, row.run_id, records.final_summary(row.summary, "error", reason), conn=conn
+                )
         cur = await conn.execute(
             "SELECT r.run_id, r.job_id FROM rlm_runs r JOIN procrastinate_jobs j ON j.id = r.job_id "
             "WHERE NOT r.done AND j.status = 'todo' AND r.updated_at < %s",

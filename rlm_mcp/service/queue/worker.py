@@ -271,7 +271,12 @@ class QueueWorker:
                 summary.update(phase=str(run.progress.phase), last_event=run.last_event)
                 lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
                 try:
-                    await records.publish(self._db, run.run_id, summary, lm_called=lm_called)
+                    if not await records.publish(self._db, run.run_id, summary, lm_called=lm_called):
+                        # Ended elsewhere: this worker was declared lost (a long database outage
+                        # silenced its heartbeat) and the run's status says so. Stop working on it.
+                        log.warning("run %s was ended by another process; stopping it here", run.run_id)
+                        if run.scope is not None:
+                            run.scope.cancel()
                 except RlmMcpError as exc:  # the database is restarting: the next event retries
                     log.info("could not publish run %s: %s", run.run_id, exc)
                     seen, phase = -1, None
