@@ -222,6 +222,31 @@ async def test_a_run_lost_before_its_first_lm_call_is_queued_again_once(tmp_path
             assert row(pg_url, run_id)["requeues"] == 1
 
 
+async def test_a_worker_stopped_before_its_run_had_an_lm_reply_hands_the_run_back(tmp_path: Path, pg_url: str) -> None:
+    script = Script(root=[ANSWER_NOW], faults=[{"when": "root", "turn": 1, "delay_s": 120, "times": 1}])
+    with ScriptedLM(script) as lm, ExitStack() as stack:
+        front = stack.enter_context(replica(tmp_path, "front", pg_url, lm.base_url, "front"))
+        first = stack.enter_context(replica(tmp_path, "w1", pg_url, lm.base_url, "worker"))
+        async with client(front) as on_front:
+            cid = (await call(on_front, "rlm_load_context", text="handed back " * 500))["context_id"]
+            run_id = (await call(on_front, "rlm_start", query="q", context_id=cid))["run_id"]
+            await wait_until(lambda: len(lm.requests_by_role("root")) >= 1, within_s=120, what="the first LM call")
+            first.proc.terminate()  # SIGTERM: a clean stop
+            first.proc.wait(timeout=60)
+
+            async def handed_back() -> bool:
+                queued = await call(on_front, "rlm_status", run_id=run_id)
+                return queued["status"] == "queued" and "queued again" in (queued["notice"] or "")
+
+            await wait_until(handed_back, within_s=30, what="rlm_status to show the run queued again")
+            stack.enter_context(replica(tmp_path, "w2", pg_url, lm.base_url, "worker"))
+            result = await call(on_front, "rlm_result", run_id=run_id, wait_s=120)
+            if result["status"] in ("queued", "running"):
+                result = await call(on_front, "rlm_result", run_id=run_id, wait_s=120)
+            assert result["status"] == "completed" and result["answer"] == "forty-two", result
+            assert row(pg_url, run_id)["requeues"] == 1
+
+
 async def test_a_run_queued_with_no_live_worker_says_so_and_times_out(tmp_path: Path, pg_url: str) -> None:
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm, ExitStack() as stack:
         front = stack.enter_context(

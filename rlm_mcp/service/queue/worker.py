@@ -42,7 +42,7 @@ from rlm_mcp.service.queue.app import QUEUE
 from rlm_mcp.service.queue.front import request_of
 from rlm_mcp.service.runs import ActiveRun, RunManager, run_summary
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.store.pg.runs import PgRunLog, PgRunStore
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -71,6 +71,9 @@ class QueueWorker:
         self._slots = anyio.Semaphore(settings.max_runs)
         self._new_job = anyio.Event()
         self._running: dict[int, ActiveRun] = {}  # by job id
+        self._logs: dict[int, PgRunLog] = {}  # by job id
+        self._fresh: set[int] = set()  # jobs whose run was never queued again (may be, once)
+        self._handing_back: set[int] = set()  # jobs given back to the queue at shutdown
         self._tg: anyio.abc.TaskGroup | None = None
         self.worker_id: int | None = None
 
@@ -90,6 +93,12 @@ class QueueWorker:
         assert self._tg is not None
         tg, self._tg = self._tg, None
         self._runs.shutdown_reason = f"the {self.name} running it shut down; start it again with rlm_start"
+        # Runs that have had no LM reply yet go back to the queue (once) instead of ending:
+        # another worker starts them from scratch and nothing was spent.
+        for job_id, run in list(self._running.items()):
+            if job_id in self._fresh and run.progress.usage.total.calls == 0 and job_id in self._logs:
+                self._logs[job_id].detach()
+                self._handing_back.add(job_id)
         tg.cancel_scope.cancel()  # each run records `cancelled` and its job ends `aborted`
         await tg.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
@@ -197,6 +206,10 @@ class QueueWorker:
             status = Status.FAILED
         finally:
             self._running.pop(job.id, None)
+            self._logs.pop(job.id, None)
+            self._fresh.discard(job.id)
+            if job.id in self._handing_back:
+                status = Status.TODO
             self._slots.release()
             if status is not Status.TODO:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_S):
@@ -229,6 +242,9 @@ class QueueWorker:
             return Status.TODO
         engine = await self._engine()
         run_log = await self._run_store.reopen(run_id)
+        self._logs[job.id] = run_log
+        if row.requeues == 0:
+            self._fresh.add(job.id)
         run = await self._runs.adopt(run_id, request, engine, run_log)
         run.notice = f"running on {self.name}"
         self._running[job.id] = run
@@ -240,9 +256,28 @@ class QueueWorker:
                     if run.scope is not None:
                         run.scope.cancel()
                     await run.done.wait()
-                await self._ensure_final(run)
+                if job.id in self._handing_back:
+                    await self._hand_back(job, run)
+                else:
+                    await self._ensure_final(run)
         assert run.result is not None
         return Status.ABORTED if run.result.status == "cancelled" else Status.SUCCEEDED
+
+    async def _hand_back(self, job: Job, run: ActiveRun) -> None:
+        """Queue the run again (`todo`) for another worker; if this fails, the job is left
+        `doing` with this worker unregistered, and the sweepers queue it again themselves."""
+        summary = {k: v for k, v in run_summary(self._settings, run).items() if k not in ("result", "not_started")}
+        summary.update(
+            status="queued",
+            phase="queued",
+            notice=f"the {self.name} shut down before the run had an LM reply; it was queued again",
+        )
+        try:
+            await self._app.job_manager.retry_job(job)
+            await records.requeue(self._db, run.run_id, summary)
+            log.info("run %s handed back to the queue", run.run_id)
+        except Exception as exc:
+            log.info("could not hand run %s back (the sweepers will): %s", run.run_id, exc)
 
     async def _ensure_final(self, run: ActiveRun) -> None:
         """The run's final record, whatever happened to the database meanwhile: `RunManager`

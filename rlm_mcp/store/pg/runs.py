@@ -50,11 +50,17 @@ class PgRunLog:
         self._max_log = max_log_bytes
         self._truncated = False
         self._closed = False
+        self._detached = False
         self._lock = anyio.Lock()
 
     @property
     def run_id(self) -> str:
         return self._run_id
+
+    def detach(self) -> None:
+        """Write nothing more, summary included (a team worker hands a run back to the queue)."""
+        self._closed = True
+        self._detached = True
 
     def resume(self, seq: int, written: int) -> None:
         """Continue a log that already holds `seq` events of `written` bytes."""
@@ -94,6 +100,8 @@ class PgRunLog:
             self._written += len(line)
 
     async def write_summary(self, summary: dict[str, Any]) -> None:
+        if self._detached:
+            return
         full = {"run_id": self._run_id, "created_at": self._created_at, **summary}
         async with self._db.connection() as conn:
             await conn.execute(
