@@ -19,6 +19,10 @@ it) and this worker waits one poll interval before it claims again. The library 
 need before the claim (it is in the run's record), so the gate sits around it, not inside it.
 
 A run's child RLMs (`rlm_query`) run inside the root run's engine here, never through the queue.
+
+Stopping (SIGTERM): runs that have had no LM reply yet are handed back to the queue (once, as
+the sweepers would after a crash) with their log detached, so another worker starts them from
+scratch; the others end `cancelled`, naming this worker.
 """
 
 from __future__ import annotations
