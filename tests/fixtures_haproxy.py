@@ -106,6 +106,11 @@ class Balanced:
     cafile: Path  # the certificate clients trust
     replicas: list[Replica]
     public_url: str
+    log: Path  # HAProxy's
+
+    def server_down(self, name: str) -> bool:
+        """HAProxy has taken `name` out of the rotation (its health checks failed)."""
+        return f"Server rlm_mcp/{name} is DOWN" in self.log.read_text(errors="replace")
 
     def requests(self) -> dict[str, int]:
         return {r.name: r.mcp_requests() for r in self.replicas}
@@ -115,13 +120,16 @@ class Balanced:
 def balanced_replicas(
     tmp_path: Path,
     *,
-    database_url: str,
+    database_url: str | Sequence[str],
     lm_url: str,
     tokens: Sequence[str],
     count: int = 3,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[Balanced]:
-    """`count` replicas on `database_url` behind HAProxy (see the module's docstring)."""
+    """`count` replicas on `database_url` behind HAProxy (see the module's docstring); a list
+    gives each replica its own."""
+    urls = [database_url] * count if isinstance(database_url, str) else list(database_url)
+    assert len(urls) == count
     haproxy = haproxy_path()
     folder = tmp_path / "haproxy"
     folder.mkdir()
@@ -136,7 +144,7 @@ def balanced_replicas(
             root.mkdir()
             replica_env = cli_env(
                 root,
-                RLM_MCP_DATABASE_URL=database_url,
+                RLM_MCP_DATABASE_URL=urls[i],
                 RLM_MCP_BASE_URL=lm_url,
                 RLM_MCP_AUTH_TOKENS=",".join(tokens),
                 RLM_MCP_PUBLIC_URL=public_url,  # the Host and Origin HAProxy forwards
@@ -152,6 +160,8 @@ def balanced_replicas(
         config.write_text(render(CONFIG.read_text(), port=lb_port, cert=pem, servers=[("127.0.0.1", p) for p in ports]))
         checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, timeout=60)
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        # -db: in the foreground, stopped by SIGTERM like the replicas
-        stack.enter_context(server_process([haproxy, "-db", "-f", str(config)], port=lb_port, within_s=60))
-        yield Balanced(url=public_url, cafile=cafile, replicas=replicas, public_url=public_url)
+        # -db: in the foreground, stopped by SIGTERM like the replicas; its log says when it
+        # takes a server out of the rotation
+        log = folder / "haproxy.log"
+        stack.enter_context(server_process([haproxy, "-db", "-f", str(config)], port=lb_port, within_s=60, log=log))
+        yield Balanced(url=public_url, cafile=cafile, replicas=replicas, public_url=public_url, log=log)

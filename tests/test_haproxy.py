@@ -7,6 +7,7 @@ replica's own log."""
 
 from __future__ import annotations
 
+import secrets
 import ssl
 import subprocess
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_haproxy import CONFIG, Balanced, balanced_replicas, haproxy_path, make_certificate, render
+from tests.fixtures_postgres import Cluster
 from tests.readme_blocks import blocks
 from tests.test_http_guard import INIT, MCP_HEADERS
 from tests.test_server_surface import ANSWER_NOW, call
@@ -109,6 +111,32 @@ async def test_a_handshake_era_session_stays_on_the_replica_that_created_it(tmp_
             assert len(owner) == 1
             closed = await raw.delete(f"{balanced.url}/mcp", headers=headers)
             assert closed.status_code == 200, closed.text
+
+
+@pytest.mark.postgres
+async def test_a_replica_whose_database_is_gone_leaves_the_rotation(
+    tmp_path: Path, pg_cluster: Cluster, pg_url: str
+) -> None:
+    lost = "t_lost_" + secrets.token_hex(4)
+    pg_cluster.sql(f"CREATE DATABASE {lost}")
+    try:
+        urls = [pg_url, pg_cluster.url(lost)]
+        with balanced_replicas(tmp_path, database_url=urls, lm_url=NO_LM, tokens=[ALICE], count=2) as balanced:
+            healthy, doomed = balanced.replicas
+            pg_cluster.sql(f"DROP DATABASE {lost} WITH (FORCE)")
+            await wait_until(
+                lambda: httpx.get(f"{doomed.base}/healthz", timeout=10).status_code == 503,
+                within_s=60,
+                what="the replica without its database to answer 503",
+            )
+            await wait_until(lambda: balanced.server_down(doomed.name), within_s=60, what="HAProxy to take it out")
+            async with mcp_client(balanced, "2026-07-28") as client:
+                for i in range(4):
+                    before = balanced.requests()
+                    await call(client, "rlm_load_context", text=f"only the healthy one {i}")
+                    assert await served_by(balanced, before) == healthy.name
+    finally:
+        pg_cluster.sql(f"DROP DATABASE IF EXISTS {lost} WITH (FORCE)")
 
 
 @pytest.mark.docker
