@@ -184,3 +184,19 @@ async def test_team_mode_health_follows_the_database(tmp_path: Path, pg_cluster:
         finally:
             pg_cluster.start()
         await wait_until(lambda: _status_is(base, 200), within_s=120, what="200 again once PostgreSQL is back")
+
+
+@pytest.mark.postgres
+async def test_a_busy_pool_is_not_an_unreachable_database(pg_url: str) -> None:
+    from rlm_mcp.store.pg import Database
+
+    db = Database(pg_url, replica=False, max_size=1)
+    await db.open()
+    try:
+        assert await db.ping()
+        async with db.connection() as conn:  # its one connection lent out, as under load
+            assert await db.ping()  # busy, not down: the replica stays in its balancer
+            await conn.execute("SELECT 1")
+    finally:
+        await db.close()
+    assert not await db.ping()  # closed: nothing answers
