@@ -161,9 +161,19 @@ async def test_stateless_calls_spread_over_replicas_and_share_contexts(tmp_path:
                 assert {c["context_id"] for c in listed["contexts"]} == set(loaded_on)
                 listed_on.add(await served_by(balanced, before))
             before = balanced.requests()
-            done = await call(client, "rlm_complete", query="what is it?", context_id=list(loaded_on))
+            progress: list[str] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                progress.append(message or "")
+
+            completed = await client.call_tool(
+                "rlm_complete", {"query": "what is it?", "context_id": list(loaded_on)}, progress_callback=on_progress
+            )
             ran_on = await served_by(balanced, before)
+            assert not completed.is_error and completed.structured_content is not None, completed.content
+            done = completed.structured_content
             assert done["answer"] == "forty-two"
+            assert any("turn 1/" in line for line in progress), progress  # streamed through the balancer
             before = balanced.requests()
             status = await call(client, "rlm_status", run_id=done["run_id"])
             assert status["status"] == "completed"
