@@ -33,7 +33,8 @@ _ACCESS = re.compile(r'"(GET|POST|DELETE) /mcp HTTP/[0-9.]+"')
 
 
 def haproxy_path() -> str:
-    found = shutil.which("haproxy") or next((p for p in ("/usr/sbin/haproxy",) if Path(p).exists()), None)
+    # /usr/sbin is not on every user's PATH
+    found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
     if found is None:
         pytest.fail(
             "haproxy is missing: the load-balancer tests run Debian's package. Install it (apt-get install "
