@@ -25,6 +25,7 @@ from rlm_mcp.ports import ContextSpec, LMRequest
 from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.sandbox.session import load_contexts
+from rlm_mcp.testing.sandboxes import docker_client, pool_ready
 
 
 async def zero_bridge(request: LMRequest) -> list[str]:
@@ -51,7 +52,7 @@ async def main(mib: int, calls: int) -> None:
     settings = Settings(pool_size=2, cell_timeout_s=60)
     async with SandboxManager(settings) as mgr:
         await mgr.ensure_ready()
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         engine = getattr(mgr.backend, "engine", None)
         print(f"engine: {engine.describe() if engine else '?'}")
 
@@ -65,7 +66,7 @@ async def main(mib: int, calls: int) -> None:
 
         warm: list[float] = []
         for _ in range(8):
-            while mgr.pool_ready < 1:
+            while pool_ready(mgr) < 1:
                 await anyio.sleep(0.05)
             t = time.perf_counter()
             cm = mgr.open([])

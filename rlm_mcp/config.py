@@ -169,6 +169,12 @@ class Settings(BaseSettings):
     )
     max_context_bytes: int = Field(1 << 30, description="Largest single context.")
     store_max_bytes: int = Field(20 << 30, description="Context store size before LRU eviction.")
+    store_max_bytes_per_owner: int | None = Field(
+        None,
+        ge=1,
+        description="Each owner's (token's) share of the store: its contexts' bytes, and apart from them its "
+        "unfinished uploads' bytes; default: none beyond RLM_MCP_STORE_MAX_BYTES.",
+    )
     store_max_age_days: float = Field(30.0, description="Contexts unused this long are evicted.")
     context_grace_s: float = Field(
         900.0, ge=0, description="A context stored or used this recently is never evicted (covers load -> complete)."

@@ -81,12 +81,42 @@ def chunk_too_large(index: int, size: int, max_chunk: int) -> TooLargeError:
 
 
 def uploads_over_store_cap(pending: int, adding: int, cap: int) -> TooLargeError:
-    """Unfinished uploads would pass RLM_MCP_STORE_MAX_BYTES."""
+    """Unfinished uploads of every owner would pass RLM_MCP_STORE_MAX_BYTES."""
     return TooLargeError(
         # Not how much is pending: that is other owners' business too.
         f"The uploads in progress on this server have no room for {adding} more bytes under "
         f"RLM_MCP_STORE_MAX_BYTES ({cap} bytes).",
-        "Finish or abandon the uploads in progress (they expire after a day), or raise RLM_MCP_STORE_MAX_BYTES.",
+        "Finish or abandon your own uploads in progress, or try again later (unfinished uploads expire a day "
+        "after their last chunk); the server's operator may raise RLM_MCP_STORE_MAX_BYTES or set "
+        "RLM_MCP_STORE_MAX_BYTES_PER_OWNER.",
+    )
+
+
+def owner_uploads_full(pending: int, adding: int, share: int) -> TooLargeError:
+    """The caller's own unfinished uploads would pass RLM_MCP_STORE_MAX_BYTES_PER_OWNER."""
+    return TooLargeError(
+        f"Your uploads in progress hold {pending} bytes; {adding} more would pass your share of the store, "
+        f"RLM_MCP_STORE_MAX_BYTES_PER_OWNER ({share} bytes).",
+        "Finish or abandon your uploads in progress (each expires a day after its last chunk), "
+        "or ask the server's operator to raise RLM_MCP_STORE_MAX_BYTES_PER_OWNER.",
+    )
+
+
+def owner_share_full(adding: int, share: int, *, kept: int | None, grace_s: float) -> TooLargeError:
+    """A new context would put the caller's contexts past RLM_MCP_STORE_MAX_BYTES_PER_OWNER.
+    `kept`: the bytes of the caller's contexts that could not make room (None: the new one alone
+    is larger than the share)."""
+    setting = f"RLM_MCP_STORE_MAX_BYTES_PER_OWNER ({share} bytes)"
+    if kept is None:
+        return TooLargeError(
+            f"This context ({adding} bytes) is larger than each owner's share of the store, {setting}.",
+            "Load a smaller part of it, or ask the server's operator to raise RLM_MCP_STORE_MAX_BYTES_PER_OWNER.",
+        )
+    return TooLargeError(
+        f"Your contexts that runs are using or that were stored or used in the last {grace_s:g} s hold "
+        f"{kept} bytes; with this one ({adding} bytes) they would pass your share of the store, {setting}.",
+        "Delete contexts you no longer need, or wait for your runs to finish and try again; the server's "
+        "operator may raise RLM_MCP_STORE_MAX_BYTES_PER_OWNER.",
     )
 
 

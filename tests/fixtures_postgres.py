@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,6 +24,7 @@ import pytest
 
 from rlm_mcp.config import Settings
 from rlm_mcp.store.factory import Stores
+from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.settings import make_settings
 
 PASSWORD = "pw-" + secrets.token_hex(8)
@@ -41,18 +41,12 @@ def _bin_dir() -> Path:
     return found[-1].parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Cluster:
     def __init__(self) -> None:
         self.bin = _bin_dir()
         self.dir = Path(tempfile.mkdtemp(prefix="rlm-pg-"))
         self.data = self.dir / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._as_root = os.geteuid() == 0
         if self._as_root:

@@ -39,7 +39,8 @@ ENDED = {"completed", "max_iterations", "timeout", "budget_exceeded", "error", "
 RUNS = 4
 # Reasons that misname a dropped Docker connection (memory, image, a bug, a daemon that is down).
 MISLEADING = ("internal error", "Docker is not running", "RLM_MCP_SANDBOX_MEMORY", "runs python3", "Traceback")
-DOCKER_LOST = "connection to the Docker daemon was lost"
+DOCKER_LOST = "connection to the Docker daemon was lost"  # the backend's final error
+ENGINE_LOST = "connection to the container engine was lost"  # a sandbox's death, told to the model
 
 
 def check_reason(result: dict[str, Any], context: str, *, daemon_reachable: bool = True) -> None:
@@ -51,7 +52,8 @@ def check_reason(result: dict[str, Any], context: str, *, daemon_reachable: bool
     for wrong in MISLEADING:
         assert wrong not in reason, f"{context}: a misleading reason: {result}"
     if daemon_reachable and result["status"] == "error":
-        assert DOCKER_LOST not in reason, f"{context}: the run ended although the daemon was reachable: {result}"
+        for lost in (DOCKER_LOST, ENGINE_LOST):
+            assert lost not in reason, f"{context}: the run ended although the daemon was reachable: {result}"
 
 
 def running_sandboxes(instance_id: str) -> list[str]:

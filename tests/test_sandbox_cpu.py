@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from rlm_mcp.sandbox.session import KernelSandbox
+from rlm_mcp.testing.sandboxes import docker_client
 from tests.fixtures_sandbox import ready_manager, text_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
@@ -37,7 +38,7 @@ async def _settled(client: Any, sandboxes: tuple[KernelSandbox, ...], expected: 
 
 async def test_sandboxes_in_use_split_the_total_and_take_it_back(tmp_path: Path) -> None:
     async with ready_manager(pool_size=1, sandbox_cpus=1.0, sandbox_total_cpus=1.5) as mgr:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         ctx = [text_context(tmp_path, "ctx")]
         async with mgr.open(ctx) as first:
             assert await _cpus(client, first) == 1.0  # alone: its full quota (under the total)
@@ -56,7 +57,7 @@ async def test_sandboxes_in_use_split_the_total_and_take_it_back(tmp_path: Path)
 
 async def test_the_default_total_is_the_docker_hosts_cpu_count(tmp_path: Path) -> None:
     async with ready_manager(pool_size=0, sandbox_cpus=1.0) as mgr:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         ncpu = (await anyio.to_thread.run_sync(client.info))["NCPU"]
         ctx = [text_context(tmp_path, "ctx")]
         async with mgr.open(ctx) as a, mgr.open(ctx) as b, mgr.open(ctx) as c, mgr.open(ctx) as d:

@@ -21,6 +21,7 @@ from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.docker.docker_api import connect_sync
 from rlm_mcp.sandbox.docker.engine import EngineInfo, check_engine, probe_sync, runtime_fix, update_unsupported
 from rlm_mcp.sandbox.docker.hardening import CPU_PERIOD_US, cpu_quota
+from rlm_mcp.testing.sandboxes import docker_client
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_sandbox import no_bridge, ready_manager, sandbox_settings
 
@@ -102,7 +103,7 @@ async def test_runsc_without_update_gets_a_fixed_announced_quota(runsc: str) -> 
     """Debian's runsc has no `update`: the shares must say they are off, never stop silently
     (and if a newer runsc can update, they must stay on)."""
     async with ready_manager(pool_size=0, sandbox_runtime=runsc, sandbox_cpus=0.5) as mgr, mgr.open([]) as sb:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         assert sb.container is not None and sb.container.id
 
         def update() -> BaseException | None:

@@ -23,6 +23,7 @@ from rlm_mcp.sandbox.docker.engine import engine_ulimits
 from rlm_mcp.sandbox.docker.hardening import LABEL_OWNER
 from rlm_mcp.sandbox.liveness import LABEL_PID, ProcessLiveness
 from rlm_mcp.sandbox.manager import BACKGROUND_REMOVALS, SandboxManager
+from rlm_mcp.testing.sandboxes import docker_client, pool_ready, reap_orphans
 from tests.fixtures_sandbox import engine_of, no_bridge, ready_manager, sandbox_settings, text_context
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
@@ -43,32 +44,32 @@ async def wait_for(predicate, timeout: float = 20.0) -> bool:
 
 async def test_pool_warm_acquire_never_reused_and_refilled(tmp_path: Path) -> None:
     async with ready_manager(pool_size=1) as mgr:
-        assert await wait_for(lambda: mgr.pool_ready == 1)
+        assert await wait_for(lambda: pool_ready(mgr) == 1)
         pooled = mgr._pool._ready[0]
         async with mgr.open([]) as sb1:
             assert sb1.container is pooled  # taken warm
             await sb1.execute("mine = 1", no_bridge)
-            assert await wait_for(lambda: mgr.pool_ready == 1)  # refilled in the background
+            assert await wait_for(lambda: pool_ready(mgr) == 1)  # refilled in the background
             async with mgr.open([]) as sb2:
                 assert sb2.container is not sb1.container
                 r = await sb2.execute("print('mine' in globals())", no_bridge)
                 assert r.stdout == "False\n"
         # After release, the used containers are gone (removed in the background), never handed out again.
         assert pooled.closed and pooled not in mgr._pool._ready
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         assert await wait_for(lambda: pooled.id not in {c["Id"] for c in owner_containers(client, mgr.owner_id)})
 
 
 async def test_owners_are_separate_and_exit_cleans_up(tmp_path: Path) -> None:
     async with ready_manager(pool_size=1) as other:
-        client = await other.docker_client()
-        assert await wait_for(lambda: other.pool_ready == 1)
+        client = await docker_client(other)
+        assert await wait_for(lambda: pool_ready(other) == 1)
         async with other.open([]) as busy:
             async with ready_manager(pool_size=1) as mine:
                 assert mine.owner_id != other.owner_id
                 async with mine.open([]) as sb:
                     await sb.execute("x = 1", no_bridge)
-                await mine.reap_orphans()
+                await reap_orphans(mine)
             # `mine` is closed: none of its containers are left, the other's live ones are untouched.
             assert owner_containers(client, mine.owner_id) == []
             r = await busy.execute("print('alive')", no_bridge)
@@ -90,7 +91,7 @@ def dead_process_stamp() -> dict[str, str]:
 
 async def test_reaping_removes_only_stopped_sandboxes_of_dead_owners(tmp_path: Path) -> None:
     async with ready_manager(pool_size=0) as mgr:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         async with mgr.open([]) as live:
             # A stopped container stamped by a process that has exited: an orphan.
             cid = client.api.create_container(
@@ -101,7 +102,7 @@ async def test_reaping_removes_only_stopped_sandboxes_of_dead_owners(tmp_path: P
             )["Id"]
             await anyio.to_thread.run_sync(client.api.start, cid)
             await anyio.to_thread.run_sync(lambda: client.api.wait(cid, timeout=20))
-            await mgr.reap_orphans()
+            await reap_orphans(mgr)
             # Gone, or going: another server on this daemon may be removing the same orphan.
             assert await wait_for(lambda: not client.api.containers(all=True, filters={"id": cid}))
             r = await live.execute("print(1)", no_bridge)
@@ -146,13 +147,13 @@ async def test_a_live_neighbours_stopped_sandbox_survives_our_start(tmp_path: Pa
         cid = (await anyio.to_thread.run_sync(proc.stdout.readline)).decode().strip()
         assert cid, "the neighbour could not start its sandbox"
         async with ready_manager(pool_size=0) as mgr:  # start-up reaping runs here
-            client = await mgr.docker_client()
-            await mgr.reap_orphans()
+            client = await docker_client(mgr)
+            await reap_orphans(mgr)
             found = client.api.containers(all=True, filters={"id": cid})
             assert [c["State"] for c in found] == ["exited"]
             proc.stdin.close()
             await anyio.to_thread.run_sync(proc.wait)
-            await mgr.reap_orphans()
+            await reap_orphans(mgr)
             # Gone, or going: once its owner is gone any server on this daemon may remove it.
             assert await wait_for(lambda: not client.api.containers(all=True, filters={"id": cid}))
     finally:
@@ -189,7 +190,7 @@ async def test_host_sigkill_leaves_a_container_that_stops_itself(tmp_path: Path)
         [sys.executable, "-c", HOST_SCRIPT, owner], stdout=subprocess.PIPE, cwd=Path(__file__).parents[1]
     )
     async with ready_manager(pool_size=0) as mgr:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         try:
             line = await anyio.to_thread.run_sync(proc.stdout.readline)
             assert line.strip() == b"OPEN"
@@ -200,13 +201,13 @@ async def test_host_sigkill_leaves_a_container_that_stops_itself(tmp_path: Path)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         assert await wait_for(lambda: not owner_containers(client, owner, all=False), timeout=30)
-        await mgr.reap_orphans()
+        await reap_orphans(mgr)
         assert owner_containers(client, owner) == []
 
 
 async def test_cancellation_kills_the_container(tmp_path: Path) -> None:
     async with ready_manager(pool_size=0) as mgr:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         async with mgr.open([]) as sb:
             with anyio.move_on_after(0.5):
                 await sb.execute("import time\ntime.sleep(30)", no_bridge)
@@ -297,7 +298,7 @@ async def test_kill_stops_the_container_even_when_remove_fails() -> None:
     from rlm_mcp.sandbox.docker.container import KernelContainer
 
     async with ready_manager(pool_size=0) as mgr:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         owner = "killfail-" + os.urandom(4).hex()
         c = await KernelContainer.start(client, mgr.settings, owner, engine_of(mgr))
         try:
@@ -318,7 +319,7 @@ async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatc
     from rlm_mcp.sandbox.docker.container import KernelContainer
 
     async with ready_manager(pool_size=0) as mgr:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         owner = "lostcreate-" + os.urandom(4).hex()
         real = client.api.create_container
 
@@ -339,7 +340,7 @@ async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatc
 
 async def test_used_containers_are_removed_after_the_run_returns_and_on_exit(tmp_path: Path) -> None:
     async with ready_manager(pool_size=0) as mgr:
-        client = await mgr.docker_client()
+        client = await docker_client(mgr)
         used = []
         # More runs than background removal slots: past the bound a run removes its own container.
         for _ in range(BACKGROUND_REMOVALS + 2):

@@ -15,7 +15,6 @@ import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any
 
 import anyio
 
@@ -227,22 +226,7 @@ class SandboxManager:
         finally:
             self._removals.release()
 
-    async def reap_orphans(self) -> None:
-        """Run the orphan reaping again (ensure_ready does it once)."""
-        await self.backend.reap(self.liveness, self.owner_id)
-
     @property
     def cpu_fallback(self) -> tuple[str, str] | None:
         """(why each sandbox keeps a fixed CPU limit, the fix) where limits cannot change in place."""
         return self._cpu.fallback(self.settings.max_sandboxes)
-
-    @property
-    def pool_ready(self) -> int:
-        return len(self._pool)
-
-    async def docker_client(self) -> Any:
-        """The connected Docker client of a Docker backend (tests, diagnostics)."""
-        client = getattr(self.backend, "client", None)
-        if client is None:
-            raise RuntimeError(f"the {self.backend.name} backend has no Docker client")
-        return await client()

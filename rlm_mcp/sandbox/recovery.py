@@ -1,8 +1,10 @@
 """Why a sandbox ended, and getting a fresh one with the contexts loaded.
 
 A container whose kernel died is explained to the model (out of memory, a signal, an exit, a
-protocol violation, or the Docker connection lost); `start_loaded` gives a run a new container
-with its contexts, retrying a bounded number of times while the Docker connection is lost.
+protocol violation, or the connection to the container engine lost); `start_loaded` gives a run a
+new container with its contexts, retrying a bounded number of times while that connection is lost.
+The words are the engine's neutral ones (Docker, Podman, ...: `rlm-mcp doctor` names it); only
+the backend's own final error (`SandboxBackend.lost_error`) names its engine and its fix.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 4.0)  # before the 1st, 2nd, ... retry 
 
 class ContainerLost(Exception):
     """The container is gone or must go; `reason` is written for the model. `lost`: because the
-    Docker connection was lost (not the code's doing); `oom`: its memory limit killed it."""
+    connection to the container engine was lost (not the code's doing); `oom`: its memory limit killed it."""
 
     def __init__(self, reason: str, *, lost: bool = False, oom: bool = False) -> None:
         super().__init__(reason)
@@ -50,7 +52,7 @@ async def death(container: KernelChannel, settings: Settings, kind: str, detail:
     lost = container.lost_reason(state)
     if lost is not None:
         return ContainerLost(
-            f"The connection to the Docker daemon was lost ({lost}), which ended the sandbox.", lost=True
+            f"The connection to the container engine was lost ({lost}), which ended the sandbox.", lost=True
         )
     code = state.exit_code
     if code == 128 + 9 and state.oom_unreported:  # a SIGKILL where OOM kills go unreported
@@ -92,7 +94,7 @@ async def load_contexts(container: KernelChannel, contexts: Sequence[ContextSpec
 
 
 class LostCount:
-    """Consecutive sandbox losses of one run to the Docker connection; a completed cell resets it."""
+    """Consecutive sandbox losses of one run to the engine connection; a completed cell resets it."""
 
     def __init__(self, lost_error: Callable[[int, str], SandboxError]) -> None:
         self.in_row = 0
@@ -103,7 +105,7 @@ class LostCount:
         self.in_row += 1
         if self.in_row > MAX_CONNECTION_RESTARTS:
             raise self._lost_error(self.in_row, detail)
-        log.info("Docker connection lost (%s); retry %d in a fresh sandbox", detail, self.in_row)
+        log.info("container engine connection lost (%s); retry %d in a fresh sandbox", detail, self.in_row)
         await anyio.sleep(RESTART_BACKOFF_S[min(self.in_row, len(RESTART_BACKOFF_S)) - 1])
 
 
@@ -114,7 +116,7 @@ async def start_loaded(
     settings: Settings,
     lost: LostCount,
 ) -> KernelChannel:
-    """A started container with `contexts` loaded. While the Docker connection is lost it retries
+    """A started container with `contexts` loaded. While the engine connection is lost it retries
     (counted in `lost`); other failures raise `SandboxError` naming their cause."""
     while True:
         container: KernelChannel | None = None
@@ -130,7 +132,8 @@ async def start_loaded(
                     fix = (
                         "Raise RLM_MCP_SANDBOX_MEMORY or load smaller contexts."
                         if exc.oom
-                        else "Check the Docker daemon's log; the run can be started again."
+                        else "Check the container engine's log (`rlm-mcp doctor` names the engine); "
+                        "the run can be started again."
                     )
                     raise SandboxError(f"The sandbox failed while loading the contexts: {exc.reason}", fix) from None
                 detail = exc.reason

@@ -75,7 +75,8 @@ CREATE TABLE IF NOT EXISTS uploads (
     created_at     REAL NOT NULL,
     updated_at     REAL NOT NULL,
     done           INTEGER NOT NULL DEFAULT 0,
-    context_id     TEXT
+    context_id     TEXT,
+    owner          TEXT
 );
 """
 
@@ -241,7 +242,9 @@ def _has_table(conn: sqlite3.Connection, name: str) -> bool:
 
 def _migrate(conn: sqlite3.Connection, *, had_owners: bool) -> None:
     """Index files written before owners existed (0.1): their contexts belong to the local user
-    (0.1 had one), and pins gain the owner of the run that holds them."""
+    (0.1 had one), and pins gain the owner of the run that holds them. Files from before uploads
+    recorded their owner gain the column; their unfinished uploads have none
+    (`owner_caps.may_continue_upload`) and expire within a day."""
     if not had_owners:
         conn.execute(
             "INSERT OR IGNORE INTO context_owners "
@@ -250,6 +253,8 @@ def _migrate(conn: sqlite3.Connection, *, had_owners: bool) -> None:
         )
     if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(pins)")}:
         conn.execute("ALTER TABLE pins ADD COLUMN owner TEXT")
+    if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(uploads)")}:
+        conn.execute("ALTER TABLE uploads ADD COLUMN owner TEXT")
 
 
 @contextmanager

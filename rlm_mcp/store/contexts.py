@@ -54,7 +54,7 @@ from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.blob_check import check_blob
-from rlm_mcp.store.owner_caps import loader_first
+from rlm_mcp.store.owner_caps import Held, loader_first, release_for_share, store_share
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
@@ -239,6 +239,7 @@ class ContextStore:
         now = time.time()
         try:
             with _db.write_txn(self.db_path) as conn:
+                self._make_room_in_share(conn, owner, ing, now)  # before the blob moves: a refusal leaves nothing
                 if blob.exists() and blob.stat().st_size == ing.bytes:
                     ing.tmp_path.unlink(missing_ok=True)  # same content already stored
                 else:
@@ -268,6 +269,39 @@ class ContextStore:
             ing.tmp_path.unlink(missing_ok=True)
         log.info("stored context %s (%d bytes, %s)", cid, ing.bytes, format)
         return context_info(row)
+
+    def _make_room_in_share(self, conn: sqlite3.Connection, owner: Owner, ing: Ingested, now: float) -> None:
+        """Release `owner`'s least recently used contexts so the new one fits its share of the
+        store (`owner_caps.release_for_share`), or refuse it."""
+        share = store_share(self._settings)
+        if share is None:
+            return
+        pins = self._live_pins(conn, now)
+        pinned = {cid for cid, pin_owner in pins if pin_owner == owner}
+        rows = conn.execute(
+            "SELECT c.context_id, c.sha256, c.bytes, o.last_used_at FROM contexts c "
+            "JOIN context_owners o ON o.context_id = c.context_id WHERE o.owner = ?",
+            (owner,),
+        ).fetchall()
+        held = [
+            Held(r["context_id"], r["sha256"], r["bytes"], r["last_used_at"], r["context_id"] in pinned) for r in rows
+        ]
+        released = release_for_share(
+            held,
+            adding_sha256=ing.sha256,
+            adding_bytes=ing.bytes,
+            share=share,
+            now=now,
+            grace_s=float(self._settings.context_grace_s),
+        )
+        shas = {r["context_id"]: r["sha256"] for r in rows}
+        in_runs = {cid for cid, _ in pins}
+        for context_id in released:  # as the owner's delete: the bytes go when nobody holds or runs on them
+            conn.execute("DELETE FROM context_owners WHERE context_id = ? AND owner = ?", (context_id, owner))
+            if not self._owned(conn, context_id) and context_id not in in_runs:
+                self._drop_context(conn, context_id, shas[context_id])
+        if released:
+            log.info("released %d context(s) of %s for its share: %s", len(released), owner, ", ".join(released))
 
     # --- reading -------------------------------------------------------------------------
 

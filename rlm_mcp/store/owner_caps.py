@@ -1,17 +1,44 @@
 """Caps kept per owner, so one owner's volume never removes another's things (issue 20 item 8).
 
-Pure selection logic, so any store (files, SQLite, PostgreSQL) applies the same rule.
+Pure selection logic, so any store (files, SQLite, PostgreSQL) applies the same rule:
+
+* run records: each owner keeps its newest (`beyond_newest_per_owner`);
+* eviction over the store's cap: the loader's own contexts go first (`loader_first`);
+* each owner's share of the store (`RLM_MCP_STORE_MAX_BYTES_PER_OWNER`, `store_share`): what an
+  owner holds counts each distinct blob once, at its full size, whoever else holds the same
+  bytes (a share that shrank when another owner stored the same bytes would tell the first one
+  so). A new context first releases the owner's own least recently used ones
+  (`release_for_share`); one a run of the owner uses, or stored or used within
+  `RLM_MCP_CONTEXT_GRACE_S`, is never released, and when those alone leave no room the store
+  refuses it;
+* unfinished uploads: recorded with the owner that started them (only that owner may continue
+  one, `may_continue_upload`), and each owner's pending bytes kept within its share
+  (`check_pending_uploads`), apart from the contexts it holds.
+
+Every refusal speaks of the caller's own usage only.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from rlm_mcp.config import Settings
+from rlm_mcp.errors import owner_share_full, owner_uploads_full
 
 _Row = TypeVar("_Row", bound=Any)
 
-__all__ = ["beyond_newest_per_owner", "loader_first"]
+__all__ = [
+    "Held",
+    "beyond_newest_per_owner",
+    "check_pending_uploads",
+    "loader_first",
+    "may_continue_upload",
+    "release_for_share",
+    "store_share",
+]
 
 
 def beyond_newest_per_owner(items: Iterable[tuple[str, float, str]], keep: int) -> list[str]:
@@ -36,3 +63,62 @@ def loader_first(rows: Sequence[_Row], owners: dict[str, set[str]], loader: str 
         return list(rows)
     own = [r for r in rows if owners.get(r["context_id"]) == {loader}]
     return own + [r for r in rows if owners.get(r["context_id"]) != {loader}]
+
+
+def store_share(settings: Settings) -> int | None:
+    """Each owner's share of the store in bytes, or None when no share is set."""
+    return settings.store_max_bytes_per_owner
+
+
+@dataclass(frozen=True)
+class Held:
+    """One context an owner holds, as that owner sees it."""
+
+    context_id: str
+    sha256: str
+    bytes: int
+    last_used_at: float  # the owner's own last store or use
+    in_use: bool  # pinned by a run of this owner
+
+
+def release_for_share(
+    held: Sequence[Held], *, adding_sha256: str, adding_bytes: int, share: int | None, now: float, grace_s: float
+) -> list[str]:
+    """The ids of `held` (one owner's contexts) to release, least recently used first, so that
+    with the new content (`adding_*`) what the owner holds fits `share`. Raises `TooLargeError`
+    (about the owner's own usage only) when the contexts that may not be released leave no room."""
+    sizes = {h.sha256: h.bytes for h in held}
+    if share is None or adding_sha256 in sizes:
+        return []  # no share, or bytes the owner holds already: nothing new counts
+    total = sum(sizes.values())
+    if total + adding_bytes <= share:
+        return []
+    if adding_bytes > share:
+        raise owner_share_full(adding_bytes, share, kept=None, grace_s=grace_s)
+    refs = Counter(h.sha256 for h in held)
+    released: list[str] = []
+    for h in sorted(held, key=lambda h: h.last_used_at):
+        if total + adding_bytes <= share:
+            break
+        if h.in_use or now - h.last_used_at < grace_s:
+            continue
+        released.append(h.context_id)
+        refs[h.sha256] -= 1
+        if refs[h.sha256] == 0:
+            total -= h.bytes
+    if total + adding_bytes > share:
+        raise owner_share_full(adding_bytes, share, kept=total, grace_s=grace_s)
+    return released
+
+
+def may_continue_upload(recorded: str | None, caller: str) -> bool:
+    """Whether `caller` may add chunks to an upload started by `recorded`. Uploads started
+    before owners were recorded (None) stay open to whoever holds their id, as they were."""
+    return recorded is None or recorded == caller
+
+
+def check_pending_uploads(settings: Settings, own_pending: int, adding: int) -> None:
+    """Refuse a chunk that would put the caller's unfinished uploads past its share."""
+    share = store_share(settings)
+    if share is not None and own_pending + adding > share:
+        raise owner_uploads_full(own_pending, adding, share)

@@ -43,6 +43,7 @@ from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.store import _db
 from rlm_mcp.store.contexts import ContextInfo, ContextStore
+from rlm_mcp.store.owner_caps import check_pending_uploads, may_continue_upload
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -100,10 +101,10 @@ class UploadStore:
         format: ContextFormat | None,
         owner: Owner,
     ) -> UploadState:
-        """`owner` owns the context the final chunk stores (the upload id itself is an
-        unguessable capability: whoever holds it may add chunks)."""
+        """The upload belongs to the owner that started it: another owner's chunks meet an
+        unknown upload id (`owner_caps.may_continue_upload`); `owner` owns the stored context."""
         check_chunk(data, index, format, sha256)
-        row = await _db.in_thread(lambda: self._store(data, index, upload_id, name, format, final))
+        row = await _db.in_thread(lambda: self._store(data, index, upload_id, name, format, final, owner))
         if row["done"] or not final:
             return await self._state(row, owner)
         try:
@@ -122,7 +123,14 @@ class UploadStore:
     # --- storing a chunk -----------------------------------------------------------------
 
     def _store(
-        self, data: bytes, index: int, upload_id: str | None, name: str | None, format: str | None, final: bool
+        self,
+        data: bytes,
+        index: int,
+        upload_id: str | None,
+        name: str | None,
+        format: str | None,
+        final: bool,
+        owner: Owner,
     ) -> sqlite3.Row:
         self._contexts._prepare()
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +153,7 @@ class UploadStore:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             with _db.write_txn(self._contexts.db_path) as conn:
-                row = self._apply(conn, tmp, data, index, upload_id, chunk_sha, name, format)
+                row = self._apply(conn, tmp, data, index, upload_id, chunk_sha, name, format, owner)
                 if final and not row["done"]:
                     self._finalizing_marker(upload_id).touch()
         finally:
@@ -162,18 +170,22 @@ class UploadStore:
         chunk_sha: str,
         name: str | None,
         format: str | None,
+        owner: Owner,
     ) -> sqlite3.Row:
         now = time.time()
         row = _upload_row(conn, upload_id)
+        if row is not None and not may_continue_upload(row["owner"], owner):
+            raise _unknown(upload_id)  # another owner's: as if it did not exist
         if row is None:
             if index != 0 or not (self._dir / upload_id).is_dir():
                 raise _unknown(upload_id)
             self._check_total(len(data))
-            self._check_store_room(conn, len(data))
+            self._check_store_room(conn, len(data), owner)
             os.replace(tmp, self._chunk_path(upload_id, 0))
             conn.execute(
-                "INSERT INTO uploads VALUES (?, 1, ?, ?, ?, ?, ?, ?, 0, NULL)",
-                (upload_id, len(data), chunk_sha, name, format, now, now),
+                "INSERT INTO uploads (upload_id, next_index, bytes_received, last_chunk_sha, name, format, "
+                "created_at, updated_at, done, context_id, owner) VALUES (?, 1, ?, ?, ?, ?, ?, ?, 0, NULL, ?)",
+                (upload_id, len(data), chunk_sha, name, format, now, now, owner),
             )
         else:
             expected = row["next_index"]
@@ -202,7 +214,7 @@ class UploadStore:
                         f"Send chunk {expected} next (and the ones after it in order).",
                     )
                 self._check_total(row["bytes_received"] + len(data))
-                self._check_store_room(conn, len(data))
+                self._check_store_room(conn, len(data), owner)
                 os.replace(tmp, self._chunk_path(upload_id, index))
                 conn.execute(
                     "UPDATE uploads SET next_index = ?, bytes_received = ?, last_chunk_sha = ? WHERE upload_id = ?",
@@ -219,9 +231,14 @@ class UploadStore:
         if total > self._settings.max_context_bytes:
             raise context_too_large(self._settings.max_context_bytes)
 
-    def _check_store_room(self, conn: sqlite3.Connection, adding: int) -> None:
+    def _check_store_room(self, conn: sqlite3.Connection, adding: int, owner: Owner) -> None:
         """Unfinished uploads count against RLM_MCP_STORE_MAX_BYTES: unlike stored contexts they
-        cannot be evicted, so without this they could fill the disk past the cap."""
+        cannot be evicted, so without this they could fill the disk past the cap. The caller's
+        own count against its share first (`owner_caps.check_pending_uploads`)."""
+        own = conn.execute(
+            "SELECT COALESCE(SUM(bytes_received), 0) FROM uploads WHERE done = 0 AND owner = ?", (owner,)
+        ).fetchone()[0]
+        check_pending_uploads(self._settings, own, adding)
         pending = conn.execute("SELECT COALESCE(SUM(bytes_received), 0) FROM uploads WHERE done = 0").fetchone()[0]
         cap = self._settings.store_max_bytes
         if pending + adding > cap:

@@ -29,13 +29,14 @@ from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.contexts import PIN_TTL_S, ContextInfo, context_id_for, context_info, well_formed_id
-from rlm_mcp.store.owner_caps import loader_first
+from rlm_mcp.store.owner_caps import Held, loader_first, release_for_share, store_share
 from rlm_mcp.store.pg.cache import BlobCache
 from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
 
 log = logging.getLogger("rlm_mcp.store")
 
 EVICT_LOCK_KEY = 0x726C6D2D657663  # one evictor at a time across replicas
+OWNER_LOCK_CLASS = 0x726C6D6F  # with hashtext(owner): one owner's share is spent by one writer at a time
 
 _OWNED = (
     "SELECT c.context_id, c.sha256, c.bytes, c.format, c.kind, c.chars, "
@@ -177,7 +178,9 @@ class PgContextStore:
         cid = context_id_for(ing.sha256, format)
         now = time.time()
         chunks = -(-ing.bytes // CHUNK)
+        gone: list[str] = []
         async with self._db.transaction() as conn:
+            gone = await self._make_room_in_share(conn, owner, ing, now)
             cur = await conn.execute(
                 "INSERT INTO rlm_blobs VALUES (%s, %s, %s, %s) ON CONFLICT (sha256) DO NOTHING RETURNING sha256",
                 (ing.sha256, ing.bytes, chunks, now),
@@ -204,8 +207,54 @@ class PgContextStore:
             )
             row = await _select(conn, cid, owner)
             assert row is not None  # written just above, in this transaction
+        if gone:
+            await anyio.to_thread.run_sync(self.cache.drop, gone)
         log.info("stored context %s (%d bytes, %s) in the database", cid, ing.bytes, format)
         return context_info(row)
+
+    async def _make_room_in_share(self, conn: Conn, owner: Owner, ing: Ingested, now: float) -> list[str]:
+        """As the SQLite store's: release `owner`'s least recently used contexts so the new one
+        fits its share (`owner_caps.release_for_share`), or refuse it. One owner's stores queue
+        on a lock of that owner's, so two replicas cannot both spend the same room. Returns the
+        blobs that went."""
+        share = store_share(self._settings)
+        if share is None:
+            return []
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner))
+        pins = await _live_pins(conn, now)
+        cur = await conn.execute(
+            "SELECT c.context_id, c.sha256, c.bytes, o.last_used_at FROM rlm_contexts c "
+            "JOIN rlm_context_owners o ON o.context_id = c.context_id WHERE o.owner = %s",
+            (owner,),
+        )
+        rows = await cur.fetchall()
+        held = [
+            Held(r["context_id"], r["sha256"], r["bytes"], r["last_used_at"], (r["context_id"], owner) in pins)
+            for r in rows
+        ]
+        released = release_for_share(
+            held,
+            adding_sha256=ing.sha256,
+            adding_bytes=ing.bytes,
+            share=share,
+            now=now,
+            grace_s=float(self._settings.context_grace_s),
+        )
+        shas = {r["context_id"]: r["sha256"] for r in rows}
+        in_runs = {cid for cid, _ in pins}
+        gone: list[str] = []
+        for context_id in released:  # as the owner's delete: the bytes go when nobody holds or runs on them
+            await conn.execute(
+                "DELETE FROM rlm_context_owners WHERE context_id = %s AND owner = %s", (context_id, owner)
+            )
+            cur = await conn.execute("SELECT 1 FROM rlm_context_owners WHERE context_id = %s", (context_id,))
+            if await cur.fetchone() is None and context_id not in in_runs:
+                await conn.execute("DELETE FROM rlm_contexts WHERE context_id = %s", (context_id,))
+                if await _drop_blob_if_unused(conn, shas[context_id]):
+                    gone.append(shas[context_id])
+        if released:
+            log.info("released %d context(s) of %s for its share: %s", len(released), owner, ", ".join(released))
+        return gone
 
     # --- reading -------------------------------------------------------------------------
 

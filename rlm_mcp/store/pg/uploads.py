@@ -25,7 +25,8 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, context_too_large, uploads_over_store_cap
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import ingest, read_file_chunks
-from rlm_mcp.store.pg.contexts import PgContextStore
+from rlm_mcp.store.owner_caps import check_pending_uploads, may_continue_upload
+from rlm_mcp.store.pg.contexts import OWNER_LOCK_CLASS, PgContextStore
 from rlm_mcp.store.pg.db import Conn, Database
 from rlm_mcp.store.uploads import _UPLOAD_ID, UPLOAD_TTL_S, UploadState, _unknown, check_chunk
 
@@ -51,7 +52,7 @@ class PgUploadStore:
         owner: Owner,
     ) -> UploadState:
         check_chunk(data, index, format, sha256)
-        row = await self._store(data, index, upload_id, name, format, final)
+        row = await self._store(data, index, upload_id, name, format, final, owner)
         if row["done"] or not final:
             return await self._state(row, owner)
         try:
@@ -65,7 +66,14 @@ class PgUploadStore:
             raise
 
     async def _store(
-        self, data: bytes, index: int, upload_id: str | None, name: str | None, format: str | None, final: bool
+        self,
+        data: bytes,
+        index: int,
+        upload_id: str | None,
+        name: str | None,
+        format: str | None,
+        final: bool,
+        owner: Owner,
     ) -> dict[str, Any]:
         now = time.time()
         chunk_sha = hashlib.sha256(data).hexdigest()
@@ -79,11 +87,11 @@ class PgUploadStore:
                     )
                 upload_id = "upl_" + secrets.token_hex(12)
                 self._check_total(len(data))
-                await self._check_store_room(conn, len(data))
+                await self._check_store_room(conn, len(data), owner)
                 await conn.execute(
                     "INSERT INTO rlm_uploads (upload_id, next_index, bytes_received, last_chunk_sha, name, format, "
-                    "created_at, updated_at) VALUES (%s, 1, %s, %s, %s, %s, %s, %s)",
-                    (upload_id, len(data), chunk_sha, name, format, now, now),
+                    "created_at, updated_at, owner) VALUES (%s, 1, %s, %s, %s, %s, %s, %s, %s)",
+                    (upload_id, len(data), chunk_sha, name, format, now, now, owner),
                 )
                 await conn.execute("INSERT INTO rlm_upload_chunks VALUES (%s, 0, %b)", (upload_id, data))
             else:
@@ -91,9 +99,9 @@ class PgUploadStore:
                     raise _unknown(upload_id)
                 cur = await conn.execute("SELECT * FROM rlm_uploads WHERE upload_id = %s FOR UPDATE", (upload_id,))
                 row = await cur.fetchone()
-                if row is None:
-                    raise _unknown(upload_id)
-                if await self._apply(conn, row, data, index, chunk_sha, final):
+                if row is None or not may_continue_upload(row["owner"], owner):
+                    raise _unknown(upload_id)  # another owner's: as if it did not exist
+                if await self._apply(conn, row, data, index, chunk_sha, final, owner):
                     return row
                 await conn.execute(
                     "UPDATE rlm_uploads SET name = COALESCE(%s, name), format = COALESCE(%s, format), "
@@ -110,7 +118,7 @@ class PgUploadStore:
             return stored
 
     async def _apply(
-        self, conn: Conn, row: dict[str, Any], data: bytes, index: int, chunk_sha: str, final: bool
+        self, conn: Conn, row: dict[str, Any], data: bytes, index: int, chunk_sha: str, final: bool, owner: Owner
     ) -> bool:
         """Apply one later chunk to a locked row; True when it changes nothing (a done upload's resend)."""
         upload_id = row["upload_id"]
@@ -140,7 +148,7 @@ class PgUploadStore:
                     f"Send chunk {expected} next (and the ones after it in order).",
                 )
             self._check_total(row["bytes_received"] + len(data))
-            await self._check_store_room(conn, len(data))
+            await self._check_store_room(conn, len(data), owner)
             await conn.execute("INSERT INTO rlm_upload_chunks VALUES (%s, %s, %b)", (upload_id, index, data))
             await conn.execute(
                 "UPDATE rlm_uploads SET next_index = %s, bytes_received = %s, last_chunk_sha = %s WHERE upload_id = %s",
@@ -152,7 +160,16 @@ class PgUploadStore:
         if total > self._settings.max_context_bytes:
             raise context_too_large(self._settings.max_context_bytes)
 
-    async def _check_store_room(self, conn: Conn, adding: int) -> None:
+    async def _check_store_room(self, conn: Conn, adding: int, owner: Owner) -> None:
+        """As the SQLite store's: the caller's own unfinished uploads within its share, then every
+        owner's within RLM_MCP_STORE_MAX_BYTES. One owner's chunks queue on a lock of that
+        owner's (the store's share lock), so two replicas cannot both spend the same room."""
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner))
+        cur = await conn.execute(
+            "SELECT COALESCE(SUM(bytes_received), 0) AS n FROM rlm_uploads WHERE NOT done AND owner = %s", (owner,)
+        )
+        own = await cur.fetchone()
+        check_pending_uploads(self._settings, int(own["n"]) if own else 0, adding)
         cur = await conn.execute("SELECT COALESCE(SUM(bytes_received), 0) AS n FROM rlm_uploads WHERE NOT done")
         row = await cur.fetchone()
         pending = int(row["n"]) if row else 0
