@@ -18,9 +18,8 @@ import pytest
 
 from rlm_mcp import __version__
 from rlm_mcp.config import Settings
-from rlm_mcp.server.health import Readiness, health_app, health_endpoint, health_server, with_health
+from rlm_mcp.server.health import Readiness, health_app, health_endpoint, with_health
 from rlm_mcp.testing.servers import free_port, server_process
-from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
 from tests.fixtures_postgres import PASSWORD, Cluster
@@ -28,7 +27,7 @@ from tests.fixtures_postgres import PASSWORD, Cluster
 pytestmark = pytest.mark.anyio
 
 TOKEN = "health-test-token"
-# The role is reported once the settings know it (team mode part 2: RLM_MCP_ROLE, default both).
+# In team mode the role is reported once the settings know it (part 2: RLM_MCP_ROLE, default both).
 ROLE = {"role": "both"} if "role" in Settings.model_fields else {}
 
 
@@ -110,25 +109,6 @@ async def test_the_route_bypasses_only_itself() -> None:
     assert seen == ["/mcp", "/runs/", "/healthz/", "/HEALTHZ"]
 
 
-async def test_a_worker_only_listener_serves_the_route_alone(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, transport="http", port=free_port(), auth_token=TOKEN)
-    server = health_server(settings, _ready, role="worker")
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        try:
-            await wait_until(lambda: server.started, within_s=60, what="the health listener to start")
-            base = f"http://127.0.0.1:{settings.port}"
-            async with httpx.AsyncClient(timeout=30) as client:
-                answer = await client.get(f"{base}/healthz")
-                assert answer.status_code == 200
-                assert answer.json() == {"status": "ok", "version": __version__, "role": "worker"}
-                assert (
-                    await client.post(f"{base}/mcp", headers={"authorization": f"Bearer {TOKEN}"})
-                ).status_code == 404
-        finally:
-            server.should_exit = True
-
-
 def _serve(port: int) -> list[str]:
     return [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
 
@@ -144,7 +124,7 @@ def embedded_server(tmp_path: Path) -> Iterator[str]:
 def test_the_server_answers_health_without_a_token_and_still_guards_mcp(embedded_server: str) -> None:
     health = httpx.get(f"{embedded_server}/healthz")
     assert health.status_code == 200
-    assert health.json() == {"status": "ok", "version": __version__, **ROLE}  # no database: the embedded store
+    assert health.json() == {"status": "ok", "version": __version__}  # the embedded store: no database, no role
     # a balancer's probe names no host the replica knows: still answered
     assert httpx.get(f"{embedded_server}/healthz", headers={"host": "10.1.2.3:9999"}).status_code == 200
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}

@@ -14,9 +14,8 @@ Why it costs almost nothing: the readiness check (one `SELECT 1` in team mode) r
 per `CACHE_S`, whatever the number of callers; concurrent callers wait for the one in flight,
 and the check gives up after `CHECK_TIMEOUT_S`.
 
-A worker-only process (no MCP, no viewer) serves `health_app(check)` alone, e.g. through
-`health_server(settings, check, role="worker")` (uvicorn with the MCP server's connection
-guards); the HTTP server puts `with_health(app, endpoint)` in front of its guarded app.
+A worker-only process (no MCP, no viewer) serves `health_app(check)` alone; the HTTP server
+puts `with_health(app, endpoint)` in front of its guarded app.
 """
 
 from __future__ import annotations
@@ -27,12 +26,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
-import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rlm_mcp import __version__
-from rlm_mcp.config import Settings
-from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.store.bundle import Stores
 
 __all__ = [
@@ -43,7 +39,6 @@ __all__ = [
     "ReadinessCheck",
     "health_app",
     "health_endpoint",
-    "health_server",
     "store_readiness",
     "with_health",
 ]
@@ -158,15 +153,6 @@ def health_app(check: ReadinessCheck, *, role: str | None = None, cache_s: float
             await _respond(send, 404, {"error": "not found", "detail": f"This process serves only {PATH}."})
 
     return with_health(nothing_else, health_endpoint(check, role=role, cache_s=cache_s))
-
-
-def health_server(settings: Settings, check: ReadinessCheck, *, role: str | None = None) -> uvicorn.Server:
-    """The listener of a worker-only process on `settings.host:port`: the health route alone,
-    behind the MCP server's connection guards (header deadline, connection bound). The caller
-    runs `await server.serve(sockets=[...])` and stops it with `server.should_exit = True`."""
-    app = health_app(check, role=role)
-    config = uvicorn_config(settings, app, owners=0, log_level=settings.log_level.lower(), lifespan="on")
-    return uvicorn.Server(config)
 
 
 async def _respond(
