@@ -89,6 +89,7 @@ class Replica:
     name: str
     base: str  # http://127.0.0.1:PORT, the replica itself (no balancer)
     log: Path
+    pid: int
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -126,11 +127,13 @@ def balanced_replicas(
     tokens: Sequence[str],
     count: int = 3,
     env: Mapping[str, str] | None = None,
+    roles: Sequence[str] | None = None,
 ) -> Iterator[Balanced]:
     """`count` replicas on `database_url` behind HAProxy (see the module's docstring); a list
-    gives each replica its own."""
+    gives each replica its own. `roles` gives each replica its RLM_MCP_ROLE (default: both)."""
     urls = [database_url] * count if isinstance(database_url, str) else list(database_url)
     assert len(urls) == count
+    assert roles is None or len(roles) == count
     haproxy = haproxy_path()
     folder = tmp_path / "haproxy"
     folder.mkdir()
@@ -143,20 +146,21 @@ def balanced_replicas(
         for i, port in enumerate(ports):
             root = tmp_path / f"replica{i + 1}"
             root.mkdir()
-            replica_env = cli_env(
-                root,
-                RLM_MCP_DATABASE_URL=urls[i],
-                RLM_MCP_BASE_URL=lm_url,
-                RLM_MCP_AUTH_TOKENS=",".join(tokens),
-                RLM_MCP_PUBLIC_URL=public_url,  # the Host and Origin HAProxy forwards
-                RLM_MCP_SANDBOX_MEMORY="512m",
-                RLM_MCP_LOG_LEVEL="INFO",  # access lines: which replica answered
-                **(env or {}),
-            )
+            settings = {
+                "RLM_MCP_DATABASE_URL": urls[i],
+                "RLM_MCP_BASE_URL": lm_url,
+                "RLM_MCP_AUTH_TOKENS": ",".join(tokens),
+                "RLM_MCP_PUBLIC_URL": public_url,  # the Host and Origin HAProxy forwards
+                "RLM_MCP_SANDBOX_MEMORY": "512m",
+                "RLM_MCP_LOG_LEVEL": "INFO",  # access lines: which replica answered
+                **(env or {}),  # the caller's settings win
+                **({"RLM_MCP_ROLE": roles[i]} if roles else {}),
+            }
+            replica_env = cli_env(root, **settings)
             log = root / "server.log"
             argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
-            stack.enter_context(server_process(argv, port=port, env=replica_env, within_s=120, log=log))
-            replicas.append(Replica(f"rlm{i + 1}", f"http://127.0.0.1:{port}", log))
+            proc = stack.enter_context(server_process(argv, port=port, env=replica_env, within_s=120, log=log))
+            replicas.append(Replica(f"rlm{i + 1}", f"http://127.0.0.1:{port}", log, proc.pid))
         config = folder / "haproxy.cfg"
         config.write_text(render(CONFIG.read_text(), port=lb_port, cert=pem, servers=[("127.0.0.1", p) for p in ports]))
         checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, timeout=60)
