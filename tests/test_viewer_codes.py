@@ -4,7 +4,7 @@ every replica in team mode (`rlm_mcp.store.spent_codes`, `rlm_mcp.store.pg.spent
 The store's rule runs against both stores (two processes' worth of stores on one database racing
 for one code); then real `rlm-mcp serve --transport http` processes: a code opened on replica A is
 refused by replica B of the same database (and the other way round), and a single embedded server
-takes a code once.
+takes a code once; a login while the database is unreachable is refused, saying so.
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ import pytest
 
 from rlm_mcp.access import HostPolicy
 from rlm_mcp.config import Settings
+from rlm_mcp.store import RunStore
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import free_port, server_process
+from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.testing.waiting import wait_until
 from rlm_mcp.viewer.auth import COOKIE, ViewerAuth
+from rlm_mcp.viewer.routes import build_viewer
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
 
 pytestmark = pytest.mark.anyio
@@ -138,3 +141,18 @@ def test_a_single_embedded_server_takes_a_code_once(tmp_path: Path) -> None:
         assert opened.status_code == 303 and opened.cookies.get(COOKIE)
         assert _open(base, path).status_code == 401
         assert _open(base, _code_path(base)).status_code == 303  # a new code works
+
+
+async def test_a_login_while_the_database_is_unreachable_is_refused_saying_so(tmp_path: Path) -> None:
+    from rlm_mcp.store.pg import Database
+    from rlm_mcp.store.pg.spent_codes import PgSpentCodes
+
+    # A pool never opened answers as an unreachable database does (DatabaseUnavailableError).
+    db = Database(f"postgresql://rlm:hunter2-pw@127.0.0.1:{free_port()}/rlm", replica=False)
+    auth = ViewerAuth(tokens=[TOKEN], policy=HostPolicy("127.0.0.1", 80, [], []), key=b"k" * 32, spent=PgSpentCodes(db))
+    app = build_viewer(RunStore(make_settings(tmp_path)), auth)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        refused = await client.get("/runs/login", params={"code": auth.issue_code("alice")})
+    assert refused.status_code == 503 and "database is unreachable" in refused.text
+    assert "set-cookie" not in refused.headers and "hunter2" not in refused.text
