@@ -67,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["stdio", "http"], default=None, help="default: RLM_MCP_TRANSPORT, stdio")
     serve.add_argument("--host", default=None, help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="HTTP port (default 8765)")
+    serve.add_argument(
+        "--role",
+        choices=["both", "front", "worker"],
+        default=None,
+        help="team mode: front (MCP, enqueues runs), worker (executes runs, no MCP) or both (default: RLM_MCP_ROLE)",
+    )
 
     _command(sub, "doctor", _doctor, "check the sandbox backend and image, the LM endpoints and a round trip")
 
@@ -137,8 +143,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        serve_flags = (("transport", getattr(args, "transport", None)), ("host", getattr(args, "host", None)))
-        overrides = {k: v for k, v in (*serve_flags, ("port", getattr(args, "port", None))) if v is not None}
+        serve_flags = [(name, getattr(args, name, None)) for name in ("transport", "host", "port", "role")]
+        overrides = {k: v for k, v in serve_flags if v is not None}
         settings = load_settings(**overrides)
     except SettingsError as exc:
         print(f"rlm-mcp: bad configuration: {exc}", file=sys.stderr)
@@ -176,8 +182,39 @@ CLI_FIXES = {
 
 
 def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
-    anyio.run(_serve, settings)
+    if settings.role != "both" and settings.database_url is None:
+        raise RlmMcpError(
+            f"--role {settings.role} needs team mode: fronts and workers share runs through PostgreSQL.",
+            "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
+            '(README "Team server"), or serve with --role both (the default).',
+        )
+    anyio.run(_serve_worker if settings.role == "worker" else _serve, settings)
     return 0
+
+
+async def _serve_worker(settings: Settings) -> None:
+    """A team-mode worker: executes queued runs and serves only the unauthenticated health route
+    (`GET /healthz`, for a balancer or systemd) on RLM_MCP_HOST:RLM_MCP_PORT; no MCP, no viewer."""
+    from rlm_mcp.server.health import health_app, store_readiness
+    from rlm_mcp.server.http import serve_http
+    from rlm_mcp.server.listen import bind_listener
+    from rlm_mcp.service.service import RlmService
+
+    closed = threading.Event()
+    listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before anything starts
+
+    async def serve() -> None:
+        try:
+            async with RlmService(settings, mode="http") as service:
+                logging.getLogger("rlm_mcp").info("team worker: executing queued runs; health on /healthz")
+                await serve_http(settings, health_app(store_readiness(service.stores), role="worker"), listener)
+        finally:
+            closed.set()
+
+    try:
+        await _serve_until_signal(serve, closed)
+    finally:
+        listener.close()
 
 
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:

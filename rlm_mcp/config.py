@@ -186,6 +186,16 @@ class Settings(BaseSettings):
         None,
         description="postgresql://user:password@host:port/db: shared state on PostgreSQL (needs rlm-mcp[team]).",
     )
+    role: Literal["both", "front", "worker"] = Field(
+        "both",
+        description="Team mode: front (MCP, enqueues runs), worker (runs queued runs, no MCP) or both.",
+    )
+    worker_lease_s: float = Field(
+        30.0, gt=0, description="Team mode: a worker silent this long is lost; its runs end with a status."
+    )
+    queue_poll_s: float = Field(
+        1.0, gt=0, description="Team mode: how often fronts and workers poll the queue (NOTIFY wakes them sooner)."
+    )
     url_timeout_s: float = Field(30.0, description="Timeout of a URL fetch.")
     url_max_redirects: int = Field(5, description="Redirects a URL fetch may follow.")
     allow_private_urls: bool = Field(

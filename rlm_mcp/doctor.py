@@ -214,6 +214,11 @@ async def _team(settings: Settings) -> list[Check]:
         checks.append(Check("schema", True, f"version {LATEST}"))
     seen = "; ".join(status.replicas) if status.replicas else "none in the last minute"
     checks.append(Check("replicas", True, seen))
+    if status.workers is not None:
+        # Read from the tables only: a queue with runs waiting and no live worker is a warning.
+        workers = "; ".join(status.workers) if status.workers else "none alive"
+        checks.append(Check("workers", True, workers, warn=not status.workers and status.queued > 0))
+        checks.append(Check("queue", True, f"{status.queued} run{'s' if status.queued != 1 else ''} waiting"))
     return checks
 
 

@@ -96,3 +96,13 @@ def test_stdio_from_a_client_stays_silent(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.stdout == "" and "waiting for an MCP client" not in done.stderr
+
+
+def test_a_team_role_without_a_database_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    for role in ("front", "worker"):
+        done = _cli(tmp_path, "serve", "--role", role)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+        assert f"--role {role} needs team mode" in done.stderr and "RLM_MCP_DATABASE_URL" in done.stderr
+    refused = _cli(tmp_path, "serve", RLM_MCP_ROLE="neither")
+    assert refused.returncode == 2 and "RLM_MCP_ROLE" in refused.stderr

@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from rlm_mcp import __version__
-from rlm_mcp.config import Settings
 from rlm_mcp.server.health import Readiness, health_app, health_endpoint, with_health
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
@@ -27,8 +26,6 @@ from tests.fixtures_postgres import PASSWORD, Cluster
 pytestmark = pytest.mark.anyio
 
 TOKEN = "health-test-token"
-# In team mode the role is reported once the settings know it (part 2: RLM_MCP_ROLE, default both).
-ROLE = {"role": "both"} if "role" in Settings.model_fields else {}
 
 
 def _client(app: object) -> httpx.AsyncClient:
@@ -154,7 +151,7 @@ async def test_team_mode_health_follows_the_database(tmp_path: Path, pg_cluster:
         await wait_until(lambda: _status_is(base, 200), within_s=120, what="the replica to report healthy")
         up = _health(base)
         assert up is not None
-        assert up.json() == {"status": "ok", "version": __version__, "database": "reachable", **ROLE}
+        assert up.json() == {"status": "ok", "version": __version__, "role": "both", "database": "reachable"}
         pg_cluster.stop()
         try:
             await wait_until(lambda: _status_is(base, 503), within_s=120, what="503 while PostgreSQL is down")

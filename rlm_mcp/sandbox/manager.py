@@ -227,6 +227,15 @@ class SandboxManager:
             self._removals.release()
 
     @property
+    def free_slots(self) -> int:
+        """Sandboxes that may still open now (RLM_MCP_MAX_SANDBOXES less those open)."""
+        return self._slots.free
+
+    @property
+    def max_slots(self) -> int:
+        return self._slots.capacity
+
+    @property
     def cpu_fallback(self) -> tuple[str, str] | None:
         """(why each sandbox keeps a fixed CPU limit, the fix) where limits cannot change in place."""
         return self._cpu.fallback(self.settings.max_sandboxes)

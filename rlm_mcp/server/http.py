@@ -67,8 +67,8 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     stores.after_open.append(share_viewer_key)
     viewer = build_viewer(stores.runs, auth)
     # /healthz (the balancer's check) is the one route in front of the guard: no token, says little.
-    # `role` in team mode only, once the settings carry one (part 2: --role both|front|worker).
-    role = getattr(settings, "role", None) if settings.database_url is not None else None
+    # `role` in team mode only (--role both|front|worker); the embedded server has no roles.
+    role = settings.role if settings.database_url is not None else None
     health = health_endpoint(store_readiness(stores), role=role)
     return with_health(mount_viewer(RequestGuard(app, policy, tokens), viewer), health)
 

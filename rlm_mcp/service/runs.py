@@ -65,6 +65,8 @@ class ActiveRun:
     # Counts notifications, so a waiter that was busy (sending progress) when one happened
     # still sees it: the Event alone is replaced on every notify and would lose it.
     seq: int = 0
+    # Team mode: which worker runs it, or why it waits (no live worker); shown by rlm_status.
+    notice: str | None = None
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
@@ -92,6 +94,7 @@ class ActiveRun:
             sub_calls=p.sub_calls,
             usage=p.usage.to_dict(),
             elapsed_s=round(time.monotonic() - p.started, 3),
+            notice=self.notice,
         )
 
 
@@ -106,6 +109,8 @@ class RunManager:
         self._slots = anyio.Semaphore(settings.max_runs, fast_acquire=True)
         self._pruned_at = float("-inf")
         self._tg: anyio.abc.TaskGroup | None = None
+        # The reason runs cancelled by this process's shutdown record (a team worker names itself).
+        self.shutdown_reason = "the server shut down"
 
     async def __aenter__(self) -> RunManager:
         self._tg = anyio.create_task_group()
@@ -118,6 +123,10 @@ class RunManager:
         tg.cancel_scope.cancel()  # every run records `cancelled` in its own shielded finally
         await tg.__aexit__(None, None, None)
 
+    # Runs execute in this process: starting one needs the engine and a ready sandbox backend
+    # (a team-mode front, `service.queue.front.QueueFront`, says False).
+    local = True
+
     def get(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:
         """The live run; None for another owner's run (as for an unknown id)."""
         run = self._runs.get(run_id)
@@ -125,9 +134,26 @@ class RunManager:
             return None
         return run
 
-    async def start(self, request: RunRequest, engine: RLMEngine) -> ActiveRun:
+    async def find(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:
+        """`get`, as the run backends' common interface has it (`service.backends.RunBackend`)."""
+        return self.get(run_id, owner=owner)
+
+    async def adopt(self, run_id: str, request: RunRequest, engine: RLMEngine, log: RunLogPort) -> ActiveRun:
+        """Execute a run whose record already exists (a team-mode worker claimed it from the
+        queue): the same execution as `start`, without the queue bound and the new record."""
         if self._tg is None:
             raise RuntimeError("RunManager used outside its context")
+        progress = RunProgress(
+            run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
+        )
+        run = ActiveRun(run_id, request, progress)
+        self._runs[run_id] = run
+        await self._tg.start(self._execute, run, engine, log)
+        return run
+
+    async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
+        if self._tg is None or engine is None:
+            raise RuntimeError("RunManager used outside its context, or without an engine")
         # Bounded before anything is opened (issue 20 item 11); runs that will take a free slot
         # at once do not count as waiting.
         waiting = [r for r in self._runs.values() if r.result is None and r.progress.status == "queued"]
@@ -176,7 +202,7 @@ class RunManager:
             finally:
                 with anyio.CancelScope(shield=True):
                     if result is None:  # cancelled from outside the run's own scope (shutdown)
-                        result = self._ended(run, "cancelled", "the server shut down")
+                        result = self._ended(run, "cancelled", self.shutdown_reason)
                     run.result = result
                     run.progress.status = result.status
                     await self._finish_record(run, log)
@@ -277,19 +303,7 @@ class RunManager:
         )
 
     def _summary(self, run: ActiveRun) -> dict[str, Any]:
-        summary: dict[str, Any] = {
-            "run_id": run.run_id,
-            "query": run.request.query,
-            "context_ids": run.request.context_ids,
-            "owner": run.request.owner,
-            "limits": vars(run.request.limits),
-            "created_at": run.created,
-            "model": self._settings.model,
-        }
-        summary.update(run.snapshot().model_dump())
-        if run.result is not None:
-            summary["result"] = run.result.model_dump()
-        return summary
+        return run_summary(self._settings, run)
 
     async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> None:
         try:
@@ -297,6 +311,25 @@ class RunManager:
             await log.aclose()
         except Exception:
             logger.exception("could not write the record of run %s", run.run_id)
+
+
+def run_summary(settings: Settings, run: ActiveRun) -> dict[str, Any]:
+    """The run's record: its request, its live status and, once it ended, its result."""
+    summary: dict[str, Any] = {
+        "run_id": run.run_id,
+        "query": run.request.query,
+        "context_ids": run.request.context_ids,
+        "owner": run.request.owner,
+        "limits": vars(run.request.limits),
+        "created_at": run.created,
+        "model": settings.model,
+    }
+    summary.update(run.snapshot().model_dump(exclude_none=True))
+    if run.result is not None:
+        summary["result"] = run.result.model_dump()
+    if run.not_started is not None:
+        summary["not_started"] = {"cause": run.not_started.cause, "fix": run.not_started.fix}
+    return summary
 
 
 async def wait_with_heartbeat(

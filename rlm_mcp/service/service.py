@@ -29,11 +29,12 @@ from rlm_mcp.lm.client import LMClient
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.backends import RunBackend, open_runs, sandbox_liveness
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
-from rlm_mcp.service.runs import ActiveRun, RunManager, RunRequest, unique_ids, wait_with_heartbeat
+from rlm_mcp.service.runs import ActiveRun, RunRequest, unique_ids, wait_with_heartbeat
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, UploadState
 from rlm_mcp.store.factory import Stores, make_stores
@@ -56,12 +57,12 @@ class RlmService:
         self.uploads = self.stores.uploads
         self.records = self.stores.runs
         self.lm = LMClient(settings)
-        self.sandboxes = SandboxManager(settings)
+        self.sandboxes = SandboxManager(settings, liveness=sandbox_liveness(settings))
         self.loader = ContextLoader(settings, self.contexts, allow_loopback_urls=(mode == "stdio"))
         self._engine: RLMEngine | None = None
         self._engine_lock = anyio.Lock(fast_acquire=True)
         self._lm_checked_at = float("-inf")
-        self._runs: RunManager | None = None
+        self._runs: RunBackend | None = None
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> RlmService:
@@ -69,7 +70,7 @@ class RlmService:
         try:
             await self._stack.enter_async_context(self.stores)  # closed last: runs record into it
             await self._stack.enter_async_context(self.sandboxes)
-            self._runs = await self._stack.enter_async_context(RunManager(self.settings, self.contexts, self.records))
+            self._runs = await open_runs(self._stack, self.settings, self.stores, self.sandboxes, self.engine)
         except BaseException:
             await self.aclose()
             raise
@@ -101,7 +102,7 @@ class RlmService:
         return self._engine
 
     @property
-    def runs(self) -> RunManager:
+    def runs(self) -> RunBackend:
         if self._runs is None:
             raise RuntimeError("RlmService used outside `async with`")
         return self._runs
@@ -190,13 +191,15 @@ class RlmService:
             raise BadArgumentError(
                 "No context id given.", "Load a context with rlm_load_context and pass its context_id."
             )
-        engine = await self.engine()
+        runs = self.runs
+        engine = await self.engine() if runs.local else None
         infos = [await self.contexts.get(cid, owner=owner) for cid in ids]
         self.sandboxes.check_fits([self.contexts.spec(i) for i in infos])
-        await self.sandboxes.ensure_ready()
+        if runs.local:  # a team-mode front runs nothing: its workers check their own Docker
+            await self.sandboxes.ensure_ready()
         await self._check_lm()
         request = RunRequest(query=query, context_ids=ids, limits=overrides.limits(self.settings), owner=owner)
-        return await self.runs.start(request, engine)
+        return await runs.start(request, engine)
 
     async def complete(
         self,
@@ -230,7 +233,7 @@ class RlmService:
         return result
 
     async def status(self, run_id: str, *, owner: Owner) -> RunSnapshot:
-        run = self.runs.get(run_id, owner=owner)
+        run = await self.runs.find(run_id, owner=owner)
         if run is not None:
             return run.snapshot()
         summary = await self.records.read_summary(run_id, owner=owner)  # NotFoundError for unknown ids
@@ -238,7 +241,7 @@ class RlmService:
 
     async def result(self, run_id: str, wait_s: float = 0.0, *, owner: Owner) -> RunResult | RunSnapshot:
         """The result when the run has ended (waiting up to `wait_s`), else its status."""
-        run = self.runs.get(run_id, owner=owner)
+        run = await self.runs.find(run_id, owner=owner)
         if run is not None:
             if wait_s > 0:
                 with anyio.move_on_after(min(wait_s, RESULT_WAIT_MAX_S)):
@@ -250,7 +253,7 @@ class RlmService:
         return RunSnapshot.from_record(summary)
 
     async def cancel(self, run_id: str, *, owner: Owner) -> RunSnapshot:
-        run = self.runs.get(run_id, owner=owner)
+        run = await self.runs.find(run_id, owner=owner)
         if run is None:
             # Finished long ago, or by another server: cancelling an ended run changes nothing.
             return await self.status(run_id, owner=owner)  # unknown id -> NotFoundError
@@ -261,7 +264,7 @@ class RlmService:
     async def run_summary(self, run_id: str, *, owner: Owner) -> dict[str, Any]:
         """The run's record, with the live status while it runs."""
         summary = await self.records.read_summary(run_id, owner=owner)
-        run = self.runs.get(run_id, owner=owner)
+        run = await self.runs.find(run_id, owner=owner)
         if run is not None and run.result is None:
             summary.update(run.snapshot().model_dump())
         return summary
@@ -270,7 +273,7 @@ class RlmService:
         return await self.records.read_events(run_id, owner=owner)
 
     async def full_answer(self, run_id: str, *, owner: Owner) -> str:
-        run = self.runs.get(run_id, owner=owner)
+        run = await self.runs.find(run_id, owner=owner)
         result = run.result if run is not None else None
         if result is None:
             summary = await self.records.read_summary(run_id, owner=owner)

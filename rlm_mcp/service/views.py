@@ -19,6 +19,8 @@ class RunSnapshot(BaseModel):
     sub_calls: int | None = None
     usage: dict[str, Any] | None = None
     elapsed_s: float | None = None
+    # Team mode: why a queued run is not moving (no live worker), or which worker runs it.
+    notice: str | None = None
 
     @classmethod
     def from_record(cls, summary: dict[str, Any]) -> RunSnapshot:

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 import anyio
 
 POLL_S = 0.02
 
 
-async def wait_until(condition: Callable[[], object], *, within_s: float = 30.0, what: str = "the condition") -> None:
-    """Return once `condition()` is true; fail the test after a generous `within_s` deadline (a
-    hang becomes a failure that names what never happened, never a timing assertion)."""
+async def wait_until(
+    condition: Callable[[], object | Awaitable[object]], *, within_s: float = 30.0, what: str = "the condition"
+) -> None:
+    """Return once `condition()` is true (awaited when it is a coroutine function); fail the test
+    after a generous `within_s` deadline (a hang becomes a failure that names what never
+    happened, never a timing assertion)."""
     with anyio.move_on_after(within_s):
         # Polling on purpose: the conditions (a thread's state, a container list) have no event.
-        while not condition():  # noqa: ASYNC110
+        while True:
+            outcome = condition()
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+            if outcome:
+                return
             await anyio.sleep(POLL_S)
-        return
     raise AssertionError(f"{what} did not happen within {within_s:g} s")

@@ -12,6 +12,7 @@ ordered by a per-run sequence, which a run queue with workers and leases can bui
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -20,7 +21,40 @@ from rlm_mcp.errors import RlmMcpError
 
 ADVISORY_LOCK_KEY = 0x726C6D2D6D6370  # "rlm-mcp"
 
-MIGRATIONS: list[tuple[int, str]] = [
+
+def _procrastinate_schema() -> str:
+    """The run queue's tables and functions, read from the installed Procrastinate at run time.
+
+    Procrastinate is pinned to one minor version (pyproject, `team` extra) because its schema is
+    applied here, once, as rlm-mcp migration 3: upgrading Procrastinate means a new rlm-mcp
+    migration carrying that release's own migration files (procrastinate/sql/migrations/).
+    """
+    from procrastinate.schema import SchemaManager
+
+    return str(SchemaManager.get_schema())
+
+
+# The run queue's own columns and tables (rlm_mcp.service.queue): which Procrastinate job carries
+# a run, which worker runs it, whether it called the LM (a lost run that had not may start again,
+# once), and the workers' names (host, pid, sandbox owner label) for statuses and clean-up.
+_QUEUE_SQL = """
+ALTER TABLE rlm_runs
+    ADD COLUMN job_id    bigint,
+    ADD COLUMN worker_id bigint,
+    ADD COLUMN lm_called boolean NOT NULL DEFAULT false,
+    ADD COLUMN requeues  integer NOT NULL DEFAULT 0;
+CREATE INDEX rlm_runs_job ON rlm_runs (job_id);
+CREATE TABLE rlm_workers (
+    worker_id   bigint PRIMARY KEY,
+    owner_id    text NOT NULL,
+    host        text NOT NULL,
+    pid         integer NOT NULL,
+    started_at  double precision NOT NULL,
+    gone_at     double precision
+);
+"""
+
+MIGRATIONS: list[tuple[int, str | Callable[[], str]]] = [
     (
         1,
         """
@@ -131,6 +165,8 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX rlm_uploads_owner ON rlm_uploads (owner) WHERE NOT done;
         """,
     ),
+    (3, _procrastinate_schema),
+    (4, _QUEUE_SQL),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -157,7 +193,8 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:
             if version <= current:
                 continue
             async with conn.transaction():
-                await conn.execute(sql.encode())  # trusted, constant DDL
+                text = sql() if callable(sql) else sql
+                await conn.execute(text.encode())  # trusted DDL (ours, or the installed Procrastinate's)
                 await conn.execute("INSERT INTO rlm_schema VALUES (%s, now())", (version,))
             current = version
         return current

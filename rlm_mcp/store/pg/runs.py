@@ -50,11 +50,22 @@ class PgRunLog:
         self._max_log = max_log_bytes
         self._truncated = False
         self._closed = False
+        self._detached = False
         self._lock = anyio.Lock()
 
     @property
     def run_id(self) -> str:
         return self._run_id
+
+    def detach(self) -> None:
+        """Write nothing more, summary included (a team worker hands a run back to the queue)."""
+        self._closed = True
+        self._detached = True
+
+    def resume(self, seq: int, written: int) -> None:
+        """Continue a log that already holds `seq` events of `written` bytes."""
+        self._seq = seq
+        self._written = written
 
     async def open(self) -> None:
         """Nothing to open: each append borrows a pooled connection (the record already exists,
@@ -89,10 +100,14 @@ class PgRunLog:
             self._written += len(line)
 
     async def write_summary(self, summary: dict[str, Any]) -> None:
+        if self._detached:
+            return
         full = {"run_id": self._run_id, "created_at": self._created_at, **summary}
         async with self._db.connection() as conn:
             await conn.execute(
-                "UPDATE rlm_runs SET summary = %s, done = %s, updated_at = %s WHERE run_id = %s",
+                # Never over a final summary: in team mode another process may have ended the
+                # run first (a cancel while queued, a sweeper that found its worker lost).
+                "UPDATE rlm_runs SET summary = %s, done = %s, updated_at = %s WHERE run_id = %s AND NOT done",
                 (_dump(full), "result" in full, time.time(), self._run_id),
             )
 
@@ -130,6 +145,23 @@ class PgRunStore:
         return PgRunLog(
             self._db, run_id, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log
         )
+
+    async def reopen(self, run_id: str) -> PgRunLog:
+        """The log of a run created elsewhere (a team-mode worker executes a queued run):
+        appends go on after the events already there."""
+        check_run_id(run_id)
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT created_at, next_seq, log_bytes FROM rlm_runs WHERE run_id = %s", (run_id,)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise _unknown(run_id)
+        log = PgRunLog(
+            self._db, run_id, created_at=row["created_at"], max_event_bytes=self._max_event, max_log_bytes=self._max_log
+        )
+        log.resume(int(row["next_seq"]), int(row["log_bytes"]))
+        return log
 
     async def read_summary(self, run_id: str, *, owner: OwnerScope) -> dict[str, Any]:
         check_run_id(run_id)

@@ -1,9 +1,11 @@
-"""What `rlm-mcp doctor` reports in team mode: the database, its schema, the replicas seen."""
+"""What `rlm-mcp doctor` reports in team mode: the database, its schema, the replicas seen, the
+run queue's live workers (host, pid, heartbeat age, runs) and its depth. Reads tables only."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -19,6 +21,15 @@ class TeamStatus:
     fix: str = ""
     schema_version: int = 0
     replicas: list[str] = field(default_factory=list)  # "host pid version, seen N s ago"
+    workers: list[str] | None = None  # "worker N on host pid P, heartbeat N s ago, R runs"; None: no queue yet
+    queued: int = 0  # runs waiting for a worker
+
+
+# Migration 4 (the run queue's tables); the queue's queries need it.
+_QUEUE_SCHEMA = 4
+# A worker silent longer than this is not listed as live (RLM_MCP_WORKER_LEASE_S's default;
+# doctor reads the tables and need not share the servers' setting).
+_WORKER_SHOWN_S = 30.0
 
 
 async def team_status(url: str) -> TeamStatus:
@@ -45,10 +56,30 @@ async def team_status(url: str) -> TeamStatus:
                     f"{r['host']} pid {r['pid']} (rlm-mcp {r['version']}, seen {now - r['seen_at']:.0f} s ago)"
                     for r in await cur.fetchall()
                 ]
+                if status.schema_version >= _QUEUE_SCHEMA:
+                    await _queue(conn, status)
     except psycopg.OperationalError as exc:
         err = probe.unavailable(exc)
         status.error, status.fix = err.cause, err.fix or ""
     return status
+
+
+async def _queue(conn: psycopg.AsyncConnection[dict[str, Any]], status: TeamStatus) -> None:
+    cur = await conn.execute(
+        "SELECT p.id, w.host, w.pid, EXTRACT(EPOCH FROM now() - p.last_heartbeat) AS age, "
+        "(SELECT count(*) FROM procrastinate_jobs j WHERE j.worker_id = p.id AND j.status = 'doing') AS runs "
+        "FROM procrastinate_workers p LEFT JOIN rlm_workers w ON w.worker_id = p.id "
+        "WHERE p.last_heartbeat > now() - make_interval(secs => %s) ORDER BY p.id",
+        (_WORKER_SHOWN_S,),
+    )
+    status.workers = [
+        f"worker {r['id']} on {r['host'] or '?'} pid {r['pid'] or '?'} "
+        f"(heartbeat {float(r['age']):.0f} s ago, {r['runs']} run{'s' if r['runs'] != 1 else ''})"
+        for r in await cur.fetchall()
+    ]
+    cur = await conn.execute("SELECT count(*) AS n FROM procrastinate_jobs WHERE status = 'todo'")
+    row = await cur.fetchone()
+    status.queued = int(row["n"]) if row else 0
 
 
 __all__ = ["LATEST", "TeamStatus", "team_status"]

@@ -1,0 +1,246 @@
+"""The front's side of the run queue: enqueue a run, follow it through the database, cancel it.
+
+`QueueFront` has the interface of the local `RunManager` (`service.backends.RunBackend`), so
+`RlmService` and `rlm_complete`'s progress reporting do not know where a run executes. Each run
+this process follows is an `ActiveRun` mirror, refreshed from the run's row whenever its NOTIFY
+arrives (`wakeups.Wakeups`) and at least every RLM_MCP_QUEUE_POLL_S. Any replica follows any run
+(`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+import uuid
+from typing import Any
+
+import anyio
+import procrastinate
+from procrastinate.jobs import Status
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine import RLMEngine, RunLimits, RunPhase, RunProgress, RunResult
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.lm.types import TokenCount, Usage
+from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.service.queue import records
+from rlm_mcp.service.queue.app import defer_run
+from rlm_mcp.service.queue.records import RunRow
+from rlm_mcp.service.queue.wakeups import Wakeups
+from rlm_mcp.service.run_queue import queue_refusal
+from rlm_mcp.service.runs import FINISHED_RUNS_KEPT, ActiveRun, RunRequest, run_summary
+from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.ports import RunStorePort
+
+log = logging.getLogger("rlm_mcp.queue")
+
+NO_WORKER = "queued, but no worker is alive to run it"
+
+
+def request_of(summary: dict[str, Any]) -> RunRequest:
+    """The request a run record carries (the job's only argument is the run id)."""
+    return RunRequest(
+        query=summary["query"],
+        context_ids=list(summary["context_ids"]),
+        limits=RunLimits(**summary["limits"]),
+        owner=Owner(summary["owner"]),
+    )
+
+
+def usage_of(data: dict[str, Any] | None) -> Usage:
+    if not data:
+        return Usage()
+    return Usage(
+        total=TokenCount(**data.get("total", {})),
+        by_model={m: TokenCount(**c) for m, c in data.get("by_model", {}).items()},
+    )
+
+
+def ended(run: ActiveRun, status: Any, reason: str) -> dict[str, Any]:
+    """The final summary of a run that ends without its worker (cancelled while queued, lost)."""
+    p = run.progress
+    run.result = RunResult(
+        status=status,
+        answer=None,
+        reason=reason,
+        run_id=run.run_id,
+        iterations=p.iterations,
+        usage=p.usage.to_dict(),
+        duration_s=round(time.monotonic() - p.started, 3),
+        sub_calls=p.sub_calls,
+    )
+    p.status = status
+    return {"status": status, "result": run.result.model_dump()}
+
+
+def apply(run: ActiveRun, row: RunRow) -> None:
+    """Bring the mirror up to the row; notify its waiters when something changed."""
+    s = row.summary
+    p = run.progress
+    before = (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total)
+    p.status = s.get("status", p.status)
+    p.iterations = int(s.get("iterations") or 0)
+    p.sub_calls = int(s.get("sub_calls") or 0)
+    p.usage = usage_of(s.get("usage"))
+    if s.get("phase") in RunPhase.__members__.values():
+        p.phase = RunPhase(s["phase"])
+    if s.get("elapsed_s") is not None and p.status != "queued":
+        p.started = time.monotonic() - float(s["elapsed_s"])
+    notice = s.get("notice")
+    if notice or p.status != "queued":  # a queued run keeps the front's own "no worker" notice
+        run.notice = notice
+    if row.done and "result" in s and not run.done.is_set():
+        run.result = RunResult.model_validate(s["result"])
+        if s.get("not_started"):
+            run.not_started = RlmMcpError(s["not_started"]["cause"], s["not_started"].get("fix"))
+        run.done.set()
+        run.notify("run_end")
+    elif before != (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total):
+        run.notify(s.get("last_event") or "progress")
+
+
+class QueueFront:
+    """Runs enqueued for workers (any replica's) and followed through the database."""
+
+    local = False
+
+    def __init__(
+        self, settings: Settings, db: Database, run_records: RunStorePort, app: procrastinate.App, wakeups: Wakeups
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._records = run_records
+        self._app = app
+        self._wakeups = wakeups
+        self._mirrors: dict[str, ActiveRun] = {}
+        self._finished: collections.deque[str] = collections.deque()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._live_workers = 0
+        self._workers_seen_at = float("-inf")
+
+    async def __aenter__(self) -> QueueFront:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._wakeups.listen_forever)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._tg is not None
+        tg, self._tg = self._tg, None
+        tg.cancel_scope.cancel()  # stops following; the runs go on on their workers
+        await tg.__aexit__(None, None, None)
+
+    async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
+        if self._tg is None:
+            raise RuntimeError("QueueFront used outside its context")
+        total, mine = await records.queued_counts(self._db, request.owner)
+        busy = queue_refusal(self._settings, queued=total, queued_by_owner=mine)
+        if busy is not None:
+            raise busy
+        run_id = f"run_{uuid.uuid4().hex[:20]}"
+        progress = RunProgress(
+            run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
+        )
+        run = ActiveRun(run_id, request, progress)
+        await self._records.create(run_id, run_summary(self._settings, run))
+        try:
+            job_id = await defer_run(self._app, run_id)
+        except Exception as exc:
+            summary = run_summary(self._settings, run) | ended(run, "error", f"could not queue the run: {exc}")
+            await records.finish(self._db, run_id, summary)
+            raise self._db.unavailable(exc) from None
+        await records.set_job(self._db, run_id, job_id)
+        self._follow(run)
+        return run
+
+    def get(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:
+        run = self._mirrors.get(run_id)
+        return run if run is not None and sees(owner, run.request.owner) else None
+
+    async def find(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:
+        """The run, followed from here from now on; None when unknown, another owner's or ended
+        (the caller then reads its record)."""
+        known = self._mirrors.get(run_id)
+        if known is not None:
+            return known if sees(owner, known.request.owner) else None
+        row = await records.read(self._db, run_id)
+        if row is None or row.done or not sees(owner, row.owner) or self._tg is None:
+            return None
+        request = request_of(row.summary)
+        progress = RunProgress(run_id=run_id, max_iterations=request.limits.max_iterations, status="queued")
+        run = ActiveRun(run_id, request, progress, created=float(row.summary.get("created_at", row.created_at)))
+        apply(run, row)
+        self._follow(run)
+        return run
+
+    async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
+        run = self._mirrors[run_id]
+        row = await records.read(self._db, run_id)
+        if row is None or row.done:
+            return
+        if row.job_id is not None:
+            manager = self._app.job_manager
+            await manager.cancel_job_by_id_async(row.job_id, abort=True)
+            if await manager.get_job_status_async(row.job_id) == Status.CANCELLED:
+                # No worker took it: nobody else will write its end.
+                summary = run_summary(self._settings, run) | ended(
+                    run, "cancelled", "cancelled by the caller before a worker took it"
+                )
+                await records.finish(self._db, run_id, summary)
+        self._wakeups.wake(run_id)
+        with anyio.move_on_after(wait_s):
+            await run.done.wait()
+
+    async def _say_if_no_worker(self, run: ActiveRun) -> None:
+        """A queued run with no live worker says so (rlm_status), until one comes."""
+        now = time.monotonic()
+        if now - self._workers_seen_at >= self._settings.queue_poll_s:
+            try:
+                self._live_workers = await records.live_workers(self._db, self._settings.worker_lease_s)
+                self._workers_seen_at = now
+            except Exception:  # the database is restarting: say nothing new
+                return
+        if self._live_workers > 0 and run.notice is not None and run.notice.startswith(NO_WORKER):
+            run.notice = None
+            run.notify("queued")
+        if self._live_workers == 0:
+            wait = self._settings.run_queue_timeout_s
+            notice = (
+                f"{NO_WORKER} (start one: rlm-mcp serve --role worker or --role both); "
+                f"it ends with an error if none takes it within {wait:.0f} s of queueing (RLM_MCP_RUN_QUEUE_TIMEOUT_S)"
+            )
+            if run.notice != notice:
+                run.notice = notice
+                run.notify("queued")
+
+    def _follow(self, run: ActiveRun) -> None:
+        assert self._tg is not None
+        self._mirrors[run.run_id] = run
+        self._tg.start_soon(self._watch, run)
+
+    async def _watch(self, run: ActiveRun) -> None:
+        try:
+            while not run.done.is_set():
+                try:
+                    row = await records.read(self._db, run.run_id)
+                except Exception as exc:  # the database is restarting: keep following
+                    log.info("could not read run %s: %s", run.run_id, exc)
+                    row = None
+                else:
+                    if row is None:  # pruned: it ended long ago
+                        ended(run, "error", "the run's record is gone")
+                        run.done.set()
+                        run.notify("run_end")
+                        break
+                if row is not None:
+                    apply(run, row)
+                    if run.progress.status == "queued" and not run.done.is_set():
+                        await self._say_if_no_worker(run)
+                if not run.done.is_set():
+                    await self._wakeups.wait(run.run_id, self._settings.queue_poll_s)
+        finally:
+            self._wakeups.forget(run.run_id)
+            self._finished.append(run.run_id)
+            while len(self._finished) > FINISHED_RUNS_KEPT:
+                self._mirrors.pop(self._finished.popleft(), None)

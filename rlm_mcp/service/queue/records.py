@@ -1,0 +1,187 @@
+"""The run queue's reads and writes of rlm-mcp's own tables (`rlm_runs`, `rlm_workers`).
+
+A run's record is its truth for every replica: the worker that runs it rewrites the summary on
+each progress event and at the end, and every write is followed by a NOTIFY on `CHANNEL` whose
+payload is the run id only (NOTIFY payloads are capped at 8 kB; the waiter reads the row). Final
+writes are conditional (`NOT done`), so two processes that both end a run (a cancel of a queued
+run, a sweeper, the worker) cannot overwrite each other's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rlm_mcp.store.pg.db import Conn, Database
+
+CHANNEL = "rlm_run_progress"
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    owner: str
+    done: bool
+    summary: dict[str, Any]
+    job_id: int | None
+    worker_id: int | None
+    lm_called: bool
+    requeues: int
+    next_seq: int
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RunRow:
+        return cls(
+            run_id=row["run_id"],
+            owner=row["owner"],
+            done=bool(row["done"]),
+            summary=json.loads(row["summary"]),
+            job_id=row["job_id"],
+            worker_id=row["worker_id"],
+            lm_called=bool(row["lm_called"]),
+            requeues=int(row["requeues"]),
+            next_seq=int(row["next_seq"]),
+            created_at=float(row["created_at"]),
+        )
+
+
+_COLUMNS = "run_id, owner, done, summary, job_id, worker_id, lm_called, requeues, next_seq, created_at"
+
+
+def _dump(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, ensure_ascii=False, default=str)
+
+
+async def notify(conn: Conn, run_id: str) -> None:
+    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, run_id))
+
+
+async def read(db: Database, run_id: str) -> RunRow | None:
+    async with db.connection() as conn:
+        cur = await conn.execute(f"SELECT {_COLUMNS} FROM rlm_runs WHERE run_id = %s", (run_id,))
+        row = await cur.fetchone()
+    return RunRow.from_row(row) if row is not None else None
+
+
+async def set_job(db: Database, run_id: str, job_id: int) -> None:
+    async with db.connection() as conn:
+        await conn.execute("UPDATE rlm_runs SET job_id = %s WHERE run_id = %s", (job_id, run_id))
+
+
+async def claim(db: Database, run_id: str, worker_id: int) -> RunRow | None:
+    """Name the worker on the run; None when the run already ended (cancelled while queued)."""
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            f"UPDATE rlm_runs SET worker_id = %s, updated_at = %s WHERE run_id = %s AND NOT done RETURNING {_COLUMNS}",
+            (worker_id, time.time(), run_id),
+        )
+        row = await cur.fetchone()
+    return RunRow.from_row(row) if row is not None else None
+
+
+async def publish(db: Database, run_id: str, summary: dict[str, Any], *, lm_called: bool) -> bool:
+    """The live summary of a running run, then the wake-up; False when the run had already
+    ended elsewhere (a sweeper declared its worker lost): nothing is written then."""
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "UPDATE rlm_runs SET summary = %s, lm_called = lm_called OR %s, updated_at = %s "
+            "WHERE run_id = %s AND NOT done RETURNING run_id",
+            (_dump(summary), lm_called, time.time(), run_id),
+        )
+        live = await cur.fetchone() is not None
+        await notify(conn, run_id)
+    return live
+
+
+async def finish(db: Database, run_id: str, summary: dict[str, Any], *, conn: Conn | None = None) -> bool:
+    """Write the final summary unless another process already did; True if this one did."""
+    if conn is None:
+        async with db.connection() as own:
+            return await finish(db, run_id, summary, conn=own)
+    cur = await conn.execute(
+        "UPDATE rlm_runs SET summary = %s, done = true, updated_at = %s WHERE run_id = %s AND NOT done "
+        "RETURNING run_id",
+        (_dump(summary), time.time(), run_id),
+    )
+    ended = await cur.fetchone() is not None
+    await notify(conn, run_id)
+    return ended
+
+
+async def requeue(db: Database, run_id: str, summary: dict[str, Any]) -> None:
+    async with db.connection() as conn:
+        await conn.execute(
+            "UPDATE rlm_runs SET summary = %s, worker_id = NULL, requeues = requeues + 1, updated_at = %s "
+            "WHERE run_id = %s AND NOT done",
+            (_dump(summary), time.time(), run_id),
+        )
+        await notify(conn, run_id)
+
+
+async def register_worker(db: Database, worker_id: int, owner_id: str) -> None:
+    async with db.connection() as conn:
+        # This owner's earlier registrations (declared lost during an outage) are over: their
+        # sandboxes are this process's own and must not be reaped as a lost worker's.
+        await conn.execute(
+            "UPDATE rlm_workers SET gone_at = %s WHERE owner_id = %s AND gone_at IS NULL", (time.time(), owner_id)
+        )
+        await conn.execute(
+            "INSERT INTO rlm_workers (worker_id, owner_id, host, pid, started_at) VALUES (%s, %s, %s, %s, %s) "
+            "ON CONFLICT (worker_id) DO NOTHING",
+            (worker_id, owner_id, socket.gethostname(), os.getpid(), time.time()),
+        )
+
+
+async def worker_name(db: Database, worker_id: int | None) -> str:
+    """'host H, pid P' of a worker (its id when its row is gone)."""
+    if worker_id is None:
+        return "an unknown worker"
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT host, pid FROM rlm_workers WHERE worker_id = %s", (worker_id,))
+        row = await cur.fetchone()
+    if row is None:
+        return f"worker {worker_id}"
+    return f"worker {worker_id} (host {row['host']}, pid {row['pid']})"
+
+
+async def queued_counts(db: Database, owner: str) -> tuple[int, int]:
+    """Runs waiting for a worker: all owners, and `owner`'s."""
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS total, count(*) FILTER (WHERE r.owner = %s) AS mine "
+            "FROM procrastinate_jobs j JOIN rlm_runs r ON r.job_id = j.id WHERE j.status = 'todo'",
+            (owner,),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["total"]), int(row["mine"])
+
+
+async def live_workers(db: Database, lease_s: float) -> int:
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM procrastinate_workers WHERE last_heartbeat > now() - make_interval(secs => %s)",
+            (lease_s,),
+        )
+        row = await cur.fetchone()
+    return int(row["n"]) if row else 0
+
+
+def final_summary(summary: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
+    """A run's last live summary turned final, for a run that ends without its worker."""
+    result = {
+        "status": status,
+        "answer": None,
+        "reason": reason,
+        "run_id": summary.get("run_id"),
+        "iterations": int(summary.get("iterations") or 0),
+        "usage": summary.get("usage") or {},
+        "duration_s": float(summary.get("elapsed_s") or 0.0),
+        "sub_calls": int(summary.get("sub_calls") or 0),
+    }
+    return {**summary, "status": status, "phase": "done", "notice": reason, "result": result}
