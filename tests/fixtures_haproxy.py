@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp.testing.servers import free_port, server_process
-from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
+from tests.fixtures_e2e import SERVER_SCRIPT, cli_env, new_instance_id
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -89,6 +89,8 @@ class Replica:
     name: str
     base: str  # http://127.0.0.1:PORT, the replica itself (no balancer)
     log: Path
+    role: str  # both, front or worker (team mode part 2)
+    owner: str  # its sandboxes' owner label (RLM_MCP_INSTANCE_ID)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -126,11 +128,13 @@ def balanced_replicas(
     tokens: Sequence[str],
     count: int = 3,
     env: Mapping[str, str] | None = None,
+    roles: Sequence[str] | None = None,
 ) -> Iterator[Balanced]:
     """`count` replicas on `database_url` behind HAProxy (see the module's docstring); a list
     gives each replica its own."""
     urls = [database_url] * count if isinstance(database_url, str) else list(database_url)
-    assert len(urls) == count
+    roles = list(roles) if roles is not None else ["both"] * count
+    assert len(urls) == count == len(roles)
     haproxy = haproxy_path()
     folder = tmp_path / "haproxy"
     folder.mkdir()
@@ -143,6 +147,7 @@ def balanced_replicas(
         for i, port in enumerate(ports):
             root = tmp_path / f"replica{i + 1}"
             root.mkdir()
+            owner = new_instance_id()
             replica_env = cli_env(
                 root,
                 RLM_MCP_DATABASE_URL=urls[i],
@@ -151,12 +156,13 @@ def balanced_replicas(
                 RLM_MCP_PUBLIC_URL=public_url,  # the Host and Origin HAProxy forwards
                 RLM_MCP_SANDBOX_MEMORY="512m",
                 RLM_MCP_LOG_LEVEL="INFO",  # access lines: which replica answered
+                RLM_MCP_INSTANCE_ID=owner,
                 **(env or {}),
             )
             log = root / "server.log"
-            argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
+            argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port), "--role", roles[i]]
             stack.enter_context(server_process(argv, port=port, env=replica_env, within_s=120, log=log))
-            replicas.append(Replica(f"rlm{i + 1}", f"http://127.0.0.1:{port}", log))
+            replicas.append(Replica(f"rlm{i + 1}", f"http://127.0.0.1:{port}", log, roles[i], owner))
         config = folder / "haproxy.cfg"
         config.write_text(render(CONFIG.read_text(), port=lb_port, cert=pem, servers=[("127.0.0.1", p) for p in ports]))
         checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, timeout=60)
