@@ -2,8 +2,10 @@
 Debian's haproxy with the README's configuration, TLS terminated at the balancer, real MCP
 clients. A handshake-era session (2025-11-25 through the SDK, 2025-06-18 on the wire) stays on
 the replica that created it, learnt from the `initialize` answer; stateless (2026-07-28) calls
-spread over the replicas and share contexts. Which replica served a request is read from that
-replica's own log."""
+spread over the replicas and share contexts; with two `--role both` workers and a `--role front`,
+runs spread over both workers and any replica starts, polls and cancels any run; a replica whose
+database is gone answers 503 on /healthz and leaves the rotation. Which replica served a request
+is read from that replica's own log."""
 
 from __future__ import annotations
 
