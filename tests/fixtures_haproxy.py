@@ -111,9 +111,17 @@ class Balanced:
     public_url: str
     log: Path  # HAProxy's
 
+    def _states(self, name: str) -> list[str]:
+        text = self.log.read_text(errors="replace")
+        return re.findall(rf"Server rlm_mcp/{re.escape(name)} is (UP|DOWN)", text)
+
     def server_down(self, name: str) -> bool:
         """HAProxy has taken `name` out of the rotation (its health checks failed)."""
-        return f"Server rlm_mcp/{name} is DOWN" in self.log.read_text(errors="replace")
+        return self._states(name)[-1:] == ["DOWN"]
+
+    def server_up(self, name: str) -> bool:
+        """HAProxy has put `name` back after taking it out."""
+        return "DOWN" in self._states(name) and self._states(name)[-1] == "UP"
 
     def requests(self) -> dict[str, int]:
         return {r.name: r.mcp_requests() for r in self.replicas}

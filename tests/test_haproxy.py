@@ -126,7 +126,7 @@ def health_status(base: str) -> int | None:
 
 
 @pytest.mark.postgres
-async def test_a_replica_whose_database_is_gone_leaves_the_rotation(
+async def test_a_replica_whose_database_is_unreachable_leaves_the_rotation_and_comes_back(
     tmp_path: Path, pg_cluster: Cluster, pg_url: str
 ) -> None:
     lost = "t_lost_" + secrets.token_hex(4)
@@ -135,18 +135,27 @@ async def test_a_replica_whose_database_is_gone_leaves_the_rotation(
         urls = [pg_url, pg_cluster.url(lost)]
         with balanced_replicas(tmp_path, database_url=urls, lm_url=NO_LM, tokens=[ALICE], count=2) as balanced:
             healthy, doomed = balanced.replicas
-            pg_cluster.sql(f"DROP DATABASE {lost} WITH (FORCE)")
-            await wait_until(
-                lambda: health_status(doomed.base) == 503,
-                within_s=60,
-                what="the replica without its database to answer 503",
-            )
+            # Its database refuses connections and drops the open ones: unreachable, as in an outage.
+            pg_cluster.sql(f"ALTER DATABASE {lost} WITH ALLOW_CONNECTIONS false")
+            pg_cluster.sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{lost}'")
+            await wait_until(lambda: health_status(doomed.base) == 503, within_s=60, what="503 without its database")
             await wait_until(lambda: balanced.server_down(doomed.name), within_s=60, what="HAProxy to take it out")
             async with mcp_client(balanced, "2026-07-28") as client:
                 for i in range(4):
                     before = balanced.requests()
                     await call(client, "rlm_load_context", text=f"only the healthy one {i}")
                     assert await served_by(balanced, before) == healthy.name
+
+            pg_cluster.sql(f"ALTER DATABASE {lost} WITH ALLOW_CONNECTIONS true")
+            await wait_until(lambda: health_status(doomed.base) == 200, within_s=60, what="200 once it is back")
+            await wait_until(lambda: balanced.server_up(doomed.name), within_s=60, what="HAProxy to take it back")
+            async with mcp_client(balanced, "2026-07-28") as client:
+                served = set()
+                for _ in range(2):  # round robin over both again
+                    before = balanced.requests()
+                    await client.list_tools()
+                    served.add(await served_by(balanced, before))
+                assert served == {healthy.name, doomed.name}
     finally:
         pg_cluster.sql(f"DROP DATABASE IF EXISTS {lost} WITH (FORCE)")
 
