@@ -18,6 +18,9 @@ does not fit is given back to the queue at once (`retry_job`, still `todo`, any 
 it) and this worker waits one poll interval before it claims again. The library cannot know the
 need before the claim (it is in the run's record), so the gate sits around it, not inside it.
 
+Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
+run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
+
 A run's child RLMs (`rlm_query`) run inside the root run's engine here, never through the queue.
 
 Stopping (SIGTERM): runs that have had no LM reply yet are handed back to the queue (once, as
@@ -51,6 +54,7 @@ from rlm_mcp.store.pg.runs import PgRunLog, PgRunStore
 log = logging.getLogger("rlm_mcp.queue")
 
 RETRY_S = 1.0  # after a database error, before the next try
+SPREAD_S = 0.05  # per run already executing here, before claiming a newly queued one
 FINAL_WRITE_S = 600.0  # how long a run's final record is retried through a database outage
 
 
@@ -174,14 +178,20 @@ class QueueWorker:
 
     async def _claim_forever(self) -> None:
         assert self._tg is not None
+        waited = False
         while True:
             await self._slots.acquire()
             self._new_job = anyio.Event()  # before the fetch: a job queued during it wakes us
             try:
+                if waited and self._running:
+                    # Woken for a new job while busy: leave it a moment to an idler worker, so
+                    # runs spread over the workers (draining a backlog is never delayed).
+                    await anyio.sleep(SPREAD_S * len(self._running))
                 job = await self._claim()
             except BaseException:
                 self._slots.release()
                 raise
+            waited = job is None
             if job is None:
                 self._slots.release()
                 with anyio.move_on_after(self._settings.queue_poll_s):
