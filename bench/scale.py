@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scale.py scale [--transport stdio|http] [--runs 16] [--turns 10]
     .venv/bin/python bench/scale.py soak  [--transport stdio|http] [--sequential 1000] [--concurrent 200]
+    .venv/bin/python bench/scale.py team  [--runs 32] [--turns 10] [--lease 10]   (team mode: bench/team_scale.py)
 
 The server is the real console script in a subprocess; the LM is the zero-latency scripted server;
 all runs of a mode share one MCP session.
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import team_scale  # bench/team_scale.py, beside this file
 from mcp import Client, StdioServerParameters
 
 from rlm_mcp.testing import scripted_lm_process
@@ -270,16 +272,23 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=["scale", "soak"])
+    parser.add_argument("mode", choices=["scale", "soak", "team"])
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    parser.add_argument("--runs", type=int, default=16, help="scale: runs at once")
+    parser.add_argument("--runs", type=int, default=None, help="scale: runs at once (16); team: over two workers (32)")
     parser.add_argument("--single", type=int, default=4, help="scale: single runs for the baseline")
     parser.add_argument("--turns", type=int, default=10, help="scale: turns per run")
     parser.add_argument("--sequential", type=int, default=1000, help="soak: runs one after another")
     parser.add_argument("--concurrent", type=int, default=200, help=f"soak: runs {SOAK_PARALLEL} at a time")
     parser.add_argument("--settle", type=float, default=20.0, help="soak: idle seconds before the last sample")
     parser.add_argument("--pool", type=int, default=None, help="warm pool size (scale: --runs; soak: 2)")
+    team_scale.add_arguments(parser)
     args = parser.parse_args()
+    if args.runs is None:
+        args.runs = 32 if args.mode == "team" else 16
+    if args.mode == "team":
+        args.pool = args.pool or 4
+        anyio.run(team_scale.team, args)
+        return
     if args.pool is None:
         args.pool = min(args.runs, 32) if args.mode == "scale" else 2
     anyio.run(main_async, args)

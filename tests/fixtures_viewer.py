@@ -1,15 +1,20 @@
 """Run records for viewer tests: the real engine (scripted model, in-process sandbox) writing
-through the real RunStore, so the log has every event a served run has, with hostile text in
-code, output, sub-call prompts and answers, and the final answer."""
+through the real run store (SQLite and files, or PostgreSQL), so the log has every event a served
+run has, with hostile text in code, output, sub-call prompts and answers, and the final answer."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress
 from rlm_mcp.lm.errors import LMServerError
 from rlm_mcp.store import RunStore
+from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.ports import RunStorePort
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, make_settings, repl
 
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
@@ -39,10 +44,21 @@ def hostile_root(messages: list[dict[str, str]], index: int) -> str:
     }.get(turn, repl(f'answer["content"] = "final: " + {HOSTILE!r}\nanswer["ready"] = True'))
 
 
-async def record_run(data_dir: Path, run_id: str = "run_viewer_1", **settings_overrides: Any) -> Path:
-    """Run the hostile scenario and write its record under data_dir/runs/<run_id>."""
-    settings = make_settings(data_dir=data_dir, **settings_overrides)
-    store = RunStore(settings)
+async def record_run(
+    data_dir: Path, run_id: str = "run_viewer_1", database_url: str | None = None, **settings_overrides: Any
+) -> Path:
+    """Run the hostile scenario and write its record under data_dir/runs/<run_id> (the path is
+    returned), or with `database_url` into that PostgreSQL database (team mode's run store)."""
+    settings = make_settings(data_dir=data_dir, database_url=database_url, **settings_overrides)
+    await anyio.Path(data_dir).mkdir(
+        parents=True, exist_ok=True
+    )  # the context file lives there (PostgreSQL makes none)
+    async with make_stores(settings) as stores:
+        await _record_hostile(stores.runs, settings, data_dir, run_id)
+    return data_dir / "runs" / run_id
+
+
+async def _record_hostile(store: RunStorePort, settings: Settings, data_dir: Path, run_id: str) -> None:
     query = f"Which part mentions {HOSTILE}?"
     log = await store.create(run_id, {"query": query, "status": "running", "model": settings.model})
     limits = make_limits(settings, max_depth=2, max_errors=5)
@@ -63,7 +79,6 @@ async def record_run(data_dir: Path, run_id: str = "run_viewer_1", **settings_ov
         )
     finally:
         await log.aclose()
-    return data_dir / "runs" / run_id
 
 
 async def record_big_run(data_dir: Path, *, turns: int = 20, per_turn: int = 100, run_id: str = "run_big") -> Path:

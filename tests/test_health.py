@@ -121,7 +121,7 @@ def embedded_server(tmp_path: Path) -> Iterator[str]:
 def test_the_server_answers_health_without_a_token_and_still_guards_mcp(embedded_server: str) -> None:
     health = httpx.get(f"{embedded_server}/healthz")
     assert health.status_code == 200
-    assert health.json() == {"status": "ok", "version": __version__}  # no database: the embedded store
+    assert health.json() == {"status": "ok", "version": __version__}  # the embedded store: no database, no role
     # a balancer's probe names no host the replica knows: still answered
     assert httpx.get(f"{embedded_server}/healthz", headers={"host": "10.1.2.3:9999"}).status_code == 200
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -161,3 +161,19 @@ async def test_team_mode_health_follows_the_database(tmp_path: Path, pg_cluster:
         finally:
             pg_cluster.start()
         await wait_until(lambda: _status_is(base, 200), within_s=120, what="200 again once PostgreSQL is back")
+
+
+@pytest.mark.postgres
+async def test_a_busy_pool_is_not_an_unreachable_database(pg_url: str) -> None:
+    from rlm_mcp.store.pg import Database
+
+    db = Database(pg_url, replica=False, max_size=1)
+    await db.open()
+    try:
+        assert await db.ping()
+        async with db.connection() as conn:  # its one connection lent out, as under load
+            assert await db.ping()  # busy, not down: the replica stays in its balancer
+            await conn.execute("SELECT 1")
+    finally:
+        await db.close()
+    assert not await db.ping()  # closed: nothing answers

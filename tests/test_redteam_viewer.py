@@ -1,7 +1,9 @@
 """Issue 20 items 6 and 7: the viewer's session cookie is scoped to a path with a random part, so
 another listener on 127.0.0.1 (another port, same host: cookies are not port-bound) never
 receives it, and it lives an hour; a login link redeemed in a cross-site or same-site navigation
-(a page on another local port) logs nobody in. A real uvicorn server on loopback, raw HTTP."""
+(a page on another local port) logs nobody in. A real uvicorn server on loopback, raw HTTP; the
+cookie's path and a spent link over both stores (`database_url`: team mode signs codes and
+sessions and derives the path from a key the replicas share)."""
 
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ async def _link(client: httpx.AsyncClient, base: str) -> str:
     return base + reply.json()["path"]
 
 
-async def test_the_cookie_path_has_a_random_part_and_a_short_life(tmp_path: Path) -> None:
-    settings = http_settings(tmp_path, "127.0.0.1", auth_token=TOKEN)
+async def test_the_cookie_path_has_a_random_part_and_a_short_life(tmp_path: Path, database_url: str | None) -> None:
+    settings = http_settings(tmp_path, "127.0.0.1", auth_token=TOKEN, database_url=database_url)
     async with serving(settings) as url, httpx.AsyncClient() as client:
         base = url.removesuffix("/mcp")
         login = await client.get(await _link(client, base))
@@ -44,6 +46,9 @@ async def test_the_cookie_path_has_a_random_part_and_a_short_life(tmp_path: Path
         # The same path part for every login of this deployment (replicas share it).
         again = await client.get(await _link(client, base))
         assert next(iter(SimpleCookie(again.headers["set-cookie"]).values()))["path"] == path
+        # The link was spent: opening it again logs nobody in (team mode: on any replica).
+        spent = await client.get(login.request.url)
+        assert spent.status_code == 401 and "set-cookie" not in spent.headers
 
 
 @pytest.mark.parametrize("site", ["cross-site", "same-site"])

@@ -1,5 +1,7 @@
 """The MCP surface through the SDK's in-process client: every tool, resource and error
-channel (README, "Tools and resources"), with a real Docker sandbox and the scripted LM on loopback."""
+channel (README, "Tools and resources"), with a real Docker sandbox and the scripted LM on loopback.
+The tests whose answers come from the store (contexts, uploads, run records and their resources)
+run against both stores (`database_url`: SQLite and files, then PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -87,9 +89,10 @@ async def test_tools_are_declared_with_honest_annotations(tmp_path: Path) -> Non
     assert "status" in tools["rlm_complete"].output_schema["properties"]
 
 
-async def test_contexts_round_trip_and_unknown_ids(tmp_path: Path) -> None:
+async def test_contexts_round_trip_and_unknown_ids(tmp_path: Path, database_url: str | None) -> None:
     # No Docker and no LM are needed to manage contexts: both are reached lazily.
-    async with Client(build_server(make_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
+    settings = make_settings(tmp_path, "http://127.0.0.1:9/v1", database_url=database_url)
+    async with Client(build_server(settings)) as client:
         first = await call(client, "rlm_load_context", text="hello world", name="greeting")
         second = await call(client, "rlm_load_context", text="hello world")
         assert first["context_id"] == second["context_id"]
@@ -121,13 +124,14 @@ async def test_contexts_round_trip_and_unknown_ids(tmp_path: Path) -> None:
         assert "Unknown run id" in message
 
 
-async def test_chunked_upload_issues_an_id_and_checks_sha(tmp_path: Path) -> None:
+async def test_chunked_upload_issues_an_id_and_checks_sha(tmp_path: Path, database_url: str | None) -> None:
     import hashlib
 
     payload = "line of text\n" * 1000
     half = len(payload) // 2
     digest = hashlib.sha256(payload.encode()).hexdigest()
-    async with Client(build_server(make_settings(tmp_path, "http://127.0.0.1:9/v1"))) as client:
+    settings = make_settings(tmp_path, "http://127.0.0.1:9/v1", database_url=database_url)
+    async with Client(build_server(settings)) as client:
         first = await call(client, "rlm_upload_context", data=payload[:half], index=0)
         assert first["upload_id"] and first["next_index"] == 1 and not first["done"]
         done = await call(
@@ -146,9 +150,9 @@ async def test_chunked_upload_issues_an_id_and_checks_sha(tmp_path: Path) -> Non
         assert loaded["context_id"] == done["context"]["context_id"]
 
 
-async def test_complete_answers_and_reports_structured_usage(tmp_path: Path) -> None:
+async def test_complete_answers_and_reports_structured_usage(tmp_path: Path, database_url: str | None) -> None:
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
-        settings = make_settings(tmp_path, lm.base_url)
+        settings = make_settings(tmp_path, lm.base_url, database_url=database_url)
         async with Client(build_server(settings)) as client:
             ctx = await call(client, "rlm_load_context", text="QZX-body-of-the-context-77")
             out = await call(client, "rlm_complete", query="What?", context_id=ctx["context_id"])
@@ -368,18 +372,20 @@ async def test_an_event_during_a_progress_report_is_not_lost() -> None:
     assert [e for e, _ in seen] == ["turn_start", "turn_start"], seen
 
 
-async def test_old_finished_runs_are_served_from_their_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_old_finished_runs_are_served_from_their_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str | None
+) -> None:
     import rlm_mcp.service.runs as runs_module
 
     monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
-        mcp = build_server(make_settings(tmp_path, lm.base_url))
+        mcp = build_server(make_settings(tmp_path, lm.base_url, database_url=database_url))
         async with Client(mcp) as client:
             ctx = await call(client, "rlm_load_context", text="c")
             first = await call(client, "rlm_complete", query="one", context_id=ctx["context_id"])
             await call(client, "rlm_complete", query="two", context_id=ctx["context_id"])
             await call(client, "rlm_complete", query="three", context_id=ctx["context_id"])
-            # The first run left memory, but every tool still answers for it from disk.
+            # The first run left memory, but every tool still answers for it from its record.
             assert (await call(client, "rlm_status", run_id=first["run_id"]))["status"] == "completed"
             result = await call(client, "rlm_result", run_id=first["run_id"])
             assert result["answer"] == "forty-two" and result["status"] == "completed"

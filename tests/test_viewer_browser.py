@@ -34,6 +34,7 @@ from rlm_mcp.events import (
 )
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store import RunLog, RunStore
+from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.viewer import render_index_html, render_run_html
 from tests.chromium import Browser
@@ -57,6 +58,11 @@ async def _reopen(store: RunStore, run_id: str) -> RunLog:
     created = (await store.read_summary(run_id, owner=EVERY_OWNER))["created_at"]
     fh = await anyio.to_thread.run_sync(open, run_dir / "events.jsonl", "ab")
     return RunLog(run_dir, fh, created_at=created, max_event_bytes=1 << 18, max_log_bytes=1 << 26)
+
+
+def _team(database_url: str | None) -> dict[str, str]:
+    """The environment that puts a server on PostgreSQL (none: the embedded store)."""
+    return {"RLM_MCP_DATABASE_URL": database_url} if database_url else {}
 
 
 @pytest.fixture
@@ -83,21 +89,21 @@ def _inert(browser: Browser) -> None:
     assert browser.eval("document.scripts.length") == 2  # the data block and the viewer itself
 
 
-def _record(tmp_path: Path) -> tuple[dict, list]:
+def _record(tmp_path: Path, database_url: str | None = None) -> tuple[dict, list]:
     async def work() -> tuple[dict, list]:
-        await record_run(tmp_path / "data")
-        store = RunStore(_settings(tmp_path))
-        return await store.read_summary("run_viewer_1", owner=EVERY_OWNER), await store.read_events(
-            "run_viewer_1", owner=EVERY_OWNER
-        )
+        await record_run(tmp_path / "data", database_url=database_url)
+        async with make_stores(_settings(tmp_path, database_url)) as stores:
+            return await stores.runs.read_summary("run_viewer_1", owner=EVERY_OWNER), await stores.runs.read_events(
+                "run_viewer_1", owner=EVERY_OWNER
+            )
 
     return anyio.run(work)
 
 
-def _settings(tmp_path: Path):  # type: ignore[no-untyped-def]
+def _settings(tmp_path: Path, database_url: str | None = None):  # type: ignore[no-untyped-def]
     from tests.fixtures_engine import make_settings
 
-    return make_settings(data_dir=tmp_path / "data")
+    return make_settings(data_dir=tmp_path / "data", database_url=database_url)
 
 
 def test_static_run_page_shows_everything_and_keeps_hostile_text_inert(tmp_path: Path, browser: Browser) -> None:
@@ -300,9 +306,9 @@ async def _finish(store: RunStore, run_id: str) -> None:
         await log.aclose()
 
 
-def test_http_viewer_refuses_requests_without_the_token(tmp_path: Path) -> None:
+def test_http_viewer_refuses_requests_without_the_token(tmp_path: Path, database_url: str | None) -> None:
     port = free_port()
-    env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN)
+    env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN, **_team(database_url))
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     with start_server(env, port) as base:
         for path in ("/runs/", "/runs/api/runs", "/runs/run_x", "/runs/api/runs/run_x"):
@@ -341,9 +347,9 @@ def test_http_viewer_refuses_requests_without_the_token(tmp_path: Path) -> None:
         assert httpx.get(out.stdout.strip(), follow_redirects=False).status_code == 303
 
 
-def test_runs_view_serves_loopback_behind_a_one_time_link(tmp_path: Path) -> None:
-    _record(tmp_path)
-    env = server_env(tmp_path)
+def test_runs_view_serves_loopback_behind_a_one_time_link(tmp_path: Path, database_url: str | None) -> None:
+    _record(tmp_path, database_url)
+    env = server_env(tmp_path, **_team(database_url))
     proc = subprocess.Popen(
         [str(SERVER_SCRIPT), "runs", "view", "run_viewer_1", "--no-open"],
         env=env,

@@ -56,7 +56,11 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
     auth = ViewerAuth(
-        tokens=tokens, policy=policy, path_key=deployment_key(settings.data_dir), public_url=settings.public_url
+        tokens=tokens,
+        policy=policy,
+        path_key=deployment_key(settings.data_dir),
+        public_url=settings.public_url,
+        spent=stores.spent_codes,
     )
 
     async def share_viewer_key() -> None:  # team mode: a login link or cookie works on every replica

@@ -7,7 +7,8 @@ with them; docs/architecture.md): its errors state what is wrong (an unknown id,
 a cap) and the layers above say how their user fixes it.
 """
 
-from rlm_mcp.store.contexts import ContextInfo, ContextStore, context_id_for
+from rlm_mcp.store.context_model import ContextInfo, context_id_for
+from rlm_mcp.store.contexts import ContextStore
 from rlm_mcp.store.runs import RunLog, RunStore, check_run_id
 from rlm_mcp.store.uploads import MAX_CHUNK_BYTES, UploadState, UploadStore
 

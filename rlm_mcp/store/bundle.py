@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rlm_mcp.store.ports import ContextStorePort, RunStorePort, UploadStorePort
+from rlm_mcp.store.spent_codes import LocalSpentCodes, SpentCodesPort
 
 
 class Lifecycle(Protocol):
@@ -47,6 +48,8 @@ class Stores:
     runs: RunStorePort
     kind: str = "sqlite"
     lifecycle: Lifecycle = field(default_factory=_Nothing)
+    # The viewer's one-time login codes: spent once in this process, or once on every replica.
+    spent_codes: SpentCodesPort = field(default_factory=LocalSpentCodes)
     # Run once the store is open (the HTTP viewer fetches its shared key here).
     after_open: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 

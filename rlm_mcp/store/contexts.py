@@ -5,13 +5,7 @@ Layout under `data_dir`:
   index.sqlite3                    metadata, pins, uploads (WAL mode)
   tmp/                             files being written; renamed into place when complete
 
-Ids: `ctx_` + the first 24 hex digits of the sha256 of the bytes. The same bytes stored as
-JSON get the suffix `_json` (`ctx_<24 hex>_json`), because a JSON context is a different value
-in the sandbox (a list or dict, not a str); both ids share one blob. 24 hex digits = 96 bits:
-collisions are out of reach, and the id stays short enough to read and type.
-
-Character counts (`chars`): the number of Unicode code points of the UTF-8 text; for JSON, of
-the document's text as stored (not of any value inside it).
+Ids, character counts and `ContextInfo`: `context_model` (the same in every store).
 
 Every blob rename and unlink happens while the index's write lock is held, so a delete in one
 process can never remove a blob another process has just committed a row for.
@@ -24,9 +18,9 @@ A delete removes the caller's ownership; the context row and blob go when no own
 is left (a row orphaned while pinned goes at the next eviction).
 
 Protection from eviction, in every process sharing the index: contexts pinned by a live run
-(the `pins` table, judged by pid on this host), and contexts stored or used within
+(the `pins` table, judged by pid on this host: `pins`), and contexts stored or used within
 `context_grace_s` (their `last_used_at`), which covers the gap between storing a context and
-the run that names it.
+the run that names it. Which contexts an eviction removes: `eviction.plan_eviction`.
 """
 
 from __future__ import annotations
@@ -38,14 +32,13 @@ import os
 import secrets
 import sqlite3
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
-from pydantic import BaseModel
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
@@ -54,55 +47,15 @@ from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.blob_check import check_blob
-from rlm_mcp.store.owner_caps import Held, loader_first, release_for_share, store_share
+from rlm_mcp.store.context_model import ContextInfo, context_id_for, context_info, well_formed_id
+from rlm_mcp.store.eviction import clean_stale_tmp, plan_eviction
+from rlm_mcp.store.owner_caps import releases_in_share, store_share
+from rlm_mcp.store.pins import add_pins, live_pins, remove_pin
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
+__all__ = ["ContextStore"]
+
 log = logging.getLogger("rlm_mcp.store")
-
-# Pins of another host cannot be checked by pid; they lapse after this long. On this host a
-# pin also ends when its process is gone.
-PIN_TTL_S = 24 * 3600
-# Temp files older than this are leftovers of a crashed process.
-STALE_TMP_S = 24 * 3600
-
-
-class ContextInfo(BaseModel):
-    context_id: str
-    name: str
-    bytes: int
-    sha256: str
-    format: ContextFormat
-    kind: Literal["str", "list", "dict"]
-    chars: int
-    created_at: float
-    last_used_at: float
-    source: dict[str, Any]
-
-
-def context_id_for(sha256: str, format: ContextFormat) -> str:
-    return f"ctx_{sha256[:24]}" + ("_json" if format == "json" else "")
-
-
-def well_formed_id(context_id: str) -> bool:
-    """Whether an id could name a context at all: ids are printable ASCII, and a lone surrogate or a
-    NUL cannot even be sent to a database driver. Anything else is simply an unknown id, in every store."""
-    return context_id.isascii() and context_id.isprintable()
-
-
-def context_info(row: Any) -> ContextInfo:
-    """A stored row (SQLite's or PostgreSQL's, both indexed by column name) as the owner sees it."""
-    return ContextInfo(
-        context_id=row["context_id"],
-        name=row["name"],
-        bytes=row["bytes"],
-        sha256=row["sha256"],
-        format=row["format"],
-        kind=row["kind"],
-        chars=row["chars"],
-        created_at=row["created_at"],
-        last_used_at=row["last_used_at"],
-        source=json.loads(row["source"]),
-    )
 
 
 def _unknown(context_id: str) -> UnknownIdError:
@@ -273,35 +226,29 @@ class ContextStore:
     def _make_room_in_share(self, conn: sqlite3.Connection, owner: Owner, ing: Ingested, now: float) -> None:
         """Release `owner`'s least recently used contexts so the new one fits its share of the
         store (`owner_caps.release_for_share`), or refuse it."""
-        share = store_share(self._settings)
-        if share is None:
+        if store_share(self._settings) is None:
             return
-        pins = self._live_pins(conn, now)
-        pinned = {cid for cid, pin_owner in pins if pin_owner == owner}
         rows = conn.execute(
             "SELECT c.context_id, c.sha256, c.bytes, o.last_used_at FROM contexts c "
             "JOIN context_owners o ON o.context_id = c.context_id WHERE o.owner = ?",
             (owner,),
         ).fetchall()
-        held = [
-            Held(r["context_id"], r["sha256"], r["bytes"], r["last_used_at"], r["context_id"] in pinned) for r in rows
-        ]
-        released = release_for_share(
-            held,
+        released = releases_in_share(
+            self._settings,
+            rows,
+            live_pins(conn, now),
+            owner=owner,
             adding_sha256=ing.sha256,
             adding_bytes=ing.bytes,
-            share=share,
             now=now,
-            grace_s=float(self._settings.context_grace_s),
         )
-        shas = {r["context_id"]: r["sha256"] for r in rows}
-        in_runs = {cid for cid, _ in pins}
-        for context_id in released:  # as the owner's delete: the bytes go when nobody holds or runs on them
-            conn.execute("DELETE FROM context_owners WHERE context_id = ? AND owner = ?", (context_id, owner))
-            if not self._owned(conn, context_id) and context_id not in in_runs:
-                self._drop_context(conn, context_id, shas[context_id])
+        for r in released:  # as the owner's delete: the bytes go when nobody holds or runs on them
+            conn.execute("DELETE FROM context_owners WHERE context_id = ? AND owner = ?", (r.context_id, owner))
+            if not self._owned(conn, r.context_id) and not r.in_a_run:
+                self._drop_context(conn, r.context_id, r.sha256)
         if released:
-            log.info("released %d context(s) of %s for its share: %s", len(released), owner, ", ".join(released))
+            ids = ", ".join(r.context_id for r in released)
+            log.info("released %d context(s) of %s for its share: %s", len(released), owner, ids)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -352,7 +299,7 @@ class ContextStore:
                 row = _select(conn, context_id, owner)
                 if row is None:
                     return False
-                pins = self._live_pins(conn, now)
+                pins = live_pins(conn, now)
                 if any(cid == context_id and (owner is EVERY_OWNER or pin_owner == owner) for cid, pin_owner in pins):
                     raise BadArgumentError(
                         f"Context '{context_id}' is in use by a running run.",
@@ -406,8 +353,6 @@ class ContextStore:
 
     def _pin(self, context_ids: builtins.list[str], pin_id: str, owner: Owner) -> builtins.list[ContextInfo]:
         now = time.time()
-        pid = os.getpid()
-        start = _db.proc_start(pid)
         with _db.write_txn(self.db_path) as conn:
             infos = []
             for cid in context_ids:
@@ -418,49 +363,28 @@ class ContextStore:
                 conn.execute(
                     "UPDATE context_owners SET last_used_at = ? WHERE context_id = ? AND owner = ?", (now, cid, owner)
                 )
-                conn.execute(
-                    "INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (pin_id, cid, _db.HOST, pid, start, now + PIN_TTL_S, owner),
-                )
                 infos.append(context_info(row).model_copy(update={"last_used_at": now}))
+            add_pins(conn, pin_id, context_ids, owner, now)
         return infos
 
     def _unpin(self, pin_id: str) -> None:
         with _db.write_txn(self.db_path) as conn:
-            conn.execute("DELETE FROM pins WHERE pin_id = ?", (pin_id,))
-
-    def _live_pins(self, conn: sqlite3.Connection, now: float) -> set[tuple[str, str | None]]:
-        """(context_id, owner) of every live pin; dead ones are removed on the way."""
-        live: set[tuple[str, str | None]] = set()
-        for pin in conn.execute("SELECT rowid, * FROM pins").fetchall():
-            alive = pin["expires_at"] > now and (
-                pin["host"] != _db.HOST or _db.pid_alive(pin["pid"], pin["proc_start"])
-            )
-            if alive:
-                live.add((pin["context_id"], pin["owner"]))
-            else:
-                conn.execute("DELETE FROM pins WHERE rowid = ?", (pin["rowid"],))
-        return live
+            remove_pin(conn, pin_id)
 
     async def evict(self, *, keep: Sequence[str] = (), loader: Owner | None = None) -> builtins.list[str]:
-        """Evict unpinned contexts: rows no owner holds any more, those unused for
-        store_max_age_days (<= 0: no age cap), then least recently used ones until the blobs
-        fit store_max_bytes. Never a context stored or used within context_grace_s. `keep`
-        protects ids too (a put protects what it just stored, even when it alone exceeds the
-        cap). With `loader` (who just stored), that owner's own contexts go first
-        (`owner_caps.loader_first`). Returns the evicted ids."""
+        """Evict what `eviction.plan_eviction` names: unpinned contexts no owner holds any more,
+        those past store_max_age_days, then least recently used ones until the blobs fit
+        store_max_bytes; never one stored or used within context_grace_s, nor one in `keep` (a
+        put protects what it just stored, even when it alone exceeds the cap). With `loader`
+        (who just stored), that owner's own contexts go first. Returns the evicted ids."""
         return await _db.in_thread(lambda: self._evict(set(keep), loader))
 
     def _evict(self, keep: set[str], loader: Owner | None) -> builtins.list[str]:
         if not self.db_path.exists():
             return []
         now = time.time()
-        max_age = float(self._settings.store_max_age_days) * 86400
-        cap = self._settings.store_max_bytes
-        evicted: list[str] = []
-        grace = float(self._settings.context_grace_s)
         with _db.write_txn(self.db_path) as conn:
-            pinned = {cid for cid, _ in self._live_pins(conn, now)}
+            pinned = {cid for cid, _ in live_pins(conn, now)}
             rows = conn.execute(
                 "SELECT context_id, sha256, bytes, last_used_at, "
                 "EXISTS (SELECT 1 FROM context_owners o WHERE o.context_id = c.context_id) AS owned "
@@ -469,40 +393,16 @@ class ContextStore:
             owners: dict[str, set[str]] = defaultdict(set)
             for o in conn.execute("SELECT context_id, owner FROM context_owners"):
                 owners[o["context_id"]].add(o["owner"])
-            rows = loader_first(rows, owners, loader)
-            refs = Counter(r["sha256"] for r in rows)
-            sizes = {r["sha256"]: r["bytes"] for r in rows}
-            total = sum(sizes.values())  # blobs are shared: count each content once
-            for r in rows:
-                if r["context_id"] in pinned:
-                    continue
-                orphan = not r["owned"]  # deleted by every owner while a run still held it
-                if not orphan:
-                    if r["context_id"] in keep or now - r["last_used_at"] < grace:
-                        continue
-                    expired = max_age > 0 and now - r["last_used_at"] > max_age
-                    if not expired and total <= cap:
-                        continue
-                conn.execute("DELETE FROM contexts WHERE context_id = ?", (r["context_id"],))
-                conn.execute("DELETE FROM context_owners WHERE context_id = ?", (r["context_id"],))
-                evicted.append(r["context_id"])
-                refs[r["sha256"]] -= 1
-                if refs[r["sha256"]] == 0:
-                    total -= sizes[r["sha256"]]
-                    self.blob_path(r["sha256"]).unlink(missing_ok=True)
-        self._clean_tmp(now)
+            planned = plan_eviction(
+                rows, owners, settings=self._settings, loader=loader, pinned=pinned, keep=keep, now=now
+            )
+            for e in planned:
+                conn.execute("DELETE FROM contexts WHERE context_id = ?", (e.context_id,))
+                conn.execute("DELETE FROM context_owners WHERE context_id = ?", (e.context_id,))
+                if e.last_of_blob:
+                    self.blob_path(e.sha256).unlink(missing_ok=True)
+        clean_stale_tmp(self.tmp_dir, now)
+        evicted = [e.context_id for e in planned]
         if evicted:
             log.info("evicted %d context(s): %s", len(evicted), ", ".join(evicted))
         return evicted
-
-    def _clean_tmp(self, now: float) -> None:
-        try:
-            entries = list(os.scandir(self.tmp_dir))
-        except FileNotFoundError:
-            return
-        for entry in entries:
-            try:
-                if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > STALE_TMP_S:
-                    os.unlink(entry.path)
-            except OSError:
-                pass  # another process removed or renamed it first

@@ -8,9 +8,9 @@ Pure selection logic, so any store (files, SQLite, PostgreSQL) applies the same 
   owner holds counts each distinct blob once, at its full size, whoever else holds the same
   bytes (a share that shrank when another owner stored the same bytes would tell the first one
   so). A new context first releases the owner's own least recently used ones
-  (`release_for_share`); one a run of the owner uses, or stored or used within
-  `RLM_MCP_CONTEXT_GRACE_S`, is never released, and when those alone leave no room the store
-  refuses it;
+  (`release_for_share`; `releases_in_share` over a store's rows and pins); one a run of the
+  owner uses, or stored or used within `RLM_MCP_CONTEXT_GRACE_S`, is never released, and when
+  those alone leave no room the store refuses it;
 * unfinished uploads: recorded with the owner that started them (only that owner may continue
   one, `may_continue_upload`), and each owner's pending bytes kept within its share
   (`check_pending_uploads`), apart from the contexts it holds.
@@ -32,11 +32,13 @@ _Row = TypeVar("_Row", bound=Any)
 
 __all__ = [
     "Held",
+    "Release",
     "beyond_newest_per_owner",
     "check_pending_uploads",
     "loader_first",
     "may_continue_upload",
     "release_for_share",
+    "releases_in_share",
     "store_share",
 ]
 
@@ -109,6 +111,50 @@ def release_for_share(
     if total + adding_bytes > share:
         raise owner_share_full(adding_bytes, share, kept=total, grace_s=grace_s)
     return released
+
+
+@dataclass(frozen=True)
+class Release:
+    """One context an owner lets go of to make room (as that owner's delete)."""
+
+    context_id: str
+    sha256: str
+    in_a_run: bool  # a live run of any owner uses it: the row and bytes stay until it ends
+
+
+def releases_in_share(
+    settings: Settings,
+    rows: Iterable[Any],
+    pins: Iterable[tuple[str, str | None]],
+    *,
+    owner: str,
+    adding_sha256: str,
+    adding_bytes: int,
+    now: float,
+) -> list[Release]:
+    """`release_for_share` over a store's rows: `rows` are `owner`'s contexts (context_id,
+    sha256, bytes, and the owner's last_used_at), `pins` the (context_id, owner) of every live
+    pin. Empty when no share is set; raises as `release_for_share` does."""
+    share = store_share(settings)
+    if share is None:
+        return []
+    pins = set(pins)
+    rows = list(rows)
+    held = [
+        Held(r["context_id"], r["sha256"], r["bytes"], r["last_used_at"], (r["context_id"], owner) in pins)
+        for r in rows
+    ]
+    released = release_for_share(
+        held,
+        adding_sha256=adding_sha256,
+        adding_bytes=adding_bytes,
+        share=share,
+        now=now,
+        grace_s=float(settings.context_grace_s),
+    )
+    shas = {r["context_id"]: r["sha256"] for r in rows}
+    in_runs = {cid for cid, _ in pins}
+    return [Release(cid, shas[cid], cid in in_runs) for cid in released]
 
 
 def may_continue_upload(recorded: str | None, caller: str) -> bool:

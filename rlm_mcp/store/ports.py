@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 from rlm_mcp.events import LoggedEvent, RunEvent
 from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextSpec
-from rlm_mcp.store.contexts import ContextInfo
+from rlm_mcp.store.context_model import ContextInfo
 from rlm_mcp.store.uploads import UploadState
 
 Format = Literal["text", "json"]

@@ -42,7 +42,8 @@ from rlm_mcp.errors import (
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.store import _db
-from rlm_mcp.store.contexts import ContextInfo, ContextStore
+from rlm_mcp.store.context_model import ContextInfo
+from rlm_mcp.store.contexts import ContextStore
 from rlm_mcp.store.owner_caps import check_pending_uploads, may_continue_upload
 
 log = logging.getLogger("rlm_mcp.store")

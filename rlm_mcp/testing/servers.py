@@ -43,18 +43,20 @@ def server_process(
     host: str = "127.0.0.1",
     within_s: float = 60.0,
     quiet: bool = True,
+    log: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start `argv` (a server that listens on `host:port`), yield it once a TCP connection
     succeeds, stop it on exit. Fails with the server's stderr if it exits before listening.
     `quiet`: its stdout is discarded. Its stderr goes to a file (a pipe nobody reads would
-    block a chatty server), read back for that message."""
-    with tempfile.TemporaryFile() as stderr:
+    block a chatty server), read back for that message: `log` when given (the caller reads the
+    server's log; its stdout goes there too, where uvicorn writes access lines), else a temporary one."""
+    with open(log, "w+b") if log is not None else tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(
             list(argv),
             env=dict(env) if env is not None else None,
             cwd=cwd,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL if quiet else None,
+            stdout=stderr if log is not None else subprocess.DEVNULL if quiet else None,
             stderr=stderr,
         )
         try:

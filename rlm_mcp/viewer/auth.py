@@ -3,7 +3,8 @@
 API clients send the server's bearer token, as for `/mcp`. A browser cannot, and the
 long-lived token must never sit in a URL (history, logs, referrers), so a holder of the token
 asks for a one-time login code (`POST /runs/api/login-link`, bearer header); opening
-`/runs/login?code=...` spends the code (it works once, for a minute) and sets a random session
+`/runs/login?code=...` spends the code (it works once, for a minute, on any replica in team mode:
+`rlm_mcp.store.spent_codes`) and sets a random session
 cookie: HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it),
 Path=/runs/s/<key>/ with a random key (never sent to /mcp, nor to another listener on the same
 host: cookies are not port-bound, see `path_key`), for an hour. A code is redeemed only in a
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 from rlm_mcp.access import BearerTokens, HostPolicy
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.store.spent_codes import LocalSpentCodes, SpentCodesPort
 from rlm_mcp.viewer import signed
 from rlm_mcp.viewer.path_key import random_key
 
@@ -46,7 +48,9 @@ class ViewerAuth:
     # Team mode: a key every replica shares; codes and sessions are then signed (`signed.py`),
     # so a link opened or a cookie sent to another replica behind the load balancer is valid.
     key: bytes | None = None
-    _spent: dict[str, float] = field(default_factory=dict)
+    # Who spends a code first (`rlm_mcp.store.spent_codes`): the server passes its store's, so in
+    # team mode a code opened on one replica is refused on every other.
+    spent: SpentCodesPort = field(default_factory=LocalSpentCodes)
     path_key: str = field(default_factory=random_key)  # the cookie path's random part
     # RLM_MCP_PUBLIC_URL: login links name it; https there marks the session cookie Secure (TLS
     # ends at the proxy, so the request this server sees says http).
@@ -87,20 +91,19 @@ class ViewerAuth:
         self._codes[code] = (now + CODE_TTL_S, owner)
         return code
 
-    def redeem(self, code: str) -> str | None:
-        """A new session id for a valid, unspent code; None otherwise."""
+    async def redeem(self, code: str) -> str | None:
+        """A new session id for a valid, unspent code; None otherwise. Whether it is unspent is
+        `spent`'s to say (the store's: once per process, or once on every replica in team mode)."""
         if self.key is not None:
             valid = signed.verify(self.key, "code", code)
-            now_s = time.time()
-            self._spent = {c: e for c, e in self._spent.items() if e > now_s}
-            if valid is None or code in self._spent:
+            if valid is None or not await self.spent.spend(code, valid[1]):
                 return None
-            self._spent[code] = valid[1]
             return signed.sign(self.key, "session", valid[0], SESSION_TTL_S)
-        found = self._codes.pop(code, None)
+        found = self._codes.get(code)
         now = time.monotonic()
-        if found is None or found[0] <= now:
+        if found is None or found[0] <= now or not await self.spent.spend(code, time.time() + found[0] - now):
             return None
+        self._codes.pop(code, None)
         self._sessions = {s: v for s, v in self._sessions.items() if v[0] > now}
         owner = found[1]
         theirs = [s for s, v in self._sessions.items() if v[1] == owner]
@@ -109,5 +112,5 @@ class ViewerAuth:
         elif len(self._sessions) >= MAX_SESSIONS:  # bounded memory (owners x per-owner cap past it)
             self._sessions.pop(min(self._sessions, key=lambda s: self._sessions[s][0]))
         session = secrets.token_urlsafe(32)
-        self._sessions[session] = (now + SESSION_TTL_S, found[1])
+        self._sessions[session] = (now + SESSION_TTL_S, owner)
         return session

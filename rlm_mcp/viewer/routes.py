@@ -190,7 +190,13 @@ class _Pages:
         if request.headers.get("sec-fetch-site", "none") not in ("none", "same-origin"):
             # Opened from another page (another site, or another port of this host): login CSRF.
             return _refusal(request, 403, "Login links work only when opened directly: paste it into the address bar.")
-        session = self.auth.redeem(request.query_params.get("code", ""))
+        try:
+            session = await self.auth.redeem(request.query_params.get("code", ""))
+        except RlmMcpError as exc:  # team mode: the database that records spent codes is unreachable
+            log.warning("viewer login could not be checked: %s", exc)
+            return _refusal(
+                request, 503, "The login could not be checked now (the database is unreachable): try again."
+            )
         if session is None:
             return _refusal(request, 401, "This login link was already used or has expired: ask for a new one.")
         target = request.query_params.get("run", "")

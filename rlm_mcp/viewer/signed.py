@@ -4,8 +4,8 @@ With one process, codes and sessions are random ids kept in memory (`auth.Viewer
 load balancer the browser's next request may reach another replica, so in team mode they are
 signed instead: `<payload>.<HMAC-SHA256>` with a key all replicas share (generated once and kept
 in the database), carrying the kind (code or session), the owner and the expiry. Nothing secret
-is in the payload (the owner id is a hash of a token, never the token). A code is spent once per
-replica within its minute of life.
+is in the payload (the owner id is a hash of a token, never the token). A code is spent once in
+its minute of life, on whichever replica opens it first (`rlm_mcp.store.pg.spent_codes`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Team mode's store: shared state on PostgreSQL (README "Team server").
 
 `RLM_MCP_DATABASE_URL=postgresql://...` selects it (`rlm_mcp.store.factory`). Contexts (their
-bytes chunked in the database, cached per replica), uploads, run records and events live in one
-database every replica shares; each replica keeps only its cache and temp files in its data dir.
+bytes chunked in the database, cached per replica), uploads, run records and events, and the
+viewer's spent login codes live in one database every replica shares; each replica keeps only
+its cache and temp files in its data dir.
 Needs the `team` extra (psycopg 3).
 """
 
@@ -13,6 +14,7 @@ from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.db import Database, DatabaseUnavailableError, SchemaError
 from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.store.pg.spent_codes import PgSpentCodes
 from rlm_mcp.store.pg.uploads import PgUploadStore
 
 __all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "make_pg_stores"]
@@ -30,4 +32,5 @@ def make_pg_stores(settings: Settings, *, replica: bool) -> Stores:
         runs=PgRunStore(settings, db),
         kind="postgresql",
         lifecycle=db,
+        spent_codes=PgSpentCodes(db),
     )

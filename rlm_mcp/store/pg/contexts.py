@@ -15,7 +15,7 @@ import json
 import logging
 import secrets
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -28,8 +28,9 @@ from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
-from rlm_mcp.store.contexts import PIN_TTL_S, ContextInfo, context_id_for, context_info, well_formed_id
-from rlm_mcp.store.owner_caps import Held, loader_first, release_for_share, store_share
+from rlm_mcp.store.context_model import PIN_TTL_S, ContextInfo, context_id_for, context_info, well_formed_id
+from rlm_mcp.store.eviction import plan_eviction
+from rlm_mcp.store.owner_caps import releases_in_share, store_share
 from rlm_mcp.store.pg.cache import BlobCache
 from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
 
@@ -217,8 +218,7 @@ class PgContextStore:
         fits its share (`owner_caps.release_for_share`), or refuse it. One owner's stores queue
         on a lock of that owner's, so two replicas cannot both spend the same room. Returns the
         blobs that went."""
-        share = store_share(self._settings)
-        if share is None:
+        if store_share(self._settings) is None:
             return []
         await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner))
         pins = await _live_pins(conn, now)
@@ -227,33 +227,28 @@ class PgContextStore:
             "JOIN rlm_context_owners o ON o.context_id = c.context_id WHERE o.owner = %s",
             (owner,),
         )
-        rows = await cur.fetchall()
-        held = [
-            Held(r["context_id"], r["sha256"], r["bytes"], r["last_used_at"], (r["context_id"], owner) in pins)
-            for r in rows
-        ]
-        released = release_for_share(
-            held,
+        released = releases_in_share(
+            self._settings,
+            await cur.fetchall(),
+            pins,
+            owner=owner,
             adding_sha256=ing.sha256,
             adding_bytes=ing.bytes,
-            share=share,
             now=now,
-            grace_s=float(self._settings.context_grace_s),
         )
-        shas = {r["context_id"]: r["sha256"] for r in rows}
-        in_runs = {cid for cid, _ in pins}
         gone: list[str] = []
-        for context_id in released:  # as the owner's delete: the bytes go when nobody holds or runs on them
+        for r in released:  # as the owner's delete: the bytes go when nobody holds or runs on them
             await conn.execute(
-                "DELETE FROM rlm_context_owners WHERE context_id = %s AND owner = %s", (context_id, owner)
+                "DELETE FROM rlm_context_owners WHERE context_id = %s AND owner = %s", (r.context_id, owner)
             )
-            cur = await conn.execute("SELECT 1 FROM rlm_context_owners WHERE context_id = %s", (context_id,))
-            if await cur.fetchone() is None and context_id not in in_runs:
-                await conn.execute("DELETE FROM rlm_contexts WHERE context_id = %s", (context_id,))
-                if await _drop_blob_if_unused(conn, shas[context_id]):
-                    gone.append(shas[context_id])
+            cur = await conn.execute("SELECT 1 FROM rlm_context_owners WHERE context_id = %s", (r.context_id,))
+            if await cur.fetchone() is None and not r.in_a_run:
+                await conn.execute("DELETE FROM rlm_contexts WHERE context_id = %s", (r.context_id,))
+                if await _drop_blob_if_unused(conn, r.sha256):
+                    gone.append(r.sha256)
         if released:
-            log.info("released %d context(s) of %s for its share: %s", len(released), owner, ", ".join(released))
+            ids = ", ".join(r.context_id for r in released)
+            log.info("released %d context(s) of %s for its share: %s", len(released), owner, ids)
         return gone
 
     # --- reading -------------------------------------------------------------------------
@@ -361,13 +356,8 @@ class PgContextStore:
         return infos
 
     async def evict(self, *, keep: Sequence[str] = (), loader: Owner | None = None) -> builtins.list[str]:
-        """As the SQLite store's `evict`, over the database (the cap counts each blob once; the
-        same order, `owner_caps.loader_first`)."""
+        """As the SQLite store's `evict`, over the database: the same rule (`eviction.plan_eviction`)."""
         now = time.time()
-        max_age = float(self._settings.store_max_age_days) * 86400
-        cap = self._settings.store_max_bytes
-        grace = float(self._settings.context_grace_s)
-        evicted: list[str] = []
         gone: list[str] = []
         async with self._db.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (EVICT_LOCK_KEY,))
@@ -382,26 +372,14 @@ class PgContextStore:
             cur = await conn.execute("SELECT context_id, owner FROM rlm_context_owners")
             for o in await cur.fetchall():
                 owners[o["context_id"]].add(o["owner"])
-            rows = loader_first(rows, owners, loader)
-            refs = Counter(r["sha256"] for r in rows)
-            sizes = {r["sha256"]: r["bytes"] for r in rows}
-            total = sum(sizes.values())
-            for r in rows:
-                if r["context_id"] in pinned:
-                    continue
-                if r["owned"]:
-                    if r["context_id"] in keep or now - r["last_used_at"] < grace:
-                        continue
-                    expired = max_age > 0 and now - r["last_used_at"] > max_age
-                    if not expired and total <= cap:
-                        continue
-                await conn.execute("DELETE FROM rlm_contexts WHERE context_id = %s", (r["context_id"],))
-                evicted.append(r["context_id"])
-                refs[r["sha256"]] -= 1
-                if refs[r["sha256"]] == 0:
-                    total -= sizes[r["sha256"]]
-                    if await _drop_blob_if_unused(conn, r["sha256"]):
-                        gone.append(r["sha256"])
+            planned = plan_eviction(
+                rows, owners, settings=self._settings, loader=loader, pinned=pinned, keep=keep, now=now
+            )
+            for e in planned:
+                await conn.execute("DELETE FROM rlm_contexts WHERE context_id = %s", (e.context_id,))
+                if e.last_of_blob and await _drop_blob_if_unused(conn, e.sha256):
+                    gone.append(e.sha256)
+        evicted = [e.context_id for e in planned]
         if gone:
             await anyio.to_thread.run_sync(self.cache.drop, gone)
         if evicted:

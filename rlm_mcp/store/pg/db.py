@@ -153,15 +153,23 @@ class Database:
         return bytes(row["value"])
 
     async def ping(self) -> bool:
-        """Whether PostgreSQL answers `SELECT 1` within `PING_TIMEOUT_S` (the health route)."""
+        """Whether PostgreSQL answers `SELECT 1` within `PING_TIMEOUT_S` (the health route).
+        Every pooled connection lent out (the pool is busy, not the database down) counts as
+        reachable: a replica under load must not drop out of its balancer, nor all of them."""
         with anyio.move_on_after(PING_TIMEOUT_S):
             try:
                 async with self.pool.connection(timeout=PING_TIMEOUT_S) as conn:
                     await conn.execute("SELECT 1")
                 return True
-            except psycopg.Error:  # PoolTimeout and PoolClosed are psycopg errors too
+            except PoolTimeout:
+                return self._all_lent()
+            except psycopg.Error:  # PoolClosed, a failed connection: unreachable
                 return False
-        return False
+        return self._all_lent()
+
+    def _all_lent(self) -> bool:
+        stats = self.pool.get_stats()
+        return stats.get("pool_size", 0) >= self.pool.max_size and stats.get("pool_available", 0) == 0
 
     # --- replicas ------------------------------------------------------------------------
 

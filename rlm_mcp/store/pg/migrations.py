@@ -167,6 +167,18 @@ MIGRATIONS: list[tuple[int, str | Callable[[], str]]] = [
     ),
     (3, _procrastinate_schema),
     (4, _QUEUE_SQL),
+    (
+        5,
+        """
+        -- The viewer's one-time login codes, spent once on any replica (rlm_mcp.store.pg.spent_codes):
+        -- a hash of each spent code until a while after it expired.
+        CREATE TABLE rlm_spent_codes (
+            code_sha256  text PRIMARY KEY,
+            expires_at   double precision NOT NULL
+        );
+        CREATE INDEX rlm_spent_codes_expiry ON rlm_spent_codes (expires_at);
+        """,
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]

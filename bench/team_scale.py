@@ -1,0 +1,356 @@
+"""`bench/scale.py team`: team mode through HAProxy (issue 22 item 6). Run by hand.
+
+Three replicas on one private PostgreSQL cluster (Debian's `postgresql` server binaries), behind
+Debian's `haproxy` with the repository's configuration (`deploy/haproxy/haproxy.cfg`, TLS at the
+balancer): `rlm1` and `rlm2` are `--role both` (the two workers), `rlm3` is `--role front`. The
+LM is the zero-latency scripted server. Prints:
+
+- server CPU per turn: the three replicas' CPU (user + system, from /proc) for `--runs` runs at
+  once through the balancer, against one embedded process (SQLite, no queue) running the same
+  runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted;
+- how the runs spread over the two workers (their records name the worker);
+- claim latency, from Procrastinate's own event rows (`deferred` -> `started`), p50 and p99, for
+  the concurrent runs and for `--claims` runs one at a time (goal p50 <= 20 ms);
+- progress latency across replicas: a client on the front-only replica, runs executing on the
+  workers; from the worker's `turn_start` event (its timestamp) to the front's progress
+  notification naming that turn;
+- cancel latency across replicas: a run started through `rlm1`, cancelled through `rlm3`, its
+  final status read through `rlm2`;
+- from a worker's death (SIGKILL; the worker holding the most long runs) to its runs' final
+  status (the lease is `--lease` s).
+
+The machine's clocks are one clock (all processes on one host), so cross-process timestamps
+compare. Never fails on a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import ssl
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import psycopg
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from psycopg.rows import dict_row
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rlm_mcp.testing import scripted_lm_process
+from tests.fixtures_haproxy import Balanced, Replica, balanced_replicas
+from tests.fixtures_postgres import Cluster
+
+TOKEN = "bench-" + secrets.token_hex(8)
+TURN = "```repl\nprint(len(context))\n```"
+DONE = '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```'
+LONG = "```repl\nimport time\ntime.sleep(300)\n```"
+
+
+def script(turns: int) -> dict[str, Any]:
+    return {
+        "max_model_len": 65536,
+        "sub_default": "ok",
+        "root_by_query": [
+            {"match": "scale run", "replies": [TURN] * (turns - 1) + [DONE]},
+            {"match": "long run", "replies": [LONG] * 50},
+        ],
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU of `pid` and its children that are still alive (PostgreSQL's backends)."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(entry) == pid or int(stat[1]) == pid:
+                total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def ms(values: list[float]) -> str:
+    if not values:
+        return "no samples"
+    return f"p50 {pct(values, 0.5) * 1000:.1f} ms, p99 {pct(values, 0.99) * 1000:.1f} ms (n={len(values)})"
+
+
+@asynccontextmanager
+async def client_of(url: str, *, cafile: Path | None = None) -> AsyncIterator[Client]:
+    verify: Any = ssl.create_default_context(cafile=cafile) if cafile else True
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=900, verify=verify)
+    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+        yield client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    if result.is_error:
+        raise RuntimeError(f"{tool}: {result.content!r}")
+    return dict(result.structured_content or {})
+
+
+async def complete(client: Client, context_id: str, query: str) -> str:
+    out = await call(client, "rlm_complete", query=query, context_id=context_id, max_iterations=50)
+    if out.get("answer") != "done":
+        raise RuntimeError(f"unexpected result: {out!r}")
+    return str(out["run_id"])
+
+
+async def many_runs(client: Client, context_id: str, label: str, count: int) -> list[str]:
+    run_ids: list[str] = []
+
+    async def one(i: int) -> None:
+        run_ids.append(await complete(client, context_id, f"scale run {label} {i}"))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(count):
+            tg.start_soon(one, i)
+    return run_ids
+
+
+class Db:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
+            cur = await conn.execute(sql, params)
+            return list(await cur.fetchall())
+
+    async def claim_latencies(self, run_ids: list[str]) -> list[float]:
+        rows = await self.rows(
+            "SELECT e.job_id, e.type::text AS type, extract(epoch FROM e.at) AS at FROM procrastinate_events e "
+            "JOIN rlm_runs r ON r.job_id = e.job_id WHERE r.run_id = ANY(%s) AND e.type IN ('deferred', 'started')",
+            (run_ids,),
+        )
+        by_job: dict[int, dict[str, float]] = {}
+        for row in rows:
+            by_job.setdefault(row["job_id"], {}).setdefault(row["type"], float(row["at"]))
+        return [t["started"] - t["deferred"] for t in by_job.values() if {"started", "deferred"} <= t.keys()]
+
+    async def workers_of(self, run_ids: list[str]) -> dict[str, int]:
+        rows = await self.rows(
+            "SELECT w.pid, count(*) AS n FROM rlm_runs r JOIN rlm_workers w ON w.worker_id = r.worker_id "
+            "WHERE r.run_id = ANY(%s) GROUP BY w.pid",
+            (run_ids,),
+        )
+        return {str(r["pid"]): int(r["n"]) for r in rows}
+
+    async def turn_starts(self, run_id: str) -> dict[int, float]:
+        rows = await self.rows("SELECT line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (run_id,))
+        out: dict[int, float] = {}
+        for row in rows:
+            event = json.loads(row["line"])
+            if event.get("type") == "turn_start" and event.get("depth", 0) == 0:
+                out.setdefault(int(event["iteration"]), float(event["ts"]))
+        return out
+
+    async def summary(self, run_id: str) -> dict[str, Any]:
+        rows = await self.rows("SELECT done, worker_id, summary FROM rlm_runs WHERE run_id = %s", (run_id,))
+        row = rows[0]
+        return {"done": row["done"], "worker_id": row["worker_id"], **json.loads(row["summary"])}
+
+
+async def until(predicate: Any, within_s: float, what: str, every_s: float = 0.01) -> None:
+    with anyio.fail_after(within_s):
+        while not await predicate():
+            await anyio.sleep(every_s)
+
+
+async def progress_latency(front: Client, db: Db, context_id: str, runs: int) -> list[float]:
+    """Turn starts on a worker to the front's progress notification that names the turn."""
+    lags: list[float] = []
+    for i in range(runs):
+        seen: dict[int, float] = {}
+
+        async def on_progress(
+            progress: float, total: float | None, message: str | None, seen: dict[int, float] = seen
+        ) -> None:
+            now = time.time()
+            if message and message.startswith("turn "):
+                turn = int(message.split()[1].split("/")[0])
+                seen.setdefault(turn, now)
+
+        result = await front.call_tool(
+            "rlm_complete",
+            {"query": f"scale run progress {i}", "context_id": context_id, "max_iterations": 50},
+            progress_callback=on_progress,
+        )
+        run_id = str((result.structured_content or {})["run_id"])
+        starts = await db.turn_starts(run_id)
+        lags += [seen[t] - ts for t, ts in starts.items() if t in seen and t > 1]
+    return lags
+
+
+async def cancel_latency(b: Balanced, context_id: str, times: int) -> tuple[list[float], list[float]]:
+    """Start through rlm1, cancel through rlm3, read the status through rlm2."""
+    answered: list[float] = []
+    final: list[float] = []
+    r1, r2, r3 = b.replicas
+    async with client_of(r1.base) as c1, client_of(r2.base) as c2, client_of(r3.base) as c3:
+        for i in range(times):
+            run_id = (await call(c1, "rlm_start", query=f"long run cancel {i}", context_id=context_id))["run_id"]
+
+            async def running(run_id: str = run_id) -> bool:
+                status = await call(c2, "rlm_status", run_id=run_id)
+                return status.get("status") == "running" and int(status.get("iterations", 0)) >= 1
+
+            await until(running, 120, "the run to be running", every_s=0.05)
+            t0 = time.perf_counter()
+            await call(c3, "rlm_cancel", run_id=run_id)
+            answered.append(time.perf_counter() - t0)
+
+            async def ended(run_id: str = run_id) -> bool:
+                return (await call(c2, "rlm_status", run_id=run_id)).get("status") == "cancelled"
+
+            await until(ended, 120, "the run to be cancelled")
+            final.append(time.perf_counter() - t0)
+    return answered, final
+
+
+async def worker_death(b: Balanced, db: Db, context_id: str, runs: int) -> tuple[list[float], list[str]]:
+    """SIGKILL the worker holding the most long runs; time to each of its runs' final status."""
+    front_replica = b.replicas[2]
+    async with client_of(front_replica.base) as front:
+        run_ids = [
+            (await call(front, "rlm_start", query=f"long run death {i}", context_id=context_id))["run_id"]
+            for i in range(runs)
+        ]
+
+        async def all_running() -> bool:
+            statuses = [await call(front, "rlm_status", run_id=r) for r in run_ids]
+            return all(s.get("status") == "running" and int(s.get("iterations", 0)) >= 1 for s in statuses)
+
+        await until(all_running, 180, "the long runs to be running", every_s=0.1)
+        workers = await db.workers_of(run_ids)
+        victim = next(r for r in b.replicas if str(r.pid) == max(workers, key=lambda pid: workers[pid]))
+        victims = [r for r in run_ids if (await db.rows(
+            "SELECT 1 FROM rlm_runs r JOIN rlm_workers w ON w.worker_id = r.worker_id WHERE r.run_id = %s AND w.pid = %s",
+            (r, victim.pid),
+        ))]  # fmt: skip
+        print(f"  long runs per worker pid: {workers}; killing {victim.name} (pid {victim.pid}): {len(victims)} runs")
+        os.kill(victim.pid, signal.SIGKILL)
+        killed = time.perf_counter()
+        took: list[float] = []
+        reasons: list[str] = []
+        for run_id in victims:
+
+            async def done(run_id: str = run_id) -> bool:
+                return bool((await db.summary(run_id))["done"])
+
+            await until(done, 300, "a lost worker's run to end", every_s=0.05)
+            took.append(time.perf_counter() - killed)
+            reasons.append(str(((await db.summary(run_id)).get("result") or {}).get("reason")))
+        for run_id in run_ids:
+            if run_id not in victims:
+                await call(front, "rlm_cancel", run_id=run_id)
+    return took, reasons
+
+
+def replica_cpu(replicas: list[Replica]) -> float:
+    return sum(cpu_seconds(r.pid) for r in replicas)
+
+
+async def team_round(args: argparse.Namespace, tmp: Path, lm_url: str, cluster: Cluster) -> float:
+    url = cluster.url()
+    db = Db(url)
+    env = {
+        "RLM_MCP_MAX_RUNS": str(args.runs // 2),
+        "RLM_MCP_MAX_SANDBOXES": str(args.runs // 2 + 2),
+        "RLM_MCP_POOL_SIZE": str(min(args.pool, args.runs // 2)),
+        "RLM_MCP_WORKER_LEASE_S": str(args.lease),
+        "RLM_MCP_LOG_LEVEL": "WARNING",
+        "RLM_MCP_RUN_MAX_QUEUED": "1000",
+        "RLM_MCP_RUN_MAX_QUEUED_PER_OWNER": "1000",
+    }
+    roles = ["both", "both", "front"]
+    with balanced_replicas(tmp, database_url=url, lm_url=lm_url, tokens=[TOKEN], env=env, roles=roles) as b:
+        async with client_of(b.url, cafile=b.cafile) as client:
+            context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
+            await many_runs(client, context_id, "warm-up", 4)
+            sequential = [await complete(client, context_id, f"scale run sequential {i}") for i in range(args.claims)]
+            pg_before, before = tree_cpu(cluster.proc.pid if cluster.proc else 0), replica_cpu(b.replicas)
+            run_ids = await many_runs(client, context_id, "concurrent", args.runs)
+            team_cpu = (replica_cpu(b.replicas) - before) / (args.runs * args.turns)
+            pg_cpu = (tree_cpu(cluster.proc.pid if cluster.proc else 0) - pg_before) / (args.runs * args.turns)
+        print(
+            f"team mode: 3 replicas (both, both, front) behind HAProxy; {args.runs} runs of {args.turns} turns at once"
+        )
+        print(f"  server CPU per turn {team_cpu * 1000:.2f} ms (PostgreSQL beside it: {pg_cpu * 1000:.2f} ms)")
+        print(f"  runs per worker pid: {await db.workers_of(run_ids)}")
+        print(f"  claim latency, {args.runs} runs at once: {ms(await db.claim_latencies(run_ids))}")
+        print(f"  claim latency, one run at a time: {ms(await db.claim_latencies(sequential))}")
+        async with client_of(b.replicas[2].base) as front:
+            lags = await progress_latency(front, db, context_id, args.progress_runs)
+        print(f"  progress latency (worker's turn_start -> front's notification): {ms(lags)}")
+        answered, final = await cancel_latency(b, context_id, args.cancels)
+        print(f"  cancel across replicas: rlm_cancel answered {ms(answered)}; status cancelled {ms(final)}")
+        took, reasons = await worker_death(b, db, context_id, args.death_runs)
+        print(f"  worker SIGKILLed -> its runs' final status (lease {args.lease:g} s): {ms(took)}")
+        for reason in sorted(set(reasons)):
+            print(f"    reason: {reason}")
+    return team_cpu
+
+
+async def embedded_round(args: argparse.Namespace, tmp: Path, lm_url: str) -> float:
+    from scale import server, server_env  # bench/scale.py: the embedded server, as its scale mode runs it
+
+    env = server_env(lm_url, tmp, f"bench-{secrets.token_hex(6)}", args.runs)
+    env["RLM_MCP_POOL_SIZE"] = str(args.pool)
+    async with server("http", env) as (client, pid):
+        context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
+        await many_runs(client, context_id, "warm-up", 4)
+        before = cpu_seconds(pid)
+        await many_runs(client, context_id, "concurrent", args.runs)
+        per_turn = (cpu_seconds(pid) - before) / (args.runs * args.turns)
+    print(f"embedded single process (SQLite, no queue): server CPU per turn {per_turn * 1000:.2f} ms")
+    return per_turn
+
+
+async def team(args: argparse.Namespace) -> None:
+    print(f"machine: {os.cpu_count()} CPUs")
+    async with AsyncExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlm-team-scale-")))
+        lm_url = stack.enter_context(scripted_lm_process(script(args.turns)))
+        (tmp / "embedded").mkdir()
+        embedded = await embedded_round(args, tmp / "embedded", lm_url)
+        cluster = Cluster()
+        stack.callback(cluster.stop)
+        cluster.start()
+        (tmp / "team").mkdir()
+        team_cpu = await team_round(args, tmp / "team", lm_url, cluster)
+    print(f"server CPU per turn, team / embedded: {team_cpu / embedded:.2f} (goal <= 1.3)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--claims", type=int, default=20, help="team: runs one at a time for the idle claim latency")
+    parser.add_argument("--lease", type=float, default=10.0, help="team: RLM_MCP_WORKER_LEASE_S")
+    parser.add_argument("--progress-runs", type=int, default=4, help="team: runs followed from the front")
+    parser.add_argument("--cancels", type=int, default=5, help="team: runs cancelled across replicas")
+    parser.add_argument("--death-runs", type=int, default=4, help="team: long runs when a worker is killed")

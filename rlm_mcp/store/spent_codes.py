@@ -1,0 +1,49 @@
+"""One-time codes spent once (the viewer's login codes): who redeems a code first.
+
+`SpentCodesPort.spend(code, expires_at)` answers True to the first caller for a code and False
+to every later one, until the code has expired (its expiry is the caller's to check: a code
+past it is refused before it gets here). The embedded default keeps the spent codes of this
+process in memory (`LocalSpentCodes`); team mode keeps them in PostgreSQL
+(`rlm_mcp.store.pg.spent_codes`), so a code spent on one replica is spent on all of them.
+Only a hash of a code is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Protocol
+
+__all__ = ["MAX_LOCAL", "LocalSpentCodes", "SpentCodesPort", "code_digest"]
+
+MAX_LOCAL = 65536  # a bound on memory: codes live a minute, each one asked for with the token
+
+
+def code_digest(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+class SpentCodesPort(Protocol):
+    async def spend(self, code: str, expires_at: float) -> bool:
+        """True when this call spends `code` (valid until `expires_at`, Unix seconds); False when
+        it was spent before."""
+        ...
+
+
+class LocalSpentCodes:
+    """The spent codes of one process (no await between the check and the write: atomic)."""
+
+    def __init__(self) -> None:
+        self._spent: dict[str, float] = {}
+
+    async def spend(self, code: str, expires_at: float) -> bool:
+        now = time.time()
+        if len(self._spent) >= MAX_LOCAL:
+            self._spent = {c: e for c, e in self._spent.items() if e > now}
+            if len(self._spent) >= MAX_LOCAL:  # all unexpired: refuse rather than forget one
+                return False
+        digest = code_digest(code)
+        if digest in self._spent:
+            return False
+        self._spent[digest] = expires_at
+        return True

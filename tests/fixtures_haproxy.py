@@ -1,0 +1,172 @@
+"""HAProxy (Debian's package) in front of rlm-mcp HTTP replicas sharing one PostgreSQL database
+and one Docker daemon: the deployment the README's "Team server" section describes.
+
+`balanced_replicas` starts `count` replicas (`rlm-mcp serve --transport http`, each with its own
+data dir and log), then HAProxy on a free loopback port with the repository's own configuration,
+`deploy/haproxy/haproxy.cfg` (the README shows the same text): only the lines marked `# yours`
+(the listening address and certificate, the servers) are replaced, with TLS terminated by a
+certificate made for the test. Everything is stopped on exit.
+
+Which replica served what is read from the replicas' own logs (uvicorn's access lines and the
+SDK's "Created new transport with session ID" line), never from HAProxy's word.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rlm_mcp.testing.servers import free_port, server_process
+from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
+YOURS = "# yours"
+_ACCESS = re.compile(r'"(GET|POST|DELETE) /mcp HTTP/[0-9.]+"')
+
+
+def haproxy_path() -> str:
+    # /usr/sbin is not on every user's PATH
+    found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+    if found is None:
+        pytest.fail(
+            "haproxy is missing: the load-balancer tests run Debian's package. Install it (apt-get install "
+            "haproxy; .ci/run does), or deselect them with -m 'not postgres'."
+        )
+    return found
+
+
+def render(template: str, *, port: int, cert: Path, servers: Sequence[tuple[str, int]]) -> str:
+    """The configuration with the `# yours` lines replaced: the bind's address and certificate
+    (its other options kept), and the server lines by `servers`. Fails if the template no longer
+    has exactly the lines this replaces (then the README's configuration is untested)."""
+    out: list[str] = []
+    binds = placed = 0
+    for line in template.splitlines():
+        if not line.rstrip().endswith(YOURS):
+            out.append(line)
+            continue
+        directive = line.strip().split()[0]
+        if directive == "bind":
+            bound = re.sub(r"^(\s*bind )\S+", rf"\g<1>127.0.0.1:{port}", line.split(YOURS)[0].rstrip())
+            out.append(re.sub(r" crt \S+", f" crt {cert}", bound))
+            binds += 1
+        elif directive == "server":
+            if not placed:
+                indent = line[: len(line) - len(line.lstrip())]
+                out += [f"{indent}server rlm{i + 1} {host}:{p}" for i, (host, p) in enumerate(servers)]
+            placed += 1
+        else:
+            raise AssertionError(f"{CONFIG.name}: unexpected '{YOURS}' line: {line!r}")
+    assert binds == 1 and placed >= 1, f"{CONFIG.name} must mark one bind line and its server lines '{YOURS}'"
+    return "\n".join(out) + "\n"
+
+
+def make_certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1: (HAProxy's PEM, certificate and key; the CA file
+    clients trust)."""
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    both = folder / "haproxy.pem"
+    both.write_bytes(cert.read_bytes() + key.read_bytes())
+    return both, cert
+
+
+@dataclass(frozen=True)
+class Replica:
+    name: str
+    base: str  # http://127.0.0.1:PORT, the replica itself (no balancer)
+    log: Path
+    pid: int
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def mcp_requests(self) -> int:
+        """Requests to /mcp this replica has answered (its access log)."""
+        return len(_ACCESS.findall(self.text()))
+
+    def created_session(self, session_id: str) -> bool:
+        return f"session ID: {session_id}" in self.text()
+
+
+@dataclass(frozen=True)
+class Balanced:
+    url: str  # https://127.0.0.1:PORT, HAProxy
+    cafile: Path  # the certificate clients trust
+    replicas: list[Replica]
+    public_url: str
+    log: Path  # HAProxy's
+
+    def server_down(self, name: str) -> bool:
+        """HAProxy has taken `name` out of the rotation (its health checks failed)."""
+        return f"Server rlm_mcp/{name} is DOWN" in self.log.read_text(errors="replace")
+
+    def requests(self) -> dict[str, int]:
+        return {r.name: r.mcp_requests() for r in self.replicas}
+
+
+@contextmanager
+def balanced_replicas(
+    tmp_path: Path,
+    *,
+    database_url: str | Sequence[str],
+    lm_url: str,
+    tokens: Sequence[str],
+    count: int = 3,
+    env: Mapping[str, str] | None = None,
+    roles: Sequence[str] | None = None,
+) -> Iterator[Balanced]:
+    """`count` replicas on `database_url` behind HAProxy (see the module's docstring); a list
+    gives each replica its own. `roles` gives each replica its RLM_MCP_ROLE (default: both)."""
+    urls = [database_url] * count if isinstance(database_url, str) else list(database_url)
+    assert len(urls) == count
+    assert roles is None or len(roles) == count
+    haproxy = haproxy_path()
+    folder = tmp_path / "haproxy"
+    folder.mkdir()
+    pem, cafile = make_certificate(folder)
+    lb_port = free_port()
+    public_url = f"https://127.0.0.1:{lb_port}"
+    ports = [free_port() for _ in range(count)]
+    replicas: list[Replica] = []
+    with ExitStack() as stack:
+        for i, port in enumerate(ports):
+            root = tmp_path / f"replica{i + 1}"
+            root.mkdir()
+            settings = {
+                "RLM_MCP_DATABASE_URL": urls[i],
+                "RLM_MCP_BASE_URL": lm_url,
+                "RLM_MCP_AUTH_TOKENS": ",".join(tokens),
+                "RLM_MCP_PUBLIC_URL": public_url,  # the Host and Origin HAProxy forwards
+                "RLM_MCP_SANDBOX_MEMORY": "512m",
+                "RLM_MCP_LOG_LEVEL": "INFO",  # access lines: which replica answered
+                **(env or {}),  # the caller's settings win
+                **({"RLM_MCP_ROLE": roles[i]} if roles else {}),
+            }
+            replica_env = cli_env(root, **settings)
+            log = root / "server.log"
+            argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
+            proc = stack.enter_context(server_process(argv, port=port, env=replica_env, within_s=120, log=log))
+            replicas.append(Replica(f"rlm{i + 1}", f"http://127.0.0.1:{port}", log, proc.pid))
+        config = folder / "haproxy.cfg"
+        config.write_text(render(CONFIG.read_text(), port=lb_port, cert=pem, servers=[("127.0.0.1", p) for p in ports]))
+        checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        # -db: in the foreground, stopped by SIGTERM like the replicas; its log says when it
+        # takes a server out of the rotation
+        log = folder / "haproxy.log"
+        stack.enter_context(server_process([haproxy, "-db", "-f", str(config)], port=lb_port, within_s=60, log=log))
+        yield Balanced(url=public_url, cafile=cafile, replicas=replicas, public_url=public_url, log=log)

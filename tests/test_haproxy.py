@@ -1,0 +1,190 @@
+"""rlm-mcp behind HAProxy (issue 22 item 5): three replicas on one PostgreSQL database behind
+Debian's haproxy with the README's configuration, TLS terminated at the balancer, real MCP
+clients. A handshake-era session (2025-11-25 through the SDK, 2025-06-18 on the wire) stays on
+the replica that created it, learnt from the `initialize` answer; stateless (2026-07-28) calls
+spread over the replicas and share contexts. Which replica served a request is read from that
+replica's own log."""
+
+from __future__ import annotations
+
+import secrets
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from rlm_mcp.testing.script import Script
+from rlm_mcp.testing.scripted_lm import ScriptedLM
+from rlm_mcp.testing.waiting import wait_until
+from tests.fixtures_haproxy import CONFIG, Balanced, balanced_replicas, haproxy_path, make_certificate, render
+from tests.fixtures_postgres import Cluster
+from tests.readme_blocks import blocks
+from tests.test_http_guard import INIT, MCP_HEADERS
+from tests.test_server_surface import ANSWER_NOW, call
+
+pytestmark = pytest.mark.anyio
+
+ALICE = "alice-lb-token"
+BEARER = {"authorization": f"Bearer {ALICE}"}
+NO_LM = "http://127.0.0.1:9/v1"  # nothing listens: these calls never reach an LM
+
+
+def test_the_readme_shows_the_configuration_the_tests_run(tmp_path: Path) -> None:
+    shown = [b.text for b in blocks() if b.lang == "haproxy"]
+    assert shown == [CONFIG.read_text().rstrip("\n")], "README's HAProxy block must be deploy/haproxy/haproxy.cfg"
+    # and what the tests run from it is a configuration Debian's haproxy accepts
+    pem, _ = make_certificate(tmp_path)
+    text = render(CONFIG.read_text(), port=1, cert=pem, servers=[("127.0.0.1", 2), ("127.0.0.1", 3)])
+    assert "stick store-response res.hdr(mcp-session-id)" in text and "option httpchk GET /healthz" in text
+    assert "server rlm2 127.0.0.1:3" in text and "10.0.0.11" not in text
+    (tmp_path / "haproxy.cfg").write_text(text)
+    checked = subprocess.run(
+        [haproxy_path(), "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@asynccontextmanager
+async def mcp_client(balanced: Balanced, mode: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers=BEARER, timeout=120, verify=ssl.create_default_context(cafile=balanced.cafile))
+    transport = streamable_http_client(f"{balanced.url}/mcp", http_client=http)
+    async with http, Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+        yield client
+
+
+async def served_by(balanced: Balanced, before: dict[str, int]) -> str:
+    """The one replica that answered the /mcp requests made since `before`."""
+    await wait_until(
+        lambda: balanced.requests() != before, within_s=60, what="a replica to log the request it answered"
+    )
+    after = balanced.requests()
+    changed = [name for name in after if after[name] != before[name]]
+    assert len(changed) == 1, f"one call, several replicas: {before} -> {after}"
+    return changed[0]
+
+
+@pytest.mark.postgres
+async def test_a_handshake_era_session_stays_on_the_replica_that_created_it(tmp_path: Path, pg_url: str) -> None:
+    with balanced_replicas(tmp_path, database_url=pg_url, lm_url=NO_LM, tokens=[ALICE]) as balanced:
+        before = balanced.requests()
+        async with mcp_client(balanced, "legacy") as client:
+            assert client.protocol_version == "2025-11-25"
+            for i in range(6):
+                await call(client, "rlm_load_context", text=f"handshake era {i}", name=f"h{i}")
+                listed = await call(client, "rlm_list_contexts")
+                assert len(listed["contexts"]) == i + 1
+        after = balanced.requests()
+        moved = {name: after[name] - before[name] for name in after}
+        home = [name for name, n in moved.items() if n]
+        assert len(home) == 1 and moved[home[0]] >= 13, moved  # initialize, 12 calls (and the stream, the close)
+        created = [r.name for r in balanced.replicas if "Created new transport with session ID" in r.text()]
+        assert created == home
+
+        # On the wire, protocol 2025-06-18: without stickiness two replicas in three would answer
+        # "session not found".
+        async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=balanced.cafile), timeout=60) as raw:
+            init = {**INIT, "params": {**INIT["params"], "protocolVersion": "2025-06-18"}}  # type: ignore[dict-item]
+            opened = await raw.post(f"{balanced.url}/mcp", json=init, headers={**MCP_HEADERS, **BEARER})
+            assert opened.status_code == 200, opened.text
+            session = opened.headers["mcp-session-id"]
+            headers = {**MCP_HEADERS, **BEARER, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+            note = await raw.post(
+                f"{balanced.url}/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
+            )
+            assert note.status_code == 202, note.text
+            for i in range(9):
+                listed = await raw.post(
+                    f"{balanced.url}/mcp",
+                    json={"jsonrpc": "2.0", "id": 10 + i, "method": "tools/list"},
+                    headers=headers,
+                )
+                assert listed.status_code == 200, listed.text
+                assert "rlm_complete" in listed.text
+            owner = [r.name for r in balanced.replicas if r.created_session(session)]
+            assert len(owner) == 1
+            closed = await raw.delete(f"{balanced.url}/mcp", headers=headers)
+            assert closed.status_code == 200, closed.text
+
+
+def health_status(base: str) -> int | None:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=10).status_code
+    except httpx.HTTPError:
+        return None
+
+
+@pytest.mark.postgres
+async def test_a_replica_whose_database_is_gone_leaves_the_rotation(
+    tmp_path: Path, pg_cluster: Cluster, pg_url: str
+) -> None:
+    lost = "t_lost_" + secrets.token_hex(4)
+    pg_cluster.sql(f"CREATE DATABASE {lost}")
+    try:
+        urls = [pg_url, pg_cluster.url(lost)]
+        with balanced_replicas(tmp_path, database_url=urls, lm_url=NO_LM, tokens=[ALICE], count=2) as balanced:
+            healthy, doomed = balanced.replicas
+            pg_cluster.sql(f"DROP DATABASE {lost} WITH (FORCE)")
+            await wait_until(
+                lambda: health_status(doomed.base) == 503,
+                within_s=60,
+                what="the replica without its database to answer 503",
+            )
+            await wait_until(lambda: balanced.server_down(doomed.name), within_s=60, what="HAProxy to take it out")
+            async with mcp_client(balanced, "2026-07-28") as client:
+                for i in range(4):
+                    before = balanced.requests()
+                    await call(client, "rlm_load_context", text=f"only the healthy one {i}")
+                    assert await served_by(balanced, before) == healthy.name
+    finally:
+        pg_cluster.sql(f"DROP DATABASE IF EXISTS {lost} WITH (FORCE)")
+
+
+@pytest.mark.docker
+@pytest.mark.postgres
+async def test_stateless_calls_spread_over_replicas_and_share_contexts(tmp_path: Path, pg_url: str) -> None:
+    with (
+        ScriptedLM(Script(root=[ANSWER_NOW])) as lm,
+        balanced_replicas(tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE]) as balanced,
+    ):
+        async with mcp_client(balanced, "2026-07-28") as client:
+            assert client.protocol_version == "2026-07-28"
+            await client.list_tools()  # the client checks results against the tools' schemas: fetched once here
+            loaded_on: dict[str, str] = {}
+            for i in range(3):
+                before = balanced.requests()
+                loaded = await call(client, "rlm_load_context", text=f"stateless haystack {i} " * 100, name=f"s{i}")
+                loaded_on[loaded["context_id"]] = await served_by(balanced, before)
+            listed_on = set()
+            for _ in range(3):
+                before = balanced.requests()
+                listed = await call(client, "rlm_list_contexts")
+                assert {c["context_id"] for c in listed["contexts"]} == set(loaded_on)
+                listed_on.add(await served_by(balanced, before))
+            before = balanced.requests()
+            progress: list[str] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                progress.append(message or "")
+
+            completed = await client.call_tool(
+                "rlm_complete", {"query": "what is it?", "context_id": list(loaded_on)}, progress_callback=on_progress
+            )
+            ran_on = await served_by(balanced, before)
+            assert not completed.is_error and completed.structured_content is not None, completed.content
+            done = completed.structured_content
+            assert done["answer"] == "forty-two"
+            assert any("turn 1/" in line for line in progress), progress  # streamed through the balancer
+            before = balanced.requests()
+            status = await call(client, "rlm_status", run_id=done["run_id"])
+            assert status["status"] == "completed"
+            read_on = await served_by(balanced, before)
+        # every replica served calls; the run used contexts loaded through the other replicas
+        assert set(loaded_on.values()) | listed_on | {ran_on, read_on} == {r.name for r in balanced.replicas}
+        assert {on for on in loaded_on.values() if on != ran_on}
