@@ -47,9 +47,10 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue import records
 from rlm_mcp.service.queue.app import QUEUE
 from rlm_mcp.service.queue.front import request_of
+from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.runs import ActiveRun, RunManager, run_summary
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.pg.runs import PgRunLog, PgRunStore
+from rlm_mcp.store.pg.runs import PgRunStore
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -79,7 +80,7 @@ class QueueWorker:
         self._slots = anyio.Semaphore(settings.max_runs)
         self._new_job = anyio.Event()
         self._running: dict[int, ActiveRun] = {}  # by job id
-        self._logs: dict[int, PgRunLog] = {}  # by job id
+        self._logs: dict[int, QueueRunLog] = {}  # by job id
         self._fresh: set[int] = set()  # jobs whose run was never queued again (may be, once)
         self._handing_back: set[int] = set()  # jobs given back to the queue at shutdown
         self._tg: anyio.abc.TaskGroup | None = None
@@ -255,7 +256,7 @@ class QueueWorker:
             await anyio.sleep(self._settings.queue_poll_s)
             return Status.TODO
         engine = await self._engine()
-        run_log = await self._run_store.reopen(run_id)
+        run_log = QueueRunLog(await self._run_store.reopen(run_id), self._db)
         self._logs[job.id] = run_log
         if row.requeues == 0:
             self._fresh.add(job.id)
