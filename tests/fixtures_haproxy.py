@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp.testing.servers import free_port, server_process
-from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
+from tests.fixtures_e2e import SERVER_SCRIPT, cli_env, new_instance_id
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -89,6 +89,8 @@ class Replica:
     name: str
     base: str  # http://127.0.0.1:PORT, the replica itself (no balancer)
     log: Path
+    role: str  # both, front or worker (team mode part 2)
+    owner: str  # its sandboxes' owner label (RLM_MCP_INSTANCE_ID)
     pid: int
 
     def text(self) -> str:
@@ -110,9 +112,17 @@ class Balanced:
     public_url: str
     log: Path  # HAProxy's
 
+    def _states(self, name: str) -> list[str]:
+        text = self.log.read_text(errors="replace")
+        return re.findall(rf"Server rlm_mcp/{re.escape(name)} is (UP|DOWN)", text)
+
     def server_down(self, name: str) -> bool:
         """HAProxy has taken `name` out of the rotation (its health checks failed)."""
-        return f"Server rlm_mcp/{name} is DOWN" in self.log.read_text(errors="replace")
+        return self._states(name)[-1:] == ["DOWN"]
+
+    def server_up(self, name: str) -> bool:
+        """HAProxy has put `name` back after taking it out."""
+        return "DOWN" in self._states(name) and self._states(name)[-1] == "UP"
 
     def requests(self) -> dict[str, int]:
         return {r.name: r.mcp_requests() for r in self.replicas}
@@ -130,10 +140,10 @@ def balanced_replicas(
     roles: Sequence[str] | None = None,
 ) -> Iterator[Balanced]:
     """`count` replicas on `database_url` behind HAProxy (see the module's docstring); a list
-    gives each replica its own. `roles` gives each replica its RLM_MCP_ROLE (default: both)."""
+    gives each replica its own; `roles` gives each its `--role` (default: both)."""
     urls = [database_url] * count if isinstance(database_url, str) else list(database_url)
-    assert len(urls) == count
-    assert roles is None or len(roles) == count
+    roles = list(roles) if roles is not None else ["both"] * count
+    assert len(urls) == count == len(roles)
     haproxy = haproxy_path()
     folder = tmp_path / "haproxy"
     folder.mkdir()
@@ -146,6 +156,7 @@ def balanced_replicas(
         for i, port in enumerate(ports):
             root = tmp_path / f"replica{i + 1}"
             root.mkdir()
+            owner = new_instance_id()
             settings = {
                 "RLM_MCP_DATABASE_URL": urls[i],
                 "RLM_MCP_BASE_URL": lm_url,
@@ -153,14 +164,14 @@ def balanced_replicas(
                 "RLM_MCP_PUBLIC_URL": public_url,  # the Host and Origin HAProxy forwards
                 "RLM_MCP_SANDBOX_MEMORY": "512m",
                 "RLM_MCP_LOG_LEVEL": "INFO",  # access lines: which replica answered
+                "RLM_MCP_INSTANCE_ID": owner,
                 **(env or {}),  # the caller's settings win
-                **({"RLM_MCP_ROLE": roles[i]} if roles else {}),
             }
             replica_env = cli_env(root, **settings)
             log = root / "server.log"
-            argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
+            argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port), "--role", roles[i]]
             proc = stack.enter_context(server_process(argv, port=port, env=replica_env, within_s=120, log=log))
-            replicas.append(Replica(f"rlm{i + 1}", f"http://127.0.0.1:{port}", log, proc.pid))
+            replicas.append(Replica(f"rlm{i + 1}", f"http://127.0.0.1:{port}", log, roles[i], owner, proc.pid))
         config = folder / "haproxy.cfg"
         config.write_text(render(CONFIG.read_text(), port=lb_port, cert=pem, servers=[("127.0.0.1", p) for p in ports]))
         checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, timeout=60)

@@ -2,11 +2,14 @@
 Debian's haproxy with the README's configuration, TLS terminated at the balancer, real MCP
 clients. A handshake-era session (2025-11-25 through the SDK, 2025-06-18 on the wire) stays on
 the replica that created it, learnt from the `initialize` answer; stateless (2026-07-28) calls
-spread over the replicas and share contexts. Which replica served a request is read from that
-replica's own log."""
+spread over the replicas and share contexts; with two `--role both` workers and a `--role front`,
+runs spread over both workers and any replica starts, polls and cancels any run; a replica whose
+database is gone answers 503 on /healthz and leaves the rotation. Which replica served a request
+is read from that replica's own log."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import ssl
 import subprocess
@@ -16,18 +19,20 @@ from pathlib import Path
 
 import httpx
 import httpx2
+import psycopg
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from rlm_mcp.testing.script import Script
+from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_haproxy import CONFIG, Balanced, balanced_replicas, haproxy_path, make_certificate, render
+from tests.fixtures_e2e import sandbox_container_ids
+from tests.fixtures_haproxy import CONFIG, Balanced, Replica, balanced_replicas, haproxy_path, make_certificate, render
 from tests.fixtures_postgres import Cluster
 from tests.readme_blocks import blocks
 from tests.test_http_guard import INIT, MCP_HEADERS
-from tests.test_server_surface import ANSWER_NOW, call
+from tests.test_server_surface import ANSWER_NOW, STUCK, call
 
 pytestmark = pytest.mark.anyio
 
@@ -121,7 +126,7 @@ def health_status(base: str) -> int | None:
 
 
 @pytest.mark.postgres
-async def test_a_replica_whose_database_is_gone_leaves_the_rotation(
+async def test_a_replica_whose_database_is_unreachable_leaves_the_rotation_and_comes_back(
     tmp_path: Path, pg_cluster: Cluster, pg_url: str
 ) -> None:
     lost = "t_lost_" + secrets.token_hex(4)
@@ -130,28 +135,81 @@ async def test_a_replica_whose_database_is_gone_leaves_the_rotation(
         urls = [pg_url, pg_cluster.url(lost)]
         with balanced_replicas(tmp_path, database_url=urls, lm_url=NO_LM, tokens=[ALICE], count=2) as balanced:
             healthy, doomed = balanced.replicas
-            pg_cluster.sql(f"DROP DATABASE {lost} WITH (FORCE)")
-            await wait_until(
-                lambda: health_status(doomed.base) == 503,
-                within_s=60,
-                what="the replica without its database to answer 503",
-            )
+            # Its database refuses connections and drops the open ones: unreachable, as in an outage.
+            pg_cluster.sql(f"ALTER DATABASE {lost} WITH ALLOW_CONNECTIONS false")
+            pg_cluster.sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{lost}'")
+            await wait_until(lambda: health_status(doomed.base) == 503, within_s=60, what="503 without its database")
             await wait_until(lambda: balanced.server_down(doomed.name), within_s=60, what="HAProxy to take it out")
             async with mcp_client(balanced, "2026-07-28") as client:
                 for i in range(4):
                     before = balanced.requests()
                     await call(client, "rlm_load_context", text=f"only the healthy one {i}")
                     assert await served_by(balanced, before) == healthy.name
+
+            pg_cluster.sql(f"ALTER DATABASE {lost} WITH ALLOW_CONNECTIONS true")
+            await wait_until(lambda: health_status(doomed.base) == 200, within_s=60, what="200 once it is back")
+            await wait_until(lambda: balanced.server_up(doomed.name), within_s=60, what="HAProxy to take it back")
+            async with mcp_client(balanced, "2026-07-28") as client:
+                served = set()
+                for _ in range(2):  # round robin over both again
+                    before = balanced.requests()
+                    await client.list_tools()
+                    served.add(await served_by(balanced, before))
+                assert served == {healthy.name, doomed.name}
     finally:
         pg_cluster.sql(f"DROP DATABASE IF EXISTS {lost} WITH (FORCE)")
 
 
+# Team mode part 2: two workers with one run slot each, a front that runs nothing.
+ROLES = ["both", "both", "front"]
+QUEUE_ENV = {
+    "RLM_MCP_MAX_RUNS": "1",
+    "RLM_MCP_WORKER_LEASE_S": "6",
+    "RLM_MCP_QUEUE_POLL_S": "0.5",
+    "RLM_MCP_CELL_TIMEOUT_S": "300",
+}
+SLOW_THEN_ANSWER = """```repl
+import time
+time.sleep(2)
+print("slept")
+```"""
+SCRIPT = Script(
+    root_by_query=[
+        RootScript(match="stuck", replies=[STUCK]),
+        RootScript(match="slow run", replies=[SLOW_THEN_ANSWER, ANSWER_NOW]),
+    ],
+    root=[ANSWER_NOW],
+)
+
+
+def run_row(db: str, run_id: str) -> tuple[str | None, str | None]:
+    """(the owner label of the worker that claimed the run, the run's phase)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT w.owner_id, r.summary FROM rlm_runs r LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id "
+            "WHERE r.run_id = %s",
+            (run_id,),
+        ).fetchone()
+    assert found is not None
+    return found[0], json.loads(found[1]).get("phase")
+
+
+@asynccontextmanager
+async def direct_client(replica: Replica) -> AsyncIterator[Client]:
+    """A client of one replica itself, past the balancer."""
+    http = httpx2.AsyncClient(headers=BEARER, timeout=120)
+    async with http, Client(streamable_http_client(f"{replica.base}/mcp", http_client=http)) as client:
+        yield client
+
+
 @pytest.mark.docker
 @pytest.mark.postgres
-async def test_stateless_calls_spread_over_replicas_and_share_contexts(tmp_path: Path, pg_url: str) -> None:
+async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_run(tmp_path: Path, pg_url: str) -> None:
     with (
-        ScriptedLM(Script(root=[ANSWER_NOW])) as lm,
-        balanced_replicas(tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE]) as balanced,
+        ScriptedLM(SCRIPT) as lm,
+        balanced_replicas(
+            tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE], roles=ROLES, env=QUEUE_ENV
+        ) as balanced,
     ):
         async with mcp_client(balanced, "2026-07-28") as client:
             assert client.protocol_version == "2026-07-28"
@@ -185,6 +243,35 @@ async def test_stateless_calls_spread_over_replicas_and_share_contexts(tmp_path:
             status = await call(client, "rlm_status", run_id=done["run_id"])
             assert status["status"] == "completed"
             read_on = await served_by(balanced, before)
-        # every replica served calls; the run used contexts loaded through the other replicas
-        assert set(loaded_on.values()) | listed_on | {ran_on, read_on} == {r.name for r in balanced.replicas}
-        assert {on for on in loaded_on.values() if on != ran_on}
+            # every replica served calls; the run used contexts loaded through the other replicas
+            assert set(loaded_on.values()) | listed_on | {ran_on, read_on} == {r.name for r in balanced.replicas}
+            assert {on for on in loaded_on.values() if on != ran_on}
+            cid = next(iter(loaded_on))
+
+            # Two runs at once, one run slot per worker: each worker takes one (the front none).
+            workers = {r.owner for r in balanced.replicas if r.role != "front"}
+            slow = [(await call(client, "rlm_start", query=f"slow run {i}", context_id=cid))["run_id"] for i in (1, 2)]
+            for run_id in slow:
+                assert (await call(client, "rlm_result", run_id=run_id, wait_s=120))["status"] == "completed"
+            assert {run_row(pg_url, run_id)[0] for run_id in slow} == workers
+
+            # Start through one replica, poll through another, cancel through the third.
+            before = balanced.requests()
+            stuck = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
+            started_on = await served_by(balanced, before)
+            await wait_until(lambda: run_row(pg_url, stuck)[1] == "cell", within_s=120, what="the stuck run's cell")
+            polled_on = started_on
+            while polled_on == started_on:  # round robin: at most two calls
+                before = balanced.requests()
+                assert (await call(client, "rlm_status", run_id=stuck))["status"] == "running"
+                polled_on = await served_by(balanced, before)
+            (third,) = [r for r in balanced.replicas if r.name not in (started_on, polled_on)]
+            async with direct_client(third) as on_third:
+                await call(on_third, "rlm_cancel", run_id=stuck)
+            final = await call(client, "rlm_result", run_id=stuck, wait_s=120)
+            assert final["status"] == "cancelled", final
+            owner = run_row(pg_url, stuck)[0]
+            assert owner in workers
+            await wait_until(
+                lambda: not sandbox_container_ids(owner), within_s=60, what="the cancelled run's sandbox removed"
+            )

@@ -86,9 +86,9 @@ def test_a_unit_is_hardened_and_names_only_known_settings(name: str, tmp_path: P
     assert "docker" in " ".join(service.get("SupplementaryGroups", [])) or ROLES[name] == "front"
     assert "docker" not in " ".join(service.get("SupplementaryGroups", [])) or ROLES[name] == "worker"
     env = environment(service)
-    assert env.pop("RLM_MCP_ROLE") == ROLES[name]  # the role (team mode part 2) is checked where it runs, below
     assert unknown_env_vars(Settings.model_fields, env) == []
-    assert as_settings(env).data_dir == Path(env["RLM_MCP_DATA_DIR"])
+    settings = as_settings(env)
+    assert settings.role == ROLES[name] and settings.data_dir == Path(env["RLM_MCP_DATA_DIR"])
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
 
     (argv0, *args) = shlex.split(service["ExecStart"][0])
@@ -148,7 +148,5 @@ async def test_a_units_command_starts_and_answers_health(name: str, tmp_path: Pa
         )
         answer = _health(base)
         assert answer is not None
-        # The role is reported once the settings know it (team mode part 2); before, there is none.
-        role = unit_env["RLM_MCP_ROLE"] if "role" in Settings.model_fields else None
-        expected = {"status": "ok", "version": __version__, "database": "reachable"}
-        assert answer.json() == {**expected, **({"role": role} if role else {})}
+        expected = {"status": "ok", "version": __version__, "role": ROLES[name], "database": "reachable"}
+        assert answer.json() == expected

@@ -89,7 +89,11 @@ class _Cached:
             if self._value is None or anyio.current_time() - self._at >= self._ttl:
                 value = await self._run()
                 if self._value is not None and value.ready != self._value.ready:
-                    log.warning("health: this replica is now %s", "ready" if value.ready else "NOT ready (503)")
+                    if value.ready:
+                        log.info("health: this replica is ready again (200)")
+                    else:
+                        why = "its database is unreachable" if value.database is False else "its readiness check failed"
+                        log.warning("health: this replica now answers 503 (%s): balancers take it out", why)
                 self._value, self._at = value, anyio.current_time()
             return self._value
 
