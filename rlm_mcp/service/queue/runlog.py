@@ -1,8 +1,9 @@
 """A worker's run log: the PostgreSQL log, plus the run's `lm_called` mark.
 
-The mark is written as soon as the first LM reply's event (`LLMCall`) is recorded, before the
-run goes on, so "no LM call recorded" (the only runs the sweepers queue again after their worker
-is lost) means exactly that, with no reporting delay in between.
+The mark is written as soon as the first answered LM call's event (`LLMCall` without an error)
+is recorded, before the run goes on, so "no LM reply recorded" (the only runs the sweepers queue
+again after their worker is lost; `records.had_lm_reply` reads the same from the log) holds with
+no reporting delay in between.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class QueueRunLog:
 
     async def append(self, event: RunEvent) -> None:
         await self._inner.append(event)
-        if not self._marked and isinstance(event, LLMCall):
+        if not self._marked and isinstance(event, LLMCall) and event.error is None:  # an answered call
             try:
                 async with self._db.connection() as conn:
                     await conn.execute("UPDATE rlm_runs SET lm_called = true WHERE run_id = %s", (self.run_id,))
