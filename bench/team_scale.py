@@ -285,7 +285,7 @@ async def team_round(args: argparse.Namespace, tmp: Path, lm_url: str, cluster: 
         "RLM_MCP_MAX_SANDBOXES": str(args.runs // 2 + 2),
         "RLM_MCP_POOL_SIZE": str(min(args.pool, args.runs // 2)),
         "RLM_MCP_WORKER_LEASE_S": str(args.lease),
-        "RLM_MCP_LOG_LEVEL": "WARNING",
+        "RLM_MCP_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
         "RLM_MCP_RUN_MAX_QUEUED": "1000",
         "RLM_MCP_RUN_MAX_QUEUED_PER_OWNER": "1000",
     }

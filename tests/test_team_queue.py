@@ -114,6 +114,15 @@ def in_cell(db: str, run_id: str) -> bool:
     return row(db, run_id)["summary"].get("phase") == "cell"
 
 
+def cell_started(db: str, run_id: str) -> bool:
+    """The run's log has its first cell: the LM answered (the published summary may lag)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM rlm_run_events WHERE run_id = %s AND line::jsonb ->> 'type' = 'cell_start'", (run_id,)
+        ).fetchone()
+    return found is not None
+
+
 async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_replicas(
     tmp_path: Path, pg_url: str
 ) -> None:
@@ -185,7 +194,9 @@ async def test_a_killed_worker_leaves_a_final_status_and_no_container(tmp_path: 
         async with client(front) as on_front:
             cid = (await call(on_front, "rlm_load_context", text="doomed haystack " * 500))["context_id"]
             run_id = (await call(on_front, "rlm_start", query="q", context_id=cid))["run_id"]
-            await wait_until(lambda: in_cell(pg_url, run_id), within_s=120, what="the cell to run")
+            # Killed as soon as the cell starts, before the worker publishes that the LM answered:
+            # the run must not be queued again (its code may have run), whatever the summary says.
+            await wait_until(lambda: cell_started(pg_url, run_id), within_s=120, what="the cell to start")
             where = row(pg_url, run_id)
             victim = next(w for w in workers if w.owner == where["owner"])
             assert sandbox_container_ids(victim.owner)
@@ -197,6 +208,7 @@ async def test_a_killed_worker_leaves_a_final_status_and_no_container(tmp_path: 
                 result = await call(on_front, "rlm_result", run_id=run_id, wait_s=60)
             assert result["status"] == "error", result
             assert f"pid {where['pid']}" in result["reason"] and "rlm_start" in result["reason"]
+            assert row(pg_url, run_id)["requeues"] == 0
             await wait_until(
                 lambda: not sandbox_container_ids(victim.owner), within_s=60, what="the lost worker's sandbox removal"
             )

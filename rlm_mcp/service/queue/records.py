@@ -68,6 +68,19 @@ async def read(db: Database, run_id: str) -> RunRow | None:
     return RunRow.from_row(row) if row is not None else None
 
 
+async def had_lm_reply(db: Database, run_id: str) -> bool:
+    """Whether the run's log holds an answered LM call. Exact where the published `lm_called`
+    flag may lag: the engine awaits the `llm_call` event's row before it runs any code."""
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM rlm_run_events WHERE run_id = %s AND line::jsonb ->> 'type' = 'llm_call' "
+            "AND line::jsonb ->> 'error' IS NULL) AS replied",
+            (run_id,),
+        )
+        row = await cur.fetchone()
+    return bool(row and row["replied"])
+
+
 async def set_job(db: Database, run_id: str, job_id: int) -> None:
     async with db.connection() as conn:
         await conn.execute("UPDATE rlm_runs SET job_id = %s WHERE run_id = %s", (job_id, run_id))

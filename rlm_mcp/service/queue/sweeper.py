@@ -85,7 +85,9 @@ class Sweeper:
         for job in await manager.get_stalled_jobs(queue=QUEUE, seconds_since_heartbeat=lease):
             run_id = str(job.task_kwargs.get("run_id"))
             row = await records.read(self._db, run_id)
-            if row is not None and not row.done and not row.lm_called and row.requeues == 0:
+            fresh = row is not None and not row.done and not row.lm_called and row.requeues == 0
+            # The published flag lags the run by up to a poll interval: the log decides.
+            if row is not None and fresh and not await records.had_lm_reply(self._db, run_id):
                 who = await records.worker_name(self._db, row.worker_id)
                 await manager.retry_job(job)  # raises if another sweep got there first
                 summary = {

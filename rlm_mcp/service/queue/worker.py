@@ -321,7 +321,8 @@ class QueueWorker:
                 summary.update(phase=str(run.progress.phase), last_event=run.last_event)
                 lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
                 try:
-                    if not await records.publish(self._db, run.run_id, summary, lm_called=lm_called):
+                    published = await records.publish(self._db, run.run_id, summary, lm_called=lm_called)
+                    if not published and run.result is None:
                         # Ended elsewhere: this worker was declared lost (a long database outage
                         # silenced its heartbeat) and the run's status says so. Stop working on it.
                         log.warning("run %s was ended by another process; stopping it here", run.run_id)
