@@ -86,7 +86,8 @@ class Sweeper:
             run_id = str(job.task_kwargs.get("run_id"))
             row = await records.read(self._db, run_id)
             fresh = row is not None and not row.done and not row.lm_called and row.requeues == 0
-            # The published flag lags the run by up to a poll interval: the log decides.
+            # `lm_called` is marked when the first answered LM call is recorded (runlog.py); the
+            # log is read as well, so the rule holds whatever wrote the flag (or did not).
             if row is not None and fresh and not await records.had_lm_reply(self._db, run_id):
                 who = await records.worker_name(self._db, row.worker_id)
                 await manager.retry_job(job)  # raises if another sweep got there first
