@@ -36,6 +36,9 @@ log = logging.getLogger("rlm_mcp.queue")
 
 SWEEP_LOCK_KEY = ADVISORY_LOCK_KEY + 1
 FORGET_AFTER_S = 86400.0
+# Lost workers are looked for every round (their runs end within the lease plus one poll
+# interval); queue timeouts, orphans and old rows every few rounds: their deadlines are longer.
+HOUSEKEEPING_EVERY = 5
 ORPHAN_AFTER_S = 60.0  # a run record with no job this old is an orphan (queueing takes milliseconds)
 
 
@@ -53,6 +56,7 @@ class Sweeper:
         self._app = app
         self._sandboxes = sandboxes
         self._liveness = liveness
+        self._rounds = 0
 
     async def run_forever(self) -> None:
         while True:
@@ -68,8 +72,10 @@ class Sweeper:
             row = await cur.fetchone()
             if row is not None and row["got"]:
                 await self._lost_runs(conn)
-                await self._queue_timeouts(conn)
-                await self._forget_old_workers(conn)
+                self._rounds += 1
+                if self._rounds % HOUSEKEEPING_EVERY == 1:  # the slower rules, every few rounds
+                    await self._queue_timeouts(conn)
+                    await self._forget_old_workers(conn)
         if self._sandboxes is not None:
             await self._lost_sandboxes()
 
@@ -80,7 +86,8 @@ class Sweeper:
             run_id = str(job.task_kwargs.get("run_id"))
             row = await records.read(self._db, run_id)
             fresh = row is not None and not row.done and not row.lm_called and row.requeues == 0
-            # The published flag lags the run by up to a poll interval: the log decides.
+            # `lm_called` is marked when the first answered LM call is recorded (runlog.py); the
+            # log is read as well, so the rule holds whatever wrote the flag (or did not).
             if row is not None and fresh and not await records.had_lm_reply(self._db, run_id):
                 who = await records.worker_name(self._db, row.worker_id)
                 await manager.retry_job(job)  # raises if another sweep got there first

@@ -18,6 +18,9 @@ does not fit is given back to the queue at once (`retry_job`, still `todo`, any 
 it) and this worker waits one poll interval before it claims again. The library cannot know the
 need before the claim (it is in the run's record), so the gate sits around it, not inside it.
 
+Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
+run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
+
 A run's child RLMs (`rlm_query`) run inside the root run's engine here, never through the queue.
 
 Stopping (SIGTERM): runs that have had no LM reply yet are handed back to the queue (once, as
@@ -44,13 +47,15 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue import records
 from rlm_mcp.service.queue.app import QUEUE
 from rlm_mcp.service.queue.front import request_of
+from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.runs import ActiveRun, RunManager, run_summary
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.pg.runs import PgRunLog, PgRunStore
+from rlm_mcp.store.pg.runs import PgRunStore
 
 log = logging.getLogger("rlm_mcp.queue")
 
 RETRY_S = 1.0  # after a database error, before the next try
+SPREAD_S = 0.05  # per run already executing here, before claiming a newly queued one
 FINAL_WRITE_S = 600.0  # how long a run's final record is retried through a database outage
 
 
@@ -75,7 +80,7 @@ class QueueWorker:
         self._slots = anyio.Semaphore(settings.max_runs)
         self._new_job = anyio.Event()
         self._running: dict[int, ActiveRun] = {}  # by job id
-        self._logs: dict[int, PgRunLog] = {}  # by job id
+        self._logs: dict[int, QueueRunLog] = {}  # by job id
         self._fresh: set[int] = set()  # jobs whose run was never queued again (may be, once)
         self._handing_back: set[int] = set()  # jobs given back to the queue at shutdown
         self._tg: anyio.abc.TaskGroup | None = None
@@ -174,14 +179,20 @@ class QueueWorker:
 
     async def _claim_forever(self) -> None:
         assert self._tg is not None
+        waited = False
         while True:
             await self._slots.acquire()
             self._new_job = anyio.Event()  # before the fetch: a job queued during it wakes us
             try:
+                if waited and self._running:
+                    # Woken for a new job while busy: leave it a moment to an idler worker, so
+                    # runs spread over the workers (draining a backlog is never delayed).
+                    await anyio.sleep(SPREAD_S * len(self._running))
                 job = await self._claim()
             except BaseException:
                 self._slots.release()
                 raise
+            waited = job is None
             if job is None:
                 self._slots.release()
                 with anyio.move_on_after(self._settings.queue_poll_s):
@@ -245,7 +256,7 @@ class QueueWorker:
             await anyio.sleep(self._settings.queue_poll_s)
             return Status.TODO
         engine = await self._engine()
-        run_log = await self._run_store.reopen(run_id)
+        run_log = QueueRunLog(await self._run_store.reopen(run_id), self._db)
         self._logs[job.id] = run_log
         if row.requeues == 0:
             self._fresh.add(job.id)
