@@ -3,14 +3,18 @@ because of another's, and a refusal speaks only of the caller's own usage."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import pytest
 
+from rlm_mcp.config import Settings
 from rlm_mcp.errors import uploads_over_store_cap
 from rlm_mcp.owners import EVERY_OWNER, Owner
 from rlm_mcp.server.guard import HostPolicy
 from rlm_mcp.store import RunStore
+from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.viewer import auth as viewer_auth
 from rlm_mcp.viewer.auth import ViewerAuth
@@ -45,17 +49,15 @@ def test_a_full_upload_area_does_not_tell_how_much_others_hold() -> None:
     assert "RLM_MCP_STORE_MAX_BYTES" in message
 
 
-def test_run_records_are_pruned_per_owner(tmp_path: Path) -> None:
-    store = RunStore(make_settings(tmp_path))
-
-    async def record() -> list[str]:
+@pytest.mark.anyio
+async def test_run_records_are_pruned_per_owner(store_settings: Callable[..., Settings]) -> None:
+    # Both stores: team mode keeps the same per-owner rule (RLM_MCP_RUN_MAX_RECORDS).
+    async with make_stores(store_settings()) as stores:
         for i, owner in enumerate(["alice"] + ["mallory"] * 5):
-            log = await store.create(f"run_{i:012d}", {"query": "q", "status": "running", "owner": owner})
+            log = await stores.runs.create(f"run_{i:012d}", {"query": "q", "status": "running", "owner": owner})
             await log.write_summary({"status": "completed", "owner": owner, "result": {"status": "completed"}})
             await log.aclose()
-        return await store.prune(max_records=2, max_age_days=0)
-
-    removed = anyio.run(record)
-    assert sorted(removed) == [f"run_{i:012d}" for i in (1, 2, 3)]  # mallory's oldest three
-    kept = {s["run_id"]: s.get("owner") for s in anyio.run(lambda: store.list(10, owner=EVERY_OWNER))}
+        removed = await stores.runs.prune(max_records=2, max_age_days=0)
+        assert sorted(removed) == [f"run_{i:012d}" for i in (1, 2, 3)]  # mallory's oldest three
+        kept = {s["run_id"]: s.get("owner") for s in await stores.runs.list(10, owner=EVERY_OWNER)}
     assert kept == {"run_000000000000": "alice", "run_000000000004": "mallory", "run_000000000005": "mallory"}

@@ -207,9 +207,11 @@ class PgRunStore:
                     "DELETE FROM rlm_runs WHERE updated_at < %s RETURNING run_id", (now - max_age_days * 86400,)
                 )
                 removed += [r["run_id"] for r in await cur.fetchall()]
+            # Per owner, as the file store does: one owner's many runs never remove another's.
             cur = await conn.execute(
-                "DELETE FROM rlm_runs WHERE run_id IN (SELECT run_id FROM rlm_runs WHERE done "
-                "ORDER BY updated_at DESC OFFSET %s) RETURNING run_id",
+                "DELETE FROM rlm_runs WHERE run_id IN (SELECT run_id FROM (SELECT run_id, row_number() OVER "
+                "(PARTITION BY owner ORDER BY updated_at DESC) AS n FROM rlm_runs WHERE done) ranked WHERE n > %s) "
+                "RETURNING run_id",
                 (max(0, max_records),),
             )
             removed += [r["run_id"] for r in await cur.fetchall()]
