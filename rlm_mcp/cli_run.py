@@ -53,12 +53,10 @@ class ProgressDisplay:
 
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.cli_options import overrides_of
+    from rlm_mcp.service.backends import for_one_off_command
     from rlm_mcp.service.service import RlmService
 
-    if settings.database_url is not None:
-        # Team mode: a one-off command queues its run for the team's workers; as a worker it
-        # would claim other people's runs and cancel them when it exits.
-        settings = settings.model_copy(update={"role": "front"})
+    settings = for_one_off_command(settings)
     # A relative --path means relative to where the command was typed.
     path = str(await (await anyio.Path(args.path).expanduser()).resolve()) if args.path else None
     with ProgressDisplay() as display:

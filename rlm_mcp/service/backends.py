@@ -38,6 +38,15 @@ class RunBackend(Protocol):
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None: ...
 
 
+def for_one_off_command(settings: Settings) -> Settings:
+    """The settings of a one-off command (`rlm-mcp run`, `rlm-mcp eval`): in team mode it queues
+    its runs as a front, for the team's workers; as a worker it would claim other people's runs
+    and cancel them when it exits."""
+    if settings.database_url is None:
+        return settings
+    return settings.model_copy(update={"role": "front"})
+
+
 def sandbox_liveness(settings: Settings) -> OwnerLiveness | None:
     """Who may reap a stopped sandbox: team mode judges by the workers' leases."""
     if settings.database_url is None:
