@@ -287,7 +287,7 @@ def main() -> None:
         args.runs = 32 if args.mode == "team" else 16
     if args.mode == "team":
         args.pool = args.pool or 4
-        anyio.run(team_scale.team, args)
+        anyio.run(team_scale.team, args, (server, server_env))
         return
     if args.pool is None:
         args.pool = min(args.runs, 32) if args.mode == "scale" else 2

@@ -34,7 +34,7 @@ import ssl
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import Balanced, Replica, balanced_replicas
 from tests.fixtures_postgres import Cluster
 
+Embedded = tuple[Callable[..., Any], Callable[..., dict[str, str]]]
 TOKEN = "bench-" + secrets.token_hex(8)
 TURN = "```repl\nprint(len(context))\n```"
 DONE = '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```'
@@ -318,9 +319,8 @@ async def team_round(args: argparse.Namespace, tmp: Path, lm_url: str, cluster: 
     return team_cpu
 
 
-async def embedded_round(args: argparse.Namespace, tmp: Path, lm_url: str) -> float:
-    from scale import server, server_env  # bench/scale.py: the embedded server, as its scale mode runs it
-
+async def embedded_round(args: argparse.Namespace, tmp: Path, lm_url: str, embedded: Embedded) -> float:
+    server, server_env = embedded  # bench/scale.py's: the embedded server, as its scale mode runs it
     env = server_env(lm_url, tmp, f"bench-{secrets.token_hex(6)}", args.runs)
     env["RLM_MCP_POOL_SIZE"] = str(args.pool)
     async with server("http", env) as (client, pid):
@@ -333,19 +333,20 @@ async def embedded_round(args: argparse.Namespace, tmp: Path, lm_url: str) -> fl
     return per_turn
 
 
-async def team(args: argparse.Namespace) -> None:
+async def team(args: argparse.Namespace, embedded: Embedded) -> None:
+    """`embedded`: bench/scale.py's (server, server_env), passed in so this module does not import it back."""
     print(f"machine: {os.cpu_count()} CPUs")
     async with AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlm-team-scale-")))
         lm_url = stack.enter_context(scripted_lm_process(script(args.turns)))
         (tmp / "embedded").mkdir()
-        embedded = await embedded_round(args, tmp / "embedded", lm_url)
+        per_turn = await embedded_round(args, tmp / "embedded", lm_url, embedded)
         cluster = Cluster()
         stack.callback(cluster.stop)
         cluster.start()
         (tmp / "team").mkdir()
         team_cpu = await team_round(args, tmp / "team", lm_url, cluster)
-    print(f"server CPU per turn, team / embedded: {team_cpu / embedded:.2f} (goal <= 1.3)")
+    print(f"server CPU per turn, team / embedded: {team_cpu / per_turn:.2f} (goal <= 1.3)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
