@@ -84,7 +84,10 @@ def test_small_frame_types_are_capped_from_their_first_bytes() -> None:
     header = (60_000_000).to_bytes(4, "big")
     with pytest.raises(ProtocolViolation, match="log frame of 60000000 bytes"):
         decoder.feed(header + b'{"type": "log", "id": 0, "message": "' + b"x" * 100)
-    assert reserved == [60_000_000]  # counted before any of it was buffered
+    assert reserved == []  # refused on its first 64 bytes: no reservation, no 60 MB buffer
+    legal = encode({"type": "exec_result", "id": 1, "stdout": "y" * 1000})
+    FrameDecoder(CAP, reserve=reserve).feed(legal[:70])
+    assert reserved == [len(legal) - 4]  # a legal frame is reserved once its type is known
     with pytest.raises(ProtocolViolation, match="does not begin with its type"):
         FrameDecoder(CAP).feed((200).to_bytes(4, "big") + b'{"id": 0, "type": "log", "message": "' + b"x" * 100)
     smuggled = b'{"type":"exec_result","id":1,"message":"","type":"log"}'

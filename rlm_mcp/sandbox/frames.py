@@ -76,26 +76,29 @@ Reserve = Callable[[int], bool]  # called with a frame's size before its bytes a
 class FrameDecoder:
     """Incremental splitter of a byte stream into frame payloads, with per-frame size caps.
 
-    A frame must begin with its `type` (the kernel writes it first): the type's cap applies as
-    soon as the first bytes arrive, and `reserve(size)` is asked before the payload is buffered
-    (it may block, as back-pressure; False stops the decoder). Each payload is handed out in the
-    one buffer it was read into, not copied.
+    A frame must begin with its `type` (the kernel writes it first). Its first bytes are kept
+    in a small head buffer until the type is known, so the type's cap applies before the
+    payload's buffer exists: a hostile 60 MB log frame costs 64 bytes, not 60 MB of zeroed
+    pages. Then `reserve(size)` is asked before the payload is buffered (it may block, as
+    back-pressure; False stops the decoder). Each payload is handed out in the one buffer it
+    was read into, not copied.
     """
 
     def __init__(self, max_frame: int, reserve: Reserve | None = None) -> None:
         self._max = max_frame
         self._reserve = reserve
         self._header = bytearray()
+        self._size: int | None = None  # the current frame's size, once its header is read
+        self._head = bytearray()  # its first bytes, until its type is checked
         self._payload: bytearray | None = None
         self._filled = 0
-        self._type: str | None = None
         self.stopped = False
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
         out: list[bytearray] = []
         view = memoryview(data)
         while view and not self.stopped:
-            if self._payload is None:
+            if self._size is None:
                 take = min(4 - len(self._header), len(view))
                 self._header += view[:take]
                 view = view[take:]
@@ -105,20 +108,31 @@ class FrameDecoder:
                 self._header.clear()
                 if size > self._max:
                     raise ProtocolViolation(f"a frame of {size} bytes (the cap is {self._max})")
+                self._size = size
+            size = self._size
+            if self._payload is None:
+                peek = min(_PEEK_BYTES, size)
+                take = min(peek - len(self._head), len(view))
+                self._head += view[:take]
+                view = view[take:]
+                if len(self._head) < peek:
+                    break
+                self._check_type(self._head, size)
                 if self._reserve is not None and not self._reserve(size):
                     self.stopped = True
                     break
-                self._payload, self._filled, self._type = bytearray(size), 0, None
+                self._payload = bytearray(size)
+                self._payload[:peek] = self._head
+                self._filled = peek
+                self._head.clear()
             payload = self._payload
-            take = min(len(payload) - self._filled, len(view))
+            take = min(size - self._filled, len(view))
             payload[self._filled : self._filled + take] = view[:take]
             self._filled += take
             view = view[take:]
-            if self._type is None and (self._filled >= _PEEK_BYTES or self._filled == len(payload)):
-                self._type = self._check_type(payload[: min(self._filled, _PEEK_BYTES)], len(payload))
-            if self._filled == len(payload):
+            if self._filled == size:
                 out.append(payload)
-                self._payload = None
+                self._payload, self._size = None, None
         return out
 
     @staticmethod
