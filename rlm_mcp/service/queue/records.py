@@ -1,8 +1,8 @@
 """The run queue's reads and writes of rlm-mcp's own tables (`rlm_runs`, `rlm_workers`).
 
 A run's record is its truth for every replica: the worker that runs it rewrites the summary on
-each progress event and at the end, and every write is followed by a NOTIFY on `CHANNEL` whose
-payload is the run id only (NOTIFY payloads are capped at 8 kB; the waiter reads the row). Final
+each progress event (with the run's staged events, in one statement: `runlog.QueueRunLog`) and at
+the end, and every write comes with a NOTIFY on `CHANNEL` whose payload is the run id only (NOTIFY payloads are capped at 8 kB; the waiter reads the row). Final
 writes are conditional (`NOT done`), so two processes that both end a run (a cancel of a queued
 run, a sweeper, the worker) cannot overwrite each other's verdict.
 """
@@ -70,7 +70,8 @@ async def read(db: Database, run_id: str) -> RunRow | None:
 
 async def had_lm_reply(db: Database, run_id: str) -> bool:
     """Whether the run's log holds an answered LM call. Exact where the published `lm_called`
-    flag may lag: the engine awaits the `llm_call` event's row before it runs any code."""
+    flag may lag: the engine awaits the first answered `llm_call` event's row (written with the
+    flag, `runlog.QueueRunLog`) before it runs any code."""
     async with db.connection() as conn:
         cur = await conn.execute(
             "SELECT EXISTS (SELECT 1 FROM rlm_run_events WHERE run_id = %s AND line::jsonb ->> 'type' = 'llm_call' "
@@ -95,20 +96,6 @@ async def claim(db: Database, run_id: str, worker_id: int) -> RunRow | None:
         )
         row = await cur.fetchone()
     return RunRow.from_row(row) if row is not None else None
-
-
-async def publish(db: Database, run_id: str, summary: dict[str, Any], *, lm_called: bool) -> bool:
-    """The live summary of a running run, then the wake-up; False when the run had already
-    ended elsewhere (a sweeper declared its worker lost): nothing is written then."""
-    async with db.connection() as conn:
-        cur = await conn.execute(
-            "UPDATE rlm_runs SET summary = %s, lm_called = lm_called OR %s, updated_at = %s "
-            "WHERE run_id = %s AND NOT done RETURNING run_id",
-            (_dump(summary), lm_called, time.time(), run_id),
-        )
-        live = await cur.fetchone() is not None
-        await notify(conn, run_id)
-    return live
 
 
 async def finish(db: Database, run_id: str, summary: dict[str, Any], *, conn: Conn | None = None) -> bool:
