@@ -5,6 +5,7 @@ sequence holds across flushes and a failed flush, and a summary never lands over
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,8 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
             await listener.execute(f"LISTEN {records.CHANNEL}")
             assert await log.publish({"status": "running", "iterations": 2, "owner": ALICE}, lm_called=True)
             notes = [n.payload async for n in listener.notifies(timeout=10, stop_after=1)]
-        assert notes == [RUN]
+        run_id, _, carried = notes[0].partition(" ")  # the summary rides along: no row to read
+        assert run_id == RUN and json.loads(carried)["iterations"] == 2
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "llm_call", "llm_call", "cell", "turn_start", "llm_call"]
         assert '"iterations": 2' in record["summary"] and record["next_seq"] == 6 and not record["done"]
@@ -95,7 +97,11 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
         # and counters but not its summary, and says the run is over.
         assert await records.finish(db, RUN, {"run_id": RUN, "status": "error", "result": {"status": "error"}})
         await log.append(_cell(2))
-        assert not await log.publish({"status": "running", "iterations": 3, "owner": ALICE}, lm_called=True)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+            await listener.execute(f"LISTEN {records.CHANNEL}")
+            assert not await log.publish({"status": "running", "iterations": 3, "owner": ALICE}, lm_called=True)
+            notes = [n.payload async for n in listener.notifies(timeout=10, stop_after=1)]
+        assert notes == [RUN]  # the id alone: the follower reads the final row
         types, record = await _rows(pg_url)
         assert types[-1] == "cell" and record["next_seq"] == 7 and record["done"]
         assert '"status": "error"' in record["summary"]

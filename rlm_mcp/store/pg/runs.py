@@ -28,6 +28,11 @@ from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, enc
 log = logging.getLogger("rlm_mcp.store")
 
 
+# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more; a summary that long (a long
+# query) is announced by the run id alone and read from the row.
+MAX_NOTIFY_BYTES = 7900
+
+
 def _unknown(run_id: str) -> UnknownIdError:
     return UnknownIdError("run", run_id)
 
@@ -110,8 +115,9 @@ class PgRunLog:
         self, *, summary: dict[str, Any] | None = None, mark_lm_called: bool = False, notify: str | None = None
     ) -> bool:
         """Write the staged events, with `summary` (never over a final one; a summary holding
-        `result` is final), the `lm_called` mark and a NOTIFY on channel `notify` (payload: the
-        run id), in one statement. False when the run has ended (a summary written over an ended
+        `result` is final), the `lm_called` mark and a NOTIFY on channel `notify`, in one
+        statement. The NOTIFY's payload is the run id, then a space and the summary as written
+        when there is one, the run is live and it fits (`MAX_NOTIFY_BYTES`). False when the run has ended (a summary written over an ended
         run is dropped, the events and counters are written) or its record is gone. A failed flush keeps its rows staged
         for the next one; a retried flush whose first try did commit writes no row twice
         (`ON CONFLICT DO NOTHING` on the (run, seq) key, counters set, not added)."""
@@ -130,20 +136,27 @@ class PgRunLog:
                     params += [self._run_id, seq, line]
             sets = ["updated_at = %s", "next_seq = GREATEST(next_seq, %s)", "log_bytes = GREATEST(log_bytes, %s)"]
             params += [time.time(), self._seq, self._written]
+            payload = self._run_id
             if summary is not None:
                 full = {"run_id": self._run_id, "created_at": self._created_at, **summary}
+                dumped = _dump(full)
                 # Never over a final summary: in team mode another process may have ended the
                 # run first (a cancel while queued, a sweeper that found its worker lost).
                 sets += ["summary = CASE WHEN done THEN summary ELSE %s END", "done = done OR %s"]
-                params += [_dump(full), "result" in full]
+                params += [dumped, "result" in full]
+                if len(dumped.encode()) + len(self._run_id) < MAX_NOTIFY_BYTES:
+                    payload = f"{self._run_id} {dumped}"
             if mark_lm_called:
                 sets.append("lm_called = true")
             ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE run_id = %s RETURNING done)")
             params.append(self._run_id)
-            select = "SELECT (SELECT NOT done FROM up) AS live"
+            select = "SELECT live"
             if notify is not None:
-                select += ", pg_notify(%s, %s)"
-                params += [notify, self._run_id]
+                # The summary rides along only while the run is live (a run that ended
+                # elsewhere is announced by its id alone: its follower reads the final row).
+                select += ", pg_notify(%s, CASE WHEN live THEN %s ELSE %s END)"
+                params += [notify, payload, self._run_id]
+            select += " FROM (SELECT coalesce((SELECT NOT done FROM up), false) AS live) AS s"
             try:
                 async with self._db.connection() as conn:
                     cur = await conn.execute(f"WITH {', '.join(ctes)} {select}", params)
