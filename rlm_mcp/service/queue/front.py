@@ -11,6 +11,7 @@ the row at least every RLM_MCP_QUEUE_POLL_S. Any replica follows any run
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import time
@@ -152,7 +153,7 @@ class QueueFront:
             await records.finish(self._db, run_id, summary)
             raise self._db.unavailable(exc) from None
         await records.set_job(self._db, run_id, job_id)
-        self._follow(run)
+        self._follow(run, known=True)
         return run
 
     def get(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:
@@ -215,40 +216,50 @@ class QueueFront:
                 run.notice = notice
                 run.notify("queued")
 
-    def _follow(self, run: ActiveRun) -> None:
+    def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
         assert self._tg is not None
         self._mirrors[run.run_id] = run
         self._wakeups.follow(run.run_id)
-        self._tg.start_soon(self._watch, run)
+        self._tg.start_soon(functools.partial(self._watch, run, known=known))
 
-    async def _watch(self, run: ActiveRun) -> None:
+    def _apply_live(self, run: ActiveRun, live: str) -> bool:
+        """Apply the live summary a wake-up carried; False if it is unreadable (read the row)."""
+        try:
+            apply(run, json.loads(live), done=False)
+        except (ValueError, TypeError, KeyError):
+            log.info("run %s: unreadable summary in a wake-up", run.run_id)
+            return False
+        return True
+
+    async def _refresh(self, run: ActiveRun) -> bool:
+        """Bring the mirror up to the run's row; False when the record is gone (the run ended)."""
+        try:
+            row = await records.read(self._db, run.run_id)
+        except Exception as exc:  # the database is restarting: keep following
+            log.info("could not read run %s: %s", run.run_id, exc)
+            return True
+        if row is None:  # pruned: it ended long ago
+            ended(run, "error", "the run's record is gone")
+            run.done.set()
+            run.notify("run_end")
+            return False
+        apply(run, row.summary, done=row.done)
+        return True
+
+    async def _watch(self, run: ActiveRun, *, known: bool = False) -> None:
+        """Follow the run until it ends; `known`: the mirror already shows its row (the run was
+        just queued here), so the first wake-up is awaited before anything is read."""
         live: str | None = None  # the live summary the last wake-up carried: no row to read
         try:
             while not run.done.is_set():
-                if live is not None:
-                    try:
-                        apply(run, json.loads(live), done=False)
-                    except (ValueError, TypeError, KeyError):  # not a summary after all: read the row
-                        log.info("run %s: unreadable summary in a wake-up", run.run_id)
-                    else:
-                        if not run.done.is_set():
-                            _, live = await self._wakeups.wait(run.run_id, self._settings.queue_poll_s)
-                        continue
-                try:
-                    row = await records.read(self._db, run.run_id)
-                except Exception as exc:  # the database is restarting: keep following
-                    log.info("could not read run %s: %s", run.run_id, exc)
-                    row = None
-                else:
-                    if row is None:  # pruned: it ended long ago
-                        ended(run, "error", "the run's record is gone")
-                        run.done.set()
-                        run.notify("run_end")
-                        break
-                if row is not None:
-                    apply(run, row.summary, done=row.done)
-                    if run.progress.status == "queued" and not run.done.is_set():
-                        await self._say_if_no_worker(run)
+                if known:
+                    known = False
+                elif live is not None and self._apply_live(run, live):
+                    pass
+                elif not await self._refresh(run):
+                    break
+                if run.progress.status == "queued" and not run.done.is_set():
+                    await self._say_if_no_worker(run)
                 if not run.done.is_set():
                     _, live = await self._wakeups.wait(run.run_id, self._settings.queue_poll_s)
         finally:

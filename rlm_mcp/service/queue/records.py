@@ -57,10 +57,6 @@ def _dump(summary: dict[str, Any]) -> str:
     return json.dumps(summary, ensure_ascii=False, default=str)
 
 
-async def notify(conn: Conn, run_id: str) -> None:
-    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, run_id))
-
-
 async def read(db: Database, run_id: str) -> RunRow | None:
     async with db.connection() as conn:
         cur = await conn.execute(f"SELECT {_COLUMNS} FROM rlm_runs WHERE run_id = %s", (run_id,))
@@ -104,23 +100,21 @@ async def finish(db: Database, run_id: str, summary: dict[str, Any], *, conn: Co
         async with db.connection() as own:
             return await finish(db, run_id, summary, conn=own)
     cur = await conn.execute(
-        "UPDATE rlm_runs SET summary = %s, done = true, updated_at = %s WHERE run_id = %s AND NOT done "
-        "RETURNING run_id",
-        (_dump(summary), time.time(), run_id),
+        "WITH up AS (UPDATE rlm_runs SET summary = %s, done = true, updated_at = %s WHERE run_id = %s AND NOT done "
+        "RETURNING run_id) SELECT (SELECT count(*) FROM up) AS ended, pg_notify(%s, %s)",
+        (_dump(summary), time.time(), run_id, CHANNEL, run_id),
     )
-    ended = await cur.fetchone() is not None
-    await notify(conn, run_id)
-    return ended
+    row = await cur.fetchone()
+    return bool(row and row["ended"])
 
 
 async def requeue(db: Database, run_id: str, summary: dict[str, Any]) -> None:
     async with db.connection() as conn:
         await conn.execute(
-            "UPDATE rlm_runs SET summary = %s, worker_id = NULL, requeues = requeues + 1, updated_at = %s "
-            "WHERE run_id = %s AND NOT done",
-            (_dump(summary), time.time(), run_id),
+            "WITH up AS (UPDATE rlm_runs SET summary = %s, worker_id = NULL, requeues = requeues + 1, updated_at = %s "
+            "WHERE run_id = %s AND NOT done) SELECT pg_notify(%s, %s)",
+            (_dump(summary), time.time(), run_id, CHANNEL, run_id),
         )
-        await notify(conn, run_id)
 
 
 async def register_worker(db: Database, worker_id: int, owner_id: str) -> None:

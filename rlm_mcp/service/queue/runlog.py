@@ -36,6 +36,7 @@ class QueueRunLog:
     def __init__(self, inner: PgRunLog) -> None:
         self._inner = inner
         self._marked = False
+        self.final_written = False  # the final summary (or another process's) is in the record
 
     @property
     def run_id(self) -> str:
@@ -67,7 +68,11 @@ class QueueRunLog:
         await self._inner.flush()
 
     async def write_summary(self, summary: dict[str, Any]) -> None:
-        await self._inner.write_summary(summary)
+        """The staged events and the summary, announced (the NOTIFY carries the run id alone
+        for a final summary: the followers read the row)."""
+        await self._inner.flush(summary=summary, notify=CHANNEL)
+        if "result" in summary and not self._inner.detached:
+            self.final_written = True  # written now, or the run had ended elsewhere already
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -297,9 +297,11 @@ class QueueWorker:
 
     async def _ensure_final(self, run: ActiveRun, run_log: QueueRunLog) -> None:
         """The run's final record, whatever happened to the database meanwhile: `RunManager`
-        writes it once and only logs a failure; here it (and any event still staged) is written
-        again until it lands (a no-op when it did: final writes never overwrite one), then
-        announced."""
+        writes it once (with the staged events and the NOTIFY) and only logs a failure; then
+        it (and any event still staged) is written here again until it lands (final writes
+        never overwrite one), and announced."""
+        if run_log.final_written:  # by `RunManager`, announced with it: the usual case
+            return
         summary = run_summary(self._settings, run)
         with anyio.move_on_after(FINAL_WRITE_S):
             while True:

@@ -69,6 +69,10 @@ class PgRunLog:
         return self._run_id
 
     @property
+    def detached(self) -> bool:
+        return self._detached
+
+    @property
     def staged(self) -> int:
         """Events staged and not written yet."""
         return len(self._staged)
