@@ -20,6 +20,7 @@ take their sequence when staged and are written in that order, one flush at a ti
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from rlm_mcp.errors import RlmMcpError
@@ -33,9 +34,12 @@ log = logging.getLogger("rlm_mcp.queue")
 class QueueRunLog:
     """`store.ports.RunLogPort` over a `PgRunLog`, staging events between flushes."""
 
-    def __init__(self, inner: PgRunLog) -> None:
+    def __init__(self, inner: PgRunLog, *, hand_back: Callable[[], bool] | None = None) -> None:
+        """`hand_back`: asked before the final summary is written; True: the run goes back to
+        the queue instead (the log detaches and writes no summary)."""
         self._inner = inner
         self._marked = False
+        self._hand_back = hand_back
         self.final_written = False  # the final summary (or another process's) is in the record
 
     @property
@@ -70,8 +74,13 @@ class QueueRunLog:
     async def write_summary(self, summary: dict[str, Any]) -> None:
         """The staged events and the summary, announced (the NOTIFY carries the run id alone
         for a final summary: the followers read the row)."""
+        if "result" in summary and self._hand_back is not None and self._hand_back():
+            self.detach()
+        if self._inner.detached:  # handed back to the queue: the requeue announces it
+            await self._inner.flush()
+            return
         await self._inner.flush(summary=summary, notify=CHANNEL)
-        if "result" in summary and not self._inner.detached:
+        if "result" in summary:
             self.final_written = True  # written now, or the run had ended elsewhere already
 
     async def aclose(self) -> None:

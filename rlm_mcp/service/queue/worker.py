@@ -120,6 +120,8 @@ class QueueWorker:
     async def _register(self) -> None:
         self.worker_id = await self._app.job_manager.register_worker()
         await records.register_worker(self._db, self.worker_id, self._sandboxes.owner_id)
+        # Said now: a shutdown's cancellation may reach a run before `__aexit__` runs.
+        self._runs.shutdown_reason = f"the {self.name} running it shut down; start it again with rlm_start"
         log.info("queue %s registered", self.name)
 
     # --- liveness -------------------------------------------------------------------------
@@ -256,7 +258,19 @@ class QueueWorker:
             await anyio.sleep(self._settings.queue_poll_s)
             return Status.TODO
         engine = await self._engine()
-        run_log = QueueRunLog(await self._run_store.reopen(run_id))
+        job_id = job.id
+        run: ActiveRun | None = None
+
+        def hand_back() -> bool:
+            """At the run's end: a run ended by this process's shutdown before any LM reply goes
+            back to the queue (decided here too, as the shutdown's cancellation may reach the
+            run before `__aexit__` does)."""
+            if run is None or not run.shut_down or job_id not in self._fresh or run.progress.usage.total.calls:
+                return False
+            self._handing_back.add(job_id)
+            return True
+
+        run_log = QueueRunLog(await self._run_store.reopen(run_id), hand_back=hand_back)
         self._logs[job.id] = run_log
         if row.requeues == 0:
             self._fresh.add(job.id)
