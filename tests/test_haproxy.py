@@ -28,8 +28,9 @@ from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import sandbox_container_ids
-from tests.fixtures_haproxy import CONFIG, Balanced, Replica, balanced_replicas, haproxy_path, make_certificate, render
+from tests.fixtures_haproxy import CONFIG, Balanced, balanced_replicas, haproxy_path, make_certificate, render
 from tests.fixtures_postgres import Cluster
+from tests.fixtures_team import SHORT_LEASES, replica_client
 from tests.readme_blocks import blocks
 from tests.test_http_guard import INIT, MCP_HEADERS
 from tests.test_server_surface import ANSWER_NOW, STUCK, call
@@ -162,12 +163,7 @@ async def test_a_replica_whose_database_is_unreachable_leaves_the_rotation_and_c
 
 # Team mode part 2: two workers with one run slot each, a front that runs nothing.
 ROLES = ["both", "both", "front"]
-QUEUE_ENV = {
-    "RLM_MCP_MAX_RUNS": "1",
-    "RLM_MCP_WORKER_LEASE_S": "6",
-    "RLM_MCP_QUEUE_POLL_S": "0.5",
-    "RLM_MCP_CELL_TIMEOUT_S": "300",
-}
+QUEUE_ENV = {**SHORT_LEASES, "RLM_MCP_MAX_RUNS": "1"}
 SLOW_THEN_ANSWER = """```repl
 import time
 time.sleep(2)
@@ -192,14 +188,6 @@ def run_row(db: str, run_id: str) -> tuple[str | None, str | None]:
         ).fetchone()
     assert found is not None
     return found[0], json.loads(found[1]).get("phase")
-
-
-@asynccontextmanager
-async def direct_client(replica: Replica) -> AsyncIterator[Client]:
-    """A client of one replica itself, past the balancer."""
-    http = httpx2.AsyncClient(headers=BEARER, timeout=120)
-    async with http, Client(streamable_http_client(f"{replica.base}/mcp", http_client=http)) as client:
-        yield client
 
 
 @pytest.mark.docker
@@ -266,7 +254,7 @@ async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_r
                 assert (await call(client, "rlm_status", run_id=stuck))["status"] == "running"
                 polled_on = await served_by(balanced, before)
             (third,) = [r for r in balanced.replicas if r.name not in (started_on, polled_on)]
-            async with direct_client(third) as on_third:
+            async with replica_client(third, ALICE) as on_third:
                 await call(on_third, "rlm_cancel", run_id=stuck)
             final = await call(client, "rlm_result", run_id=stuck, wait_s=120)
             assert final["status"] == "cancelled", final
