@@ -2,8 +2,8 @@
 PostgreSQL database, real Docker, the scripted LM.
 
 A front (`--role front`) runs nothing: its runs are executed by worker replicas (`--role both`),
-whose progress reaches the front's `rlm_complete`; status, result and cancel work through any
-replica;
+whose progress reaches the front's `rlm_complete`; a run's child RLM (`rlm_query`) runs inside it
+on the worker that claimed it, never queued; status, result and cancel work through any replica;
 a worker killed with SIGKILL leaves its run with a status naming it and no container behind; a
 run that had not called the LM is queued again, once (after SIGKILL and after SIGTERM); a run
 queued while no worker is alive says so and ends after the queue timeout; a PostgreSQL restart
@@ -30,7 +30,7 @@ from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_postgres import Cluster
 from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
-from tests.test_server_surface import ANSWER_NOW, STUCK, call
+from tests.test_server_surface import ANSWER_NOW, PARENT, STUCK, call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.postgres]
 
@@ -94,10 +94,32 @@ def cell_started(db: str, run_id: str) -> bool:
     return found is not None
 
 
+def run_events(db: str, run_id: str) -> list[dict[str, Any]]:
+    """The events in a run's log (rlm_run_events), in order."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute("SELECT line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (run_id,)).fetchall()
+    return [json.loads(line) for (line,) in rows]
+
+
+def queue_rows(db: str) -> tuple[int, int]:
+    """(jobs ever queued, run records): a child RLM adds to neither."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        jobs = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone()
+        runs = conn.execute("SELECT count(*) FROM rlm_runs").fetchone()
+    assert jobs is not None and runs is not None
+    return int(jobs[0]), int(runs[0])
+
+
 async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_replicas(
     tmp_path: Path, pg_url: str
 ) -> None:
-    script = Script(root_by_query=[{"match": "stuck", "replies": [STUCK]}], root=[SLOW_THEN_ANSWER, ANSWER_NOW])
+    script = Script(
+        root_by_query=[
+            {"match": "stuck", "replies": [STUCK]},
+            {"match": "Answer the following: parent", "replies": [PARENT]},  # calls rlm_query
+        ],
+        root=[SLOW_THEN_ANSWER, ANSWER_NOW],  # and the child RLM too
+    )
     with ScriptedLM(script) as lm, ExitStack() as stack:
         front = stack.enter_context(replica(tmp_path, "front", pg_url, lm.base_url, "front"))
         workers = [
@@ -122,6 +144,21 @@ async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_
             assert first["owner"] in {w.owner for w in workers}
             assert any("turn 1/" in line for line in lines), lines
             assert any("turn 2/" in line for line in lines), lines
+
+            # A child RLM (rlm_query with depth to spare) runs inside its parent's run on the
+            # worker that claimed the parent, never through the queue: one job, one run record,
+            # the child's events in the parent's log.
+            queued_before = queue_rows(pg_url)
+            deep = await call(on_front, "rlm_complete", query="parent question", context_id=cid, max_depth=2)
+            assert deep["status"] == "completed" and deep["answer"] == "child said: forty-two", deep
+            assert queue_rows(pg_url) == (queued_before[0] + 1, queued_before[1] + 1)
+            events = run_events(pg_url, deep["run_id"])
+            (child,) = [e["child_run_id"] for e in events if e["type"] == "child_start"]
+            child_turns = [e for e in events if e["type"] == "turn_start" and e["run_id"] == child]
+            assert child_turns and all(e["depth"] == 1 for e in child_turns), events
+            assert any(e["type"] == "child_end" and e["status"] == "completed" for e in events), events
+            parent = row(pg_url, deep["run_id"])
+            assert parent["owner"] in {w.owner for w in workers} and parent["requeues"] == 0
 
             # Two runs at once with one run slot per worker: each worker takes one.
             started = [(await call(on_front, "rlm_start", query=f"run {i}", context_id=cid))["run_id"] for i in (1, 2)]
