@@ -3,8 +3,10 @@ Debian's haproxy with the README's configuration, TLS terminated at the balancer
 clients. A handshake-era session (2025-11-25 through the SDK, 2025-06-18 on the wire) stays on
 the replica that created it, learnt from the `initialize` answer; stateless (2026-07-28) calls
 spread over the replicas and share contexts; with two `--role both` workers and a `--role front`,
-runs spread over both workers and any replica starts, polls and cancels any run; a replica whose
-database is gone answers 503 on /healthz and leaves the rotation. Which replica served a request
+runs spread over both workers and any replica starts, polls and cancels any run; a worker killed
+with SIGKILL mid-run leaves its run ended with a status naming it and no container, and runs
+outlive a PostgreSQL restart, all read through the balancer; a replica whose database is gone
+answers 503 on /healthz and leaves the rotation. Which replica served a request
 is read from that replica's own log."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2
@@ -169,10 +172,17 @@ import time
 time.sleep(2)
 print("slept")
 ```"""
+# A cell that is still running when PostgreSQL goes away (the restart takes a second or two).
+LONG_CELL_THEN_ANSWER = """```repl
+import time
+time.sleep(4)
+print("slept through it")
+```"""
 SCRIPT = Script(
     root_by_query=[
         RootScript(match="stuck", replies=[STUCK]),
         RootScript(match="slow run", replies=[SLOW_THEN_ANSWER, ANSWER_NOW]),
+        RootScript(match="restart run", replies=[LONG_CELL_THEN_ANSWER, ANSWER_NOW]),
     ],
     root=[ANSWER_NOW],
 )
@@ -263,3 +273,80 @@ async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_r
             await wait_until(
                 lambda: not sandbox_container_ids(owner), within_s=60, what="the cancelled run's sandbox removed"
             )
+
+
+async def final_result(client: Client, run_id: str, within_s: float = 180.0) -> dict[str, Any]:
+    """The run's result once it has ended (rlm_result long-polls, asked again until then)."""
+    seen: dict[str, Any] = {}
+
+    async def ended() -> bool:
+        seen.update(await call(client, "rlm_result", run_id=run_id, wait_s=20))
+        return seen["status"] not in ("queued", "running")
+
+    await wait_until(ended, within_s=within_s, what=f"run {run_id} to end")
+    return seen
+
+
+@pytest.mark.docker
+@pytest.mark.postgres
+async def test_runs_through_the_balancer_survive_a_killed_worker_and_a_postgresql_restart(
+    tmp_path: Path, pg_cluster: Cluster, pg_url: str
+) -> None:
+    with (
+        ScriptedLM(SCRIPT) as lm,
+        balanced_replicas(
+            tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE], roles=ROLES, env=QUEUE_ENV
+        ) as balanced,
+    ):
+        workers = [r for r in balanced.replicas if r.role != "front"]
+        (front,) = [r for r in balanced.replicas if r.role == "front"]
+        async with mcp_client(balanced, "2026-07-28") as client:
+            await client.list_tools()  # the client checks results against the tools' schemas: fetched once here
+            cid = (await call(client, "rlm_load_context", text="survivor haystack " * 100))["context_id"]
+
+            # kill -9 the worker running a run whose model has answered (its cell is running):
+            # the run ends `error` naming the lost worker, read through the balancer.
+            doomed = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
+            await wait_until(lambda: run_row(pg_url, doomed)[1] == "cell", within_s=120, what="the doomed run's cell")
+            owner = run_row(pg_url, doomed)[0]
+            (victim,) = [r for r in workers if r.owner == owner]
+            (survivor,) = [r for r in workers if r is not victim]
+            assert sandbox_container_ids(victim.owner)
+            victim.kill()
+            await wait_until(lambda: balanced.server_down(victim.name), within_s=60, what="HAProxy to drop the dead")
+            lost = await final_result(client, doomed)
+            assert lost["status"] == "error", lost
+            assert f"pid {victim.pid})" in lost["reason"] and "rlm_start" in lost["reason"], lost
+            await wait_until(
+                lambda: not sandbox_container_ids(victim.owner), within_s=60, what="the lost worker's sandbox removed"
+            )
+
+            # PostgreSQL restarted while the surviving worker runs a cell: the run still ends
+            # with a structured status, and the replicas answer through the balancer again.
+            slow = (await call(client, "rlm_start", query="restart run", context_id=cid))["run_id"]
+            await wait_until(lambda: run_row(pg_url, slow)[1] == "cell", within_s=120, what="the slow run's cell")
+            assert run_row(pg_url, slow)[0] == survivor.owner
+            pg_cluster.stop()
+            pg_cluster.start()
+            live = [survivor, front]
+            await wait_until(
+                lambda: all(health_status(r.base) == 200 for r in live), within_s=120, what="both to reconnect"
+            )
+            # HAProxy may have taken them out during the outage (checks every 2 s): back after 2 good ones.
+            await wait_until(
+                lambda: not any(balanced.server_down(r.name) for r in live), within_s=60, what="HAProxy to use both"
+            )
+            ended = await final_result(client, slow)
+            assert ended["status"] in ("completed", "error"), ended
+            assert ended["status"] == "completed" or ended["reason"], ended
+            served: set[str] = set()
+
+            async def both_serve() -> bool:
+                before = balanced.requests()
+                await client.list_tools()
+                served.add(await served_by(balanced, before))
+                return served == {r.name for r in live}
+
+            await wait_until(both_serve, within_s=60, what="both live replicas to answer through the balancer")
+            again = await call(client, "rlm_complete", query="after the restart", context_id=cid)
+            assert again["status"] == "completed" and again["answer"] == "forty-two", again
