@@ -252,6 +252,14 @@ async def test_a_run_whose_worker_stops_before_its_first_lm_reply_is_queued_agai
 
             # SIGTERM: at once; SIGKILL: once the lease (6 s) has expired and a sweeper ran.
             await wait_until(queued_again, within_s=60, what="rlm_status to show the run queued again")
+
+            async def both_said() -> bool:  # the front's "no worker" sentence follows, never replaces
+                notice = (await call(on_front, "rlm_status", run_id=run_id))["notice"] or ""
+                return "queued again" in notice and "no worker is alive" in notice
+
+            await wait_until(
+                both_said, within_s=60, what="rlm_status to say it was queued again and no worker is alive"
+            )
             stack.enter_context(replica(tmp_path, "w2", pg_url, lm.base_url, role))
             result = await call(on_front, "rlm_result", run_id=run_id, wait_s=120)
             if result["status"] in ("queued", "running"):

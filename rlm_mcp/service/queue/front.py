@@ -76,6 +76,21 @@ def ended(run: ActiveRun, status: Any, reason: str) -> dict[str, Any]:
     return {"status": status, "result": run.result.model_dump()}
 
 
+def no_worker_part(notice: str | None) -> str | None:
+    """The front's own "no worker" sentence at the end of a queued run's notice, if it is there."""
+    if notice is None or NO_WORKER not in notice:
+        return None
+    return notice[notice.index(NO_WORKER) :]
+
+
+def with_no_worker(notice: str | None, sentence: str | None) -> str | None:
+    """The record's notice, then the front's "no worker" sentence: the front's sentence never
+    replaces what the record says (the two used to overwrite each other on every poll)."""
+    if sentence is None:
+        return notice
+    return f"{notice}; {sentence}" if notice else sentence
+
+
 def apply(run: ActiveRun, s: dict[str, Any], *, done: bool) -> None:
     """Bring the mirror up to the run's summary (`done`: the row says it ended); notify its
     waiters when something changed."""
@@ -90,8 +105,9 @@ def apply(run: ActiveRun, s: dict[str, Any], *, done: bool) -> None:
     if s.get("elapsed_s") is not None and p.status != "queued":
         p.started = time.monotonic() - float(s["elapsed_s"])
     notice = s.get("notice")
-    if notice or p.status != "queued":  # a queued run keeps the front's own "no worker" notice
-        run.notice = notice
+    if p.status == "queued":  # a queued run keeps the front's own "no worker" sentence after it
+        notice = with_no_worker(notice, no_worker_part(run.notice))
+    run.notice = notice
     if done and "result" in s and not run.done.is_set():
         run.result = RunResult.model_validate(s["result"])
         if s.get("not_started"):
@@ -195,7 +211,8 @@ class QueueFront:
             await run.done.wait()
 
     async def _say_if_no_worker(self, run: ActiveRun) -> None:
-        """A queued run with no live worker says so (rlm_status), until one comes."""
+        """A queued run with no live worker says so (rlm_status), after the record's own notice
+        (such as "queued again"), until one comes."""
         now = time.monotonic()
         if now - self._workers_seen_at >= self._settings.queue_poll_s:
             try:
@@ -203,18 +220,20 @@ class QueueFront:
                 self._workers_seen_at = now
             except Exception:  # the database is restarting: say nothing new
                 return
-        if self._live_workers > 0 and run.notice is not None and run.notice.startswith(NO_WORKER):
-            run.notice = None
-            run.notify("queued")
+        own = run.notice
+        if (said := no_worker_part(own)) is not None:
+            own = own[: -len(said)].removesuffix("; ") or None  # type: ignore[index]
+        sentence = None
         if self._live_workers == 0:
             wait = self._settings.run_queue_timeout_s
-            notice = (
+            sentence = (
                 f"{NO_WORKER} (start one: rlm-mcp serve --role worker or --role both); "
                 f"it ends with an error if none takes it within {wait:.0f} s of queueing (RLM_MCP_RUN_QUEUE_TIMEOUT_S)"
             )
-            if run.notice != notice:
-                run.notice = notice
-                run.notify("queued")
+        notice = with_no_worker(own, sentence)
+        if run.notice != notice:
+            run.notice = notice
+            run.notify("queued")
 
     def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
         assert self._tg is not None
