@@ -169,10 +169,11 @@ async def test_complete_answers_and_reports_structured_usage(tmp_path: Path, dat
             assert "QZX-body" not in trajectory  # the log never holds the context body
 
 
-async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: Path) -> None:
+async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: Path, database_url: str | None) -> None:
     big = '```repl\nanswer["content"] = "x" * 5000\nanswer["ready"] = True\n```'
     with ScriptedLM(Script(root=[big])) as lm:
-        async with Client(build_server(make_settings(tmp_path, lm.base_url, answer_max_chars=100))) as client:
+        settings = make_settings(tmp_path, lm.base_url, answer_max_chars=100, database_url=database_url)
+        async with Client(build_server(settings)) as client:
             ctx = await call(client, "rlm_load_context", text="c")
             out = await call(client, "rlm_complete", query="q", context_id=ctx["context_id"])
             assert out["answer_truncated"] is True and out["answer_chars"] == 5000
@@ -181,9 +182,9 @@ async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: 
             assert whole.contents[0].text == "x" * 5000
 
 
-async def test_start_poll_and_cancel_a_stuck_run(tmp_path: Path) -> None:
+async def test_start_poll_and_cancel_a_stuck_run(tmp_path: Path, database_url: str | None) -> None:
     with ScriptedLM(Script(root=[STUCK])) as lm:
-        settings = make_settings(tmp_path, lm.base_url, cell_timeout_s=600)
+        settings = make_settings(tmp_path, lm.base_url, cell_timeout_s=600, database_url=database_url)
         owner = settings.instance_id
         assert owner is not None
         async with Client(build_server(settings)) as client:
@@ -240,9 +241,11 @@ async def test_docker_not_running_is_a_tool_error(tmp_path: Path, monkeypatch: p
         assert "Docker" in message and "not running" in message
 
 
-async def test_too_many_runs_is_refused_clearly(tmp_path: Path) -> None:
+async def test_too_many_runs_is_refused_clearly(tmp_path: Path, database_url: str | None) -> None:
     with ScriptedLM(Script(root=[STUCK])) as lm:
-        settings = make_settings(tmp_path, lm.base_url, max_runs=1, run_queue_timeout_s=1, cell_timeout_s=600)
+        settings = make_settings(
+            tmp_path, lm.base_url, max_runs=1, run_queue_timeout_s=1, cell_timeout_s=600, database_url=database_url
+        )
         async with Client(build_server(settings)) as client:
             ctx = await call(client, "rlm_load_context", text="c")
             first = await call(client, "rlm_start", query="q", context_id=ctx["context_id"])
@@ -266,10 +269,10 @@ answer["ready"] = True
 ```"""
 
 
-async def test_depth_two_runs_a_child_rlm_whose_usage_counts(tmp_path: Path) -> None:
+async def test_depth_two_runs_a_child_rlm_whose_usage_counts(tmp_path: Path, database_url: str | None) -> None:
     script = Script(root_by_query=[{"match": "Answer the following: parent", "replies": [PARENT]}], root=[CHILD])
     with ScriptedLM(script) as lm:
-        async with Client(build_server(make_settings(tmp_path, lm.base_url))) as client:
+        async with Client(build_server(make_settings(tmp_path, lm.base_url, database_url=database_url))) as client:
             ctx = await call(client, "rlm_load_context", text="irrelevant")
             out = await call(client, "rlm_complete", query="parent question", context_id=ctx["context_id"], max_depth=2)
             assert out["status"] == "completed", out
@@ -375,9 +378,11 @@ async def test_an_event_during_a_progress_report_is_not_lost() -> None:
 async def test_old_finished_runs_are_served_from_their_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str | None
 ) -> None:
+    import rlm_mcp.service.queue.front as front_module
     import rlm_mcp.service.runs as runs_module
 
     monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
+    monkeypatch.setattr(front_module, "FINISHED_RUNS_KEPT", 1)  # team mode's runs are followed there
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
         mcp = build_server(make_settings(tmp_path, lm.base_url, database_url=database_url))
         async with Client(mcp) as client:
@@ -394,7 +399,10 @@ async def test_old_finished_runs_are_served_from_their_records(
             assert answer.contents[0].text == "forty-two"
 
 
-async def test_finished_runs_beyond_the_cap_leave_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_finished_runs_beyond_the_cap_leave_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str | None
+) -> None:
+    import rlm_mcp.service.queue.front as front_module
     import rlm_mcp.service.runs as runs_module
     from rlm_mcp.service.limits import RunOverrides
     from rlm_mcp.service.service import RlmService
@@ -403,8 +411,9 @@ async def test_finished_runs_beyond_the_cap_leave_memory(tmp_path: Path, monkeyp
         return None
 
     monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
+    monkeypatch.setattr(front_module, "FINISHED_RUNS_KEPT", 1)  # team mode's runs are followed there
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
-        async with RlmService(make_settings(tmp_path, lm.base_url)) as service:
+        async with RlmService(make_settings(tmp_path, lm.base_url, database_url=database_url)) as service:
             ctx = await service.load_context(text="c", owner=LOCAL_OWNER)
             first = await service.complete("one", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
             second = await service.complete("two", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
