@@ -65,6 +65,16 @@ async def age_context(stores: Stores, context_id: str, seconds: float) -> None:
         await conn.execute("UPDATE rlm_contexts SET last_used_at = %s WHERE context_id = %s", (when, context_id))
 
 
+async def drop_ownership(stores: Stores, owner: str) -> None:
+    """Remove every ownership row of `owner` beneath the store (nothing else goes with them)."""
+    if stores.kind == "sqlite":
+        with sqlite3.connect(_sqlite(stores).db_path) as conn:
+            conn.execute("DELETE FROM context_owners WHERE owner = ?", (owner,))
+        return
+    async with _db(stores).connection() as conn:
+        await conn.execute("DELETE FROM rlm_context_owners WHERE owner = %s", (owner,))
+
+
 async def pin_count(stores: Stores) -> int:
     if stores.kind == "sqlite":
         with sqlite3.connect(_sqlite(stores).db_path) as conn:
@@ -118,6 +128,26 @@ async def pending_upload_bytes(stores: Stores, settings: Settings) -> int:
         cur = await conn.execute("SELECT COALESCE(SUM(octet_length(data)), 0) AS n FROM rlm_upload_chunks")
         row = await cur.fetchone()
     return int(row["n"])
+
+
+async def age_uploads(stores: Stores, seconds: float) -> None:
+    """Make every upload's last chunk `seconds` old (what expiry goes by)."""
+    when = time.time() - seconds
+    if stores.kind == "sqlite":
+        with sqlite3.connect(_sqlite(stores).db_path) as conn:
+            conn.execute("UPDATE uploads SET updated_at = ?", (when,))
+        return
+    async with _db(stores).connection() as conn:
+        await conn.execute("UPDATE rlm_uploads SET updated_at = %s", (when,))
+
+
+async def upload_chunks_kept(stores: Stores, settings: Settings, upload_id: str) -> bool:
+    """Whether anything of an upload's chunks is still stored."""
+    if stores.kind == "sqlite":
+        return (Path(settings.data_dir) / "uploads" / upload_id).exists()
+    async with _db(stores).connection() as conn:
+        cur = await conn.execute("SELECT 1 FROM rlm_upload_chunks WHERE upload_id = %s LIMIT 1", (upload_id,))
+        return await cur.fetchone() is not None
 
 
 # --- run records -----------------------------------------------------------------------------
