@@ -242,15 +242,36 @@ async def test_docker_not_running_is_a_tool_error(tmp_path: Path, monkeypatch: p
 
 
 async def test_too_many_runs_is_refused_clearly(tmp_path: Path, database_url: str | None) -> None:
+    # Team mode queues a run for any replica's worker: one that no worker takes within
+    # RLM_MCP_RUN_QUEUE_TIMEOUT_S ends `error` (its record says why) instead of a refusal. Its
+    # wait is longer there, so a loaded machine's slow claim of the first run is not it.
+    queue_timeout_s = 1 if database_url is None else 5
     with ScriptedLM(Script(root=[STUCK])) as lm:
         settings = make_settings(
-            tmp_path, lm.base_url, max_runs=1, run_queue_timeout_s=1, cell_timeout_s=600, database_url=database_url
+            tmp_path,
+            lm.base_url,
+            max_runs=1,
+            run_queue_timeout_s=queue_timeout_s,
+            cell_timeout_s=600,
+            database_url=database_url,
         )
         async with Client(build_server(settings)) as client:
             ctx = await call(client, "rlm_load_context", text="c")
             first = await call(client, "rlm_start", query="q", context_id=ctx["context_id"])
-            message = await call_error(client, "rlm_complete", query="q2", context_id=ctx["context_id"])
-            assert "RLM_MCP_MAX_RUNS" in message
+
+            async def first_running() -> bool:
+                return (await call(client, "rlm_status", run_id=first["run_id"]))["status"] == "running"
+
+            await wait_until(first_running, within_s=120, what="the first run taking the one slot")
+            if database_url is None:
+                message = await call_error(client, "rlm_complete", query="q2", context_id=ctx["context_id"])
+                assert "RLM_MCP_MAX_RUNS" in message
+            else:
+                out = await call(client, "rlm_complete", query="q2", context_id=ctx["context_id"])
+                assert out["status"] == "error", out
+                assert "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in out["reason"] and "RLM_MCP_MAX_RUNS" in out["reason"]
+                status = await call(client, "rlm_status", run_id=out["run_id"])
+                assert status["status"] == "error"
             await call(client, "rlm_cancel", run_id=first["run_id"])
 
 
