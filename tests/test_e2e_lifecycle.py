@@ -111,11 +111,25 @@ async def test_a_client_cancel_stops_the_run_and_records_it(tmp_path: Path, data
         owner = env["RLM_MCP_INSTANCE_ID"]
         async with stdio_client(env) as client:
             ctx = (await client.call_tool("rlm_load_context", {"text": "c"})).structured_content
-            with anyio.move_on_after(4):
+
+            async def complete() -> None:
                 await client.call_tool(
                     "rlm_complete", {"query": "q", "context_id": ctx["context_id"]}, progress_callback=on_progress
                 )
                 raise AssertionError("a stuck run returned")
+
+            async def run_id_if_running() -> str | None:
+                said = [m.split()[1] for m in messages if m.startswith("run ")]
+                if not said:
+                    return None
+                status = (await client.call_tool("rlm_status", {"run_id": said[0]})).structured_content
+                return said[0] if status["status"] == "running" else None
+
+            # The client gives up on the call mid-run: once the run has said its id and is running.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(complete)
+                await wait_until(run_id_if_running, within_s=120, what="the run running")
+                tg.cancel_scope.cancel()
             run_id = next(m.split()[1] for m in messages if m.startswith("run "))
             with anyio.fail_after(60):  # generous: in team mode the cancel travels through the queue
                 while True:
