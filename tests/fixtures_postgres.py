@@ -168,6 +168,8 @@ def pg_template(pg_cluster: Cluster) -> str:
 
     from rlm_mcp.store.pg.migrations import migrate
 
+    if pg_cluster.proc is None:
+        pg_cluster.start()  # a test that stopped the cluster failed before starting it again
     pg_cluster.sql(f"CREATE DATABASE {TEMPLATE}")
 
     async def apply() -> None:
