@@ -155,11 +155,50 @@ def pg_url(pg_cluster: Cluster) -> Iterator[str]:
             pg_cluster.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+TEMPLATE = "rlm_template"
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_cluster: Cluster) -> str:
+    """A database holding the current schema, migrated once per session; the tests over both
+    stores get copies of it (`CREATE DATABASE ... TEMPLATE`), cheaper than migrating each one.
+    The migrations themselves are tested on empty databases (`pg_url`, tests/test_store_pg.py)."""
+    import anyio
+    import psycopg
+
+    from rlm_mcp.store.pg.migrations import migrate
+
+    if pg_cluster.proc is None:
+        pg_cluster.start()  # a test that stopped the cluster failed before starting it again
+    pg_cluster.sql(f"CREATE DATABASE {TEMPLATE}")
+
+    async def apply() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_cluster.url(TEMPLATE), autocommit=True) as conn:
+            await migrate(conn)
+
+    anyio.run(apply)
+    return TEMPLATE
+
+
+@pytest.fixture
+def pg_migrated_url(pg_cluster: Cluster, pg_template: str) -> Iterator[str]:
+    """A fresh database of the session's cluster with the current schema (no rows)."""
+    if pg_cluster.proc is None:
+        pg_cluster.start()
+    name = "t_" + secrets.token_hex(6)
+    pg_cluster.sql(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
+    try:
+        yield pg_cluster.url(name)
+    finally:
+        if pg_cluster.proc is not None:
+            pg_cluster.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Settings]:
-    """Settings for each store: the embedded SQLite one and PostgreSQL (a fresh database).
-    Call it with overrides; `data_dir` may be given to act as a second replica."""
-    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    """Settings for each store: the embedded SQLite one and PostgreSQL (a fresh database with
+    the current schema). Call it with overrides; `data_dir` may be given to act as a second replica."""
+    url = request.getfixturevalue("pg_migrated_url") if request.param == "postgres" else None
 
     def make(**overrides: object) -> Settings:
         if url is not None:
@@ -171,8 +210,9 @@ def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[.
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest) -> str | None:
-    """RLM_MCP_DATABASE_URL for each store: None (SQLite and files) and a fresh PostgreSQL database."""
-    return str(request.getfixturevalue("pg_url")) if request.param == "postgres" else None
+    """RLM_MCP_DATABASE_URL for each store: None (SQLite and files) and a fresh PostgreSQL
+    database with the current schema."""
+    return str(request.getfixturevalue("pg_migrated_url")) if request.param == "postgres" else None
 
 
 async def has_bytes(stores: Stores, sha256: str) -> bool:

@@ -96,7 +96,9 @@ async def test_contexts_from_a_folder_and_a_loopback_url(tmp_path: Path, loopbac
 
 
 @pytest.mark.anyio
-async def test_a_client_cancel_stops_the_run_and_records_it(tmp_path: Path) -> None:
+async def test_a_client_cancel_stops_the_run_and_records_it(tmp_path: Path, database_url: str | None) -> None:
+    # Over both stores: in team mode the run executes on the server's own worker and the cancel
+    # reaches it through the queue.
     stuck = cell("import time\nwhile True:\n    time.sleep(0.1)")
     messages: list[str] = []
 
@@ -104,24 +106,39 @@ async def test_a_client_cancel_stops_the_run_and_records_it(tmp_path: Path) -> N
         messages.append(message or "")
 
     with ScriptedLM(Script(root=[stuck])) as lm:
-        env = minimal_env(lm.base_url, tmp_path / "data", [tmp_path], RLM_MCP_CELL_TIMEOUT_S="600")
+        team = {"RLM_MCP_DATABASE_URL": database_url} if database_url is not None else {}
+        env = minimal_env(lm.base_url, tmp_path / "data", [tmp_path], RLM_MCP_CELL_TIMEOUT_S="600", **team)
         owner = env["RLM_MCP_INSTANCE_ID"]
         async with stdio_client(env) as client:
             ctx = (await client.call_tool("rlm_load_context", {"text": "c"})).structured_content
-            with anyio.move_on_after(4):
+
+            async def complete() -> None:
                 await client.call_tool(
                     "rlm_complete", {"query": "q", "context_id": ctx["context_id"]}, progress_callback=on_progress
                 )
                 raise AssertionError("a stuck run returned")
+
+            async def run_id_if_running() -> str | None:
+                said = [m.split()[1] for m in messages if m.startswith("run ")]
+                if not said:
+                    return None
+                status = (await client.call_tool("rlm_status", {"run_id": said[0]})).structured_content
+                return said[0] if status["status"] == "running" else None
+
+            # The client gives up on the call mid-run: once the run has said its id and is running.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(complete)
+                await wait_until(run_id_if_running, within_s=120, what="the run running")
+                tg.cancel_scope.cancel()
             run_id = next(m.split()[1] for m in messages if m.startswith("run "))
-            with anyio.fail_after(10):
+            with anyio.fail_after(60):  # generous: in team mode the cancel travels through the queue
                 while True:
                     status = (await client.call_tool("rlm_status", {"run_id": run_id})).structured_content
                     if status["status"] == "cancelled":
                         break
                     await anyio.sleep(0.2)
             # The run's sandbox went with it; at most the warm pool's one fresh container is left.
-            with anyio.fail_after(20):  # the used container is removed in the background
+            with anyio.fail_after(60):  # the used container is removed in the background
                 while True:
                     if len(sandbox_container_ids(owner)) <= 1:
                         break

@@ -169,10 +169,11 @@ async def test_complete_answers_and_reports_structured_usage(tmp_path: Path, dat
             assert "QZX-body" not in trajectory  # the log never holds the context body
 
 
-async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: Path) -> None:
+async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: Path, database_url: str | None) -> None:
     big = '```repl\nanswer["content"] = "x" * 5000\nanswer["ready"] = True\n```'
     with ScriptedLM(Script(root=[big])) as lm:
-        async with Client(build_server(make_settings(tmp_path, lm.base_url, answer_max_chars=100))) as client:
+        settings = make_settings(tmp_path, lm.base_url, answer_max_chars=100, database_url=database_url)
+        async with Client(build_server(settings)) as client:
             ctx = await call(client, "rlm_load_context", text="c")
             out = await call(client, "rlm_complete", query="q", context_id=ctx["context_id"])
             assert out["answer_truncated"] is True and out["answer_chars"] == 5000
@@ -181,9 +182,9 @@ async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: 
             assert whole.contents[0].text == "x" * 5000
 
 
-async def test_start_poll_and_cancel_a_stuck_run(tmp_path: Path) -> None:
+async def test_start_poll_and_cancel_a_stuck_run(tmp_path: Path, database_url: str | None) -> None:
     with ScriptedLM(Script(root=[STUCK])) as lm:
-        settings = make_settings(tmp_path, lm.base_url, cell_timeout_s=600)
+        settings = make_settings(tmp_path, lm.base_url, cell_timeout_s=600, database_url=database_url)
         owner = settings.instance_id
         assert owner is not None
         async with Client(build_server(settings)) as client:
@@ -199,8 +200,10 @@ async def test_start_poll_and_cancel_a_stuck_run(tmp_path: Path) -> None:
             assert running["status"] == "running"
 
             cancelled = await call(client, "rlm_cancel", run_id=run_id)
-            assert cancelled["status"] == "cancelled"
-            result = await call(client, "rlm_result", run_id=run_id)
+            # rlm_cancel waits a few seconds for the stop; on a loaded machine (or through team
+            # mode's queue) it may answer before, still `running`, and the stop follows.
+            assert cancelled["status"] in ("cancelled", "running"), cancelled
+            result = await call(client, "rlm_result", run_id=run_id, wait_s=60)
             assert result["status"] == "cancelled"
             summary = json.loads((await client.read_resource(f"rlm://runs/{run_id}")).contents[0].text)
             assert summary["status"] == "cancelled"
@@ -240,14 +243,37 @@ async def test_docker_not_running_is_a_tool_error(tmp_path: Path, monkeypatch: p
         assert "Docker" in message and "not running" in message
 
 
-async def test_too_many_runs_is_refused_clearly(tmp_path: Path) -> None:
+async def test_too_many_runs_is_refused_clearly(tmp_path: Path, database_url: str | None) -> None:
+    # Team mode queues a run for any replica's worker: one that no worker takes within
+    # RLM_MCP_RUN_QUEUE_TIMEOUT_S ends `error` (its record says why) instead of a refusal. Its
+    # wait is longer there, so a loaded machine's slow claim of the first run is not it.
+    queue_timeout_s = 1 if database_url is None else 5
     with ScriptedLM(Script(root=[STUCK])) as lm:
-        settings = make_settings(tmp_path, lm.base_url, max_runs=1, run_queue_timeout_s=1, cell_timeout_s=600)
+        settings = make_settings(
+            tmp_path,
+            lm.base_url,
+            max_runs=1,
+            run_queue_timeout_s=queue_timeout_s,
+            cell_timeout_s=600,
+            database_url=database_url,
+        )
         async with Client(build_server(settings)) as client:
             ctx = await call(client, "rlm_load_context", text="c")
             first = await call(client, "rlm_start", query="q", context_id=ctx["context_id"])
-            message = await call_error(client, "rlm_complete", query="q2", context_id=ctx["context_id"])
-            assert "RLM_MCP_MAX_RUNS" in message
+
+            async def first_running() -> bool:
+                return (await call(client, "rlm_status", run_id=first["run_id"]))["status"] == "running"
+
+            await wait_until(first_running, within_s=120, what="the first run taking the one slot")
+            if database_url is None:
+                message = await call_error(client, "rlm_complete", query="q2", context_id=ctx["context_id"])
+                assert "RLM_MCP_MAX_RUNS" in message
+            else:
+                out = await call(client, "rlm_complete", query="q2", context_id=ctx["context_id"])
+                assert out["status"] == "error", out
+                assert "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in out["reason"] and "RLM_MCP_MAX_RUNS" in out["reason"]
+                status = await call(client, "rlm_status", run_id=out["run_id"])
+                assert status["status"] == "error"
             await call(client, "rlm_cancel", run_id=first["run_id"])
 
 
@@ -266,10 +292,10 @@ answer["ready"] = True
 ```"""
 
 
-async def test_depth_two_runs_a_child_rlm_whose_usage_counts(tmp_path: Path) -> None:
+async def test_depth_two_runs_a_child_rlm_whose_usage_counts(tmp_path: Path, database_url: str | None) -> None:
     script = Script(root_by_query=[{"match": "Answer the following: parent", "replies": [PARENT]}], root=[CHILD])
     with ScriptedLM(script) as lm:
-        async with Client(build_server(make_settings(tmp_path, lm.base_url))) as client:
+        async with Client(build_server(make_settings(tmp_path, lm.base_url, database_url=database_url))) as client:
             ctx = await call(client, "rlm_load_context", text="irrelevant")
             out = await call(client, "rlm_complete", query="parent question", context_id=ctx["context_id"], max_depth=2)
             assert out["status"] == "completed", out
@@ -375,9 +401,11 @@ async def test_an_event_during_a_progress_report_is_not_lost() -> None:
 async def test_old_finished_runs_are_served_from_their_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str | None
 ) -> None:
+    import rlm_mcp.service.queue.front as front_module
     import rlm_mcp.service.runs as runs_module
 
     monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
+    monkeypatch.setattr(front_module, "FINISHED_RUNS_KEPT", 1)  # team mode's runs are followed there
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
         mcp = build_server(make_settings(tmp_path, lm.base_url, database_url=database_url))
         async with Client(mcp) as client:
@@ -394,7 +422,10 @@ async def test_old_finished_runs_are_served_from_their_records(
             assert answer.contents[0].text == "forty-two"
 
 
-async def test_finished_runs_beyond_the_cap_leave_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_finished_runs_beyond_the_cap_leave_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str | None
+) -> None:
+    import rlm_mcp.service.queue.front as front_module
     import rlm_mcp.service.runs as runs_module
     from rlm_mcp.service.limits import RunOverrides
     from rlm_mcp.service.service import RlmService
@@ -403,8 +434,9 @@ async def test_finished_runs_beyond_the_cap_leave_memory(tmp_path: Path, monkeyp
         return None
 
     monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
+    monkeypatch.setattr(front_module, "FINISHED_RUNS_KEPT", 1)  # team mode's runs are followed there
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
-        async with RlmService(make_settings(tmp_path, lm.base_url)) as service:
+        async with RlmService(make_settings(tmp_path, lm.base_url, database_url=database_url)) as service:
             ctx = await service.load_context(text="c", owner=LOCAL_OWNER)
             first = await service.complete("one", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
             second = await service.complete("two", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)

@@ -1,6 +1,7 @@
 """A context is not evicted under a caller's feet (issue 14 item 10): freshly stored contexts are
 protected for RLM_MCP_CONTEXT_GRACE_S and pinned ones while their run lives, by every server
-process sharing the data dir. The other server here is a real second process."""
+process sharing the data dir. The other server here is a real second process; in team mode,
+another replica on the same database."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore
+from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_both_stores import age_context
 
 CAP = 1000
 
@@ -125,3 +129,44 @@ def test_a_context_pinned_by_another_process_survives_until_released_or_dead(tmp
             )
         else:
             assert info.context_id not in remaining  # a dead process's pin does not hold it
+
+
+# PostgreSQL: two replicas (store bundles with data dirs of their own) on one database share
+# the same protection, through the database's rows instead of one index file.
+
+
+def _replica(tmp_path: Path, name: str, pg_url: str, grace_s: float) -> Stores:
+    settings = make_settings(
+        tmp_path, data_dir=tmp_path / name, database_url=pg_url, store_max_bytes=CAP, context_grace_s=grace_s
+    )
+    return make_stores(settings, replica=True)
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+@pytest.mark.parametrize(("grace_s", "kept"), [(600.0, True), (0.0, False)])
+async def test_a_context_another_replica_just_stored_survives_eviction(
+    tmp_path: Path, pg_url: str, grace_s: float, kept: bool
+) -> None:
+    async with _replica(tmp_path, "a", pg_url, grace_s) as a, _replica(tmp_path, "b", pg_url, grace_s) as b:
+        theirs = await a.contexts.put_bytes(b"x" * 800, name="loaded on a", format="text", source={}, owner=LOCAL_OWNER)
+        await b.contexts.put_bytes(b"y" * 800, name="mine", format="text", source={}, owner=LOCAL_OWNER)  # evicts
+        ids = {i.context_id for i in await b.contexts.list(owner=LOCAL_OWNER)}
+        assert (theirs.context_id in ids) is kept
+        if kept:  # a run on b can still pin it and read its bytes, fetched from the database
+            async with b.contexts.in_use([theirs.context_id], owner=LOCAL_OWNER) as infos:
+                assert await anyio.Path(b.contexts.spec(infos[0]).path).read_bytes() == b"x" * 800
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres
+async def test_a_context_pinned_on_another_replica_survives_until_released(tmp_path: Path, pg_url: str) -> None:
+    # (A pin of a replica whose heartbeat stopped protects nothing: test_store_contexts, lapsed pins.)
+    async with _replica(tmp_path, "a", pg_url, 0) as a, _replica(tmp_path, "b", pg_url, 0) as b:
+        info = await b.contexts.put_bytes(b"z" * 800, name="held", format="text", source={}, owner=LOCAL_OWNER)
+        async with a.contexts.in_use([info.context_id], owner=LOCAL_OWNER):
+            await age_context(b, info.context_id, 10 * 86400)
+            await b.contexts.put_bytes(b"w" * 800, name="pressure", format="text", source={}, owner=LOCAL_OWNER)
+            assert info.context_id in {i.context_id for i in await b.contexts.list(owner=LOCAL_OWNER)}
+        await b.contexts.put_bytes(b"v" * 800, name="more", format="text", source={}, owner=LOCAL_OWNER)
+        assert info.context_id not in {i.context_id for i in await b.contexts.list(owner=LOCAL_OWNER)}

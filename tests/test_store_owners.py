@@ -13,6 +13,7 @@ from rlm_mcp.events import TurnStart
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.store import ContextStore
 from rlm_mcp.store.factory import make_stores
+from tests.fixtures_both_stores import drop_ownership
 from tests.fixtures_postgres import has_bytes
 
 pytestmark = pytest.mark.anyio
@@ -93,21 +94,22 @@ async def _own_run_blocks_delete(stores) -> None:
     assert not await has_bytes(stores, info.sha256)
 
 
-async def test_a_row_orphaned_while_pinned_is_evicted_once_unpinned(settings) -> None:
-    store = ContextStore(settings)  # default grace: orphans are not protected by it
-    info = await store.put_bytes(b"orphan me", name="a", format="text", source={}, owner=ALICE)
-    await store.put_bytes(b"orphan me", name="b", format="text", source={}, owner=BOB)
-    async with store.in_use([info.context_id], owner=BOB):
-        assert await store.delete(info.context_id, owner=ALICE)
-        with sqlite3.connect(store.db_path) as conn:  # Bob drops his ownership under his own run
-            conn.execute("DELETE FROM context_owners WHERE owner = ?", (BOB,))
-        assert await store.evict() == []  # pinned: kept
-        assert store.blob_path(info.sha256).exists()
-    assert await store.evict() == [info.context_id]
-    assert not store.blob_path(info.sha256).exists()
+async def test_a_row_orphaned_while_pinned_is_evicted_once_unpinned(store_settings) -> None:
+    async with make_stores(store_settings(), replica=True) as stores:  # default grace: orphans are not protected
+        store = stores.contexts
+        info = await store.put_bytes(b"orphan me", name="a", format="text", source={}, owner=ALICE)
+        await store.put_bytes(b"orphan me", name="b", format="text", source={}, owner=BOB)
+        async with store.in_use([info.context_id], owner=BOB):
+            assert await store.delete(info.context_id, owner=ALICE)
+            await drop_ownership(stores, BOB)  # Bob drops his ownership under his own run
+            assert await store.evict() == []  # pinned: kept
+            assert await has_bytes(stores, info.sha256)
+        assert await store.evict() == [info.context_id]
+        assert not await has_bytes(stores, info.sha256)
 
 
 async def test_an_index_from_before_owners_is_the_local_users(settings) -> None:
+    # SQLite only: an index file of rlm-mcp 0.1 (the PostgreSQL schema had owners from its first version).
     store = ContextStore(settings)
     store._prepare()
     now = time.time()

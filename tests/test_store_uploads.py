@@ -1,24 +1,18 @@
-"""UploadStore: chunk protocol, idempotent resend, sha checks, restarts, caps. The protocol
-tests run against both stores (`store_settings`: SQLite and files, then PostgreSQL)."""
+"""UploadStore: chunk protocol, idempotent resend, sha checks, restarts, caps, expiry.
+Every test runs against both stores (`store_settings`: SQLite and files, then PostgreSQL)."""
 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
 
 from rlm_mcp.errors import BadArgumentError, NotFoundError, TooLargeError
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.store import ContextStore, UploadStore
 from rlm_mcp.store.factory import make_stores
+from tests.fixtures_both_stores import age_uploads, stored_bytes, upload_chunks_kept
 
 pytestmark = pytest.mark.anyio
-
-
-def _stores(settings):
-    contexts = ContextStore(settings)
-    return contexts, UploadStore(settings, contexts)
 
 
 async def _send(uploads, data, index, upload_id=None, final=False, sha256=None, name=None, format=None):
@@ -34,8 +28,14 @@ async def _send(uploads, data, index, upload_id=None, final=False, sha256=None, 
     )
 
 
-async def test_upload_in_chunks(settings) -> None:
-    contexts, uploads = _stores(settings)
+async def test_upload_in_chunks(store_settings) -> None:
+    settings = store_settings()
+    async with make_stores(settings) as stores:
+        await _upload_in_chunks(stores, settings)
+
+
+async def _upload_in_chunks(stores, settings) -> None:
+    uploads = stores.uploads
     text = "é" * 10 + "tail"
     raw = text.encode()
     parts = [raw[:5], raw[5:13], raw[13:]]  # cuts inside multi-byte characters
@@ -48,8 +48,8 @@ async def test_upload_in_chunks(settings) -> None:
     assert done.done and done.context is not None
     assert done.context.name == "doc" and done.context.chars == len(text) and done.context.format == "text"
     assert done.context.source["type"] == "upload"
-    assert contexts.spec(done.context).path.read_bytes() == raw
-    assert not (Path(settings.data_dir) / "uploads" / first.upload_id).exists()  # chunks deleted
+    assert await stored_bytes(stores, done.context.sha256) == raw
+    assert not await upload_chunks_kept(stores, settings, first.upload_id)  # chunks deleted
     # Resending the final chunk after completion returns the same handle.
     again = await _send(uploads, parts[2], 2, first.upload_id, final=True)
     assert again.done and again.context.context_id == done.context.context_id
@@ -141,15 +141,12 @@ async def _invalid_text_upload_is_kept(uploads) -> None:
     assert state.next_index == 2 and not state.done
 
 
-async def test_stale_upload_expires(settings) -> None:
-    import sqlite3
-    import time
-
-    contexts, uploads = _stores(settings)
-    s = await _send(uploads, b"old", 0)
-    with sqlite3.connect(contexts.db_path) as conn:
-        conn.execute("UPDATE uploads SET updated_at = ?", (time.time() - 2 * 86400,))
-    await _send(uploads, b"new", 0)  # any chunk runs the expiry
-    assert not (Path(settings.data_dir) / "uploads" / s.upload_id).exists()
-    with pytest.raises(NotFoundError, match="expire"):
-        await _send(uploads, b"more", 1, s.upload_id)
+async def test_stale_upload_expires(store_settings) -> None:
+    settings = store_settings()
+    async with make_stores(settings) as stores:
+        s = await _send(stores.uploads, b"old", 0)
+        await age_uploads(stores, 2 * 86400)
+        await _send(stores.uploads, b"new", 0)  # any chunk runs the expiry
+        assert not await upload_chunks_kept(stores, settings, s.upload_id)
+        with pytest.raises(NotFoundError, match="expire"):
+            await _send(stores.uploads, b"more", 1, s.upload_id)

@@ -1,9 +1,11 @@
 """This replica's local copy of context bytes, content-addressed: `data_dir/cache/<sha[:2]>/<sha>`.
 
-The bytes live in PostgreSQL; a sandbox needs a local file to bind-mount, so a context in use
+The bytes live in PostgreSQL; a run streams a context to its sandbox from a local file, so one in use
 is fetched here first (streamed chunk by chunk, checked against its sha256, renamed into place).
 A file whose blob is no longer in the database (deleted or evicted on any replica) is removed by
 `sweep`, which runs at each heartbeat and after every delete or eviction on this replica.
+Cached files are private (0600 in a 0700 data dir: `rlm_mcp.store.private`), as the file store's
+blobs are: a sandbox receives the bytes over its stream, never by a mount.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import anyio
 
 from rlm_mcp.errors import UnknownIdError
 from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -38,16 +41,22 @@ class BlobCache:
         except FileNotFoundError:
             return False
 
+    def prepare(self) -> None:
+        """The data dir private (0700, also when made beforehand) and its temp folder made:
+        cached contexts are users' documents, as the file store's blobs are."""
+        private_dir(self.root.parent)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+
     def adopt(self, tmp_path: Path, sha256: str) -> None:
         """Move a verified temp file (same filesystem) into the cache."""
         target = self.path(sha256)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(tmp_path, 0o644)  # a sandbox under another uid reads the bind-mounted file
+        os.chmod(tmp_path, PRIVATE_FILE)  # a sandbox gets the bytes over its stream, never by a mount
         os.replace(tmp_path, target)
 
     def copy_in(self, source: Path, sha256: str) -> None:
         """Copy a file the caller keeps (a user's file) into the cache."""
-        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        self.prepare()
         fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="cache-", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
@@ -64,7 +73,7 @@ class BlobCache:
         async with lock:
             if await anyio.to_thread.run_sync(self.has, sha256, size):
                 return target
-            await anyio.to_thread.run_sync(lambda: self.tmp_dir.mkdir(parents=True, exist_ok=True))
+            await anyio.to_thread.run_sync(self.prepare)
             fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="fetch-", suffix=".tmp")
             tmp = Path(name)
             digest = hashlib.sha256()

@@ -91,10 +91,7 @@ class PgContextStore:
         self.cache = BlobCache(root / "cache", self.tmp_dir)
 
     def _prepare(self) -> None:
-        root = Path(self._settings.data_dir)
-        if not root.exists():
-            root.mkdir(parents=True, mode=0o700, exist_ok=True)
-        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        self.cache.prepare()
 
     # --- writing -------------------------------------------------------------------------
 

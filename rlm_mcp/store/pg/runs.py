@@ -245,12 +245,17 @@ class PgRunStore:
         used = 0
         async with self._db.connection() as conn:
             cur = conn.cursor()
-            async for row in cur.stream("SELECT line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (run_id,)):
+            async for row in cur.stream(
+                "SELECT seq, line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (run_id,)
+            ):
                 size = len(row["line"].encode()) + 1
                 if limit_bytes is not None and used + size > limit_bytes:
                     break
                 used += size
-                events.append(loads(row["line"]))  # another version's line: an UnreadableEvent
+                try:
+                    events.append(loads(row["line"]))  # another version's line: an UnreadableEvent
+                except ValueError:  # not JSON: skipped, as the file store skips a malformed line
+                    log.warning("skipping a malformed event line of run %s (seq %s)", run_id, row["seq"])
         return events
 
     async def version(self, run_id: str) -> str:
