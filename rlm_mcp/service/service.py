@@ -43,6 +43,8 @@ logger = logging.getLogger("rlm_mcp.service")
 
 ProgressReport = Callable[[float, float | None, str], Awaitable[None]]
 Mode = Literal["stdio", "http"]
+# How an upload chunk's `data` string is encoded on the wire.
+ChunkEncoding = Literal["text", "base64"]
 _LM_CHECK_TTL_S = 60.0
 
 
@@ -141,7 +143,7 @@ class RlmService:
         index: int,
         upload_id: str | None,
         final: bool,
-        encoding: Literal["text", "base64"],
+        encoding: ChunkEncoding,
         sha256: str | None,
         name: str | None,
         format: ContextFormat | None,
