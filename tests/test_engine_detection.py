@@ -20,10 +20,9 @@ from rlm_mcp.sandbox.docker.engine import (
     engine_info,
     engine_ulimits,
     pids_limit,
-    stopped_while_removed,
     update_failure,
-    update_unsupported,
 )
+from rlm_mcp.sandbox.docker.faults import stopped_while_removed, update_unsupported
 from rlm_mcp.sandbox.docker.hardening import create_kwargs
 from rlm_mcp.testing.settings import make_settings
 

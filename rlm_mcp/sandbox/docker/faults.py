@@ -171,3 +171,19 @@ def is_gone(exc: BaseException) -> bool:
     """A remove that failed because the container is already gone (or being removed)."""
     text = str(exc).lower()
     return any(marker in text for marker in _GONE_MARKERS)
+
+
+def stopped_while_removed(exc: BaseException) -> bool:
+    """Podman's answer to a forced removal racing the container's own exit (worth one retry)."""
+    text = str(exc).lower()
+    return "could not be stopped" in text and "state improper" in text
+
+
+def update_unsupported(exc: BaseException) -> bool:
+    """Whether a failed `docker update` means the engine or runtime cannot update in place (as
+    opposed to a container that is already gone or stopped, or a lost connection)."""
+    import docker.errors
+
+    if not isinstance(exc, docker.errors.APIError) or not is_refused(exc) or is_gone(exc):
+        return False
+    return "is not running" not in str(exc).lower()
