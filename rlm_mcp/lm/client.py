@@ -166,11 +166,3 @@ class LMClient:
     async def probe(self) -> ProbeResult:
         """The root endpoint's probe."""
         return (await self.probes())[0]
-
-    async def served_cards(self, role: Role = "root") -> list[dict[str, Any]] | None:
-        """The /v1/models cards of an endpoint (cached); None when it lists none."""
-        parts = self._root if role == "root" else self._sub
-        return await parts.catalog.cards()
-
-    def server_kind(self, role: Role = "root") -> str | None:
-        return (self._root if role == "root" else self._sub).catalog.kind
