@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from rlm_mcp.testing.servers import free_port
+from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
 from tests.fixtures_postgres import PASSWORD
@@ -45,20 +44,9 @@ def replica(tmp_path: Path, name: str, database_url: str, lm_url: str) -> Iterat
         RLM_MCP_SANDBOX_MEMORY="512m",
         RLM_MCP_LOG_LEVEL="DEBUG",  # the most the logs say: the password must still be absent
     )
-    log = open(root / "server.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], env=env, stdout=log, stderr=log
-    )
-    try:
+    argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
+    with server_process(argv, port=port, env=env, within_s=120, log=root / "server.log"):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def _up(base: str) -> bool:
