@@ -222,7 +222,11 @@ class SandboxBackend(Protocol):
         ...
 
     async def set_cpus(self, channel: KernelChannel, cpus: float) -> None:
-        """Change a running sandbox's CPU limit in place (best effort; never raises)."""
+        """Change a running sandbox's CPU limit in place. Raises `CpuLimitFixed` (why, and the
+        fix) when the backend cannot change limits in place at all: the CPU shares then switch off
+        and each sandbox keeps the limit it was created with, saying so (`sandbox/cpu.py`). Any
+        other failure (the sandbox is gone, the connection dropped) is raised as it is; the
+        shares log it and try again at the next change."""
         ...
 
     def lost_error(self, attempts: int, detail: str) -> SandboxError:
