@@ -115,3 +115,22 @@ def test_each_commands_help_shows_its_options(
     shown = capsys.readouterr().out
     for action in _options(COMMANDS[path]):
         assert action.option_strings[-1] in shown and str(action.help).split()[0] in shown
+
+
+def test_eval_help_shows_the_run_forms_options_and_names_the_other_forms(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "--help"])
+    assert exited.value.code == 0
+    shown = capsys.readouterr().out
+    for action in _options(eval_forms()["TASKS.jsonl"]):
+        assert action.option_strings[-1] in shown, f"`rlm-mcp eval --help` omits {action.option_strings[-1]}"
+    assert re.search(r"^\s+generate\s+\S", shown, re.M) and re.search(r"^\s+import\s+\S", shown, re.M)
+
+
+def test_a_task_file_named_like_no_form_is_run_by_the_run_form(capsys: pytest.CaptureFixture[str]) -> None:
+    # The run form parses the whole rest: a missing --output is its own error, naming its usage.
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "tasks.jsonl", "--parallel", "2"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "rlm-mcp eval TASKS.jsonl: error" in err and "--output" in err
