@@ -27,6 +27,9 @@ from typing import Annotated, Any, ClassVar, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+# Which model an LM call is for: a root turn, or a sub-call (llm_query*, rlm_query at the depth limit).
+CallRole = Literal["root", "sub"]
+
 # Seconds and times: ints stay ints and floats floats, so a line reads back and encodes to the
 # same bytes (pydantic would turn a `float` field's 900 into 900.0).
 Number = int | float
@@ -125,7 +128,7 @@ class LLMCall(_Event):
     )
     type: Literal["llm_call"] = "llm_call"
     run_id: str
-    role: Literal["root", "sub"]
+    role: CallRole
     model: str
     prompt_tokens: int
     completion_tokens: int

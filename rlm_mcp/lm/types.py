@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rlm_mcp.events import CallRole
+
 CallStatus = Literal["ok", "error"]
 
 
@@ -17,7 +19,7 @@ class CallRecord:
     completion_tokens: int
     latency_s: float
     status: CallStatus
-    role: Literal["root", "sub"] = "root"
+    role: CallRole = "root"
     error: str | None = None
     # True when the server sent no `usage` and the token counts are local estimates.
     estimated: bool = False
