@@ -34,7 +34,7 @@ _USAGE = """rlm-mcp eval TASKS.jsonl --output DIR [--parallel N] [--baseline dir
 _RUN_DESCRIPTION = "Run every task of a task file through rlm-mcp, score the answers, write DIR/summary.md."
 
 
-class _Forms(argparse._SubParsersAction):  # type: ignore[type-arg]
+class Forms(argparse._SubParsersAction):  # type: ignore[type-arg]
     """`eval`'s subcommands (generate, import); a first word that names none of them is a task
     file, and the whole rest is parsed by the run form."""
 
@@ -78,7 +78,7 @@ def add_parser(sub: Any) -> None:
         prog="rlm-mcp eval",
         title="forms",
         metavar="TASKS.jsonl | generate | import",
-        action=_Forms,
+        action=Forms,
         run_form=run_form,
     )
     generate_cli.configure(
@@ -110,11 +110,6 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=lambda args, settings: _evaluate(Path(args.tasks), args, settings))
     return p
-
-
-def forms() -> dict[str, argparse.ArgumentParser]:
-    """The parser of each form of `rlm-mcp eval` (its first word, or TASKS.jsonl): for help checks."""
-    return {"TASKS.jsonl": _run_parser(), "generate": generate_cli._parser(), "import": import_cli._parser()}
 
 
 def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> int:

@@ -41,10 +41,6 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def _parser() -> argparse.ArgumentParser:
-    return configure(argparse.ArgumentParser(prog="rlm-mcp eval generate", description=DESCRIPTION))
-
-
 def generate(kind: str, out: Path, args: argparse.Namespace) -> list[Task]:
     n: Callable[[int], int] = lambda default: args.n if args.n is not None else default  # noqa: E731
     if kind == "needle":
@@ -61,10 +57,6 @@ def generate(kind: str, out: Path, args: argparse.Namespace) -> list[Task]:
         *generate_pairs(out, seed=args.seed, users=args.users, n=1),
         *generate_code(out, seed=args.seed, n=n(2)),
     ]
-
-
-def generate_command(argv: list[str]) -> int:
-    return _generate(_parser().parse_args(argv))
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -32,10 +32,6 @@ def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def _parser() -> argparse.ArgumentParser:
-    return configure(argparse.ArgumentParser(prog="rlm-mcp eval import", description=DESCRIPTION))
-
-
 def load(args: argparse.Namespace, out: Path) -> list[Task]:
     src = Path(args.file)
     n = DEFAULT_N[args.benchmark] if args.n is None else (args.n or None)
@@ -47,10 +43,6 @@ def load(args: argparse.Namespace, out: Path) -> list[Task]:
         return load_longbench_code(src, out, n=n)
     corpus = Path(args.corpus) if args.corpus else None
     return load_browsecomp_plus(src, out, corpus_path=corpus, k=args.k, n=n, seed=args.seed)
-
-
-def import_command(argv: list[str]) -> int:
-    return _import(_parser().parse_args(argv))
 
 
 def _import(args: argparse.Namespace) -> int:
