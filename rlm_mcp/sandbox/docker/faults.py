@@ -153,6 +153,9 @@ def is_refused(exc: BaseException) -> bool:
 # Beyond a lost connection: the ways a first connection cannot be made at all.
 _UNREACHABLE_MARKERS = ("no such file or directory", "cannot connect", "name or service not known", "permission denied")
 _GONE_MARKERS = ("no such container", "already in progress")
+# An update that raced the container's exit: Docker says "is not running", runc (through Docker)
+# "container not running". Neither means the engine cannot update a running container.
+_STOPPED_MARKERS = ("is not running", "container not running")
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -186,4 +189,5 @@ def update_unsupported(exc: BaseException) -> bool:
 
     if not isinstance(exc, docker.errors.APIError) or not is_refused(exc) or is_gone(exc):
         return False
-    return "is not running" not in str(exc).lower()
+    text = str(exc).lower()
+    return not any(marker in text for marker in _STOPPED_MARKERS)
