@@ -29,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # Which model an LM call is for: a root turn, or a sub-call (llm_query*, rlm_query at the depth limit).
 CallRole = Literal["root", "sub"]
+# What code in the sandbox asked for: a plain sub-call (llm_query*) or a child RLM (rlm_query*).
+SubCallKind = Literal["llm", "rlm"]
 
 # Seconds and times: ints stay ints and floats floats, so a line reads back and encodes to the
 # same bytes (pydantic would turn a `float` field's 900 into 900.0).
@@ -168,7 +170,7 @@ class SubCalls(_Event):
     refused: int
     iteration: int | None = None
     block: int | None = None
-    kind: Literal["llm", "rlm"]
+    kind: SubCallKind
     requested_kind: str
     count: int
     failed: int

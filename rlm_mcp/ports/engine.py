@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # the LM layer is not loaded at run time: importing a port loads nothing else
-    from rlm_mcp.events import CallRole
+    from rlm_mcp.events import CallRole, SubCallKind
     from rlm_mcp.lm.types import Completion
 
 # How a context's bytes are read: text (a str in the sandbox) or JSON (a list or dict there).
@@ -39,7 +39,7 @@ class ContextSpec:
 class LMRequest:
     """A sub-call asked for by code inside the sandbox (`llm_query*` or `rlm_query*`)."""
 
-    kind: Literal["llm", "rlm"]
+    kind: SubCallKind
     prompts: list[str]
     model: str | None = None
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from rlm_mcp.errors import SandboxError
+    from rlm_mcp.events import SubCallKind
     from rlm_mcp.ports.owners import OwnerLiveness
 
 
@@ -91,7 +92,7 @@ class ExecResultFrame:
 @dataclass(frozen=True)
 class LMRequestFrame:
     id: int
-    kind: Literal["llm", "rlm"]
+    kind: SubCallKind
     prompts: list[str]
     model: str | None = None
     main: bool = False  # made by the cell's main thread (pauses its running-time clock)
