@@ -31,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 CallRole = Literal["root", "sub"]
 # What code in the sandbox asked for: a plain sub-call (llm_query*) or a child RLM (rlm_query*).
 SubCallKind = Literal["llm", "rlm"]
+# How an LM call ended.
+CallStatus = Literal["ok", "error"]
 
 # Seconds and times: ints stay ints and floats floats, so a line reads back and encodes to the
 # same bytes (pydantic would turn a `float` field's 900 into 900.0).
@@ -135,7 +137,7 @@ class LLMCall(_Event):
     prompt_tokens: int
     completion_tokens: int
     latency_s: Number
-    status: Literal["ok", "error"]
+    status: CallStatus
     finish_reason: str | None
     error: str | None
     depth: int

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from rlm_mcp.events import CallRole
-
-CallStatus = Literal["ok", "error"]
+from rlm_mcp.events import CallRole, CallStatus
 
 
 @dataclass(frozen=True)
