@@ -188,6 +188,10 @@ def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
             "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
             '(README "Team server"), or serve with --role both (the default).',
         )
+    if settings.role != "front":  # this process runs sandboxes: never without their limits
+        from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
+
+        anyio.run(refuse_unlimited_sandboxes, settings)
     anyio.run(_serve_worker if settings.role == "worker" else _serve, settings)
     return 0
 

@@ -195,7 +195,7 @@ async def _team(settings: Settings) -> list[Check]:
         from rlm_mcp.store.pg.status import LATEST, team_status
     except ImportError:
         return [Check("database", False, "the PostgreSQL driver is not installed", "pip install 'rlm-mcp[team]'")]
-    status = await team_status(settings.database_url.get_secret_value())
+    status = await team_status(settings.database_url.get_secret_value(), settings.worker_lease_s)
     if status.error is not None:
         return [Check("database", False, status.error, status.fix)]
     checks = [Check("database", True, status.where)]

@@ -2,7 +2,9 @@
 
 A full disk, a user's quota or the open-files limit used to reach a client as "Internal error in
 rlm-mcp (OSError)". `exhausted` turns those OSErrors into an `RlmMcpError` naming the path, the
-cause and the fix; other errors return None and stay internal errors.
+cause and the fix; other errors return None and stay internal errors. Tool calls and the CLI
+raise or print it; a run's final status (the engine's, and a background run's in the service)
+states it through `unexpected_failure`, the same rule.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import errno
 
 from rlm_mcp.errors import RlmMcpError
 
-__all__ = ["ResourceExhaustedError", "exhausted"]
+__all__ = ["ResourceExhaustedError", "exhausted", "unexpected_failure"]
 
 
 class ResourceExhaustedError(RlmMcpError):
@@ -43,3 +45,10 @@ def exhausted(exc: BaseException) -> ResourceExhaustedError | None:
             "(`ulimit -n`, LimitNOFILE=) or lower RLM_MCP_MAX_RUNS / RLM_MCP_HTTP_MAX_CONNECTIONS.",
         )
     return None
+
+
+def unexpected_failure(exc: BaseException) -> str:
+    """A run's final reason for an error nobody anticipated: the phrased cause and fix when the
+    machine ran out of disk, quota or descriptors (`exhausted`), else "internal error: …"."""
+    phrased = exhausted(exc)
+    return str(phrased) if phrased is not None else f"internal error: {type(exc).__name__}: {exc}"

@@ -1,11 +1,11 @@
 """HAProxy (Debian's package) in front of rlm-mcp HTTP replicas sharing one PostgreSQL database
 and one Docker daemon: the deployment the README's "Team server" section describes.
 
-`balanced_replicas` starts `count` replicas (`rlm-mcp serve --transport http`, each with its own
-data dir and log), then HAProxy on a free loopback port with the repository's own configuration,
-`deploy/haproxy/haproxy.cfg` (the README shows the same text): only the lines marked `# yours`
-(the listening address and certificate, the servers) are replaced, with TLS terminated by a
-certificate made for the test. Everything is stopped on exit.
+`balanced_replicas` starts `count` replicas (tests/fixtures_team.py's `team_replica`: `rlm-mcp
+serve --transport http`, each with its own data dir and log), then HAProxy on a free loopback port
+with the repository's own configuration, `deploy/haproxy/haproxy.cfg` (the README shows the same
+text): only the lines marked `# yours` (the listening address and certificate, the servers) are
+replaced, with TLS terminated by a certificate made for the test. Everything is stopped on exit.
 
 Which replica served what is read from the replicas' own logs (uvicorn's access lines and the
 SDK's "Created new transport with session ID" line), never from HAProxy's word.
@@ -24,12 +24,11 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp.testing.servers import free_port, server_process
-from tests.fixtures_e2e import SERVER_SCRIPT, cli_env, new_instance_id
+from tests.fixtures_team import Replica, team_replica
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 YOURS = "# yours"
-_ACCESS = re.compile(r'"(GET|POST|DELETE) /mcp HTTP/[0-9.]+"')
 
 
 def haproxy_path() -> str:
@@ -85,26 +84,6 @@ def make_certificate(folder: Path) -> tuple[Path, Path]:
 
 
 @dataclass(frozen=True)
-class Replica:
-    name: str
-    base: str  # http://127.0.0.1:PORT, the replica itself (no balancer)
-    log: Path
-    role: str  # both, front or worker (team mode part 2)
-    owner: str  # its sandboxes' owner label (RLM_MCP_INSTANCE_ID)
-    pid: int
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def mcp_requests(self) -> int:
-        """Requests to /mcp this replica has answered (its access log)."""
-        return len(_ACCESS.findall(self.text()))
-
-    def created_session(self, session_id: str) -> bool:
-        return f"session ID: {session_id}" in self.text()
-
-
-@dataclass(frozen=True)
 class Balanced:
     url: str  # https://127.0.0.1:PORT, HAProxy
     cafile: Path  # the certificate clients trust
@@ -150,30 +129,27 @@ def balanced_replicas(
     pem, cafile = make_certificate(folder)
     lb_port = free_port()
     public_url = f"https://127.0.0.1:{lb_port}"
-    ports = [free_port() for _ in range(count)]
     replicas: list[Replica] = []
     with ExitStack() as stack:
-        for i, port in enumerate(ports):
-            root = tmp_path / f"replica{i + 1}"
-            root.mkdir()
-            owner = new_instance_id()
-            settings = {
-                "RLM_MCP_DATABASE_URL": urls[i],
-                "RLM_MCP_BASE_URL": lm_url,
-                "RLM_MCP_AUTH_TOKENS": ",".join(tokens),
-                "RLM_MCP_PUBLIC_URL": public_url,  # the Host and Origin HAProxy forwards
-                "RLM_MCP_SANDBOX_MEMORY": "512m",
-                "RLM_MCP_LOG_LEVEL": "INFO",  # access lines: which replica answered
-                "RLM_MCP_INSTANCE_ID": owner,
-                **(env or {}),  # the caller's settings win
-            }
-            replica_env = cli_env(root, **settings)
-            log = root / "server.log"
-            argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port), "--role", roles[i]]
-            proc = stack.enter_context(server_process(argv, port=port, env=replica_env, within_s=120, log=log))
-            replicas.append(Replica(f"rlm{i + 1}", f"http://127.0.0.1:{port}", log, roles[i], owner, proc.pid))
+        for i in range(count):
+            replicas.append(
+                stack.enter_context(
+                    team_replica(
+                        tmp_path / f"replica{i + 1}",
+                        name=f"rlm{i + 1}",  # its server name in HAProxy's configuration
+                        role=roles[i],
+                        database_url=urls[i],
+                        lm_url=lm_url,
+                        tokens=tokens,
+                        # the Host and Origin HAProxy forwards; the caller's settings win
+                        env={"RLM_MCP_PUBLIC_URL": public_url, **(env or {})},
+                    )
+                )
+            )
         config = folder / "haproxy.cfg"
-        config.write_text(render(CONFIG.read_text(), port=lb_port, cert=pem, servers=[("127.0.0.1", p) for p in ports]))
+        config.write_text(
+            render(CONFIG.read_text(), port=lb_port, cert=pem, servers=[("127.0.0.1", r.port) for r in replicas])
+        )
         checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, timeout=60)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         # -db: in the foreground, stopped by SIGTERM like the replicas; its log says when it

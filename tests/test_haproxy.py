@@ -3,8 +3,10 @@ Debian's haproxy with the README's configuration, TLS terminated at the balancer
 clients. A handshake-era session (2025-11-25 through the SDK, 2025-06-18 on the wire) stays on
 the replica that created it, learnt from the `initialize` answer; stateless (2026-07-28) calls
 spread over the replicas and share contexts; with two `--role both` workers and a `--role front`,
-runs spread over both workers and any replica starts, polls and cancels any run; a replica whose
-database is gone answers 503 on /healthz and leaves the rotation. Which replica served a request
+runs spread over both workers and any replica starts, polls and cancels any run; a worker killed
+with SIGKILL mid-run leaves its run ended with a status naming it and no container, and runs
+outlive a PostgreSQL restart, all read through the balancer; a replica whose database is gone
+answers 503 on /healthz and leaves the rotation. Which replica served a request
 is read from that replica's own log."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2
@@ -28,8 +31,9 @@ from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import sandbox_container_ids
-from tests.fixtures_haproxy import CONFIG, Balanced, Replica, balanced_replicas, haproxy_path, make_certificate, render
+from tests.fixtures_haproxy import CONFIG, Balanced, balanced_replicas, haproxy_path, make_certificate, render
 from tests.fixtures_postgres import Cluster
+from tests.fixtures_team import SHORT_LEASES, replica_client
 from tests.readme_blocks import blocks
 from tests.test_http_guard import INIT, MCP_HEADERS
 from tests.test_server_surface import ANSWER_NOW, STUCK, call
@@ -162,21 +166,23 @@ async def test_a_replica_whose_database_is_unreachable_leaves_the_rotation_and_c
 
 # Team mode part 2: two workers with one run slot each, a front that runs nothing.
 ROLES = ["both", "both", "front"]
-QUEUE_ENV = {
-    "RLM_MCP_MAX_RUNS": "1",
-    "RLM_MCP_WORKER_LEASE_S": "6",
-    "RLM_MCP_QUEUE_POLL_S": "0.5",
-    "RLM_MCP_CELL_TIMEOUT_S": "300",
-}
+QUEUE_ENV = {**SHORT_LEASES, "RLM_MCP_MAX_RUNS": "1"}
 SLOW_THEN_ANSWER = """```repl
 import time
 time.sleep(2)
 print("slept")
 ```"""
+# A cell that is still running when PostgreSQL goes away (the restart takes a second or two).
+LONG_CELL_THEN_ANSWER = """```repl
+import time
+time.sleep(4)
+print("slept through it")
+```"""
 SCRIPT = Script(
     root_by_query=[
         RootScript(match="stuck", replies=[STUCK]),
         RootScript(match="slow run", replies=[SLOW_THEN_ANSWER, ANSWER_NOW]),
+        RootScript(match="restart run", replies=[LONG_CELL_THEN_ANSWER, ANSWER_NOW]),
     ],
     root=[ANSWER_NOW],
 )
@@ -192,14 +198,6 @@ def run_row(db: str, run_id: str) -> tuple[str | None, str | None]:
         ).fetchone()
     assert found is not None
     return found[0], json.loads(found[1]).get("phase")
-
-
-@asynccontextmanager
-async def direct_client(replica: Replica) -> AsyncIterator[Client]:
-    """A client of one replica itself, past the balancer."""
-    http = httpx2.AsyncClient(headers=BEARER, timeout=120)
-    async with http, Client(streamable_http_client(f"{replica.base}/mcp", http_client=http)) as client:
-        yield client
 
 
 @pytest.mark.docker
@@ -266,7 +264,7 @@ async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_r
                 assert (await call(client, "rlm_status", run_id=stuck))["status"] == "running"
                 polled_on = await served_by(balanced, before)
             (third,) = [r for r in balanced.replicas if r.name not in (started_on, polled_on)]
-            async with direct_client(third) as on_third:
+            async with replica_client(third, ALICE) as on_third:
                 await call(on_third, "rlm_cancel", run_id=stuck)
             final = await call(client, "rlm_result", run_id=stuck, wait_s=120)
             assert final["status"] == "cancelled", final
@@ -275,3 +273,87 @@ async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_r
             await wait_until(
                 lambda: not sandbox_container_ids(owner), within_s=60, what="the cancelled run's sandbox removed"
             )
+
+
+async def final_result(client: Client, run_id: str, within_s: float = 180.0) -> dict[str, Any]:
+    """The run's result once it has ended (rlm_result long-polls, asked again until then; a
+    replica that has not reached PostgreSQL again after a restart answers so, and is asked again)."""
+    seen: dict[str, Any] = {}
+
+    async def ended() -> bool:
+        answer = await client.call_tool("rlm_result", {"run_id": run_id, "wait_s": 20})
+        if answer.is_error:
+            text = " ".join(getattr(c, "text", "") for c in answer.content)
+            assert "is unreachable" in text, text  # the database, for a moment: nothing else
+            return False
+        assert answer.structured_content is not None
+        seen.update(answer.structured_content)
+        return seen["status"] not in ("queued", "running")
+
+    await wait_until(ended, within_s=within_s, what=f"run {run_id} to end")
+    return seen
+
+
+@pytest.mark.docker
+@pytest.mark.postgres
+async def test_runs_through_the_balancer_survive_a_killed_worker_and_a_postgresql_restart(
+    tmp_path: Path, pg_cluster: Cluster, pg_url: str
+) -> None:
+    with (
+        ScriptedLM(SCRIPT) as lm,
+        balanced_replicas(
+            tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE], roles=ROLES, env=QUEUE_ENV
+        ) as balanced,
+    ):
+        workers = [r for r in balanced.replicas if r.role != "front"]
+        (front,) = [r for r in balanced.replicas if r.role == "front"]
+        async with mcp_client(balanced, "2026-07-28") as client:
+            await client.list_tools()  # the client checks results against the tools' schemas: fetched once here
+            cid = (await call(client, "rlm_load_context", text="survivor haystack " * 100))["context_id"]
+
+            # kill -9 the worker running a run whose model has answered (its cell is running):
+            # the run ends `error` naming the lost worker, read through the balancer.
+            doomed = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
+            await wait_until(lambda: run_row(pg_url, doomed)[1] == "cell", within_s=120, what="the doomed run's cell")
+            owner = run_row(pg_url, doomed)[0]
+            (victim,) = [r for r in workers if r.owner == owner]
+            (survivor,) = [r for r in workers if r is not victim]
+            assert sandbox_container_ids(victim.owner)
+            victim.kill()
+            await wait_until(lambda: balanced.server_down(victim.name), within_s=60, what="HAProxy to drop the dead")
+            lost = await final_result(client, doomed)
+            assert lost["status"] == "error", lost
+            assert f"pid {victim.pid})" in lost["reason"] and "rlm_start" in lost["reason"], lost
+            await wait_until(
+                lambda: not sandbox_container_ids(victim.owner), within_s=60, what="the lost worker's sandbox removed"
+            )
+
+            # PostgreSQL restarted while the surviving worker runs a cell: the run still ends
+            # with a structured status, and the replicas answer through the balancer again.
+            slow = (await call(client, "rlm_start", query="restart run", context_id=cid))["run_id"]
+            await wait_until(lambda: run_row(pg_url, slow)[1] == "cell", within_s=120, what="the slow run's cell")
+            assert run_row(pg_url, slow)[0] == survivor.owner
+            pg_cluster.stop()
+            pg_cluster.start()
+            live = [survivor, front]
+            await wait_until(
+                lambda: all(health_status(r.base) == 200 for r in live), within_s=120, what="both to reconnect"
+            )
+            # HAProxy may have taken them out during the outage (checks every 2 s): back after 2 good ones.
+            await wait_until(
+                lambda: not any(balanced.server_down(r.name) for r in live), within_s=60, what="HAProxy to use both"
+            )
+            ended = await final_result(client, slow)
+            assert ended["status"] in ("completed", "error"), ended
+            assert ended["status"] == "completed" or ended["reason"], ended
+            served: set[str] = set()
+
+            async def both_serve() -> bool:
+                before = balanced.requests()
+                await client.list_tools()
+                served.add(await served_by(balanced, before))
+                return served == {r.name for r in live}
+
+            await wait_until(both_serve, within_s=60, what="both live replicas to answer through the balancer")
+            again = await call(client, "rlm_complete", query="after the restart", context_id=cid)
+            assert again["status"] == "completed" and again["answer"] == "forty-two", again

@@ -1,12 +1,23 @@
 """The same scenario (load a folder, rlm_complete with progress, rlm_start + rlm_status +
-rlm_result, rlm_cancel, a resource read) with the Python `mcp` 1.x client of the handshake era,
-in an environment of its own (uv venv, pinned), against the real console script over stdio."""
+rlm_result, rlm_cancel, a resource read) with each Python `mcp` client era, against the real
+console script over stdio and streamable HTTP:
+
+- the handshake era's `mcp` 1.x client (protocol 2025-11-25), in an environment of its own (uv
+  venv, pinned), running tests/clients/mcp1_scenario.py;
+- the `mcp` 2.x `Client` (protocol 2026-07-28, this project's own SDK), running
+  tests/clients/mcp2_scenario.py: the same steps, the same JSON, the same assertions.
+
+The TypeScript SDK and LangChain run this scenario in test_ts_sdk_client.py and
+test_langchain_client.py."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -20,7 +31,7 @@ from tests.fixtures_uv import uv_path
 pytestmark = pytest.mark.docker
 
 MCP1 = "mcp==1.30.0"  # the last 1.x here; handshake era (protocol 2025-11-25)
-SCENARIO = Path(__file__).parent / "clients" / "mcp1_scenario.py"
+CLIENTS = Path(__file__).parent / "clients"
 ANSWER = '```repl\nanswer["content"] = "files:" + str(len(context))\nanswer["ready"] = True\n```'
 SCRIPT = Script(
     root_by_query=[
@@ -31,8 +42,14 @@ SCRIPT = Script(
 )
 
 
-@pytest.fixture(scope="module")
-def mcp1_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+@dataclass(frozen=True)
+class Era:
+    python: str  # the interpreter whose `mcp` is the client
+    scenario: Path
+    protocol: str  # the revision the client and the server agree on
+
+
+def _mcp1_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     venv = tmp_path_factory.mktemp("mcp1") / "venv"
     subprocess.run([uv_path(), "venv", "-q", "--python", "3.11", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
@@ -40,7 +57,24 @@ def mcp1_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     return python
 
 
-def test_mcp1_client_over_stdio(mcp1_python: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module", params=["mcp1", "mcp2"])
+def era(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Era:
+    if request.param == "mcp1":
+        return Era(_mcp1_python(tmp_path_factory), CLIENTS / "mcp1_scenario.py", "2025-11-25")
+    return Era(sys.executable, CLIENTS / "mcp2_scenario.py", "2026-07-28")  # the project's own mcp 2.x
+
+
+def _assert_scenario(seen: dict[str, Any], era: Era) -> None:
+    assert seen["protocol"] == era.protocol
+    assert seen["complete"]["status"] == "completed" and seen["complete"]["answer"].startswith("files:")
+    assert seen["progress"] >= 1
+    assert seen["status"] in ("running", "completed")
+    assert seen["result"]["status"] == "completed"
+    assert seen["cancelled"]["status"] == "cancelled"
+    assert seen["resource"]["context_id"]
+
+
+def test_client_era_over_stdio(era: Era, tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
     for name in ("a.txt", "b.txt"):
@@ -49,22 +83,15 @@ def test_mcp1_client_over_stdio(mcp1_python: str, tmp_path: Path) -> None:
         env = minimal_env(lm.base_url, tmp_path / "data", [tmp_path])
         spec = json.dumps({"command": str(SERVER_SCRIPT), "args": [], "env": env})
         run = subprocess.run(
-            [mcp1_python, str(SCENARIO), "stdio", spec, str(folder)], capture_output=True, text=True, timeout=600
+            [era.python, str(era.scenario), "stdio", spec, str(folder)], capture_output=True, text=True, timeout=600
         )
     assert run.returncode == 0, run.stderr[-3000:]
-    seen = json.loads(run.stdout.strip().splitlines()[-1])
-    assert seen["protocol"] == "2025-11-25"
-    assert seen["complete"]["status"] == "completed" and seen["complete"]["answer"].startswith("files:")
-    assert seen["progress"] >= 1
-    assert seen["status"] in ("running", "completed")
-    assert seen["result"]["status"] == "completed"
-    assert seen["cancelled"]["status"] == "cancelled"
-    assert seen["resource"]["context_id"]
+    _assert_scenario(json.loads(run.stdout.strip().splitlines()[-1]), era)
     assert_no_sandboxes_left(env["RLM_MCP_INSTANCE_ID"])
 
 
 @pytest.mark.anyio
-async def test_mcp1_client_over_streamable_http(mcp1_python: str, tmp_path: Path) -> None:
+async def test_client_era_over_streamable_http(era: Era, tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
     (folder / "c.txt").write_text("c\n")
@@ -74,12 +101,8 @@ async def test_mcp1_client_over_streamable_http(mcp1_python: str, tmp_path: Path
         serve = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
         with server_process(serve, port=port, env=env, within_s=120):
             run = await anyio.run_process(
-                [mcp1_python, str(SCENARIO), "http", f"http://127.0.0.1:{port}/mcp", str(folder)], check=False
+                [era.python, str(era.scenario), "http", f"http://127.0.0.1:{port}/mcp", str(folder)], check=False
             )
     assert run.returncode == 0, run.stderr.decode()[-3000:]
-    seen = json.loads(run.stdout.decode().strip().splitlines()[-1])
-    assert seen["protocol"] == "2025-11-25"
-    assert seen["complete"]["status"] == "completed" and seen["progress"] >= 1
-    assert seen["result"]["status"] == "completed" and seen["cancelled"]["status"] == "cancelled"
-    assert seen["resource"]["context_id"]
+    _assert_scenario(json.loads(run.stdout.decode().strip().splitlines()[-1]), era)
     assert_no_sandboxes_left(env["RLM_MCP_INSTANCE_ID"])

@@ -46,6 +46,28 @@ def test_a_blank_token_setting_stops_the_start(tmp_path: Path) -> None:
     assert "RLM_MCP_AUTH_TOKEN " in str(err.value) or "RLM_MCP_AUTH_TOKEN." in str(err.value)
 
 
+@pytest.mark.parametrize("value", ["", ",", " , ,, ", "   "])
+def test_a_tokens_list_without_tokens_stops_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # Read from the environment as an operator sets it: the list parses to no token at all.
+    monkeypatch.setenv("RLM_MCP_AUTH_TOKENS", value)
+    with pytest.raises(AccessDeniedError) as err:
+        build_http_app(_settings(tmp_path))
+    assert "RLM_MCP_AUTH_TOKENS " in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_tokens_list_without_tokens_stops_the_start_beside_another_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other source's token does not excuse the empty list: it was configured to add tokens.
+    monkeypatch.setenv("RLM_MCP_AUTH_TOKENS", ",")
+    with pytest.raises(AccessDeniedError) as err:
+        build_http_app(_settings(tmp_path, auth_token="alice-token"))
+    assert "RLM_MCP_AUTH_TOKENS " in str(err.value)
+
+
 def test_a_tokens_file_with_a_token_starts(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("# ops\nalice-token\n")

@@ -1,6 +1,6 @@
 """Issue 20 items 4 and 5: text a model, a context or another owner wrote reaches a person's
 terminal with its controls shown, never obeyed: `rlm-mcp run`'s answer, `runs list`,
-`contexts list` and `eval`'s progress and summary. `--json` stays exact. The commands run under
+`contexts list` and `eval`'s progress, summary and final error line. `--json` stays exact. The commands run under
 a real pty, as the red team ran them."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -108,3 +109,23 @@ def test_run_shows_a_hostile_answer_and_json_stays_exact(tmp_path: Path) -> None
     # The pty turns "\n" into "\r\n"; JSON escapes every control itself, so the bytes are plain.
     result = json.loads(exact[start:].replace(b"\r\n", b"\n"))
     assert result["answer"] == HOSTILE + " tail"
+
+
+def test_eval_shows_a_hostile_first_error_when_every_task_failed(tmp_path: Path) -> None:
+    # The one cause `eval` prints on stderr when every task ended in error quotes the task's
+    # context path: a downloaded task file chooses it (a newline in it must forge no line either).
+    (tmp_path / "suite").mkdir()
+    task = {"id": "t", "query": "q", "context_path": f"ctx/{HOSTILE}\nFORGED.txt", "answer": "x", "scorer": "exact"}
+    (tmp_path / "suite" / "tasks.jsonl").write_text(json.dumps(task) + "\n")
+    env = cli_env(tmp_path, RLM_MCP_BASE_URL="http://127.0.0.1:9/v1", DOCKER_HOST="unix:///nonexistent/docker.sock")
+    done = subprocess.run(  # bytes: text mode would turn a raw "\r" into "\n"
+        [str(SERVER_SCRIPT), "eval", "suite/tasks.jsonl", "--output", "out", "--plain"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert b"every task (1) ended in error" in done.stderr
+    assert_contained(done.stderr)
+    assert b"\nFORGED" not in done.stderr and b"\\x0aFORGED" in done.stderr

@@ -2,39 +2,35 @@
 PostgreSQL database, real Docker, the scripted LM.
 
 A front (`--role front`) runs nothing: its runs are executed by worker replicas (`--role both`),
-whose progress reaches the front's `rlm_complete`; status, result and cancel work through any
-replica; a worker killed with SIGKILL leaves its run with a status naming it and no container
-behind; a run that had not called the LM is queued again, once; a run queued while no worker is
-alive says so and ends after the queue timeout; a PostgreSQL restart mid-run ends in a final
-status. Leases are short here (RLM_MCP_WORKER_LEASE_S=6) so the tests stay quick.
+whose progress reaches the front's `rlm_complete`; a run's child RLM (`rlm_query`) runs inside it
+on the worker that claimed it, never queued; status, result and cancel work through any replica;
+a worker killed with SIGKILL leaves its run with a status naming it and no container behind; a
+run that had not called the LM is queued again, once (after SIGKILL and after SIGTERM); a run
+queued while no worker is alive says so and ends after the queue timeout; a PostgreSQL restart
+mid-run ends in a final status. Leases are short here (RLM_MCP_WORKER_LEASE_S=6) so the tests stay quick.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import psycopg
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.config import Settings
 from rlm_mcp.doctor import _team
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_e2e import SERVER_SCRIPT, cli_env, new_instance_id, sandbox_container_ids
+from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_postgres import Cluster
-from tests.test_server_surface import ANSWER_NOW, STUCK, call
+from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
+from tests.test_server_surface import ANSWER_NOW, PARENT, STUCK, call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.postgres]
 
@@ -47,42 +43,17 @@ print("slept")
 ```"""
 
 
-@dataclass
-class Replica:
-    url: str
-    owner: str  # its sandboxes' owner label (RLM_MCP_INSTANCE_ID)
-    proc: subprocess.Popen[bytes]
-
-
-@contextmanager
-def replica(tmp_path: Path, name: str, db: str, lm_url: str, role: str, **extra: str) -> Iterator[Replica]:
-    port = free_port("127.0.0.1")
-    root = tmp_path / name
-    root.mkdir()
-    owner = new_instance_id()
-    env = cli_env(
-        root,
-        RLM_MCP_DATABASE_URL=db,
-        RLM_MCP_BASE_URL=lm_url,
-        RLM_MCP_AUTH_TOKENS=TOKEN,
-        RLM_MCP_SANDBOX_MEMORY="512m",
-        RLM_MCP_INSTANCE_ID=owner,
-        RLM_MCP_WORKER_LEASE_S="6",  # short, yet a loaded 2-core CI machine does not miss it
-        RLM_MCP_QUEUE_POLL_S="0.5",
-        RLM_MCP_CELL_TIMEOUT_S="300",
-        RLM_MCP_LOG_LEVEL="INFO",
-        **extra,
+def replica(
+    tmp_path: Path, name: str, db: str, lm_url: str, role: str, **extra: str
+) -> AbstractContextManager[Replica]:
+    """A replica (tests/fixtures_team.py) with this module's token and short leases."""
+    return team_replica(
+        tmp_path / name, role=role, database_url=db, lm_url=lm_url, tokens=[TOKEN], env={**SHORT_LEASES, **extra}
     )
-    argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port), "--role", role]
-    with server_process(argv, port=port, env=env, within_s=120) as proc:
-        yield Replica(f"http://127.0.0.1:{port}", owner, proc)
 
 
-@asynccontextmanager
-async def client(r: Replica) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=180)
-    async with http, Client(streamable_http_client(f"{r.url}/mcp", http_client=http)) as c:
-        yield c
+def client(r: Replica) -> AbstractAsyncContextManager[Client]:
+    return replica_client(r, TOKEN)
 
 
 def row(db: str, run_id: str) -> dict[str, Any]:
@@ -123,10 +94,32 @@ def cell_started(db: str, run_id: str) -> bool:
     return found is not None
 
 
+def run_events(db: str, run_id: str) -> list[dict[str, Any]]:
+    """The events in a run's log (rlm_run_events), in order."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute("SELECT line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (run_id,)).fetchall()
+    return [json.loads(line) for (line,) in rows]
+
+
+def queue_rows(db: str) -> tuple[int, int]:
+    """(jobs ever queued, run records): a child RLM adds to neither."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        jobs = conn.execute("SELECT count(*) FROM procrastinate_jobs").fetchone()
+        runs = conn.execute("SELECT count(*) FROM rlm_runs").fetchone()
+    assert jobs is not None and runs is not None
+    return int(jobs[0]), int(runs[0])
+
+
 async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_replicas(
     tmp_path: Path, pg_url: str
 ) -> None:
-    script = Script(root_by_query=[{"match": "stuck", "replies": [STUCK]}], root=[SLOW_THEN_ANSWER, ANSWER_NOW])
+    script = Script(
+        root_by_query=[
+            {"match": "stuck", "replies": [STUCK]},
+            {"match": "Answer the following: parent", "replies": [PARENT]},  # calls rlm_query
+        ],
+        root=[SLOW_THEN_ANSWER, ANSWER_NOW],  # and the child RLM too
+    )
     with ScriptedLM(script) as lm, ExitStack() as stack:
         front = stack.enter_context(replica(tmp_path, "front", pg_url, lm.base_url, "front"))
         workers = [
@@ -152,6 +145,21 @@ async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_
             assert any("turn 1/" in line for line in lines), lines
             assert any("turn 2/" in line for line in lines), lines
 
+            # A child RLM (rlm_query with depth to spare) runs inside its parent's run on the
+            # worker that claimed the parent, never through the queue: one job, one run record,
+            # the child's events in the parent's log.
+            queued_before = queue_rows(pg_url)
+            deep = await call(on_front, "rlm_complete", query="parent question", context_id=cid, max_depth=2)
+            assert deep["status"] == "completed" and deep["answer"] == "child said: forty-two", deep
+            assert queue_rows(pg_url) == (queued_before[0] + 1, queued_before[1] + 1)
+            events = run_events(pg_url, deep["run_id"])
+            (child,) = [e["child_run_id"] for e in events if e["type"] == "child_start"]
+            child_turns = [e for e in events if e["type"] == "turn_start" and e["run_id"] == child]
+            assert child_turns and all(e["depth"] == 1 for e in child_turns), events
+            assert any(e["type"] == "child_end" and e["status"] == "completed" for e in events), events
+            parent = row(pg_url, deep["run_id"])
+            assert parent["owner"] in {w.owner for w in workers} and parent["requeues"] == 0
+
             # Two runs at once with one run slot per worker: each worker takes one.
             started = [(await call(on_front, "rlm_start", query=f"run {i}", context_id=cid))["run_id"] for i in (1, 2)]
             for run_id in started:
@@ -167,7 +175,7 @@ async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_
             owner = row(pg_url, stuck)["owner"]
             assert sandbox_container_ids(owner)  # its sandbox is up
             seen = await doctor(tmp_path, pg_url)
-            pids = {str(w.proc.pid) for w in workers}
+            pids = {str(w.pid) for w in workers}
             assert {p for p in pids if f"pid {p} " in seen["workers"]} == pids, seen
             assert f"pid {row(pg_url, stuck)['pid']} (heartbeat" in seen["workers"] and "1 run)" in seen["workers"]
             assert seen["queue"] == "0 runs waiting"
@@ -188,9 +196,9 @@ async def test_a_killed_worker_leaves_a_final_status_and_no_container(tmp_path: 
             for i, role in ((1, "worker"), (2, "both"))
         ]
         async with httpx.AsyncClient() as http:
-            health = await http.get(f"{workers[0].url}/healthz")
+            health = await http.get(f"{workers[0].base}/healthz")
             assert health.status_code == 200 and health.json()["role"] == "worker"
-            assert (await http.get(f"{workers[0].url}/mcp")).status_code == 404
+            assert (await http.get(f"{workers[0].base}/mcp")).status_code == 404
         async with client(front) as on_front:
             cid = (await call(on_front, "rlm_load_context", text="doomed haystack " * 500))["context_id"]
             run_id = (await call(on_front, "rlm_start", query="q", context_id=cid))["run_id"]
@@ -200,8 +208,7 @@ async def test_a_killed_worker_leaves_a_final_status_and_no_container(tmp_path: 
             where = row(pg_url, run_id)
             victim = next(w for w in workers if w.owner == where["owner"])
             assert sandbox_container_ids(victim.owner)
-            victim.proc.kill()  # SIGKILL: no clean-up of its own
-            victim.proc.wait()
+            victim.kill()  # SIGKILL: no clean-up of its own
 
             result = await call(on_front, "rlm_result", run_id=run_id, wait_s=60)
             if result["status"] == "running":
@@ -214,44 +221,38 @@ async def test_a_killed_worker_leaves_a_final_status_and_no_container(tmp_path: 
             )
 
 
-async def test_a_run_lost_before_its_first_lm_call_is_queued_again_once(tmp_path: Path, pg_url: str) -> None:
-    # The first root call hangs (the LM is slow) while its worker dies: nothing was recorded.
+@pytest.mark.parametrize(
+    ("stop", "role"),
+    [
+        pytest.param("kill", "both", id="SIGKILL-both"),  # lost: a sweeper queues the run again
+        pytest.param("terminate", "worker", id="SIGTERM-worker"),  # a clean stop hands the run back
+    ],
+)
+async def test_a_run_whose_worker_stops_before_its_first_lm_reply_is_queued_again_once(
+    tmp_path: Path, pg_url: str, stop: str, role: str
+) -> None:
+    # The first root call hangs (the LM is slow) while its worker stops: nothing was recorded.
     script = Script(root=[ANSWER_NOW], faults=[{"when": "root", "turn": 1, "delay_s": 120, "times": 1}])
     with ScriptedLM(script) as lm, ExitStack() as stack:
         front = stack.enter_context(replica(tmp_path, "front", pg_url, lm.base_url, "front"))
-        first = stack.enter_context(replica(tmp_path, "w1", pg_url, lm.base_url, "both"))
+        first = stack.enter_context(replica(tmp_path, "w1", pg_url, lm.base_url, role))
         async with client(front) as on_front:
-            cid = (await call(on_front, "rlm_load_context", text="retried haystack " * 500))["context_id"]
+            cid = (await call(on_front, "rlm_load_context", text=f"queued again after {stop} " * 500))["context_id"]
             run_id = (await call(on_front, "rlm_start", query="q", context_id=cid))["run_id"]
             await wait_until(lambda: len(lm.requests_by_role("root")) >= 1, within_s=120, what="the first LM call")
-            first.proc.kill()
-            first.proc.wait()
-            stack.enter_context(replica(tmp_path, "w2", pg_url, lm.base_url, "both"))
-            result = await call(on_front, "rlm_result", run_id=run_id, wait_s=120)
-            if result["status"] in ("queued", "running"):
-                result = await call(on_front, "rlm_result", run_id=run_id, wait_s=120)
-            assert result["status"] == "completed" and result["answer"] == "forty-two", result
-            assert row(pg_url, run_id)["requeues"] == 1
+            if stop == "kill":
+                first.kill()
+            else:
+                first.proc.terminate()
+                first.proc.wait(timeout=60)
 
-
-async def test_a_worker_stopped_before_its_run_had_an_lm_reply_hands_the_run_back(tmp_path: Path, pg_url: str) -> None:
-    script = Script(root=[ANSWER_NOW], faults=[{"when": "root", "turn": 1, "delay_s": 120, "times": 1}])
-    with ScriptedLM(script) as lm, ExitStack() as stack:
-        front = stack.enter_context(replica(tmp_path, "front", pg_url, lm.base_url, "front"))
-        first = stack.enter_context(replica(tmp_path, "w1", pg_url, lm.base_url, "worker"))
-        async with client(front) as on_front:
-            cid = (await call(on_front, "rlm_load_context", text="handed back " * 500))["context_id"]
-            run_id = (await call(on_front, "rlm_start", query="q", context_id=cid))["run_id"]
-            await wait_until(lambda: len(lm.requests_by_role("root")) >= 1, within_s=120, what="the first LM call")
-            first.proc.terminate()  # SIGTERM: a clean stop
-            first.proc.wait(timeout=60)
-
-            async def handed_back() -> bool:
+            async def queued_again() -> bool:
                 queued = await call(on_front, "rlm_status", run_id=run_id)
                 return queued["status"] == "queued" and "queued again" in (queued["notice"] or "")
 
-            await wait_until(handed_back, within_s=30, what="rlm_status to show the run queued again")
-            stack.enter_context(replica(tmp_path, "w2", pg_url, lm.base_url, "worker"))
+            # SIGTERM: at once; SIGKILL: once the lease (6 s) has expired and a sweeper ran.
+            await wait_until(queued_again, within_s=60, what="rlm_status to show the run queued again")
+            stack.enter_context(replica(tmp_path, "w2", pg_url, lm.base_url, role))
             result = await call(on_front, "rlm_result", run_id=run_id, wait_s=120)
             if result["status"] in ("queued", "running"):
                 result = await call(on_front, "rlm_result", run_id=run_id, wait_s=120)

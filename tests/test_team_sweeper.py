@@ -100,3 +100,34 @@ async def test_concurrent_sweepers_end_a_lost_run_once_and_requeue_a_fresh_one_o
             assert ended.summary["result"]["status"] == "error"
         finally:
             await app.close_async()
+
+
+async def test_doctor_lists_as_live_only_workers_within_the_lease(tmp_path: Path, pg_url: str) -> None:
+    """`rlm-mcp doctor`'s workers view applies RLM_MCP_WORKER_LEASE_S, the lease the sweepers
+    apply: a worker silent for 12 s is lost under a 5 s lease and live under a 60 s one."""
+    from rlm_mcp.doctor import _team
+
+    async def workers(lease_s: float) -> str:
+        settings = Settings(database_url=pg_url, data_dir=tmp_path / "doctor", worker_lease_s=lease_s)
+        return {c.name: c.detail for c in await _team(settings)}["workers"]
+
+    settings = Settings(database_url=pg_url, data_dir=tmp_path / "data", worker_lease_s=5.0)
+    stores = make_stores(settings)
+    async with stores:
+        db = stores.lifecycle
+        assert isinstance(db, Database)
+        app = make_app(pg_url)
+        await app.open_async()
+        try:
+            worker = await app.job_manager.register_worker()
+            await records.register_worker(db, worker, "owner-quiet")
+            async with db.connection() as conn:
+                await conn.execute(
+                    "UPDATE procrastinate_workers SET last_heartbeat = now() - interval '12 seconds' WHERE id = %s",
+                    (worker,),
+                )
+            assert await workers(5.0) == "none alive"
+            shown = await workers(60.0)
+            assert f"worker {worker} on " in shown and f"pid {os.getpid()} (heartbeat" in shown, shown
+        finally:
+            await app.close_async()

@@ -39,6 +39,7 @@ from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
 from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
+from rlm_mcp.resource_errors import unexpected_failure
 
 log = logging.getLogger("rlm_mcp.engine")
 
@@ -163,7 +164,7 @@ class RLMEngine:
                 raise RunNotStarted(exc) from exc
         except Exception as exc:
             log.exception("run %s failed", run_id)
-            status, reason = "error", f"internal error: {type(exc).__name__}: {exc}"
+            status, reason = "error", unexpected_failure(exc)  # a full disk is said with its fix
         finally:
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(_CLEANUP_GRACE_S):

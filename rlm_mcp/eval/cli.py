@@ -23,7 +23,7 @@ import anyio
 from rlm_mcp.cli_options import add_override_options
 from rlm_mcp.config import Settings
 from rlm_mcp.eval import generate_cli, import_cli
-from rlm_mcp.visible import visible
+from rlm_mcp.visible import visible, visible_line
 
 if TYPE_CHECKING:
     from rlm_mcp.eval.results import TaskResult
@@ -159,8 +159,8 @@ def _exit_status(results: list[TaskResult]) -> int:
     if not results or any(r.status != "error" for r in results):
         return 0
     first = next((r.error for r in results if r.error), "no reason recorded")
-    sys.stderr.write(
-        f"rlm-mcp eval: every task ({len(results)}) ended in error; the first: {first}\n"
+    sys.stderr.write(  # the cause may quote a downloaded task's path: controls shown, one line
+        f"rlm-mcp eval: every task ({len(results)}) ended in error; the first: {visible_line(first)}\n"
         "Fix that cause and run the same command again: tasks that ended in error run again "
         "(--keep-errors keeps them).\n"
     )

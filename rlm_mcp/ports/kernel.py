@@ -205,6 +205,12 @@ class SandboxBackend(Protocol):
         or `ImageMissingError` with the fix."""
         ...
 
+    async def check_limits(self, timeout_s: float) -> None:
+        """Reach the backend within `timeout_s` and refuse one that cannot enforce the sandbox's
+        memory, pids and CPU limits (`SandboxError` with the reason and the fix): `serve` calls it
+        at start. Raises `BackendUnavailableError`, or `TimeoutError`, when it cannot be reached."""
+        ...
+
     async def start(self, owner_id: str) -> KernelChannel:
         """A new sandbox labelled with `owner_id`, its kernel ready. Raises `SandboxError`
         (or `BackendConnectionLost`, retryable) when it cannot."""

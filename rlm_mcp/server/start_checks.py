@@ -1,8 +1,9 @@
 """What the HTTP server checks before it listens (issue 20 items 1 and 2).
 
 - A token source that is configured but yields no token (a tokens file holding only blank or
-  comment lines: a rotation in progress, a truncated write; a blank RLM_MCP_AUTH_TOKEN) stops the
-  start with one line naming the setting: it would otherwise serve with no authentication.
+  comment lines: a rotation in progress, a truncated write; a blank RLM_MCP_AUTH_TOKEN; an
+  RLM_MCP_AUTH_TOKENS of only commas and blanks) stops the start with one line naming the setting:
+  it would otherwise serve with no authentication.
 - With several tokens (several owners), path and glob loads read files under roots that every
   token shares. The default root (the server user's home) was never chosen for that, so with
   several tokens no root is open unless RLM_MCP_ALLOWED_ROOTS is set on purpose.
@@ -23,6 +24,11 @@ def checked_tokens(settings: Settings) -> list[str]:
         raise AccessDeniedError(
             "RLM_MCP_AUTH_TOKEN is set but blank, so it names no token.",
             "Set it to a token, or unset it.",
+        )
+    if "auth_tokens" in settings.model_fields_set and not any(t.strip() for t in settings.auth_tokens):
+        raise AccessDeniedError(
+            "RLM_MCP_AUTH_TOKENS is set but names no token (only commas or blanks).",
+            "Set it to comma-separated tokens, or unset it.",
         )
     try:
         tokens = load_tokens(settings)

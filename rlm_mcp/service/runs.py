@@ -23,6 +23,7 @@ from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunPro
 from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
 from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.run_queue import queue_refusal
 from rlm_mcp.service.views import RunSnapshot
@@ -196,9 +197,9 @@ class RunManager:
             except RunNotStarted as exc:
                 run.not_started = exc.cause
                 result = self._ended(run, "error", str(exc.cause))
-            except Exception as exc:  # a bug: keep the server up, say what happened
+            except Exception as exc:  # a full disk, or a bug: keep the server up, say what happened
                 logger.exception("run %s failed", run.run_id)
-                result = self._ended(run, "error", f"internal error: {type(exc).__name__}: {exc}")
+                result = self._ended(run, "error", unexpected_failure(exc))
             finally:
                 with anyio.CancelScope(shield=True):
                     if result is None:  # cancelled from outside the run's own scope (shutdown)

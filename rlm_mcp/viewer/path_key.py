@@ -3,9 +3,10 @@
 Cookies are not bound to a port: a session cookie with `Path=/runs/` is also sent to any other
 listener on the same host under `/runs/`, which could replay it. The viewer therefore also serves
 its pages under `/runs/s/<key>/` and scopes the cookie to that path; another listener never
-learns `<key>`, so the browser never sends it the cookie. The key is fixed per deployment: kept
-in the data dir (`viewer.key`, 0600), so replicas sharing the data dir share it and sessions
-survive nothing but the process, as before.
+learns `<key>`, so the browser never sends it the cookie. The key is fixed per deployment: the
+embedded server keeps it in the data dir (`viewer.key`, 0600), so servers sharing the data dir
+share it and sessions survive nothing but the process, as before; in team mode every replica
+derives it from the viewer key shared in the database (`path_key_from`, server/http.py).
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ from rlm_mcp.errors import CpuLimitFixed, SandboxError
 from rlm_mcp.ports.kernel import KernelChannel
 from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.sandbox.docker.container import KernelContainer
-from rlm_mcp.sandbox.docker.docker_api import LazyDocker, docker_errors, require_image_sync
+from rlm_mcp.sandbox.docker.docker_api import LazyDocker, connect_sync, docker_errors, require_image_sync
 from rlm_mcp.sandbox.docker.engine import (
     EngineInfo,
     check_engine,
+    check_limits,
     probe_sync,
     update_failure,
     update_fix,
@@ -63,6 +64,12 @@ class DockerBackend:
         client = await self._docker.get()
         check_engine(await self._engine(client), self.settings)  # never run sandboxes without their limits
         await anyio.to_thread.run_sync(require_image_sync, client, self.settings.sandbox_image)
+
+    async def check_limits(self, timeout_s: float) -> None:
+        """The engine's limits, read on a connection of its own with a short timeout (`serve`
+        checks them at start; a slow engine must not hold the start for the client's 30 s)."""
+        with anyio.fail_after(timeout_s):
+            await anyio.to_thread.run_sync(limits_sync, self.settings, timeout_s, abandon_on_cancel=True)
 
     async def start(self, owner_id: str) -> KernelChannel:
         client = await self._docker.get()
@@ -114,6 +121,16 @@ class DockerBackend:
 
     def close(self) -> None:
         self._docker.close()
+
+
+def limits_sync(settings: Settings, timeout_s: float) -> None:
+    """Connect, read the engine and refuse one that cannot enforce the limits (blocking)."""
+    client = connect_sync(timeout=max(1.0, timeout_s))
+    try:
+        with docker_errors():
+            check_limits(probe_sync(client, settings))
+    finally:
+        client.close()
 
 
 def docker_host_cpus(client: Any) -> float | None:

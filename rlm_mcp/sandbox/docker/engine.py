@@ -7,7 +7,8 @@ Docker-compatible service. They differ in ways that matter for safety, so they a
 from the engine (`probe_sync`) and checked here, never guessed:
 
 - Limits: a rootless engine on cgroup v1 (rootless Podman, rootless Docker) cannot apply the
-  memory, pids or CPU limits. Sandboxes without them are not sandboxes: `check_engine` refuses.
+  memory, pids or CPU limits. Sandboxes without them are not sandboxes: `check_limits` refuses,
+  before the first sandbox and when `serve` starts.
 - Runtime: the requested runtime must be registered with the engine, else the error says how.
 - Podman sets each container's process and file limits to its own maximum unless told, and runc
   cannot raise them past the service's hard limits once the capabilities are dropped: the
@@ -103,6 +104,19 @@ def engine_info(version: dict[str, Any], info: dict[str, Any], settings: Setting
 
 def check_engine(engine: EngineInfo, settings: Settings) -> None:
     """Refuse an engine that would run sandboxes without their limits, or lacks the runtime asked for."""
+    check_limits(engine)
+    wanted = settings.sandbox_runtime
+    if wanted and engine.runtimes and wanted not in engine.runtimes:
+        raise SandboxError(
+            f"The container runtime {wanted!r} (RLM_MCP_SANDBOX_RUNTIME) is not registered with {engine.product}; "
+            f"it has {', '.join(engine.runtimes)}.",
+            runtime_fix(wanted),
+        )
+
+
+def check_limits(engine: EngineInfo) -> None:
+    """Refuse an engine that cannot enforce the sandbox's memory, pids and CPU limits (also
+    checked when `serve` starts: `DockerBackend.check_limits`)."""
     if engine.rootless and engine.cgroup_version == "1":
         raise SandboxError(
             f"Rootless {engine.product} on cgroup v1 cannot enforce the sandbox's memory, pids and CPU limits, "
@@ -114,13 +128,6 @@ def check_engine(engine: EngineInfo, settings: Settings) -> None:
             f"{engine.product} reports that it cannot apply {', '.join(engine.missing_limits)} limits, "
             "so rlm-mcp will not start sandboxes there.",
             ROOTLESS_V1_FIX if engine.rootless else "Enable the missing cgroup controllers on the engine's host.",
-        )
-    wanted = settings.sandbox_runtime
-    if wanted and engine.runtimes and wanted not in engine.runtimes:
-        raise SandboxError(
-            f"The container runtime {wanted!r} (RLM_MCP_SANDBOX_RUNTIME) is not registered with {engine.product}; "
-            f"it has {', '.join(engine.runtimes)}.",
-            runtime_fix(wanted),
         )
 
 

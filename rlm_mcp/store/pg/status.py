@@ -27,13 +27,12 @@ class TeamStatus:
 
 # Migration 4 (the run queue's tables); the queue's queries need it.
 _QUEUE_SCHEMA = 4
-# A worker silent longer than this is not listed as live (RLM_MCP_WORKER_LEASE_S's default;
-# doctor reads the tables and need not share the servers' setting).
-_WORKER_SHOWN_S = 30.0
 
 
-async def team_status(url: str) -> TeamStatus:
-    """Connects once, changes nothing (no migration, no replica row)."""
+async def team_status(url: str, worker_lease_s: float) -> TeamStatus:
+    """Connects once, changes nothing (no migration, no replica row). A worker silent longer
+    than `worker_lease_s` (RLM_MCP_WORKER_LEASE_S, the lease the servers' sweepers apply) is
+    not listed as live."""
     status = TeamStatus(where=describe(url))
     probe = Database(url, replica=False)
     try:
@@ -57,20 +56,20 @@ async def team_status(url: str) -> TeamStatus:
                     for r in await cur.fetchall()
                 ]
                 if status.schema_version >= _QUEUE_SCHEMA:
-                    await _queue(conn, status)
+                    await _queue(conn, status, worker_lease_s)
     except psycopg.OperationalError as exc:
         err = probe.unavailable(exc)
         status.error, status.fix = err.cause, err.fix or ""
     return status
 
 
-async def _queue(conn: psycopg.AsyncConnection[dict[str, Any]], status: TeamStatus) -> None:
+async def _queue(conn: psycopg.AsyncConnection[dict[str, Any]], status: TeamStatus, lease_s: float) -> None:
     cur = await conn.execute(
         "SELECT p.id, w.host, w.pid, EXTRACT(EPOCH FROM now() - p.last_heartbeat) AS age, "
         "(SELECT count(*) FROM procrastinate_jobs j WHERE j.worker_id = p.id AND j.status = 'doing') AS runs "
         "FROM procrastinate_workers p LEFT JOIN rlm_workers w ON w.worker_id = p.id "
         "WHERE p.last_heartbeat > now() - make_interval(secs => %s) ORDER BY p.id",
-        (_WORKER_SHOWN_S,),
+        (lease_s,),
     )
     status.workers = [
         f"worker {r['id']} on {r['host'] or '?'} pid {r['pid'] or '?'} "

@@ -1,0 +1,105 @@
+"""One team-mode replica in a subprocess (`rlm-mcp serve --transport http --role ROLE` on a
+PostgreSQL database), the one starter the team tests share: tests/test_team_queue.py starts them
+one by one, tests/fixtures_haproxy.py puts several behind HAProxy.
+
+Each replica has its own folder (data dir, allowed root) and log (`server.log`: stderr and
+uvicorn's access lines, which say which replica answered), its own sandbox owner label, and is
+stopped (SIGTERM, then SIGKILL) on exit unless the test killed it first.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from rlm_mcp.testing.servers import free_port, server_process
+from tests.fixtures_e2e import SERVER_SCRIPT, cli_env, new_instance_id
+
+# Leases short enough for quick tests, long enough that a loaded 2-core CI machine does not miss
+# one; a cell timeout no stuck test cell reaches.
+SHORT_LEASES = {
+    "RLM_MCP_WORKER_LEASE_S": "6",
+    "RLM_MCP_QUEUE_POLL_S": "0.5",
+    "RLM_MCP_CELL_TIMEOUT_S": "300",
+}
+_ACCESS = re.compile(r'"(GET|POST|DELETE) /mcp HTTP/[0-9.]+"')
+
+
+@dataclass(frozen=True)
+class Replica:
+    name: str
+    base: str  # http://127.0.0.1:PORT, the replica itself (no balancer)
+    log: Path
+    role: str  # both, front or worker
+    owner: str  # its sandboxes' owner label (RLM_MCP_INSTANCE_ID)
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def port(self) -> int:
+        return int(self.base.rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up of its own (the exit of `team_replica` then only reaps it)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def mcp_requests(self) -> int:
+        """Requests to /mcp this replica has answered (its access log)."""
+        return len(_ACCESS.findall(self.text()))
+
+    def created_session(self, session_id: str) -> bool:
+        return f"session ID: {session_id}" in self.text()
+
+
+@contextmanager
+def team_replica(
+    folder: Path,
+    *,
+    role: str,
+    database_url: str,
+    lm_url: str,
+    tokens: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    name: str | None = None,
+) -> Iterator[Replica]:
+    """A replica with its data under `folder` (created), named `name` (default: the folder's
+    name); `env` adds or overrides settings (RLM_MCP_*)."""
+    folder.mkdir()
+    port = free_port()
+    owner = new_instance_id()
+    settings = {
+        "RLM_MCP_DATABASE_URL": database_url,
+        "RLM_MCP_BASE_URL": lm_url,
+        "RLM_MCP_AUTH_TOKENS": ",".join(tokens),
+        "RLM_MCP_SANDBOX_MEMORY": "512m",
+        "RLM_MCP_LOG_LEVEL": "INFO",  # access lines: which replica answered
+        "RLM_MCP_INSTANCE_ID": owner,
+        **(env or {}),  # the caller's settings win
+    }
+    log = folder / "server.log"
+    argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port), "--role", role]
+    with server_process(argv, port=port, env=cli_env(folder, **settings), within_s=120, log=log) as proc:
+        yield Replica(name or folder.name, f"http://127.0.0.1:{port}", log, role, owner, proc)
+
+
+@asynccontextmanager
+async def replica_client(replica: Replica, token: str) -> AsyncIterator[Client]:
+    """An MCP client of one replica itself (past any balancer)."""
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=180)
+    async with http, Client(streamable_http_client(f"{replica.base}/mcp", http_client=http)) as client:
+        yield client
