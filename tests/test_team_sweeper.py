@@ -16,7 +16,7 @@ from procrastinate.jobs import Status
 from rlm_mcp.config import Settings
 from rlm_mcp.service.queue import records
 from rlm_mcp.service.queue.app import QUEUE, defer_run, make_app
-from rlm_mcp.service.queue.sweeper import Sweeper
+from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 
@@ -129,5 +129,36 @@ async def test_doctor_lists_as_live_only_workers_within_the_lease(tmp_path: Path
             assert await workers(5.0) == "none alive"
             shown = await workers(60.0)
             assert f"worker {worker} on " in shown and f"pid {os.getpid()} (heartbeat" in shown, shown
+        finally:
+            await app.close_async()
+
+
+async def test_the_next_sweep_comes_when_a_lease_can_next_end(tmp_path: Path, pg_url: str) -> None:
+    """The sweepers' schedule (sweeper.py): with no worker, every few poll intervals; with a
+    live worker, just after its lease can end (the lease bound holds: never later than that
+    plus a poll interval); every poll interval while a running job has no worker."""
+    settings = Settings(database_url=pg_url, data_dir=tmp_path / "data", worker_lease_s=30.0, queue_poll_s=1.0)
+    stores = make_stores(settings)
+    async with stores:
+        db = stores.lifecycle
+        assert isinstance(db, Database)
+        app = make_app(pg_url)
+        await app.open_async()
+        try:
+            sweeper = Sweeper(settings, db, app)
+            assert await sweeper.sweep_once() == HOUSEKEEPING_EVERY * settings.queue_poll_s  # nobody to lose
+            worker = await app.job_manager.register_worker()
+            async with db.connection() as conn:
+                await conn.execute(
+                    "UPDATE procrastinate_workers SET last_heartbeat = now() - interval '28 seconds' WHERE id = %s",
+                    (worker,),
+                )
+            due = await sweeper.sweep_once()  # its lease ends in about 2 s: sooner than housekeeping
+            assert settings.queue_poll_s <= due <= 2.0 + LEASE_SLACK_S
+            await stores.runs.create("run_orphaned00000001", summary("run_orphaned00000001"))
+            await defer_run(app, "run_orphaned00000001")
+            assert await app.job_manager.fetch_job(queues=[QUEUE], worker_id=worker) is not None
+            await app.job_manager.unregister_worker(worker)  # its running job is left with no worker
+            assert await sweeper.sweep_once() == settings.queue_poll_s
         finally:
             await app.close_async()

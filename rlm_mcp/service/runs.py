@@ -68,6 +68,9 @@ class ActiveRun:
     seq: int = 0
     # Team mode: which worker runs it, or why it waits (no live worker); shown by rlm_status.
     notice: str | None = None
+    # Ended because its server shut down (cancelled from outside its own scope), set before
+    # its final record is written (a team worker may hand such a run back instead).
+    shut_down: bool = False
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
@@ -204,6 +207,7 @@ class RunManager:
                 with anyio.CancelScope(shield=True):
                     if result is None:  # cancelled from outside the run's own scope (shutdown)
                         result = self._ended(run, "cancelled", self.shutdown_reason)
+                        run.shut_down = True
                     run.result = result
                     run.progress.status = result.status
                     await self._finish_record(run, log)

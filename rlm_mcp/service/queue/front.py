@@ -2,14 +2,17 @@
 
 `QueueFront` has the interface of the local `RunManager` (`service.backends.RunBackend`), so
 `RlmService` and `rlm_complete`'s progress reporting do not know where a run executes. Each run
-this process follows is an `ActiveRun` mirror, refreshed from the run's row whenever its NOTIFY
-arrives (`wakeups.Wakeups`) and at least every RLM_MCP_QUEUE_POLL_S. Any replica follows any run
+this process follows is an `ActiveRun` mirror, refreshed whenever its NOTIFY arrives
+(`wakeups.Wakeups`: from the live summary the NOTIFY carries, else from the run's row) and from
+the row at least every RLM_MCP_QUEUE_POLL_S. Any replica follows any run
 (`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import json
 import logging
 import time
 import uuid
@@ -26,7 +29,6 @@ from rlm_mcp.lm.types import TokenCount, Usage
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.service.queue import records
 from rlm_mcp.service.queue.app import defer_run
-from rlm_mcp.service.queue.records import RunRow
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.run_queue import queue_refusal
 from rlm_mcp.service.runs import FINISHED_RUNS_KEPT, ActiveRun, RunRequest, run_summary
@@ -74,9 +76,9 @@ def ended(run: ActiveRun, status: Any, reason: str) -> dict[str, Any]:
     return {"status": status, "result": run.result.model_dump()}
 
 
-def apply(run: ActiveRun, row: RunRow) -> None:
-    """Bring the mirror up to the row; notify its waiters when something changed."""
-    s = row.summary
+def apply(run: ActiveRun, s: dict[str, Any], *, done: bool) -> None:
+    """Bring the mirror up to the run's summary (`done`: the row says it ended); notify its
+    waiters when something changed."""
     p = run.progress
     before = (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total)
     p.status = s.get("status", p.status)
@@ -90,7 +92,7 @@ def apply(run: ActiveRun, row: RunRow) -> None:
     notice = s.get("notice")
     if notice or p.status != "queued":  # a queued run keeps the front's own "no worker" notice
         run.notice = notice
-    if row.done and "result" in s and not run.done.is_set():
+    if done and "result" in s and not run.done.is_set():
         run.result = RunResult.model_validate(s["result"])
         if s.get("not_started"):
             run.not_started = RlmMcpError(s["not_started"]["cause"], s["not_started"].get("fix"))
@@ -151,7 +153,7 @@ class QueueFront:
             await records.finish(self._db, run_id, summary)
             raise self._db.unavailable(exc) from None
         await records.set_job(self._db, run_id, job_id)
-        self._follow(run)
+        self._follow(run, known=True)
         return run
 
     def get(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:
@@ -170,7 +172,7 @@ class QueueFront:
         request = request_of(row.summary)
         progress = RunProgress(run_id=run_id, max_iterations=request.limits.max_iterations, status="queued")
         run = ActiveRun(run_id, request, progress, created=float(row.summary.get("created_at", row.created_at)))
-        apply(run, row)
+        apply(run, row.summary, done=row.done)
         self._follow(run)
         return run
 
@@ -214,31 +216,52 @@ class QueueFront:
                 run.notice = notice
                 run.notify("queued")
 
-    def _follow(self, run: ActiveRun) -> None:
+    def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
         assert self._tg is not None
         self._mirrors[run.run_id] = run
-        self._tg.start_soon(self._watch, run)
+        self._wakeups.follow(run.run_id)
+        self._tg.start_soon(functools.partial(self._watch, run, known=known))
 
-    async def _watch(self, run: ActiveRun) -> None:
+    def _apply_live(self, run: ActiveRun, live: str) -> bool:
+        """Apply the live summary a wake-up carried; False if it is unreadable (read the row)."""
+        try:
+            apply(run, json.loads(live), done=False)
+        except (ValueError, TypeError, KeyError):
+            log.info("run %s: unreadable summary in a wake-up", run.run_id)
+            return False
+        return True
+
+    async def _refresh(self, run: ActiveRun) -> bool:
+        """Bring the mirror up to the run's row; False when the record is gone (the run ended)."""
+        try:
+            row = await records.read(self._db, run.run_id)
+        except Exception as exc:  # the database is restarting: keep following
+            log.info("could not read run %s: %s", run.run_id, exc)
+            return True
+        if row is None:  # pruned: it ended long ago
+            ended(run, "error", "the run's record is gone")
+            run.done.set()
+            run.notify("run_end")
+            return False
+        apply(run, row.summary, done=row.done)
+        return True
+
+    async def _watch(self, run: ActiveRun, *, known: bool = False) -> None:
+        """Follow the run until it ends; `known`: the mirror already shows its row (the run was
+        just queued here), so the first wake-up is awaited before anything is read."""
+        live: str | None = None  # the live summary the last wake-up carried: no row to read
         try:
             while not run.done.is_set():
-                try:
-                    row = await records.read(self._db, run.run_id)
-                except Exception as exc:  # the database is restarting: keep following
-                    log.info("could not read run %s: %s", run.run_id, exc)
-                    row = None
-                else:
-                    if row is None:  # pruned: it ended long ago
-                        ended(run, "error", "the run's record is gone")
-                        run.done.set()
-                        run.notify("run_end")
-                        break
-                if row is not None:
-                    apply(run, row)
-                    if run.progress.status == "queued" and not run.done.is_set():
-                        await self._say_if_no_worker(run)
+                if known:
+                    known = False
+                elif live is not None and self._apply_live(run, live):
+                    pass
+                elif not await self._refresh(run):
+                    break
+                if run.progress.status == "queued" and not run.done.is_set():
+                    await self._say_if_no_worker(run)
                 if not run.done.is_set():
-                    await self._wakeups.wait(run.run_id, self._settings.queue_poll_s)
+                    _, live = await self._wakeups.wait(run.run_id, self._settings.queue_poll_s)
         finally:
             self._wakeups.forget(run.run_id)
             self._finished.append(run.run_id)

@@ -1,8 +1,8 @@
 """The run queue's reads and writes of rlm-mcp's own tables (`rlm_runs`, `rlm_workers`).
 
 A run's record is its truth for every replica: the worker that runs it rewrites the summary on
-each progress event and at the end, and every write is followed by a NOTIFY on `CHANNEL` whose
-payload is the run id only (NOTIFY payloads are capped at 8 kB; the waiter reads the row). Final
+each progress event (with the run's staged events, in one statement: `runlog.QueueRunLog`) and at
+the end, and every write comes with a NOTIFY on `CHANNEL` whose payload is the run id only (NOTIFY payloads are capped at 8 kB; the waiter reads the row). Final
 writes are conditional (`NOT done`), so two processes that both end a run (a cancel of a queued
 run, a sweeper, the worker) cannot overwrite each other's verdict.
 """
@@ -57,10 +57,6 @@ def _dump(summary: dict[str, Any]) -> str:
     return json.dumps(summary, ensure_ascii=False, default=str)
 
 
-async def notify(conn: Conn, run_id: str) -> None:
-    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, run_id))
-
-
 async def read(db: Database, run_id: str) -> RunRow | None:
     async with db.connection() as conn:
         cur = await conn.execute(f"SELECT {_COLUMNS} FROM rlm_runs WHERE run_id = %s", (run_id,))
@@ -70,7 +66,8 @@ async def read(db: Database, run_id: str) -> RunRow | None:
 
 async def had_lm_reply(db: Database, run_id: str) -> bool:
     """Whether the run's log holds an answered LM call. Exact where the published `lm_called`
-    flag may lag: the engine awaits the `llm_call` event's row before it runs any code."""
+    flag may lag: the engine awaits the first answered `llm_call` event's row (written with the
+    flag, `runlog.QueueRunLog`) before it runs any code."""
     async with db.connection() as conn:
         cur = await conn.execute(
             "SELECT EXISTS (SELECT 1 FROM rlm_run_events WHERE run_id = %s AND line::jsonb ->> 'type' = 'llm_call' "
@@ -97,43 +94,27 @@ async def claim(db: Database, run_id: str, worker_id: int) -> RunRow | None:
     return RunRow.from_row(row) if row is not None else None
 
 
-async def publish(db: Database, run_id: str, summary: dict[str, Any], *, lm_called: bool) -> bool:
-    """The live summary of a running run, then the wake-up; False when the run had already
-    ended elsewhere (a sweeper declared its worker lost): nothing is written then."""
-    async with db.connection() as conn:
-        cur = await conn.execute(
-            "UPDATE rlm_runs SET summary = %s, lm_called = lm_called OR %s, updated_at = %s "
-            "WHERE run_id = %s AND NOT done RETURNING run_id",
-            (_dump(summary), lm_called, time.time(), run_id),
-        )
-        live = await cur.fetchone() is not None
-        await notify(conn, run_id)
-    return live
-
-
 async def finish(db: Database, run_id: str, summary: dict[str, Any], *, conn: Conn | None = None) -> bool:
     """Write the final summary unless another process already did; True if this one did."""
     if conn is None:
         async with db.connection() as own:
             return await finish(db, run_id, summary, conn=own)
     cur = await conn.execute(
-        "UPDATE rlm_runs SET summary = %s, done = true, updated_at = %s WHERE run_id = %s AND NOT done "
-        "RETURNING run_id",
-        (_dump(summary), time.time(), run_id),
+        "WITH up AS (UPDATE rlm_runs SET summary = %s, done = true, updated_at = %s WHERE run_id = %s AND NOT done "
+        "RETURNING run_id) SELECT (SELECT count(*) FROM up) AS ended, pg_notify(%s, %s)",
+        (_dump(summary), time.time(), run_id, CHANNEL, run_id),
     )
-    ended = await cur.fetchone() is not None
-    await notify(conn, run_id)
-    return ended
+    row = await cur.fetchone()
+    return bool(row and row["ended"])
 
 
 async def requeue(db: Database, run_id: str, summary: dict[str, Any]) -> None:
     async with db.connection() as conn:
         await conn.execute(
-            "UPDATE rlm_runs SET summary = %s, worker_id = NULL, requeues = requeues + 1, updated_at = %s "
-            "WHERE run_id = %s AND NOT done",
-            (_dump(summary), time.time(), run_id),
+            "WITH up AS (UPDATE rlm_runs SET summary = %s, worker_id = NULL, requeues = requeues + 1, updated_at = %s "
+            "WHERE run_id = %s AND NOT done) SELECT pg_notify(%s, %s)",
+            (_dump(summary), time.time(), run_id, CHANNEL, run_id),
         )
-        await notify(conn, run_id)
 
 
 async def register_worker(db: Database, worker_id: int, owner_id: str) -> None:

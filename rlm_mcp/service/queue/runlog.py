@@ -1,51 +1,87 @@
-"""A worker's run log: the PostgreSQL log, plus the run's `lm_called` mark.
+"""A worker's run log: the PostgreSQL log, written in batches, and the run's `lm_called` mark.
 
-The mark is written as soon as the first answered LM call's event (`LLMCall` without an error)
-is recorded, before the run goes on, so "no LM reply recorded" (the only runs the sweepers queue
-again after their worker is lost; `records.had_lm_reply` reads the same from the log) holds with
-no reporting delay in between.
+Events are staged and written in one statement per flush (`PgRunLog.flush`), at these moments:
+- the first answered LM call (`LLMCall` without an error): its row and the `lm_called` mark are
+  written, and awaited, before the engine goes on to run the reply's code, so "no LM reply
+  recorded" (the only runs the sweepers queue again after their worker is lost;
+  `records.had_lm_reply` reads the same from the log) holds with no delay in between;
+- each live summary the worker publishes (`publish`: the staged events, the summary and the
+  NOTIFY together, on each progress event), and every RLM_MCP_QUEUE_POLL_S while events are
+  staged (`QueueWorker._report_until_done`);
+- the final summary (`write_summary`), `aclose`, and the worker's own final write.
+
+What a SIGKILL of the worker loses: the events staged since the last flush, at most one poll
+interval's worth. No sweeper rule reads them: a run's requeue depends only on an answered LM call
+being recorded, and the first one is always written before the run goes on (later ones wait for
+the next flush, as the rule is already settled by then). The order (by sequence) is kept: rows
+take their sequence when staged and are written in that order, one flush at a time.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import LLMCall, RunEvent
-from rlm_mcp.store.pg.db import Database
+from rlm_mcp.service.queue.records import CHANNEL
 from rlm_mcp.store.pg.runs import PgRunLog
 
 log = logging.getLogger("rlm_mcp.queue")
 
 
 class QueueRunLog:
-    """`store.ports.RunLogPort` over a `PgRunLog`."""
+    """`store.ports.RunLogPort` over a `PgRunLog`, staging events between flushes."""
 
-    def __init__(self, inner: PgRunLog, db: Database) -> None:
+    def __init__(self, inner: PgRunLog, *, hand_back: Callable[[], bool] | None = None) -> None:
+        """`hand_back`: asked before the final summary is written; True: the run goes back to
+        the queue instead (the log detaches and writes no summary)."""
         self._inner = inner
-        self._db = db
         self._marked = False
+        self._hand_back = hand_back
+        self.final_written = False  # the final summary (or another process's) is in the record
 
     @property
     def run_id(self) -> str:
         return self._inner.run_id
 
+    @property
+    def staged(self) -> int:
+        return self._inner.staged
+
     async def open(self) -> None:
         await self._inner.open()
 
     async def append(self, event: RunEvent) -> None:
-        await self._inner.append(event)
+        self._inner.stage(event)
         if not self._marked and isinstance(event, LLMCall) and event.error is None:  # an answered call
             try:
-                async with self._db.connection() as conn:
-                    await conn.execute("UPDATE rlm_runs SET lm_called = true WHERE run_id = %s", (self.run_id,))
+                await self._inner.flush(mark_lm_called=True)
                 self._marked = True
             except RlmMcpError as exc:  # the database is away: the next LM reply tries again
-                log.info("could not mark run %s as having called the LM: %s", self.run_id, exc)
+                log.info("could not record run %s's LM reply: %s", self.run_id, exc)
+
+    async def publish(self, summary: dict[str, Any], *, lm_called: bool) -> bool:
+        """The staged events, the live summary and the wake-up in one statement; False when the
+        run had already ended elsewhere (a sweeper declared its worker lost): the summary is
+        not written then."""
+        return await self._inner.flush(summary=summary, mark_lm_called=lm_called, notify=CHANNEL)
+
+    async def flush(self) -> None:
+        await self._inner.flush()
 
     async def write_summary(self, summary: dict[str, Any]) -> None:
-        await self._inner.write_summary(summary)
+        """The staged events and the summary, announced (the NOTIFY carries the run id alone
+        for a final summary: the followers read the row)."""
+        if "result" in summary and self._hand_back is not None and self._hand_back():
+            self.detach()
+        if self._inner.detached:  # handed back to the queue: the requeue announces it
+            await self._inner.flush()
+            return
+        await self._inner.flush(summary=summary, notify=CHANNEL)
+        if "result" in summary:
+            self.final_written = True  # written now, or the run had ended elsewhere already
 
     async def aclose(self) -> None:
         await self._inner.aclose()

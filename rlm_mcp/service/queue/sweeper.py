@@ -1,8 +1,7 @@
 """Leases: what happens to runs whose worker died, and to runs no worker takes.
 
-Every team-mode process sweeps once per RLM_MCP_QUEUE_POLL_S; a transaction-level advisory lock
-lets one sweep at a time do the work (the others skip that round), and every write it makes is
-conditional as well (Procrastinate's `finish_job`/`retry_job` refuse a job that is no longer
+Every team-mode process sweeps; a transaction-level advisory lock lets one sweep at a time do the
+work (the others skip that round), and every write it makes is conditional as well (Procrastinate's `finish_job`/`retry_job` refuse a job that is no longer
 `doing`; `records.finish` writes only over a run that has not ended).
 
 - A run whose worker's heartbeat is older than RLM_MCP_WORKER_LEASE_S (`get_stalled_jobs`) ends
@@ -12,6 +11,15 @@ conditional as well (Procrastinate's `finish_job`/`retry_job` refuse a job that 
   `error`, saying whether any worker is alive.
 - Processes with a sandbox backend (workers) also remove the sandboxes of lost workers on their
   Docker host, by owner label, never a live worker's, and keep `LeaseLiveness` current.
+
+When: not every poll interval, but when a lease can next expire. Each sweep reads the oldest
+heartbeat of the workers still within their lease (a worker's lease can only move later: a
+heartbeat renews it) and the next sweep comes just after that lease ends (never sooner than one
+poll interval from now), or sooner: at most every HOUSEKEEPING_EVERY poll intervals (the slower rules) and never later than
+one lease (a worker registered after this sweep is seen before its own lease can end), and every
+poll interval while a running job has no worker (its worker stopped without ending it). So the
+runs of a dead worker still end within RLM_MCP_WORKER_LEASE_S plus one poll interval of its last
+heartbeat, and an idle team sweeps every few seconds instead of every poll interval.
 """
 
 from __future__ import annotations
@@ -37,8 +45,10 @@ log = logging.getLogger("rlm_mcp.queue")
 SWEEP_LOCK_KEY = ADVISORY_LOCK_KEY + 1
 FORGET_AFTER_S = 86400.0
 # Lost workers are looked for every round (their runs end within the lease plus one poll
-# interval); queue timeouts, orphans and old rows every few rounds: their deadlines are longer.
+# interval); queue timeouts, orphans and old rows once every HOUSEKEEPING_EVERY poll intervals,
+# at most: their deadlines are longer.
 HOUSEKEEPING_EVERY = 5
+LEASE_SLACK_S = 0.05  # after a lease's end, so that the sweep finds it ended
 ORPHAN_AFTER_S = 60.0  # a run record with no job this old is an orphan (queueing takes milliseconds)
 
 
@@ -56,28 +66,46 @@ class Sweeper:
         self._app = app
         self._sandboxes = sandboxes
         self._liveness = liveness
-        self._rounds = 0
+        self._housekept_at = float("-inf")
 
     async def run_forever(self) -> None:
+        delay = self._settings.queue_poll_s
         while True:
-            await anyio.sleep(self._settings.queue_poll_s)
+            await anyio.sleep(delay)
             try:
-                await self.sweep_once()
+                delay = await self.sweep_once()
             except Exception as exc:  # PostgreSQL restarting, Docker away: next round
                 log.info("queue sweep failed: %s", exc)
+                delay = self._settings.queue_poll_s
 
-    async def sweep_once(self) -> None:
+    async def sweep_once(self) -> float:
+        """One round; the seconds until the next one is due (see the module's docstring)."""
+        poll, lease = self._settings.queue_poll_s, self._settings.worker_lease_s
         async with self._db.transaction() as conn:
-            cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", (SWEEP_LOCK_KEY,))
+            cur = await conn.execute(
+                "SELECT pg_try_advisory_xact_lock(%s) AS got, "
+                "(SELECT extract(epoch FROM min(last_heartbeat) - now()) FROM procrastinate_workers "
+                " WHERE last_heartbeat > now() - make_interval(secs => %s)) AS oldest_s, "
+                "EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status = 'doing' AND worker_id IS NULL) AS orphaned",
+                (SWEEP_LOCK_KEY, lease),
+            )
             row = await cur.fetchone()
-            if row is not None and row["got"]:
+            assert row is not None
+            if row["got"]:
                 await self._lost_runs(conn)
-                self._rounds += 1
-                if self._rounds % HOUSEKEEPING_EVERY == 1:  # the slower rules, every few rounds
+                now = time.monotonic()
+                if now - self._housekept_at >= HOUSEKEEPING_EVERY * poll:  # the slower rules
+                    self._housekept_at = now
                     await self._queue_timeouts(conn)
                     await self._forget_old_workers(conn)
         if self._sandboxes is not None:
             await self._lost_sandboxes()
+        due = min(HOUSEKEEPING_EVERY * poll, lease)
+        if row["orphaned"]:
+            due = poll
+        elif row["oldest_s"] is not None:  # just after the first lease that can end
+            due = min(due, float(row["oldest_s"]) + lease + LEASE_SLACK_S)
+        return max(poll, due)
 
     async def _lost_runs(self, conn: Conn) -> None:
         lease = self._settings.worker_lease_s

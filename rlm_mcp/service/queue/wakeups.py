@@ -1,8 +1,14 @@
 """One LISTEN connection per process that wakes the tasks waiting on a run (`records.CHANNEL`).
 
-NOTIFY is only a wake-up: a waiter always reads the run's row after it, and polls anyway
-(RLM_MCP_QUEUE_POLL_S), because notifications sent while this connection was down (a PostgreSQL
-restart) are lost. After a reconnect every waiter is woken once, for the same reason.
+A notification's payload is the run id, or the run id, a space and the run's live summary (JSON)
+when a worker publishes one (`records.live_payload`): the follower applies that summary without
+reading the row. A notification with the id alone means "read the row" (a final status, a requeue,
+a summary too big for a payload). Waiters poll anyway (RLM_MCP_QUEUE_POLL_S), because
+notifications sent while this connection was down (a PostgreSQL restart) are lost; after a
+reconnect every waiter is woken once, for the same reason, and reads its row.
+
+A wake-up that arrives while its follower is busy (reading the row, telling its clients) is kept
+for the follower's next `wait`, never dropped.
 """
 
 from __future__ import annotations
@@ -20,33 +26,51 @@ RECONNECT_S = 1.0
 KEEPALIVE_S = 10.0
 CONNECT_TIMEOUT_S = 10
 
+READ_ROW = None  # what `wait` returns when the follower must read the row
+
 
 class Wakeups:
     def __init__(self, url: str) -> None:
         self._url = url
-        self._events: dict[str, anyio.Event] = {}
+        self._events: dict[str, anyio.Event] = {}  # by followed run id
+        # A wake-up not yet taken by its follower: the latest live summary, or READ_ROW.
+        self._pending: dict[str, str | None] = {}
 
-    async def wait(self, run_id: str, within_s: float) -> bool:
-        """True if the run was notified (or the connection came back) within `within_s`."""
-        event = self._events.setdefault(run_id, anyio.Event())
-        with anyio.move_on_after(within_s):
-            await event.wait()
-            return True
-        return False
+    async def wait(self, run_id: str, within_s: float) -> tuple[bool, str | None]:
+        """(woken, summary): woken within `within_s` (or already, since the last `wait`), and
+        the live summary the latest wake-up carried (None: read the row)."""
+        if run_id not in self._pending:
+            event = self._events.setdefault(run_id, anyio.Event())
+            with anyio.move_on_after(within_s):
+                await event.wait()
+        self._events[run_id] = anyio.Event()  # the next wake-up is the next one
+        if run_id not in self._pending:
+            return False, READ_ROW
+        return True, self._pending.pop(run_id)
 
-    def wake(self, run_id: str) -> None:
-        event = self._events.pop(run_id, None)
-        if event is not None:
-            event.set()
+    def follow(self, run_id: str) -> None:
+        """Keep the run's wake-ups from now on (its follower reads the row first)."""
+        self._events.setdefault(run_id, anyio.Event())
+
+    def wake(self, run_id: str, summary: str | None = READ_ROW) -> None:
+        """Wake the run's follower, if it is followed here; `summary` is the live summary a
+        worker published with the wake-up. A later READ_ROW replaces an earlier summary, and a
+        later summary replaces an earlier READ_ROW (it is newer than what the row held then,
+        and a run that ended never publishes one)."""
+        event = self._events.get(run_id)
+        if event is None:
+            return
+        self._pending[run_id] = summary
+        event.set()
 
     def forget(self, run_id: str) -> None:
         """Drop the run's wake-up (nobody follows it any more)."""
         self._events.pop(run_id, None)
+        self._pending.pop(run_id, None)
 
     def wake_all(self) -> None:
-        events, self._events = self._events, {}
-        for event in events.values():
-            event.set()
+        for run_id in list(self._events):
+            self.wake(run_id)
 
     async def listen_forever(self) -> None:
         """Keep one LISTEN connection open, reconnecting after any failure."""
@@ -59,7 +83,8 @@ class Wakeups:
                     self.wake_all()  # what was sent while we were away is lost: look again
                     while True:
                         async for note in conn.notifies(timeout=KEEPALIVE_S):
-                            self.wake(note.payload)
+                            run_id, _, summary = note.payload.partition(" ")
+                            self.wake(run_id, summary or READ_ROW)
                         await conn.execute("SELECT 1")  # notices a dead connection
             except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
                 log.info("run progress listener lost its connection (%s); reconnecting", type(exc).__name__)

@@ -120,6 +120,8 @@ class QueueWorker:
     async def _register(self) -> None:
         self.worker_id = await self._app.job_manager.register_worker()
         await records.register_worker(self._db, self.worker_id, self._sandboxes.owner_id)
+        # Said now: a shutdown's cancellation may reach a run before `__aexit__` runs.
+        self._runs.shutdown_reason = f"the {self.name} running it shut down; start it again with rlm_start"
         log.info("queue %s registered", self.name)
 
     # --- liveness -------------------------------------------------------------------------
@@ -256,7 +258,19 @@ class QueueWorker:
             await anyio.sleep(self._settings.queue_poll_s)
             return Status.TODO
         engine = await self._engine()
-        run_log = QueueRunLog(await self._run_store.reopen(run_id), self._db)
+        job_id = job.id
+        run: ActiveRun | None = None
+
+        def hand_back() -> bool:
+            """At the run's end: a run ended by this process's shutdown before any LM reply goes
+            back to the queue (decided here too, as the shutdown's cancellation may reach the
+            run before `__aexit__` does)."""
+            if run is None or not run.shut_down or job_id not in self._fresh or run.progress.usage.total.calls:
+                return False
+            self._handing_back.add(job_id)
+            return True
+
+        run_log = QueueRunLog(await self._run_store.reopen(run_id), hand_back=hand_back)
         self._logs[job.id] = run_log
         if row.requeues == 0:
             self._fresh.add(job.id)
@@ -264,7 +278,7 @@ class QueueWorker:
         run.notice = f"running on {self.name}"
         self._running[job.id] = run
         try:
-            await self._report_until_done(run)
+            await self._report_until_done(run, run_log)
         finally:
             with anyio.CancelScope(shield=True):
                 if not run.done.is_set():  # this worker is shutting down
@@ -272,13 +286,13 @@ class QueueWorker:
                         run.scope.cancel()
                     await run.done.wait()
                 if job.id in self._handing_back:
-                    await self._hand_back(job, run)
+                    await self._hand_back(job, run, run_log)
                 else:
-                    await self._ensure_final(run)
+                    await self._ensure_final(run, run_log)
         assert run.result is not None
         return Status.ABORTED if run.result.status == "cancelled" else Status.SUCCEEDED
 
-    async def _hand_back(self, job: Job, run: ActiveRun) -> None:
+    async def _hand_back(self, job: Job, run: ActiveRun, run_log: QueueRunLog) -> None:
         """Queue the run again (`todo`) for another worker; if this fails, the job is left
         `doing` with this worker unregistered, and the sweepers queue it again themselves."""
         summary = {k: v for k, v in run_summary(self._settings, run).items() if k not in ("result", "not_started")}
@@ -288,20 +302,25 @@ class QueueWorker:
             notice=f"the {self.name} shut down before the run had an LM reply; it was queued again",
         )
         try:
+            await run_log.flush()  # the events staged before the log was detached
             await self._app.job_manager.retry_job(job)
             await records.requeue(self._db, run.run_id, summary)
             log.info("run %s handed back to the queue", run.run_id)
         except Exception as exc:
             log.info("could not hand run %s back (the sweepers will): %s", run.run_id, exc)
 
-    async def _ensure_final(self, run: ActiveRun) -> None:
+    async def _ensure_final(self, run: ActiveRun, run_log: QueueRunLog) -> None:
         """The run's final record, whatever happened to the database meanwhile: `RunManager`
-        writes it once and only logs a failure; here it is written again until it lands (a
-        no-op when it did: final writes never overwrite one), then announced."""
+        writes it once (with the staged events and the NOTIFY) and only logs a failure; then
+        it (and any event still staged) is written here again until it lands (final writes
+        never overwrite one), and announced."""
+        if run_log.final_written:  # by `RunManager`, announced with it: the usual case
+            return
         summary = run_summary(self._settings, run)
         with anyio.move_on_after(FINAL_WRITE_S):
             while True:
                 try:
+                    await run_log.flush()
                     await records.finish(self._db, run.run_id, summary)
                     return
                 except Exception as exc:  # PostgreSQL restarting: try again
@@ -309,8 +328,9 @@ class QueueWorker:
                     await anyio.sleep(RETRY_S)
         log.error("the end of run %s could not be recorded within %.0f s", run.run_id, FINAL_WRITE_S)
 
-    async def _report_until_done(self, run: ActiveRun) -> None:
-        """Write the run's live summary on each progress event (and every few seconds)."""
+    async def _report_until_done(self, run: ActiveRun, run_log: QueueRunLog) -> None:
+        """Publish the run's live summary, with the events staged since the last flush, on each
+        progress event and phase change; write staged events every poll interval anyway."""
         seen, phase = -1, None
         while not run.done.is_set():
             # Progress events notify; a phase change (waiting on the model, running code) does
@@ -321,7 +341,7 @@ class QueueWorker:
                 summary.update(phase=str(run.progress.phase), last_event=run.last_event)
                 lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
                 try:
-                    published = await records.publish(self._db, run.run_id, summary, lm_called=lm_called)
+                    published = await run_log.publish(summary, lm_called=lm_called)
                     if not published and run.result is None:
                         # Ended elsewhere: this worker was declared lost (a long database outage
                         # silenced its heartbeat) and the run's status says so. Stop working on it.
@@ -333,4 +353,9 @@ class QueueWorker:
                     seen, phase = -1, None
                     await anyio.sleep(RETRY_S)
                     continue
+            elif run_log.staged:  # events between progress events (a long cell's `cell_start`)
+                try:
+                    await run_log.flush()
+                except RlmMcpError as exc:
+                    log.info("could not write the events of run %s: %s", run.run_id, exc)
             await run.wait_change(self._settings.queue_poll_s, since=seen)

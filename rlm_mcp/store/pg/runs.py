@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import anyio
+import psycopg
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
@@ -27,6 +28,11 @@ from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, enc
 log = logging.getLogger("rlm_mcp.store")
 
 
+# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more; a summary that long (a long
+# query) is announced by the run id alone and read from the row.
+MAX_NOTIFY_BYTES = 7900
+
+
 def _unknown(run_id: str) -> UnknownIdError:
     return UnknownIdError("run", run_id)
 
@@ -36,7 +42,11 @@ def _dump(summary: dict[str, Any]) -> str:
 
 
 class PgRunLog:
-    """The open log of one run; appends are serialised, each one a row with the next sequence."""
+    """The open log of one run. Events are staged in order, each with the next sequence, and
+    written by `flush`: all staged rows in one multi-row INSERT, in the same statement as the
+    record's counters (and, for a team worker, the live summary, the `lm_called` mark and the
+    NOTIFY). `append` stages and flushes at once (write-through); a team worker stages with
+    `stage` and flushes at the moments that matter (service/queue/runlog.py)."""
 
     def __init__(
         self, db: Database, run_id: str, *, created_at: float, max_event_bytes: int, max_log_bytes: int
@@ -51,14 +61,25 @@ class PgRunLog:
         self._truncated = False
         self._closed = False
         self._detached = False
-        self._lock = anyio.Lock()
+        self._staged: list[tuple[int, str]] = []  # (seq, line without its newline), in seq order
+        self._lock = anyio.Lock()  # one flush at a time: rows leave the stage only once written
 
     @property
     def run_id(self) -> str:
         return self._run_id
 
+    @property
+    def detached(self) -> bool:
+        return self._detached
+
+    @property
+    def staged(self) -> int:
+        """Events staged and not written yet."""
+        return len(self._staged)
+
     def detach(self) -> None:
-        """Write nothing more, summary included (a team worker hands a run back to the queue)."""
+        """Stage nothing more and write no summary (a team worker hands a run back to the queue);
+        what was staged before is still written by the next flush."""
         self._closed = True
         self._detached = True
 
@@ -68,52 +89,95 @@ class PgRunLog:
         self._written = written
 
     async def open(self) -> None:
-        """Nothing to open: each append borrows a pooled connection (the record already exists,
+        """Nothing to open: each flush borrows a pooled connection (the record already exists,
         so rlm_status answers while the run is queued)."""
 
     async def append(self, event: RunEvent) -> None:
-        await self.append_line(encode_event(to_json(event, ts=time.time()), self._max_event))
+        self.stage(event)
+        await self.flush()
 
     async def append_line(self, line: bytes) -> None:
-        """Append one already-encoded JSON line (newline included)."""
-        async with self._lock:
-            if self._closed or self._truncated:
-                return
-            if self._written + len(line) > self._max_log:
-                self._truncated = True
-                line = encode_event(to_json(LogTruncated(ts=time.time(), max_bytes=self._max_log)), 1024)
-            async with self._db.connection() as conn:
-                await conn.execute(
-                    "WITH ev AS (INSERT INTO rlm_run_events VALUES (%s, %s, %s)) "
-                    "UPDATE rlm_runs SET log_bytes = log_bytes + %s, next_seq = %s, updated_at = %s WHERE run_id = %s",
-                    (
-                        self._run_id,
-                        self._seq,
-                        line.decode().rstrip("\n"),
-                        len(line),
-                        self._seq + 1,
-                        time.time(),
-                        self._run_id,
-                    ),
-                )
-            self._seq += 1
-            self._written += len(line)
+        """Append one already-encoded JSON line (newline included), written at once."""
+        self.stage_line(line)
+        await self.flush()
 
-    async def write_summary(self, summary: dict[str, Any]) -> None:
-        if self._detached:
+    def stage(self, event: RunEvent) -> None:
+        self.stage_line(encode_event(to_json(event, ts=time.time()), self._max_event))
+
+    def stage_line(self, line: bytes) -> None:
+        """Give the line the next sequence (or the truncation marker, once the log is full)."""
+        if self._closed or self._truncated:
             return
-        full = {"run_id": self._run_id, "created_at": self._created_at, **summary}
-        async with self._db.connection() as conn:
-            await conn.execute(
+        if self._written + len(line) > self._max_log:
+            self._truncated = True
+            line = encode_event(to_json(LogTruncated(ts=time.time(), max_bytes=self._max_log)), 1024)
+        self._staged.append((self._seq, line.decode().rstrip("\n")))
+        self._seq += 1
+        self._written += len(line)
+
+    async def flush(
+        self, *, summary: dict[str, Any] | None = None, mark_lm_called: bool = False, notify: str | None = None
+    ) -> bool:
+        """Write the staged events, with `summary` (never over a final one; a summary holding
+        `result` is final), the `lm_called` mark and a NOTIFY on channel `notify`, in one
+        statement. The NOTIFY's payload is the run id, then a space and the summary as written
+        when there is one, the run is live and it fits (`MAX_NOTIFY_BYTES`). False when the run has ended (a summary written over an ended
+        run is dropped, the events and counters are written) or its record is gone. A failed flush keeps its rows staged
+        for the next one; a retried flush whose first try did commit writes no row twice
+        (`ON CONFLICT DO NOTHING` on the (run, seq) key, counters set, not added)."""
+        async with self._lock:
+            rows = list(self._staged)
+            if self._detached:
+                summary = None
+            if not rows and summary is None and not mark_lm_called and notify is None:
+                return True
+            params: list[Any] = []
+            ctes = []
+            if rows:
+                values = ", ".join(["(%s, %s, %s)"] * len(rows))
+                ctes.append(f"ev AS (INSERT INTO rlm_run_events VALUES {values} ON CONFLICT DO NOTHING)")
+                for seq, line in rows:
+                    params += [self._run_id, seq, line]
+            sets = ["updated_at = %s", "next_seq = GREATEST(next_seq, %s)", "log_bytes = GREATEST(log_bytes, %s)"]
+            params += [time.time(), self._seq, self._written]
+            payload = self._run_id
+            if summary is not None:
+                full = {"run_id": self._run_id, "created_at": self._created_at, **summary}
+                dumped = _dump(full)
                 # Never over a final summary: in team mode another process may have ended the
                 # run first (a cancel while queued, a sweeper that found its worker lost).
-                "UPDATE rlm_runs SET summary = %s, done = %s, updated_at = %s WHERE run_id = %s AND NOT done",
-                (_dump(full), "result" in full, time.time(), self._run_id),
-            )
+                sets += ["summary = CASE WHEN done THEN summary ELSE %s END", "done = done OR %s"]
+                params += [dumped, "result" in full]
+                if len(dumped.encode()) + len(self._run_id) < MAX_NOTIFY_BYTES:
+                    payload = f"{self._run_id} {dumped}"
+            if mark_lm_called:
+                sets.append("lm_called = true")
+            ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE run_id = %s RETURNING done)")
+            params.append(self._run_id)
+            select = "SELECT live"
+            if notify is not None:
+                # The summary rides along only while the run is live (a run that ended
+                # elsewhere is announced by its id alone: its follower reads the final row).
+                select += ", pg_notify(%s, CASE WHEN live THEN %s ELSE %s END)"
+                params += [notify, payload, self._run_id]
+            select += " FROM (SELECT coalesce((SELECT NOT done FROM up), false) AS live) AS s"
+            try:
+                async with self._db.connection() as conn:
+                    cur = await conn.execute(f"WITH {', '.join(ctes)} {select}", params)
+                    row = await cur.fetchone()
+            except psycopg.errors.ForeignKeyViolation:  # the record was pruned: nothing to add to
+                row = None
+            del self._staged[: len(rows)]
+        return bool(row and row["live"])
+
+    async def write_summary(self, summary: dict[str, Any]) -> None:
+        """The staged events and the summary, in one statement (none once detached)."""
+        await self.flush(summary=summary)
 
     async def aclose(self) -> None:
-        async with self._lock:
-            self._closed = True
+        """Stage nothing more; write what is staged."""
+        self._closed = True
+        await self.flush()
 
 
 class PgRunStore:
