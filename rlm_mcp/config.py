@@ -35,6 +35,10 @@ from rlm_mcp.config_check import (
 from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
+# Which field carries a request's completion budget (lm/length_field.py applies it).
+CompletionTokensField = Literal["auto", "max_tokens", "max_completion_tokens"]
+# How MCP clients reach the server.
+Transport = Literal["stdio", "http"]
 
 
 def _default_data_dir() -> Path:
@@ -61,7 +65,7 @@ class Settings(BaseSettings):
     max_model_len: int | None = Field(
         None, description="Root model window in tokens; default: discovered from /v1/models, else 16384."
     )
-    completion_tokens_field: Literal["auto", "max_tokens", "max_completion_tokens"] = Field(
+    completion_tokens_field: CompletionTokensField = Field(
         "auto", description="Field of the completion budget; auto: max_tokens, max_completion_tokens where refused."
     )
     root_max_tokens: int = Field(4096, description="Completion budget of each root turn.")
@@ -82,7 +86,7 @@ class Settings(BaseSettings):
         None,
         description="Sub-call window in tokens; default: max_model_len when the endpoint is the root's, else discovered.",
     )
-    sub_completion_tokens_field: Literal["auto", "max_tokens", "max_completion_tokens"] | None = Field(
+    sub_completion_tokens_field: CompletionTokensField | None = Field(
         None, description="completion_tokens_field of the sub-call endpoint; default: the root's."
     )
     sub_extra_body: Annotated[dict[str, Any] | None, NoDecode] = Field(
@@ -206,7 +210,7 @@ class Settings(BaseSettings):
     )
 
     # --- Server ------------------------------------------------------------------------------
-    transport: Literal["stdio", "http"] = "stdio"
+    transport: Transport = "stdio"
     host: str = "127.0.0.1"
     port: int = 8765
     auth_token: str | None = Field(None, description="Bearer token required by the HTTP transport.")

@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import ImageMissingError, RlmMcpError
+from rlm_mcp.events import CallRole
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.backends import backend_for
@@ -140,7 +141,7 @@ async def _lm(settings: Settings) -> list[Check]:
         except RlmMcpError as exc:
             checks.append(Check("model", False, exc.cause, exc.fix or ""))
             return checks
-        roles: list[Literal["root", "sub"]] = ["root", "sub"] if lm.separate_sub_endpoint else ["root"]
+        roles: list[CallRole] = ["root", "sub"] if lm.separate_sub_endpoint else ["root"]
         for role in roles:
             model = settings.model if role == "root" else settings.effective_sub_model
             name = "completion" if role == "root" else "sub-call completion"

@@ -27,6 +27,13 @@ from typing import Annotated, Any, ClassVar, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+# Which model an LM call is for: a root turn, or a sub-call (llm_query*, rlm_query at the depth limit).
+CallRole = Literal["root", "sub"]
+# What code in the sandbox asked for: a plain sub-call (llm_query*) or a child RLM (rlm_query*).
+SubCallKind = Literal["llm", "rlm"]
+# How an LM call ended.
+CallStatus = Literal["ok", "error"]
+
 # Seconds and times: ints stay ints and floats floats, so a line reads back and encodes to the
 # same bytes (pydantic would turn a `float` field's 900 into 900.0).
 Number = int | float
@@ -125,12 +132,12 @@ class LLMCall(_Event):
     )
     type: Literal["llm_call"] = "llm_call"
     run_id: str
-    role: Literal["root", "sub"]
+    role: CallRole
     model: str
     prompt_tokens: int
     completion_tokens: int
     latency_s: Number
-    status: Literal["ok", "error"]
+    status: CallStatus
     finish_reason: str | None
     error: str | None
     depth: int
@@ -165,7 +172,7 @@ class SubCalls(_Event):
     refused: int
     iteration: int | None = None
     block: int | None = None
-    kind: Literal["llm", "rlm"]
+    kind: SubCallKind
     requested_kind: str
     count: int
     failed: int

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from rlm_mcp.cli import _parser, main
-from rlm_mcp.eval.cli import forms as eval_forms
+from rlm_mcp.eval.cli import Forms
 from tests.fixtures_e2e import SERVER_SCRIPT
 from tests.readme_blocks import blocks
 
@@ -30,13 +30,19 @@ def _commands(parser: argparse.ArgumentParser, path: Path_ = ()) -> dict[Path_, 
     """Every command a user can type: a parser with a handler, keyed by its words; `eval`'s three
     forms (a task file, generate, import) stand for `eval` itself."""
     if path == ("eval",):
-        return {("eval", form): p for form, p in eval_forms().items()}
+        return {("eval", form): p for form, p in eval_forms(parser).items()}
     found: dict[Path_, argparse.ArgumentParser] = {}
     if parser.get_default("handler") is not None:
         found[path] = parser
     for name, sub in _subcommands(parser).items():
         found.update(_commands(sub, (*path, name)))
     return found
+
+
+def eval_forms(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser of each form of `rlm-mcp eval` (its first word, or TASKS.jsonl)."""
+    (forms,) = [a for a in parser._actions if isinstance(a, Forms)]
+    return {"TASKS.jsonl": forms.run_form, **forms._name_parser_map}
 
 
 def _readme_commands() -> dict[Path_, str]:
@@ -115,3 +121,22 @@ def test_each_commands_help_shows_its_options(
     shown = capsys.readouterr().out
     for action in _options(COMMANDS[path]):
         assert action.option_strings[-1] in shown and str(action.help).split()[0] in shown
+
+
+def test_eval_help_shows_the_run_forms_options_and_names_the_other_forms(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "--help"])
+    assert exited.value.code == 0
+    shown = capsys.readouterr().out
+    for action in _options(COMMANDS[("eval", "TASKS.jsonl")]):
+        assert action.option_strings[-1] in shown, f"`rlm-mcp eval --help` omits {action.option_strings[-1]}"
+    assert re.search(r"^\s+generate\s+\S", shown, re.M) and re.search(r"^\s+import\s+\S", shown, re.M)
+
+
+def test_a_task_file_named_like_no_form_is_run_by_the_run_form(capsys: pytest.CaptureFixture[str]) -> None:
+    # The run form parses the whole rest: a missing --output is its own error, naming its usage.
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "tasks.jsonl", "--parallel", "2"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "rlm-mcp eval TASKS.jsonl: error" in err and "--output" in err

@@ -3,12 +3,16 @@ what each really reports (window, refused parameters, auth)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.lm.catalog import ModelCatalog
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.lm.endpoint import Endpoint, endpoint_configs
 from rlm_mcp.lm.server_kind import guess_server_kind
 from rlm_mcp.testing.endpoints import VLLM, LlamaCpp, LMStudio, Ollama, OpenAI, OpenRouter
 from rlm_mcp.testing.script import Script
@@ -18,6 +22,15 @@ pytestmark = pytest.mark.anyio
 
 SAY = [{"role": "user", "content": "Say OK."}]
 REPLY = "OK, that works."  # four scripted tokens (4 bytes each)
+
+
+async def served_cards(settings: Settings) -> list[dict[str, Any]] | None:
+    """The root endpoint's /v1/models cards, read as the LM client's catalog reads them."""
+    endpoint = Endpoint(endpoint_configs(settings)[0], request_timeout_s=settings.request_timeout_s)
+    try:
+        return await ModelCatalog(endpoint).cards()
+    finally:
+        await endpoint.aclose()
 
 
 def script(model: str, window: int = 16384) -> Script:
@@ -106,8 +119,7 @@ def test_vllm_key_guards_v1_only() -> None:
 )
 async def test_server_kind_from_each_personality(endpoint: object, model: str, kind: str) -> None:
     with ScriptedLM(script(model), endpoint=endpoint) as lm:  # type: ignore[arg-type]
-        async with LMClient(Settings(base_url=lm.base_url, model=model)) as client:
-            assert guess_server_kind(lm.base_url, await client.served_cards()) == kind
+        assert guess_server_kind(lm.base_url, await served_cards(Settings(base_url=lm.base_url, model=model))) == kind
 
 
 @pytest.mark.parametrize(

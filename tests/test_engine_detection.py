@@ -20,10 +20,9 @@ from rlm_mcp.sandbox.docker.engine import (
     engine_info,
     engine_ulimits,
     pids_limit,
-    stopped_while_removed,
     update_failure,
-    update_unsupported,
 )
+from rlm_mcp.sandbox.docker.faults import stopped_while_removed, update_unsupported
 from rlm_mcp.sandbox.docker.hardening import create_kwargs
 from rlm_mcp.testing.settings import make_settings
 
@@ -128,6 +127,16 @@ def test_a_failed_update_is_told_apart_from_a_vanished_container() -> None:
     gone = docker.errors.NotFound("404 Client Error", explanation="No such container: abc")
     assert update_unsupported(runsc) and update_unsupported(podman)
     assert not update_unsupported(gone)
+    # A sandbox that exited while its quota was being updated (test_sandbox_cpu saw runc say so):
+    # the container stopped, the engine can still update running ones.
+    exited = docker.errors.APIError(
+        "500 Server Error",
+        explanation="Cannot update container "
+        + "b" * 64
+        + ": runc did not terminate successfully: exit status 1: container not running",
+    )
+    assert not update_unsupported(exited)
+    assert not update_unsupported(docker.errors.APIError("409", explanation="Container abc is not running"))
     assert not update_unsupported(ConnectionResetError(104, "Connection reset by peer"))
     engine = engine_info(DOCKER_VERSION, DOCKER_INFO, make_settings(sandbox_runtime="runsc"))
     reason = update_failure(runsc, engine)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.cli import main
 from rlm_mcp.eval.codegen import generate_code
-from rlm_mcp.eval.generate_cli import generate_command
 from rlm_mcp.eval.generators import generate_needle, generate_oolong, generate_pairs
 from rlm_mcp.eval.scorers import score
 from rlm_mcp.eval.tasks import Task, load_tasks
@@ -28,9 +28,10 @@ def tree_text(path: Path) -> dict[str, str]:
     return {str(p.relative_to(path)): p.read_text() for p in sorted(path.rglob("*.py"))}
 
 
-def test_generation_is_deterministic_by_seed(tmp_path: Path) -> None:
+def test_generation_is_deterministic_by_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLM_MCP_DATA_DIR", str(tmp_path / "data"))
     for seed_dir, seed in (("a", 3), ("b", 3), ("c", 4)):
-        generate_command(["suite", "--output", str(tmp_path / seed_dir), "--seed", str(seed)])
+        assert main(["eval", "generate", "suite", "--output", str(tmp_path / seed_dir), "--seed", str(seed)]) == 0
     a, b, c = (load_tasks(tmp_path / d / "tasks.jsonl") for d in "abc")
     assert a == b and a != c
     for task in a:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlm_mcp.eval.import_cli import import_command
+import pytest
+
+from rlm_mcp.cli import main
 from rlm_mcp.eval.loaders import load_browsecomp_plus, load_longbench_code, load_oolong, load_oolong_pairs, oolong_gold
 from rlm_mcp.eval.scorers import score
 from rlm_mcp.eval.tasks import load_tasks
@@ -128,11 +130,12 @@ def test_browsecomp_plus_takes_k_documents_positives_first(tmp_path: Path) -> No
     assert (tmp_path / "again" / again.context_path).read_text() == text  # type: ignore[operator]
 
 
-def test_import_command_writes_a_task_file_eval_reads(tmp_path: Path) -> None:
+def test_import_command_writes_a_task_file_eval_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLM_MCP_DATA_DIR", str(tmp_path / "data"))
     src = jsonl(tmp_path / "oolong.jsonl", [oolong_row(i, "[3]", "ANSWER_TYPE.NUMERIC") for i in range(60)])
-    assert import_command(["oolong", str(src), "--output", str(tmp_path / "out")]) == 0
+    assert main(["eval", "import", "oolong", str(src), "--output", str(tmp_path / "out")]) == 0
     tasks = load_tasks(tmp_path / "out" / "tasks.jsonl")
     assert len(tasks) == 50  # the card's n
     path = tasks[0].resolved_context_path(tmp_path / "out" / "tasks.jsonl")
     assert path is not None and path.is_file()
-    assert import_command(["oolong", str(src), "--output", str(tmp_path / "none"), "--dataset", "nope"]) == 1
+    assert main(["eval", "import", "oolong", str(src), "--output", str(tmp_path / "none"), "--dataset", "nope"]) == 1

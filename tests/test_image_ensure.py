@@ -10,9 +10,9 @@ import pytest
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.docker import image_ensure
 from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 from rlm_mcp.sandbox.docker.image import OFFLINE_BASE_TAG
+from rlm_mcp.testing import image_ensure
 
 
 @pytest.fixture

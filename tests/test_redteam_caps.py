@@ -36,9 +36,9 @@ def test_the_run_list_is_filtered_by_owner_before_its_cap(tmp_path: Path) -> Non
 def test_one_owners_logins_never_evict_anothers_session(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(viewer_auth, "MAX_SESSIONS_PER_OWNER", 4)
     auth = ViewerAuth(tokens=["alice-token", "mallory-token"], policy=HostPolicy("127.0.0.1", 1, [], []))
-    alice = anyio.run(auth.redeem, auth.issue_code("alice"))
+    alice = anyio.run(auth.redeem, auth.issue_code(Owner("alice")))
     for _ in range(50):
-        anyio.run(auth.redeem, auth.issue_code("mallory"))
+        anyio.run(auth.redeem, auth.issue_code(Owner("mallory")))
     assert auth.session_owner(alice) == "alice"
     assert sum(1 for _, owner in auth._sessions.values() if owner == "mallory") == 4
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import resource
 import select
 import socket
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
@@ -21,6 +20,7 @@ import uvicorn
 from rlm_mcp.config import Settings
 from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.http import build_http_app
+from rlm_mcp.testing.servers import server_process
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT
 from tests.test_http_guard import INIT, MCP_HEADERS, free_port
@@ -99,28 +99,10 @@ def test_the_server_raises_its_fd_soft_limit(tmp_path: Path) -> None:
     def lower() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
 
-    proc = subprocess.Popen(
-        [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)],
-        env=server_env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        preexec_fn=lower,  # the limit the child starts with
-    )
-    try:
-
-        def listening() -> bool:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-
-        anyio.run(lambda: wait_until(listening, within_s=60, what="the server listening"))
+    argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
+    # `lower`: the limit the child starts with
+    with server_process(argv, port=port, env=server_env(tmp_path), preexec_fn=lower) as proc:
         limits = Path(f"/proc/{proc.pid}/limits").read_text()
         line = next(row for row in limits.splitlines() if row.startswith("Max open files"))
         soft = line.split()[3]
         assert soft == str(hard) if hard != resource.RLIM_INFINITY else soft == "unlimited", (line, low)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)

@@ -19,7 +19,8 @@ import pytest
 from rlm_mcp.doctor import run_doctor
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.docker.docker_api import connect_sync
-from rlm_mcp.sandbox.docker.engine import EngineInfo, check_engine, probe_sync, runtime_fix, update_unsupported
+from rlm_mcp.sandbox.docker.engine import EngineInfo, check_engine, probe_sync, runtime_fix
+from rlm_mcp.sandbox.docker.faults import update_unsupported
 from rlm_mcp.sandbox.docker.hardening import CPU_PERIOD_US, cpu_quota
 from rlm_mcp.testing.sandboxes import docker_client
 from rlm_mcp.testing.settings import make_settings

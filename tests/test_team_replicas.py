@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
@@ -21,10 +20,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
 from tests.fixtures_postgres import PASSWORD
+from tests.fixtures_team import team_replica
 from tests.test_server_surface import ANSWER_NOW, call, call_error
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.postgres]
@@ -34,31 +32,16 @@ ALICE, BOB = "alice-team-token", "bob-team-token"
 
 @contextmanager
 def replica(tmp_path: Path, name: str, database_url: str, lm_url: str) -> Iterator[str]:
-    port = free_port("127.0.0.1")
-    root = tmp_path / name
-    root.mkdir()
-    env = cli_env(
-        root,
-        RLM_MCP_DATABASE_URL=database_url,
-        RLM_MCP_BASE_URL=lm_url,
-        RLM_MCP_AUTH_TOKENS=f"{ALICE},{BOB}",
-        RLM_MCP_SANDBOX_MEMORY="512m",
-        RLM_MCP_LOG_LEVEL="DEBUG",  # the most the logs say: the password must still be absent
-    )
-    log = open(root / "server.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], env=env, stdout=log, stderr=log
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    # DEBUG: the most the logs say (server.log): the password must still be absent
+    with team_replica(
+        tmp_path / name,
+        role="both",
+        database_url=database_url,
+        lm_url=lm_url,
+        tokens=[ALICE, BOB],
+        env={"RLM_MCP_LOG_LEVEL": "DEBUG"},
+    ) as started:
+        yield started.base
 
 
 def _up(base: str) -> bool:

@@ -20,6 +20,7 @@ import pytest
 
 from rlm_mcp.access import HostPolicy
 from rlm_mcp.config import Settings
+from rlm_mcp.owners import EVERY_OWNER, Owner
 from rlm_mcp.store import RunStore
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import free_port, server_process
@@ -61,12 +62,31 @@ async def test_the_viewer_takes_a_code_once_in_both_of_its_modes() -> None:
     policy = HostPolicy("127.0.0.1", 1, [], [])
     for key in (None, b"k" * 32):  # random codes kept in memory; signed codes (team mode)
         auth = ViewerAuth(tokens=[TOKEN], policy=policy, key=key)
-        code = auth.issue_code("alice")
+        code = auth.issue_code(Owner("alice"))
         session = await auth.redeem(code)
         assert session is not None and auth.session_owner(session) == "alice"
         assert await auth.redeem(code) is None
         assert await auth.redeem(code + "x") is None
         assert await auth.redeem("") is None
+
+
+async def test_the_local_viewers_session_sees_every_owner_and_a_signed_code_names_one(tmp_path: Path) -> None:
+    store = RunStore(make_settings(tmp_path))
+    for i, owner in enumerate(["alice", "bob"]):
+        log = await store.create(f"run_{i:012d}", {"query": "q", "status": "completed", "owner": owner})
+        await log.aclose()
+    # As `rlm-mcp runs view` serves it: a random token, a code for every owner.
+    auth = ViewerAuth(tokens=["nobody-knows"], policy=HostPolicy("127.0.0.1", 80, [], []))
+    session = await auth.redeem(auth.issue_code(EVERY_OWNER))
+    assert session is not None and auth.session_owner(session) is EVERY_OWNER
+    transport = httpx.ASGITransport(app=build_viewer(store, auth))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", cookies={COOKIE: session}) as client:
+        listed = await client.get("/runs/api/runs")
+    assert listed.status_code == 200, listed.text
+    assert len(listed.json()["data"]) == 2
+    # Team mode signs one owner's codes: a signed code for every owner is refused outright.
+    with pytest.raises(ValueError, match="one owner"):
+        ViewerAuth(tokens=[TOKEN], policy=HostPolicy("127.0.0.1", 80, [], []), key=b"k" * 32).issue_code(EVERY_OWNER)
 
 
 def _serve(port: int) -> list[str]:
@@ -153,6 +173,6 @@ async def test_a_login_while_the_database_is_unreachable_is_refused_saying_so(tm
     app = build_viewer(RunStore(make_settings(tmp_path)), auth)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-        refused = await client.get("/runs/login", params={"code": auth.issue_code("alice")})
+        refused = await client.get("/runs/login", params={"code": auth.issue_code(Owner("alice"))})
     assert refused.status_code == 503 and "database is unreachable" in refused.text
     assert "set-cookie" not in refused.headers and "hunter2" not in refused.text

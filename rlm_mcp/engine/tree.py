@@ -5,12 +5,11 @@ from __future__ import annotations
 import contextvars
 import logging
 from dataclasses import dataclass, field
-from typing import Literal
 
 import anyio
 
 from rlm_mcp.engine.types import EventSink, RunLimits, RunProgress
-from rlm_mcp.events import LLMCall, RunEvent, TokenCounts, UsageRecord
+from rlm_mcp.events import CallRole, LLMCall, RunEvent, TokenCounts, UsageRecord
 from rlm_mcp.lm.types import CallRecord, Completion, Usage
 
 log = logging.getLogger("rlm_mcp.engine")
@@ -113,7 +112,7 @@ class RunTree:
     async def emit_call(
         self,
         *,
-        role: Literal["root", "sub"],
+        role: CallRole,
         run_id: str,
         model: str,
         completion: Completion | None,

@@ -14,8 +14,9 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import RunEvent
 from rlm_mcp.lm.types import Usage
 
-# The one status vocabulary of a run, from accepted to ended (DESIGN §4 Ending). "queued": it
-# waits for a free run slot; "running": it holds one; the others are how it ended.
+# The one status vocabulary of a run, from accepted to ended. "queued": it waits for a free run
+# slot; "running": it holds one; the others are how it ended, exactly one per run (the answer,
+# or the limit, failure or cancellation that stopped it first).
 RunStatus = Literal[
     "queued", "running", "completed", "max_iterations", "timeout", "budget_exceeded", "error", "cancelled"
 ]

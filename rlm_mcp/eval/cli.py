@@ -4,8 +4,9 @@
     rlm-mcp eval generate KIND --output DIR [--n N] [--seed S] [--sizes ...]
     rlm-mcp eval import BENCHMARK FILE --output DIR [--n N] [...]
 
-`generate` and `import` are words in the first position (a task file named `generate` can be
-given as `./generate`), so the three share one argparse entry.
+Three forms, each an argparse parser with its own handler: `generate` and `import` are
+subcommands; any other first word is a task file, parsed by the run form (a task file named
+`generate` can be given as `./generate`). `rlm-mcp eval --help` shows the run form's options too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,7 @@ import anyio
 
 from rlm_mcp.cli_options import add_override_options
 from rlm_mcp.config import Settings
+from rlm_mcp.eval import generate_cli, import_cli
 from rlm_mcp.visible import visible, visible_line
 
 if TYPE_CHECKING:
@@ -28,27 +31,73 @@ if TYPE_CHECKING:
 _USAGE = """rlm-mcp eval TASKS.jsonl --output DIR [--parallel N] [--baseline direct] [options]
        rlm-mcp eval generate {needle,oolong,pairs,code,suite} --output DIR [--n N] [--seed S]
        rlm-mcp eval import {oolong,oolong-pairs,longbench-code,browsecomp-plus} FILE --output DIR [--n N]"""
+_RUN_DESCRIPTION = "Run every task of a task file through rlm-mcp, score the answers, write DIR/summary.md."
+
+
+class Forms(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """`eval`'s subcommands (generate, import); a first word that names none of them is a task
+    file, and the whole rest is parsed by the run form."""
+
+    def __init__(self, *args: Any, run_form: argparse.ArgumentParser, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.run_form = run_form
+        # Any word may come first (a task file's path), so argparse's choice check is off; the
+        # named forms stay in `_name_parser_map`, and the help lists them.
+        self.choices = None  # type: ignore[assignment]
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        words = list(values or [])
+        if words and words[0] in self._name_parser_map:
+            super().__call__(parser, namespace, words, option_string)
+            return
+        for key, value in vars(self.run_form.parse_args(words)).items():
+            setattr(namespace, key, value)
 
 
 def add_parser(sub: Any) -> None:
     """Register `eval` on the top-level subparsers."""
+    run_form = _run_parser()
     p = sub.add_parser(
         "eval",
         help="score a task file (or generate/import tasks)",
         usage=_USAGE,
-        description="Evaluate answer quality. Run `rlm-mcp eval TASKS.jsonl -h` for run options, "
-        "`rlm-mcp eval generate -h`, `rlm-mcp eval import -h`.",
+        description="Evaluate answer quality: score a task file's answers, or generate or import tasks. "
+        "`rlm-mcp eval generate -h` and `rlm-mcp eval import -h` describe those two.",
+        epilog=_run_options(run_form),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("target", help="a task file (JSONL), or the word generate or import")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    p.set_defaults(handler=run)
+    forms = p.add_subparsers(
+        dest="form",
+        required=True,
+        prog="rlm-mcp eval",
+        title="forms",
+        metavar="TASKS.jsonl | generate | import",
+        action=Forms,
+        run_form=run_form,
+    )
+    generate_cli.configure(
+        forms.add_parser("generate", help="write offline tasks", description=generate_cli.DESCRIPTION)
+    )
+    import_cli.configure(
+        forms.add_parser("import", help="convert a benchmark file", description=import_cli.DESCRIPTION)
+    )
+
+
+def _run_options(run_form: argparse.ArgumentParser) -> str:
+    """The run form's arguments and options, as its own help prints them (so they never drift)."""
+    text = run_form.format_help()
+    return f"rlm-mcp eval TASKS.jsonl: {_RUN_DESCRIPTION}\n\n" + text.split("\n\n", 2)[-1]
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rlm-mcp eval TASKS.jsonl",
-        description="Run every task of a task file through rlm-mcp, score the answers, write DIR/summary.md.",
-    )
+    p = argparse.ArgumentParser(prog="rlm-mcp eval TASKS.jsonl", description=_RUN_DESCRIPTION)
+    p.add_argument("tasks", metavar="TASKS.jsonl", help="the task file (JSONL)")
     p.add_argument("--output", "-o", required=True, help="folder for results.jsonl and summary.md")
     p.add_argument("--parallel", "-j", type=int, default=1, help="tasks run at once (default 1)")
     p.add_argument("--baseline", choices=["direct"], help="also score the model called once, context cut to fit")
@@ -59,27 +108,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keep-errors", action="store_true", help="on resume, keep tasks that ended in error (default: run them again)"
     )
+    p.set_defaults(handler=lambda args, settings: _evaluate(Path(args.tasks), args, settings))
     return p
-
-
-def forms() -> dict[str, argparse.ArgumentParser]:
-    """The parser of each form of `rlm-mcp eval` (its first word, or TASKS.jsonl): for help checks."""
-    from rlm_mcp.eval.generate_cli import _parser as generate_parser
-    from rlm_mcp.eval.import_cli import _parser as import_parser
-
-    return {"TASKS.jsonl": _run_parser(), "generate": generate_parser(), "import": import_parser()}
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    if args.target == "generate":
-        from rlm_mcp.eval.generate_cli import generate_command
-
-        return generate_command(args.rest)
-    if args.target == "import":
-        from rlm_mcp.eval.import_cli import import_command
-
-        return import_command(args.rest)
-    return _evaluate(Path(args.target), _run_parser().parse_args(args.rest), settings)
 
 
 def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> int:

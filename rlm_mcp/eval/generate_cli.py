@@ -19,8 +19,11 @@ def _sizes(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: comma-separated character counts, e.g. 8000,100000") from exc
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlm-mcp eval generate", description="Generate offline tasks (deterministic).")
+DESCRIPTION = "Generate offline tasks (deterministic)."
+
+
+def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of `rlm-mcp eval generate`, and its handler, on `p`."""
     p.add_argument(
         "kind",
         choices=["needle", "oolong", "pairs", "code", "suite"],
@@ -34,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--records", type=int, default=300, help="oolong: labelled records")
     p.add_argument("--users", type=int, default=40, help="pairs: users")
+    p.set_defaults(handler=lambda args, settings: _generate(args))
     return p
 
 
@@ -55,8 +59,7 @@ def generate(kind: str, out: Path, args: argparse.Namespace) -> list[Task]:
     ]
 
 
-def generate_command(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def _generate(args: argparse.Namespace) -> int:
     out = Path(args.output)
     tasks = generate(args.kind, out, args)
     write_tasks(out / "tasks.jsonl", tasks)

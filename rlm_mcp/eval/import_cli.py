@@ -14,8 +14,11 @@ from rlm_mcp.eval.tasks import Task, write_tasks
 DEFAULT_N = {"oolong": 50, "oolong-pairs": 20, "longbench-code": 50, "browsecomp-plus": 150}
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlm-mcp eval import", description="Convert a downloaded benchmark file.")
+DESCRIPTION = "Convert a downloaded benchmark file."
+
+
+def configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of `rlm-mcp eval import`, and its handler, on `p`."""
     p.add_argument("benchmark", choices=sorted(DEFAULT_N), help="which benchmark the file comes from")
     p.add_argument("file", help="the benchmark's JSON or JSONL file")
     p.add_argument("--output", "-o", required=True, help="folder for tasks.jsonl and contexts/")
@@ -25,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", help="browsecomp-plus: corpus file of {docid, text} rows")
     p.add_argument("--k", type=int, default=50, help="browsecomp-plus: documents per query")
     p.add_argument("--seed", type=int, default=0, help="browsecomp-plus: document order")
+    p.set_defaults(handler=lambda args, settings: _import(args))
     return p
 
 
@@ -41,8 +45,7 @@ def load(args: argparse.Namespace, out: Path) -> list[Task]:
     return load_browsecomp_plus(src, out, corpus_path=corpus, k=args.k, n=n, seed=args.seed)
 
 
-def import_command(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def _import(args: argparse.Namespace) -> int:
     out = Path(args.output)
     tasks = load(args, out)
     if not tasks:

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.events import CallRole
 from rlm_mcp.lm.catalog import ModelCatalog
 from rlm_mcp.lm.completions import Completions
 from rlm_mcp.lm.counting import TokenCounter
@@ -30,7 +31,6 @@ from rlm_mcp.lm.discovery import ProbeResult
 from rlm_mcp.lm.endpoint import Endpoint, endpoint_configs
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.probe import check_models, probe
-from rlm_mcp.lm.responses import Role
 from rlm_mcp.lm.routing import RoutingKeys
 from rlm_mcp.lm.types import Completion
 
@@ -91,7 +91,7 @@ class LMClient:
         await self.aclose()
 
     # --- routing ----------------------------------------------------------------------------
-    async def _parts(self, role: Role, model: str) -> _Parts:
+    async def _parts(self, role: CallRole, model: str) -> _Parts:
         if role == "root" or not self.separate_sub_endpoint:
             return self._root
         if model == self._settings.effective_sub_model:
@@ -110,7 +110,7 @@ class LMClient:
         *,
         model: str,
         max_tokens: int,
-        role: Role,
+        role: CallRole,
         session: str | None = None,
     ) -> Completion:
         """One chat completion. `session` is the run id of a root call (its routing key); a
@@ -130,15 +130,15 @@ class LMClient:
             on_reply=remember if key is not None else None,
         )
 
-    async def window(self, model: str, *, role: Role = "root") -> int:
+    async def window(self, model: str, *, role: CallRole = "root") -> int:
         """The model's window at the endpoint its `role` calls go to. Never raises."""
         return await (await self._parts(role, model)).catalog.window(model)
 
-    async def window_known(self, model: str, *, role: Role = "root") -> bool:
+    async def window_known(self, model: str, *, role: CallRole = "root") -> bool:
         """Whether `window(model)` is real (the setting or discovered) rather than the fallback."""
         return await (await self._parts(role, model)).catalog.window_known(model)
 
-    async def count_tokens(self, messages: list[dict[str, str]], *, model: str, role: Role = "root") -> int:
+    async def count_tokens(self, messages: list[dict[str, str]], *, model: str, role: CallRole = "root") -> int:
         """Prompt tokens as that endpoint's chat template sees them (/tokenize, else an over-estimate)."""
         return await (await self._parts(role, model)).counter.count(messages, model=model)
 
@@ -166,11 +166,3 @@ class LMClient:
     async def probe(self) -> ProbeResult:
         """The root endpoint's probe."""
         return (await self.probes())[0]
-
-    async def served_cards(self, role: Role = "root") -> list[dict[str, Any]] | None:
-        """The /v1/models cards of an endpoint (cached); None when it lists none."""
-        parts = self._root if role == "root" else self._sub
-        return await parts.catalog.cards()
-
-    def server_kind(self, role: Role = "root") -> str | None:
-        return (self._root if role == "root" else self._sub).catalog.kind

@@ -17,13 +17,14 @@ from typing import Any
 
 import anyio
 
+from rlm_mcp.events import CallRole
 from rlm_mcp.lm import errors
 from rlm_mcp.lm.catalog import ModelCatalog
 from rlm_mcp.lm.endpoint import Endpoint
 from rlm_mcp.lm.errors import LMError, LMRequestError
 from rlm_mcp.lm.http import HttpError, HttpReply, HttpTimeout, HttpTransportError, encode_json
 from rlm_mcp.lm.length_field import set_budget
-from rlm_mcp.lm.responses import Role, parse_completion, server_message
+from rlm_mcp.lm.responses import parse_completion, server_message
 from rlm_mcp.lm.retry import TOTAL_SLEEP_CAP_S, backoff_s, retry_after_s, retryable_status
 from rlm_mcp.lm.types import CallRecord, Completion
 
@@ -60,7 +61,7 @@ class Completions:
         *,
         model: str,
         max_tokens: int,
-        role: Role,
+        role: CallRole,
         headers: HeadersFor,
         on_reply: OnReply | None = None,
     ) -> Completion:

@@ -14,8 +14,10 @@ import re
 import threading
 from typing import Literal
 
+from rlm_mcp.config import CompletionTokensField
+
 FieldName = Literal["max_tokens", "max_completion_tokens"]
-FieldSetting = Literal["auto", "max_tokens", "max_completion_tokens"]
+FieldSetting = CompletionTokensField
 
 # OpenAI: "Unsupported parameter: 'max_tokens' is not supported with this model. Use
 # 'max_completion_tokens' instead."

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Literal
+from typing import Any
 
+from rlm_mcp.events import CallRole
 from rlm_mcp.lm.errors import no_choices, not_json
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens
 from rlm_mcp.lm.types import CallRecord, Completion
 
 log = logging.getLogger("rlm_mcp.lm")
-
-Role = Literal["root", "sub"]
 
 
 def server_message(response: HttpReply) -> str:
@@ -36,7 +35,7 @@ def parse_completion(
     response: HttpReply,
     messages: list[dict[str, str]],
     model: str,
-    role: Role,
+    role: CallRole,
     started: float,
     queued_s: float,
     setting: str = "RLM_MCP_BASE_URL",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-CallStatus = Literal["ok", "error"]
+from rlm_mcp.events import CallRole, CallStatus
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class CallRecord:
     completion_tokens: int
     latency_s: float
     status: CallStatus
-    role: Literal["root", "sub"] = "root"
+    role: CallRole = "root"
     error: str | None = None
     # True when the server sent no `usage` and the token counts are local estimates.
     estimated: bool = False

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # the LM layer is not loaded at run time: importing a port loads nothing else
+    from rlm_mcp.events import CallRole, SubCallKind
     from rlm_mcp.lm.types import Completion
 
 # How a context's bytes are read: text (a str in the sandbox) or JSON (a list or dict there).
 ContextFormat = Literal["text", "json"]
+# The Python type a context has inside the sandbox: a str (text), or a list or dict (JSON).
+ContextKind = Literal["str", "list", "dict"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class ContextSpec:
 
     path: Path  # file holding the bytes: UTF-8 text, or a JSON document when format == "json"
     format: ContextFormat
-    kind: Literal["str", "list", "dict"]  # the Python type `context_i` has inside the sandbox
+    kind: ContextKind  # the Python type `context_i` has inside the sandbox
     chars: int  # total length in characters (what the metadata message reports)
     bytes: int
     name: str = ""
@@ -36,7 +39,7 @@ class ContextSpec:
 class LMRequest:
     """A sub-call asked for by code inside the sandbox (`llm_query*` or `rlm_query*`)."""
 
-    kind: Literal["llm", "rlm"]
+    kind: SubCallKind
     prompts: list[str]
     model: str | None = None
 
@@ -98,20 +101,18 @@ class ChatModel(Protocol):
         *,
         model: str,
         max_tokens: int,
-        role: Literal["root", "sub"],
+        role: CallRole,
         session: str | None = None,
     ) -> Completion:
         """`session`: the run id of a root call (its replica-routing key); None for sub-calls."""
         ...
 
     # `role` picks the endpoint: root calls' or sub-calls' (they may be different servers).
-    async def window(self, model: str, *, role: Literal["root", "sub"] = "root") -> int: ...
+    async def window(self, model: str, *, role: CallRole = "root") -> int: ...
 
-    async def window_known(self, model: str, *, role: Literal["root", "sub"] = "root") -> bool:
+    async def window_known(self, model: str, *, role: CallRole = "root") -> bool:
         """True when `window(model)` is the server's real window (a setting, or discovered),
         False when it is only the 16384 fallback."""
         ...
 
-    async def count_tokens(
-        self, messages: list[dict[str, str]], *, model: str, role: Literal["root", "sub"] = "root"
-    ) -> int: ...
+    async def count_tokens(self, messages: list[dict[str, str]], *, model: str, role: CallRole = "root") -> int: ...

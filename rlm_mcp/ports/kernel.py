@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from rlm_mcp.errors import SandboxError
+    from rlm_mcp.events import SubCallKind
     from rlm_mcp.ports.owners import OwnerLiveness
 
 
@@ -91,7 +92,7 @@ class ExecResultFrame:
 @dataclass(frozen=True)
 class LMRequestFrame:
     id: int
-    kind: Literal["llm", "rlm"]
+    kind: SubCallKind
     prompts: list[str]
     model: str | None = None
     main: bool = False  # made by the cell's main thread (pauses its running-time clock)
@@ -228,7 +229,11 @@ class SandboxBackend(Protocol):
         ...
 
     async def set_cpus(self, channel: KernelChannel, cpus: float) -> None:
-        """Change a running sandbox's CPU limit in place (best effort; never raises)."""
+        """Change a running sandbox's CPU limit in place. Raises `CpuLimitFixed` (why, and the
+        fix) when the backend cannot change limits in place at all: the CPU shares then switch off
+        and each sandbox keeps the limit it was created with, saying so (`sandbox/cpu.py`). Any
+        other failure (the sandbox is gone, the connection dropped) is raised as it is; the
+        shares log it and try again at the next change."""
         ...
 
     def lost_error(self, attempts: int, detail: str) -> SandboxError:

@@ -14,8 +14,9 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any
+from typing import Any, get_args
 
+from rlm_mcp.events import SubCallKind
 from rlm_mcp.ports.kernel import (
     ContextLoadedFrame,
     ExecResultFrame,
@@ -275,7 +276,7 @@ def _check_exec_result(obj: dict[str, Any]) -> str | None:
 def _check_lm_request(obj: dict[str, Any]) -> str | None:
     if not isinstance(obj.get("id"), int):
         return "no id"
-    if obj.get("kind") not in ("llm", "rlm"):
+    if obj.get("kind") not in get_args(SubCallKind):
         return "kind is not llm|rlm"
     if not _is_str_list(obj.get("prompts")):
         return "prompts is not a list of strings"

@@ -8,7 +8,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -36,7 +36,7 @@ from rlm_mcp.server.schemas import (
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides, WaitS
 from rlm_mcp.service.progress import HEARTBEAT_S
-from rlm_mcp.service.service import Mode, RlmService
+from rlm_mcp.service.service import ChunkEncoding, Mode, RlmService
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store.factory import Stores
 
@@ -203,7 +203,7 @@ def _add_context_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Call
         index: Annotated[int, Field(ge=0, description="0 for the first chunk, then 1, 2, ...")],
         upload_id: Annotated[str, Field(description="From the answer to chunk 0; omit on chunk 0.")] = "",
         final: Annotated[bool, Field(description="True on the last chunk: the context is stored.")] = False,
-        encoding: Annotated[Literal["text", "base64"], Field(description="How `data` is encoded.")] = "text",
+        encoding: Annotated[ChunkEncoding, Field(description="How `data` is encoded.")] = "text",
         sha256: Annotated[str, Field(description="Hex SHA-256 of the whole upload, checked at the end.")] = "",
         name: Annotated[str, Field(description="A label for the context.")] = "",
         format: Annotated[ContextFormat | None, Field(description="text (default) or json.")] = None,

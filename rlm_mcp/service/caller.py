@@ -8,13 +8,14 @@ one place that names the owner; nothing in the server layer passes an owner by h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rlm_mcp.engine import RunResult
 from rlm_mcp.events import LoggedEvent
 from rlm_mcp.owners import Owner
+from rlm_mcp.ports import ContextFormat
 from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import ProgressReport, RlmService
+from rlm_mcp.service.service import ChunkEncoding, ProgressReport, RlmService
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, UploadState
 
@@ -37,7 +38,7 @@ class Caller:
         glob: str | None = None,
         url: str | None = None,
         name: str | None = None,
-        format: Literal["text", "json"] = "text",
+        format: ContextFormat = "text",
         include: list[str] | None = None,
         exclude: list[str] | None = None,
     ) -> ContextInfo:
@@ -60,10 +61,10 @@ class Caller:
         index: int,
         upload_id: str | None,
         final: bool,
-        encoding: Literal["text", "base64"],
+        encoding: ChunkEncoding,
         sha256: str | None,
         name: str | None,
-        format: Literal["text", "json"] | None,
+        format: ContextFormat | None,
     ) -> UploadState:
         return await self.service.upload_chunk(
             data=data,

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import LoggedEvent
@@ -42,7 +42,9 @@ from rlm_mcp.store.factory import Stores, make_stores
 logger = logging.getLogger("rlm_mcp.service")
 
 ProgressReport = Callable[[float, float | None, str], Awaitable[None]]
-Mode = Literal["stdio", "http"]
+Mode = Transport  # which transport this service answers (the owner rules differ)
+# How an upload chunk's `data` string is encoded on the wire.
+ChunkEncoding = Literal["text", "base64"]
 _LM_CHECK_TTL_S = 60.0
 
 
@@ -141,7 +143,7 @@ class RlmService:
         index: int,
         upload_id: str | None,
         final: bool,
-        encoding: Literal["text", "base64"],
+        encoding: ChunkEncoding,
         sha256: str | None,
         name: str | None,
         format: ContextFormat | None,

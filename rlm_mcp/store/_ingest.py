@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from rlm_mcp.errors import BadArgumentError, context_too_large
-from rlm_mcp.ports import ContextFormat
+from rlm_mcp.ports import ContextFormat, ContextKind
 
 CHUNK = 1 << 20
 
@@ -34,7 +34,7 @@ class Ingested:
     sha256: str
     bytes: int
     chars: int
-    kind: Literal["str", "list", "dict"]
+    kind: ContextKind
 
 
 def not_text(offset: int) -> BadArgumentError:
@@ -103,7 +103,7 @@ def ingest(
                 "Check the chunks: resend the final chunk with the right sha256 (or none), "
                 "or start the upload again if a chunk was corrupted.",
             )
-        kind: Literal["str", "list", "dict"] = "str"
+        kind: ContextKind = "str"
         if format == "json":
             kind = _json_kind(tmp_path, total)
         return Ingested(tmp_path=tmp_path, sha256=sha, bytes=total, chars=chars, kind=kind)

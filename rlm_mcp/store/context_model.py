@@ -13,11 +13,11 @@ the document's text as stored (not of any value inside it).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
-from rlm_mcp.ports import ContextFormat
+from rlm_mcp.ports import ContextFormat, ContextKind
 
 __all__ = ["PIN_TTL_S", "ContextInfo", "context_id_for", "context_info", "well_formed_id"]
 
@@ -32,7 +32,7 @@ class ContextInfo(BaseModel):
     bytes: int
     sha256: str
     format: ContextFormat
-    kind: Literal["str", "list", "dict"]
+    kind: ContextKind
     chars: int
     created_at: float
     last_used_at: float

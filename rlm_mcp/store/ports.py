@@ -15,22 +15,20 @@ import builtins
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from rlm_mcp.events import LoggedEvent, RunEvent
 from rlm_mcp.owners import Owner, OwnerScope
-from rlm_mcp.ports import ContextSpec
+from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store.context_model import ContextInfo
 from rlm_mcp.store.uploads import UploadState
-
-Format = Literal["text", "json"]
 
 
 class ContextStorePort(Protocol):
     """Content-addressed contexts with per-owner names, pins and eviction."""
 
     async def put_bytes(
-        self, data: bytes, *, name: str, format: Format, source: dict[str, Any], owner: Owner
+        self, data: bytes, *, name: str, format: ContextFormat, source: dict[str, Any], owner: Owner
     ) -> ContextInfo: ...
 
     async def put_file(
@@ -38,7 +36,7 @@ class ContextStorePort(Protocol):
         path: Path,
         *,
         name: str,
-        format: Format,
+        format: ContextFormat,
         source: dict[str, Any],
         consume: bool = False,
         owner: Owner,
@@ -49,7 +47,7 @@ class ContextStorePort(Protocol):
         chunks: Iterable[bytes],
         *,
         name: str,
-        format: Format,
+        format: ContextFormat,
         source: dict[str, Any],
         expected_sha256: str | None = None,
         owner: Owner,
@@ -82,7 +80,7 @@ class UploadStorePort(Protocol):
         final: bool,
         sha256: str | None,
         name: str | None,
-        format: Format | None,
+        format: ContextFormat | None,
         owner: Owner,
     ) -> UploadState: ...
 

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -44,12 +44,14 @@ def server_process(
     within_s: float = 60.0,
     quiet: bool = True,
     log: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start `argv` (a server that listens on `host:port`), yield it once a TCP connection
     succeeds, stop it on exit. Fails with the server's stderr if it exits before listening.
     `quiet`: its stdout is discarded. Its stderr goes to a file (a pipe nobody reads would
     block a chatty server), read back for that message: `log` when given (the caller reads the
-    server's log; its stdout goes there too, where uvicorn writes access lines), else a temporary one."""
+    server's log; its stdout goes there too, where uvicorn writes access lines), else a temporary one.
+    `preexec_fn`: run in the child before it starts (e.g. to lower a resource limit it inherits)."""
     with open(log, "w+b") if log is not None else tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(
             list(argv),
@@ -58,6 +60,7 @@ def server_process(
             stdin=subprocess.DEVNULL,
             stdout=stderr if log is not None else subprocess.DEVNULL if quiet else None,
             stderr=stderr,
+            preexec_fn=preexec_fn,
         )
         try:
             _wait_listening(proc, argv[0], host, port, within_s, stderr)

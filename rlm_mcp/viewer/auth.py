@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rlm_mcp.access import BearerTokens, HostPolicy
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, Owner, OwnerScope
 from rlm_mcp.store.spent_codes import LocalSpentCodes, SpentCodesPort
 from rlm_mcp.viewer import signed
 from rlm_mcp.viewer.path_key import random_key
@@ -32,7 +32,6 @@ CODE_TTL_S = 60.0
 SESSION_TTL_S = 3600.0
 MAX_SESSIONS = 4096  # all owners: a bound on memory
 MAX_SESSIONS_PER_OWNER = 16  # one owner's logins evict only that owner's oldest sessions
-ALL_OWNERS = "*"  # the local viewer (`rlm-mcp runs view`): the data dir's own user sees every run
 
 
 @dataclass
@@ -55,8 +54,8 @@ class ViewerAuth:
     # RLM_MCP_PUBLIC_URL: login links name it; https there marks the session cookie Secure (TLS
     # ends at the proxy, so the request this server sees says http).
     public_url: str | None = None
-    _codes: dict[str, tuple[float, str]] = field(default_factory=dict)
-    _sessions: dict[str, tuple[float, str]] = field(default_factory=dict)
+    _codes: dict[str, tuple[float, OwnerScope]] = field(default_factory=dict)
+    _sessions: dict[str, tuple[float, OwnerScope]] = field(default_factory=dict)
     _bearer: BearerTokens = field(init=False)
 
     def __post_init__(self) -> None:
@@ -69,21 +68,25 @@ class ViewerAuth:
     def host_ok(self, host: str | None, origin: str | None) -> bool:
         return self.policy.host_ok(host or "") and self.policy.origin_ok(origin)
 
-    def bearer_owner(self, authorization: str | None) -> str | None:
+    def bearer_owner(self, authorization: str | None) -> Owner | None:
         """The owner a bearer header proves (LOCAL_OWNER when no token is set), else None."""
-        return self._bearer.owner(authorization)
+        found = self._bearer.owner(authorization)
+        return Owner(found) if found is not None else None
 
-    def session_owner(self, cookie: str | None) -> str | None:
+    def session_owner(self, cookie: str | None) -> OwnerScope | None:
         if not self.tokens:
             return LOCAL_OWNER
         if self.key is not None:
             valid = signed.verify(self.key, "session", cookie)
-            return valid[0] if valid is not None else None
+            return Owner(valid[0]) if valid is not None else None
         found = self._sessions.get(cookie or "")
         return found[1] if found is not None and found[0] > time.monotonic() else None
 
-    def issue_code(self, owner: str = LOCAL_OWNER) -> str:
+    def issue_code(self, owner: OwnerScope) -> str:
+        """A one-time login code for `owner` (required: a forgotten owner is a type error)."""
         if self.key is not None:
+            if owner is EVERY_OWNER:  # team mode signs one owner's codes; only the local viewer sees all
+                raise ValueError("a signed (team mode) login code names one owner, never EVERY_OWNER")
             return signed.sign(self.key, "code", owner, CODE_TTL_S)
         now = time.monotonic()
         self._codes = {c: v for c, v in self._codes.items() if v[0] > now}

@@ -30,7 +30,7 @@ from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.runs import check_run_id
 from rlm_mcp.viewer import render_index_html, render_run_html
-from rlm_mcp.viewer.auth import ALL_OWNERS, ViewerAuth
+from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.routes import PREFIX, build_viewer
 
 
@@ -121,7 +121,7 @@ async def _serve_local(settings: Settings, run_id: str | None, open_browser: boo
         # A random token no one knows: only the one-time link below gets a browser in.
         auth = ViewerAuth(tokens=[secrets.token_urlsafe(32)], policy=HostPolicy("127.0.0.1", port, [], []))
         app = build_viewer(stores.runs, auth)
-        link = f"http://127.0.0.1:{port}" + _with_run(f"{PREFIX}/login?code={auth.issue_code(ALL_OWNERS)}", run_id)
+        link = f"http://127.0.0.1:{port}" + _with_run(f"{PREFIX}/login?code={auth.issue_code(EVERY_OWNER)}", run_id)
         config = uvicorn.Config(app, log_level="warning", lifespan="off")
         server = uvicorn.Server(config)
         _say(link)

@@ -21,9 +21,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
+from rlm_mcp.owners import Everyone, Owner, OwnerScope
 from rlm_mcp.store.ports import RunStorePort
-from rlm_mcp.viewer.auth import ALL_OWNERS, COOKIE, SESSION_TTL_S, ViewerAuth
+from rlm_mcp.viewer.auth import COOKIE, SESSION_TTL_S, ViewerAuth
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
 
@@ -40,11 +40,6 @@ _HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
 }
-
-
-def _scope(owner: str) -> OwnerScope:
-    """Whose runs a viewer session sees (`ALL_OWNERS`: the local viewer, every run)."""
-    return EVERY_OWNER if owner == ALL_OWNERS else Owner(owner)
 
 
 def _refusal(request: Request, status: int, message: str) -> Response:
@@ -87,15 +82,16 @@ class _Pages:
         self.records = records
         self.auth = auth
 
-    def owner_of(self, request: Request) -> str:
+    def owner_of(self, request: Request) -> OwnerScope:
+        """Whose runs this request may see (`EVERY_OWNER`: the local viewer's session)."""
         owner = request.scope.get("state", {}).get("viewer_owner")
-        assert isinstance(owner, str), "denied() runs first and records the owner"
-        return owner
+        assert isinstance(owner, (str, Everyone)), "denied() runs first and records the owner"
+        return owner if isinstance(owner, Everyone) else Owner(owner)
 
     def denied(self, request: Request, *, bearer_only: bool = False) -> Response | None:
         if not self.auth.host_ok(request.headers.get("host"), request.headers.get("origin")):
             return _refusal(request, 403, "This Host or Origin is not allowed.")
-        owner = self.auth.bearer_owner(request.headers.get("authorization"))
+        owner: OwnerScope | None = self.auth.bearer_owner(request.headers.get("authorization"))
         if owner is None and not bearer_only:
             owner = self.auth.session_owner(request.cookies.get(COOKIE))
         if owner is None:
@@ -121,7 +117,7 @@ class _Pages:
 
     async def _index(self, request: Request) -> tuple[str, list[dict[str, Any]]]:
         owner = self.owner_of(request)
-        entries = [index_entry(s) for s in await self.records.list(INDEX_LIMIT, owner=_scope(owner))]
+        entries = [index_entry(s) for s in await self.records.list(INDEX_LIMIT, owner=owner)]
         digest = hashlib.sha256(json.dumps(entries, default=str, sort_keys=True).encode()).hexdigest()[:16]
         return digest, entries
 
@@ -136,7 +132,7 @@ class _Pages:
     async def _model(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
         run_id = request.path_params["run_id"]
         try:
-            scope = _scope(self.owner_of(request))
+            scope = self.owner_of(request)
             summary = await self.records.read_summary(run_id, owner=scope)  # another owner's: unknown
             version = await self.records.version(run_id)
             if request.query_params.get("since") == version:

@@ -27,9 +27,8 @@ from rlm_mcp.sandbox.docker.engine import (
     probe_sync,
     update_failure,
     update_fix,
-    update_unsupported,
 )
-from rlm_mcp.sandbox.docker.faults import is_refused, lost_error
+from rlm_mcp.sandbox.docker.faults import is_refused, lost_error, update_unsupported
 from rlm_mcp.sandbox.docker.hardening import CPU_PERIOD_US, LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX, cpu_quota
 
 log = logging.getLogger("rlm_mcp.sandbox")

@@ -30,7 +30,7 @@ from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
 from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
-from rlm_mcp.sandbox.docker.engine import EngineInfo, stopped_while_removed
+from rlm_mcp.sandbox.docker.engine import EngineInfo
 from rlm_mcp.sandbox.docker.faults import (
     EXIT_INPUT_CLOSED,
     DockerConnectionLost,
@@ -38,6 +38,7 @@ from rlm_mcp.sandbox.docker.faults import (
     is_gone,
     is_lost,
     lost_raised,
+    stopped_while_removed,
 )
 from rlm_mcp.sandbox.docker.hardening import create_kwargs
 from rlm_mcp.sandbox.frames import (

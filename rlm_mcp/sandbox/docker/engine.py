@@ -22,10 +22,10 @@ from the engine (`probe_sync`) and checked here, never guessed:
   told so (`ExitInfo.oom_unreported`).
 - Podman refuses a forced removal of a container that stopped while it was being removed
   ("could not be stopped ... container state improper"); a second removal works
-  (`stopped_while_removed`).
+  (`faults.stopped_while_removed`).
 - CPU quotas updated in place (`docker update`) exist under Docker with runc only: Debian's
   `runsc` (2022) has no `update` command and Podman's compatible API no `containers/{id}/update`.
-  `update_unsupported` tells that failure from a container that is merely gone; the CPU shares
+  `faults.update_unsupported` tells that failure from a container that is merely gone; the CPU shares
   (sandbox/cpu.py) then keep each sandbox's fixed quota, and say so.
 """
 
@@ -38,7 +38,6 @@ from typing import Any
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
-from rlm_mcp.sandbox.docker.faults import is_lost
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
@@ -166,23 +165,6 @@ def engine_ulimits(engine: EngineInfo | None) -> list[dict[str, Any]]:
     if engine is not None and engine.podman:
         limits.append({"Name": "nproc", "Soft": PODMAN_NPROC, "Hard": PODMAN_NPROC})
     return limits
-
-
-def stopped_while_removed(exc: BaseException) -> bool:
-    """Podman's answer to a forced removal racing the container's own exit (worth one retry)."""
-    text = str(exc).lower()
-    return "could not be stopped" in text and "state improper" in text
-
-
-def update_unsupported(exc: BaseException) -> bool:
-    """Whether a failed `docker update` means the engine or runtime cannot update in place (as
-    opposed to a container that is already gone, or a lost connection)."""
-    import docker.errors
-
-    if is_lost(exc) or not isinstance(exc, docker.errors.APIError):
-        return False
-    text = str(getattr(exc, "explanation", None) or exc).lower()
-    return "no such container" not in text and "is not running" not in text
 
 
 def update_failure(exc: BaseException, engine: EngineInfo | None) -> str:

@@ -153,6 +153,9 @@ def is_refused(exc: BaseException) -> bool:
 # Beyond a lost connection: the ways a first connection cannot be made at all.
 _UNREACHABLE_MARKERS = ("no such file or directory", "cannot connect", "name or service not known", "permission denied")
 _GONE_MARKERS = ("no such container", "already in progress")
+# An update that raced the container's exit: Docker says "is not running", runc (through Docker)
+# "container not running". Neither means the engine cannot update a running container.
+_STOPPED_MARKERS = ("is not running", "container not running")
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -171,3 +174,20 @@ def is_gone(exc: BaseException) -> bool:
     """A remove that failed because the container is already gone (or being removed)."""
     text = str(exc).lower()
     return any(marker in text for marker in _GONE_MARKERS)
+
+
+def stopped_while_removed(exc: BaseException) -> bool:
+    """Podman's answer to a forced removal racing the container's own exit (worth one retry)."""
+    text = str(exc).lower()
+    return "could not be stopped" in text and "state improper" in text
+
+
+def update_unsupported(exc: BaseException) -> bool:
+    """Whether a failed `docker update` means the engine or runtime cannot update in place (as
+    opposed to a container that is already gone or stopped, or a lost connection)."""
+    import docker.errors
+
+    if not isinstance(exc, docker.errors.APIError) or not is_refused(exc) or is_gone(exc):
+        return False
+    text = str(exc).lower()
+    return not any(marker in text for marker in _STOPPED_MARKERS)

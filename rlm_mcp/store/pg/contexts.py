@@ -19,14 +19,14 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
-from rlm_mcp.ports import ContextSpec
+from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.context_model import PIN_TTL_S, ContextInfo, context_id_for, context_info, well_formed_id
 from rlm_mcp.store.eviction import plan_eviction
@@ -96,7 +96,7 @@ class PgContextStore:
     # --- writing -------------------------------------------------------------------------
 
     async def put_bytes(
-        self, data: bytes, *, name: str, format: Literal["text", "json"], source: dict[str, Any], owner: Owner
+        self, data: bytes, *, name: str, format: ContextFormat, source: dict[str, Any], owner: Owner
     ) -> ContextInfo:
         if len(data) > self._settings.max_context_bytes:
             raise context_too_large(self._settings.max_context_bytes)
@@ -108,7 +108,7 @@ class PgContextStore:
         path: Path,
         *,
         name: str,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         source: dict[str, Any],
         consume: bool = False,
         owner: Owner,
@@ -141,7 +141,7 @@ class PgContextStore:
         chunks: Iterable[bytes],
         *,
         name: str,
-        format: Literal["text", "json"],
+        format: ContextFormat,
         source: dict[str, Any],
         expected_sha256: str | None = None,
         owner: Owner,
@@ -160,7 +160,7 @@ class PgContextStore:
         return await self._store(ing, name=name, format=format, source=source, owner=owner)
 
     async def _store(
-        self, ing: Ingested, *, name: str, format: Literal["text", "json"], source: dict[str, Any], owner: Owner
+        self, ing: Ingested, *, name: str, format: ContextFormat, source: dict[str, Any], owner: Owner
     ) -> ContextInfo:
         try:
             info = await self._commit(ing, name=name, format=format, source=source, owner=owner)
@@ -171,7 +171,7 @@ class PgContextStore:
         return info
 
     async def _commit(
-        self, ing: Ingested, *, name: str, format: Literal["text", "json"], source: dict[str, Any], owner: Owner
+        self, ing: Ingested, *, name: str, format: ContextFormat, source: dict[str, Any], owner: Owner
     ) -> ContextInfo:
         cid = context_id_for(ing.sha256, format)
         now = time.time()

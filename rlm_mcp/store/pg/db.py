@@ -40,7 +40,10 @@ CONNECT_TIMEOUT_S = 10.0
 # bench/scale.py team). After any failed statement every connection is checked again, so the
 # calls after a PostgreSQL restart succeed (the first one during it fails, as it would anyway).
 FRESH_S = 0.25
-HEARTBEAT_S = 5.0
+# How often this replica writes its row in rlm_replicas (its pins stay live while the row is fresher
+# than REPLICA_TTL_S) and sweeps its blob cache; not the progress heartbeat of a run
+# (service.progress.HEARTBEAT_S).
+REPLICA_BEAT_S = 5.0
 PING_TIMEOUT_S = 2.0
 REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
 
@@ -202,7 +205,7 @@ class Database:
 
     async def _heartbeat(self) -> None:
         while True:
-            await anyio.sleep(HEARTBEAT_S)
+            await anyio.sleep(REPLICA_BEAT_S)
             try:
                 await self._beat()
                 for hook in self.on_heartbeat:

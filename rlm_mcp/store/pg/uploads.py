@@ -17,13 +17,14 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, context_too_large, uploads_over_store_cap
 from rlm_mcp.owners import Owner
+from rlm_mcp.ports import ContextFormat
 from rlm_mcp.store._ingest import ingest, read_file_chunks
 from rlm_mcp.store.owner_caps import check_pending_uploads, may_continue_upload
 from rlm_mcp.store.pg.contexts import OWNER_LOCK_CLASS, PgContextStore
@@ -48,7 +49,7 @@ class PgUploadStore:
         final: bool,
         sha256: str | None,
         name: str | None,
-        format: Literal["text", "json"] | None,
+        format: ContextFormat | None,
         owner: Owner,
     ) -> UploadState:
         check_chunk(data, index, format, sha256)
@@ -195,7 +196,7 @@ class PgUploadStore:
                         if part is None:
                             raise _unknown(upload_id)
                         await anyio.to_thread.run_sync(out.write, bytes(part["data"]))
-            fmt: Literal["text", "json"] = "json" if row["format"] == "json" else "text"
+            fmt: ContextFormat = "json" if row["format"] == "json" else "text"
             expected = sha256.strip().lower() if sha256 else None
 
             def scan() -> Any:

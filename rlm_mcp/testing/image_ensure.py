@@ -1,7 +1,7 @@
 """Make sure the sandbox image exists, choosing online or offline the way a person would.
 
-Used by the test suite (so that its command works on a fresh machine) and by anyone who wants
-"build it if missing". Order: the image is there -> nothing; the offline base is there -> build
+Test support: the suite calls it before its Docker tests (tests/conftest.py), so that its
+command works on a fresh machine; `rlm-mcp image build` is the user's way. Order: the image is there -> nothing; the offline base is there -> build
 on it (no network); a registry answers (the base pulls) -> build online; this user can run
 debootstrap (root, and debootstrap installed) -> build offline; otherwise a clear error.
 """
