@@ -141,18 +141,23 @@ def pg_cluster() -> Iterator[Cluster]:
         cluster.close()
 
 
+def fresh_database(cluster: Cluster, template: str | None = None) -> Iterator[str]:
+    """A new database of the session's cluster (a copy of `template`, if given), dropped after."""
+    if cluster.proc is None:
+        cluster.start()  # a test that stopped the cluster failed before starting it again
+    name = "t_" + secrets.token_hex(6)
+    cluster.sql(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
+    try:
+        yield cluster.url(name)
+    finally:
+        if cluster.proc is not None:
+            cluster.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def pg_url(pg_cluster: Cluster) -> Iterator[str]:
     """A fresh, empty database of the session's cluster."""
-    if pg_cluster.proc is None:
-        pg_cluster.start()  # a test that stopped the cluster failed before starting it again
-    name = "t_" + secrets.token_hex(6)
-    pg_cluster.sql(f"CREATE DATABASE {name}")
-    try:
-        yield pg_cluster.url(name)
-    finally:
-        if pg_cluster.proc is not None:
-            pg_cluster.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    yield from fresh_database(pg_cluster)
 
 
 TEMPLATE = "rlm_template"
@@ -183,15 +188,7 @@ def pg_template(pg_cluster: Cluster) -> str:
 @pytest.fixture
 def pg_migrated_url(pg_cluster: Cluster, pg_template: str) -> Iterator[str]:
     """A fresh database of the session's cluster with the current schema (no rows)."""
-    if pg_cluster.proc is None:
-        pg_cluster.start()
-    name = "t_" + secrets.token_hex(6)
-    pg_cluster.sql(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
-    try:
-        yield pg_cluster.url(name)
-    finally:
-        if pg_cluster.proc is not None:
-            pg_cluster.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    yield from fresh_database(pg_cluster, pg_template)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
