@@ -19,7 +19,7 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port, server_process
 from tests.fixtures_e2e import SERVER_SCRIPT, assert_no_sandboxes_left, minimal_env
 from tests.fixtures_js import js_tools
-from tests.test_protocol_eras import SCRIPT
+from tests.test_protocol_eras import SCRIPT, assert_scenario
 
 pytestmark = pytest.mark.docker
 
@@ -33,13 +33,7 @@ def _node(*args: str) -> list[str]:
 
 
 def _check(seen: dict[str, Any], instance_id: str) -> None:
-    assert seen["protocol"] == "2025-11-25"
-    assert seen["complete"]["status"] == "completed" and seen["complete"]["answer"].startswith("files:")
-    assert seen["progress"] >= 1
-    assert seen["status"] in ("running", "completed")
-    assert seen["result"]["status"] == "completed"
-    assert seen["cancelled"]["status"] == "cancelled"
-    assert seen["resource"]["context_id"]
+    assert_scenario(seen, "2025-11-25")
     assert_no_sandboxes_left(instance_id)
 
 
