@@ -83,7 +83,7 @@ async def run_direct(lm: LMClient, settings: Settings, blob: Path, query: str) -
         )
     except LMError as exc:
         if exc.record is not None:
-            usage.add(exc.record)
+            usage.add_call(exc.record)
         return DirectResult(None, "error", usage, time.monotonic() - started, 0, False, error=str(exc))
-    usage.add(completion.record)
+    usage.add_call(completion.record)
     return DirectResult(completion.text, "completed", usage, time.monotonic() - started, chars, cut)

@@ -68,7 +68,7 @@ def ended(run: ActiveRun, status: Any, reason: str) -> dict[str, Any]:
         reason=reason,
         run_id=run.run_id,
         iterations=p.iterations,
-        usage=p.usage.to_dict(),
+        usage=p.usage.copy_of(),
         duration_s=round(time.monotonic() - p.started, 3),
         sub_calls=p.sub_calls,
     )
