@@ -10,7 +10,7 @@ import anyio
 
 from rlm_mcp.engine.types import EventSink, RunLimits, RunProgress
 from rlm_mcp.events import CallRole, LLMCall, RunEvent, Usage
-from rlm_mcp.lm.types import CallRecord, Completion
+from rlm_mcp.ports.chat import CallRecord, Completion
 
 log = logging.getLogger("rlm_mcp.engine")
 

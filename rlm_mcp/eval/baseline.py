@@ -16,7 +16,7 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.errors import LMError
-from rlm_mcp.lm.types import Usage
+from rlm_mcp.ports.runs import Usage
 
 SYSTEM = "You are a helpful assistant. Answer the question about the context that the user gives you."
 _MAX_CUTS = 6

@@ -25,8 +25,8 @@ from procrastinate.jobs import Status
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunLimits, RunPhase, RunProgress, RunResult
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.lm.types import TokenCount, Usage
 from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.ports.runs import TokenCount, Usage
 from rlm_mcp.service.queue import records
 from rlm_mcp.service.queue.app import defer_run
 from rlm_mcp.service.queue.wakeups import Wakeups
