@@ -19,6 +19,7 @@ from rlm_mcp.service.queue.app import QUEUE, defer_run, make_app
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
+from tests.fixtures_store import run_record
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -51,7 +52,7 @@ async def test_concurrent_sweepers_end_a_lost_run_once_and_requeue_a_fresh_one_o
             await records.register_worker(db, worker, "owner-lost")
             runs = {}
             for name, lm_called in (("run_swept_lost0000001", True), ("run_swept_fresh000001", False)):
-                await stores.runs.create(name, summary(name))
+                await stores.runs.create(run_record(name, summary(name)))
                 await records.set_job(db, name, await defer_run(app, name))
                 job = await manager.fetch_job(queues=[QUEUE], worker_id=worker)
                 assert job is not None
@@ -155,7 +156,7 @@ async def test_the_next_sweep_comes_when_a_lease_can_next_end(tmp_path: Path, pg
                 )
             due = await sweeper.sweep_once()  # its lease ends in about 2 s: sooner than housekeeping
             assert settings.queue_poll_s <= due <= 2.0 + LEASE_SLACK_S
-            await stores.runs.create("run_orphaned00000001", summary("run_orphaned00000001"))
+            await stores.runs.create(run_record("run_orphaned00000001", summary("run_orphaned00000001")))
             await defer_run(app, "run_orphaned00000001")
             assert await app.job_manager.fetch_job(queues=[QUEUE], worker_id=worker) is not None
             await app.job_manager.unregister_worker(worker)  # its running job is left with no worker

@@ -14,15 +14,15 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
+from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
-from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.owners import OwnerScope, sees
+from rlm_mcp.ports.runs import Notice, NoticeKind, NotStarted, RunRecord, RunRequest, render_notices
 from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.run_queue import queue_refusal
@@ -37,14 +37,6 @@ PRUNE_EVERY_S = 300.0
 
 # Events after which a waiting `rlm_complete` reports progress at once.
 PROGRESS_EVENTS = (TurnStart, SubCalls, ChildStart, ChildEnd, RunEnd)
-
-
-@dataclass
-class RunRequest:
-    query: str
-    context_ids: list[str]
-    limits: RunLimits
-    owner: Owner  # who may see, wait on and cancel the run (rlm_mcp.owners)
 
 
 @dataclass
@@ -66,8 +58,10 @@ class ActiveRun:
     # Counts notifications, so a waiter that was busy (sending progress) when one happened
     # still sees it: the Event alone is replaced on every notify and would lose it.
     seq: int = 0
-    # Team mode: which worker runs it, or why it waits (no live worker); shown by rlm_status.
-    notice: str | None = None
+    # Team mode: where the run executes, or why it went back to the queue (the record's notice)...
+    notice: Notice | None = None
+    # ... and the front's own, never stored: no live worker to take it. rlm_status shows both.
+    waiting: Notice | None = None
     # Ended because its server shut down (cancelled from outside its own scope), set before
     # its final record is written (a team worker may hand such a run back instead).
     shut_down: bool = False
@@ -96,9 +90,30 @@ class ActiveRun:
             iterations=p.iterations,
             max_iterations=p.max_iterations,
             sub_calls=p.sub_calls,
-            usage=p.usage.to_dict(),
+            usage=p.usage.copy_of(),
+            elapsed_s=round(time.monotonic() - p.started, 3),
+            notice=render_notices(self.notice, self.waiting),
+        )
+
+    def record(self) -> RunRecord:
+        """The run's record now: its request, its live state and, once it ended, its result."""
+        p = self.progress
+        cause = self.not_started
+        return RunRecord(
+            run_id=self.run_id,
+            created_at=self.created,
+            request=self.request,
+            status=p.status,
+            phase=p.phase,
+            iterations=p.iterations,
+            max_iterations=p.max_iterations,
+            sub_calls=p.sub_calls,
+            usage=p.usage.copy_of(),
             elapsed_s=round(time.monotonic() - p.started, 3),
             notice=self.notice,
+            last_event=self.last_event,
+            result=self.result,
+            not_started=NotStarted(cause=cause.cause, fix=cause.fix) if cause is not None else None,
         )
 
 
@@ -113,8 +128,8 @@ class RunManager:
         self._slots = anyio.Semaphore(settings.max_runs, fast_acquire=True)
         self._pruned_at = float("-inf")
         self._tg: anyio.abc.TaskGroup | None = None
-        # The reason runs cancelled by this process's shutdown record (a team worker names itself).
-        self.shutdown_reason = "the server shut down"
+        # Why runs cancelled by this process's shutdown ended (a team worker names itself).
+        self.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN)
 
     async def __aenter__(self) -> RunManager:
         self._tg = anyio.create_task_group()
@@ -171,7 +186,7 @@ class RunManager:
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         run = ActiveRun(run_id, request, progress)
-        log = await self._records.create(run_id, self._summary(run))
+        log = await self._records.create(run.record())
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log)
         return run
@@ -206,7 +221,8 @@ class RunManager:
             finally:
                 with anyio.CancelScope(shield=True):
                     if result is None:  # cancelled from outside the run's own scope (shutdown)
-                        result = self._ended(run, "cancelled", self.shutdown_reason)
+                        result = self._ended(run, "cancelled", self.shutdown_notice.render())
+                        run.notice = self.shutdown_notice
                         run.shut_down = True
                     run.result = result
                     run.progress.status = result.status
@@ -295,46 +311,16 @@ class RunManager:
         )
 
     def _ended(self, run: ActiveRun, status: RunStatus, reason: str) -> RunResult:
-        p = run.progress
-        return RunResult(
-            status=status,
-            answer=None,
-            reason=reason,
-            run_id=run.run_id,
-            iterations=p.iterations,
-            usage=p.usage.copy_of(),
-            duration_s=round(time.monotonic() - p.started, 3),
-            sub_calls=p.sub_calls,
-        )
-
-    def _summary(self, run: ActiveRun) -> dict[str, Any]:
-        return run_summary(self._settings, run)
+        result = run.record().ended(status, reason).result
+        assert result is not None
+        return result
 
     async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> None:
         try:
-            await log.write_summary(self._summary(run))
+            await log.write_summary(run.record())
             await log.aclose()
         except Exception:
             logger.exception("could not write the record of run %s", run.run_id)
-
-
-def run_summary(settings: Settings, run: ActiveRun) -> dict[str, Any]:
-    """The run's record: its request, its live status and, once it ended, its result."""
-    summary: dict[str, Any] = {
-        "run_id": run.run_id,
-        "query": run.request.query,
-        "context_ids": run.request.context_ids,
-        "owner": run.request.owner,
-        "limits": vars(run.request.limits),
-        "created_at": run.created,
-        "model": settings.model,
-    }
-    summary.update(run.snapshot().model_dump(exclude_none=True))
-    if run.result is not None:
-        summary["result"] = run.result.model_dump()
-    if run.not_started is not None:
-        summary["not_started"] = {"cause": run.not_started.cause, "fix": run.not_started.fix}
-    return summary
 
 
 async def wait_with_heartbeat(

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rlm_mcp.ports.runs import Notice, RunRecord, RunStatus, WorkerRef
 from rlm_mcp.store.pg.db import Conn, Database
 
 CHANNEL = "rlm_run_progress"
@@ -53,8 +54,8 @@ class RunRow:
 _COLUMNS = "run_id, owner, done, summary, job_id, worker_id, lm_called, requeues, next_seq, created_at"
 
 
-def _dump(summary: dict[str, Any]) -> str:
-    return json.dumps(summary, ensure_ascii=False, default=str)
+def _dump(record: RunRecord) -> str:
+    return json.dumps(record.to_stored(), ensure_ascii=False)
 
 
 async def read(db: Database, run_id: str) -> RunRow | None:
@@ -94,7 +95,7 @@ async def claim(db: Database, run_id: str, worker_id: int) -> RunRow | None:
     return RunRow.from_row(row) if row is not None else None
 
 
-async def finish(db: Database, run_id: str, summary: dict[str, Any], *, conn: Conn | None = None) -> bool:
+async def finish(db: Database, run_id: str, summary: RunRecord, *, conn: Conn | None = None) -> bool:
     """Write the final summary unless another process already did; True if this one did."""
     if conn is None:
         async with db.connection() as own:
@@ -108,7 +109,7 @@ async def finish(db: Database, run_id: str, summary: dict[str, Any], *, conn: Co
     return bool(row and row["ended"])
 
 
-async def requeue(db: Database, run_id: str, summary: dict[str, Any]) -> None:
+async def requeue(db: Database, run_id: str, summary: RunRecord) -> None:
     async with db.connection() as conn:
         await conn.execute(
             "WITH up AS (UPDATE rlm_runs SET summary = %s, worker_id = NULL, requeues = requeues + 1, updated_at = %s "
@@ -131,16 +132,16 @@ async def register_worker(db: Database, worker_id: int, owner_id: str) -> None:
         )
 
 
-async def worker_name(db: Database, worker_id: int | None) -> str:
-    """'host H, pid P' of a worker (its id when its row is gone)."""
+async def worker_ref(db: Database, worker_id: int | None) -> WorkerRef:
+    """A worker as notices name it: its id, host and pid (its id alone when its row is gone)."""
     if worker_id is None:
-        return "an unknown worker"
+        return WorkerRef()
     async with db.connection() as conn:
         cur = await conn.execute("SELECT host, pid FROM rlm_workers WHERE worker_id = %s", (worker_id,))
         row = await cur.fetchone()
     if row is None:
-        return f"worker {worker_id}"
-    return f"worker {worker_id} (host {row['host']}, pid {row['pid']})"
+        return WorkerRef(worker_id=worker_id)
+    return WorkerRef(worker_id=worker_id, host=row["host"], pid=row["pid"])
 
 
 async def queued_counts(db: Database, owner: str) -> tuple[int, int]:
@@ -166,16 +167,8 @@ async def live_workers(db: Database, lease_s: float) -> int:
     return int(row["n"]) if row else 0
 
 
-def final_summary(summary: dict[str, Any], status: str, reason: str) -> dict[str, Any]:
-    """A run's last live summary turned final, for a run that ends without its worker."""
-    result = {
-        "status": status,
-        "answer": None,
-        "reason": reason,
-        "run_id": summary.get("run_id"),
-        "iterations": int(summary.get("iterations") or 0),
-        "usage": summary.get("usage") or {},
-        "duration_s": float(summary.get("elapsed_s") or 0.0),
-        "sub_calls": int(summary.get("sub_calls") or 0),
-    }
-    return {**summary, "status": status, "phase": "done", "notice": reason, "result": result}
+def final_summary(summary: dict[str, Any], status: RunStatus, reason: str | Notice) -> RunRecord:
+    """A run's last stored record turned final, for a run that ends without its worker."""
+    notice = reason if isinstance(reason, Notice) else None
+    text = reason.render() if isinstance(reason, Notice) else reason
+    return RunRecord.from_stored(summary).ended(status, text, notice=notice)

@@ -33,6 +33,7 @@ import procrastinate
 from procrastinate.jobs import Status
 
 from rlm_mcp.config import Settings
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue import records
 from rlm_mcp.service.queue.app import QUEUE
@@ -117,28 +118,22 @@ class Sweeper:
             # `lm_called` is marked when the first answered LM call is recorded (runlog.py); the
             # log is read as well, so the rule holds whatever wrote the flag (or did not).
             if row is not None and fresh and not await records.had_lm_reply(self._db, run_id):
-                who = await records.worker_name(self._db, row.worker_id)
+                who = await records.worker_ref(self._db, row.worker_id)
                 await manager.retry_job(job)  # raises if another sweep got there first
-                summary = {
-                    **row.summary,
-                    "status": "queued",
-                    "phase": "queued",
-                    "notice": f"{who} was lost before the run called the model; it was queued again",
-                }
+                notice = Notice(kind=NoticeKind.REQUEUED_WORKER_LOST, worker=who)
+                summary = RunRecord.from_stored(row.summary).model_copy(
+                    update={"status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
+                )
                 await records.requeue(self._db, run_id, summary)
-                log.warning("run %s: %s lost before its first LM call; queued again", run_id, who)
+                log.warning("run %s: %s lost before its first LM call; queued again", run_id, who.render())
                 continue
             await manager.finish_job(job, status=Status.FAILED, delete_job=False)
             if row is None or row.done:
                 continue
-            who = await records.worker_name(self._db, row.worker_id)
-            reason = (
-                f"The run was executing on {who}, which stopped sending heartbeats for more than {lease:.0f} s "
-                "(RLM_MCP_WORKER_LEASE_S) and is presumed lost, so the run was stopped. "
-                "Start it again with rlm_start."
-            )
-            if await records.finish(self._db, run_id, records.final_summary(row.summary, "error", reason), conn=conn):
-                log.warning("run %s ended: %s lost", run_id, who)
+            who = await records.worker_ref(self._db, row.worker_id)
+            lost = Notice(kind=NoticeKind.WORKER_LOST, worker=who, lease_s=lease)
+            if await records.finish(self._db, run_id, records.final_summary(row.summary, "error", lost), conn=conn):
+                log.warning("run %s ended: %s lost", run_id, who.render())
 
     async def _forget_old_workers(self, conn: Conn) -> None:
         """Keep the worker tables small: rows of workers gone for a day (their runs have ended

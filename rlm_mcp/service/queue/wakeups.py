@@ -1,8 +1,8 @@
 """One LISTEN connection per process that wakes the tasks waiting on a run (`records.CHANNEL`).
 
-A notification's payload is the run id, or the run id, a space and the run's live summary (JSON)
-when a worker publishes one (`records.live_payload`): the follower applies that summary without
-reading the row. A notification with the id alone means "read the row" (a final status, a requeue,
+A notification's payload is the run id, or the run's live summary when a worker publishes one
+(its one encoding: `ports.runs.encode_live` / `decode_live`): the follower applies that summary
+without reading the row. A notification with the id alone means "read the row" (a final status, a requeue,
 a summary too big for a payload). Waiters poll anyway (RLM_MCP_QUEUE_POLL_S), because
 notifications sent while this connection was down (a PostgreSQL restart) are lost; after a
 reconnect every waiter is woken once, for the same reason, and reads its row.
@@ -18,6 +18,7 @@ import logging
 import anyio
 import psycopg
 
+from rlm_mcp.ports.runs import LiveSummary, decode_live
 from rlm_mcp.service.queue.records import CHANNEL
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -34,9 +35,9 @@ class Wakeups:
         self._url = url
         self._events: dict[str, anyio.Event] = {}  # by followed run id
         # A wake-up not yet taken by its follower: the latest live summary, or READ_ROW.
-        self._pending: dict[str, str | None] = {}
+        self._pending: dict[str, LiveSummary | None] = {}
 
-    async def wait(self, run_id: str, within_s: float) -> tuple[bool, str | None]:
+    async def wait(self, run_id: str, within_s: float) -> tuple[bool, LiveSummary | None]:
         """(woken, summary): woken within `within_s` (or already, since the last `wait`), and
         the live summary the latest wake-up carried (None: read the row)."""
         if run_id not in self._pending:
@@ -52,7 +53,7 @@ class Wakeups:
         """Keep the run's wake-ups from now on (its follower reads the row first)."""
         self._events.setdefault(run_id, anyio.Event())
 
-    def wake(self, run_id: str, summary: str | None = READ_ROW) -> None:
+    def wake(self, run_id: str, summary: LiveSummary | None = READ_ROW) -> None:
         """Wake the run's follower, if it is followed here; `summary` is the live summary a
         worker published with the wake-up. A later READ_ROW replaces an earlier summary, and a
         later summary replaces an earlier READ_ROW (it is newer than what the row held then,
@@ -83,8 +84,8 @@ class Wakeups:
                     self.wake_all()  # what was sent while we were away is lost: look again
                     while True:
                         async for note in conn.notifies(timeout=KEEPALIVE_S):
-                            run_id, _, summary = note.payload.partition(" ")
-                            self.wake(run_id, summary or READ_ROW)
+                            run_id, live = decode_live(note.payload)
+                            self.wake(run_id, live)
                         await conn.execute("SELECT 1")  # notices a dead connection
             except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
                 log.info("run progress listener lost its connection (%s); reconnecting", type(exc).__name__)

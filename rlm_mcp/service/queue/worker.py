@@ -43,12 +43,13 @@ from procrastinate.jobs import Job, Status
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, WorkerRef
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue import records
 from rlm_mcp.service.queue.app import QUEUE
 from rlm_mcp.service.queue.front import request_of
 from rlm_mcp.service.queue.runlog import QueueRunLog
-from rlm_mcp.service.runs import ActiveRun, RunManager, run_summary
+from rlm_mcp.service.runs import ActiveRun, RunManager
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.runs import PgRunStore
 
@@ -87,8 +88,13 @@ class QueueWorker:
         self.worker_id: int | None = None
 
     @property
+    def ref(self) -> WorkerRef:
+        """This worker, as notices name it."""
+        return WorkerRef(worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid())
+
+    @property
     def name(self) -> str:
-        return f"worker {self.worker_id} (host {socket.gethostname()}, pid {os.getpid()})"
+        return self.ref.render()
 
     async def __aenter__(self) -> QueueWorker:
         await self._register()
@@ -101,7 +107,7 @@ class QueueWorker:
     async def __aexit__(self, *exc: object) -> None:
         assert self._tg is not None
         tg, self._tg = self._tg, None
-        self._runs.shutdown_reason = f"the {self.name} running it shut down; start it again with rlm_start"
+        self._runs.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN, worker=self.ref)
         # Runs that have had no LM reply yet go back to the queue (once) instead of ending:
         # another worker starts them from scratch and nothing was spent.
         for job_id, run in list(self._running.items()):
@@ -121,7 +127,7 @@ class QueueWorker:
         self.worker_id = await self._app.job_manager.register_worker()
         await records.register_worker(self._db, self.worker_id, self._sandboxes.owner_id)
         # Said now: a shutdown's cancellation may reach a run before `__aexit__` runs.
-        self._runs.shutdown_reason = f"the {self.name} running it shut down; start it again with rlm_start"
+        self._runs.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN, worker=self.ref)
         log.info("queue %s registered", self.name)
 
     # --- liveness -------------------------------------------------------------------------
@@ -275,7 +281,7 @@ class QueueWorker:
         if row.requeues == 0:
             self._fresh.add(job.id)
         run = await self._runs.adopt(run_id, request, engine, run_log)
-        run.notice = f"running on {self.name}"
+        run.notice = Notice(kind=NoticeKind.RUNNING_ON, worker=self.ref)
         self._running[job.id] = run
         try:
             await self._report_until_done(run, run_log)
@@ -295,11 +301,9 @@ class QueueWorker:
     async def _hand_back(self, job: Job, run: ActiveRun, run_log: QueueRunLog) -> None:
         """Queue the run again (`todo`) for another worker; if this fails, the job is left
         `doing` with this worker unregistered, and the sweepers queue it again themselves."""
-        summary = {k: v for k, v in run_summary(self._settings, run).items() if k not in ("result", "not_started")}
-        summary.update(
-            status="queued",
-            phase="queued",
-            notice=f"the {self.name} shut down before the run had an LM reply; it was queued again",
+        notice = Notice(kind=NoticeKind.REQUEUED_WORKER_SHUTDOWN, worker=self.ref)
+        summary = run.record().model_copy(
+            update={"result": None, "not_started": None, "status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
         )
         try:
             await run_log.flush()  # the events staged before the log was detached
@@ -316,7 +320,7 @@ class QueueWorker:
         never overwrite one), and announced."""
         if run_log.final_written:  # by `RunManager`, announced with it: the usual case
             return
-        summary = run_summary(self._settings, run)
+        summary = run.record()
         with anyio.move_on_after(FINAL_WRITE_S):
             while True:
                 try:
@@ -337,8 +341,7 @@ class QueueWorker:
             # not, so it is looked at every poll interval.
             if run.seq != seen or run.progress.phase != phase:
                 seen, phase = run.seq, run.progress.phase
-                summary = run_summary(self._settings, run)
-                summary.update(phase=str(run.progress.phase), last_event=run.last_event)
+                summary = run.record()
                 lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
                 try:
                     published = await run_log.publish(summary, lm_called=lm_called)
