@@ -25,7 +25,8 @@ from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import Notice, NoticeKind, NotStarted, RunRecord, RunRequest, render_notices
 from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.progress import HEARTBEAT_S
-from rlm_mcp.service.run_queue import queue_refusal
+from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
+from rlm_mcp.service.slots import SlotGate
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo
 from rlm_mcp.store.ports import ContextStorePort, RunLogPort, RunStorePort
@@ -65,6 +66,11 @@ class ActiveRun:
     # Ended because its server shut down (cancelled from outside its own scope), set before
     # its final record is written (a team worker may hand such a run back instead).
     shut_down: bool = False
+    # Holds one of the process's run slots (from the moment the slot gate hands it one).
+    slotted: bool = False
+    # Whether its owner's share of the slots applies here (a team worker's runs were claimed
+    # within it already).
+    shared: bool = True
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
@@ -125,7 +131,7 @@ class RunManager:
         self._contexts = contexts
         self._records = records
         self._runs: dict[str, ActiveRun] = {}
-        self._slots = anyio.Semaphore(settings.max_runs, fast_acquire=True)
+        self._gate = SlotGate(settings.max_runs, owner_run_share(settings))
         self._pruned_at = float("-inf")
         self._tg: anyio.abc.TaskGroup | None = None
         # Why runs cancelled by this process's shutdown ended (a team worker names itself).
@@ -165,7 +171,7 @@ class RunManager:
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress)
+        run = ActiveRun(run_id, request, progress, shared=False)
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log)
         return run
@@ -173,12 +179,16 @@ class RunManager:
     async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
         if self._tg is None or engine is None:
             raise RuntimeError("RunManager used outside its context, or without an engine")
-        # Bounded before anything is opened (issue 20 item 11); runs that will take a free slot
-        # at once do not count as waiting.
-        waiting = [r for r in self._runs.values() if r.result is None and r.progress.status == "queued"]
-        free = self._slots.value
+        # Bounded before anything is opened; runs that will take a free slot at once do not count
+        # as waiting. The check and the run's place among the waiting are taken with no await in
+        # between, so concurrent starts cannot all pass one check.
+        waiting = [r for r in self._runs.values() if not r.slotted and not r.done.is_set()]
         mine = sum(1 for r in waiting if r.request.owner == request.owner)
-        busy = queue_refusal(self._settings, queued=max(0, len(waiting) - free), queued_by_owner=max(0, mine - free))
+        busy = queue_refusal(
+            self._settings,
+            queued=max(0, len(waiting) - self._gate.free),
+            queued_by_owner=max(0, mine - self._gate.startable(request.owner)),
+        )
         if busy is not None:
             raise busy
         run_id = f"run_{uuid.uuid4().hex[:20]}"
@@ -186,8 +196,12 @@ class RunManager:
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         run = ActiveRun(run_id, request, progress)
-        log = await self._records.create(run.record())
         self._runs[run_id] = run
+        try:
+            log = await self._records.create(run.record())
+        except BaseException:
+            del self._runs[run_id]
+            raise
         await self._tg.start(self._execute, run, engine, log)
         return run
 
@@ -266,20 +280,32 @@ class RunManager:
         try:
             return await self._run_pinned(run, engine, log, infos)
         finally:
-            self._slots.release()
+            self._gate.release(run.request.owner)
 
     async def _acquire_slot(self, run: ActiveRun) -> None:
         timeout = self._settings.run_queue_timeout_s
+        owner = run.request.owner
         run.notify("queued")
         with anyio.move_on_after(timeout) as waited:
-            await self._slots.acquire()
-        if waited.cancelled_caught:
+            await self._gate.acquire(owner, run, shared=run.shared)
+        if not waited.cancelled_caught:
+            return
+        gate = self._gate
+        if gate.running(owner) >= gate.share:  # it waited for its owner's runs, not for the server
             raise RunNotStarted(
                 BusyError(
-                    f"{self._settings.max_runs} runs are already executing and none finished within {timeout:.0f} s.",
-                    "Wait for a run to end (rlm_status), cancel one (rlm_cancel), or raise RLM_MCP_MAX_RUNS.",
+                    f"You already have {gate.running(owner)} runs executing (your share of the server's "
+                    f"{gate.slots} slots, RLM_MCP_MAX_RUNS_PER_OWNER={gate.share}) and none of them finished "
+                    f"within {timeout:.0f} s.",
+                    "Wait for one of your runs to end (rlm_status) or cancel one (rlm_cancel).",
                 )
             )
+        raise RunNotStarted(
+            BusyError(
+                f"{gate.slots} runs are already executing and none finished within {timeout:.0f} s.",
+                "Wait for a run to end (rlm_status), cancel one (rlm_cancel), or raise RLM_MCP_MAX_RUNS.",
+            )
+        )
 
     async def _run_pinned(
         self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, infos: list[ContextInfo]
@@ -288,7 +314,7 @@ class RunManager:
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
         try:
-            await log.open()  # only now: a queued run holds no descriptor (issue 20 item 11)
+            await log.open()  # only now: a queued run holds no descriptor
         except Exception:  # a full disk must not end the run (appends try again)
             logger.exception("could not open the log of run %s", run.run_id)
 
