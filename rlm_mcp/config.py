@@ -177,7 +177,7 @@ class Settings(BaseSettings):
         None,
         ge=1,
         description="Each owner's (token's) share of the store: its contexts' bytes, and apart from them its "
-        "unfinished uploads' bytes; default: none beyond RLM_MCP_STORE_MAX_BYTES.",
+        "unfinished uploads' bytes; default: with several tokens RLM_MCP_STORE_MAX_BYTES / tokens, else none.",
     )
     store_max_age_days: float = Field(30.0, description="Contexts unused this long are evicted.")
     context_grace_s: float = Field(

@@ -223,9 +223,22 @@ async def _team(settings: Settings) -> list[Check]:
     return checks
 
 
+async def _owner_share(settings: Settings) -> Check:
+    """Each owner's share of the context store, as a server with these tokens applies it."""
+    from rlm_mcp.access import load_tokens
+    from rlm_mcp.store.owner_caps import derived_share
+
+    try:
+        tokens = load_tokens(settings)
+    except (OSError, UnicodeDecodeError) as exc:
+        return Check("owner share", False, f"the tokens file cannot be read ({exc})", "Fix RLM_MCP_AUTH_TOKENS_FILE.")
+    return Check("owner share", True, derived_share(settings, len(tokens))[1])
+
+
 async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> int:
     checks: list[Check] = []
     steps: list[Callable[[], Awaitable[Any]]] = [
+        lambda: _owner_share(settings),
         lambda: _team(settings),
         lambda: _backend(settings),
         lambda: _lm(settings),
