@@ -26,6 +26,7 @@ from rlm_mcp.cli_options import add_override_options
 from rlm_mcp.config import Settings, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
+from rlm_mcp.lm.endpoint import key_note
 from rlm_mcp.owners import EVERY_OWNER
 
 if TYPE_CHECKING:
@@ -182,6 +183,8 @@ CLI_FIXES = {
 
 
 def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
+    if (note := key_note(settings)) is not None:
+        logging.getLogger("rlm_mcp.lm").warning("%s; set RLM_MCP_SUB_API_KEY if that server needs one", note)
     if settings.role != "both" and settings.database_url is None:
         raise RlmMcpError(
             f"--role {settings.role} needs team mode: fronts and workers share runs through PostgreSQL.",

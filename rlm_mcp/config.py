@@ -81,7 +81,9 @@ class Settings(BaseSettings):
     )
     # Sub-call endpoint (llm_query*, rlm_query at the depth limit); each unset value is the root's.
     sub_base_url: str | None = Field(None, description="Endpoint of sub-calls (…/v1); default: base_url.")
-    sub_api_key: str | None = Field(None, description="API key of the sub-call endpoint; default: api_key.")
+    sub_api_key: str | None = Field(
+        None, description="API key of the sub-call endpoint; default: api_key on the root's server, none on another."
+    )
     sub_max_model_len: int | None = Field(
         None,
         description="Sub-call window in tokens; default: max_model_len when the endpoint is the root's, else discovered.",

@@ -18,6 +18,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import ImageMissingError, RlmMcpError
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.lm.endpoint import key_note
 from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.backends import backend_for
 from rlm_mcp.sandbox.manager import SandboxManager
@@ -105,6 +106,10 @@ async def _lm(settings: Settings) -> list[Check]:
             checks.append(Check(name, True, detail))
             if probe.endpoint == "root" and probe.models is None:  # nothing listed: "served" would be a guess
                 checks.append(_unlisted(settings))
+        if (note := key_note(settings)) is not None:
+            checks.append(
+                Check("sub-call key", True, note, "Set RLM_MCP_SUB_API_KEY if that server needs a key.", warn=True)
+            )
         root_listed = any(p.endpoint == "root" and p.models is not None for p in probes)
         if not all(c.ok for c in checks):
             return checks

@@ -17,6 +17,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
 from rlm_mcp.events import SubCalls
+from rlm_mcp.lm.endpoint import separate_sub_server
 from rlm_mcp.lm.errors import LMContextLengthError, LMError
 from rlm_mcp.lm.types import Completion
 from rlm_mcp.ports import ChatModel, LMBridge, LMRequest
@@ -60,7 +61,10 @@ class SubCallBridge:
         self.run_id = run_id
         self.run_child = run_child
         self.sub_model = settings.effective_sub_model
-        self.allowed_models = {settings.model, self.sub_model, *settings.allowed_sub_models}
+        # With sub-calls on another server, the root model (the root's server, its key) is a
+        # sub model only when RLM_MCP_ALLOWED_SUB_MODELS lists it.
+        root_model = set() if separate_sub_server(settings) else {settings.model}
+        self.allowed_models = {*root_model, self.sub_model, *settings.allowed_sub_models}
 
     async def emit(
         self, model: str, completion: Completion | None, latency: float, error: str | None, prompt: str, answer: str
@@ -148,8 +152,9 @@ class SubCallBridge:
             return await self.run_child(prompt, child_depth)
 
     def model_for(self, request: LMRequest) -> str:
-        # The model policy's one owner is here: the root and sub models and
-        # RLM_MCP_ALLOWED_SUB_MODELS; any other name falls back to the sub model.
+        # The model policy's one owner is here: the sub model, the root model (unless sub-calls
+        # go to another server) and RLM_MCP_ALLOWED_SUB_MODELS; any other name falls back to the
+        # sub model.
         if request.model is not None and request.model in self.allowed_models:
             return request.model
         if request.model:
