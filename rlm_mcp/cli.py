@@ -191,12 +191,22 @@ def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
             "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
             '(README "Team server"), or serve with --role both (the default).',
         )
+    if settings.database_url is not None:  # a misconfigured database: one line, before anything starts
+        anyio.run(_database_ready, settings)
     if settings.role != "front":  # this process runs sandboxes: never without their limits
         from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
 
         anyio.run(refuse_unlimited_sandboxes, settings)
     anyio.run(_serve_worker if settings.role == "worker" else _serve, settings)
     return 0
+
+
+async def _database_ready(settings: Settings) -> None:
+    """Team mode's first connection (encoding, privileges, migrations), checked before serving."""
+    from rlm_mcp.store.pg import Database
+
+    assert settings.database_url is not None
+    await Database(settings.database_url.get_secret_value(), replica=False).prepare()
 
 
 async def _serve_worker(settings: Settings) -> None:

@@ -32,6 +32,7 @@ from rlm_mcp.config_check import (
     check_endpoint_url,
     describe_validation_error,
 )
+from rlm_mcp.database_url import check_database_url
 from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
@@ -296,9 +297,7 @@ class Settings(BaseSettings):
     def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None or not value.get_secret_value().strip():
             return None  # an empty variable: the embedded store
-        if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
-            # The value is never echoed: it may carry a password.
-            raise ValueError("must be a postgresql://user:password@host:port/dbname URL")
+        check_database_url(value.get_secret_value())  # never echoes the value: it may carry a password
         return value
 
     @field_validator("public_url", mode="after")

@@ -200,10 +200,25 @@ async def _team(settings: Settings) -> list[Check]:
         from rlm_mcp.store.pg.status import LATEST, team_status
     except ImportError:
         return [Check("database", False, "the PostgreSQL driver is not installed", "pip install 'rlm-mcp[team]'")]
-    status = await team_status(settings.database_url.get_secret_value(), settings.worker_lease_s)
+    import psycopg
+
+    from rlm_mcp.store.pg.db import redact
+    from rlm_mcp.store.pg.faults import setup_rows
+
+    url = settings.database_url.get_secret_value()
+    try:
+        status = await team_status(url, settings.worker_lease_s)
+        if status.error is None:
+            setup = await setup_rows(url, status.where, pending=status.schema_version < LATEST)
+    except psycopg.Error as exc:  # any driver failure, in one line without the password
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [
+            Check("database", False, redact(first, url), "Check RLM_MCP_DATABASE_URL; see the README's Team server.")
+        ]
     if status.error is not None:
         return [Check("database", False, status.error, status.fix)]
     checks = [Check("database", True, status.where)]
+    checks += [Check(name, ok, detail, fix) for name, ok, detail, fix in setup]
     if status.schema_version > LATEST:
         checks.append(
             Check(
