@@ -6,6 +6,7 @@ tokens, so one owner's loads never push out another owner's contexts; the start 
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from rlm_mcp.errors import TooLargeError
 from rlm_mcp.owners import Owner
 from rlm_mcp.server.start_checks import shares_for_owners
 from rlm_mcp.store.factory import Stores, make_stores
-from tests.fixtures_both_stores import age_context
+from tests.fixtures_both_stores import age_context, stored_bytes
 from tests.fixtures_store import make_settings
 
 pytestmark = pytest.mark.anyio
@@ -66,3 +67,45 @@ async def test_a_share_set_on_purpose_stands_and_doctor_says_which(tmp_path) -> 
     row = await _owner_share(derived)
     assert row.ok and row.detail.startswith("5 GiB per owner: RLM_MCP_STORE_MAX_BYTES (20 GiB) / 4 tokens")
     assert (await _owner_share(make_settings(tmp_path, auth_token="one"))).detail.startswith("none: one owner")
+
+
+async def _chunk_rows(stores: Stores, sha256: str) -> list[int]:
+    """The chunk indexes stored for a blob (every copy's)."""
+    from rlm_mcp.store.pg import Database
+
+    assert isinstance(stores.lifecycle, Database)
+    async with stores.lifecycle.connection() as conn:
+        cur = await conn.execute("SELECT idx FROM rlm_blob_chunks WHERE sha256 = %s ORDER BY idx", (sha256,))
+        return [r["idx"] for r in await cur.fetchall()]
+
+
+@pytest.mark.postgres
+async def test_team_mode_deduplicates_within_an_owner_only(tmp_path, pg_migrated_url: str) -> None:
+    """Each owner's load of bytes writes blob rows of its own (so it costs what a load of new
+    bytes costs, and tells nothing); a load of bytes the owner holds writes none (control); an
+    owner letting go removes its copy, never the one the others read."""
+    data = secrets.token_hex(5 << 19).encode()  # 5 MiB: five chunk rows a copy
+    settings = make_settings(tmp_path, database_url=pg_migrated_url)
+    stride = 1 << 20
+    copy0, copy1 = list(range(5)), [stride + i for i in range(5)]
+    async with make_stores(settings) as stores:
+        alice = await _put(stores, data, "alice's", ALICE)
+        assert await _chunk_rows(stores, alice.sha256) == copy0
+        await _put(stores, data, "alice's again", ALICE)
+        assert await _chunk_rows(stores, alice.sha256) == copy0  # her own bytes: nothing written
+        bob = await _put(stores, data, "bob's", BOB)
+        assert bob.sha256 == alice.sha256 and bob.context_id == alice.context_id
+        assert await _chunk_rows(stores, bob.sha256) == copy0 + copy1  # Bob's load wrote his own rows
+        await _put(stores, data, "bob's again", BOB)
+        assert await _chunk_rows(stores, bob.sha256) == copy0 + copy1
+        assert await stored_bytes(stores, bob.sha256) == data
+        # Alice lets go: one holder is left, one copy; Bob still reads his bytes from it.
+        assert await stores.contexts.delete(alice.context_id, owner=ALICE)
+        assert await _chunk_rows(stores, bob.sha256) == copy0
+        async with stores.contexts.in_use([bob.context_id], owner=BOB) as infos:
+            assert stores.contexts.spec(infos[0]).path.read_bytes() == data
+        carol = await _put(stores, data, "carol's", Owner("token-carol"))
+        assert await _chunk_rows(stores, carol.sha256) == copy0 + copy1
+        assert await stores.contexts.delete(bob.context_id, owner=BOB)
+        assert await stores.contexts.delete(carol.context_id, owner=Owner("token-carol"))
+        assert await _chunk_rows(stores, carol.sha256) == []  # nobody holds it: gone

@@ -36,8 +36,8 @@ __all__ = [
 
 # What the database's volume must hold, said wherever its disk is the cause.
 VOLUME = (
-    "the database's volume must hold every stored context (up to RLM_MCP_STORE_MAX_BYTES; each owner's share "
-    "bounds its own), the unfinished uploads, the run logs and headroom for WAL"
+    "the database's volume must hold every stored context, a copy per owner holding it (each owner's share, "
+    "RLM_MCP_STORE_MAX_BYTES_PER_OWNER, bounds its own), the unfinished uploads, the run logs and headroom for WAL"
 )
 
 
