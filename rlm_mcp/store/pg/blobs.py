@@ -51,7 +51,10 @@ async def write_copy(conn: Conn, ing: Ingested, chunks: int, copy: int) -> None:
 
 async def add_copy(conn: Conn, ing: Ingested, chunks: int) -> None:
     """Write one more copy of a stored blob (for an owner that does not hold it yet). Copies of
-    one blob are added one at a time (a lock on its row), each after the highest present."""
+    one blob are added one at a time (a lock on its row), each after the highest present. A blob
+    too large for a copy's index range (over 1 TiB) keeps its one copy."""
+    if chunks > COPY_STRIDE:
+        return
     await conn.execute("SELECT 1 FROM rlm_blobs WHERE sha256 = %s FOR UPDATE", (ing.sha256,))
     cur = await conn.execute(
         "SELECT COALESCE(MAX(idx), -1) AS top FROM rlm_blob_chunks WHERE sha256 = %s", (ing.sha256,)
