@@ -96,7 +96,17 @@ def _split_host(value: str) -> tuple[str, int | None] | None:
 class HostPolicy:
     """The Host and Origin values a request may carry, derived from the bind."""
 
-    def __init__(self, bind_host: str, port: int, extra_hosts: Iterable[str], extra_origins: Iterable[str]) -> None:
+    def __init__(
+        self,
+        bind_host: str,
+        port: int,
+        extra_hosts: Iterable[str],
+        extra_origins: Iterable[str],
+        *,
+        host_only: Iterable[str] = (),
+    ) -> None:
+        """`host_only`: names accepted in `Host` (any port) but never as an Origin's host; the
+        public URL's name, whose one origin is in `extra_origins`."""
         self.port = port
         bind_ip = _ip(bind_host)
         self._wildcard = bind_ip is not None and bind_ip.is_unspecified
@@ -113,16 +123,20 @@ class HostPolicy:
         elif bind_ip is None:
             self._names.add(bind_host.lower())
         self._extra_hosts = {h.strip().lower() for h in extra_hosts if h.strip()}
-        self._extra_origins = {o.strip().lower().rstrip("/") for o in extra_origins if o.strip()}
+        self._host_only = {h.strip().lower() for h in host_only if h.strip()}
+        self._extra_origins = {key for o in extra_origins if (key := _origin_key(o)) is not None}
 
     def host_ok(self, value: str) -> bool:
-        if value.strip().lower() in self._extra_hosts:
+        return self._host_ok(value, self._extra_hosts | self._host_only)
+
+    def _host_ok(self, value: str, extra: set[str]) -> bool:
+        if value.strip().lower() in extra:
             return True
         parsed = _split_host(value)
         if parsed is None:
             return False
         host, port = parsed
-        if host in self._extra_hosts:
+        if host in extra:
             return True
         if (port if port is not None else 80) != self.port:
             return False
@@ -136,23 +150,41 @@ class HostPolicy:
         another local origin (another port, another app) is refused unless configured."""
         if value is None:
             return True
-        value = value.strip().lower().rstrip("/")
-        if value in self._extra_origins:
-            return True
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+        key = _origin_key(value)
+        if key is None:
             return False
-        return self.host_ok(parts.netloc)
+        if key in self._extra_origins:
+            return True
+        # The public URL's name matches only its exact origin (above): another scheme or port
+        # of the same host is another site (a plain-http page, another service on that host).
+        return self._host_ok(urlsplit(value.strip().lower()).netloc, self._extra_hosts)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_key(value: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin, the scheme's default port filled in; None if malformed."""
+    value = value.strip().lower().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in _DEFAULT_PORTS or not parts.netloc or parts.path or parts.query or parts.fragment:
+        return None
+    split = _split_host(parts.netloc)
+    if split is None or "@" in parts.netloc:
+        return None
+    host, port = split
+    return parts.scheme, host, port if port is not None else _DEFAULT_PORTS[parts.scheme]
 
 
 def host_policy(settings: Settings) -> HostPolicy:
     """The HTTP server's policy: its bind, `RLM_MCP_ALLOWED_HOSTS` / `_ORIGINS`, and the host and
     origin of `RLM_MCP_PUBLIC_URL` (the name a proxy serves it by: no need to list it twice)."""
-    hosts, origins = list(settings.allowed_hosts), list(settings.allowed_origins)
+    origins = list(settings.allowed_origins)
+    public_hosts: list[str] = []
     if settings.public_url:
-        hosts.append(urlsplit(settings.public_url).netloc)
+        public_hosts.append(urlsplit(settings.public_url).netloc)
         origins.append(settings.public_url)
-    return HostPolicy(settings.host, settings.port, hosts, origins)
+    return HostPolicy(settings.host, settings.port, settings.allowed_hosts, origins, host_only=public_hosts)
 
 
 def load_tokens(settings: Settings) -> list[str]:

@@ -26,6 +26,7 @@ from rlm_mcp.cli_options import add_override_options
 from rlm_mcp.config import Settings, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
+from rlm_mcp.lm.endpoint import key_note
 from rlm_mcp.owners import EVERY_OWNER
 
 if TYPE_CHECKING:
@@ -183,18 +184,30 @@ CLI_FIXES = {
 
 
 def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
+    if (note := key_note(settings)) is not None:
+        logging.getLogger("rlm_mcp.lm").warning("%s; set RLM_MCP_SUB_API_KEY if that server needs one", note)
     if settings.role != "both" and settings.database_url is None:
         raise RlmMcpError(
             f"--role {settings.role} needs team mode: fronts and workers share runs through PostgreSQL.",
             "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
             '(README "Team server"), or serve with --role both (the default).',
         )
+    if settings.database_url is not None:  # a misconfigured database: one line, before anything starts
+        anyio.run(_database_ready, settings)
     if settings.role != "front":  # this process runs sandboxes: never without their limits
         from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
 
         anyio.run(refuse_unlimited_sandboxes, settings)
     anyio.run(_serve_worker if settings.role == "worker" else _serve, settings)
     return 0
+
+
+async def _database_ready(settings: Settings) -> None:
+    """Team mode's first connection (encoding, privileges, migrations), checked before serving."""
+    from rlm_mcp.store.pg import Database
+
+    assert settings.database_url is not None
+    await Database(settings.database_url.get_secret_value(), replica=False).prepare()
 
 
 async def _serve_worker(settings: Settings) -> None:

@@ -32,6 +32,7 @@ from rlm_mcp.config_check import (
     check_endpoint_url,
     describe_validation_error,
 )
+from rlm_mcp.database_url import check_database_url
 from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
@@ -47,6 +48,21 @@ def _default_data_dir() -> Path:
 
 def _default_roots() -> list[Path]:
     return [Path.home()]
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def server_of(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of an endpoint URL, the port defaulted by scheme: what makes two
+    endpoints one server."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme)
 
 
 class Settings(BaseSettings):
@@ -81,7 +97,9 @@ class Settings(BaseSettings):
     )
     # Sub-call endpoint (llm_query*, rlm_query at the depth limit); each unset value is the root's.
     sub_base_url: str | None = Field(None, description="Endpoint of sub-calls (…/v1); default: base_url.")
-    sub_api_key: str | None = Field(None, description="API key of the sub-call endpoint; default: api_key.")
+    sub_api_key: str | None = Field(
+        None, description="API key of the sub-call endpoint; default: api_key on the root's server, none on another."
+    )
     sub_max_model_len: int | None = Field(
         None,
         description="Sub-call window in tokens; default: max_model_len when the endpoint is the root's, else discovered.",
@@ -183,7 +201,7 @@ class Settings(BaseSettings):
         None,
         ge=1,
         description="Each owner's (token's) share of the store: its contexts' bytes, and apart from them its "
-        "unfinished uploads' bytes; default: none beyond RLM_MCP_STORE_MAX_BYTES.",
+        "unfinished uploads' bytes; default: with several tokens RLM_MCP_STORE_MAX_BYTES / tokens, else none.",
     )
     store_max_age_days: float = Field(30.0, description="Contexts unused this long are evicted.")
     context_grace_s: float = Field(
@@ -300,9 +318,7 @@ class Settings(BaseSettings):
     def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None or not value.get_secret_value().strip():
             return None  # an empty variable: the embedded store
-        if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
-            # The value is never echoed: it may carry a password.
-            raise ValueError("must be a postgresql://user:password@host:port/dbname URL")
+        check_database_url(value.get_secret_value())  # never echoes the value: it may carry a password
         return value
 
     @field_validator("public_url", mode="after")
@@ -344,6 +360,18 @@ class Settings(BaseSettings):
     @property
     def effective_sub_model(self) -> str:
         return self.sub_model or self.model
+
+    @property
+    def separate_sub_server(self) -> bool:
+        """Whether sub-calls go to another server than the root's (another scheme, host or port)."""
+        return self.sub_base_url is not None and server_of(self.sub_base_url) != server_of(self.base_url)
+
+    @property
+    def sandbox_models(self) -> set[str]:
+        """The models sandbox code may name in a sub-call. With sub-calls on another server, the
+        root model (the root's server, its key) is one only when RLM_MCP_ALLOWED_SUB_MODELS lists it."""
+        root_model = set() if self.separate_sub_server else {self.model}
+        return {*root_model, self.effective_sub_model, *self.allowed_sub_models}
 
     @classmethod
     def settings_customise_sources(

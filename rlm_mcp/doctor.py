@@ -18,6 +18,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import ImageMissingError, RlmMcpError
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.lm.endpoint import key_note
 from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.backends import backend_for
 from rlm_mcp.sandbox.manager import SandboxManager
@@ -105,6 +106,10 @@ async def _lm(settings: Settings) -> list[Check]:
             checks.append(Check(name, True, detail))
             if probe.endpoint == "root" and probe.models is None:  # nothing listed: "served" would be a guess
                 checks.append(_unlisted(settings))
+        if (note := key_note(settings)) is not None:
+            checks.append(
+                Check("sub-call key", True, note, "Set RLM_MCP_SUB_API_KEY if that server needs a key.", warn=True)
+            )
         root_listed = any(p.endpoint == "root" and p.models is not None for p in probes)
         if not all(c.ok for c in checks):
             return checks
@@ -195,10 +200,25 @@ async def _team(settings: Settings) -> list[Check]:
         from rlm_mcp.store.pg.status import LATEST, team_status
     except ImportError:
         return [Check("database", False, "the PostgreSQL driver is not installed", "pip install 'rlm-mcp[team]'")]
-    status = await team_status(settings.database_url.get_secret_value(), settings.worker_lease_s)
+    import psycopg
+
+    from rlm_mcp.store.pg.db import redact
+    from rlm_mcp.store.pg.faults import setup_rows
+
+    url = settings.database_url.get_secret_value()
+    try:
+        status = await team_status(url, settings.worker_lease_s)
+        if status.error is None:
+            setup = await setup_rows(url, status.where, pending=status.schema_version < LATEST)
+    except psycopg.Error as exc:  # any driver failure, in one line without the password
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [
+            Check("database", False, redact(first, url), "Check RLM_MCP_DATABASE_URL; see the README's Team server.")
+        ]
     if status.error is not None:
         return [Check("database", False, status.error, status.fix)]
     checks = [Check("database", True, status.where)]
+    checks += [Check(name, ok, detail, fix) for name, ok, detail, fix in setup]
     if status.schema_version > LATEST:
         checks.append(
             Check(
@@ -223,9 +243,22 @@ async def _team(settings: Settings) -> list[Check]:
     return checks
 
 
+async def _owner_share(settings: Settings) -> Check:
+    """Each owner's share of the context store, as a server with these tokens applies it."""
+    from rlm_mcp.access import load_tokens
+    from rlm_mcp.store.owner_caps import derived_share
+
+    try:
+        tokens = load_tokens(settings)
+    except (OSError, UnicodeDecodeError) as exc:
+        return Check("owner share", False, f"the tokens file cannot be read ({exc})", "Fix RLM_MCP_AUTH_TOKENS_FILE.")
+    return Check("owner share", True, derived_share(settings, len(tokens))[1])
+
+
 async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> int:
     checks: list[Check] = []
     steps: list[Callable[[], Awaitable[Any]]] = [
+        lambda: _owner_share(settings),
         lambda: _team(settings),
         lambda: _backend(settings),
         lambda: _lm(settings),

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -42,10 +42,13 @@ def _bin_dir() -> Path:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    """`data`: where the data directory goes (a small disk, say; default: in the cluster's temp
+    folder), `initdb_args`: more arguments to initdb (e.g. `-X` to keep the WAL elsewhere)."""
+
+    def __init__(self, *, data: Path | None = None, initdb_args: Sequence[str] = ()) -> None:
         self.bin = _bin_dir()
         self.dir = Path(tempfile.mkdtemp(prefix="rlm-pg-"))
-        self.data = self.dir / "data"
+        self.data = data if data is not None else self.dir / "data"
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self._as_root = os.geteuid() == 0
@@ -69,6 +72,7 @@ class Cluster:
                 "-E",
                 "UTF8",
                 "--no-sync",
+                *initdb_args,
             ],
         )
         pwfile.unlink()

@@ -217,7 +217,9 @@ def test_sub_endpoint_settings_default_to_the_roots(monkeypatch: pytest.MonkeyPa
     assert sub is None  # the same address, written differently
     root, sub = endpoint_configs(make_settings(**base, sub_base_url="http://cheap:8000/v1"))
     assert sub is not None and sub.base_url == "http://cheap:8000/v1" and sub.extra_body == {"a": 1}
-    assert sub.max_model_len is None and sub.api_key == root.api_key  # another server: its window is discovered
+    assert (
+        sub.max_model_len is None and sub.api_key == root.api_key == "EMPTY"
+    )  # another server: its window is discovered
     monkeypatch.setenv("RLM_MCP_SUB_EXTRA_BODY", "{}")
     monkeypatch.setenv("RLM_MCP_SUB_MAX_MODEL_LEN", "4096")
     root, sub = endpoint_configs(make_settings(**base))

@@ -83,3 +83,17 @@ async def test_without_a_public_url_links_are_paths_and_cookies_not_secure(tmp_p
         opened = await client.get(base + link.json()["path"])
         assert opened.status_code == 303
         assert "secure" not in opened.headers["set-cookie"].lower()
+
+
+def test_behind_a_public_url_only_its_exact_origin_is_the_servers_own(tmp_path: Path) -> None:
+    """Another scheme or port of the public host is another site (a plain-http page, another
+    service on that host): refused as an Origin, while Host keeps its port-free match."""
+    policy = host_policy(make_settings(tmp_path, public_url="https://rlm.example.com"))
+    assert policy.origin_ok("https://rlm.example.com")  # positive control
+    assert policy.origin_ok("https://rlm.example.com:443")  # the same origin, its default port spelled out
+    assert policy.host_ok("rlm.example.com:8443") and policy.host_ok("rlm.example.com")
+    for other in ("http://rlm.example.com", "https://rlm.example.com:8443", "http://rlm.example.com:8080"):
+        assert not policy.origin_ok(other), other
+    # a name listed in RLM_MCP_ALLOWED_HOSTS keeps its meaning for both
+    listed = host_policy(make_settings(tmp_path, host="0.0.0.0", port=8765, allowed_hosts=["lb.internal"]))
+    assert listed.origin_ok("http://lb.internal:8765")

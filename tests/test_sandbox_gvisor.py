@@ -148,3 +148,58 @@ async def test_the_engine_probe_names_the_runtime_and_accepts_the_daemon(runsc: 
     check_engine(engine, settings)
     with pytest.raises(SandboxError, match="not registered"):
         check_engine(engine, sandbox_settings(sandbox_runtime="no-such-runtime"))
+
+
+class _IgnoresRuntime:
+    """The real Docker engine behind a client that drops the runtime from every create request
+    and lists no runtimes: what an engine that ignores `--runtime` does (round four's case)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.api = _ApiDroppingRuntime(client.api)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+class _ApiDroppingRuntime:
+    def __init__(self, api: Any) -> None:
+        self._api = api
+
+    def create_container(self, **kwargs: Any) -> Any:
+        kwargs["host_config"].pop("Runtime", None)
+        return self._api.create_container(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+
+async def test_a_sandbox_that_did_not_get_the_runtime_asked_for_is_refused(runsc: str) -> None:
+    """The runtime is read back from the created container (HostConfig.Runtime): an engine that
+    lists no runtimes (so the start check cannot tell) and ignores the request gets a refusal,
+    and its container is removed; the same request honoured (positive control) starts."""
+    from dataclasses import replace
+
+    from rlm_mcp.sandbox.docker.container import KernelContainer
+    from tests.fixtures_e2e import new_instance_id, sandbox_container_ids
+
+    settings = sandbox_settings(sandbox_runtime=runsc)
+    engine = replace(_engine(), runtimes=())
+    check_engine(engine, settings)  # nothing listed: the request passes the start check unchecked
+    client = await anyio.to_thread.run_sync(connect_sync)
+    owner = new_instance_id()
+    try:
+        with pytest.raises(SandboxError) as caught:
+            await KernelContainer.start(_IgnoresRuntime(client), settings, owner, engine)
+        assert "created the sandbox with runtime 'runc', not 'runsc' (RLM_MCP_SANDBOX_RUNTIME)" in caught.value.cause
+        assert "runtimes" in (caught.value.fix or "")
+        assert not await anyio.to_thread.run_sync(sandbox_container_ids, owner)  # removed, never started
+        honoured = await KernelContainer.start(client, settings, owner, engine)
+        try:
+            assert honoured.id is not None
+            inspected = await anyio.to_thread.run_sync(client.api.inspect_container, honoured.id)
+            assert inspected["HostConfig"]["Runtime"] == "runsc"
+        finally:
+            await honoured.kill()
+    finally:
+        client.close()

@@ -211,8 +211,14 @@ async def test_doctor_reports_the_database_schema_and_replicas(
     from rlm_mcp.doctor import _team
 
     fresh = await _team(make_settings(tmp_path, database_url=pg_url))
-    assert [(c.name, c.ok) for c in fresh] == [("database", True), ("schema", True), ("replicas", True)]
-    assert "the first server start migrates it" in fresh[1].detail
+    assert [(c.name, c.ok) for c in fresh] == [
+        ("database", True),
+        ("database encoding", True),
+        ("database privileges", True),
+        ("schema", True),
+        ("replicas", True),
+    ]
+    assert "the first server start migrates it" in fresh[3].detail
     async with _replica(tmp_path, "a", pg_url):
         checks = {c.name: c for c in await _team(make_settings(tmp_path, database_url=pg_url))}
         assert checks["schema"].detail == f"version {LATEST}"

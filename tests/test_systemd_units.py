@@ -150,3 +150,54 @@ async def test_a_units_command_starts_and_answers_health(name: str, tmp_path: Pa
         assert answer is not None
         expected = {"status": "ok", "version": __version__, "role": ROLES[name], "database": "reachable"}
         assert answer.json() == expected
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp and tcp6 write them) listening on `port`."""
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            address, hexport = fields[1].rsplit(":", 1)
+            if fields[3] == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+@pytest.mark.postgres
+@pytest.mark.anyio
+async def test_the_worker_units_health_listens_on_loopback_whatever_the_environment_file_says(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """The shared environment file binds the fronts to 0.0.0.0; the worker's command keeps its
+    unauthenticated health route on loopback. Positive control: the front's command, given the
+    same file, listens on every address."""
+    example = env_file(UNITS / "rlm-mcp.env.example")
+    assert example["RLM_MCP_HOST"] == "0.0.0.0"
+    seen: dict[str, set[str]] = {}
+    for name in sorted(ROLES):
+        service = parse_unit(UNITS / name)["Service"]
+        (_, *args) = shlex.split(service["ExecStart"][0])
+        port = free_port()
+        env = cli_env(
+            tmp_path,
+            **{
+                **environment(service),
+                "RLM_MCP_DATA_DIR": str(tmp_path / f"data-{name}"),
+                "RLM_MCP_DATABASE_URL": pg_url,
+                "RLM_MCP_AUTH_TOKENS": "unit-test-token",
+                "RLM_MCP_HOST": example["RLM_MCP_HOST"],
+                "RLM_MCP_PORT": str(port),
+                "RLM_MCP_BASE_URL": "http://127.0.0.1:9/v1",
+            },
+        )
+        base = f"http://127.0.0.1:{port}"
+        with server_process([str(SERVER_SCRIPT), *args], port=port, env=env, within_s=120):
+            await wait_until(lambda base=base: _health(base) is not None, within_s=120, what=f"{name} listening")
+            seen[name] = _listening(port)
+    assert seen["rlm-mcp-worker.service"] == {"0100007F"}  # 127.0.0.1 only
+    assert seen["rlm-mcp-front.service"] & {"00000000", "00000000000000000000000000000000"}

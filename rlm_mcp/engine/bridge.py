@@ -59,7 +59,7 @@ class SubCallBridge:
         self.run_id = run_id
         self.run_child = run_child
         self.sub_model = settings.effective_sub_model
-        self.allowed_models = {settings.model, self.sub_model, *settings.allowed_sub_models}
+        self.allowed_models = settings.sandbox_models
 
     async def emit(
         self, model: str, completion: Completion | None, latency: float, error: str | None, prompt: str, answer: str
@@ -147,8 +147,9 @@ class SubCallBridge:
             return await self.run_child(prompt, child_depth)
 
     def model_for(self, request: LMRequest) -> str:
-        # The model policy's one owner is here: the root and sub models and
-        # RLM_MCP_ALLOWED_SUB_MODELS; any other name falls back to the sub model.
+        # The model policy's one owner is here: the sub model, the root model (unless sub-calls
+        # go to another server) and RLM_MCP_ALLOWED_SUB_MODELS; any other name falls back to the
+        # sub model.
         if request.model is not None and request.model in self.allowed_models:
             return request.model
         if request.model:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rlm_mcp.access import is_loopback_host
-from rlm_mcp.config import Settings
+from rlm_mcp.config import Settings, server_of
 from rlm_mcp.lm.http import HttpPool
 from rlm_mcp.lm.length_field import CompletionLengthField, FieldSetting
 
@@ -51,6 +51,27 @@ class EndpointConfig:
         return "the LM endpoint" if self.name == "root" else "the sub-call endpoint"
 
 
+# The placeholder key OpenAI clients send to servers that check none: no secret, so it carries over.
+PLACEHOLDER_KEY = "EMPTY"
+
+
+def root_key_withheld(settings: Settings) -> bool:
+    """Whether the sub-call endpoint, another server with no key of its own, gets no key: the
+    root's key is sent only to the root's server."""
+    return settings.sub_api_key is None and settings.api_key != PLACEHOLDER_KEY and settings.separate_sub_server
+
+
+def key_note(settings: Settings) -> str | None:
+    """What the start log and `doctor` say when the root's key is withheld from sub-calls."""
+    if not root_key_withheld(settings):
+        return None
+    scheme, host, port = server_of(settings.sub_base_url or "")
+    return (
+        f"sub-calls to {scheme}://{host}:{port} carry no API key: it is another server than the root's and "
+        "RLM_MCP_SUB_API_KEY is unset (the root's key goes only to the root's server)"
+    )
+
+
 def endpoint_configs(settings: Settings) -> tuple[EndpointConfig, EndpointConfig | None]:
     """The root endpoint and, when anything of it differs, the sub-call endpoint (else None)."""
     root = EndpointConfig(
@@ -66,7 +87,9 @@ def endpoint_configs(settings: Settings) -> tuple[EndpointConfig, EndpointConfig
     sub = EndpointConfig(
         name="sub",
         base_url=base_url,
-        api_key=settings.sub_api_key if settings.sub_api_key is not None else settings.api_key,
+        api_key=settings.sub_api_key
+        if settings.sub_api_key is not None
+        else ("" if root_key_withheld(settings) else settings.api_key),
         # The root's window override describes the root's server: it carries over only to it.
         max_model_len=settings.sub_max_model_len or (settings.max_model_len if same_server else None),
         completion_tokens_field=settings.sub_completion_tokens_field or settings.completion_tokens_field,

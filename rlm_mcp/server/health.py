@@ -2,7 +2,9 @@
 
 It answers 200 with `{"status": "ok", "version": ..., "role": ..., "database": "reachable"}`
 while this process can serve, and 503 with `"status": "unavailable"` when it cannot (team mode:
-its PostgreSQL is unreachable). `role` appears when the process knows it; `database` only in
+its PostgreSQL is unreachable, `"database": "unreachable"`, or refused a statement for lack of
+disk or memory within the last 30 s, `"database": "disk full"` or `"out of memory"`: reads still
+work then, writes do not, and the logs and the tools' errors say what to free). `role` appears when the process knows it; `database` only in
 team mode. Nothing else is said: no host names, no database URL, no error text, no counts.
 
 Why no token and no Host check: a balancer's probe carries neither a bearer token nor a name
@@ -56,6 +58,7 @@ class Readiness:
 
     ready: bool
     database: bool | None = None
+    fault: str | None = None  # "disk full", "out of memory": the database refuses writes
 
 
 ReadinessCheck = Callable[[], Awaitable[Readiness]]
@@ -68,7 +71,8 @@ def store_readiness(stores: Stores) -> ReadinessCheck:
         reachable = await stores.lifecycle.ping()
         if reachable is None:
             return Readiness(ready=True)
-        return Readiness(ready=reachable, database=reachable)
+        fault = stores.lifecycle.fault() if reachable else None
+        return Readiness(ready=reachable and fault is None, database=reachable, fault=fault)
 
     return check
 
@@ -88,11 +92,17 @@ class _Cached:
         async with self._lock:
             if self._value is None or anyio.current_time() - self._at >= self._ttl:
                 value = await self._run()
-                if self._value is not None and value.ready != self._value.ready:
+                if self._value is not None and (value.ready, value.fault) != (self._value.ready, self._value.fault):
                     if value.ready:
                         log.info("health: this replica is ready again (200)")
                     else:
-                        why = "its database is unreachable" if value.database is False else "its readiness check failed"
+                        why = (
+                            f"its database is {value.fault}"
+                            if value.fault
+                            else "its database is unreachable"
+                            if value.database is False
+                            else "its readiness check failed"
+                        )
                         log.warning("health: this replica now answers 503 (%s): balancers take it out", why)
                 self._value, self._at = value, anyio.current_time()
             return self._value
@@ -121,7 +131,9 @@ def health_endpoint(check: ReadinessCheck, *, role: str | None = None, cache_s: 
         body: dict[str, object] = {"status": "ok" if readiness.ready else "unavailable", "version": __version__}
         if role is not None:
             body["role"] = role
-        if readiness.database is not None:
+        if readiness.fault is not None:
+            body["database"] = readiness.fault
+        elif readiness.database is not None:
             body["database"] = "reachable" if readiness.database else "unreachable"
         await _respond(send, 200 if readiness.ready else 503, body, head=method == "HEAD")
 

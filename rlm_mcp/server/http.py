@@ -23,7 +23,7 @@ from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.guard import RequestGuard
 from rlm_mcp.server.health import health_endpoint, store_readiness, with_health
 from rlm_mcp.server.sessions import SessionLimiter
-from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners
+from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners, shares_for_owners
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.path_key import deployment_key, path_key_from
@@ -36,7 +36,7 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     """The MCP app behind `SessionLimiter` (per-owner sessions) and `RequestGuard` (Host, Origin,
     token, owner) — the guard wraps every route the app serves but the health route (`health`)."""
     tokens = checked_tokens(settings)
-    settings = roots_for_owners(settings, tokens)
+    settings = shares_for_owners(roots_for_owners(settings, tokens), tokens)
     if not is_loopback_host(settings.host) and not tokens:
         raise AccessDeniedError(
             f"Refusing to serve HTTP on {settings.host} without a token: anyone who can reach it could run code.",

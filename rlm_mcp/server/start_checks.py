@@ -7,15 +7,23 @@
 - With several tokens (several owners), path and glob loads read files under roots that every
   token shares. The default root (the server user's home) was never chosen for that, so with
   several tokens no root is open unless RLM_MCP_ALLOWED_ROOTS is set on purpose.
+- With several tokens, each owner has a share of the context store (`owner_caps.derived_share`:
+  the cap divided by the tokens unless RLM_MCP_STORE_MAX_BYTES_PER_OWNER is set), said in the
+  start log: one owner's loads never push out another owner's contexts.
 """
 
 from __future__ import annotations
 
+import logging
+
 from rlm_mcp.access import load_tokens
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
+from rlm_mcp.store.owner_caps import derived_share
 
-__all__ = ["checked_tokens", "roots_for_owners"]
+__all__ = ["checked_tokens", "roots_for_owners", "shares_for_owners"]
+
+log = logging.getLogger("rlm_mcp.server")
 
 
 def checked_tokens(settings: Settings) -> list[str]:
@@ -56,3 +64,13 @@ def roots_for_owners(settings: Settings, tokens: list[str]) -> Settings:
     if len(tokens) > 1 and "allowed_roots" not in settings.model_fields_set:
         return settings.model_copy(update={"allowed_roots": []})
     return settings
+
+
+def shares_for_owners(settings: Settings, tokens: list[str]) -> Settings:
+    """The settings the server runs with: each owner's share of the store set (derived from the
+    cap and the number of tokens when several tokens share the server and none is set)."""
+    share, why = derived_share(settings, len(tokens))
+    log.info("context store share: %s", why)
+    if share == settings.store_max_bytes_per_owner:
+        return settings
+    return settings.model_copy(update={"store_max_bytes_per_owner": share})

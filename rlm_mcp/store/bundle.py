@@ -26,6 +26,11 @@ class Lifecycle(Protocol):
         """Whether a shared database answers now (None: there is none; the health route)."""
         ...
 
+    def fault(self) -> str | None:
+        """What a shared database recently refused statements for ("disk full", "out of
+        memory"), else None (the health route)."""
+        ...
+
 
 class _Nothing:
     async def open(self) -> None:
@@ -38,6 +43,9 @@ class _Nothing:
         return None
 
     async def ping(self) -> bool | None:
+        return None
+
+    def fault(self) -> str | None:
         return None
 
 

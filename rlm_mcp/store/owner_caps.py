@@ -4,7 +4,9 @@ Pure selection logic, so any store (files, SQLite, PostgreSQL) applies the same 
 
 * run records: each owner keeps its newest (`beyond_newest_per_owner`);
 * eviction over the store's cap: the loader's own contexts go first (`loader_first`);
-* each owner's share of the store (`RLM_MCP_STORE_MAX_BYTES_PER_OWNER`, `store_share`): what an
+* each owner's share of the store (`RLM_MCP_STORE_MAX_BYTES_PER_OWNER`, `store_share`; with
+  several tokens and no share set, the store's cap divided by the number of tokens,
+  `derived_share`, so one owner's loads never evict another's contexts): what an
   owner holds counts each distinct blob once, at its full size, whoever else holds the same
   bytes (a share that shrank when another owner stored the same bytes would tell the first one
   so). A new context first releases the owner's own least recently used ones
@@ -35,6 +37,7 @@ __all__ = [
     "Release",
     "beyond_newest_per_owner",
     "check_pending_uploads",
+    "derived_share",
     "loader_first",
     "may_continue_upload",
     "release_for_share",
@@ -65,6 +68,32 @@ def loader_first(rows: Sequence[_Row], owners: dict[str, set[str]], loader: str 
         return list(rows)
     own = [r for r in rows if owners.get(r["context_id"]) == {loader}]
     return own + [r for r in rows if owners.get(r["context_id"]) != {loader}]
+
+
+def derived_share(settings: Settings, tokens: int) -> tuple[int | None, str]:
+    """Each owner's share with `tokens` accepted tokens, and where it comes from (said in the
+    start log and by `doctor`). A share set on purpose stands; with several tokens and none set,
+    the store's cap divided among them, so that all shares together fit the cap: an owner's
+    loads then release its own contexts and never push out another owner's. One token (or
+    none): no share beyond the cap."""
+    size = _size
+    if settings.store_max_bytes_per_owner is not None:
+        share = settings.store_max_bytes_per_owner
+        return share, f"{size(share)} per owner (RLM_MCP_STORE_MAX_BYTES_PER_OWNER)"
+    if tokens > 1:
+        share = max(1, settings.store_max_bytes // tokens)
+        return share, (
+            f"{size(share)} per owner: RLM_MCP_STORE_MAX_BYTES ({size(settings.store_max_bytes)}) / {tokens} tokens; "
+            "set RLM_MCP_STORE_MAX_BYTES_PER_OWNER to choose another"
+        )
+    return None, f"none: one owner, the store's cap ({size(settings.store_max_bytes)}) alone"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}".replace(".0 ", " ")
+    return f"{n} bytes"
 
 
 def store_share(settings: Settings) -> int | None:

@@ -30,7 +30,7 @@ from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
 from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
-from rlm_mcp.sandbox.docker.engine import EngineInfo
+from rlm_mcp.sandbox.docker.engine import EngineInfo, check_container_runtime
 from rlm_mcp.sandbox.docker.faults import (
     EXIT_INPUT_CLOSED,
     DockerConnectionLost,
@@ -141,6 +141,7 @@ class KernelContainer:
                 **create_kwargs(self.client, self.settings, self.owner_id, self.name, self.engine)
             )
             self.id = created["Id"]
+            check_container_runtime(self.client.api.inspect_container(self.id), self.engine, self.settings)
             # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
             self._sock = self.client.api.attach_socket(
                 self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}

@@ -9,7 +9,9 @@ from the engine (`probe_sync`) and checked here, never guessed:
 - Limits: a rootless engine on cgroup v1 (rootless Podman, rootless Docker) cannot apply the
   memory, pids or CPU limits. Sandboxes without them are not sandboxes: `check_limits` refuses,
   before the first sandbox and when `serve` starts.
-- Runtime: the requested runtime must be registered with the engine, else the error says how.
+- Runtime: the requested runtime must be registered with the engine, else the error says how;
+  and each created container's runtime is read back (`check_container_runtime`), so an engine
+  that lists none or ignores the request never runs a sandbox outside the boundary asked for.
 - Podman sets each container's process and file limits to its own maximum unless told, and runc
   cannot raise them past the service's hard limits once the capabilities are dropped: the
   sandbox names both (`engine_ulimits`).
@@ -112,6 +114,33 @@ def check_engine(engine: EngineInfo, settings: Settings) -> None:
             f"it has {', '.join(engine.runtimes)}.",
             runtime_fix(wanted),
         )
+
+
+def expected_runtime(engine: EngineInfo | None, settings: Settings) -> str | None:
+    """The runtime every sandbox must get: the one asked for (RLM_MCP_SANDBOX_RUNTIME), or the
+    engine's default where that is gVisor (the boundary the operator relies on); None: runc's."""
+    if settings.sandbox_runtime:
+        return settings.sandbox_runtime
+    return engine.runtime if engine is not None and is_gvisor(engine, settings) else None
+
+
+def check_container_runtime(inspected: dict[str, Any], engine: EngineInfo | None, settings: Settings) -> None:
+    """Refuse a created container whose runtime (its inspection's HostConfig.Runtime) is not the
+    one expected: an engine that lists no runtimes, or ignores the request, must not run a
+    sandbox outside the boundary asked for."""
+    wanted = expected_runtime(engine, settings)
+    if wanted is None:
+        return
+    got = str((inspected.get("HostConfig") or {}).get("Runtime") or "")
+    if got.rsplit("/", 1)[-1] == wanted:
+        return
+    product = engine.product if engine is not None else "The container engine"
+    raise SandboxError(
+        f"{product} created the sandbox with runtime {got or '(none reported)'!r}, not {wanted!r}"
+        f"{' (RLM_MCP_SANDBOX_RUNTIME)' if settings.sandbox_runtime else ' (its default)'}: it would run outside "
+        "the boundary asked for, so it was removed.",
+        "Use an engine that honours the runtime: " + runtime_fix(wanted),
+    )
 
 
 def check_limits(engine: EngineInfo) -> None:

@@ -3,7 +3,9 @@ every replica.
 
 The bytes are rows of `rlm_blob_chunks` (1 MiB each, one blob per distinct sha256), written
 from a local temp file chunk by chunk and read back the same way into this replica's cache
-(`cache.BlobCache`), so no step holds a whole context in memory. Ownership, pins and eviction
+(`cache.BlobCache`), so no step holds a whole context in memory. Each owner holding a content
+has its own copy of the rows (`blobs`): deduplication is within an owner only, so a load's cost
+never tells one token that another stored the same bytes. Ownership, pins and eviction
 follow the SQLite store: a delete removes the caller's ownership, the context and blob go when
 no owner and no live pin is left; a pin is live while its replica's heartbeat is recent.
 """
@@ -31,6 +33,7 @@ from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
 from rlm_mcp.store.context_model import PIN_TTL_S, ContextInfo, context_id_for, context_info, well_formed_id
 from rlm_mcp.store.eviction import plan_eviction
 from rlm_mcp.store.owner_caps import releases_in_share, store_share
+from rlm_mcp.store.pg import blobs
 from rlm_mcp.store.pg.cache import BlobCache
 from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
 
@@ -69,15 +72,6 @@ async def _live_pins(conn: Conn, now: float) -> set[tuple[str, str]]:
     )
     cur = await conn.execute("SELECT context_id, owner FROM rlm_pins")
     return {(r["context_id"], r["owner"]) for r in await cur.fetchall()}
-
-
-async def _drop_blob_if_unused(conn: Conn, sha256: str) -> bool:
-    cur = await conn.execute(
-        "DELETE FROM rlm_blobs b WHERE b.sha256 = %s AND NOT EXISTS "
-        "(SELECT 1 FROM rlm_contexts c WHERE c.sha256 = b.sha256) RETURNING sha256",
-        (sha256,),
-    )
-    return await cur.fetchone() is not None
 
 
 class PgContextStore:
@@ -183,16 +177,13 @@ class PgContextStore:
                 "INSERT INTO rlm_blobs VALUES (%s, %s, %s, %s) ON CONFLICT (sha256) DO NOTHING RETURNING sha256",
                 (ing.sha256, ing.bytes, chunks, now),
             )
-            if (
-                await cur.fetchone() is not None
-            ):  # new content: stream it in (another writer waits on the key); %b: bytea sent binary, not hex
-                fh = await anyio.to_thread.run_sync(open, ing.tmp_path, "rb")
-                try:
-                    for idx in range(chunks):
-                        block = await anyio.to_thread.run_sync(fh.read, CHUNK)
-                        await conn.execute("INSERT INTO rlm_blob_chunks VALUES (%s, %s, %b)", (ing.sha256, idx, block))
-                finally:
-                    await anyio.to_thread.run_sync(fh.close)
+            # New content is streamed in (another writer waits on the key). An owner that does not
+            # hold these bytes yet writes a copy of its own: a load costs the same whether or not
+            # another token stored them (else its speed would tell); see `blobs`.
+            if await cur.fetchone() is not None:
+                await blobs.write_copy(conn, ing, chunks, 0)
+            elif not await blobs.owner_holds(conn, owner, ing.sha256):
+                await blobs.add_copy(conn, ing, chunks)
             await conn.execute(
                 "INSERT INTO rlm_contexts VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (context_id) "
                 "DO UPDATE SET name = excluded.name, source = excluded.source, last_used_at = excluded.last_used_at",
@@ -241,8 +232,8 @@ class PgContextStore:
             cur = await conn.execute("SELECT 1 FROM rlm_context_owners WHERE context_id = %s", (r.context_id,))
             if await cur.fetchone() is None and not r.in_a_run:
                 await conn.execute("DELETE FROM rlm_contexts WHERE context_id = %s", (r.context_id,))
-                if await _drop_blob_if_unused(conn, r.sha256):
-                    gone.append(r.sha256)
+            if await blobs.release(conn, r.sha256):  # else its copy goes, the others' stay
+                gone.append(r.sha256)
         if released:
             ids = ", ".join(r.context_id for r in released)
             log.info("released %d context(s) of %s for its share: %s", len(released), owner, ids)
@@ -304,7 +295,7 @@ class PgContextStore:
             owned = await cur.fetchone() is not None
             if not owned and context_id not in {cid for cid, _ in pins}:
                 await conn.execute("DELETE FROM rlm_contexts WHERE context_id = %s", (context_id,))
-                dropped = await _drop_blob_if_unused(conn, sha)
+            dropped = await blobs.release(conn, sha)  # else the caller's copy goes, the others' stay
         if dropped:
             await anyio.to_thread.run_sync(self.cache.drop, [sha])
         log.info("deleted context %s%s", context_id, "" if owner is EVERY_OWNER else f" of {owner}")
@@ -374,7 +365,7 @@ class PgContextStore:
             )
             for e in planned:
                 await conn.execute("DELETE FROM rlm_contexts WHERE context_id = %s", (e.context_id,))
-                if e.last_of_blob and await _drop_blob_if_unused(conn, e.sha256):
+                if await blobs.release(conn, e.sha256):  # else its holders' copies go, others' stay
                     gone.append(e.sha256)
         evicted = [e.context_id for e in planned]
         if gone:

@@ -4,14 +4,16 @@ psycopg 3's async pool checks a connection before lending it (`check_connection`
 given back within `FRESH_S`, so a PostgreSQL restart costs the next calls a reconnect, never a
 process restart. A call that cannot
 get a connection within `CONNECT_TIMEOUT_S` fails with `DatabaseUnavailableError`, which names
-the host and the fix and never the password (nor the URL, which may carry it).
+the host and the fix and never the password (nor the URL, which may carry it); a statement
+refused for lack of disk or memory fails with `DatabaseResourceError` (`faults`), remembered for
+`FAULT_HOLD_S` so the health route reports it. `open` refuses, in one line with the fix, a
+database not encoded in UTF8 and a role that may not create the tables it still needs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import secrets
 import socket
 import time
@@ -22,17 +24,28 @@ from typing import Any
 
 import anyio
 import psycopg
+import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from rlm_mcp import __version__
+from rlm_mcp.database_url import redact
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.store.pg.migrations import SchemaError, migrate
+from rlm_mcp.store.pg.faults import (
+    DatabaseResourceError,
+    DatabaseUnavailableError,
+    encoding_problem,
+    grants_error,
+    may_create_tables,
+    privilege_error,
+    resource_error,
+)
+from rlm_mcp.store.pg.migrations import LATEST, SchemaError, migrate
 
 log = logging.getLogger("rlm_mcp.store")
 
-__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "describe", "redact"]
+__all__ = ["Database", "DatabaseResourceError", "DatabaseUnavailableError", "SchemaError", "describe", "redact"]
 
 CONNECT_TIMEOUT_S = 10.0
 # A connection given back this recently is lent again without the check's round trip: on a busy
@@ -46,12 +59,9 @@ FRESH_S = 0.25
 REPLICA_BEAT_S = 5.0
 PING_TIMEOUT_S = 2.0
 REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
+FAULT_HOLD_S = 30.0  # after a disk-full (or out-of-memory) refusal, the health route reports it this long
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
-
-
-class DatabaseUnavailableError(RlmMcpError):
-    """PostgreSQL cannot be reached or refused the connection."""
 
 
 def describe(url: str) -> str:
@@ -66,15 +76,15 @@ def describe(url: str) -> str:
     return f"{parts.get('user') or 'default user'}@{host}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
 
 
-def redact(text: str, url: str) -> str:
-    """`text` without the URL's password (a driver message may quote its conninfo)."""
-    try:
-        password = conninfo_to_dict(url).get("password")
-    except psycopg.ProgrammingError:
-        password = None
-    if password:
-        text = text.replace(str(password), "***")
-    return re.sub(r"(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+async def _schema_version(conn: Any) -> int:
+    """The schema version in place (0: none yet)."""
+    cur = await conn.execute("SELECT to_regclass('rlm_schema') IS NOT NULL")
+    row = await cur.fetchone()
+    if not (row and list(row.values() if isinstance(row, dict) else row)[0]):
+        return 0
+    cur = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM rlm_schema")
+    row = await cur.fetchone()
+    return int(list(row.values() if isinstance(row, dict) else row)[0]) if row else 0
 
 
 class Database:
@@ -101,6 +111,7 @@ class Database:
         self._tg: anyio.abc.TaskGroup | None = None
         self.on_heartbeat: list[Any] = []  # async callables run after each heartbeat (cache sweep)
         self._returned_at: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
+        self._fault: tuple[str, float] | None = None  # the last resource refusal and when
 
     async def _returned(self, conn: Conn) -> None:
         self._returned_at[conn] = time.monotonic()
@@ -110,27 +121,75 @@ class Database:
             await AsyncConnectionPool.check_connection(conn)
 
     def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
+        """The one mapping of a driver failure: out of disk or memory (SQLSTATE class 53), or unreachable."""
+        if (full := resource_error(exc, self.where, self._url)) is not None:
+            self._fault = (full.condition, time.monotonic())
+            log.error("%s %s", full.cause, full.fix)
+            return full
         detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self._url)
         return DatabaseUnavailableError(
             f"The database {self.where} is unreachable ({detail}).",
             "Check that PostgreSQL is running and reachable from this server and that RLM_MCP_DATABASE_URL "
-            "(user, password, host, port, database) is right; `rlm-mcp doctor` checks it.",
+            "(user, password, host, port, database) is right; `rlm-mcp doctor` checks it. PostgreSQL also "
+            "stops when its disk is full (it cannot write its WAL): check its log.",
         )
 
+    def fault(self) -> str | None:
+        """ "disk full" (or "out of memory", "out of resources") while a statement was refused so
+        within the last `FAULT_HOLD_S`; None otherwise (the health route)."""
+        if self._fault is None or time.monotonic() - self._fault[1] > FAULT_HOLD_S:
+            return None
+        return self._fault[0]
+
     async def open(self) -> None:
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                self._url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
-            ) as conn:
-                self.schema_version = await migrate(conn)
-        except psycopg.OperationalError as exc:
-            raise self.unavailable(exc) from None
+        await self.prepare()
         await self.pool.open(wait=False)
         if self._replica:
             await self._beat()
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
             self._tg.start_soon(self._heartbeat)
+
+    async def prepare(self) -> None:
+        """The first connection: refuse a database not in UTF8, create or migrate the schema.
+        Every failure is one `RlmMcpError` naming the cause and the fix (`serve` checks it before
+        it starts anything, so a misconfigured database is one line, never a traceback)."""
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
+            ) as conn:
+                if (problem := await encoding_problem(conn, self.where)) is not None:
+                    raise problem
+                self.schema_version = await self._migrate(conn)
+        except psycopg.Error as exc:  # every driver failure, so none prints its own text (or a traceback)
+            if getattr(exc, "sqlstate", None) == "42501":
+                raise privilege_error(self.where, *(await self._role())) from None
+            raise self.unavailable(exc) from None
+
+    async def _migrate(self, conn: Conn | psycopg.AsyncConnection[Any]) -> int:
+        """The schema's version after migrating; a current schema is only read (a role that may
+        not create tables can serve one), a pending one needs a role that may."""
+        try:
+            if await _schema_version(conn) == LATEST:
+                return LATEST
+        except psycopg.errors.InsufficientPrivilege:
+            _, role, schema = await may_create_tables(conn)
+            raise grants_error(self.where, role, schema) from None
+        allowed, role, schema = await may_create_tables(conn)
+        if not allowed:
+            raise privilege_error(self.where, role, schema)
+        return await migrate(conn)
+
+    async def _role(self) -> tuple[str, str]:
+        """(role, schema) of a fresh connection, for the privilege error; placeholders if that fails."""
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
+            ) as conn:
+                _, role, schema = await may_create_tables(conn)
+                return role, schema
+        except psycopg.Error:
+            return "of RLM_MCP_DATABASE_URL", "public"
 
     async def close(self) -> None:
         tg, self._tg = self._tg, None
