@@ -1,8 +1,8 @@
 """`rlm-mcp` entry point. No subcommand: serve MCP over stdio (what `uvx rlm-mcp` does).
 
 argparse subcommands, each with its handler (`set_defaults(handler=...)`) and help text on every
-option: `rlm-mcp --help` is the command reference, checked against the README by
-tests/test_cli_help.py.
+option: `rlm-mcp --help` is the command reference; docs/cli.md is generated from this parser
+(tools/docs_pages.py) and tests/test_cli_help.py checks the help texts.
 
 Nothing but MCP protocol may reach stdout in stdio mode, so every log line goes to stderr.
 """
@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rlm-mcp",
         description="MCP server for Recursive Language Models. Without a command: serve MCP over stdio.",
-        epilog="`rlm-mcp COMMAND --help` describes a command. Settings: RLM_MCP_* environment variables (README).",
+        epilog="`rlm-mcp COMMAND --help` describes a command. Settings: RLM_MCP_* environment variables (docs/configuration.md).",
     )
     p.add_argument("--version", action="version", version=f"rlm-mcp {__version__}")
     p.set_defaults(handler=_serve_command)

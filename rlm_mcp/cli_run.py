@@ -12,6 +12,7 @@ import json
 import sys
 from contextlib import ExitStack
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -53,12 +54,15 @@ class ProgressDisplay:
 
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.cli_options import overrides_of
-    from rlm_mcp.service.backends import for_one_off_command
+    from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
     from rlm_mcp.service.service import RlmService
 
     settings = for_one_off_command(settings)
-    # A relative --path means relative to where the command was typed.
+    # A relative --path means relative to where the command was typed; the path typed is what
+    # this command may read, wherever it lies (the local commands' rule, `opening_local_paths`).
     path = str(await (await anyio.Path(args.path).expanduser()).resolve()) if args.path else None
+    if path is not None:
+        settings = opening_local_paths(settings, [Path(path)])
     with ProgressDisplay() as display:
         async with RlmService(settings, mode="stdio") as service:
             if args.context_id:

@@ -50,7 +50,7 @@ def _default_roots() -> list[Path]:
 
 
 class Settings(BaseSettings):
-    """Every knob of rlm-mcp. The README's configuration table mirrors this class."""
+    """Every knob of rlm-mcp. The docs' configuration table is generated from this class (tools/docs_pages.py)."""
 
     model_config = SettingsConfigDict(env_prefix="RLM_MCP_", extra="ignore", validate_default=True)
 
@@ -210,9 +210,9 @@ class Settings(BaseSettings):
     )
 
     # --- Server ------------------------------------------------------------------------------
-    transport: Transport = "stdio"
-    host: str = "127.0.0.1"
-    port: int = 8765
+    transport: Transport = Field("stdio", description="How MCP clients reach the server: stdio or http.")
+    host: str = Field("127.0.0.1", description="HTTP bind address.")
+    port: int = Field(8765, description="HTTP port.")
     auth_token: str | None = Field(None, description="Bearer token required by the HTTP transport.")
     auth_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="More accepted tokens, comma-separated; each one owns its contexts and runs."
@@ -238,7 +238,7 @@ class Settings(BaseSettings):
     http_max_connections: int | None = Field(
         None, ge=1, description="Open HTTP connections; default 2 x sessions per client x tokens + 32."
     )
-    log_level: str = "INFO"
+    log_level: str = Field("INFO", description="Log level; logs go to stderr (HTTP access lines at INFO).")
 
     @field_validator("allowed_roots", mode="before")
     @classmethod

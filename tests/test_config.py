@@ -10,8 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from rlm_mcp.config import Settings, parse_size
+from tools.docs_pages import settings_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = README.parent / "docs"
 
 
 def test_defaults_match_the_design() -> None:
@@ -67,7 +69,22 @@ def test_sizes_use_dockers_units() -> None:
     assert parse_size("4096") == 4096
 
 
-def test_readme_documents_every_setting() -> None:
-    documented = set(re.findall(r"RLM_MCP_([A-Z0-9_]+)", README.read_text(encoding="utf-8")))
-    missing = {name.upper() for name in Settings.model_fields} - documented
-    assert not missing, f"settings missing from the README's configuration table: {sorted(missing)}"
+def test_the_configuration_page_tables_every_setting_from_the_model() -> None:
+    # docs/configuration.md carries the table as generated text (tools/docs_pages.py), never by hand.
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    assert "<!-- generated: settings -->" in page
+    assert not re.search(r"^\| `RLM_MCP_", page, re.M), "a hand-kept settings row in docs/configuration.md"
+    table = settings_table()
+    for name, field in Settings.model_fields.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| `RLM_MCP_{name.upper()}` |"))
+        assert field.description and field.description.replace("|", "\\|") in row, row
+
+
+def test_every_setting_the_docs_name_exists() -> None:
+    # A setting renamed or removed in the code must not live on in a page (RLM_MCP_SANDBOX_MAX_SANDBOXES
+    # once did): every RLM_MCP_ name in the README and the docs is a setting, or a test-only variable.
+    known = {f"RLM_MCP_{name.upper()}" for name in Settings.model_fields} | {"RLM_MCP_CONFIG"}
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
+        named = set(re.findall(r"RLM_MCP_[A-Z0-9_]*[A-Z0-9](?![*\w])", page.read_text(encoding="utf-8")))
+        unknown = named - known - {"RLM_MCP_SCREENSHOTS", "RLM_MCP_MODLE"}
+        assert not unknown, f"{page.name} names settings that do not exist: {sorted(unknown)}"
