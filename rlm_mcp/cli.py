@@ -31,7 +31,7 @@ from rlm_mcp.owners import EVERY_OWNER
 if TYPE_CHECKING:
     from rlm_mcp.events import LoggedEvent
 from rlm_mcp.resource_errors import exhausted
-from rlm_mcp.visible import visible, visible_line
+from rlm_mcp.visible import visible
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -154,12 +154,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for warning in unknown_env_vars(Settings.model_fields, os.environ):
         logging.getLogger("rlm_mcp.config").warning(warning)
-    if settings.log_level.upper() != "DEBUG":  # one line per HTTP request only when asked for
-        for noisy in ("httpx", "httpcore", "uvicorn.access"):
+    if settings.log_level.upper() != "DEBUG":  # the clients' line per request only when asked for
+        for noisy in ("httpx", "httpcore"):  # (the server's access lines stay: uvicorn, at INFO)
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         handler: Handler = args.handler
         return handler(args, settings)
+    except BrokenPipeError:
+        return _reader_gone()
     except RlmMcpError as exc:
         if isinstance(exc, UnknownIdError):
             exc = exc.phrased(CLI_FIXES)
@@ -181,12 +183,24 @@ CLI_FIXES = {
 }
 
 
+def _reader_gone() -> int:
+    """The command's reader went away (`rlm-mcp runs export ID | head`): stop quietly, as other
+    tools do, with SIGPIPE's exit status; stdout goes to /dev/null so that the interpreter's last
+    flush at exit cannot fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout without a descriptor (embedded use)
+        pass
+    return 128 + signal.SIGPIPE
+
+
 def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
     if settings.role != "both" and settings.database_url is None:
         raise RlmMcpError(
             f"--role {settings.role} needs team mode: fronts and workers share runs through PostgreSQL.",
             "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
-            '(README "Team server"), or serve with --role both (the default).',
+            "(docs/team.md), or serve with --role both (the default).",
         )
     if settings.role != "front":  # this process runs sandboxes: never without their limits
         from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
@@ -325,11 +339,12 @@ def _image_build(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _contexts_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_run import contexts_table
     from rlm_mcp.store.factory import make_stores
 
     async with make_stores(settings) as stores:
-        for info in await stores.contexts.list(owner=EVERY_OWNER):  # the operator sees every owner's
-            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {visible_line(info.name)}")
+        for line in contexts_table(await stores.contexts.list(owner=EVERY_OWNER)):  # every owner's
+            print(line)
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from contextlib import ExitStack
 from datetime import datetime
@@ -37,7 +38,21 @@ class ProgressDisplay:
 
             console = Console(file=self._stream)
             self._status = self._stack.enter_context(console.status("starting …"))
+            self._logs_above_the_status()
         return self
+
+    def _logs_above_the_status(self) -> None:
+        """While the status line shows, rich stands a proxy in for sys.stderr that prints whole
+        lines above it; log handlers keep the stream they were given, so point the ones writing to
+        this terminal at the proxy (until exit), else a log line lands inside the status line."""
+        proxy = sys.stderr
+        if proxy is self._stream:
+            return
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is self._stream:
+                previous = handler.setStream(proxy)
+                if previous is not None:
+                    self._stack.callback(handler.setStream, previous)
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
@@ -102,8 +117,9 @@ def status_line(result: Any) -> str:
 
 
 def runs_table(summaries: list[dict[str, Any]]) -> list[str]:
-    """`runs list`: id, start time, duration, status, query."""
-    lines = []
+    """`runs list`: a header row, then id, start time, duration, status, query per run."""
+    width = max((len(visible_line(str(s.get("run_id")))) for s in summaries), default=6)
+    lines = [f"{'RUN ID':<{width}}  {'STARTED':<19}  {'DURATION':>9}  {'STATUS':<15} QUERY"]
     for s in summaries:
         created = s.get("created_at")
         started = (
@@ -116,7 +132,17 @@ def runs_table(summaries: list[dict[str, Any]]) -> list[str]:
         query = " ".join(str(s.get("query", "")).split())
         query = query if len(query) <= 60 else query[:59] + "…"
         status = visible_line(str(s.get("status", "?")))
-        lines.append(f"{visible_line(str(s.get('run_id')))}  {started}  {took:>9}  {status:<15} {visible_line(query)}")
+        run_id = visible_line(str(s.get("run_id")))
+        lines.append(f"{run_id:<{width}}  {started}  {took:>9}  {status:<15} {visible_line(query)}")
+    return lines
+
+
+def contexts_table(contexts: list[Any]) -> list[str]:
+    """`contexts list`: a header row, then id, size, format and name per context."""
+    width = max((len(c.context_id) for c in contexts), default=10)
+    lines = [f"{'CONTEXT ID':<{width}}  {'BYTES':>14}  {'FORMAT':<6}  NAME"]
+    for c in contexts:
+        lines.append(f"{c.context_id:<{width}}  {c.bytes:>12,} B  {c.format:<6}  {visible_line(c.name)}")
     return lines
 
 

@@ -188,7 +188,7 @@ class Settings(BaseSettings):
     # --- Team mode (README "Team server") -------------------------------------------------------
     database_url: SecretStr | None = Field(
         None,
-        description="postgresql://user:password@host:port/db: shared state on PostgreSQL (needs rlm-mcp[team]).",
+        description="postgresql://user:password@host:port/db: shared state on PostgreSQL (needs the team extra: `uv run --extra team` from a checkout).",
     )
     role: Literal["both", "front", "worker"] = Field(
         "both",
@@ -238,7 +238,9 @@ class Settings(BaseSettings):
     http_max_connections: int | None = Field(
         None, ge=1, description="Open HTTP connections; default 2 x sessions per client x tokens + 32."
     )
-    log_level: str = Field("INFO", description="Log level; logs go to stderr (HTTP access lines at INFO).")
+    log_level: str = Field(
+        "INFO", description="Log level; logs go to stderr (a server over HTTP: one access line per request at INFO)."
+    )
 
     @field_validator("allowed_roots", mode="before")
     @classmethod

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import ImageMissingError, RlmMcpError
+from rlm_mcp.errors import TEAM_EXTRA_FIX, ImageMissingError, RlmMcpError
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.ports import LMRequest
@@ -194,7 +194,7 @@ async def _team(settings: Settings) -> list[Check]:
     try:
         from rlm_mcp.store.pg.status import LATEST, team_status
     except ImportError:
-        return [Check("database", False, "the PostgreSQL driver is not installed", "pip install 'rlm-mcp[team]'")]
+        return [Check("database", False, "the PostgreSQL driver (the team extra) is not installed", TEAM_EXTRA_FIX)]
     status = await team_status(settings.database_url.get_secret_value(), settings.worker_lease_s)
     if status.error is not None:
         return [Check("database", False, status.error, status.fix)]
