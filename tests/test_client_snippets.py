@@ -131,6 +131,26 @@ def test_inspector_stdio_snippet_lists_tools(lm: ScriptedLM, project_env: Path, 
     assert "rlm_complete" in {tool["name"] for tool in listing["tools"]}
 
 
+def test_inspector_stdio_snippet_hands_its_settings_to_the_server(
+    lm: ScriptedLM, project_env: Path, tmp_path: Path
+) -> None:
+    # The Inspector starts a stdio server without the shell's RLM_MCP_*: the snippet's `-e` is
+    # what reaches it. A bad value given the same way stops the server, naming it.
+    command = snippet("inspector-stdio").text.replace(PLACEHOLDER, str(REPO))
+    assert "-e RLM_MCP_BASE_URL=" in command
+    bad = command.replace("-e RLM_MCP_BASE_URL=", "-e RLM_MCP_MAX_ITERATIONS=lots -e RLM_MCP_BASE_URL=")
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", bad],
+        env=env_for(lm, project_env, tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode != 0 and "RLM_MCP_MAX_ITERATIONS" in proc.stdout + proc.stderr, proc.stderr[-3000:]
+
+
 def test_inspector_http_snippet_starts_then_polls_a_run(lm: ScriptedLM, project_env: Path, tmp_path: Path) -> None:
     serve_line, *inspector_lines = snippet("inspector-http").text.replace(PLACEHOLDER, str(REPO)).splitlines()
     port = free_port()

@@ -88,3 +88,23 @@ def test_every_setting_the_docs_name_exists() -> None:
         named = set(re.findall(r"RLM_MCP_[A-Z0-9_]*[A-Z0-9](?![*\w])", page.read_text(encoding="utf-8")))
         unknown = named - known - {"RLM_MCP_SCREENSHOTS", "RLM_MCP_MODLE"}
         assert not unknown, f"{page.name} names settings that do not exist: {sorted(unknown)}"
+
+
+def test_installer_form_fields_left_unfilled_count_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a host passes for an optional field its user left empty: "" or the placeholder itself.
+    monkeypatch.setenv("RLM_MCP_ALLOWED_ROOTS", "${user_config.allowed_roots}")
+    monkeypatch.setenv("RLM_MCP_API_KEY", "")
+    monkeypatch.setenv("RLM_MCP_BASE_URL", " ${user_config.base_url} ")
+    monkeypatch.setenv("RLM_MCP_SUB_MODEL", "${user_config.sub_model}")
+    s = Settings()
+    assert s.allowed_roots == [Path.home()]  # never a root named "${user_config...}", never none
+    assert s.base_url == "http://localhost:8000/v1" and s.sub_model is None
+    assert "api_key" not in s.model_fields_set
+    monkeypatch.setenv("RLM_MCP_ALLOWED_ROOTS", "")
+    assert Settings().allowed_roots == [Path.home()]
+
+
+def test_a_blank_auth_token_keeps_its_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not an installer form field: a blank token is still an error at start, never "no auth".
+    monkeypatch.setenv("RLM_MCP_AUTH_TOKEN", "")
+    assert "auth_token" in Settings().model_fields_set

@@ -15,7 +15,7 @@ import pytest
 from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env, new_instance_id
-from tests.fixtures_uv import REPO, user_env, uv_path
+from tests.fixtures_uv import REPO, user_env, uv_cache_dir
 from tests.readme_blocks import README, blocks
 
 
@@ -52,11 +52,10 @@ def test_the_readme_quickstart_works_as_written_from_a_checkout_outside_home(tmp
     home = tmp_path / "home"
     home.mkdir()
     assert not REPO.is_relative_to(home)
-    cache = subprocess.run([uv_path(), "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
     env = user_env(
         tmp_path / "venv",
         HOME=str(home),
-        UV_CACHE_DIR=cache,
+        UV_CACHE_DIR=uv_cache_dir(),
         RLM_MCP_POOL_SIZE="0",
         RLM_MCP_REFERENCE_FETCH="false",
         RLM_MCP_INSTANCE_ID=new_instance_id(),
