@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -68,6 +68,19 @@ class _FormFieldsFilled(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         values = self._inner()
         return {k: v for k, v in values.items() if not (k in CLIENT_FORM_FIELDS and unfilled(v))}
+
+
+# What fits in one sandbox (sandbox/manager.py checks each run's contexts against it): 85% of its
+# memory limit, less what the kernel itself takes; a text context needs about twice its size there
+# while it loads (its chunks, then the joined string).
+SANDBOX_USABLE_SHARE = 0.85
+SANDBOX_KERNEL_BYTES = 48 << 20
+TEXT_MEMORY_FACTOR = 2
+
+
+def sandbox_usable_bytes(memory: str) -> int:
+    """Bytes of contexts a sandbox with this memory limit (`1g`) can hold."""
+    return int(parse_size(memory) * SANDBOX_USABLE_SHARE) - SANDBOX_KERNEL_BYTES
 
 
 def _default_data_dir() -> Path:
@@ -200,7 +213,12 @@ class Settings(BaseSettings):
     allowed_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=_default_roots, description="os.pathsep-separated roots paths may be read from."
     )
-    max_context_bytes: int = Field(1 << 30, description="Largest single context.")
+    max_context_bytes: int = Field(
+        0,
+        ge=0,
+        description="Largest single context in bytes; 0 (the default): the largest text context one sandbox of "
+        "RLM_MCP_SANDBOX_MEMORY holds (about 410 MiB at 1g), so the two limits agree; raise the memory to raise both.",
+    )
     store_max_bytes: int = Field(20 << 30, description="Context store size before LRU eviction.")
     store_max_bytes_per_owner: int | None = Field(
         None,
@@ -313,6 +331,12 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name} must be a JSON object")
             return parsed
         return value
+
+    @model_validator(mode="after")
+    def _derive_max_context_bytes(self) -> Settings:
+        if self.max_context_bytes == 0:
+            self.max_context_bytes = max(sandbox_usable_bytes(self.sandbox_memory) // TEXT_MEMORY_FACTOR, 1 << 20)
+        return self
 
     @field_validator("sandbox_memory", "sandbox_tmpfs", "sandbox_shm", mode="after")
     @classmethod

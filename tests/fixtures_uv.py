@@ -25,7 +25,7 @@ PASS_THROUGH = (
 def uv_path() -> str:
     """uv from PATH, else the one the test extra installs beside this interpreter."""
     found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
-    assert found, "uv is a prerequisite (README, Install): pip install uv"
+    assert found, "uv is a prerequisite (docs/getting-started.md, Install): pip install uv"
     return found
 
 

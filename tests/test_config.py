@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from rlm_mcp.config import Settings, parse_size
+from rlm_mcp.config import Settings, parse_size, sandbox_usable_bytes
 from tools.docs_pages import settings_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -108,3 +108,18 @@ def test_a_blank_auth_token_keeps_its_meaning(monkeypatch: pytest.MonkeyPatch) -
     # Not an installer form field: a blank token is still an error at start, never "no auth".
     monkeypatch.setenv("RLM_MCP_AUTH_TOKEN", "")
     assert "auth_token" in Settings().model_fields_set
+
+
+@pytest.mark.parametrize("memory", ["1g", "512m", "4g"])
+def test_the_largest_context_fits_the_sandbox_by_default(memory: str) -> None:
+    # The two defaults agree: a text context of the largest size the store takes is one that a
+    # sandbox of RLM_MCP_SANDBOX_MEMORY can load (the check each run meets, sandbox/manager.py).
+    from rlm_mcp.ports.engine import ContextSpec
+    from rlm_mcp.sandbox.manager import SandboxManager, estimate_context_memory
+
+    settings = Settings(sandbox_memory=memory)
+    largest = settings.max_context_bytes
+    spec = ContextSpec(path=Path("/nonexistent"), format="text", kind="str", chars=largest, bytes=largest)
+    assert estimate_context_memory(spec) <= sandbox_usable_bytes(memory)
+    SandboxManager(settings).check_fits([spec])  # raises if it would not fit
+    assert Settings(sandbox_memory=memory, max_context_bytes=1234).max_context_bytes == 1234  # set: kept
