@@ -232,7 +232,7 @@ class Settings(BaseSettings):
     )
     max_files: int = Field(20_000, description="Files one folder/glob load may take.")
 
-    # --- Team mode (README "Team server") -------------------------------------------------------
+    # --- Team mode (docs/team.md) ----------------------------------------------------------------
     database_url: SecretStr | None = Field(
         None,
         description="postgresql://user:password@host:port/db: shared state on PostgreSQL (needs the team extra: `uv run --extra team` from a checkout).",

@@ -1,6 +1,6 @@
 """Streamable HTTP transport with bearer-token auth.
 
-Rules (README, "Security model"): binding a non-loopback address without a token is refused; whenever tokens
+Rules (docs/security.md): binding a non-loopback address without a token is refused; whenever tokens
 are set, every HTTP request on every address must carry one; Host and Origin are checked against
 the actual bind on every bind (`guard`); sessions are capped per owner (`sessions`).
 """
