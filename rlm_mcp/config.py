@@ -32,6 +32,7 @@ from rlm_mcp.config_check import (
     check_endpoint_url,
     describe_validation_error,
 )
+from rlm_mcp.config_forms import FormFieldsFilled
 from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
@@ -39,35 +40,6 @@ DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
 CompletionTokensField = Literal["auto", "max_tokens", "max_completion_tokens"]
 # How MCP clients reach the server.
 Transport = Literal["stdio", "http"]
-
-
-# The settings an installer's form asks for (publish/inputs.py: the Claude Desktop bundle, the MCP
-# Registry's server.json). A host passes a field its user left empty as "" and some pass an
-# unexpanded `${user_config.x}`: for these settings either one means "not set" (the default
-# applies), never a root, a key, a model or a URL. Elsewhere a blank value keeps its meaning (a
-# blank RLM_MCP_AUTH_TOKEN still stops the start).
-CLIENT_FORM_FIELDS = ("base_url", "model", "api_key", "sub_model", "max_model_len", "allowed_roots")
-_UNFILLED = re.compile(r"\s*(\$\{[^}]*\}\s*)?")
-
-
-def unfilled(value: object) -> bool:
-    """A form value its host did not fill in: blank, or a `${...}` placeholder left as it was."""
-    return isinstance(value, str) and _UNFILLED.fullmatch(value) is not None
-
-
-class _FormFieldsFilled(PydanticBaseSettingsSource):
-    """The environment, less the installer-form settings its host left unfilled."""
-
-    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource) -> None:
-        super().__init__(settings_cls)
-        self._inner = inner
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self._inner.get_field_value(field, field_name)
-
-    def __call__(self) -> dict[str, Any]:
-        values = self._inner()
-        return {k: v for k, v in values.items() if not (k in CLIENT_FORM_FIELDS and unfilled(v))}
 
 
 # What fits in one sandbox (sandbox/manager.py checks each run's contexts against it): 85% of its
@@ -403,7 +375,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, _FormFieldsFilled(settings_cls, env_settings)]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, FormFieldsFilled(settings_cls, env_settings)]
         toml_path = os.environ.get(CONFIG_VAR)
         if toml_path:
             path = Path(toml_path).expanduser()

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from pydantic_core import PydanticUndefined
 
-from rlm_mcp.config import CLIENT_FORM_FIELDS, Settings
+from rlm_mcp.config import Settings
 from rlm_mcp.config_check import env_name
+from rlm_mcp.config_forms import CLIENT_FORM_FIELDS
 
 # The settings an installer asks for, in the order it asks: the endpoint, its model, its key, and
 # the folders a client may read from. Every other setting keeps its default (docs: Configuration).
