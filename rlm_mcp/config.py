@@ -183,7 +183,8 @@ class Settings(BaseSettings):
     # --- Contexts and storage ----------------------------------------------------------------
     data_dir: Path = Field(default_factory=_default_data_dir, description="Contexts, runs, index.")
     allowed_roots: Annotated[list[Path], NoDecode] = Field(
-        default_factory=_default_roots, description="os.pathsep-separated roots paths may be read from."
+        default_factory=_default_roots,
+        description="Folders (os.pathsep-separated) MCP clients may load paths from; local commands read the paths typed to them.",
     )
     max_context_bytes: int = Field(
         0,
