@@ -74,3 +74,21 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
     assert "rlm-mcp runs view" in cli and "--no-open" in cli
     assert (site / "viewer-run.png").exists()
+
+
+def test_a_benchmark_run_records_what_the_page_shows(tmp_path: Path) -> None:
+    # bench/results_file.py writes what tools/docs_pages.py renders: figures, machine, date, command.
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from results_file import ResultFile
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    recorded = ResultFile("probe", "A probe", ["what", "median"], note="engine: test")
+    recorded.add("trivial cell round trip", "0.52 ms")
+    with pytest.raises(ValueError):
+        recorded.add("one cell too few")
+    path = recorded.write(tmp_path)
+    result = json.loads(path.read_text(encoding="utf-8"))
+    assert "vCPUs" in result["machine"] and "engine: test" in result["machine"]
+    table = benchmark(str(path))
+    assert "| trivial cell round trip | 0.52 ms |" in table and result["date"] in table
