@@ -3,7 +3,8 @@
 Measures cold start to kernel-ready, warm acquire, a trivial cell's round trip, the sub-LM
 bridge overhead (zero-latency bridge), a 16-way batch, and context loading throughput.
 Under another runtime or engine: `RLM_MCP_SANDBOX_RUNTIME=runsc`, or `DOCKER_HOST` at Podman's
-service (the first line names the engine measured).
+service (the first line names the engine measured). `--record` also writes the figures to
+bench/results/sandbox.json (the docs' Benchmarks page), with this machine and today's date.
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from results_file import ResultFile  # bench/ is on sys.path: this script's own folder
+
 from rlm_mcp.config import Settings
 from rlm_mcp.ports import ContextSpec, LMRequest
 from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.sandbox.session import load_contexts
 from rlm_mcp.testing.sandboxes import docker_client, pool_ready
+
+RECORD = ResultFile("sandbox", "The sandbox alone", ["what", "median", "min–max", "target"])
 
 
 async def zero_bridge(request: LMRequest) -> list[str]:
@@ -37,6 +42,8 @@ def report(name: str, samples: list[float], target: float | None, unit: str = "m
     med = statistics.median(values)
     ratio = f"  target {target:g} {unit}: {med / target:.2f}x of target" if target else ""
     print(f"{name:<34} min {min(values):8.2f}  median {med:8.2f}  max {max(values):8.2f} {unit}{ratio}")
+    spread = f"{min(values):.2f}–{max(values):.2f} {unit}" if len(values) > 1 else ""
+    RECORD.add(name, f"{med:.2f} {unit}", spread, f"≤ {target:g} {unit}" if target else "—")
 
 
 async def timed(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
@@ -55,6 +62,7 @@ async def main(mib: int, calls: int) -> None:
         client = await docker_client(mgr)
         engine = getattr(mgr.backend, "engine", None)
         print(f"engine: {engine.describe() if engine else '?'}")
+        RECORD.note = f"engine: {engine.describe() if engine else '?'}"
 
         cold: list[float] = []
         for _ in range(5):
@@ -112,5 +120,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=int, default=50, help="size of the loaded context (default 50)")
     parser.add_argument("--calls", type=int, default=500, help="sequential llm_query calls timed (default 500)")
+    parser.add_argument("--record", action="store_true", help="write bench/results/sandbox.json (the docs' figures)")
     args = parser.parse_args()
     anyio.run(main, args.mib, args.calls)
+    if args.record:
+        print(f"recorded {RECORD.write()}")

@@ -1,8 +1,8 @@
 """`rlm-mcp` entry point. No subcommand: serve MCP over stdio (what `uvx rlm-mcp` does).
 
 argparse subcommands, each with its handler (`set_defaults(handler=...)`) and help text on every
-option: `rlm-mcp --help` is the command reference, checked against the README by
-tests/test_cli_help.py.
+option: `rlm-mcp --help` is the command reference; docs/cli.md is generated from this parser
+(tools/docs_pages.py) and tests/test_cli_help.py checks the help texts.
 
 Nothing but MCP protocol may reach stdout in stdio mode, so every log line goes to stderr.
 """
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from rlm_mcp.events import LoggedEvent
     from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.resource_errors import exhausted
-from rlm_mcp.visible import visible, visible_line
+from rlm_mcp.visible import visible
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rlm-mcp",
         description="MCP server for Recursive Language Models. Without a command: serve MCP over stdio.",
-        epilog="`rlm-mcp COMMAND --help` describes a command. Settings: RLM_MCP_* environment variables (README).",
+        epilog="`rlm-mcp COMMAND --help` describes a command. Settings: RLM_MCP_* environment variables (docs/configuration.md).",
     )
     p.add_argument("--version", action="version", version=f"rlm-mcp {__version__}")
     p.set_defaults(handler=_serve_command)
@@ -156,12 +156,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for warning in unknown_env_vars(Settings.model_fields, os.environ):
         logging.getLogger("rlm_mcp.config").warning(warning)
-    if settings.log_level.upper() != "DEBUG":  # one line per HTTP request only when asked for
-        for noisy in ("httpx", "httpcore", "uvicorn.access"):
+    if settings.log_level.upper() != "DEBUG":  # the clients' line per request only when asked for
+        for noisy in ("httpx", "httpcore"):  # (the server's access lines stay: uvicorn, at INFO)
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         handler: Handler = args.handler
         return handler(args, settings)
+    except BrokenPipeError:
+        return _reader_gone()
     except RlmMcpError as exc:
         if isinstance(exc, UnknownIdError):
             exc = exc.phrased(CLI_FIXES)
@@ -183,6 +185,18 @@ CLI_FIXES = {
 }
 
 
+def _reader_gone() -> int:
+    """The command's reader went away (`rlm-mcp runs export ID | head`): stop quietly, as other
+    tools do, with SIGPIPE's exit status; stdout goes to /dev/null so that the interpreter's last
+    flush at exit cannot fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout without a descriptor (embedded use)
+        pass
+    return 128 + signal.SIGPIPE
+
+
 def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
     if (note := key_note(settings)) is not None:
         logging.getLogger("rlm_mcp.lm").warning("%s; set RLM_MCP_SUB_API_KEY if that server needs one", note)
@@ -190,7 +204,7 @@ def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
         raise RlmMcpError(
             f"--role {settings.role} needs team mode: fronts and workers share runs through PostgreSQL.",
             "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
-            '(README "Team server"), or serve with --role both (the default).',
+            "(docs/team.md), or serve with --role both (the default).",
         )
     if settings.database_url is not None:  # a misconfigured database: one line, before anything starts
         anyio.run(_database_ready, settings)
@@ -339,11 +353,12 @@ def _image_build(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _contexts_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_run import contexts_table
     from rlm_mcp.store.factory import make_stores
 
     async with make_stores(settings) as stores:
-        for info in await stores.contexts.list(owner=EVERY_OWNER):  # the operator sees every owner's
-            print(f"{info.context_id}  {info.bytes:>12,} B  {info.format:<4}  {visible_line(info.name)}")
+        for line in contexts_table(await stores.contexts.list(owner=EVERY_OWNER)):  # every owner's
+            print(line)
     return 0
 
 

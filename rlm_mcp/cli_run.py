@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from contextlib import ExitStack
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -37,7 +39,21 @@ class ProgressDisplay:
 
             console = Console(file=self._stream)
             self._status = self._stack.enter_context(console.status("starting …"))
+            self._logs_above_the_status()
         return self
+
+    def _logs_above_the_status(self) -> None:
+        """While the status line shows, rich stands a proxy in for sys.stderr that prints whole
+        lines above it; log handlers keep the stream they were given, so point the ones writing to
+        this terminal at the proxy (until exit), else a log line lands inside the status line."""
+        proxy = sys.stderr
+        if proxy is self._stream:
+            return
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is self._stream:
+                previous = handler.setStream(proxy)
+                if previous is not None:
+                    self._stack.callback(handler.setStream, previous)
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
@@ -54,12 +70,15 @@ class ProgressDisplay:
 
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.cli_options import overrides_of
-    from rlm_mcp.service.backends import for_one_off_command
+    from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
     from rlm_mcp.service.service import RlmService
 
     settings = for_one_off_command(settings)
-    # A relative --path means relative to where the command was typed.
+    # A relative --path means relative to where the command was typed; the path typed is what
+    # this command may read, wherever it lies (the local commands' rule, `opening_local_paths`).
     path = str(await (await anyio.Path(args.path).expanduser()).resolve()) if args.path else None
+    if path is not None:
+        settings = opening_local_paths(settings, [Path(path)])
     with ProgressDisplay() as display:
         async with RlmService(settings, mode="stdio") as service:
             if args.context_id:
@@ -98,8 +117,9 @@ def status_line(result: Any) -> str:
 
 
 def runs_table(records: list[RunRecord]) -> list[str]:
-    """`runs list`: id, start time, duration, status, query."""
-    lines = []
+    """`runs list`: a header row, then id, start time, duration, status, query per run."""
+    width = max((len(visible_line(r.run_id)) for r in records), default=6)
+    lines = [f"{'RUN ID':<{width}}  {'STARTED':<19}  {'DURATION':>9}  {'STATUS':<15} QUERY"]
     for r in records:
         started = datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "?"
         duration = r.result.duration_s if r.result is not None else r.elapsed_s
@@ -107,7 +127,16 @@ def runs_table(records: list[RunRecord]) -> list[str]:
         query = " ".join(r.request.query.split())
         query = query if len(query) <= 60 else query[:59] + "…"
         status = visible_line(r.status)
-        lines.append(f"{visible_line(r.run_id)}  {started}  {took:>9}  {status:<15} {visible_line(query)}")
+        lines.append(f"{visible_line(r.run_id):<{width}}  {started:<19}  {took:>9}  {status:<15} {visible_line(query)}")
+    return lines
+
+
+def contexts_table(contexts: list[Any]) -> list[str]:
+    """`contexts list`: a header row, then id, size, format and name per context."""
+    width = max((len(c.context_id) for c in contexts), default=10)
+    lines = [f"{'CONTEXT ID':<{width}}  {'BYTES':>14}  {'FORMAT':<6}  NAME"]
+    for c in contexts:
+        lines.append(f"{c.context_id:<{width}}  {c.bytes:>12,} B  {c.format:<6}  {visible_line(c.name)}")
     return lines
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -32,6 +32,7 @@ from rlm_mcp.config_check import (
     check_endpoint_url,
     describe_validation_error,
 )
+from rlm_mcp.config_forms import FormFieldsFilled
 from rlm_mcp.database_url import check_database_url
 from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
@@ -40,6 +41,19 @@ DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
 CompletionTokensField = Literal["auto", "max_tokens", "max_completion_tokens"]
 # How MCP clients reach the server.
 Transport = Literal["stdio", "http"]
+
+
+# What fits in one sandbox (sandbox/manager.py checks each run's contexts against it): 85% of its
+# memory limit, less what the kernel itself takes; a text context needs about twice its size there
+# while it loads (its chunks, then the joined string).
+SANDBOX_USABLE_SHARE = 0.85
+SANDBOX_KERNEL_BYTES = 48 << 20
+TEXT_MEMORY_FACTOR = 2
+
+
+def sandbox_usable_bytes(memory: str) -> int:
+    """Bytes of contexts a sandbox with this memory limit (`1g`) can hold."""
+    return int(parse_size(memory) * SANDBOX_USABLE_SHARE) - SANDBOX_KERNEL_BYTES
 
 
 def _default_data_dir() -> Path:
@@ -66,7 +80,7 @@ def server_of(url: str) -> tuple[str, str, int | None]:
 
 
 class Settings(BaseSettings):
-    """Every knob of rlm-mcp. The README's configuration table mirrors this class."""
+    """Every knob of rlm-mcp. The docs' configuration table is generated from this class (tools/docs_pages.py)."""
 
     model_config = SettingsConfigDict(env_prefix="RLM_MCP_", extra="ignore", validate_default=True)
 
@@ -193,9 +207,15 @@ class Settings(BaseSettings):
     # --- Contexts and storage ----------------------------------------------------------------
     data_dir: Path = Field(default_factory=_default_data_dir, description="Contexts, runs, index.")
     allowed_roots: Annotated[list[Path], NoDecode] = Field(
-        default_factory=_default_roots, description="os.pathsep-separated roots paths may be read from."
+        default_factory=_default_roots,
+        description="Folders (os.pathsep-separated) MCP clients may load paths from; local commands read the paths typed to them.",
     )
-    max_context_bytes: int = Field(1 << 30, description="Largest single context.")
+    max_context_bytes: int = Field(
+        0,
+        ge=0,
+        description="Largest single context in bytes; 0 (the default): the largest text context one sandbox of "
+        "RLM_MCP_SANDBOX_MEMORY holds (about 410 MiB at 1g), so the two limits agree; raise the memory to raise both.",
+    )
     store_max_bytes: int = Field(20 << 30, description="Context store size before LRU eviction.")
     store_max_bytes_per_owner: int | None = Field(
         None,
@@ -209,10 +229,10 @@ class Settings(BaseSettings):
     )
     max_files: int = Field(20_000, description="Files one folder/glob load may take.")
 
-    # --- Team mode (README "Team server") -------------------------------------------------------
+    # --- Team mode (docs/team.md) ----------------------------------------------------------------
     database_url: SecretStr | None = Field(
         None,
-        description="postgresql://user:password@host:port/db: shared state on PostgreSQL (needs rlm-mcp[team]).",
+        description="postgresql://user:password@host:port/db: shared state on PostgreSQL (needs the team extra: `uv run --extra team` from a checkout).",
     )
     role: Literal["both", "front", "worker"] = Field(
         "both",
@@ -234,9 +254,9 @@ class Settings(BaseSettings):
     )
 
     # --- Server ------------------------------------------------------------------------------
-    transport: Transport = "stdio"
-    host: str = "127.0.0.1"
-    port: int = 8765
+    transport: Transport = Field("stdio", description="How MCP clients reach the server: stdio or http.")
+    host: str = Field("127.0.0.1", description="HTTP bind address.")
+    port: int = Field(8765, description="HTTP port.")
     auth_token: str | None = Field(None, description="Bearer token required by the HTTP transport.")
     auth_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="More accepted tokens, comma-separated; each one owns its contexts and runs."
@@ -262,7 +282,9 @@ class Settings(BaseSettings):
     http_max_connections: int | None = Field(
         None, ge=1, description="Open HTTP connections; default 2 x sessions per client x tokens + 32."
     )
-    log_level: str = "INFO"
+    log_level: str = Field(
+        "INFO", description="Log level; logs go to stderr (a server over HTTP: one access line per request at INFO)."
+    )
 
     @field_validator("allowed_roots", mode="before")
     @classmethod
@@ -306,6 +328,12 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name} must be a JSON object")
             return parsed
         return value
+
+    @model_validator(mode="after")
+    def _derive_max_context_bytes(self) -> Settings:
+        if self.max_context_bytes == 0:
+            self.max_context_bytes = max(sandbox_usable_bytes(self.sandbox_memory) // TEXT_MEMORY_FACTOR, 1 << 20)
+        return self
 
     @field_validator("sandbox_memory", "sandbox_tmpfs", "sandbox_shm", mode="after")
     @classmethod
@@ -382,7 +410,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, FormFieldsFilled(settings_cls, env_settings)]
         toml_path = os.environ.get(CONFIG_VAR)
         if toml_path:
             path = Path(toml_path).expanduser()

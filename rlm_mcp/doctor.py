@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import ImageMissingError, RlmMcpError
+from rlm_mcp.errors import TEAM_EXTRA_FIX, ImageMissingError, RlmMcpError
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.endpoint import key_note
@@ -199,7 +199,7 @@ async def _team(settings: Settings) -> list[Check]:
     try:
         from rlm_mcp.store.pg.status import LATEST, team_status
     except ImportError:
-        return [Check("database", False, "the PostgreSQL driver is not installed", "pip install 'rlm-mcp[team]'")]
+        return [Check("database", False, "the PostgreSQL driver (the team extra) is not installed", TEAM_EXTRA_FIX)]
     import psycopg
 
     from rlm_mcp.store.pg.db import redact
@@ -213,7 +213,7 @@ async def _team(settings: Settings) -> list[Check]:
     except psycopg.Error as exc:  # any driver failure, in one line without the password
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return [
-            Check("database", False, redact(first, url), "Check RLM_MCP_DATABASE_URL; see the README's Team server.")
+            Check("database", False, redact(first, url), "Check RLM_MCP_DATABASE_URL; see the docs' Team server page.")
         ]
     if status.error is not None:
         return [Check("database", False, status.error, status.fix)]

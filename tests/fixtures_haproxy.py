@@ -1,10 +1,10 @@
 """HAProxy (Debian's package) in front of rlm-mcp HTTP replicas sharing one PostgreSQL database
-and one Docker daemon: the deployment the README's "Team server" section describes.
+and one Docker daemon: the deployment docs/team.md describes.
 
 `balanced_replicas` starts `count` replicas (tests/fixtures_team.py's `team_replica`: `rlm-mcp
 serve --transport http`, each with its own data dir and log), then HAProxy on a free loopback port
-with the repository's own configuration, `deploy/haproxy/haproxy.cfg` (the README shows the same
-text): only the lines marked `# yours` (the listening address and certificate, the servers) are
+with the repository's own configuration, `deploy/haproxy/haproxy.cfg` (docs/team.md links that
+file): only the lines marked `# yours` (the listening address and certificate, the servers) are
 replaced, with TLS terminated by a certificate made for the test. Everything is stopped on exit.
 
 Which replica served what is read from the replicas' own logs (uvicorn's access lines and the

@@ -21,7 +21,9 @@ def _cache_root() -> Path:
 def js_tools() -> Path:
     """The folder holding `node_modules/.bin` with the pinned tools (installed when missing)."""
     npm = shutil.which("npm")
-    assert npm and shutil.which("node"), "Node.js and npm are prerequisites of the test suite (README, Tests)."
+    assert npm and shutil.which("node"), (
+        "Node.js and npm are prerequisites of the test suite (docs/getting-started.md, Install)."
+    )
     lock = (JS_DIR / "package-lock.json").read_bytes()
     target = _cache_root() / hashlib.sha256(lock + (JS_DIR / "package.json").read_bytes()).hexdigest()[:16]
     if (target / ".installed").exists():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ PASS_THROUGH = (
 def uv_path() -> str:
     """uv from PATH, else the one the test extra installs beside this interpreter."""
     found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
-    assert found, "uv is a prerequisite (README, Install): pip install uv"
+    assert found, "uv is a prerequisite (docs/getting-started.md, Install): pip install uv"
     return found
 
 
@@ -39,3 +40,9 @@ def user_env(project_env: Path, **extra: str) -> dict[str, str]:
     env.update({name: os.environ[name] for name in PASS_THROUGH if name in os.environ})
     env.update(extra)
     return env
+
+
+def uv_cache_dir() -> str:
+    """uv's cache as this user has it: a test that moves HOME keeps it (no second download)."""
+    done = subprocess.run([uv_path(), "cache", "dir"], capture_output=True, text=True, check=True, timeout=60)
+    return done.stdout.strip()

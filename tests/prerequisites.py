@@ -48,7 +48,7 @@ def check(session: pytest.Session) -> None:
         lines = "\n".join(f"  - {what}" for what in lacking)
         pytest.exit(
             f"The selected tests need what this machine lacks:\n{lines}\n"
-            "Install it (README, Install; `bash .ci/run` does all of it on Debian), or run the fast tier "
+            "Install it (docs/getting-started.md, Install; `bash .ci/run` does all of it on Debian), or run the fast tier "
             '(-m "not docker") where Docker is the only thing missing.',
             returncode=1,
         )

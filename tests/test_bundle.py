@@ -2,8 +2,9 @@
 tests/js/package.json): validate, pack, unpack; then the server is started from the unpacked
 bundle exactly as its manifest says (`mcp_config`, `${__dirname}` and `${user_config.*}`
 filled in as a host fills them) and completes a run against the scripted LM. Claude Desktop
-itself has no Linux build: this is as far as a test here goes. rlm-mcp is not on PyPI yet, so uv
-finds the package in the wheel built from this checkout (UV_FIND_LINKS)."""
+itself has no Linux build: this is as far as a test here goes. The bundle carries the wheel built
+from this checkout and a uv.lock with every other package's hashes; the server starts from the
+lock (`uv run --frozen`), and a host's unfilled optional fields count as unset."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from tests.fixtures_dist import Dists, build_dists
 from tests.fixtures_e2e import coverage_env, new_instance_id, sandbox_container_ids
 from tests.fixtures_js import js_bin
-from tests.fixtures_uv import user_env, uv_path
+from tests.fixtures_uv import user_env, uv_cache_dir, uv_path
 
 ANSWER = '```repl\nanswer["content"] = "bundle:" + context.strip()\nanswer["ready"] = True\n```'
 
@@ -46,26 +47,51 @@ def test_the_manifest_declares_the_server_tools_and_settings() -> None:
     assert config["api_key"]["sensitive"] is True and config["base_url"]["required"] is True
     assert m["server"]["mcp_config"]["env"]["RLM_MCP_BASE_URL"] == "${user_config.base_url}"
     assert "Docker must be installed" in m["long_description"]
+    # A person's titles and sentences in the dialog, not variable names; the folder defaults to home.
+    assert all(not entry["title"].startswith("RLM_MCP_") for entry in config.values()), config
+    assert config["allowed_roots"]["default"] == "${HOME}" and config["allowed_roots"]["type"] == "directory"
+    assert m["compatibility"]["platforms"] == ["darwin", "linux"]
+    assert m["server"]["mcp_config"]["args"][:2] == ["run", "--frozen"]  # the shipped lock, as locked
 
 
-def test_mcpb_validates_packs_and_unpacks_the_bundle(tmp_path: Path) -> None:
-    folder = write_bundle_dir(tmp_path / "bundle")
+def test_the_tool_descriptions_are_whole() -> None:
+    from rlm_mcp.config import Settings
+    from rlm_mcp.server.app import build_server
+
+    async def declared() -> dict[str, str]:
+        server = build_server(Settings.model_validate({"data_dir": "/nonexistent-rlm-data"}), mode="stdio")
+        return {t.name: " ".join((t.description or "").split()) for t in await server.list_tools()}
+
+    full = anyio.run(declared)
+    shown = {t["name"]: t["description"] for t in manifest()["tools"]}
+    assert shown == full  # never cut mid-sentence ("(waits for the")
+    assert all(d.rstrip().endswith((".", ")", "`")) for d in shown.values()), shown
+
+
+def test_mcpb_validates_packs_and_unpacks_the_bundle(dists: Dists, tmp_path: Path) -> None:
+    folder = write_bundle_dir(tmp_path / "bundle", dists.wheel)
     assert "passes" in mcpb("validate", str(folder / "manifest.json"), cwd=tmp_path)
     mcpb("pack", str(folder), str(tmp_path / "packed.mcpb"), cwd=tmp_path)
     mcpb("unpack", str(tmp_path / "packed.mcpb"), str(tmp_path / "unpacked"), cwd=tmp_path)
     assert json.loads((tmp_path / "unpacked" / "manifest.json").read_text()) == manifest()
     # The command's own file unpacks the same way.
-    ours = write_bundle(tmp_path / "rlm-mcp.mcpb")
+    ours = write_bundle(tmp_path / "rlm-mcp.mcpb", dists.wheel)
     mcpb("unpack", str(ours), str(tmp_path / "ours"), cwd=tmp_path)
     assert json.loads((tmp_path / "ours" / "manifest.json").read_text()) == manifest()
     with zipfile.ZipFile(ours) as z:
-        assert sorted(z.namelist()) == ["manifest.json", "pyproject.toml", "src/server.py"]
+        assert sorted(z.namelist()) == sorted(
+            ["manifest.json", "pyproject.toml", "uv.lock", "src/server.py", f"wheels/{dists.wheel.name}"]
+        )
+        lock = z.read("uv.lock").decode()
+    # every package from an index is pinned with its hashes; rlm-mcp itself comes from the wheel inside
+    assert 'name = "pydantic-core"' in lock and 'hash = "sha256:' in lock
+    assert f'source = {{ path = "wheels/{dists.wheel.name}" }}' in lock
 
 
 @pytest.mark.docker
 @pytest.mark.anyio
 async def test_the_server_starts_as_the_manifest_says_and_completes_a_run(dists: Dists, tmp_path: Path) -> None:
-    ours = await anyio.to_thread.run_sync(write_bundle, tmp_path / "rlm-mcp.mcpb")  # it runs its own loop
+    ours = await anyio.to_thread.run_sync(write_bundle, tmp_path / "rlm-mcp.mcpb", dists.wheel)  # its own loop
     unpacked = tmp_path / "installed"
     with zipfile.ZipFile(ours) as z:
         z.extractall(unpacked)
@@ -73,7 +99,8 @@ async def test_the_server_starts_as_the_manifest_says_and_completes_a_run(dists:
     (tmp_path / "ctx.txt").write_text("packed\n")
     owner = new_instance_id()
     with ScriptedLM(Script(root=[ANSWER])) as lm:
-        chosen = {"base_url": lm.base_url, "model": "rlm-v0.1", "api_key": "EMPTY", "allowed_roots": str(tmp_path)}
+        # The optional fields as some hosts pass them when left empty: "" and an unexpanded placeholder.
+        chosen = {"base_url": lm.base_url, "model": "rlm-v0.1", "api_key": ""}
 
         def fill(text: str) -> str:
             text = text.replace("${__dirname}", str(unpacked))
@@ -85,7 +112,8 @@ async def test_the_server_starts_as_the_manifest_says_and_completes_a_run(dists:
         assert config["command"] == "uv"
         env = user_env(
             tmp_path / "project-env",
-            UV_FIND_LINKS=str(dists.wheel.parent),
+            HOME=str(tmp_path),  # the folder field's default: the home folder
+            UV_CACHE_DIR=uv_cache_dir(),
             RLM_MCP_DATA_DIR=str(tmp_path / "data"),
             RLM_MCP_POOL_SIZE="0",
             RLM_MCP_LOG_LEVEL="WARNING",

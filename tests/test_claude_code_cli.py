@@ -1,4 +1,4 @@
-"""The README's Claude Code snippet, run as written with the real `claude` CLI (pinned in
+"""The Claude Code snippet of docs/clients.md, run as written with the real `claude` CLI (pinned in
 tests/js/package.json; a temporary HOME, the autoupdater off), then read back with
 `claude mcp get`, which also starts the server the way Claude Code will and connects to it."""
 

@@ -1,6 +1,7 @@
-"""The CLI's help is its documentation: every command and option has help text, and the README's
-command list (the block marked `<!-- commands`) names exactly the commands and options that
-`rlm-mcp --help` and each command's `--help` describe (issue 18 item 6)."""
+"""The CLI's help is its documentation: every command and option has help text, and the docs'
+CLI reference (docs/cli.md, generated from the parser by tools/docs_pages.py; its synopsis is the
+block marked `<!-- commands`) names exactly the commands and options that `rlm-mcp --help` and
+each command's `--help` describe."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from rlm_mcp.cli import _parser, main
 from rlm_mcp.eval.cli import Forms
 from tests.fixtures_e2e import SERVER_SCRIPT
-from tests.readme_blocks import blocks
+from tests.readme_blocks import DOCS
+from tools.docs_pages import cli_reference
 
 Path_ = tuple[str, ...]
 
@@ -46,9 +48,11 @@ def eval_forms(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
 
 
 def _readme_commands() -> dict[Path_, str]:
-    (block,) = [b for b in blocks() if b.marker.startswith("<!-- commands")]
+    assert "<!-- generated: cli -->" in (DOCS / "cli.md").read_text(encoding="utf-8"), "docs/cli.md lost its reference"
+    reference = cli_reference()
+    synopsis = reference[reference.index("```text\n", reference.index("<!-- commands")) + 8 :]
     listed: dict[Path_, str] = {}
-    for line in block.text.splitlines():
+    for line in synopsis[: synopsis.index("```")].splitlines():
         words = line.split()
         assert words[0] == "rlm-mcp", line
         path: list[str] = []
@@ -89,12 +93,18 @@ def test_every_option_and_argument_has_help_and_is_listed(path: Path_) -> None:
             continue
         assert action.help, f"{' '.join(path)}: {action.dest} has no help text"
     for action in options:
-        assert listed_options & set(action.option_strings), f"README omits {action.option_strings[-1]}: {line}"
+        assert listed_options & set(action.option_strings), (
+            f"the CLI reference omits {action.option_strings[-1]}: {line}"
+        )
     known = {s for a in options for s in a.option_strings}
-    assert listed_options <= known, f"README lists options `{' '.join(path)}` lacks: {listed_options - known}"
+    assert listed_options <= known, (
+        f"the CLI reference lists options `{' '.join(path)}` lacks: {listed_options - known}"
+    )
     if path[:1] != ("eval",):  # eval's forms are named by their first word
         for action in _positionals(parser):
-            assert action.dest.upper() in re.findall(r"[A-Z_]+", line), f"README omits {action.dest.upper()}: {line}"
+            assert action.dest.upper() in re.findall(r"[A-Z_]+", line.upper()), (
+                f"the CLI reference omits {action.dest.upper()}: {line}"
+            )
 
 
 def test_every_command_has_a_description() -> None:

@@ -1,6 +1,7 @@
-"""Each client snippet in the README starts the server as written (the checkout's path filled
-in): the JSON configs and Claude Code's command through the real MCP client, the Inspector's
-commands through the Inspector itself (one-shot over stdio; rlm_start then rlm_result over HTTP)."""
+"""Each client snippet of the docs (docs/clients.md; the README repeats the Python one) starts the
+server as written (the checkout's path filled in): the JSON configs and Claude Code's command
+through the real MCP client, the Inspector's commands through the Inspector itself (one-shot over
+stdio; rlm_start then rlm_result over HTTP), the Python snippet run as a script."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port, server_process
 from tests.fixtures_e2e import new_instance_id
 from tests.fixtures_uv import REPO, user_env, uv_path
-from tests.readme_blocks import Block, blocks
+from tests.readme_blocks import README, Block, blocks
 
 PLACEHOLDER = "/path/to/rlm-mcp"
 ANSWER = '```repl\nanswer["content"] = "snippet:" + context.strip()\nanswer["ready"] = True\n```'
@@ -28,7 +29,7 @@ CLIENTS = ("claude-desktop", "cursor", "windsurf", "vscode", "claude-code", "ins
 
 def snippet(client: str) -> Block:
     found = [b for b in blocks() if b.marker == f"<!-- client: {client} -->"]
-    assert len(found) == 1, f"README needs exactly one snippet marked <!-- client: {client} -->"
+    assert len(found) == 1, f"the docs need exactly one snippet marked <!-- client: {client} -->: {found}"
     return found[0]
 
 
@@ -70,8 +71,31 @@ def env_for(lm: ScriptedLM, project_env: Path, tmp_path: Path, **extra: str) -> 
 
 
 def test_every_client_has_a_snippet_for_a_checkout() -> None:
-    for client in CLIENTS:
+    for client in (*CLIENTS, "python"):
         assert PLACEHOLDER in snippet(client).text, client
+
+
+def test_the_readme_shows_the_clients_pages_python_snippet() -> None:
+    (shown,) = [b for b in blocks(README) if b.marker.startswith("<!-- client: python")]
+    assert shown.text == snippet("python").text, "README.md's Python client must be docs/clients.md's"
+
+
+def test_python_snippet_completes_a_run(lm: ScriptedLM, project_env: Path, tmp_path: Path) -> None:
+    # Run as a user would: the script beside their work, the server's settings in their shell.
+    script = tmp_path / "client.py"
+    script.write_text(snippet("python").text.replace(PLACEHOLDER, str(REPO)))
+    env = env_for(lm, project_env, tmp_path)
+    proc = subprocess.run(
+        [uv_path(), "run", "--project", str(REPO), "python", str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.strip() == "completed snippet:alpha\nbeta\ngamma", proc.stdout
 
 
 @pytest.mark.anyio
@@ -105,6 +129,26 @@ def test_inspector_stdio_snippet_lists_tools(lm: ScriptedLM, project_env: Path, 
     command = snippet("inspector-stdio").text.replace(PLACEHOLDER, str(REPO))
     listing = run_inspector(command, env_for(lm, project_env, tmp_path), tmp_path)
     assert "rlm_complete" in {tool["name"] for tool in listing["tools"]}
+
+
+def test_inspector_stdio_snippet_hands_its_settings_to_the_server(
+    lm: ScriptedLM, project_env: Path, tmp_path: Path
+) -> None:
+    # The Inspector starts a stdio server without the shell's RLM_MCP_*: the snippet's `-e` is
+    # what reaches it. A bad value given the same way stops the server, naming it.
+    command = snippet("inspector-stdio").text.replace(PLACEHOLDER, str(REPO))
+    assert "-e RLM_MCP_BASE_URL=" in command
+    bad = command.replace("-e RLM_MCP_BASE_URL=", "-e RLM_MCP_MAX_ITERATIONS=lots -e RLM_MCP_BASE_URL=")
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", bad],
+        env=env_for(lm, project_env, tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode != 0 and "RLM_MCP_MAX_ITERATIONS" in proc.stdout + proc.stderr, proc.stderr[-3000:]
 
 
 def test_inspector_http_snippet_starts_then_polls_a_run(lm: ScriptedLM, project_env: Path, tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from rlm_mcp.config import Settings, parse_size
+from rlm_mcp.config import Settings, parse_size, sandbox_usable_bytes
+from tools.docs_pages import settings_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = README.parent / "docs"
 
 
 def test_defaults_match_the_design() -> None:
@@ -67,7 +69,57 @@ def test_sizes_use_dockers_units() -> None:
     assert parse_size("4096") == 4096
 
 
-def test_readme_documents_every_setting() -> None:
-    documented = set(re.findall(r"RLM_MCP_([A-Z0-9_]+)", README.read_text(encoding="utf-8")))
-    missing = {name.upper() for name in Settings.model_fields} - documented
-    assert not missing, f"settings missing from the README's configuration table: {sorted(missing)}"
+def test_the_configuration_page_tables_every_setting_from_the_model() -> None:
+    # docs/configuration.md carries the table as generated text (tools/docs_pages.py), never by hand.
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    assert "<!-- generated: settings -->" in page
+    assert not re.search(r"^\| `RLM_MCP_", page, re.M), "a hand-kept settings row in docs/configuration.md"
+    table = settings_table()
+    for name, field in Settings.model_fields.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| `RLM_MCP_{name.upper()}` |"))
+        assert field.description and field.description.replace("|", "\\|") in row, row
+
+
+def test_every_setting_the_docs_name_exists() -> None:
+    # A setting renamed or removed in the code must not live on in a page (RLM_MCP_SANDBOX_MAX_SANDBOXES
+    # once did): every RLM_MCP_ name in the README and the docs is a setting, or a test-only variable.
+    known = {f"RLM_MCP_{name.upper()}" for name in Settings.model_fields} | {"RLM_MCP_CONFIG"}
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
+        named = set(re.findall(r"RLM_MCP_[A-Z0-9_]*[A-Z0-9](?![*\w])", page.read_text(encoding="utf-8")))
+        unknown = named - known - {"RLM_MCP_SCREENSHOTS", "RLM_MCP_MODLE"}
+        assert not unknown, f"{page.name} names settings that do not exist: {sorted(unknown)}"
+
+
+def test_installer_form_fields_left_unfilled_count_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a host passes for an optional field its user left empty: "" or the placeholder itself.
+    monkeypatch.setenv("RLM_MCP_ALLOWED_ROOTS", "${user_config.allowed_roots}")
+    monkeypatch.setenv("RLM_MCP_API_KEY", "")
+    monkeypatch.setenv("RLM_MCP_BASE_URL", " ${user_config.base_url} ")
+    monkeypatch.setenv("RLM_MCP_SUB_MODEL", "${user_config.sub_model}")
+    s = Settings()
+    assert s.allowed_roots == [Path.home()]  # never a root named "${user_config...}", never none
+    assert s.base_url == "http://localhost:8000/v1" and s.sub_model is None
+    assert "api_key" not in s.model_fields_set
+    monkeypatch.setenv("RLM_MCP_ALLOWED_ROOTS", "")
+    assert Settings().allowed_roots == [Path.home()]
+
+
+def test_a_blank_auth_token_keeps_its_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not an installer form field: a blank token is still an error at start, never "no auth".
+    monkeypatch.setenv("RLM_MCP_AUTH_TOKEN", "")
+    assert "auth_token" in Settings().model_fields_set
+
+
+@pytest.mark.parametrize("memory", ["1g", "512m", "4g"])
+def test_the_largest_context_fits_the_sandbox_by_default(memory: str) -> None:
+    # The two defaults agree: a text context of the largest size the store takes is one that a
+    # sandbox of RLM_MCP_SANDBOX_MEMORY can load (the check each run meets, sandbox/manager.py).
+    from rlm_mcp.ports.engine import ContextSpec
+    from rlm_mcp.sandbox.manager import SandboxManager, estimate_context_memory
+
+    settings = Settings(sandbox_memory=memory)
+    largest = settings.max_context_bytes
+    spec = ContextSpec(path=Path("/nonexistent"), format="text", kind="str", chars=largest, bytes=largest)
+    assert estimate_context_memory(spec) <= sandbox_usable_bytes(memory)
+    SandboxManager(settings).check_fits([spec])  # raises if it would not fit
+    assert Settings(sandbox_memory=memory, max_context_bytes=1234).max_context_bytes == 1234  # set: kept

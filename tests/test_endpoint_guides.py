@@ -1,4 +1,4 @@
-"""Each endpoint guide in the README, tested as written: its settings, against the scripted server
+"""Each endpoint guide of docs/endpoints.md, tested as written: its settings, against the scripted server
 with that endpoint's personality, give the `doctor` lines the guide shows and complete one
 `rlm_complete` run (real server over stdio, real Docker sandbox)."""
 
@@ -31,7 +31,7 @@ ROOT = [
 
 
 def guide(name: str) -> tuple[dict[str, str], list[str]]:
-    """(the guide's settings, its doctor lines) from the README."""
+    """(the guide's settings, its doctor lines) from the docs page."""
     found = {b.marker: b.text for b in blocks()}
     settings = dict(line.split("=", 1) for line in found[f"<!-- endpoint: {name} -->"].splitlines() if "=" in line)
     return settings, found[f"<!-- doctor: {name} -->"].splitlines()

@@ -1,5 +1,5 @@
-"""Every README shell block marked `<!-- runnable -->` works as written, from the checkout, with
-uv, against a scripted LM standing in for the endpoint."""
+"""Every shell block of the README and the docs pages marked `<!-- runnable -->` works as written,
+from the checkout, with uv, against a scripted LM standing in for the endpoint."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_the_readme_marks_its_commands_runnable() -> None:
     assert any("rlm-mcp doctor" in t for t in texts)
 
 
-@pytest.mark.parametrize("block", runnable_blocks(), ids=lambda b: f"README.md:{b.line}")
+@pytest.mark.parametrize("block", runnable_blocks(), ids=lambda b: b.where)
 def test_runnable_block_works_as_written(block, uv_env: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
     proc = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", block.text],
@@ -52,6 +52,4 @@ def test_runnable_block_works_as_written(block, uv_env: dict[str, str]) -> None:
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 0, (
-        f"README.md:{block.line} failed:\n{block.text}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    )
+    assert proc.returncode == 0, f"{block.where} failed:\n{block.text}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

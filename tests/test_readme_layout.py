@@ -1,12 +1,15 @@
-"""README "Layout" names every module of the package, and only modules that exist (issue 18
-item 7): a module added, moved or removed without the README fails here, naming the fix."""
+"""The contributing page's "Layout" (docs/contributing.md) names every module of the package, and
+only modules that exist: a module added, moved or removed without the page fails here, naming the
+fix."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from tests.readme_blocks import README
+from tests.readme_blocks import DOCS
+
+LAYOUT_PAGE = DOCS / "contributing.md"
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rlm_mcp"
 
@@ -14,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rlm_mcp"
 def _layout() -> dict[str, set[str]]:
     """Each bullet's folder (`store/`, `service/loaders/`; `rlm_mcp/` for the top level) and the
     module file names it mentions."""
-    text = README.read_text(encoding="utf-8")
+    text = LAYOUT_PAGE.read_text(encoding="utf-8")
     section = text[text.index("## Layout\n") :]
     section = section[: section.index("\n## ", 1)]
     named: dict[str, set[str]] = {}
@@ -39,7 +42,7 @@ def test_the_layout_names_every_module() -> None:
     named = _layout()
     for folder, modules in _modules().items():
         missing = modules - named.get(folder, set())
-        assert not missing, f"README.md Layout: add {sorted(missing)} to the `{folder}` bullet"
+        assert not missing, f"docs/contributing.md Layout: add {sorted(missing)} to the `{folder}` bullet"
 
 
 def test_the_layout_names_only_modules_that_exist() -> None:
@@ -48,4 +51,6 @@ def test_the_layout_names_only_modules_that_exist() -> None:
         if folder.rstrip("/") in ("sandbox_images", "bench", "tests"):
             continue
         stale = files - modules.get(folder, set())
-        assert not stale, f"README.md Layout names {sorted(stale)} under `{folder}`, which do not exist there"
+        assert not stale, (
+            f"docs/contributing.md Layout names {sorted(stale)} under `{folder}`, which do not exist there"
+        )

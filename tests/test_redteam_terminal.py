@@ -67,7 +67,7 @@ def test_contexts_list_shows_a_hostile_name(tmp_path: Path) -> None:
     anyio.run(lambda: store.put_bytes(b"x", name=HOSTILE + "\nforged-row", format="text", source={}, owner="token-x"))
     out = _cli(tmp_path, "contexts", "list")
     assert_contained(out)
-    assert len(out.strip().splitlines()) == 1  # a newline in the name forges no row
+    assert len(out.strip().splitlines()) == 2  # the header and one row: a newline in the name forges none
 
 
 def test_runs_list_shows_a_hostile_query(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ SCENARIO = Path(__file__).parent / "clients" / "ts_sdk_scenario.mjs"
 
 def _node(*args: str) -> list[str]:
     node = shutil.which("node")
-    assert node, "Node.js is a prerequisite of the test suite (README, Tests)."
+    assert node, "Node.js is a prerequisite of the test suite (docs/getting-started.md, Install)."
     return [node, str(SCENARIO), str(js_tools() / "node_modules"), *args]
 
 

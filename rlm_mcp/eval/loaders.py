@@ -1,7 +1,7 @@
 """Loaders for the real benchmarks' public files (downloaded by the user; nothing is fetched here).
 
 Each reads JSON (an array) or JSONL, writes one context file per distinct context under
-`out_dir/contexts/` and returns tasks in our format (README, "Evaluation"):
+`out_dir/contexts/` and returns tasks in our format (docs/evaluation.md):
 
 - OOLONG (`oolongbench/oolong-synth`, split test): rows with `id`, `context_window_id`,
   `dataset`, `context_window_text`, `question`, `answer` (a Python literal list such as

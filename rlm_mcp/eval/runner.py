@@ -25,7 +25,7 @@ from rlm_mcp.eval.results import BASELINE_FILES, RESULTS_FILE, TaskResult, appen
 from rlm_mcp.eval.scorers import LENIENT, SCORERS
 from rlm_mcp.eval.tasks import Task
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.service.backends import for_one_off_command
+from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
 
@@ -50,14 +50,13 @@ def settled(results: dict[str, TaskResult], keep_errors: bool) -> dict[str, Task
 
 
 def eval_settings(settings: Settings, tasks: list[Task], options: EvalOptions) -> Settings:
-    """The user's settings, with room for N parallel runs and their own files readable: a local
-    eval reads as the user who runs it (allowed roots govern what a *client* may ask a server for).
-    In team mode its runs go to the team's workers, as `rlm-mcp run`'s do."""
-    roots = sorted({p.resolve() for t in tasks if (p := t.resolved_context_path(options.task_file)) is not None})
+    """The user's settings, with room for N parallel runs and the tasks' own files readable (a
+    local command's paths: `opening_local_paths`). In team mode its runs go to the team's workers,
+    as `rlm-mcp run`'s do."""
+    paths = [p for t in tasks if (p := t.resolved_context_path(options.task_file)) is not None]
     parallel = max(1, options.parallel)
-    return for_one_off_command(settings).model_copy(
+    return opening_local_paths(for_one_off_command(settings), paths).model_copy(
         update={
-            "allowed_roots": roots,
             "max_runs": max(settings.max_runs, parallel),
             "max_sandboxes": max(settings.max_sandboxes, parallel + 1),
             "run_queue_timeout_s": max(settings.run_queue_timeout_s, 86_400.0),

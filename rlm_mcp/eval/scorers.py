@@ -1,6 +1,6 @@
 """Scorers: (answer, gold, metadata) -> a score in [0, 1]. Pure functions, no I/O.
 
-Every formula and its source is in the README's "Evaluation" section; keep the two in step.
+Every formula and its source is in docs/evaluation.md; keep the two in step.
 A missing answer (None) scores 0 under every scorer. The `judge` scorer needs a model and
 lives in `rlm_mcp.eval.judge`.
 """

@@ -1,4 +1,4 @@
-"""The task file format (JSONL, one task per line) and its loading. Documented in the README."""
+"""The task file format (JSONL, one task per line) and its loading. Documented in docs/evaluation.md."""
 
 from __future__ import annotations
 

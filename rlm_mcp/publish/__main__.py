@@ -1,5 +1,6 @@
 """`python -m rlm_mcp.publish server-json [-o FILE]` (stdout by default) and
-`python -m rlm_mcp.publish bundle [-o rlm-mcp.mcpb] [--dir FOLDER]`: write the generated files."""
+`python -m rlm_mcp.publish bundle --wheel dist/rlm_mcp-VERSION-py3-none-any.whl [-o rlm-mcp.mcpb]
+[--dir FOLDER]`: write the generated files."""
 
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ def main(argv: list[str] | None = None) -> int:
     bundle = sub.add_parser("bundle", help="the Claude Desktop bundle (MCPB 0.4, server.type uv)")
     bundle.add_argument("-o", "--output", default="rlm-mcp.mcpb", help="bundle file (default: rlm-mcp.mcpb)")
     bundle.add_argument("--dir", help="also write the unpacked files to this folder (what `mcpb pack` takes)")
+    bundle.add_argument(
+        "--wheel", required=True, help="this version's wheel (`uv build --wheel`), carried in the bundle"
+    )
     args = parser.parse_args(argv)
     if args.what == "bundle":
         from rlm_mcp.publish.bundle import write_bundle, write_bundle_dir
 
         if args.dir:
-            write_bundle_dir(Path(args.dir))
-        print(write_bundle(Path(args.output)))
+            write_bundle_dir(Path(args.dir), Path(args.wheel))
+        print(write_bundle(Path(args.output), Path(args.wheel)))
         return 0
     text = render_server_json()
     if args.output:

@@ -13,10 +13,12 @@ from pydantic_core import PydanticUndefined
 
 from rlm_mcp.config import Settings
 from rlm_mcp.config_check import env_name
+from rlm_mcp.config_forms import CLIENT_FORM_FIELDS
 
 # The settings an installer asks for, in the order it asks: the endpoint, its model, its key, and
-# the folders a client may read from. Every other setting keeps its default (README table).
-CLIENT_SETTINGS = ("base_url", "model", "api_key", "sub_model", "max_model_len", "allowed_roots")
+# the folders a client may read from. Every other setting keeps its default (docs: Configuration).
+# Left empty (or as an unexpanded placeholder) they count as unset where the server reads them.
+CLIENT_SETTINGS = CLIENT_FORM_FIELDS
 REQUIRED = frozenset({"base_url", "model"})
 SECRET = frozenset({"api_key", "auth_tokens"})
 PACKAGE = "rlm-mcp"

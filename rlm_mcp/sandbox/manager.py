@@ -18,7 +18,7 @@ from types import TracebackType
 
 import anyio
 
-from rlm_mcp.config import Settings, parse_size
+from rlm_mcp.config import TEXT_MEMORY_FACTOR, Settings, sandbox_usable_bytes
 from rlm_mcp.errors import contexts_over_sandbox_memory
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.kernel import KernelChannel, SandboxBackend
@@ -33,7 +33,6 @@ from rlm_mcp.sandbox.slots import SandboxSlots
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
-KERNEL_BASE_BYTES = 48 << 20  # the interpreter, kernel threads and frame buffers
 BACKGROUND_REMOVALS = 8  # used containers being removed after their run returned, at most
 
 
@@ -49,7 +48,7 @@ def estimate_context_memory(spec: ContextSpec) -> int:
         # The text, then the parsed objects: Python objects take several times the JSON size.
         return spec.bytes * 2 + spec.bytes * 6
     width = 1 if spec.bytes <= spec.chars else 4  # ASCII: 1 byte per char; otherwise up to 4
-    return 2 * spec.chars * width
+    return TEXT_MEMORY_FACTOR * spec.chars * width
 
 
 class SandboxManager:
@@ -133,9 +132,8 @@ class SandboxManager:
             self._ready = True
 
     def check_fits(self, contexts: Sequence[ContextSpec]) -> None:
-        limit = parse_size(self.settings.sandbox_memory)
         need = sum(estimate_context_memory(spec) for spec in contexts)
-        usable = int(limit * 0.85) - KERNEL_BASE_BYTES
+        usable = sandbox_usable_bytes(self.settings.sandbox_memory)
         if need > usable:
             raise contexts_over_sandbox_memory(need, usable, self.settings.sandbox_memory)
 

@@ -1,6 +1,6 @@
 """Streamable HTTP transport with bearer-token auth.
 
-Rules (README, "Security model"): binding a non-loopback address without a token is refused; whenever tokens
+Rules (docs/security.md): binding a non-loopback address without a token is refused; whenever tokens
 are set, every HTTP request on every address must carry one; Host and Origin are checked against
 the actual bind on every bind (`guard`); sessions are capped per owner (`sessions`).
 """
@@ -22,6 +22,7 @@ from rlm_mcp.server.app import build_server
 from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.guard import RequestGuard
 from rlm_mcp.server.health import health_endpoint, store_readiness, with_health
+from rlm_mcp.server.oversize import OversizeExplained
 from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners, shares_for_owners
 from rlm_mcp.store.factory import make_stores
@@ -74,14 +75,20 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     # `role` in team mode only (--role both|front|worker); the embedded server has no roles.
     role = settings.role if settings.database_url is not None else None
     health = health_endpoint(store_readiness(stores), role=role)
-    return with_health(mount_viewer(RequestGuard(app, policy, tokens), viewer), health)
+    return with_health(mount_viewer(RequestGuard(OversizeExplained(app), policy, tokens), viewer), health)
 
 
 async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socket.socket | None = None) -> None:
     """Serve until stopped; `sock` is a listener bound beforehand (`server.listen.bind_listener`),
-    so that a port in use is reported before anything starts."""
+    so that a port in use is reported before anything starts. Without `app`, the MCP app; with one
+    (a worker's health route), only that, and the log says so rather than naming /mcp. uvicorn
+    prints one access line per request at INFO (which replica answered what)."""
+    serves_mcp = app is None
     app = app or build_http_app(settings)
     owners = len(checked_tokens(settings))
     config = uvicorn_config(settings, app, owners=owners, log_level=settings.log_level.lower(), lifespan="on")
-    logger.info("rlm-mcp serving streamable HTTP on http://%s:%d/mcp", settings.host, settings.port)
+    if serves_mcp:
+        logger.info("rlm-mcp serving streamable HTTP on http://%s:%d/mcp", settings.host, settings.port)
+    else:
+        logger.info("rlm-mcp serving only its health check on http://%s:%d/healthz", settings.host, settings.port)
     await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)

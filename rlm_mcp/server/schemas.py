@@ -1,4 +1,4 @@
-"""Structured tool results: these field names are the contract clients rely on (README, "Tools and resources")."""
+"""Structured tool results: these field names are the contract clients rely on (docs/tools.md, "Tools and resources")."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class UploadProgress(BaseModel):
 
 
 class RunOutcome(BaseModel):
-    """The structured result of a run (README, "The answer"), or its status while it runs."""
+    """The structured result of a run (docs/tools.md, "The answer"), or its status while it runs."""
 
     status: str = Field(
         description="queued | running | completed | max_iterations | timeout | budget_exceeded | error | cancelled"

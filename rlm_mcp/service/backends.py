@@ -8,8 +8,9 @@ take a run.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Protocol
 
 from rlm_mcp.config import Settings
@@ -46,6 +47,16 @@ def for_one_off_command(settings: Settings) -> Settings:
     if settings.database_url is None:
         return settings
     return settings.model_copy(update={"role": "front"})
+
+
+def opening_local_paths(settings: Settings, paths: Iterable[Path]) -> Settings:
+    """The settings of a local command (`rlm-mcp run --path`, `rlm-mcp eval`) that reads the files
+    its user named: exactly those paths are open, wherever they lie, and nothing else.
+
+    The one rule for paths: RLM_MCP_ALLOWED_ROOTS bounds what an MCP *client* (acting for a model)
+    may ask a server to read; a person typing a local command names files they can read anyway,
+    so the command reads those, as them, and the configured roots are not consulted."""
+    return settings.model_copy(update={"allowed_roots": sorted({Path(p).resolve() for p in paths})})
 
 
 def sandbox_liveness(settings: Settings) -> OwnerLiveness | None:

@@ -8,7 +8,7 @@ closes it again. The embedded default has nothing to open.
 from __future__ import annotations
 
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.errors import TEAM_EXTRA_FIX, RlmMcpError
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.contexts import ContextStore
 from rlm_mcp.store.runs import RunStore
@@ -28,6 +28,6 @@ def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
     except ImportError as exc:
         raise RlmMcpError(
             f"RLM_MCP_DATABASE_URL is set but the PostgreSQL driver is not installed ({exc.name}).",
-            "Install the team extra: pip install 'rlm-mcp[team]' (or unset RLM_MCP_DATABASE_URL).",
+            f"Install the team extra. {TEAM_EXTRA_FIX} Or unset RLM_MCP_DATABASE_URL.",
         ) from None
     return make_pg_stores(settings, replica=replica)

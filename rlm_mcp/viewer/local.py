@@ -14,6 +14,7 @@ import html
 import os
 import secrets
 import socket
+import ssl
 import sys
 import tempfile
 import webbrowser
@@ -91,15 +92,31 @@ async def _write(settings: Settings, run_id: str | None, output: Path, open_brow
     return 0
 
 
+def _unreachable(url: str, exc: httpx.HTTPError) -> BadArgumentError:
+    """Why `--url` could not be asked for a link: an untrusted certificate (a private CA, a
+    self-signed balancer) has its own fix; anything else means nothing answered there."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLCertVerificationError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+        return BadArgumentError(
+            f"{url} answered, but its TLS certificate is not trusted here ({cause.verify_message or cause}).",
+            "Name the CA that signed it: SSL_CERT_FILE=/path/to/ca.pem rlm-mcp runs view --url ... "
+            "(or SSL_CERT_DIR for a folder of CA certificates).",
+        )
+    return BadArgumentError(
+        f"Could not reach {url}: {exc}",
+        "Check the address, and that an rlm-mcp server runs there (rlm-mcp serve --transport http).",
+    )
+
+
 async def _link_from_server(settings: Settings, url: str, run_id: str | None, open_browser: bool) -> int:
     headers = {"Authorization": f"Bearer {settings.auth_token}"} if settings.auth_token else {}
     async with httpx.AsyncClient(timeout=10.0) as client:
         try:
             response = await client.post(f"{url}{PREFIX}/api/login-link", headers=headers)
         except httpx.HTTPError as exc:
-            raise BadArgumentError(
-                f"Could not reach {url}: {exc}", "Start it with: rlm-mcp serve --transport http"
-            ) from None
+            raise _unreachable(url, exc) from None
     if response.status_code == 401:
         raise AccessDeniedError(
             f"{url} refused the token.", "Set RLM_MCP_AUTH_TOKEN to the token that server was started with."

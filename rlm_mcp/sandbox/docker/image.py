@@ -23,6 +23,7 @@ from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 
 OFFLINE_BASE_TAG = "rlm-mcp-base:bookworm"
+ONLINE_BASE_TAG = "debian:bookworm-slim"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Cheap, pure-Python Debian packages that help the model's code; python3 is the only must.
 EXTRA_PACKAGES = ("python3-regex",)
@@ -89,8 +90,13 @@ def build_image(
     tag = settings.sandbox_image
     context = image_dir()
     try:
-        base = "debian:bookworm-slim"
-        if offline:
+        base = ONLINE_BASE_TAG
+        if not offline and not image_present_sync(client, base) and image_present_sync(client, OFFLINE_BASE_TAG):
+            # An earlier `--offline` build left its base here: build on it, without a registry,
+            # so the same command works on a machine that was set up offline.
+            log(f"{base} is not here; building on {OFFLINE_BASE_TAG}, made by an earlier --offline build.")
+            base = OFFLINE_BASE_TAG
+        elif offline:
             base = OFFLINE_BASE_TAG
             if force or not image_present_sync(client, base):
                 _make_offline_base(client, base, mirror or default_mirror(), log)

@@ -5,7 +5,7 @@ Stdlib only and import-free on purpose: bootstrap.kernel_payload() sends this fi
 ahead of kernel.py over the container's stdin (the container has no rlm_mcp package), and the
 host imports it as an ordinary module.
 
-Rules (README, "The answer"):
+Rules (docs/tools.md, "The answer"):
 - `answer` starts as {"content": "", "ready": False}, as in the reference and in training;
 - it is read at the END of each cell, so the order of assignment does not matter, and
   `answer.update(...)` or rebinding `answer` to a new dict count too;

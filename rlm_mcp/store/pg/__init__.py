@@ -1,4 +1,4 @@
-"""Team mode's store: shared state on PostgreSQL (README "Team server").
+"""Team mode's store: shared state on PostgreSQL (docs/team.md).
 
 `RLM_MCP_DATABASE_URL=postgresql://...` selects it (`rlm_mcp.store.factory`). Contexts (their
 bytes chunked in the database, cached per replica), uploads, run records and events, and the
