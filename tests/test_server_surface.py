@@ -283,7 +283,12 @@ async def test_too_many_runs_is_refused_clearly(tmp_path: Path, database_url: st
                 assert "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in out["reason"] and "RLM_MCP_MAX_RUNS" in out["reason"]
                 status = await call(client, "rlm_status", run_id=out["run_id"])
                 assert status["status"] == "error"
+                assert status["reason"] == out["reason"]  # a finished run's status says why it ended
             await call(client, "rlm_cancel", run_id=first["run_id"])
+            ended = await call(client, "rlm_result", run_id=first["run_id"], wait_s=60)
+            status = await call(client, "rlm_status", run_id=first["run_id"])
+            assert status["status"] == ended["status"] == "cancelled"
+            assert status["reason"] and status["reason"] == ended["reason"]
 
 
 PARENT = """```repl

@@ -99,6 +99,7 @@ class ActiveRun:
             usage=p.usage.copy_of(),
             elapsed_s=round(time.monotonic() - p.started, 3),
             notice=render_notices(self.notice, self.waiting),
+            reason=self.result.reason if self.result is not None else None,
         )
 
     def record(self) -> RunRecord:

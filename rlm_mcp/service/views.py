@@ -19,6 +19,8 @@ class RunSnapshot(BaseModel):
     elapsed_s: float | None = None
     # Team mode: why a queued run is not moving (no live worker), or which worker runs it.
     notice: str | None = None
+    # Why a finished run ended as it did (the result's reason), so rlm_status says it too.
+    reason: str | None = None
 
     @classmethod
     def from_record(cls, record: RunRecord) -> RunSnapshot:
@@ -32,4 +34,5 @@ class RunSnapshot(BaseModel):
             usage=record.usage,
             elapsed_s=record.elapsed_s,
             notice=render_notices(record.notice),
+            reason=record.result.reason if record.result is not None else None,
         )
