@@ -107,12 +107,17 @@ class Settings(BaseSettings):
     max_sub_calls_per_run: int = Field(2000, description="Sub-LM calls one run tree may make.")
     max_prompts_per_batch: int = Field(512, description="Prompts one llm_query_batched call may carry.")
     allowed_sub_models: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Comma-separated extra models code may name in llm_query(model=...)."
+        default_factory=list,
+        description="Comma-separated extra models code may name in llm_query(model=...); others fall back to the "
+        "sub model. The sub model may always be named, the root model too unless RLM_MCP_SUB_BASE_URL is another "
+        "server (then only when listed here).",
     )
     # Sub-call endpoint (llm_query*, rlm_query at the depth limit); each unset value is the root's.
     sub_base_url: str | None = Field(None, description="Endpoint of sub-calls (…/v1); default: base_url.")
     sub_api_key: str | None = Field(
-        None, description="API key of the sub-call endpoint; default: api_key on the root's server, none on another."
+        None,
+        description="API key of the sub-call endpoint; default: api_key on the root's server, none on another "
+        "(another scheme, host or port: never the root's key; the start log and doctor say so).",
     )
     sub_max_model_len: int | None = Field(
         None,
@@ -221,7 +226,9 @@ class Settings(BaseSettings):
         None,
         ge=1,
         description="Each owner's (token's) share of the store: its contexts' bytes, and apart from them its "
-        "unfinished uploads' bytes; default: with several tokens RLM_MCP_STORE_MAX_BYTES / tokens, else none.",
+        "unfinished uploads' bytes; default: with several tokens RLM_MCP_STORE_MAX_BYTES / tokens (so the shares fit "
+        "the store's cap and one owner's loads never evict another's contexts), else none. The start log and doctor "
+        "say the share in force.",
     )
     store_max_age_days: float = Field(30.0, description="Contexts unused this long are evicted.")
     context_grace_s: float = Field(

@@ -1,4 +1,4 @@
-"""The systemd units in deploy/systemd/ (README "Team server"): hardened, their settings known to
+"""The systemd units in deploy/systemd/ (docs/team.md): hardened, their settings known to
 rlm-mcp, accepted by `systemd-analyze verify` where systemd is installed, and their ExecStart
 commands run: each starts as the unit would start it (its Environment= lines, the test's own
 settings in place of the EnvironmentFile) and answers the health route."""
