@@ -160,6 +160,13 @@ class Settings(BaseSettings):
     run_max_queued_per_owner: int = Field(
         16, ge=0, description="Runs one owner (token) may have waiting for a slot; more are refused."
     )
+    run_owner_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="With several tokens: the fraction of the run slots (all workers' in team mode) one owner's "
+        "running runs may hold; the others wait, and other owners' runs go first.",
+    )
     run_max_records: int = Field(1000, ge=1, description="Finished run records kept on disk (newest first).")
     run_max_age_days: float = Field(30.0, description="Run records untouched this long are removed (0: never).")
     log_sub_call_chars: int = Field(

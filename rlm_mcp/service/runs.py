@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
@@ -71,6 +72,9 @@ class ActiveRun:
     # Ended because its server shut down (cancelled from outside its own scope), set before
     # its final record is written (a team worker may hand such a run back instead).
     shut_down: bool = False
+    # Team mode: asked before each LM call and each cell (on the events that precede them);
+    # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
+    fence: Callable[[], bool] | None = None
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
@@ -142,7 +146,15 @@ class RunManager:
         """`get`, as the run backends' common interface has it (`service.backends.RunBackend`)."""
         return self.get(run_id, owner=owner)
 
-    async def adopt(self, run_id: str, request: RunRequest, engine: RLMEngine, log: RunLogPort) -> ActiveRun:
+    async def adopt(
+        self,
+        run_id: str,
+        request: RunRequest,
+        engine: RLMEngine,
+        log: RunLogPort,
+        *,
+        fence: Callable[[], bool] | None = None,
+    ) -> ActiveRun:
         """Execute a run whose record already exists (a team-mode worker claimed it from the
         queue): the same execution as `start`, without the queue bound and the new record."""
         if self._tg is None:
@@ -150,7 +162,7 @@ class RunManager:
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress)
+        run = ActiveRun(run_id, request, progress, fence=fence)
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log)
         return run
@@ -283,6 +295,9 @@ class RunManager:
                 logger.exception("could not append to the log of run %s", run.run_id)
             if isinstance(event, PROGRESS_EVENTS):
                 run.notify(event.type)
+            if run.fence is not None and run.scope is not None and run.fence():
+                run.scope.cancel()  # before the LM call or the cell the event announces
+                await anyio.lowlevel.checkpoint()
 
         specs = [self._contexts.spec(info) for info in infos]
         return await engine.run(
