@@ -18,6 +18,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports.runs import Usage
 from rlm_mcp.visible import visible, visible_line
 
 
@@ -82,8 +83,7 @@ def _count(n: int, noun: str) -> str:
 
 def status_line(result: Any) -> str:
     """`run`'s last line: status, turns, sub-calls, tokens (prompt + completion), time, id, reason."""
-    total = result.usage.get("total", {}) if isinstance(result.usage, dict) else {}
-    tokens = sum(v for k, v in total.items() if k in ("prompt_tokens", "completion_tokens") and isinstance(v, int))
+    tokens = Usage.of(result.usage).total.total
     parts = [
         str(result.status),
         _count(result.iterations, "turn"),

@@ -51,9 +51,9 @@ async def test_http_run_with_sub_calls_and_exact_usage(tmp_path: Path) -> None:
     async with ScriptedLM(script) as server:
         result, events = await _run(server, tmp_path)
         assert result.status == "completed" and result.answer == "42"
-        assert result.usage["total"]["calls"] == 4 == len(server.requests)
+        assert result.usage.to_dict()["total"]["calls"] == 4 == len(server.requests)
         expected = sum(count_prompt_tokens(r["body"]["messages"]) for r in server.requests)
-        assert result.usage["total"]["prompt_tokens"] == expected
+        assert result.usage.to_dict()["total"]["prompt_tokens"] == expected
 
 
 async def test_http_many_big_outputs_never_overflow(tmp_path: Path) -> None:

@@ -72,7 +72,9 @@ async def test_token_budget(tmp_path: Path) -> None:
     lm = FakeChatModel(root=[repl("x = llm_query('hi ' * 200)\nprint(x)")] * 10)
     result, events, _, progress = await run_engine(tmp_path, lm, token_budget=2500)
     assert result.status == "budget_exceeded"
-    assert result.usage["total"]["prompt_tokens"] + result.usage["total"]["completion_tokens"] > 2500
+    assert (
+        result.usage.to_dict()["total"]["prompt_tokens"] + result.usage.to_dict()["total"]["completion_tokens"] > 2500
+    )
     assert len(lm.root_calls) < 10
 
 

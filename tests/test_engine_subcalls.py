@@ -100,8 +100,8 @@ async def test_max_depth_2_runs_a_child_and_counts_its_usage(tmp_path: Path) -> 
     assert [e["status"] for e in events.of("child_end")] == ["completed"]
     assert len(events.of("run_end")) == 2
     # 4 root-role calls: 2 parent + 2 child; all in the tree's usage
-    assert result.usage["total"]["calls"] == len(lm.calls) == 4
-    assert result.usage["total"]["prompt_tokens"] == sum(count_tokens(c.messages) for c in lm.calls)
+    assert result.usage.to_dict()["total"]["calls"] == len(lm.calls) == 4
+    assert result.usage.to_dict()["total"]["prompt_tokens"] == sum(count_tokens(c.messages) for c in lm.calls)
     assert progress.children == 1 and result.sub_calls == 1
 
 
@@ -109,7 +109,7 @@ async def test_usage_is_exact(tmp_path: Path) -> None:
     settings = make_settings(sub_model="small")
     lm = FakeChatModel(root=[repl("print(llm_query_batched(['aaaa', 'bbbbbbbb']))"), DONE])
     result, *_ = await run_engine(tmp_path, lm, settings=settings)
-    by_model = result.usage["by_model"]
+    by_model = result.usage.to_dict()["by_model"]
     assert set(by_model) == {"rlm-v0.1", "small"}
     subs = lm.sub_calls
     assert by_model["small"]["calls"] == 2
@@ -120,7 +120,7 @@ async def test_usage_is_exact(tmp_path: Path) -> None:
         "completion_tokens": sum(len(r) // 4 + 1 for r in lm.root[:2]),  # type: ignore[index,arg-type]
         "calls": 2,
     }
-    total = result.usage["total"]
+    total = result.usage.to_dict()["total"]
     assert total["calls"] == 4
     assert total["prompt_tokens"] == by_model["small"]["prompt_tokens"] + root_prompt
 
@@ -140,7 +140,7 @@ async def test_rlm_query_batched_runs_children(tmp_path: Path) -> None:
     assert result.answer == "ONE,TWO,THREE"
     assert len(factory.opened) == 4 and factory.closed == 4
     assert sorted(e["child_run_id"] for e in events.of("child_end")) == ["run-1.1", "run-1.2", "run-1.3"]
-    assert result.usage["total"]["calls"] == 5
+    assert result.usage.to_dict()["total"]["calls"] == 5
     assert events.of("sub_calls")[0]["kind"] == "rlm"
 
 
@@ -166,8 +166,8 @@ async def test_a_sub_call_rejected_for_length_still_counts_as_a_call(tmp_path: P
     result, events, *_ = await run_engine(tmp_path, lm, settings=settings)
     assert "too large for the sub-LLM's window" in lm.root_calls[1].messages[4]["content"]
     assert len(lm.sub_calls) == 1
-    assert result.usage["total"]["calls"] == len(lm.calls) == len(events.of("llm_call"))
-    assert result.usage["by_model"]["small"]["calls"] == 1
+    assert result.usage.to_dict()["total"]["calls"] == len(lm.calls) == len(events.of("llm_call"))
+    assert result.usage.to_dict()["by_model"]["small"]["calls"] == 1
 
 
 async def test_sub_prompt_precheck_counts_bytes_not_chars(tmp_path: Path) -> None:
@@ -201,4 +201,4 @@ async def test_no_child_rlm_starts_once_the_token_budget_is_spent(tmp_path: Path
     assert result.status == "budget_exceeded"
     child_roots = [c for c in lm.root_calls if not c.messages[1]["content"].startswith("Answer the following")]
     assert child_roots == []
-    assert result.usage["total"]["calls"] == len(lm.calls)
+    assert result.usage.to_dict()["total"]["calls"] == len(lm.calls)

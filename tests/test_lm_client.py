@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import pytest
 
@@ -15,6 +17,7 @@ from rlm_mcp.lm.errors import (
     LMServerError,
 )
 from rlm_mcp.lm.tokens import estimate_tokens
+from rlm_mcp.ports.runs import Usage
 from rlm_mcp.testing import Script, ScriptedLM, count_prompt_tokens, count_text_tokens
 from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.waiting import wait_until
@@ -332,3 +335,27 @@ async def test_a_fixed_field_is_always_sent_and_never_switched(field: str) -> No
                 await client.complete(sub_messages("a"), model="rlm-v0.1", max_tokens=50, role="sub")
             await client.complete(sub_messages("b"), model="rlm-v0.1", max_tokens=50, role="sub")
         assert [set(r["body"]) & {"max_tokens", "max_completion_tokens"} for r in lm.requests] == [{field}, {field}]
+
+
+async def test_prompt_tokens_served_from_the_prefix_cache_are_counted(http_server: LoopbackServer) -> None:
+    reply = {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": 120,
+            "completion_tokens": 3,
+            "total_tokens": 123,
+            "prompt_tokens_details": {"cached_tokens": 96},
+        },
+    }
+    http_server.route("/v1/chat/completions", json.dumps(reply).encode(), Content_Type="application/json")
+    async with client_for(http_server.url("/v1")) as client:
+        done = await client.complete(sub_messages("x"), model="rlm-v0.1", max_tokens=8, role="sub")
+    assert (done.record.prompt_tokens, done.record.cached_prompt_tokens) == (120, 96)
+    usage = Usage()
+    usage.add_call(done.record)
+    assert usage.to_dict()["total"] == {
+        "prompt_tokens": 120,
+        "completion_tokens": 3,
+        "calls": 1,
+        "cached_prompt_tokens": 96,
+    }

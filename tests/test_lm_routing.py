@@ -128,7 +128,10 @@ async def test_root_and_sub_calls_on_two_endpoints(tmp_path: Path) -> None:
             assert "max_tokens" not in request["body"]
         assert "priority" not in root.requests[0]["body"] and "max_tokens" in root.requests[0]["body"]
         assert root.requests[0]["headers"]["x-session-id"] == "two"
-        assert result.usage["by_model"]["small"]["calls"] == 3 and result.usage["by_model"]["big"]["calls"] == 1
+        assert (
+            result.usage.to_dict()["by_model"]["small"]["calls"] == 3
+            and result.usage.to_dict()["by_model"]["big"]["calls"] == 1
+        )
 
 
 async def test_failures_name_the_endpoint_that_failed() -> None:

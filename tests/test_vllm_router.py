@@ -178,7 +178,7 @@ async def test_a_backend_killed_mid_run_costs_retries_not_the_run(tmp_path: Path
         assert victim.script.server_header not in after
         # Usage: exactly what the backends answered with 200, each call once.
         answered = [r for s in servers for r in s.requests if r["status"] == 200]
-        total = result.usage["total"]
+        total = result.usage.to_dict()["total"]
         assert total["calls"] == len(answered)
         assert total["prompt_tokens"] == sum(r["usage"]["prompt_tokens"] for r in answered)
         assert total["completion_tokens"] == sum(r["usage"]["completion_tokens"] for r in answered)

@@ -17,9 +17,8 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
 from rlm_mcp.events import SubCalls
-from rlm_mcp.lm.errors import LMContextLengthError, LMError
-from rlm_mcp.lm.types import Completion
 from rlm_mcp.ports import ChatModel, LMBridge, LMRequest
+from rlm_mcp.ports.chat import Completion, LMContextLengthError, LMError
 
 log = logging.getLogger("rlm_mcp.engine")
 

@@ -192,7 +192,7 @@ class RLMEngine:
             reason=reason,
             run_id=run_id,
             iterations=ctx.iterations,
-            usage=tree.usage.to_dict(),
+            usage=usage_record(tree.usage),
             duration_s=round(duration, 4),
             sub_calls=tree.progress.sub_calls,
         )

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import anyio
 
 from rlm_mcp.engine.types import EventSink, RunLimits, RunProgress
-from rlm_mcp.events import CallRole, LLMCall, RunEvent, TokenCounts, UsageRecord
-from rlm_mcp.lm.types import CallRecord, Completion, Usage
+from rlm_mcp.events import CallRole, LLMCall, RunEvent, Usage
+from rlm_mcp.ports.chat import CallRecord, Completion
 
 log = logging.getLogger("rlm_mcp.engine")
 
@@ -30,12 +30,9 @@ class Where:
     index: int | None = None
 
 
-def usage_record(usage: Usage) -> UsageRecord:
-    """The usage of a run tree as events record it."""
-    return UsageRecord(
-        total=TokenCounts(**usage.total.to_dict()),
-        by_model={model: TokenCounts(**counts.to_dict()) for model, counts in usage.by_model.items()},
-    )
+def usage_record(usage: Usage) -> Usage:
+    """The usage of a run tree at this moment, as an event or a result keeps it."""
+    return usage.copy_of()
 
 
 @dataclass
@@ -70,7 +67,7 @@ class RunTree:
 
     def record(self, record: CallRecord) -> None:
         """Account one LM call, whatever its depth or role (exact server-reported usage)."""
-        self.usage.add(record)
+        self.usage.add_call(record)
 
     def child_limiter(self, depth: int) -> anyio.CapacityLimiter:
         """The limiter of child runs at `depth`: one per depth, never one for the whole tree.

@@ -16,10 +16,15 @@ from rlm_mcp.engine.tree import RunTree, Where
 from rlm_mcp.engine.types import RunLimits, RunPhase, RunProgress, RunStatus
 from rlm_mcp.engine.window import WindowTooSmallError, fit_history
 from rlm_mcp.events import Cell, CellStart, ChatMessage, HistoryElided, Turn, TurnStart
-from rlm_mcp.lm.discovery import DEFAULT_WINDOW
-from rlm_mcp.lm.errors import LMConnectionError, LMContextLengthError, LMError, LMModelNotFoundError
-from rlm_mcp.lm.types import Completion
 from rlm_mcp.ports import CellResult, ChatModel, LMBridge, Sandbox
+from rlm_mcp.ports.chat import (
+    DEFAULT_WINDOW,
+    Completion,
+    LMConnectionError,
+    LMContextLengthError,
+    LMError,
+    LMModelNotFoundError,
+)
 
 log = logging.getLogger("rlm_mcp.engine")
 

@@ -5,32 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Literal
-
-import pydantic
 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import RunEvent
-from rlm_mcp.lm.types import Usage
+from rlm_mcp.ports.runs import RunLimits, RunPhase, RunResult, RunStatus, Usage
 
-# The one status vocabulary of a run, from accepted to ended. "queued": it waits for a free run
-# slot; "running": it holds one; the others are how it ended, exactly one per run (the answer,
-# or the limit, failure or cancellation that stopped it first).
-RunStatus = Literal[
-    "queued", "running", "completed", "max_iterations", "timeout", "budget_exceeded", "error", "cancelled"
-]
-
-
-class RunPhase(StrEnum):
-    """What a run is waiting on right now (shown in progress lines)."""
-
-    QUEUED = "queued"  # for a free run slot (the service's semaphore)
-    STARTING = "starting"
-    SANDBOX = "sandbox"  # for its sandbox to open
-    LM = "lm"  # for the root model's reply
-    CELL = "cell"  # for code to run
-    DONE = "done"
+# The run's limits, phase, status and result are the run contract's (rlm_mcp.ports.runs).
+__all__ = ["EventSink", "RunLimits", "RunNotStarted", "RunPhase", "RunProgress", "RunResult", "RunStatus", "Usage"]
 
 
 class RunNotStarted(Exception):
@@ -52,17 +33,6 @@ EventSink = Callable[[RunEvent], Awaitable[None]]
 
 
 @dataclass
-class RunLimits:
-    """Limits of one run tree (children inherit what is left of time and tokens)."""
-
-    max_iterations: int
-    max_depth: int
-    timeout_s: float
-    token_budget: int | None
-    max_errors: int
-
-
-@dataclass
 class RunProgress:
     """Live state of a run, mutated by the engine and read by the service (rlm_status)."""
 
@@ -80,16 +50,3 @@ class RunProgress:
     @property
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
-
-
-class RunResult(pydantic.BaseModel):
-    """What a run returns, whatever way it ended."""
-
-    status: RunStatus
-    answer: str | None
-    reason: str | None
-    run_id: str
-    iterations: int
-    usage: dict[str, Any]
-    duration_s: float
-    sub_calls: int

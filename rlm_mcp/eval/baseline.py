@@ -16,7 +16,7 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.errors import LMError
-from rlm_mcp.lm.types import Usage
+from rlm_mcp.ports.runs import Usage
 
 SYSTEM = "You are a helpful assistant. Answer the question about the context that the user gives you."
 _MAX_CUTS = 6
@@ -83,7 +83,7 @@ async def run_direct(lm: LMClient, settings: Settings, blob: Path, query: str) -
         )
     except LMError as exc:
         if exc.record is not None:
-            usage.add(exc.record)
+            usage.add_call(exc.record)
         return DirectResult(None, "error", usage, time.monotonic() - started, 0, False, error=str(exc))
-    usage.add(completion.record)
+    usage.add_call(completion.record)
     return DirectResult(completion.text, "completed", usage, time.monotonic() - started, chars, cut)

@@ -59,9 +59,8 @@ def summarize(label: str, results: Sequence[TaskResult]) -> Summary:
     summary = Summary(label, n, mean, low, high, (sum(lenient) / n) if has_lenient and n else None)
     for r in results:
         summary.statuses[r.status] += 1
-        total = r.usage.get("total", {})
-        summary.prompt_tokens += int(total.get("prompt_tokens", 0))
-        summary.completion_tokens += int(total.get("completion_tokens", 0))
+        summary.prompt_tokens += r.usage.total.prompt_tokens
+        summary.completion_tokens += r.usage.total.completion_tokens
         summary.task_seconds += r.duration_s
         if r.status == "error":
             summary.errors.setdefault(_one_line(r.error or "no reason recorded"), []).append(r.id)

@@ -30,12 +30,10 @@ def _check(result: Any) -> None:
         raise ValueError(f"duration_s {result.duration_s!r} is not a duration")
     if result.sub_calls < 0 or result.iterations < 0:
         raise ValueError("negative counts")
-    total = result.usage.get("total", {})
-    if not isinstance(total, dict):
-        raise ValueError("usage.total is not an object")
+    total = result.usage.total
     for key in ("prompt_tokens", "completion_tokens"):
-        value = total.get(key, 0)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        value = getattr(total, key)
+        if value < 0:
             raise ValueError(f"usage.total.{key} {value!r} is not a token count")
 
 

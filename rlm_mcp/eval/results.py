@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from rlm_mcp.eval.result_check import parse_result_line
+from rlm_mcp.ports.runs import Usage
 
 logger = logging.getLogger("rlm_mcp.eval")
 
@@ -30,7 +31,7 @@ class TaskResult(BaseModel):
     scorer: str
     score: float
     lenient_score: float | None = None  # the training environment's score, where it differs
-    usage: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
     sub_calls: int = 0
     iterations: int = 0
     duration_s: float = 0.0
@@ -40,8 +41,7 @@ class TaskResult(BaseModel):
 
     @property
     def total_tokens(self) -> int:
-        total = self.usage.get("total", {})
-        return int(total.get("prompt_tokens", 0)) + int(total.get("completion_tokens", 0))
+        return self.usage.total.total
 
 
 def read_results(path: Path) -> dict[str, TaskResult]:

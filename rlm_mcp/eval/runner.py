@@ -184,7 +184,7 @@ async def _direct_result(service: RlmService, contexts: ContextCache, scoring: S
         scorer=task.scorer,
         score=value,
         lenient_score=lenient,
-        usage=done.usage.to_dict(),
+        usage=done.usage,
         iterations=1,
         duration_s=done.duration_s,
         error=done.error or error,

@@ -9,11 +9,12 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.lm.discovery import DEFAULT_WINDOW, model_cards, serves_props, window_from_cards, window_from_props
+from rlm_mcp.lm.discovery import model_cards, serves_props, window_from_cards, window_from_props
 from rlm_mcp.lm.endpoint import Endpoint
 from rlm_mcp.lm.errors import LMError, listing_unusable, unreachable
 from rlm_mcp.lm.http import HttpError
 from rlm_mcp.lm.server_kind import guess_server_kind
+from rlm_mcp.ports.chat import DEFAULT_WINDOW
 
 log = logging.getLogger("rlm_mcp.lm")
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_WINDOW = 16384  # what the rlm-v0.1 adapter was trained with
+from rlm_mcp.ports.chat import DEFAULT_WINDOW
+
+__all__ = ["DEFAULT_WINDOW", "ProbeResult", "model_cards", "serves_props", "window_from_cards", "window_from_props"]
 
 
 @dataclass

@@ -3,64 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from rlm_mcp.errors import RlmMcpError
+# The failure classes are the chat contract's (rlm_mcp.ports.chat); this module phrases them.
+from rlm_mcp.ports.chat import (
+    LMConnectionError,
+    LMContextLengthError,
+    LMError,
+    LMMalformedResponseError,
+    LMModelNotFoundError,
+    LMRequestError,
+    LMServerError,
+)
 
-if TYPE_CHECKING:
-    from rlm_mcp.lm.types import CallRecord
-
-
-class LMError(RlmMcpError):
-    """Base of LM endpoint failures (unreachable, model unknown, request refused or too long).
-    `retryable` says whether a later identical request may succeed."""
-
-    retryable = False
-
-    def __init__(
-        self,
-        cause: str,
-        fix: str | None = None,
-        *,
-        endpoint: str = "",
-        status: int | None = None,
-        server_message: str | None = None,
-    ) -> None:
-        super().__init__(cause, fix)
-        self.endpoint = endpoint
-        self.status = status
-        # The server's own error text, verbatim (e.g. vLLM's context-length message).
-        self.server_message = server_message
-        # The failed call as accounted (status "error"); set by LMClient.complete.
-        self.record: CallRecord | None = None
-
-
-class LMConnectionError(LMError):
-    """Nothing answers at the endpoint (refused, DNS, TLS) or it timed out."""
-
-    retryable = True
-
-
-class LMServerError(LMError):
-    """5xx or 429 after the retries were spent."""
-
-    retryable = True
-
-
-class LMModelNotFoundError(LMError):
-    """404: the endpoint does not serve the model asked for."""
-
-
-class LMContextLengthError(LMError):
-    """400 because prompt (+ completion budget) exceeds the model's window."""
-
-
-class LMRequestError(LMError):
-    """Any other 4xx: the request itself is wrong (auth, validation)."""
-
-
-class LMMalformedResponseError(LMError):
-    """The endpoint answered 200 with something that is not a chat completion."""
+__all__ = [
+    "LMConnectionError",
+    "LMContextLengthError",
+    "LMError",
+    "LMMalformedResponseError",
+    "LMModelNotFoundError",
+    "LMRequestError",
+    "LMServerError",
+]
 
 
 # --- every message of the LM layer, phrased in one place ---------------------------------------

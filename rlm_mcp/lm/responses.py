@@ -78,5 +78,14 @@ def parse_completion(
         role,
         estimated=estimated,
         queued_s=queued_s,
+        cached_prompt_tokens=0 if estimated else cached_tokens(usage),
     )
     return Completion(text, finish if isinstance(finish, str) else None, record)
+
+
+def cached_tokens(usage: object) -> int:
+    """The prompt tokens the server answered from its prefix cache (OpenAI's and vLLM's
+    `usage.prompt_tokens_details.cached_tokens`); 0 when it does not say."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0 else 0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # the LM layer is not loaded at run time: importing a port loads nothing else
     from rlm_mcp.events import CallRole, SubCallKind
-    from rlm_mcp.lm.types import Completion
+    from rlm_mcp.ports.chat import Completion
 
 # How a context's bytes are read: text (a str in the sandbox) or JSON (a list or dict there).
 ContextFormat = Literal["text", "json"]

@@ -18,8 +18,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx
-
 from rlm_mcp.errors import RlmMcpError
 
 PINNED_VERSION = "0.1.3"
@@ -99,6 +97,8 @@ def _download_with_pip(dest: Path, timeout_s: float) -> bytes | None:
 
 def _download_from_index(index_url: str, timeout_s: float) -> bytes:
     """PyPI's JSON API: where the pinned wheel is, then the wheel."""
+    import httpx  # only here: the engine reads reference texts and must not load an HTTP client
+
     try:
         # The system's trust store (and SSL_CERT_FILE), not only certifi's: behind a corporate
         # proxy the index is reached through a certificate the system trusts.

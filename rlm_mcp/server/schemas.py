@@ -99,7 +99,7 @@ class RunOutcome(BaseModel):
             reason=result.reason,
             iterations=result.iterations,
             sub_calls=result.sub_calls,
-            usage=result.usage,
+            usage=result.usage.to_dict(),
             duration_s=result.duration_s,
             answer_chars=chars,
             answer_truncated=truncated,

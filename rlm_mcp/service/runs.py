@@ -317,7 +317,7 @@ class RunManager:
             reason=reason,
             run_id=run.run_id,
             iterations=p.iterations,
-            usage=p.usage.to_dict(),
+            usage=p.usage.copy_of(),
             duration_s=round(time.monotonic() - p.started, 3),
             sub_calls=p.sub_calls,
         )

@@ -23,8 +23,8 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress, RunResult
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.lm.types import TokenCount, Usage
 from rlm_mcp.owners import OwnerScope, sees
+from rlm_mcp.ports.runs import TokenCount, Usage
 from rlm_mcp.service.queue.ends import final_summary, need_of, request_of
 from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.wakeups import Wakeups
@@ -53,7 +53,7 @@ def ended(run: ActiveRun, status: Any, reason: str) -> dict[str, Any]:
         reason=reason,
         run_id=run.run_id,
         iterations=p.iterations,
-        usage=p.usage.to_dict(),
+        usage=p.usage.copy_of(),
         duration_s=round(time.monotonic() - p.started, 3),
         sub_calls=p.sub_calls,
     )

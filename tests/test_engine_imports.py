@@ -1,0 +1,19 @@
+"""Importing the engine loads no HTTP client: it talks to the LM through the chat contract
+(rlm_mcp.ports.chat), which the LM layer implements."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_importing_the_engine_loads_no_http_client() -> None:
+    code = "import rlm_mcp.engine, sys; print(sorted({'aiohttp', 'httpx'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_lm_layer_still_loads_its_client_as_a_positive_control() -> None:
+    code = "import rlm_mcp.lm, sys; print(sorted({'aiohttp'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['aiohttp']", out.stdout + out.stderr
