@@ -54,13 +54,13 @@ async def team_status(url: str, worker_lease_s: float, *, clock: Callable[[], fl
                 row = await cur.fetchone()
                 status.schema_version = int(row["v"]) if row else 0
             if status.schema_version:
-                now = time.time()
                 cur = await conn.execute(
-                    "SELECT host, pid, version, seen_at FROM rlm_replicas WHERE seen_at > %s ORDER BY seen_at DESC",
-                    (now - REPLICA_TTL_S,),
+                    "SELECT host, pid, version, extract(epoch FROM now()) - seen_at AS age FROM rlm_replicas "
+                    "WHERE seen_at > extract(epoch FROM now()) - %s ORDER BY seen_at DESC",
+                    (REPLICA_TTL_S,),
                 )
                 status.replicas = [
-                    f"{r['host']} pid {r['pid']} (rlm-mcp {r['version']}, seen {now - r['seen_at']:.0f} s ago)"
+                    f"{r['host']} pid {r['pid']} (rlm-mcp {r['version']}, seen {float(r['age']):.0f} s ago)"
                     for r in await cur.fetchall()
                 ]
                 if status.schema_version >= _QUEUE_SCHEMA:
