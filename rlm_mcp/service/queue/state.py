@@ -92,23 +92,37 @@ class PgRunQueue:
     async def enqueue(self, run_id: str, owner: str, summary: dict[str, Any], need: int, created_at: float) -> None:
         """Insert the queued run unless a waiting bound is reached (raises `BusyError`), and wake
         the workers. Counted and inserted under one lock: concurrent starts never overshoot."""
+        settings = self._settings
         async with self._db.transaction() as conn:
+            # The lock first, in a statement of its own: the count below must see every run
+            # inserted by the starts that held it before (a statement's snapshot is taken when
+            # it begins). Then count, insert and wake the workers in one statement.
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (ENQUEUE_LOCK_KEY,))
             cur = await conn.execute(
-                "SELECT count(*) AS total, count(*) FILTER (WHERE owner = %s) AS mine FROM rlm_runs WHERE state = 'queued'",
-                (owner,),
+                "WITH c AS (SELECT count(*) AS total, count(*) FILTER (WHERE owner = %(owner)s) AS mine "
+                "  FROM rlm_runs WHERE state = 'queued'), "
+                "ins AS (INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary, need, queued_at) "
+                f"  SELECT %(run_id)s, %(owner)s, %(created_at)s, {_NOW}, 'queued', %(summary)s, %(need)s, "
+                "  clock_timestamp() FROM c WHERE c.total < %(max_total)s AND c.mine < %(max_mine)s RETURNING run_id) "
+                "SELECT c.total, c.mine, (SELECT count(*) FROM ins) AS inserted, "
+                "  (SELECT pg_notify(%(channel)s, 'queued') FROM ins) AS woken FROM c",
+                {
+                    "owner": owner,
+                    "run_id": run_id,
+                    "created_at": created_at,
+                    "summary": _dump(summary),
+                    "need": max(1, need),
+                    "max_total": settings.run_max_queued,
+                    "max_mine": settings.run_max_queued_per_owner,
+                    "channel": QUEUE_CHANNEL,
+                },
             )
             row = await cur.fetchone()
-            assert row is not None
-            busy = queue_refusal(self._settings, queued=int(row["total"]), queued_by_owner=int(row["mine"]))
-            if busy is not None:
-                raise busy
-            await conn.execute(
-                "INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary, need, queued_at) "
-                f"VALUES (%s, %s, %s, {_NOW}, 'queued', %s, %s, now())",
-                (run_id, owner, created_at, _dump(summary), max(1, need)),
-            )
-            await conn.execute("SELECT pg_notify(%s, 'queued')", (QUEUE_CHANNEL,))
+        assert row is not None
+        if not row["inserted"]:
+            busy = queue_refusal(settings, queued=int(row["total"]), queued_by_owner=int(row["mine"]))
+            assert busy is not None  # the statement's bounds are queue_refusal's
+            raise busy
 
     async def read(self, run_id: str) -> RunRow | None:
         async with self._db.connection() as conn:
