@@ -72,9 +72,9 @@ class ActiveRun:
     # Ended because its server shut down (cancelled from outside its own scope), set before
     # its final record is written (a team worker may hand such a run back instead).
     shut_down: bool = False
-    # Team mode: asked before each LM call and each cell (on the events that precede them);
+    # Team mode: awaited before each LM call and each cell (on the events that precede them);
     # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
-    fence: Callable[[], bool] | None = None
+    fence: Callable[[], Awaitable[bool]] | None = None
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
@@ -153,7 +153,7 @@ class RunManager:
         engine: RLMEngine,
         log: RunLogPort,
         *,
-        fence: Callable[[], bool] | None = None,
+        fence: Callable[[], Awaitable[bool]] | None = None,
     ) -> ActiveRun:
         """Execute a run whose record already exists (a team-mode worker claimed it from the
         queue): the same execution as `start`, without the queue bound and the new record."""
@@ -295,7 +295,7 @@ class RunManager:
                 logger.exception("could not append to the log of run %s", run.run_id)
             if isinstance(event, PROGRESS_EVENTS):
                 run.notify(event.type)
-            if run.fence is not None and run.scope is not None and run.fence():
+            if run.fence is not None and run.scope is not None and await run.fence():
                 run.scope.cancel()  # before the LM call or the cell the event announces
                 await anyio.lowlevel.checkpoint()
 

@@ -11,9 +11,13 @@ nothing (`QueueRunLog.must_stop`) stops the run at once: its scope is cancelled,
 sandbox, and nothing more is written. The run's engine asks `_must_stop` before each LM call and
 each cell (`ActiveRun.fence`). The heartbeat (the database's `now()`) also returns the runs the
 database says this worker holds: a run missing from it is stopped, a cancel asked for is applied.
-Independently of the database, a worker whose own monotonic clock says its last successful
-heartbeat is older than the lease (it was frozen, or cut off) stops every run before anything
-else: by then the sweepers may have given them to another worker.
+A worker whose own monotonic clock says its last successful heartbeat is older than the lease (it
+was frozen, or cut off, or the database is away) lets none of its runs go on to an LM call or a
+cell, and claims nothing, until a heartbeat answers again: then the runs the database no longer
+lists as its own (the sweepers gave them away meanwhile) stop, and the others go on. So a frozen
+and resumed worker never acts on a run another worker took up, and a database outage longer than
+the lease loses no run (the sweepers wait a full lease after the database is back before they
+judge any lease, and this worker heartbeats well within it).
 
 Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
 run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
@@ -50,7 +54,6 @@ log = logging.getLogger("rlm_mcp.queue")
 RETRY_S = 1.0  # after a database error, before the next try
 SPREAD_S = 0.05  # per run already executing here, before claiming a newly queued one
 FINAL_WRITE_S = 600.0  # how long a run's final record is retried through a database outage
-WATCH_S = 0.25  # how often the worker compares its last heartbeat with the lease
 
 
 class QueueWorker:
@@ -78,6 +81,7 @@ class QueueWorker:
         self._handing_back: set[str] = set()  # runs given back to the queue at shutdown
         self._fresh: set[str] = set()  # runs never queued again before (may be, once)
         self._beat_at = time.monotonic()  # the start of the last successful heartbeat
+        self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
         self._tg: anyio.abc.TaskGroup | None = None
         self.worker_id: int | None = None
 
@@ -89,7 +93,7 @@ class QueueWorker:
         await self._register()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        for task in (self._heartbeat, self._watch_lease, self._listen, self._poll_cancels, self._claim_forever):
+        for task in (self._heartbeat, self._listen, self._poll_cancels, self._claim_forever):
             self._tg.start_soon(task)
         return self
 
@@ -125,8 +129,13 @@ class QueueWorker:
     def _lease_lapsed(self) -> bool:
         return time.monotonic() - self._beat_at > self._settings.worker_lease_s
 
-    def _must_stop(self, run_id: str, run_log: QueueRunLog) -> bool:
-        """The fence the run's engine asks before each LM call and each cell."""
+    async def _must_stop(self, run_id: str, run_log: QueueRunLog) -> bool:
+        """The fence the run's engine awaits before each LM call and each cell: True stops the
+        run; while this worker's lease has lapsed by its own clock, it waits for a heartbeat's
+        verdict first."""
+        while self._lease_lapsed() and run_id not in self._stopped:
+            beaten = self._beaten
+            await beaten.wait()
         if run_log.unrecorded:
             run_log.detach()  # its end is written by `_end_unrecorded`, not as `cancelled`
             return True
@@ -136,9 +145,6 @@ class QueueWorker:
             self._stopped[run_id] = run_log.must_stop
             run_log.detach()
             log.warning("run %s stopped on %s: %s", run_id, self.name, run_log.must_stop)
-            return True
-        if self._lease_lapsed():
-            self._stop_all("this worker's last heartbeat is older than the lease")
             return True
         return False
 
@@ -154,10 +160,6 @@ class QueueWorker:
         if run.scope is not None:
             run.scope.cancel()  # its sandboxes are removed as the run unwinds
 
-    def _stop_all(self, why: str) -> None:
-        for run_id in list(self._running):
-            self._stop(run_id, why)
-
     async def _heartbeat(self) -> None:
         interval = max(0.2, min(10.0, self._settings.worker_lease_s / 3))
         while True:
@@ -169,28 +171,22 @@ class QueueWorker:
             except Exception as exc:  # PostgreSQL restarting: keep trying (the watch stops runs)
                 log.info("queue heartbeat failed: %s", exc)
                 continue
-            if self._lease_lapsed():  # too late: the runs were stopped, or are being
-                self._stop_all("this worker's last heartbeat is older than the lease")
-            self._beat_at = started
+            # The verdict first (the runs another worker took up stop), then the lease renews.
             for run_id, (attempt, _, _) in list(self._running.items()):
                 mine = beat.held.get(run_id)
                 if mine is None or mine[0] != attempt:
                     self._stop(run_id, "the run is no longer this worker's (another attempt, or it ended)")
                 elif mine[1]:
                     self._cancel(run_id)
+            self._beat_at = started
+            self._beaten.set()
+            self._beaten = anyio.Event()
             if not beat.registered:  # declared lost (a long outage) and marked gone: start afresh
                 log.warning("%s was declared lost by the other workers; registering again", self.name)
                 try:
                     await self._register()
                 except Exception as exc:
                     log.info("could not register again: %s", exc)
-
-    async def _watch_lease(self) -> None:
-        """Stop every run as soon as this worker's own clock says its lease lapsed."""
-        while True:
-            await anyio.sleep(WATCH_S)
-            if self._running and self._lease_lapsed():
-                self._stop_all("this worker's last heartbeat is older than the lease")
 
     async def _listen(self) -> None:
         def on_note(payload: str) -> None:
