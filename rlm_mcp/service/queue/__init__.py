@@ -28,6 +28,7 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.liveness import LeaseLiveness
+from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
@@ -71,7 +72,7 @@ async def open_queue(
     return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(url)))
 
 
-async def warn_of_clock_skew(queue: PgRunQueue) -> float | None:
+async def warn_of_clock_skew(queue: RunQueuePort) -> float | None:
     """Log a warning when this process's clock and the database's differ by more than
     CLOCK_SKEW_WARN_S: every time replicas compare is the database's, but this process's own
     times (run created_at, log event times) would mislead. Returns the skew (None: unknown)."""

@@ -26,7 +26,7 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import TokenCount, Usage
 from rlm_mcp.service.queue.ends import final_summary, need_of, request_of
-from rlm_mcp.service.queue.state import PgRunQueue
+from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.runs import FINISHED_RUNS_KEPT, ActiveRun, RunRequest, run_summary
 
@@ -108,7 +108,7 @@ class QueueFront:
 
     local = False
 
-    def __init__(self, settings: Settings, queue: PgRunQueue, wakeups: Wakeups) -> None:
+    def __init__(self, settings: Settings, queue: RunQueuePort, wakeups: Wakeups) -> None:
         self._settings = settings
         self._queue = queue
         self._wakeups = wakeups

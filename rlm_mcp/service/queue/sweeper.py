@@ -38,7 +38,7 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.liveness import LeaseLiveness
-from rlm_mcp.service.queue.state import PgRunQueue
+from rlm_mcp.service.queue.port import RunQueuePort
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -52,7 +52,7 @@ class Sweeper:
     def __init__(
         self,
         settings: Settings,
-        queue: PgRunQueue,
+        queue: RunQueuePort,
         sandboxes: SandboxManager | None = None,
         liveness: LeaseLiveness | None = None,
         *,

@@ -42,9 +42,9 @@ from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.ends import final_summary, request_of
-from rlm_mcp.service.queue.port import RunRow
+from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
-from rlm_mcp.service.queue.state import QUEUE_CHANNEL, PgRunQueue
+from rlm_mcp.service.queue.state import QUEUE_CHANNEL
 from rlm_mcp.service.queue.wakeups import listen_forever
 from rlm_mcp.service.runs import ActiveRun, RunManager, run_summary
 from rlm_mcp.store.pg.runs import PgRunStore
@@ -60,7 +60,7 @@ class QueueWorker:
     def __init__(
         self,
         settings: Settings,
-        queue: PgRunQueue,
+        queue: RunQueuePort,
         url: str,
         run_store: PgRunStore,
         runs: RunManager,
