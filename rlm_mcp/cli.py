@@ -30,6 +30,7 @@ from rlm_mcp.owners import EVERY_OWNER
 
 if TYPE_CHECKING:
     from rlm_mcp.events import LoggedEvent
+    from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.visible import visible, visible_line
 
@@ -357,8 +358,8 @@ async def _runs_show(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.store.factory import make_stores
 
     async with make_stores(settings) as stores:
-        summary = await stores.runs.read_summary(args.run_id, owner=EVERY_OWNER)
-    print(json.dumps(summary, indent=2, default=str))
+        record = await stores.runs.read_summary(args.run_id, owner=EVERY_OWNER)
+    print(json.dumps(record.to_stored(), indent=2))
     return 0
 
 
@@ -368,13 +369,13 @@ async def _runs_view(args: argparse.Namespace, settings: Settings) -> int:
     return await view(settings, args.run_id, url=args.url, output=args.output, open_browser=not args.no_open)
 
 
-async def _run_record(settings: Settings, run_id: str) -> tuple[dict[str, Any], list[LoggedEvent]]:
-    """The operator's view of one run: its summary and events, from whichever store is set."""
+async def _run_record(settings: Settings, run_id: str) -> tuple[RunRecord, list[LoggedEvent]]:
+    """The operator's view of one run: its record and events, from whichever store is set."""
     from rlm_mcp.store.factory import make_stores
 
     async with make_stores(settings) as stores:
-        summary = await stores.runs.read_summary(run_id, owner=EVERY_OWNER)
-        return summary, await stores.runs.read_events(run_id, owner=EVERY_OWNER)
+        record = await stores.runs.read_summary(run_id, owner=EVERY_OWNER)
+        return record, await stores.runs.read_events(run_id, owner=EVERY_OWNER)
 
 
 async def _runs_html(args: argparse.Namespace, settings: Settings) -> int:

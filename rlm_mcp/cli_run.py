@@ -18,7 +18,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.ports.runs import Usage
+from rlm_mcp.ports.runs import RunRecord, Usage
 from rlm_mcp.visible import visible, visible_line
 
 
@@ -97,22 +97,17 @@ def status_line(result: Any) -> str:
     return visible_line(" · ".join(parts))
 
 
-def runs_table(summaries: list[dict[str, Any]]) -> list[str]:
+def runs_table(records: list[RunRecord]) -> list[str]:
     """`runs list`: id, start time, duration, status, query."""
     lines = []
-    for s in summaries:
-        created = s.get("created_at")
-        started = (
-            datetime.fromtimestamp(created).strftime("%Y-%m-%d %H:%M:%S") if isinstance(created, (int, float)) else "?"
-        )
-        raw_result = s.get("result")
-        result: dict[str, Any] = raw_result if isinstance(raw_result, dict) else {}
-        duration = result.get("duration_s", s.get("duration_s"))
-        took = f"{duration:.1f} s" if isinstance(duration, (int, float)) else "?"
-        query = " ".join(str(s.get("query", "")).split())
+    for r in records:
+        started = datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "?"
+        duration = r.result.duration_s if r.result is not None else r.elapsed_s
+        took = f"{duration:.1f} s" if duration is not None else "?"
+        query = " ".join(r.request.query.split())
         query = query if len(query) <= 60 else query[:59] + "…"
-        status = visible_line(str(s.get("status", "?")))
-        lines.append(f"{visible_line(str(s.get('run_id')))}  {started}  {took:>9}  {status:<15} {visible_line(query)}")
+        status = visible_line(r.status)
+        lines.append(f"{visible_line(r.run_id)}  {started}  {took:>9}  {status:<15} {visible_line(query)}")
     return lines
 
 

@@ -155,17 +155,16 @@ class Settings(BaseSettings):
 
     # --- Runs --------------------------------------------------------------------------------
     max_runs: int = Field(4, ge=1, description="Runs executing at once; more wait (with progress).")
+    max_runs_per_owner: int | None = Field(
+        None,
+        ge=1,
+        description="Runs one owner (token) may have executing at once; more wait without taking a slot. "
+        "Default: all of RLM_MCP_MAX_RUNS with one token, half of them (rounded up) with several.",
+    )
     run_queue_timeout_s: float = Field(60.0, description="How long a run waits for a free slot.")
     run_max_queued: int = Field(64, ge=0, description="Runs waiting for a slot, all owners; more are refused.")
     run_max_queued_per_owner: int = Field(
         16, ge=0, description="Runs one owner (token) may have waiting for a slot; more are refused."
-    )
-    run_owner_share: float = Field(
-        0.5,
-        gt=0,
-        le=1,
-        description="With several tokens: the fraction of the run slots (all workers' in team mode) one owner's "
-        "running runs may hold; the others wait, and other owners' runs go first.",
     )
     run_max_records: int = Field(1000, ge=1, description="Finished run records kept on disk (newest first).")
     run_max_age_days: float = Field(30.0, description="Run records untouched this long are removed (0: never).")

@@ -43,9 +43,3 @@ OwnerScope: TypeAlias = Owner | Everyone
 def sees(scope: OwnerScope, owner: str) -> bool:
     """Whether `scope` may see data that `owner` owns."""
     return scope is EVERY_OWNER or scope == owner
-
-
-def owner_of_record(record: dict[str, object]) -> Owner:
-    """The owner a stored run record names; records from before owners are the local user's."""
-    found = record.get("owner", LOCAL_OWNER)
-    return Owner(found) if isinstance(found, str) else LOCAL_OWNER

@@ -4,6 +4,7 @@ scripted loopback HTTP server (`http_server`: fixed answers by path, for GET and
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from rlm_mcp.config import Settings
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
 
 
@@ -101,3 +103,15 @@ def http_server() -> Iterator[LoopbackServer]:
     finally:
         server.httpd.shutdown()
         server.httpd.server_close()
+
+
+def run_record(run_id: str, fields: dict[str, Any] | None = None, *, created_at: float | None = None) -> RunRecord:
+    """A run record for store tests, written as the stored JSON's keys (`RunRecord.to_stored`);
+    a partial `result` is completed with an answerless run's defaults."""
+    data: dict[str, Any] = {"run_id": run_id, "created_at": time.time() if created_at is None else created_at}
+    data.update(fields or {})
+    result = data.get("result")
+    if isinstance(result, dict):
+        defaults = {"status": "completed", "answer": None, "reason": None, "run_id": run_id, "iterations": 0}
+        data["result"] = defaults | {"usage": {}, "duration_s": 0.0, "sub_calls": 0} | result
+    return RunRecord.from_stored(data)

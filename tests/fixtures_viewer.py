@@ -16,6 +16,7 @@ from rlm_mcp.store import RunStore
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import RunStorePort
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, make_settings, repl
+from tests.fixtures_store import run_record
 
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 
@@ -60,7 +61,7 @@ async def record_run(
 
 async def _record_hostile(store: RunStorePort, settings: Settings, data_dir: Path, run_id: str) -> None:
     query = f"Which part mentions {HOSTILE}?"
-    log = await store.create(run_id, {"query": query, "status": "running", "model": settings.model})
+    log = await store.create(run_record(run_id, {"query": query, "status": "running", "model": settings.model}))
     limits = make_limits(settings, max_depth=2, max_errors=5)
     progress = RunProgress(run_id=run_id, max_iterations=limits.max_iterations)
     lm = FakeChatModel(root=hostile_root, sub=sub_answer)
@@ -75,7 +76,10 @@ async def _record_hostile(store: RunStorePort, settings: Settings, data_dir: Pat
             emit=log.append,
         )
         await log.write_summary(
-            {"query": query, "status": result.status, "model": settings.model, "result": result.model_dump()}
+            run_record(
+                log.run_id,
+                {"query": query, "status": result.status, "model": settings.model, "result": result.model_dump()},
+            )
         )
     finally:
         await log.aclose()
@@ -96,7 +100,7 @@ async def record_big_run(data_dir: Path, *, turns: int = 20, per_turn: int = 100
 
     settings = make_settings(data_dir=data_dir, max_sub_calls_per_run=turns * per_turn)
     store = RunStore(settings)
-    log = await store.create(run_id, {"query": "a big run", "status": "running", "model": settings.model})
+    log = await store.create(run_record(run_id, {"query": "a big run", "status": "running", "model": settings.model}))
     limits = make_limits(settings, max_iterations=turns + 1)
     progress = RunProgress(run_id=run_id, max_iterations=limits.max_iterations)
     lm = FakeChatModel(root=root, sub=lambda p: "an answer about " + p[:60] + " ..." * 50)
@@ -111,7 +115,10 @@ async def record_big_run(data_dir: Path, *, turns: int = 20, per_turn: int = 100
             emit=log.append,
         )
         await log.write_summary(
-            {"query": "a big run", "status": result.status, "model": settings.model, "result": result.model_dump()}
+            run_record(
+                log.run_id,
+                {"query": "a big run", "status": result.status, "model": settings.model, "result": result.model_dump()},
+            )
         )
     finally:
         await log.aclose()

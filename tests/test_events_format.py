@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from rlm_mcp import events as ev
 from rlm_mcp.owners import EVERY_OWNER
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunStore
 from rlm_mcp.store.runs import encode_event
 from rlm_mcp.viewer.export import chat_jsonl
@@ -153,7 +154,7 @@ def test_events_from_before_the_sub_call_records_still_read() -> None:
     events = [ev.from_json(e) for e in old]
     assert [type(e) for e in events] == [ev.ChildStart, ev.ChildEnd, ev.LLMCall]
     assert [ev.to_json(e) for e in events] == old
-    model = build_run({"run_id": "r"}, events)
+    model = build_run(RunRecord.from_stored({"run_id": "r"}), events)
     assert model["runs"]["r"]["children"] == ["r.1"] and model["runs"]["r.1"]["parent"] == "r"
     assert model["runs"]["r.1"]["status"] == "completed"
 

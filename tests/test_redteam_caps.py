@@ -18,6 +18,7 @@ from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.viewer import auth as viewer_auth
 from rlm_mcp.viewer.auth import ViewerAuth
+from tests.fixtures_store import run_record
 
 
 def test_the_run_list_is_filtered_by_owner_before_its_cap(tmp_path: Path) -> None:
@@ -25,11 +26,11 @@ def test_the_run_list_is_filtered_by_owner_before_its_cap(tmp_path: Path) -> Non
 
     async def record() -> None:
         for i, owner in enumerate(["alice"] + ["mallory"] * 5):
-            log = await store.create(f"run_{i:012d}", {"query": "q", "status": "completed", "owner": owner})
+            log = await store.create(run_record(f"run_{i:012d}", {"query": "q", "status": "completed", "owner": owner}))
             await log.aclose()
 
     anyio.run(record)
-    assert [s["owner"] for s in anyio.run(lambda: store.list(3, owner=Owner("alice")))] == ["alice"]
+    assert [s.request.owner for s in anyio.run(lambda: store.list(3, owner=Owner("alice")))] == ["alice"]
     assert len(anyio.run(lambda: store.list(3, owner=EVERY_OWNER))) == 3  # the operator's view: every owner
 
 
@@ -54,10 +55,14 @@ async def test_run_records_are_pruned_per_owner(store_settings: Callable[..., Se
     # Both stores: team mode keeps the same per-owner rule (RLM_MCP_RUN_MAX_RECORDS).
     async with make_stores(store_settings()) as stores:
         for i, owner in enumerate(["alice"] + ["mallory"] * 5):
-            log = await stores.runs.create(f"run_{i:012d}", {"query": "q", "status": "running", "owner": owner})
-            await log.write_summary({"status": "completed", "owner": owner, "result": {"status": "completed"}})
+            log = await stores.runs.create(
+                run_record(f"run_{i:012d}", {"query": "q", "status": "running", "owner": owner})
+            )
+            await log.write_summary(
+                run_record(log.run_id, {"status": "completed", "owner": owner, "result": {"status": "completed"}})
+            )
             await log.aclose()
         removed = await stores.runs.prune(max_records=2, max_age_days=0)
         assert sorted(removed) == [f"run_{i:012d}" for i in (1, 2, 3)]  # mallory's oldest three
-        kept = {s["run_id"]: s.get("owner") for s in await stores.runs.list(10, owner=EVERY_OWNER)}
+        kept = {s.run_id: s.request.owner for s in await stores.runs.list(10, owner=EVERY_OWNER)}
     assert kept == {"run_000000000000": "alice", "run_000000000004": "mallory", "run_000000000005": "mallory"}

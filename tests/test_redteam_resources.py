@@ -17,9 +17,10 @@ from mcp import Client
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.app import build_server
-from rlm_mcp.service.runs import RunManager, RunRequest
+from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.factory import make_stores
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits
 from tests.fixtures_engine import make_settings as make_engine_settings
@@ -82,7 +83,7 @@ async def _background_run(tmp_path: Path, engine: Callable[[Settings], RLMEngine
         info = await stores.contexts.put_bytes(
             b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=LOCAL_OWNER
         )
-        request = RunRequest("q", [info.context_id], make_limits(settings), LOCAL_OWNER)
+        request = RunRequest(query="q", context_ids=[info.context_id], limits=make_limits(settings), owner=LOCAL_OWNER)
         run = await runs.start(request, engine(settings))
         await run.done.wait()
         assert run.result is not None

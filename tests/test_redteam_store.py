@@ -18,6 +18,7 @@ from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, RunStore
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_store import run_record
 
 pytestmark = pytest.mark.anyio
 
@@ -95,7 +96,7 @@ def test_a_data_dir_made_beforehand_is_made_private(store_settings: StoreSetting
             info = await stores.contexts.put_bytes(
                 b"private notes", name="notes", format="text", source={}, owner=LOCAL_OWNER
             )
-            log = await stores.runs.create("run_0123456789ab", {"query": "q", "status": "running"})
+            log = await stores.runs.create(run_record("run_0123456789ab", {"query": "q", "status": "running"}))
             await log.open()
             await log.aclose()
             return stores.contexts.spec(info).path, stores.kind
@@ -145,10 +146,10 @@ def _open_files_under(path: Path) -> list[str]:
 async def test_a_queued_runs_record_answers_before_it_starts(store_settings: StoreSettings) -> None:
     async with make_stores(store_settings()) as stores:
         runs = stores.runs
-        logs = [await runs.create(f"run_{i:012d}", {"query": "q", "status": "queued"}) for i in range(3)]
+        logs = [await runs.create(run_record(f"run_{i:012d}", {"query": "q", "status": "queued"})) for i in range(3)]
         try:
             # Its record answers while it waits: a summary, no events yet.
-            assert (await runs.read_summary("run_000000000001", owner=LOCAL_OWNER))["status"] == "queued"
+            assert (await runs.read_summary("run_000000000001", owner=LOCAL_OWNER)).status == "queued"
             assert await runs.read_events("run_000000000001", owner=LOCAL_OWNER) == []
             await logs[0].open()  # the run starts
             await logs[0].append(CellStart(run_id="run_000000000000", iteration=1, block=1, depth=0))
@@ -162,7 +163,7 @@ async def test_a_queued_runs_record_answers_before_it_starts(store_settings: Sto
 async def test_a_queued_run_holds_no_descriptor(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     runs = RunStore(settings)
-    logs = [await runs.create(f"run_{i:012d}", {"query": "q", "status": "queued"}) for i in range(50)]
+    logs = [await runs.create(run_record(f"run_{i:012d}", {"query": "q", "status": "queued"})) for i in range(50)]
     runs_dir = Path(settings.data_dir) / "runs"
     try:
         assert _open_files_under(runs_dir) == []

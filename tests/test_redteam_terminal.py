@@ -23,6 +23,7 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.visible import visible, visible_line
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
 from tests.fixtures_pty import run_in_pty
+from tests.fixtures_store import run_record
 
 # What the red team sent: clipboard write, title, clear screen, a hidden link, a carriage-return
 # overwrite, a C1 CSI, a bidi override.
@@ -71,7 +72,9 @@ def test_contexts_list_shows_a_hostile_name(tmp_path: Path) -> None:
 
 def test_runs_list_shows_a_hostile_query(tmp_path: Path) -> None:
     async def record() -> None:
-        log = await RunStore(_settings(tmp_path)).create("run_0123456789ab", {"query": HOSTILE, "status": "completed"})
+        log = await RunStore(_settings(tmp_path)).create(
+            run_record("run_0123456789ab", {"query": HOSTILE, "status": "completed"})
+        )
         await log.aclose()
 
     anyio.run(record)

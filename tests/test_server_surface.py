@@ -372,10 +372,15 @@ async def test_an_event_during_a_progress_report_is_not_lost() -> None:
     # A turn that starts while the previous progress line is being sent must still be
     # reported at once, not at the next heartbeat.
     from rlm_mcp.engine import RunLimits, RunProgress
-    from rlm_mcp.service.runs import ActiveRun, RunRequest, wait_with_heartbeat
+    from rlm_mcp.ports.runs import RunRequest
+    from rlm_mcp.service.runs import ActiveRun, wait_with_heartbeat
 
     limits = RunLimits(max_iterations=3, max_depth=1, timeout_s=60, token_budget=None, max_errors=5)
-    run = ActiveRun("r", RunRequest("q", ["c"], limits, LOCAL_OWNER), RunProgress(run_id="r", max_iterations=3))
+    run = ActiveRun(
+        "r",
+        RunRequest(query="q", context_ids=["c"], limits=limits, owner=LOCAL_OWNER),
+        RunProgress(run_id="r", max_iterations=3),
+    )
     seen: list[tuple[str | None, float]] = []
     start = anyio.current_time()
 

@@ -10,11 +10,12 @@ import pytest
 
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.events import TurnStart
-from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
+from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, OwnerScope
 from rlm_mcp.store import ContextStore
 from rlm_mcp.store.factory import make_stores
 from tests.fixtures_both_stores import drop_ownership
 from tests.fixtures_postgres import has_bytes
+from tests.fixtures_store import run_record
 
 pytestmark = pytest.mark.anyio
 
@@ -142,30 +143,33 @@ async def test_run_records_are_their_owners(store_settings) -> None:
 
 
 async def _run_records_are_their_owners(runs) -> None:
-    log = await runs.create("run_alice", {"status": "running", "owner": ALICE})
+    log = await runs.create(run_record("run_alice", {"status": "running", "owner": ALICE}))
     await log.append(TurnStart(run_id="run_alice", iteration=1, max_iterations=1, depth=0))
     await log.aclose()
-    await (await runs.create("run_old", {"status": "completed"})).aclose()  # a record from before owners
-    assert (await runs.read_summary("run_alice", owner=ALICE))["owner"] == ALICE
+    await (await runs.create(run_record("run_old", {"status": "completed"}))).aclose()  # a record from before owners
+    assert (await runs.read_summary("run_alice", owner=ALICE)).request.owner == ALICE
     assert [e.type for e in await runs.read_events("run_alice", owner=ALICE)] == ["turn_start"]
     with pytest.raises(NotFoundError, match="Unknown run id 'run_alice'"):
         await runs.read_summary("run_alice", owner=BOB)
     with pytest.raises(NotFoundError, match="Unknown run id 'run_alice'"):
         await runs.read_events("run_alice", owner=BOB)
-    assert (await runs.read_summary("run_old", owner=EVERY_OWNER))["status"] == "completed"  # the operator
-    assert (await runs.read_summary("run_old", owner="local"))["status"] == "completed"
+    assert (await runs.read_summary("run_old", owner=EVERY_OWNER)).status == "completed"  # the operator
+    assert (await runs.read_summary("run_old", owner="local")).status == "completed"
     with pytest.raises(NotFoundError):
         await runs.read_summary("run_old", owner=ALICE)
-    assert [r["run_id"] for r in await runs.list(owner=ALICE)] == ["run_alice"]
+    assert [r.run_id for r in await runs.list(owner=ALICE)] == ["run_alice"]
     assert await runs.list(owner=BOB) == []
-    assert {r["run_id"] for r in await runs.list(owner=EVERY_OWNER)} == {"run_alice", "run_old"}
+    assert {r.run_id for r in await runs.list(owner=EVERY_OWNER)} == {"run_alice", "run_old"}
 
 
 def test_one_visibility_rule_for_run_records() -> None:
     """The store's rule, which the viewer uses too: a record is its owner's; one written before
     owners existed is the local user's; EVERY_OWNER (the operator's view) sees every record."""
-    from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
-    from rlm_mcp.store.runs import owned_by
+    from rlm_mcp.owners import sees
+    from rlm_mcp.ports.runs import RunRecord
+
+    def owned_by(stored: dict[str, str], scope: OwnerScope) -> bool:
+        return sees(scope, RunRecord.from_stored({"run_id": "r", **stored}).request.owner)
 
     assert owned_by({"owner": ALICE}, ALICE) and not owned_by({"owner": ALICE}, LOCAL_OWNER)
     assert owned_by({}, LOCAL_OWNER) and not owned_by({}, ALICE)

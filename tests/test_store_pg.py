@@ -21,6 +21,7 @@ from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.migrations import LATEST
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_postgres import PASSWORD, Cluster
+from tests.fixtures_store import run_record
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -107,19 +108,21 @@ async def test_upload_chunks_may_land_on_different_replicas(tmp_path: Path, pg_u
 
 async def test_run_records_are_read_on_every_replica(tmp_path: Path, pg_url: str) -> None:
     async with _replica(tmp_path, "a", pg_url) as a, _replica(tmp_path, "b", pg_url) as b:
-        log = await a.runs.create("run_1", {"status": "running", "owner": ALICE})
+        log = await a.runs.create(run_record("run_1", {"status": "running", "owner": ALICE}))
         before = await b.runs.version("run_1")
         await log.append(_cell(0, "x" * 10))
         await log.append(TurnStart(run_id="run_1", iteration=1, max_iterations=1, depth=0))
         assert await b.runs.version("run_1") != before
-        await log.write_summary({"status": "completed", "owner": ALICE, "result": {"answer": "42"}})
+        await log.write_summary(
+            run_record(log.run_id, {"status": "completed", "owner": ALICE, "result": {"answer": "42"}})
+        )
         await log.aclose()
-        assert (await b.runs.read_summary("run_1", owner=ALICE))["result"] == {"answer": "42"}
+        assert (await b.runs.read_summary("run_1", owner=ALICE)).result.answer == "42"  # type: ignore[union-attr]
         assert [e.type for e in await b.runs.read_events("run_1", owner=ALICE)] == ["cell", "turn_start"]
         with pytest.raises(NotFoundError):
             await b.runs.read_events("run_1", owner=LOCAL_OWNER)
         with pytest.raises(BadArgumentError, match="already exists"):
-            await b.runs.create("run_1", {"owner": ALICE})
+            await b.runs.create(run_record("run_1", {"owner": ALICE}))
         assert await b.runs.prune(max_records=0, max_age_days=0) == ["run_1"]
         assert await a.runs.list(owner=EVERY_OWNER) == []
 
@@ -130,7 +133,7 @@ async def test_run_log_is_capped_like_the_file_log(tmp_path: Path, pg_url: str) 
 
     async with make_stores(settings) as stores:
         runs = PgRunStore(settings, _db(stores), max_event_bytes=200, max_log_bytes=600)
-        log = await runs.create("run_cap", {"owner": ALICE})
+        log = await runs.create(run_record("run_cap", {"owner": ALICE}))
         for i in range(20):
             await log.append(_cell(i, "y" * 1000))
         events = await runs.read_events("run_cap", owner=ALICE)
@@ -365,10 +368,14 @@ async def test_replicas_with_skewed_clocks_keep_each_others_pins_and_live_runs(
             monkeypatch.setattr(time, "time", real)
             with pytest.raises(BadArgumentError, match="in use by a running run"):
                 await a.contexts.delete(info.context_id, owner=EVERY_OWNER)
-        await a.runs.create("run_live_skew0000001", {"status": "running", "owner": ALICE})
-        finished = await a.runs.create("run_done_skew0000001", {"status": "running", "owner": ALICE})
-        await finished.write_summary({"status": "completed", "owner": ALICE, "result": {"status": "completed"}})
+        await a.runs.create(run_record("run_live_skew0000001", {"status": "running", "owner": ALICE}))
+        finished = await a.runs.create(run_record("run_done_skew0000001", {"status": "running", "owner": ALICE}))
+        await finished.write_summary(
+            run_record(
+                "run_done_skew0000001", {"status": "completed", "owner": ALICE, "result": {"status": "completed"}}
+            )
+        )
         monkeypatch.setattr(time, "time", lambda: real() + 31 * 86400)  # replica b's clock is far ahead
         assert await b.runs.prune(max_records=1000, max_age_days=30) == []
         monkeypatch.setattr(time, "time", real)
-        assert {r["run_id"] for r in await a.runs.list(owner=ALICE)} == {"run_live_skew0000001", "run_done_skew0000001"}
+        assert {r.run_id for r in await a.runs.list(owner=ALICE)} == {"run_live_skew0000001", "run_done_skew0000001"}

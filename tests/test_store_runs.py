@@ -15,6 +15,7 @@ from rlm_mcp.events import Cell, CellStart, ChatMessage, EventStub, LogTruncated
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store.factory import make_stores
 from tests.fixtures_both_stores import add_event_lines, bounded_runs, event_lines, touch_run
+from tests.fixtures_store import run_record
 
 pytestmark = pytest.mark.anyio
 
@@ -25,11 +26,11 @@ async def test_create_append_read(store_settings: StoreSettings) -> None:
     settings = store_settings()
     async with make_stores(settings) as stores:
         runs = stores.runs
-        log = await runs.create("run_1", {"status": "running", "query": "q"})
+        log = await runs.create(run_record("run_1", {"status": "running", "query": "q"}))
         try:
             await log.append(CellStart(run_id="run_1", iteration=1, block=1, depth=0))
             await log.append(_cell("print(1)", "1"))
-            await log.write_summary({"status": "completed", "answer": "42"})
+            await log.write_summary(run_record(log.run_id, {"status": "completed", "answer": "42"}))
         finally:
             await log.aclose()
         events = await runs.read_events("run_1", owner=EVERY_OWNER)
@@ -37,7 +38,7 @@ async def test_create_append_read(store_settings: StoreSettings) -> None:
         assert all(isinstance(e, (CellStart, Cell)) and isinstance(e.ts, float) for e in events)
         assert events[1] == _cell("print(1)", "1").model_copy(update={"ts": events[1].ts})
         summary = await runs.read_summary("run_1", owner=EVERY_OWNER)
-        assert summary["status"] == "completed" and summary["run_id"] == "run_1" and "created_at" in summary
+        assert summary.status == "completed" and summary.run_id == "run_1" and summary.created_at > 0
         first_line = len((await event_lines(stores, settings, "run_1"))[0])
         assert len(await runs.read_events("run_1", limit_bytes=first_line, owner=EVERY_OWNER)) == 1
 
@@ -46,7 +47,7 @@ async def test_event_and_log_bounds(store_settings: StoreSettings) -> None:
     settings = store_settings()
     async with make_stores(settings) as stores:
         runs = bounded_runs(stores, settings, max_event_bytes=2000, max_log_bytes=6000)
-        log = await runs.create("bounded", {})
+        log = await runs.create(run_record("bounded", {}))
         try:
             await log.append(_cell("short", "x" * 10_000))
             for i in range(20):
@@ -71,7 +72,7 @@ async def test_oversize_events_and_foreign_lines_read_back_without_error(store_s
     settings = store_settings()
     async with make_stores(settings) as stores:
         runs = bounded_runs(stores, settings, max_event_bytes=100, max_log_bytes=64 << 20)
-        log = await runs.create("odd", {})
+        log = await runs.create(run_record("odd", {}))
         try:
             # too many fields to fit even with every string cut: only its kind and time are kept
             await log.append(Turn(run_id="odd", iteration=1, depth=0, new_messages=[]))
@@ -117,13 +118,13 @@ async def test_unknown_and_invalid_ids(store_settings: StoreSettings) -> None:
             await runs.read_events("nope", owner=EVERY_OWNER)
         for bad in ("../etc", "a/b", "", "x" * 200, "run.1"):
             with pytest.raises(BadArgumentError, match="not a valid run id"):
-                await runs.create(bad, {})
+                await runs.create(run_record(bad, {}))
             with pytest.raises(BadArgumentError):
                 await runs.read_summary(bad, owner=EVERY_OWNER)
-        log = await runs.create("dup", {})
+        log = await runs.create(run_record("dup", {}))
         await log.aclose()
         with pytest.raises(BadArgumentError, match="already exists"):
-            await runs.create("dup", {})
+            await runs.create(run_record("dup", {}))
 
 
 async def test_list_newest_first(store_settings: StoreSettings) -> None:
@@ -131,11 +132,11 @@ async def test_list_newest_first(store_settings: StoreSettings) -> None:
         runs = stores.runs
         assert await runs.list(owner=EVERY_OWNER) == []
         for name in ("a", "b", "c"):
-            log = await runs.create(name, {"n": name})
+            log = await runs.create(run_record(name, {"n": name}))
             await log.aclose()
         listed = await runs.list(owner=EVERY_OWNER)
-        assert [s["run_id"] for s in listed] == ["c", "b", "a"]
-        assert [s["run_id"] for s in await runs.list(limit=2, owner=EVERY_OWNER)] == ["c", "b"]
+        assert [s.run_id for s in listed] == ["c", "b", "a"]
+        assert [s.run_id for s in await runs.list(limit=2, owner=EVERY_OWNER)] == ["c", "b"]
 
 
 async def test_prune_keeps_the_newest_finished_and_drops_the_stale(store_settings: StoreSettings) -> None:
@@ -144,18 +145,18 @@ async def test_prune_keeps_the_newest_finished_and_drops_the_stale(store_setting
         runs = stores.runs
         now = time.time()
         for index, name in enumerate(("old1", "old2", "new1", "new2", "live")):
-            log = await runs.create(name, {"status": "running"})
+            log = await runs.create(run_record(name, {"status": "running"}))
             if name != "live":
-                await log.write_summary({"status": "completed", "result": {"answer": name}})
+                await log.write_summary(run_record(log.run_id, {"status": "completed", "result": {"answer": name}}))
             await log.aclose()
             await touch_run(stores, settings, name, now - 100 + index)  # a stable order
-        log = await runs.create("stale", {"status": "running"})  # its server died long ago
+        log = await runs.create(run_record("stale", {"status": "running"}))  # its server died long ago
         await log.aclose()
         await touch_run(stores, settings, "stale", now - 40 * 86400)
 
         removed = await runs.prune(max_records=2, max_age_days=30)
         assert sorted(removed) == ["old1", "old2", "stale"]
-        left = {s["run_id"] for s in await runs.list(owner=EVERY_OWNER)}
+        left = {s.run_id for s in await runs.list(owner=EVERY_OWNER)}
         assert left == {"new1", "new2", "live"}  # a run still going is never pruned by count
         with pytest.raises(NotFoundError):
             await runs.read_summary("old1", owner=EVERY_OWNER)

@@ -5,7 +5,6 @@ sequence holds across flushes and a failed flush, and a summary never lands over
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from psycopg.rows import dict_row
 
 from rlm_mcp.events import Cell, LLMCall, TurnStart
 from rlm_mcp.owners import Owner
+from rlm_mcp.ports.runs import decode_live
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.state import CHANNEL, PgRunQueue
 from rlm_mcp.store.factory import make_stores
@@ -22,6 +22,7 @@ from rlm_mcp.store.pg import Database, DatabaseUnavailableError
 from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_postgres import Cluster
+from tests.fixtures_store import run_record
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -66,7 +67,7 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
     async with make_stores(make_settings(tmp_path, database_url=pg_url)) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
-        await stores.runs.create(RUN, {"status": "queued", "owner": ALICE})
+        await stores.runs.create(run_record(RUN, {"status": "queued", "owner": ALICE}))
         log = QueueRunLog(await stores.runs.reopen(RUN))
         await log.append(_turn(1))
         await log.append(_call(1, error="the endpoint refused"))  # a failed call: staged like any event
@@ -84,10 +85,12 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
 
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
             await listener.execute(f"LISTEN {CHANNEL}")
-            assert await log.publish({"status": "running", "iterations": 2, "owner": ALICE}, lm_called=True)
+            assert await log.publish(
+                run_record(RUN, {"status": "running", "iterations": 2, "owner": ALICE}), lm_called=True
+            )
             notes = [n.payload async for n in listener.notifies(timeout=10, stop_after=1)]
-        run_id, _, carried = notes[0].partition(" ")  # the summary rides along: no row to read
-        assert run_id == RUN and json.loads(carried)["iterations"] == 2
+        run_id, live = decode_live(notes[0])  # the live summary rides along: no row to read
+        assert run_id == RUN and live is not None and live.iterations == 2
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "llm_call", "llm_call", "cell", "turn_start", "llm_call"]
         assert '"iterations": 2' in record["summary"] and record["next_seq"] == 6 and not record["done"]
@@ -95,11 +98,13 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
         # Another process ends the run (a sweeper): the worker's next publish writes its events
         # and counters but not its summary, and says the run is over.
         queue = PgRunQueue(make_settings(tmp_path, database_url=pg_url), db)
-        assert await queue.finish(RUN, {"run_id": RUN, "status": "error", "result": {"status": "error"}})
+        assert await queue.finish(RUN, run_record(RUN, {"status": "error", "result": {"status": "error"}}))
         await log.append(_cell(2))
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
             await listener.execute(f"LISTEN {CHANNEL}")
-            assert not await log.publish({"status": "running", "iterations": 3, "owner": ALICE}, lm_called=True)
+            assert not await log.publish(
+                run_record(RUN, {"status": "running", "iterations": 3, "owner": ALICE}), lm_called=True
+            )
             notes = [n.payload async for n in listener.notifies(timeout=10, stop_after=1)]
         assert notes == [RUN]  # the id alone: the follower reads the final row
         types, record = await _rows(pg_url)
@@ -112,7 +117,7 @@ async def test_a_failed_flush_keeps_its_events_for_the_next_one_in_order(
 ) -> None:
     async with make_stores(make_settings(tmp_path, database_url=pg_url)) as stores:
         assert isinstance(stores.runs, PgRunStore)
-        await stores.runs.create(RUN, {"status": "queued", "owner": ALICE})
+        await stores.runs.create(run_record(RUN, {"status": "queued", "owner": ALICE}))
         log = QueueRunLog(await stores.runs.reopen(RUN))
         await log.append(_turn(1))
         await log.append(_call(1))
@@ -121,12 +126,14 @@ async def test_a_failed_flush_keeps_its_events_for_the_next_one_in_order(
         try:
             await log.append(_turn(2))
             with pytest.raises(DatabaseUnavailableError):
-                await log.publish({"status": "running", "owner": ALICE}, lm_called=True)
+                await log.publish(run_record(RUN, {"status": "running", "owner": ALICE}), lm_called=True)
             assert log.staged == 2
         finally:
             pg_cluster.start()
         await log.append(_call(2))
-        await log.write_summary({"status": "completed", "owner": ALICE, "result": {"status": "completed"}})
+        await log.write_summary(
+            run_record(log.run_id, {"status": "completed", "owner": ALICE, "result": {"status": "completed"}})
+        )
         await log.aclose()
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "llm_call", "cell", "turn_start", "llm_call"]

@@ -19,25 +19,25 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.runs import PgRunStore
+from tests.fixtures_store import run_record
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 
-def summary(run_id: str, owner: str = "local", query: str = "q") -> dict[str, Any]:
+def summary(run_id: str, owner: str = "local", query: str = "q", **fields: Any) -> RunRecord:
     limits = {"max_iterations": 5, "max_depth": 1, "timeout_s": 60.0, "token_budget": None, "max_errors": 3}
-    return {
-        "query": query,
-        "context_ids": ["c"],
-        "owner": owner,
-        "limits": limits,
-        "status": "queued",
-        "run_id": run_id,
-    }
+    stored = {"query": query, "context_ids": ["c"], "owner": owner, "limits": limits, "status": "queued"}
+    return run_record(run_id, stored | fields)
+
+
+def final(run_id: str) -> RunRecord:
+    return summary(run_id, status="completed", result={"status": "completed"})
 
 
 class Clock:
@@ -95,7 +95,7 @@ async def test_concurrent_sweepers_end_a_lost_run_once_and_requeue_a_fresh_one_o
     async with team(tmp_path, pg_url) as (db, queue, settings):
         worker = await queue.register_worker("owner-lost", 4)
         for name, lm_called in (("run_swept_lost0000001", True), ("run_swept_fresh000001", False)):
-            await queue.enqueue(name, "local", summary(name), 1, 0.0)
+            await queue.enqueue(summary(name), 1)
             claimed = await queue.claim(worker, 8, 8)
             assert claimed is not None and claimed.run_id == name and claimed.attempt == 1
             async with db.connection() as conn:
@@ -129,7 +129,7 @@ async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: 
     loss ends it; and the sweeps go on doing their work for the other runs all along."""
     async with team(tmp_path, pg_url, run_queue_timeout_s=1.0, queue_poll_s=0.2) as (db, queue, settings):
         worker = await queue.register_worker("owner-nul", 4)
-        await queue.enqueue("run_nul_query0000001", "local", summary("run_nul_query0000001", query="a\x00b"), 1, 0.0)
+        await queue.enqueue(summary("run_nul_query0000001", query="a\x00b"), 1)
         claimed = await queue.claim(worker, 8, 8)
         assert claimed is not None and claimed.summary["query"] == "a\x00b"
         store = PgRunStore(settings, db)
@@ -148,7 +148,7 @@ async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: 
         row = await queue.read("run_nul_query0000001")
         assert row is not None and row.done and row.summary["query"] == "a\x00b"
         # Later sweeps still work: a run no worker takes ends at the queue timeout.
-        await queue.enqueue("run_after_nul0000001", "local", summary("run_after_nul0000001"), 1, 0.0)
+        await queue.enqueue(summary("run_after_nul0000001"), 1)
         async with db.connection() as conn:
             await conn.execute("UPDATE rlm_runs SET queued_at = now() - interval '1 minute' WHERE state = 'queued'")
         sweeper._housekept_at = float("-inf")
@@ -162,7 +162,7 @@ async def test_a_sweeper_judges_leases_only_after_a_full_lease_connected(tmp_pat
     whose last round failed) gives the workers a full lease to heartbeat again."""
     async with team(tmp_path, pg_url) as (db, queue, settings):
         worker = await queue.register_worker("owner-outage", 4)
-        await queue.enqueue("run_outage0000000001", "local", summary("run_outage0000000001"), 1, 0.0)
+        await queue.enqueue(summary("run_outage0000000001"), 1)
         assert await queue.claim(worker, 8, 8) is not None
         await silence(db, worker)  # as after a database outage longer than the lease
         clock = Clock()
@@ -189,7 +189,7 @@ async def test_a_worker_resumed_after_its_run_was_claimed_again_writes_nothing(t
     async with team(tmp_path, pg_url) as (db, queue, settings):
         store = PgRunStore(settings, db)
         first_worker = await queue.register_worker("owner-frozen", 4)
-        await queue.enqueue("run_fenced0000000001", "local", summary("run_fenced0000000001"), 1, 0.0)
+        await queue.enqueue(summary("run_fenced0000000001"), 1)
         first = await queue.claim(first_worker, 8, 8)
         assert first is not None
         first_log = await store.reopen(first.run_id, attempt=first.attempt)
@@ -202,11 +202,13 @@ async def test_a_worker_resumed_after_its_run_was_claimed_again_writes_nothing(t
         second_log = await store.reopen(second.run_id, attempt=second.attempt)
         event = TurnStart(run_id=first.run_id, iteration=1, max_iterations=5, depth=0)
         second_log.stage(event)
-        assert await second_log.flush(summary={"status": "running", "iterations": 1})
+        assert await second_log.flush(summary=summary(first.run_id, status="running", iterations=1))
         first_log.stage(event)  # the frozen worker resumes
-        assert not await first_log.flush(summary={"status": "running", "iterations": 9}, mark_lm_called=True)
+        assert not await first_log.flush(
+            summary=summary(first.run_id, status="running", iterations=9), mark_lm_called=True
+        )
         assert not await queue.requeue(first.run_id, first.attempt, summary(first.run_id))
-        assert not await queue.finish(first.run_id, {"status": "completed", "result": {}}, attempt=first.attempt)
+        assert not await queue.finish(first.run_id, final(first.run_id), attempt=first.attempt)
         beat = await queue.heartbeat(first_worker)
         assert first.run_id not in beat.held  # what tells the resumed worker to stop the run
         assert (await queue.heartbeat(second_worker)).held == {first.run_id: (second.attempt, False)}
@@ -216,38 +218,39 @@ async def test_a_worker_resumed_after_its_run_was_claimed_again_writes_nothing(t
         row = await queue.read(first.run_id)
         assert attempts == [second.attempt]
         assert row is not None and row.summary["iterations"] == 1 and not row.lm_called and row.state == "running"
-        assert await queue.finish(first.run_id, {"status": "completed", "result": {}}, attempt=second.attempt)
+        assert await queue.finish(first.run_id, final(first.run_id), attempt=second.attempt)
 
 
 async def test_claims_are_fair_and_each_owner_holds_at_most_its_share(tmp_path: Path, pg_url: str) -> None:
-    """Several tokens: one owner's running runs hold at most RLM_MCP_RUN_OWNER_SHARE of all live
-    workers' slots; the next claim takes the oldest run of the owner with the fewest running."""
-    tokens = {"auth_tokens": ["token-a", "token-b"], "run_owner_share": 0.5}
+    """Several tokens: one owner's running runs hold at most its share of all live workers' slots
+    (RLM_MCP_MAX_RUNS_PER_OWNER's default: half of them); the next claim takes the oldest run of
+    the owner with the fewest running."""
+    tokens = {"auth_tokens": ["token-a", "token-b"]}
     async with team(tmp_path, pg_url, **tokens) as (_, queue, _settings):
         worker = await queue.register_worker("owner-fair", 4)  # 4 slots in all: a share of 2
         for i in range(5):
-            await queue.enqueue(f"run_fair_a{i:010d}", "a", summary(f"run_fair_a{i:010d}", "a"), 1, 0.0)
-        await queue.enqueue("run_fair_b0000000000", "b", summary("run_fair_b0000000000", "b"), 1, 0.0)
+            await queue.enqueue(summary(f"run_fair_a{i:010d}", "a"), 1)
+        await queue.enqueue(summary("run_fair_b0000000000", "b"), 1)
         order = []
         while (row := await queue.claim(worker, 8, 8)) is not None:
             order.append(row.run_id)
         assert order == ["run_fair_a0000000000", "run_fair_b0000000000", "run_fair_a0000000001"]
-        await queue.finish(order[0], {"result": {}}, attempt=1)
+        await queue.finish(order[0], final(order[0]), attempt=1)
         row = await queue.claim(worker, 8, 8)
         assert row is not None and row.run_id == "run_fair_a0000000002"
     # One token: no share, the owner may use every slot (positive control).
     async with team(tmp_path, pg_url, auth_tokens=["token-a"]) as (_, queue, _settings):
         worker = await queue.register_worker("owner-solo", 4)
         for i in range(3):
-            await queue.enqueue(f"run_solo_{i:011d}", "c", summary(f"run_solo_{i:011d}", "c"), 1, 0.0)
+            await queue.enqueue(summary(f"run_solo_{i:011d}", "c"), 1)
         assert [await queue.claim(worker, 8, 8) is not None for _ in range(3)] == [True, True, True]
 
 
 async def test_claims_wait_for_the_sandbox_slots_a_run_needs(tmp_path: Path, pg_url: str) -> None:
     async with team(tmp_path, pg_url) as (_, queue, _settings):
         worker = await queue.register_worker("owner-slots", 4)
-        await queue.enqueue("run_deep000000000001", "local", summary("run_deep000000000001"), 3, 0.0)
-        await queue.enqueue("run_shallow000000001", "local", summary("run_shallow000000001"), 1, 0.0)
+        await queue.enqueue(summary("run_deep000000000001"), 3)
+        await queue.enqueue(summary("run_shallow000000001"), 1)
         row = await queue.claim(worker, 2, 8)  # the older run needs 3: the shallow one goes first
         assert row is not None and row.run_id == "run_shallow000000001"
         assert await queue.claim(worker, 2, 8) is None
@@ -267,7 +270,7 @@ async def test_the_waiting_bound_holds_under_concurrent_starts_on_two_replicas(t
         async def start(i: int) -> None:
             run_id = f"run_bound{i:011d}"
             try:
-                await queues[i % 2].enqueue(run_id, "tok", summary(run_id, "tok"), 1, 0.0)
+                await queues[i % 2].enqueue(summary(run_id, "tok"), 1)
                 accepted.append(run_id)
             except BusyError:
                 refused.append(run_id)
@@ -319,9 +322,9 @@ async def test_pruning_removes_finished_runs_only_by_the_databases_clock(tmp_pat
     """Old finished records go; a live run's record stays however old its row looks."""
     async with team(tmp_path, pg_url) as (db, queue, settings):
         store = PgRunStore(settings, db)
-        await queue.enqueue("run_live_old00000001", "local", summary("run_live_old00000001"), 1, 0.0)
-        await queue.enqueue("run_done_old00000001", "local", summary("run_done_old00000001"), 1, 0.0)
-        await queue.cancel("run_done_old00000001", {"status": "cancelled", "result": {}})
+        await queue.enqueue(summary("run_live_old00000001"), 1)
+        await queue.enqueue(summary("run_done_old00000001"), 1)
+        await queue.cancel("run_done_old00000001", final("run_done_old00000001"))
         async with db.connection() as conn:
             await conn.execute("UPDATE rlm_runs SET updated_at = updated_at - 40 * 86400")
         removed = await store.prune(max_records=1000, max_age_days=30)

@@ -39,6 +39,7 @@ from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.viewer import render_index_html, render_run_html
 from tests.chromium import Browser
 from tests.fixtures_e2e import SERVER_SCRIPT
+from tests.fixtures_store import run_record
 from tests.fixtures_viewer import HOSTILE, record_big_run, record_run
 from tests.test_http_transport import TOKEN, server_env
 
@@ -55,7 +56,7 @@ def start_server(env: dict[str, str], port: int) -> Iterator[str]:
 async def _reopen(store: RunStore, run_id: str) -> RunLog:
     """The run's log opened for appending, as the server that runs it holds it."""
     run_dir = store._run_dir(run_id)
-    created = (await store.read_summary(run_id, owner=EVERY_OWNER))["created_at"]
+    created = (await store.read_summary(run_id, owner=EVERY_OWNER)).created_at
     fh = await anyio.to_thread.run_sync(open, run_dir / "events.jsonl", "ab")
     return RunLog(run_dir, fh, created_at=created, max_event_bytes=1 << 18, max_log_bytes=1 << 26)
 
@@ -166,13 +167,15 @@ def test_static_run_page_shows_everything_and_keeps_hostile_text_inert(tmp_path:
 
 def test_static_index_filters_and_searches(tmp_path: Path, browser: Browser) -> None:
     summary, _ = _record(tmp_path)
-    other = {
-        "run_id": "run_other",
-        "created_at": 1.0,
-        "query": "a quiet question",
-        "status": "error",
-        "result": {"status": "error", "reason": "boom", "duration_s": 2.0},
-    }
+    other = run_record(
+        "run_other",
+        {
+            "query": "a quiet question",
+            "status": "error",
+            "result": {"status": "error", "reason": "boom", "duration_s": 2.0},
+        },
+        created_at=1.0,
+    )
     page = tmp_path / "index.html"
     page.write_text(render_index_html([summary, other], run_href="run-"), encoding="utf-8")
     browser.open(page.as_uri(), ready="document.querySelectorAll('tr.row').length === 2")
@@ -231,7 +234,7 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
     async def create() -> None:
         # A run this token started, as the server records it: the token's session may see it.
         summary = {"query": "live question", "status": "running", "model": "m", "owner": owner_of_token(TOKEN)}
-        log = await store.create(run_id, summary)
+        log = await store.create(run_record(run_id, summary))
         await log.append(
             RunStart(
                 run_id=run_id,
@@ -285,22 +288,25 @@ async def _finish(store: RunStore, run_id: str) -> None:
     log = await _reopen(store, run_id)
     try:
         await log.write_summary(
-            {
-                "query": "live question",
-                "status": "completed",
-                "model": "m",
-                "owner": owner_of_token(TOKEN),
-                "result": {
+            run_record(
+                log.run_id,
+                {
+                    "query": "live question",
                     "status": "completed",
-                    "answer": "forty-two",
-                    "reason": None,
-                    "run_id": run_id,
-                    "iterations": 2,
-                    "usage": {},
-                    "duration_s": 1.0,
-                    "sub_calls": 0,
+                    "model": "m",
+                    "owner": owner_of_token(TOKEN),
+                    "result": {
+                        "status": "completed",
+                        "answer": "forty-two",
+                        "reason": None,
+                        "run_id": run_id,
+                        "iterations": 2,
+                        "usage": {},
+                        "duration_s": 1.0,
+                        "sub_calls": 0,
+                    },
                 },
-            }
+            )
         )
     finally:
         await log.aclose()

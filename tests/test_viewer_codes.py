@@ -29,6 +29,7 @@ from rlm_mcp.testing.waiting import wait_until
 from rlm_mcp.viewer.auth import COOKIE, ViewerAuth
 from rlm_mcp.viewer.routes import build_viewer
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
+from tests.fixtures_store import run_record
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +74,7 @@ async def test_the_viewer_takes_a_code_once_in_both_of_its_modes() -> None:
 async def test_the_local_viewers_session_sees_every_owner_and_a_signed_code_names_one(tmp_path: Path) -> None:
     store = RunStore(make_settings(tmp_path))
     for i, owner in enumerate(["alice", "bob"]):
-        log = await store.create(f"run_{i:012d}", {"query": "q", "status": "completed", "owner": owner})
+        log = await store.create(run_record(f"run_{i:012d}", {"query": "q", "status": "completed", "owner": owner}))
         await log.aclose()
     # As `rlm-mcp runs view` serves it: a random token, a code for every owner.
     auth = ViewerAuth(tokens=["nobody-knows"], policy=HostPolicy("127.0.0.1", 80, [], []))

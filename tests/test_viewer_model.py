@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from rlm_mcp.events import SubCalls
 from rlm_mcp.owners import EVERY_OWNER
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunStore
 from rlm_mcp.viewer.model import build_run
 from rlm_mcp.viewer.page import json_for_script, render_page
@@ -18,8 +19,8 @@ from tests.fixtures_engine import make_settings
 from tests.fixtures_viewer import HOSTILE, record_run
 
 
-def _load(tmp_path: Path) -> tuple[dict, list]:
-    async def work() -> tuple[dict, list]:
+def _load(tmp_path: Path) -> tuple[RunRecord, list]:
+    async def work() -> tuple[RunRecord, list]:
         await record_run(tmp_path / "data")
         store = RunStore(make_settings(data_dir=tmp_path / "data"))
         return await store.read_summary("run_viewer_1", owner=EVERY_OWNER), await store.read_events(
@@ -52,7 +53,7 @@ def test_model_ties_calls_to_batches_cells_and_children(tmp_path: Path) -> None:
 def test_a_log_cut_mid_cell_is_a_running_run(tmp_path: Path) -> None:
     summary, events = _load(tmp_path)
     cut = next(i for i, e in enumerate(events) if isinstance(e, SubCalls))
-    model = build_run({"run_id": summary["run_id"], "query": summary["query"]}, events[:cut])
+    model = build_run(RunRecord.from_stored({"run_id": summary.run_id, "query": summary.request.query}), events[:cut])
     assert not model["finished"] and model["status"] == "running" and model["answer"] is None
     cell = model["runs"]["run_viewer_1"]["turns"][0]["cells"][0]
     assert cell["end"] is None and cell["batches"][0]["end"] is None and len(cell["batches"][0]["calls"]) == 3

@@ -5,7 +5,8 @@ formatting and truncation, the token-aware window, limits, recursion, the usage 
 producing the run events (their types and encoding are `rlm_mcp.events`); and the decision whether a run has started (`RunNotStarted`).
 Must not know about MCP or Docker: it talks to the `Sandbox` and `ChatModel` protocols
 (rlm_mcp/ports/, docs/architecture.md), which the service wires to the real `sandbox` and `lm`
-layers; it never imports `sandbox` or `store`.
+layers; it never imports `sandbox`, `store` or `lm` (their failures and results are the chat
+contract, `ports/chat.py`), so importing it loads no HTTP client.
 The service layer is written against the names exported here.
 """
 

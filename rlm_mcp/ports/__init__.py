@@ -1,9 +1,11 @@
 """The contracts between layers (docs/architecture.md, "Ports").
 
-Owns the protocols and value types that the engine, the sandbox and the store agree on, so
-none of them imports another: `engine` (the engine's chat model and sandbox), `sandbox` (how a
-sandbox backend plugs in: a kernel channel and a backend), `owners` (who may reap a sandbox).
-Must not import any other `rlm_mcp` package at run time (only `rlm_mcp.errors` and `config`).
+Owns the protocols and value types that the engine, the LM client, the sandbox and the store
+agree on, so none of them imports another: `engine` (the engine's chat model and sandbox),
+`chat` (what an LM call returns and how it fails), `runs` (the versioned run record, its usage,
+notices and live summary), `kernel` (how a sandbox backend plugs in: a kernel channel and a
+backend), `owners` (who may reap a sandbox). Must not import another layer at run time (only
+the neutral modules: `rlm_mcp.errors`, `events`, `owners`).
 """
 
 from rlm_mcp.ports.engine import (

@@ -297,8 +297,8 @@ def _add_resources(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller])
     @mcp.resource("rlm://runs/{run_id}", mime_type="application/json")
     async def run_resource(run_id: str, ctx: Context) -> str:
         """Summary of a run: query, limits, status, result."""
-        summary = await read(svc(ctx).run_summary(run_id))
-        return json.dumps(summary, indent=2, default=str)
+        record = await read(svc(ctx).run_record(run_id))
+        return json.dumps(record.to_stored(), indent=2)
 
     @mcp.resource("rlm://runs/{run_id}/trajectory", mime_type="application/jsonl")
     async def trajectory_resource(run_id: str, ctx: Context) -> str:

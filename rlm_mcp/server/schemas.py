@@ -80,7 +80,7 @@ class RunOutcome(BaseModel):
             run_id=snapshot.run_id,
             iterations=snapshot.iterations or 0,
             sub_calls=snapshot.sub_calls or 0,
-            usage=snapshot.usage or {},
+            usage=snapshot.usage.to_dict() if snapshot.usage is not None else {},
         )
 
     @classmethod

@@ -16,8 +16,9 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import OwnerScope
 from rlm_mcp.ports.owners import OwnerLiveness
+from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.runs import ActiveRun, RunManager, RunRequest
+from rlm_mcp.service.runs import ActiveRun, RunManager
 from rlm_mcp.store.bundle import Stores
 
 

@@ -8,12 +8,13 @@ one place that names the owner; nothing in the server layer passes an owner by h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlm_mcp.engine import RunResult
 from rlm_mcp.events import LoggedEvent
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import ChunkEncoding, ProgressReport, RlmService
 from rlm_mcp.service.views import RunSnapshot
@@ -106,8 +107,8 @@ class Caller:
     async def cancel(self, run_id: str) -> RunSnapshot:
         return await self.service.cancel(run_id, owner=self.owner)
 
-    async def run_summary(self, run_id: str) -> dict[str, Any]:
-        return await self.service.run_summary(run_id, owner=self.owner)
+    async def run_record(self, run_id: str) -> RunRecord:
+        return await self.service.run_record(run_id, owner=self.owner)
 
     async def run_events(self, run_id: str) -> list[LoggedEvent]:
         return await self.service.run_events(run_id, owner=self.owner)

@@ -1,18 +1,24 @@
-"""How many runs may wait for a slot (issue 20 item 11).
+"""How many runs may wait for a slot, and how many of the slots one owner may hold.
 
 Runs beyond RLM_MCP_MAX_RUNS wait in a queue; unbounded, 1,100 `rlm_start` calls held 1,100
 run logs open and exhausted a 1,024-fd server. The queue is bounded overall
 (RLM_MCP_RUN_MAX_QUEUED) and per owner (RLM_MCP_RUN_MAX_QUEUED_PER_OWNER, so one token cannot
 fill it for the others); a run over either bound is refused at once, before anything is opened,
 with an error that speaks only of the caller's own runs or of the server as a whole.
+
+Of the slots themselves, each owner holds at most its share (`owner_run_share`): a run over it
+waits in the queue even while slots are free, so one token cannot hold every slot while another
+token's runs reach the queue timeout. Embedded mode enforces it at start (`service.slots`); a
+team-mode worker asks the same function at claim time.
 """
 
 from __future__ import annotations
 
+from rlm_mcp.access import load_tokens
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 
-__all__ = ["queue_refusal"]
+__all__ = ["configured_owners", "owner_run_share", "queue_refusal"]
 
 
 def _runs(n: int) -> str:
@@ -33,3 +39,28 @@ def queue_refusal(settings: Settings, *, queued: int, queued_by_owner: int) -> B
             "Try again in a while; the operator can raise RLM_MCP_RUN_MAX_QUEUED or RLM_MCP_MAX_RUNS.",
         )
     return None
+
+
+def owner_run_share(settings: Settings, *, slots: int | None = None, owners: int | None = None) -> int:
+    """How many runs one owner may have executing at once (RLM_MCP_MAX_RUNS_PER_OWNER).
+
+    `slots`: the run slots the share is of (default RLM_MCP_MAX_RUNS, this process's; team mode
+    passes the slots of every live worker). `owners`: how many tokens are configured (default:
+    counted from the settings). Unset, the share is every slot when one owner can exist (stdio,
+    or HTTP with one token) and half of them, rounded up, when several tokens are configured, so
+    one token never holds every slot while another's runs wait. Never more than `slots`, never
+    less than 1."""
+    total = settings.max_runs if slots is None else slots
+    if settings.max_runs_per_owner is not None:
+        return max(1, min(settings.max_runs_per_owner, total))
+    if owners is None:
+        owners = configured_owners(settings)
+    return max(1, total if owners <= 1 else -(-total // 2))
+
+
+def configured_owners(settings: Settings) -> int:
+    """The number of tokens the settings accept (each one an owner); 1 without any."""
+    try:
+        return max(1, len(load_tokens(settings)))
+    except OSError:  # an unreadable tokens file: the server refuses to start over it anyway
+        return 1

@@ -14,19 +14,20 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine import RLMEngine, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
+from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
-from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.owners import OwnerScope, sees
+from rlm_mcp.ports.runs import Notice, NoticeKind, NotStarted, RunRecord, RunRequest, render_notices
 from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.progress import HEARTBEAT_S
-from rlm_mcp.service.run_queue import queue_refusal
+from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
+from rlm_mcp.service.slots import SlotGate
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo
 from rlm_mcp.store.ports import ContextStorePort, RunLogPort, RunStorePort
@@ -38,14 +39,6 @@ PRUNE_EVERY_S = 300.0
 
 # Events after which a waiting `rlm_complete` reports progress at once.
 PROGRESS_EVENTS = (TurnStart, SubCalls, ChildStart, ChildEnd, RunEnd)
-
-
-@dataclass
-class RunRequest:
-    query: str
-    context_ids: list[str]
-    limits: RunLimits
-    owner: Owner  # who may see, wait on and cancel the run (rlm_mcp.owners)
 
 
 @dataclass
@@ -67,14 +60,21 @@ class ActiveRun:
     # Counts notifications, so a waiter that was busy (sending progress) when one happened
     # still sees it: the Event alone is replaced on every notify and would lose it.
     seq: int = 0
-    # Team mode: which worker runs it, or why it waits (no live worker); shown by rlm_status.
-    notice: str | None = None
+    # Team mode: where the run executes, or why it went back to the queue (the record's notice)...
+    notice: Notice | None = None
+    # ... and the front's own, never stored: no live worker to take it. rlm_status shows both.
+    waiting: Notice | None = None
     # Ended because its server shut down (cancelled from outside its own scope), set before
     # its final record is written (a team worker may hand such a run back instead).
     shut_down: bool = False
     # Team mode: awaited before each LM call and each cell (on the events that precede them);
     # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
     fence: Callable[[], Awaitable[bool]] | None = None
+    # Holds one of the process's run slots (from the moment the slot gate hands it one).
+    slotted: bool = False
+    # Whether its owner's share of the slots applies here (a team worker's runs were claimed
+    # within it already).
+    shared: bool = True
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
@@ -100,9 +100,30 @@ class ActiveRun:
             iterations=p.iterations,
             max_iterations=p.max_iterations,
             sub_calls=p.sub_calls,
-            usage=p.usage.to_dict(),
+            usage=p.usage.copy_of(),
+            elapsed_s=round(time.monotonic() - p.started, 3),
+            notice=render_notices(self.notice, self.waiting),
+        )
+
+    def record(self) -> RunRecord:
+        """The run's record now: its request, its live state and, once it ended, its result."""
+        p = self.progress
+        cause = self.not_started
+        return RunRecord(
+            run_id=self.run_id,
+            created_at=self.created,
+            request=self.request,
+            status=p.status,
+            phase=p.phase,
+            iterations=p.iterations,
+            max_iterations=p.max_iterations,
+            sub_calls=p.sub_calls,
+            usage=p.usage.copy_of(),
             elapsed_s=round(time.monotonic() - p.started, 3),
             notice=self.notice,
+            last_event=self.last_event,
+            result=self.result,
+            not_started=NotStarted(cause=cause.cause, fix=cause.fix) if cause is not None else None,
         )
 
 
@@ -114,11 +135,11 @@ class RunManager:
         self._contexts = contexts
         self._records = records
         self._runs: dict[str, ActiveRun] = {}
-        self._slots = anyio.Semaphore(settings.max_runs, fast_acquire=True)
+        self._gate = SlotGate(settings.max_runs, owner_run_share(settings))
         self._pruned_at = float("-inf")
         self._tg: anyio.abc.TaskGroup | None = None
-        # The reason runs cancelled by this process's shutdown record (a team worker names itself).
-        self.shutdown_reason = "the server shut down"
+        # Why runs cancelled by this process's shutdown ended (a team worker names itself).
+        self.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN)
 
     async def __aenter__(self) -> RunManager:
         self._tg = anyio.create_task_group()
@@ -162,7 +183,7 @@ class RunManager:
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress, fence=fence)
+        run = ActiveRun(run_id, request, progress, shared=False, fence=fence)
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log)
         return run
@@ -170,12 +191,16 @@ class RunManager:
     async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
         if self._tg is None or engine is None:
             raise RuntimeError("RunManager used outside its context, or without an engine")
-        # Bounded before anything is opened (issue 20 item 11); runs that will take a free slot
-        # at once do not count as waiting.
-        waiting = [r for r in self._runs.values() if r.result is None and r.progress.status == "queued"]
-        free = self._slots.value
+        # Bounded before anything is opened; runs that will take a free slot at once do not count
+        # as waiting. The check and the run's place among the waiting are taken with no await in
+        # between, so concurrent starts cannot all pass one check.
+        waiting = [r for r in self._runs.values() if not r.slotted and not r.done.is_set()]
         mine = sum(1 for r in waiting if r.request.owner == request.owner)
-        busy = queue_refusal(self._settings, queued=max(0, len(waiting) - free), queued_by_owner=max(0, mine - free))
+        busy = queue_refusal(
+            self._settings,
+            queued=max(0, len(waiting) - self._gate.free),
+            queued_by_owner=max(0, mine - self._gate.startable(request.owner)),
+        )
         if busy is not None:
             raise busy
         run_id = f"run_{uuid.uuid4().hex[:20]}"
@@ -183,8 +208,12 @@ class RunManager:
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         run = ActiveRun(run_id, request, progress)
-        log = await self._records.create(run_id, self._summary(run))
         self._runs[run_id] = run
+        try:
+            log = await self._records.create(run.record())
+        except BaseException:
+            del self._runs[run_id]
+            raise
         await self._tg.start(self._execute, run, engine, log)
         return run
 
@@ -218,7 +247,8 @@ class RunManager:
             finally:
                 with anyio.CancelScope(shield=True):
                     if result is None:  # cancelled from outside the run's own scope (shutdown)
-                        result = self._ended(run, "cancelled", self.shutdown_reason)
+                        result = self._ended(run, "cancelled", self.shutdown_notice.render())
+                        run.notice = self.shutdown_notice
                         run.shut_down = True
                     run.result = result
                     run.progress.status = result.status
@@ -262,20 +292,32 @@ class RunManager:
         try:
             return await self._run_pinned(run, engine, log, infos)
         finally:
-            self._slots.release()
+            self._gate.release(run.request.owner)
 
     async def _acquire_slot(self, run: ActiveRun) -> None:
         timeout = self._settings.run_queue_timeout_s
+        owner = run.request.owner
         run.notify("queued")
         with anyio.move_on_after(timeout) as waited:
-            await self._slots.acquire()
-        if waited.cancelled_caught:
+            await self._gate.acquire(owner, run, shared=run.shared)
+        if not waited.cancelled_caught:
+            return
+        gate = self._gate
+        if gate.running(owner) >= gate.share:  # it waited for its owner's runs, not for the server
             raise RunNotStarted(
                 BusyError(
-                    f"{self._settings.max_runs} runs are already executing and none finished within {timeout:.0f} s.",
-                    "Wait for a run to end (rlm_status), cancel one (rlm_cancel), or raise RLM_MCP_MAX_RUNS.",
+                    f"You already have {gate.running(owner)} runs executing (your share of the server's "
+                    f"{gate.slots} slots, RLM_MCP_MAX_RUNS_PER_OWNER={gate.share}) and none of them finished "
+                    f"within {timeout:.0f} s.",
+                    "Wait for one of your runs to end (rlm_status) or cancel one (rlm_cancel).",
                 )
             )
+        raise RunNotStarted(
+            BusyError(
+                f"{gate.slots} runs are already executing and none finished within {timeout:.0f} s.",
+                "Wait for a run to end (rlm_status), cancel one (rlm_cancel), or raise RLM_MCP_MAX_RUNS.",
+            )
+        )
 
     async def _run_pinned(
         self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, infos: list[ContextInfo]
@@ -284,7 +326,7 @@ class RunManager:
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
         try:
-            await log.open()  # only now: a queued run holds no descriptor (issue 20 item 11)
+            await log.open()  # only now: a queued run holds no descriptor
         except Exception:  # a full disk must not end the run (appends try again)
             logger.exception("could not open the log of run %s", run.run_id)
 
@@ -310,46 +352,16 @@ class RunManager:
         )
 
     def _ended(self, run: ActiveRun, status: RunStatus, reason: str) -> RunResult:
-        p = run.progress
-        return RunResult(
-            status=status,
-            answer=None,
-            reason=reason,
-            run_id=run.run_id,
-            iterations=p.iterations,
-            usage=p.usage.copy_of(),
-            duration_s=round(time.monotonic() - p.started, 3),
-            sub_calls=p.sub_calls,
-        )
-
-    def _summary(self, run: ActiveRun) -> dict[str, Any]:
-        return run_summary(self._settings, run)
+        result = run.record().ended(status, reason).result
+        assert result is not None
+        return result
 
     async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> None:
         try:
-            await log.write_summary(self._summary(run))
+            await log.write_summary(run.record())
             await log.aclose()
         except Exception:
             logger.exception("could not write the record of run %s", run.run_id)
-
-
-def run_summary(settings: Settings, run: ActiveRun) -> dict[str, Any]:
-    """The run's record: its request, its live status and, once it ended, its result."""
-    summary: dict[str, Any] = {
-        "run_id": run.run_id,
-        "query": run.request.query,
-        "context_ids": run.request.context_ids,
-        "owner": run.request.owner,
-        "limits": vars(run.request.limits),
-        "created_at": run.created,
-        "model": settings.model,
-    }
-    summary.update(run.snapshot().model_dump(exclude_none=True))
-    if run.result is not None:
-        summary["result"] = run.result.model_dump()
-    if run.not_started is not None:
-        summary["not_started"] = {"cause": run.not_started.cause, "fix": run.not_started.fix}
-    return summary
 
 
 async def wait_with_heartbeat(

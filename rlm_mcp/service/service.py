@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 
@@ -28,13 +28,15 @@ from rlm_mcp.events import LoggedEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
+from rlm_mcp.ports.runs import RunRecord, RunRequest
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.arguments import check_text, check_texts
 from rlm_mcp.service.backends import RunBackend, open_runs, sandbox_liveness
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
-from rlm_mcp.service.runs import ActiveRun, RunRequest, unique_ids, wait_with_heartbeat
+from rlm_mcp.service.runs import ActiveRun, unique_ids, wait_with_heartbeat
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, UploadState
 from rlm_mcp.store.factory import Stores, make_stores
@@ -124,6 +126,11 @@ class RlmService:
         exclude: list[str] | None = None,
         owner: Owner,
     ) -> ContextInfo:
+        check_text("text", text, nul_ok=True)  # a body: stored as bytes
+        for argument, value in (("path", path), ("glob", glob), ("url", url), ("name", name)):
+            check_text(argument, value)
+        check_texts("include", include)
+        check_texts("exclude", exclude)
         return await self.loader.load(
             text=text,
             path=path,
@@ -149,6 +156,8 @@ class RlmService:
         format: ContextFormat | None,
         owner: Owner,
     ) -> UploadState:
+        for argument, value in (("upload_id", upload_id), ("name", name), ("sha256", sha256)):
+            check_text(argument, value)
         if encoding == "base64":
             try:
                 raw = base64.b64decode(data, validate=True)
@@ -157,6 +166,7 @@ class RlmService:
                     f"Chunk {index} is not valid base64 ({exc}).", "Send standard base64, or encoding='text'."
                 ) from exc
         else:
+            check_text("data", data, nul_ok=True)  # a body: stored as bytes
             raw = data.encode("utf-8")
         return await self.uploads.put_chunk(
             data=raw,
@@ -173,9 +183,11 @@ class RlmService:
         return await self.contexts.list(owner=owner)
 
     async def context(self, context_id: str, *, owner: Owner) -> ContextInfo:
+        check_text("context_id", context_id)
         return await self.contexts.get(context_id, owner=owner)
 
     async def delete_context(self, context_id: str, *, owner: Owner) -> bool:
+        check_text("context_id", context_id)
         await self.contexts.get(context_id, owner=owner)  # NotFoundError with the fix for unknown ids
         return await self.contexts.delete(context_id, owner=owner)
 
@@ -188,6 +200,11 @@ class RlmService:
         fails later but before the run started is the run's `not_started`."""
         if not isinstance(query, str) or not query.strip():
             raise BadArgumentError("The query is empty.", "Pass the question to answer about the context as `query`.")
+        check_text("query", query)
+        if isinstance(context_id, str):
+            check_text("context_id", context_id)
+        else:
+            check_texts("context_id", context_id)
         ids = unique_ids(context_id)
         if not ids:
             raise BadArgumentError(
@@ -200,7 +217,9 @@ class RlmService:
         if runs.local:  # a team-mode front runs nothing: its workers check their own Docker
             await self.sandboxes.ensure_ready()
         await self._check_lm()
-        request = RunRequest(query=query, context_ids=ids, limits=overrides.limits(self.settings), owner=owner)
+        request = RunRequest(
+            query=query, context_ids=ids, limits=overrides.limits(self.settings), owner=owner, model=self.settings.model
+        )
         return await runs.start(request, engine)
 
     async def complete(
@@ -235,26 +254,27 @@ class RlmService:
         return result
 
     async def status(self, run_id: str, *, owner: Owner) -> RunSnapshot:
+        check_text("run_id", run_id)
         run = await self.runs.find(run_id, owner=owner)
         if run is not None:
             return run.snapshot()
-        summary = await self.records.read_summary(run_id, owner=owner)  # NotFoundError for unknown ids
-        return RunSnapshot.from_record(summary)
+        record = await self.records.read_summary(run_id, owner=owner)  # NotFoundError for unknown ids
+        return RunSnapshot.from_record(record)
 
     async def result(self, run_id: str, wait_s: float = 0.0, *, owner: Owner) -> RunResult | RunSnapshot:
         """The result when the run has ended (waiting up to `wait_s`), else its status."""
+        check_text("run_id", run_id)
         run = await self.runs.find(run_id, owner=owner)
         if run is not None:
             if wait_s > 0:
                 with anyio.move_on_after(min(wait_s, RESULT_WAIT_MAX_S)):
                     await run.done.wait()
             return run.result if run.result is not None else run.snapshot()
-        summary = await self.records.read_summary(run_id, owner=owner)
-        if "result" in summary:
-            return RunResult.model_validate(summary["result"])
-        return RunSnapshot.from_record(summary)
+        record = await self.records.read_summary(run_id, owner=owner)
+        return record.result if record.result is not None else RunSnapshot.from_record(record)
 
     async def cancel(self, run_id: str, *, owner: Owner) -> RunSnapshot:
+        check_text("run_id", run_id)
         run = await self.runs.find(run_id, owner=owner)
         if run is None:
             # Finished long ago, or by another server: cancelling an ended run changes nothing.
@@ -263,25 +283,27 @@ class RlmService:
             await self.runs.cancel(run_id)
         return run.snapshot()
 
-    async def run_summary(self, run_id: str, *, owner: Owner) -> dict[str, Any]:
-        """The run's record, with the live status while it runs."""
-        summary = await self.records.read_summary(run_id, owner=owner)
+    async def run_record(self, run_id: str, *, owner: Owner) -> RunRecord:
+        """The run's record, with the live state while it runs."""
+        check_text("run_id", run_id)
+        record = await self.records.read_summary(run_id, owner=owner)  # NotFoundError for unknown ids
         run = await self.runs.find(run_id, owner=owner)
-        if run is not None and run.result is None:
-            summary.update(run.snapshot().model_dump())
-        return summary
+        if run is not None and not run.done.is_set():
+            return record.with_live(run.record().live())
+        return record
 
     async def run_events(self, run_id: str, *, owner: Owner) -> list[LoggedEvent]:
+        check_text("run_id", run_id)
         return await self.records.read_events(run_id, owner=owner)
 
     async def full_answer(self, run_id: str, *, owner: Owner) -> str:
+        check_text("run_id", run_id)
         run = await self.runs.find(run_id, owner=owner)
         result = run.result if run is not None else None
         if result is None:
-            summary = await self.records.read_summary(run_id, owner=owner)
-            if "result" not in summary:
+            result = (await self.records.read_summary(run_id, owner=owner)).result
+            if result is None:
                 raise NotFoundError(f"Run {run_id} has no answer yet.", "Wait for it with rlm_result.")
-            result = RunResult.model_validate(summary["result"])
         return result.answer or ""
 
     async def _check_lm(self) -> None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel
 
-from rlm_mcp.engine import RunStatus
+from rlm_mcp.ports.runs import RunRecord, RunStatus, Usage, render_notices
 
 
 class RunSnapshot(BaseModel):
@@ -17,12 +15,21 @@ class RunSnapshot(BaseModel):
     iterations: int | None = None
     max_iterations: int | None = None
     sub_calls: int | None = None
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     elapsed_s: float | None = None
     # Team mode: why a queued run is not moving (no live worker), or which worker runs it.
     notice: str | None = None
 
     @classmethod
-    def from_record(cls, summary: dict[str, Any]) -> RunSnapshot:
-        """From a run record on disk (a run that ended, possibly in another server)."""
-        return cls.model_validate({name: summary.get(name) for name in cls.model_fields})
+    def from_record(cls, record: RunRecord) -> RunSnapshot:
+        """From a run's stored record (a run that ended, possibly in another server)."""
+        return cls(
+            run_id=record.run_id,
+            status=record.status,
+            iterations=record.iterations,
+            max_iterations=record.max_iterations,
+            sub_calls=record.sub_calls,
+            usage=record.usage,
+            elapsed_s=record.elapsed_s,
+            notice=render_notices(record.notice),
+        )

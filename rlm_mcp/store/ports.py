@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from rlm_mcp.events import LoggedEvent, RunEvent
 from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store.context_model import ContextInfo
 from rlm_mcp.store.uploads import UploadState
 
@@ -97,17 +98,25 @@ class RunLogPort(Protocol):
 
     async def append(self, event: RunEvent) -> None: ...
 
-    async def write_summary(self, summary: dict[str, Any]) -> None: ...
+    async def write_summary(self, record: RunRecord) -> None:
+        """Replace the run's record (its live state, or its end)."""
+        ...
 
     async def aclose(self) -> None: ...
 
 
 class RunStorePort(Protocol):
-    """Run records: a summary and an ordered event log per run id."""
+    """Run records: a typed record (`rlm_mcp.ports.runs.RunRecord`, stored as its JSON) and an
+    ordered event log per run id."""
 
-    async def create(self, run_id: str, summary: dict[str, Any]) -> RunLogPort: ...
+    async def create(self, record: RunRecord) -> RunLogPort:
+        """Store a new run's record; `BadArgumentError` when its run id exists."""
+        ...
 
-    async def read_summary(self, run_id: str, *, owner: OwnerScope) -> dict[str, Any]: ...
+    async def read_summary(self, run_id: str, *, owner: OwnerScope) -> RunRecord:
+        """The run's record (any version's, see `RunRecord.from_stored`); another owner's run
+        is unknown (`NotFoundError`)."""
+        ...
 
     async def read_events(
         self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None
@@ -117,4 +126,6 @@ class RunStorePort(Protocol):
 
     async def prune(self, *, max_records: int, max_age_days: float) -> builtins.list[str]: ...
 
-    async def list(self, limit: int = 50, *, owner: OwnerScope) -> builtins.list[dict[str, Any]]: ...
+    async def list(self, limit: int = 50, *, owner: OwnerScope) -> builtins.list[RunRecord]:
+        """`owner`'s records, the most recently created first."""
+        ...

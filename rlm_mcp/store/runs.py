@@ -25,7 +25,8 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
 from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
-from rlm_mcp.owners import OwnerScope, owner_of_record, sees
+from rlm_mcp.owners import OwnerScope, sees
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store._db import in_thread
 from rlm_mcp.store.owner_caps import beyond_newest_per_owner
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
@@ -155,10 +156,9 @@ class RunLog:
         fh.flush()
         self._written += len(line)
 
-    async def write_summary(self, summary: dict[str, Any]) -> None:
-        # run_id and created_at stay, so listings keep their order whatever the caller writes.
-        full = {"run_id": self.run_id, "created_at": self._created_at, **summary}
-        await in_thread(lambda: _write_json_atomic(self._dir / "summary.json", full))
+    async def write_summary(self, record: RunRecord) -> None:
+        stored = record.to_stored()
+        await in_thread(lambda: _write_json_atomic(self._dir / "summary.json", stored))
 
     async def aclose(self) -> None:
         self._closed = True
@@ -168,10 +168,15 @@ class RunLog:
                 await in_thread(fh.close)
 
 
-def owned_by(summary: dict[str, Any], owner: OwnerScope) -> bool:
-    """Whether `owner` may see the run this summary records (EVERY_OWNER: the operator's
-    view). Records written before owners existed are the local user's."""
-    return sees(owner, owner_of_record(summary))
+def read_record(path: Path) -> RunRecord | None:
+    """The record a summary.json holds; None when it is unreadable or no run record (logged)."""
+    try:
+        return RunRecord.from_stored(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:  # torn by hand, not JSON, not a record
+        log.warning("skipping the unreadable run record %s: %s", path, exc)
+        return None
 
 
 class RunStore:
@@ -185,10 +190,11 @@ class RunStore:
     def _run_dir(self, run_id: str) -> Path:
         return self._dir / check_run_id(run_id)
 
-    async def create(self, run_id: str, summary: dict[str, Any]) -> RunLog:
+    async def create(self, record: RunRecord) -> RunLog:
+        run_id = record.run_id
         run_dir = self._run_dir(run_id)
-
-        created_at = time.time()
+        created_at = record.created_at
+        stored = record.to_stored()
 
         def work() -> None:
             private_dir(self._dir.parent)  # the data dir: 0700 (run logs say what users asked)
@@ -197,30 +203,30 @@ class RunStore:
                 run_dir.mkdir()
             except FileExistsError:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.") from None
-            _write_json_atomic(run_dir / "summary.json", {"run_id": run_id, "created_at": created_at, **summary})
+            _write_json_atomic(run_dir / "summary.json", stored)
 
         await in_thread(work)  # the events file waits for RunLog.open: a queued run holds no descriptor
         return RunLog(run_dir, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
 
-    async def read_summary(self, run_id: str, *, owner: OwnerScope) -> dict[str, Any]:
-        """The run's summary; a run of another owner is unknown (EVERY_OWNER: the operator's
+    async def read_summary(self, run_id: str, *, owner: OwnerScope) -> RunRecord:
+        """The run's record; a run of another owner is unknown (EVERY_OWNER: the operator's
         view, every run). Records from before owners are the local user's."""
         path = self._run_dir(run_id) / "summary.json"
 
-        def work() -> dict[str, Any]:
+        def work() -> RunRecord:
             return self._summary_of(run_id, path, owner)
 
         return await in_thread(work)
 
     @staticmethod
-    def _summary_of(run_id: str, path: Path, owner: OwnerScope) -> dict[str, Any]:
+    def _summary_of(run_id: str, path: Path, owner: OwnerScope) -> RunRecord:
         try:
-            summary: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            record = read_record(path)
         except FileNotFoundError:
             raise _unknown(run_id) from None
-        if not owned_by(summary, owner):
+        if record is None or not sees(owner, record.request.owner):
             raise _unknown(run_id)
-        return summary
+        return record
 
     async def read_events(self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None) -> list[LoggedEvent]:
         """Events from the start of the log; with limit_bytes, only the whole lines that fit;
@@ -287,14 +293,15 @@ class RunStore:
                 summary = Path(entry.path, "summary.json")
                 try:
                     touched = summary.stat().st_mtime
-                    data = json.loads(summary.read_text(encoding="utf-8"))
-                    done = isinstance(data, dict) and "result" in data
-                except (OSError, json.JSONDecodeError):
+                    record = read_record(summary)
+                except OSError:
+                    continue
+                if record is None:
                     continue
                 if max_age_days > 0 and now - touched > max_age_days * 86400:
                     doomed.append(entry.name)  # finished long ago, or its server died mid-run
-                elif done:
-                    finished.append((owner_of_record(data), touched, entry.name))
+                elif record.done:
+                    finished.append((record.request.owner, touched, entry.name))
             doomed += beyond_newest_per_owner(finished, max_records)
             for name in doomed:
                 shutil.rmtree(self._dir / name, ignore_errors=True)
@@ -304,11 +311,11 @@ class RunStore:
 
         return await in_thread(work)
 
-    async def list(self, limit: int = 50, *, owner: OwnerScope) -> list[dict[str, Any]]:
-        """Summaries of `owner`'s most recently created runs first."""
+    async def list(self, limit: int = 50, *, owner: OwnerScope) -> list[RunRecord]:
+        """Records of `owner`'s runs, the most recently created first."""
 
-        def work() -> list[dict[str, Any]]:
-            summaries = []
+        def work() -> list[RunRecord]:
+            summaries: list[RunRecord] = []
             try:
                 entries = list(os.scandir(self._dir))
             except FileNotFoundError:
@@ -317,13 +324,12 @@ class RunStore:
                 if not entry.is_dir(follow_symlinks=False) or not _RUN_ID.match(entry.name):
                     continue
                 try:
-                    data = json.loads(Path(entry.path, "summary.json").read_text(encoding="utf-8"))
-                except (OSError, json.JSONDecodeError):
+                    record = read_record(Path(entry.path, "summary.json"))
+                except OSError:
                     continue
-                data.setdefault("run_id", entry.name)
-                if owned_by(data, owner):
-                    summaries.append(data)
-            summaries.sort(key=lambda s: s.get("created_at") or 0, reverse=True)
+                if record is not None and sees(owner, record.request.owner):
+                    summaries.append(record)
+            summaries.sort(key=lambda r: r.created_at, reverse=True)
             return summaries[: max(0, limit)]
 
         return await in_thread(work)

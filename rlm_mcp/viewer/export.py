@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
 
 from rlm_mcp.events import LoggedEvent, RunEnd, Turn
+from rlm_mcp.ports.runs import RunRecord
 
 
 def conversations(events: Iterable[LoggedEvent]) -> dict[str, list[dict[str, str]]]:
@@ -19,14 +19,14 @@ def conversations(events: Iterable[LoggedEvent]) -> dict[str, list[dict[str, str
     return by_run
 
 
-def chat_jsonl(summary: dict[str, Any], events: list[LoggedEvent]) -> str:
+def chat_jsonl(run: RunRecord, events: list[LoggedEvent]) -> str:
     """One JSON line per run of the tree: {"messages", "run_id", "status", "answer"}."""
     ends = {e.run_id: e for e in events if isinstance(e, RunEnd)}
     lines = []
     for run_id, messages in conversations(events).items():
         end = ends.get(run_id)
         record = {"run_id": run_id, "status": end.status if end is not None else None, "messages": messages}
-        if run_id == summary.get("run_id"):
-            record["answer"] = (summary.get("result") or {}).get("answer")
+        if run_id == run.run_id:
+            record["answer"] = run.result.answer if run.result is not None else None
         lines.append(json.dumps(record, ensure_ascii=False))
     return "\n".join(lines) + ("\n" if lines else "")

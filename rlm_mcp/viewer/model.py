@@ -29,6 +29,7 @@ from rlm_mcp.events import (
     TurnStart,
     UnreadableEvent,
 )
+from rlm_mcp.ports.runs import RunRecord
 
 Json = dict[str, Any]
 
@@ -275,54 +276,53 @@ class _Builder:
             self.cell(parent_id, e.iteration, e.block)["children"].append(child_id)
 
 
-def build_run(summary: Json, events: Iterable[LoggedEvent]) -> Json:
+def build_run(record: RunRecord, events: Iterable[LoggedEvent]) -> Json:
     """The view model of one run tree."""
-    root_id = str(summary.get("run_id"))
+    root_id = record.run_id
     builder = _Builder(root_id)
     builder.run(root_id)
     for event in events:
         builder.add(event)
     root = builder.runs[root_id]
-    result = summary.get("result") or {}
-    if result:  # the record's result wins: it also covers failures before the first event
-        root.update(status=result.get("status"), reason=result.get("reason"))
-    root["query"] = root["query"] or summary.get("query")
+    result = record.result
+    if result is not None:  # the record's result wins: it also covers failures before the first event
+        root.update(status=result.status, reason=result.reason)
+    root["query"] = root["query"] or record.request.query
     times = [t for run in builder.runs.values() for t in (run["start"], run["end"]) if isinstance(t, (int, float))]
     return {
         "run_id": root_id,
-        "query": summary.get("query"),
-        "created_at": summary.get("created_at"),
+        "query": record.request.query,
+        "created_at": record.created_at,
         "status": root["status"],
         "reason": root["reason"],
         # The record's result is written after the log's last event: live pages poll until it is.
-        "finished": bool(result),
-        "answer": result.get("answer"),
-        "usage": result.get("usage") or root.get("usage") or summary.get("usage"),
-        "duration_s": result.get("duration_s"),
-        "iterations": result.get("iterations", summary.get("iterations")),
-        "sub_calls": result.get("sub_calls", summary.get("sub_calls")),
-        "model": root.get("model") or summary.get("model"),
-        "t0": min(times) if times else summary.get("created_at"),
-        "t1": max(times) if times else summary.get("created_at"),
+        "finished": record.done,
+        "answer": result.answer if result is not None else None,
+        "usage": result.usage.to_dict() if result is not None else (root.get("usage") or record.usage.to_dict()),
+        "duration_s": result.duration_s if result is not None else None,
+        "iterations": result.iterations if result is not None else record.iterations,
+        "sub_calls": result.sub_calls if result is not None else record.sub_calls,
+        "model": root.get("model") or record.request.model,
+        "t0": min(times) if times else record.created_at,
+        "t1": max(times) if times else record.created_at,
         "runs": builder.runs,
         "notes": builder.notes,
     }
 
 
-def index_entry(summary: Json) -> Json:
-    """One row of the runs index, from a run's summary record."""
-    result = summary.get("result") or {}
-    usage = result.get("usage") or summary.get("usage") or {}
-    total = usage.get("total") or {}
+def index_entry(record: RunRecord) -> Json:
+    """One row of the runs index, from a run's record."""
+    result = record.result
+    usage = result.usage if result is not None else record.usage
     return {
-        "run_id": summary.get("run_id"),
-        "created_at": summary.get("created_at"),
-        "query": summary.get("query"),
-        "status": result.get("status") or summary.get("status"),
-        "reason": result.get("reason"),
-        "duration_s": result.get("duration_s"),
-        "tokens": (total.get("prompt_tokens") or 0) + (total.get("completion_tokens") or 0),
-        "model": summary.get("model"),
-        "iterations": result.get("iterations", summary.get("iterations")),
-        "sub_calls": result.get("sub_calls", summary.get("sub_calls")),
+        "run_id": record.run_id,
+        "created_at": record.created_at,
+        "query": record.request.query,
+        "status": result.status if result is not None else record.status,
+        "reason": result.reason if result is not None else None,
+        "duration_s": result.duration_s if result is not None else None,
+        "tokens": usage.total.total,
+        "model": record.request.model,
+        "iterations": result.iterations if result is not None else record.iterations,
+        "sub_calls": result.sub_calls if result is not None else record.sub_calls,
     }

@@ -12,95 +12,55 @@ from __future__ import annotations
 
 import collections
 import functools
-import json
 import logging
 import time
 import uuid
-from typing import Any
 
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress, RunResult
+from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
-from rlm_mcp.ports.runs import TokenCount, Usage
-from rlm_mcp.service.queue.ends import final_summary, need_of, request_of
+from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus
+from rlm_mcp.service.queue.ends import need_of
 from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.wakeups import Wakeups
-from rlm_mcp.service.runs import FINISHED_RUNS_KEPT, ActiveRun, RunRequest, run_summary
+from rlm_mcp.service.runs import FINISHED_RUNS_KEPT, ActiveRun
 
 log = logging.getLogger("rlm_mcp.queue")
 
-NO_WORKER = "queued, but no worker is alive to run it"
+
+def ended(run: ActiveRun, status: RunStatus, reason: str) -> RunRecord:
+    """The final record of a run that ends without its worker (cancelled while queued, lost)."""
+    record = run.record().ended(status, reason)
+    run.result = record.result
+    run.progress.status = status
+    return record
 
 
-def usage_of(data: dict[str, Any] | None) -> Usage:
-    if not data:
-        return Usage()
-    return Usage(
-        total=TokenCount(**data.get("total", {})),
-        by_model={m: TokenCount(**c) for m, c in data.get("by_model", {}).items()},
-    )
-
-
-def ended(run: ActiveRun, status: Any, reason: str) -> dict[str, Any]:
-    """The final summary of a run that ends without its worker (cancelled while queued, lost)."""
-    p = run.progress
-    run.result = RunResult(
-        status=status,
-        answer=None,
-        reason=reason,
-        run_id=run.run_id,
-        iterations=p.iterations,
-        usage=p.usage.copy_of(),
-        duration_s=round(time.monotonic() - p.started, 3),
-        sub_calls=p.sub_calls,
-    )
-    p.status = status
-    return {"status": status, "result": run.result.model_dump()}
-
-
-def no_worker_part(notice: str | None) -> str | None:
-    """The front's own "no worker" sentence at the end of a queued run's notice, if it is there."""
-    if notice is None or NO_WORKER not in notice:
-        return None
-    return notice[notice.index(NO_WORKER) :]
-
-
-def with_no_worker(notice: str | None, sentence: str | None) -> str | None:
-    """The record's notice, then the front's "no worker" sentence: the front's sentence never
-    replaces what the record says (the two used to overwrite each other on every poll)."""
-    if sentence is None:
-        return notice
-    return f"{notice}; {sentence}" if notice else sentence
-
-
-def apply(run: ActiveRun, s: dict[str, Any], *, done: bool) -> None:
-    """Bring the mirror up to the run's summary (`done`: the row says it ended); notify its
-    waiters when something changed."""
+def apply(run: ActiveRun, state: LiveSummary | RunRecord) -> None:
+    """Bring the mirror up to the run's live summary or record; notify its waiters when
+    something changed."""
     p = run.progress
     before = (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total)
-    p.status = s.get("status", p.status)
-    p.iterations = int(s.get("iterations") or 0)
-    p.sub_calls = int(s.get("sub_calls") or 0)
-    p.usage = usage_of(s.get("usage"))
-    if s.get("phase") in RunPhase.__members__.values():
-        p.phase = RunPhase(s["phase"])
-    if s.get("elapsed_s") is not None and p.status != "queued":
-        p.started = time.monotonic() - float(s["elapsed_s"])
-    notice = s.get("notice")
-    if p.status == "queued":  # a queued run keeps the front's own "no worker" sentence after it
-        notice = with_no_worker(notice, no_worker_part(run.notice))
-    run.notice = notice
-    if done and "result" in s and not run.done.is_set():
-        run.result = RunResult.model_validate(s["result"])
-        if s.get("not_started"):
-            run.not_started = RlmMcpError(s["not_started"]["cause"], s["not_started"].get("fix"))
+    p.status = state.status
+    p.iterations = state.iterations
+    p.sub_calls = state.sub_calls
+    p.usage = state.usage.copy_of()
+    if state.phase is not None:
+        p.phase = state.phase
+    if state.elapsed_s is not None and p.status != "queued":
+        p.started = time.monotonic() - state.elapsed_s
+    run.notice = state.notice
+    if isinstance(state, RunRecord) and state.done and not run.done.is_set():
+        run.result = state.result
+        if state.not_started is not None:
+            run.not_started = RlmMcpError(state.not_started.cause, state.not_started.fix)
         run.done.set()
         run.notify("run_end")
     elif before != (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total):
-        run.notify(s.get("last_event") or "progress")
+        run.notify(state.last_event or "progress")
 
 
 class QueueFront:
@@ -139,9 +99,7 @@ class QueueFront:
         )
         run = ActiveRun(run_id, request, progress)
         # Refused (BusyError) when a waiting bound is reached, counted with the insert under one lock.
-        await self._queue.enqueue(
-            run_id, request.owner, run_summary(self._settings, run), need_of(request), run.created
-        )
+        await self._queue.enqueue(run.record(), need_of(request))
         self._follow(run, known=True)
         return run
 
@@ -158,10 +116,10 @@ class QueueFront:
         row = await self._queue.read(run_id)
         if row is None or row.done or not sees(owner, row.owner) or self._tg is None:
             return None
-        request = request_of(row.summary)
-        progress = RunProgress(run_id=run_id, max_iterations=request.limits.max_iterations, status="queued")
-        run = ActiveRun(run_id, request, progress, created=float(row.summary.get("created_at", row.created_at)))
-        apply(run, row.summary, done=row.done)
+        record = RunRecord.from_stored(row.summary)
+        progress = RunProgress(run_id=run_id, max_iterations=record.request.limits.max_iterations, status="queued")
+        run = ActiveRun(run_id, record.request, progress, created=record.created_at or row.created_at)
+        apply(run, record)
         self._follow(run)
         return run
 
@@ -170,7 +128,7 @@ class QueueFront:
         # A queued run ends here (nobody else will write its end); a running one is cancelled
         # by its worker, which the database tells (NOTIFY, and its poll).
         reason = "cancelled by the caller before a worker took it"
-        await self._queue.cancel(run_id, final_summary(run_summary(self._settings, run), "cancelled", reason))
+        await self._queue.cancel(run_id, run.record().ended("cancelled", reason))
         self._wakeups.wake(run_id)
         with anyio.move_on_after(wait_s):
             await run.done.wait()
@@ -185,19 +143,11 @@ class QueueFront:
                 self._workers_seen_at = now
             except Exception:  # the database is restarting: say nothing new
                 return
-        own = run.notice
-        if (said := no_worker_part(own)) is not None:
-            own = own[: -len(said)].removesuffix("; ") or None  # type: ignore[index]
-        sentence = None
+        waiting = None
         if self._live_workers == 0:
-            wait = self._settings.run_queue_timeout_s
-            sentence = (
-                f"{NO_WORKER} (start one: rlm-mcp serve --role worker or --role both); "
-                f"it ends with an error if none takes it within {wait:.0f} s of queueing (RLM_MCP_RUN_QUEUE_TIMEOUT_S)"
-            )
-        notice = with_no_worker(own, sentence)
-        if run.notice != notice:
-            run.notice = notice
+            waiting = Notice(kind=NoticeKind.NO_WORKER, wait_s=self._settings.run_queue_timeout_s)
+        if run.waiting != waiting:
+            run.waiting = waiting
             run.notify("queued")
 
     def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
@@ -205,15 +155,6 @@ class QueueFront:
         self._mirrors[run.run_id] = run
         self._wakeups.follow(run.run_id)
         self._tg.start_soon(functools.partial(self._watch, run, known=known))
-
-    def _apply_live(self, run: ActiveRun, live: str) -> bool:
-        """Apply the live summary a wake-up carried; False if it is unreadable (read the row)."""
-        try:
-            apply(run, json.loads(live), done=False)
-        except (ValueError, TypeError, KeyError):
-            log.info("run %s: unreadable summary in a wake-up", run.run_id)
-            return False
-        return True
 
     async def _refresh(self, run: ActiveRun) -> bool:
         """Bring the mirror up to the run's row; False when the record is gone (the run ended)."""
@@ -227,19 +168,19 @@ class QueueFront:
             run.done.set()
             run.notify("run_end")
             return False
-        apply(run, row.summary, done=row.done)
+        apply(run, RunRecord.from_stored(row.summary))
         return True
 
     async def _watch(self, run: ActiveRun, *, known: bool = False) -> None:
         """Follow the run until it ends; `known`: the mirror already shows its row (the run was
         just queued here), so the first wake-up is awaited before anything is read."""
-        live: str | None = None  # the live summary the last wake-up carried: no row to read
+        live: LiveSummary | None = None  # the live summary the last wake-up carried: no row to read
         try:
             while not run.done.is_set():
                 if known:
                     known = False
-                elif live is not None and self._apply_live(run, live):
-                    pass
+                elif live is not None:
+                    apply(run, live)
                 elif not await self._refresh(run):
                     break
                 if run.progress.status == "queued" and not run.done.is_set():

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import LLMCall, RunEvent
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.service.queue.state import CHANNEL
 from rlm_mcp.store.pg.runs import PgRunLog
 
@@ -69,7 +69,7 @@ class QueueRunLog:
                 log.warning("could not record run %s's first LM reply; stopping it: %s", self.run_id, exc)
                 self.unrecorded = True
 
-    async def publish(self, summary: dict[str, Any], *, lm_called: bool) -> bool:
+    async def publish(self, summary: RunRecord, *, lm_called: bool) -> bool:
         """The staged events, the live summary and the wake-up in one statement; False when the
         run had already ended elsewhere (a sweeper declared its worker lost): the summary is
         not written then."""
@@ -81,16 +81,16 @@ class QueueRunLog:
     async def flush(self) -> None:
         await self._inner.flush()
 
-    async def write_summary(self, summary: dict[str, Any]) -> None:
+    async def write_summary(self, summary: RunRecord) -> None:
         """The staged events and the summary, announced (the NOTIFY carries the run id alone
         for a final summary: the followers read the row)."""
-        if "result" in summary and self._hand_back is not None and self._hand_back():
+        if summary.done and self._hand_back is not None and self._hand_back():
             self.detach()
         if self._inner.detached:  # handed back to the queue: the requeue announces it
             await self._inner.flush()
             return
         await self._inner.flush(summary=summary, notify=CHANNEL)
-        if "result" in summary:
+        if summary.done:
             self.final_written = True  # written now, or the run had ended elsewhere already
 
     async def aclose(self) -> None:

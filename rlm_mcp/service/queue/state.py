@@ -32,9 +32,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rlm_mcp.config import Settings
-from rlm_mcp.service.queue.ends import final_summary, owner_share
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
+from rlm_mcp.service.queue.ends import final_summary
 from rlm_mcp.service.queue.port import Beat, LostWorker, RunRow
-from rlm_mcp.service.run_queue import queue_refusal
+from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
 from rlm_mcp.store.pg.db import Conn, Database
 from rlm_mcp.store.pg.migrations import ADVISORY_LOCK_KEY
 
@@ -72,8 +73,8 @@ def _row(row: dict[str, Any]) -> RunRow:
     )
 
 
-def _dump(summary: dict[str, Any]) -> str:
-    return json.dumps(summary, ensure_ascii=False, default=str)
+def _dump(record: RunRecord) -> str:
+    return json.dumps(record.to_stored(), ensure_ascii=False)
 
 
 class PgRunQueue:
@@ -85,14 +86,14 @@ class PgRunQueue:
         self._settings = settings
         self._db = db
         self._lease = settings.worker_lease_s
-        self._share = owner_share(settings)
 
     # --- fronts -----------------------------------------------------------------------------
 
-    async def enqueue(self, run_id: str, owner: str, summary: dict[str, Any], need: int, created_at: float) -> None:
+    async def enqueue(self, record: RunRecord, need: int) -> None:
         """Insert the queued run unless a waiting bound is reached (raises `BusyError`), and wake
         the workers. Counted and inserted under one lock: concurrent starts never overshoot."""
         settings = self._settings
+        run_id, owner = record.run_id, str(record.request.owner)
         async with self._db.transaction() as conn:
             # The lock first, in a statement of its own: the count below must see every run
             # inserted by the starts that held it before (a statement's snapshot is taken when
@@ -109,8 +110,8 @@ class PgRunQueue:
                 {
                     "owner": owner,
                     "run_id": run_id,
-                    "created_at": created_at,
-                    "summary": _dump(summary),
+                    "created_at": record.created_at,
+                    "summary": _dump(record),
                     "need": max(1, need),
                     "max_total": settings.run_max_queued,
                     "max_mine": settings.run_max_queued_per_owner,
@@ -130,7 +131,7 @@ class PgRunQueue:
             row = await cur.fetchone()
         return _row(row) if row is not None else None
 
-    async def cancel(self, run_id: str, summary_if_queued: dict[str, Any]) -> bool:
+    async def cancel(self, run_id: str, summary_if_queued: RunRecord) -> bool:
         """End a queued run with `summary_if_queued` (True), or ask the worker of a running one
         to cancel it (False: its worker writes the end)."""
         async with self._db.connection() as conn:
@@ -210,25 +211,25 @@ class PgRunQueue:
         """The next run for this worker (see the module's docstring), now `running` under a new
         attempt; None when no queued run fits."""
         async with self._db.transaction() as conn:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK_KEY,))
             cur = await conn.execute(
-                "WITH live AS (SELECT coalesce(sum(slots), 0) AS slots FROM rlm_workers WHERE gone_at IS NULL "
-                "  AND heartbeat_at > now() - make_interval(secs => %(lease)s)), "
-                "busy AS (SELECT owner, count(*) AS n FROM rlm_runs WHERE state = 'running' GROUP BY owner), "
+                "SELECT pg_advisory_xact_lock(%s), (SELECT coalesce(sum(slots), 0) FROM rlm_workers "
+                "WHERE gone_at IS NULL AND heartbeat_at > now() - make_interval(secs => %s)) AS slots",
+                (CLAIM_LOCK_KEY, self._lease),
+            )
+            live = await cur.fetchone()
+            # Each owner's share of every live worker's run slots (the rule embedded mode applies
+            # to its own slots); this worker is live, so there is at least one slot.
+            share = owner_run_share(self._settings, slots=max(1, int(live["slots"]) if live else 1))
+            cur = await conn.execute(
+                "WITH busy AS (SELECT owner, count(*) AS n FROM rlm_runs WHERE state = 'running' GROUP BY owner), "
                 "pick AS (SELECT r.run_id FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
                 "  WHERE r.state = 'queued' AND least(r.need, %(cap)s) <= %(free)s "
-                "  AND coalesce(b.n, 0) < greatest(1, ceil(%(share)s * (SELECT slots FROM live))) "
+                "  AND coalesce(b.n, 0) < %(share)s "
                 "  ORDER BY coalesce(b.n, 0), r.queued_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED) "
                 "UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
                 f"  claimed_at = now(), cancel_requested = false, updated_at = {_NOW} "
                 f"FROM pick WHERE r.run_id = pick.run_id RETURNING {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))}",
-                {
-                    "lease": self._lease,
-                    "free": free_sandboxes,
-                    "cap": max_sandboxes,
-                    "share": self._share,
-                    "worker": worker_id,
-                },
+                {"free": free_sandboxes, "cap": max_sandboxes, "share": share, "worker": worker_id},
             )
             row = await cur.fetchone()
         return _row(row) if row is not None else None
@@ -242,12 +243,12 @@ class PgRunQueue:
             )
             return [r["run_id"] for r in await cur.fetchall()]
 
-    async def requeue(self, run_id: str, attempt: int, summary: dict[str, Any]) -> bool:
+    async def requeue(self, run_id: str, attempt: int, summary: RunRecord) -> bool:
         """Hand the run back to the queue (fenced); False when it is no longer this attempt's."""
         async with self._db.connection() as conn:
             return await self._requeue(conn, run_id, summary, attempt=attempt)
 
-    async def _requeue(self, conn: Conn, run_id: str, summary: dict[str, Any], *, attempt: int | None) -> bool:
+    async def _requeue(self, conn: Conn, run_id: str, summary: RunRecord, *, attempt: int | None) -> bool:
         fence = "" if attempt is None else " AND attempt = %s"
         params: tuple[Any, ...] = (_dump(summary), run_id) + (() if attempt is None else (attempt,))
         cur = await conn.execute(
@@ -259,13 +260,13 @@ class PgRunQueue:
         row = await cur.fetchone()
         return bool(row and row["n"])
 
-    async def finish(self, run_id: str, summary: dict[str, Any], *, attempt: int | None = None) -> bool:
+    async def finish(self, run_id: str, summary: RunRecord, *, attempt: int | None = None) -> bool:
         """Write the final summary unless the run already ended (or, with `attempt`, is no longer
         that attempt's); True if this call ended it."""
         async with self._db.connection() as conn:
             return await self._finish(conn, run_id, summary, attempt=attempt)
 
-    async def _finish(self, conn: Conn, run_id: str, summary: dict[str, Any], *, attempt: int | None) -> bool:
+    async def _finish(self, conn: Conn, run_id: str, summary: RunRecord, *, attempt: int | None) -> bool:
         fence = "state <> 'done'" if attempt is None else "state = 'running' AND attempt = %s"
         params: tuple[Any, ...] = (_dump(summary), run_id) + (() if attempt is None else (attempt,))
         cur = await conn.execute(
@@ -277,18 +278,19 @@ class PgRunQueue:
         row = await cur.fetchone()
         return bool(row and row["ended"])
 
-    async def worker_name(self, worker_id: int | None) -> str:
-        if worker_id is None:
-            return "an unknown worker"
+    async def worker_ref(self, worker_id: int | None) -> WorkerRef:
+        """A worker as notices name it: its id, host and pid (its id alone when its row is gone)."""
         async with self._db.connection() as conn:
-            return await self._worker_name(conn, worker_id)
+            return await self._worker_ref(conn, worker_id)
 
-    async def _worker_name(self, conn: Conn, worker_id: int) -> str:
+    async def _worker_ref(self, conn: Conn, worker_id: int | None) -> WorkerRef:
+        if worker_id is None:
+            return WorkerRef()
         cur = await conn.execute("SELECT host, pid FROM rlm_workers WHERE worker_id = %s", (worker_id,))
         row = await cur.fetchone()
         if row is None:
-            return f"worker {worker_id}"
-        return f"worker {worker_id} (host {row['host']}, pid {row['pid']})"
+            return WorkerRef(worker_id=worker_id)
+        return WorkerRef(worker_id=worker_id, host=row["host"], pid=row["pid"])
 
     # --- sweepers ---------------------------------------------------------------------------
 
@@ -331,20 +333,18 @@ class PgRunQueue:
             if found is None:
                 return None
             row = _row(found)
-            who = await self._worker_name(conn, row.worker_id) if row.worker_id is not None else "an unknown worker"
+            who = await self._worker_ref(conn, row.worker_id)
             if not row.lm_called and row.requeues == 0:
-                notice = f"{who} was lost before the run called the model; it was queued again"
-                summary = {**row.summary, "status": "queued", "phase": "queued", "notice": notice}
+                notice = Notice(kind=NoticeKind.REQUEUED_WORKER_LOST, worker=who)
+                summary = RunRecord.from_stored(row.summary).model_copy(
+                    update={"status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
+                )
                 await self._requeue(conn, run_id, summary, attempt=row.attempt)
-                log.warning("run %s: %s lost before its first LM call; queued again", run_id, who)
+                log.warning("run %s: %s lost before its first LM call; queued again", run_id, who.render())
                 return "requeued"
-            reason = (
-                f"The run was executing on {who}, which stopped sending heartbeats for more than "
-                f"{self._lease:.0f} s (RLM_MCP_WORKER_LEASE_S) and is presumed lost, so the run was stopped. "
-                "Start it again with rlm_start."
-            )
-            await self._finish(conn, run_id, final_summary(row.summary, "error", reason), attempt=row.attempt)
-            log.warning("run %s ended: %s lost", run_id, who)
+            lost = Notice(kind=NoticeKind.WORKER_LOST, worker=who, lease_s=self._lease)
+            await self._finish(conn, run_id, final_summary(row.summary, "error", lost), attempt=row.attempt)
+            log.warning("run %s ended: %s lost", run_id, who.render())
             return "ended"
 
     async def stale_queued(self) -> list[str]:

@@ -1,8 +1,8 @@
 """One LISTEN connection per process that wakes the tasks waiting on a run (`state.CHANNEL`).
 
-A notification's payload is the run id, or the run id, a space and the run's live summary (JSON)
-when a worker publishes one (`store.pg.runs.PgRunLog.flush`): the follower applies that summary without
-reading the row. A notification with the id alone means "read the row" (a final status, a requeue,
+A notification's payload is the run id, or the run's live summary when a worker publishes one
+(its one encoding: `ports.runs.encode_live` / `decode_live`): the follower applies that summary
+without reading the row. A notification with the id alone means "read the row" (a final status, a requeue,
 a summary too big for a payload). Waiters poll anyway (RLM_MCP_QUEUE_POLL_S), because
 notifications sent while this connection was down (a PostgreSQL restart) are lost; after a
 reconnect every waiter is woken once, for the same reason, and reads its row.
@@ -19,6 +19,7 @@ from collections.abc import Callable
 import anyio
 import psycopg
 
+from rlm_mcp.ports.runs import LiveSummary, decode_live
 from rlm_mcp.service.queue.state import CHANNEL
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -35,9 +36,9 @@ class Wakeups:
         self._url = url
         self._events: dict[str, anyio.Event] = {}  # by followed run id
         # A wake-up not yet taken by its follower: the latest live summary, or READ_ROW.
-        self._pending: dict[str, str | None] = {}
+        self._pending: dict[str, LiveSummary | None] = {}
 
-    async def wait(self, run_id: str, within_s: float) -> tuple[bool, str | None]:
+    async def wait(self, run_id: str, within_s: float) -> tuple[bool, LiveSummary | None]:
         """(woken, summary): woken within `within_s` (or already, since the last `wait`), and
         the live summary the latest wake-up carried (None: read the row)."""
         if run_id not in self._pending:
@@ -53,7 +54,7 @@ class Wakeups:
         """Keep the run's wake-ups from now on (its follower reads the row first)."""
         self._events.setdefault(run_id, anyio.Event())
 
-    def wake(self, run_id: str, summary: str | None = READ_ROW) -> None:
+    def wake(self, run_id: str, summary: LiveSummary | None = READ_ROW) -> None:
         """Wake the run's follower, if it is followed here; `summary` is the live summary a
         worker published with the wake-up. A later READ_ROW replaces an earlier summary, and a
         later summary replaces an earlier READ_ROW (it is newer than what the row held then,
@@ -77,8 +78,8 @@ class Wakeups:
         """Keep one LISTEN connection open, reconnecting after any failure."""
 
         def on_note(payload: str) -> None:
-            run_id, _, summary = payload.partition(" ")
-            self.wake(run_id, summary or READ_ROW)
+            run_id, live = decode_live(payload)
+            self.wake(run_id, live)
 
         # What was sent while the connection was down is lost: every follower looks again.
         await listen_forever(self._url, CHANNEL, on_note, on_connect=self.wake_all)

@@ -40,13 +40,14 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.queue.ends import final_summary, request_of
+from rlm_mcp.service.queue.ends import request_of
 from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.state import QUEUE_CHANNEL
 from rlm_mcp.service.queue.wakeups import listen_forever
-from rlm_mcp.service.runs import ActiveRun, RunManager, run_summary
+from rlm_mcp.service.runs import ActiveRun, RunManager
 from rlm_mcp.store.pg.runs import PgRunStore
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -86,8 +87,13 @@ class QueueWorker:
         self.worker_id: int | None = None
 
     @property
+    def ref(self) -> WorkerRef:
+        """This worker, as notices name it."""
+        return WorkerRef(worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid())
+
+    @property
     def name(self) -> str:
-        return f"worker {self.worker_id} (host {socket.gethostname()}, pid {os.getpid()})"
+        return self.ref.render()
 
     async def __aenter__(self) -> QueueWorker:
         await self._register()
@@ -100,7 +106,7 @@ class QueueWorker:
     async def __aexit__(self, *exc: object) -> None:
         assert self._tg is not None
         tg, self._tg = self._tg, None
-        self._runs.shutdown_reason = f"the {self.name} running it shut down; start it again with rlm_start"
+        self._runs.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN, worker=self.ref)
         # Runs that have had no LM reply yet go back to the queue (once) instead of ending:
         # another worker starts them from scratch and nothing was spent.
         for run_id, (_, run, run_log) in list(self._running.items()):
@@ -121,7 +127,7 @@ class QueueWorker:
         self.worker_id = await self._queue.register_worker(self._sandboxes.owner_id, self._settings.max_runs)
         self._beat_at = started
         # Said now: a shutdown's cancellation may reach a run before `__aexit__` runs.
-        self._runs.shutdown_reason = f"the {self.name} running it shut down; start it again with rlm_start"
+        self._runs.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN, worker=self.ref)
         log.info("queue %s registered", self.name)
 
     # --- liveness and fencing -------------------------------------------------------------
@@ -281,7 +287,7 @@ class QueueWorker:
         if row.requeues == 0:
             self._fresh.add(run_id)
         run = await self._runs.adopt(run_id, request, engine, run_log, fence=lambda: self._must_stop(run_id, run_log))
-        run.notice = f"running on {self.name}"
+        run.notice = Notice(kind=NoticeKind.RUNNING_ON, worker=self.ref)
         self._running[run_id] = (attempt, run, run_log)
         try:
             await self._report_until_done(run, run_log)
@@ -303,12 +309,7 @@ class QueueWorker:
     async def _hand_back(self, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
         """Queue the run again for another worker; if this fails, the sweepers queue it again
         once this worker's lease ends."""
-        summary = {k: v for k, v in run_summary(self._settings, run).items() if k not in ("result", "not_started")}
-        summary.update(
-            status="queued",
-            phase="queued",
-            notice=f"the {self.name} shut down before the run had an LM reply; it was queued again",
-        )
+        summary = self._requeued(run, Notice(kind=NoticeKind.REQUEUED_WORKER_SHUTDOWN, worker=self.ref))
         try:
             await run_log.flush()  # the events staged before the log was detached
             if await self._queue.requeue(run.run_id, attempt, summary):
@@ -320,23 +321,27 @@ class QueueWorker:
         """A run stopped because its first answered LM call could not be recorded: queued again
         (once, as after a lost worker: no answer was recorded) or ended `error`, retried until
         the database answers (fenced, so never over another attempt)."""
-        summary = {k: v for k, v in run_summary(self._settings, run).items() if k not in ("result", "not_started")}
         why = "its first answered LM call could not be recorded (the database was unreachable)"
         with anyio.move_on_after(FINAL_WRITE_S):
             while True:
                 try:
                     if fresh:
-                        notice = f"{why}; it was queued again"
-                        await self._queue.requeue(
-                            run.run_id, attempt, {**summary, "status": "queued", "phase": "queued", "notice": notice}
-                        )
+                        notice = Notice.of_text(f"{why}; it was queued again")
+                        await self._queue.requeue(run.run_id, attempt, self._requeued(run, notice))
                     else:
                         reason = f"The run was stopped on {self.name}: {why}. Start it again with rlm_start."
-                        await self._queue.finish(run.run_id, final_summary(summary, "error", reason), attempt=attempt)
+                        await self._queue.finish(run.run_id, run.record().ended("error", reason), attempt=attempt)
                     return
                 except Exception as exc:  # PostgreSQL still away: try again
                     log.info("could not record the stop of run %s yet: %s", run.run_id, exc)
                     await anyio.sleep(RETRY_S)
+
+    @staticmethod
+    def _requeued(run: ActiveRun, notice: Notice) -> RunRecord:
+        """The run's record as it goes back to the queue."""
+        return run.record().model_copy(
+            update={"result": None, "not_started": None, "status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
+        )
 
     async def _ensure_final(self, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
         """The run's final record, whatever happened to the database meanwhile: `RunManager`
@@ -345,7 +350,7 @@ class QueueWorker:
         over another attempt, never over a final record), and announced."""
         if run_log.final_written:  # by `RunManager`, announced with it: the usual case
             return
-        summary = run_summary(self._settings, run)
+        summary = run.record()
         with anyio.move_on_after(FINAL_WRITE_S):
             while True:
                 try:
@@ -369,8 +374,7 @@ class QueueWorker:
             # not, so it is looked at every poll interval.
             if run.seq != seen or run.progress.phase != phase:
                 seen, phase = run.seq, run.progress.phase
-                summary = run_summary(self._settings, run)
-                summary.update(phase=str(run.progress.phase), last_event=run.last_event)
+                summary = run.record()
                 lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
                 try:
                     published = await run_log.publish(summary, lm_called=lm_called)

@@ -21,24 +21,20 @@ import psycopg
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
 from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
-from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, OwnerScope, sees
+from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
+from rlm_mcp.ports.runs import RunRecord, encode_live
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event
 
 log = logging.getLogger("rlm_mcp.store")
 
 
-# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more; a summary that long (a long
-# query) is announced by the run id alone and read from the row.
-MAX_NOTIFY_BYTES = 7900
-
-
 def _unknown(run_id: str) -> UnknownIdError:
     return UnknownIdError("run", run_id)
 
 
-def _dump(summary: dict[str, Any]) -> str:
-    return json.dumps(summary, ensure_ascii=False, default=str)
+def _dump(record: RunRecord) -> str:
+    return json.dumps(record.to_stored(), ensure_ascii=False)
 
 
 class PgRunLog:
@@ -131,15 +127,14 @@ class PgRunLog:
         self._written += len(line)
 
     async def flush(
-        self, *, summary: dict[str, Any] | None = None, mark_lm_called: bool = False, notify: str | None = None
+        self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, notify: str | None = None
     ) -> bool:
-        """Write the staged events, with `summary` (never over a final one; a summary holding
-        `result` is final), the `lm_called` mark and a NOTIFY on channel `notify`, in one
-        statement. The NOTIFY's payload is the run id, then a space and the summary as written
-        when there is one, the run is live and it fits (`MAX_NOTIFY_BYTES`). False when the run
-        has ended (a summary written over an ended run is dropped, the events and counters are
-        written), its record is gone, or (with an attempt) it is no longer this attempt's: then
-        nothing is written. A failed flush keeps its rows staged
+        """Write the staged events, with the record `summary` (never over a final one), the
+        `lm_called` mark and a NOTIFY on channel `notify`, in one statement. The NOTIFY's
+        payload is the record's live summary (`ports.runs.encode_live`: bounded) while the run
+        is live, else the run id alone. False when the run has ended (a summary written over an
+        ended run is dropped, the events and counters are written), its record is gone, or (with
+        an attempt) it is no longer this attempt's: then nothing is written. A failed flush keeps its rows staged
         for the next one; a retried flush whose first try did commit writes no row twice
         (`ON CONFLICT DO NOTHING` on the (run, seq) key, counters set, not added)."""
         async with self._lock:
@@ -172,17 +167,15 @@ class PgRunLog:
             params += [self._seq, self._written]
             payload = self._run_id
             if summary is not None:
-                full = {"run_id": self._run_id, "created_at": self._created_at, **summary}
-                dumped = _dump(full)
                 # Never over a final summary: in team mode another process may have ended the
                 # run first (a cancel while queued, a sweeper that found its worker lost).
                 sets += [
                     "summary = CASE WHEN state = 'done' THEN summary ELSE %s END",
                     "state = CASE WHEN %s THEN 'done' ELSE state END",
                 ]
-                params += [dumped, "result" in full]
-                if len(dumped.encode()) + len(self._run_id) < MAX_NOTIFY_BYTES:
-                    payload = f"{self._run_id} {dumped}"
+                params += [_dump(summary), summary.done]
+                if not summary.done:
+                    payload = encode_live(self._run_id, summary.live())
             if mark_lm_called:
                 sets.append("lm_called = true")
             where = "run_id = %s"
@@ -207,8 +200,8 @@ class PgRunLog:
             del self._staged[: len(rows)]
         return bool(row and row["live"])
 
-    async def write_summary(self, summary: dict[str, Any]) -> None:
-        """The staged events and the summary, in one statement (none once detached)."""
+    async def write_summary(self, summary: RunRecord) -> None:
+        """The staged events and the record, in one statement (none once detached)."""
         await self.flush(summary=summary)
 
     async def aclose(self) -> None:
@@ -230,18 +223,16 @@ class PgRunStore:
         self._max_event = max_event_bytes
         self._max_log = max_log_bytes
 
-    async def create(self, run_id: str, summary: dict[str, Any]) -> PgRunLog:
-        check_run_id(run_id)
-        created_at = time.time()
-        full = {"run_id": run_id, "created_at": created_at, **summary}
-        owner = full.get("owner", LOCAL_OWNER)
+    async def create(self, record: RunRecord) -> PgRunLog:
+        run_id = check_run_id(record.run_id)
+        created_at = record.created_at
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 # A run executed by the process that creates it (not through the team queue): no
                 # worker, so no sweeper treats it as a lost worker's.
                 "INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary) "
                 "VALUES (%s, %s, %s, extract(epoch FROM now()), %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                (run_id, str(owner), created_at, "done" if "result" in full else "running", _dump(full)),
+                (run_id, str(record.request.owner), created_at, "done" if record.done else "running", _dump(record)),
             )
             if await cur.fetchone() is None:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.")
@@ -271,15 +262,14 @@ class PgRunStore:
         log.resume(int(row["next_seq"]), int(row["log_bytes"]))
         return log
 
-    async def read_summary(self, run_id: str, *, owner: OwnerScope) -> dict[str, Any]:
+    async def read_summary(self, run_id: str, *, owner: OwnerScope) -> RunRecord:
         check_run_id(run_id)
         async with self._db.connection() as conn:
             cur = await conn.execute("SELECT owner, summary FROM rlm_runs WHERE run_id = %s", (run_id,))
             row = await cur.fetchone()
         if row is None or not sees(owner, row["owner"]):
             raise _unknown(run_id)
-        summary: dict[str, Any] = json.loads(row["summary"])
-        return summary
+        return RunRecord.from_stored(json.loads(row["summary"]))
 
     async def read_events(
         self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None
@@ -335,7 +325,7 @@ class PgRunStore:
             log.info("pruned %d old run record(s)", len(removed))
         return removed
 
-    async def list(self, limit: int = 50, *, owner: OwnerScope) -> builtins.list[dict[str, Any]]:
+    async def list(self, limit: int = 50, *, owner: OwnerScope) -> builtins.list[RunRecord]:
         async with self._db.connection() as conn:
             if owner is EVERY_OWNER:
                 cur = await conn.execute(
@@ -347,4 +337,10 @@ class PgRunStore:
                     (owner, max(0, limit)),
                 )
             rows = await cur.fetchall()
-        return [json.loads(r["summary"]) for r in rows]
+        records = []
+        for r in rows:
+            try:
+                records.append(RunRecord.from_stored(json.loads(r["summary"])))
+            except ValueError as exc:  # not a run record (edited by hand): skipped, as the file store does
+                log.warning("skipping an unreadable run record: %s", exc)
+        return records
