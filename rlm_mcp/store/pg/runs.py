@@ -302,13 +302,16 @@ class PgRunStore:
         return f"{row['log_bytes']}-{row['updated_at']!r}"
 
     async def prune(self, *, max_records: int, max_age_days: float) -> builtins.list[str]:
-        """Remove finished runs only, aged by the database's clock (a replica whose own clock is
-        ahead must not remove records the others still keep, let alone live runs)."""
+        """Remove old records, aged by the database's clock (a replica whose own clock is ahead
+        must not remove records the others still keep, let alone live runs): finished runs, and
+        runs a process executed outside the team queue whose server stopped before ending them
+        (no worker holds them); never a queued run or a run a worker holds."""
         removed: list[str] = []
         async with self._db.transaction() as conn:
             if max_age_days > 0:
                 cur = await conn.execute(
-                    "DELETE FROM rlm_runs WHERE state = 'done' AND updated_at < extract(epoch FROM now()) - %s "
+                    "DELETE FROM rlm_runs WHERE (state = 'done' OR (state = 'running' AND worker_id IS NULL)) "
+                    "AND updated_at < extract(epoch FROM now()) - %s "
                     "RETURNING run_id",
                     (max_age_days * 86400,),
                 )
