@@ -43,6 +43,7 @@ __all__ = ["CLOCK_SKEW_WARN_S", "QueueFront", "QueueWorker", "open_queue", "warn
 log = logging.getLogger("rlm_mcp.queue")
 
 CLOCK_SKEW_WARN_S = 2.0
+QUEUE_POOL_SIZE = 4
 
 
 async def open_queue(
@@ -58,7 +59,12 @@ async def open_queue(
     if not isinstance(db, Database) or not isinstance(run_store, PgRunStore) or settings.database_url is None:
         raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
     url = settings.database_url.get_secret_value()
-    queue = PgRunQueue(settings, db)
+    # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
+    # on the store's pool (a heartbeat starved past the lease would pause every run here).
+    queue_db = Database(url, replica=False, max_size=QUEUE_POOL_SIZE)
+    await queue_db.open()
+    stack.push_async_callback(queue_db.close)
+    queue = PgRunQueue(settings, queue_db)
     await warn_of_clock_skew(queue)
     liveness = sandboxes.liveness if isinstance(sandboxes.liveness, LeaseLiveness) else None
     executes = settings.role in ("worker", "both")
