@@ -195,8 +195,10 @@ class Settings(BaseSettings):
     max_runs_per_owner: int | None = Field(
         None,
         ge=1,
-        description="Runs one owner (token) may have executing at once; more wait without taking a slot. "
-        "Default: all of RLM_MCP_MAX_RUNS with one token, half of them (rounded up) with several.",
+        description="Runs one owner (token) may have executing at once; more wait in the queue without taking a "
+        "slot, so one token cannot hold every slot. Default: all of RLM_MCP_MAX_RUNS with one token (or stdio), "
+        "half of them (rounded up) when several tokens are configured. Team mode applies the same share to "
+        "the run slots of all live workers.",
     )
     run_queue_timeout_s: float = Field(60.0, description="How long a run waits for a free slot.")
     run_max_queued: int = Field(64, ge=0, description="Runs waiting for a slot, all owners; more are refused.")

@@ -129,7 +129,7 @@ def contexts_over_sandbox_memory(need: int, usable: int, memory: str) -> TooLarg
     )
 
 
-# How to get team mode's driver (psycopg, Procrastinate), said the same way wherever it is missing.
+# How to get team mode's driver (psycopg and its pool), said the same way wherever it is missing.
 # From a checkout the extra must be named on every `uv run`: a plain one syncs it away again.
 TEAM_EXTRA_FIX = (
     "From a checkout: run every command as `uv run --extra team rlm-mcp ...` (or `uv sync --extra team` "

@@ -19,7 +19,7 @@ running on a worker of the former release stay `running` under that worker (atte
 never queued again (`requeues` = 1): that worker cannot heartbeat the new table, so one lease
 later the sweepers end them with a status naming it. The former release's replicas cannot work
 on this schema (its job tables are gone and a fresh start refuses the newer schema, naming both
-versions): upgrade every replica together (README, "Team server", "Upgrading").
+versions): upgrade every replica together (docs/team.md, "Upgrading").
 
 The `need` of a migrated run is read from its summary's text, not cast to jsonb: a summary may
 hold a NUL character, which jsonb refuses.
