@@ -113,7 +113,7 @@ async def test_bad_input_is_a_tool_error_and_other_calls_go_on(tmp_path: Path) -
         ({"path": str(folder), "exclude": ["x\0"]}, "NUL"),
         ({"path": str(folder) + "\0/a.txt"}, "NUL"),
         ({"glob": str(folder) + "/[z-a].txt"}, "invalid character range"),
-        ({"path": str(folder) + "/\ud800"}, "lone surrogate"),
+        ({"path": str(folder) + "/\ud800"}, "lone UTF-16 surrogate"),
     ]
     async with Client(build_server(settings_)) as client:
         async with anyio.create_task_group() as tg:
