@@ -166,6 +166,11 @@ class Settings(BaseSettings):
     run_max_queued_per_owner: int = Field(
         16, ge=0, description="Runs one owner (token) may have waiting for a slot; more are refused."
     )
+    session_idle_s: float = Field(
+        900.0, gt=0, description="A kept session whose REPL sat idle this long is closed (its sandbox released)."
+    )
+    session_max_age_s: float = Field(86400.0, gt=0, description="A kept session ends this long after it started.")
+    max_sessions_per_owner: int = Field(4, ge=0, description="Kept sessions one owner (token) may hold open at once.")
     run_max_records: int = Field(1000, ge=1, description="Finished run records kept on disk (newest first).")
     run_max_age_days: float = Field(30.0, description="Run records untouched this long are removed (0: never).")
     log_sub_call_chars: int = Field(

@@ -80,6 +80,24 @@ def metadata_message(query: str | None, contexts: Sequence[ContextSpec], sub_cap
     return body
 
 
+def added_contexts_note(contexts: Sequence[ContextSpec], first_index: int) -> str:
+    """A kept session's follow-up: where this run's contexts are bound (after the earlier ones)."""
+    listing = "; ".join(
+        f"context_{i} is a {c.kind} of {c.chars} characters" for i, c in enumerate(contexts, first_index)
+    )
+    return f"This question adds {len(contexts)} context{'s' if len(contexts) > 1 else ''}: {listing}."
+
+
+def no_new_context_note(context_count: int) -> str:
+    """A follow-up that adds no context (the reference always adds one)."""
+    last = f"context_{context_count - 1}"
+    span = "context_0" if context_count == 1 else f"context_0 through {last}"
+    return (
+        f"No new context was added for this question: the REPL still holds {span} "
+        "and every variable from the earlier conversations."
+    )
+
+
 # Turn 1 starts with a two-sentence safeguard (as in training): the model has not seen the
 # context yet and must look before it answers.
 _FIRST_TURN_SAFEGUARD = (
@@ -88,14 +106,22 @@ _FIRST_TURN_SAFEGUARD = (
 )
 
 
-def turn_message(iteration: int, max_iterations: int, context_count: int) -> str:
-    """`Turn k/N:` (1-based k), with the safeguard on turn 1 and a note when there are several contexts."""
+def turn_message(iteration: int, max_iterations: int, context_count: int, history_count: int = 0) -> str:
+    """`Turn k/N:` (1-based k), with the safeguard on turn 1 and a note when there are several
+    contexts or earlier conversations of a kept session."""
     text = f"Turn {iteration}/{max_iterations}:"
     if iteration == 1:
         text = _FIRST_TURN_SAFEGUARD + text
     if context_count > 1:
         text += (
             f"\n\nNote: You have {context_count} contexts available (context_0 through context_{context_count - 1})."
+        )
+    if history_count == 1:
+        text += "\n\nNote: Your earlier conversation in this session is in the REPL variable `history`."
+    elif history_count > 1:
+        text += (
+            f"\n\nNote: Your {history_count} earlier conversations in this session are in the REPL variables "
+            f"history_0 through history_{history_count - 1} (`history` is history_0)."
         )
     return text
 

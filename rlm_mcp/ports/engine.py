@@ -76,6 +76,11 @@ class Sandbox(Protocol):
         raises leaves the namespace as it found it; SHOW_VARS() lists the names it started with)."""
         ...
 
+    async def add_contexts(self, contexts: Sequence[ContextSpec]) -> None:
+        """Bind `contexts` after those already loaded, as the next `context_i` (a kept session's
+        follow-up run); a restart reloads them with the others."""
+        ...
+
 
 class SandboxFactory(Protocol):
     """Opens a sandbox with these contexts loaded as context_0, context_1, ... (`context` = first);

@@ -1,0 +1,218 @@
+"""Kept sessions: follow-up questions that continue in the same REPL (docs/sessions.md).
+
+A run started with `keep_session` opens a session; a later run that names its `session_id`
+continues it: the session's live sandbox is reused (engine/session.py binds the new contexts as
+the next `context_i` and the earlier conversations as `history_i`). A session is its owner's
+alone (another owner gets "unknown session"), runs one question at a time (a second one while a
+run is going is refused, not queued: the caller waits for the first with rlm_result), pins its
+contexts against eviction, and ends on `rlm_close_session`, after RLM_MCP_SESSION_IDLE_S without
+a run, RLM_MCP_SESSION_MAX_AGE_S after it started, or at shutdown; its sandbox is released then.
+An ended session is remembered (briefly, bounded) so that a follow-up says why it cannot go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine.session import SessionSandbox
+from rlm_mcp.errors import BusyError, NotFoundError
+from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.store.ports import ContextStorePort
+
+logger = logging.getLogger("rlm_mcp.service")
+
+EndReason = Literal["closed", "idle", "expired", "shutdown", "failed"]
+ENDED_KEPT = 256  # ended sessions remembered, to say why a follow-up cannot continue
+SWEEP_EVERY_S = 5.0
+
+_END_TEXT: dict[EndReason, str] = {
+    "closed": "was closed",
+    "idle": "ended after RLM_MCP_SESSION_IDLE_S without a run (its sandbox was released)",
+    "expired": "reached its maximum age (RLM_MCP_SESSION_MAX_AGE_S)",
+    "shutdown": "ended when the server stopped",
+    "failed": "ended because its first run never started",
+}
+START_AGAIN = (
+    "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s) to use."
+)
+
+
+@dataclass
+class KeptSession:
+    """One session: its owner, its runs and contexts, its REPL (`repl`), and its own lock."""
+
+    session_id: str
+    owner: Owner
+    created_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)
+    run_ids: list[str] = field(default_factory=list)
+    context_ids: list[str] = field(default_factory=list)
+    repl: SessionSandbox = field(init=False)
+    running: str | None = None  # the run now using the REPL
+    pins: AsyncExitStack = field(default_factory=AsyncExitStack)
+    ended: EndReason | None = None
+
+    def __post_init__(self) -> None:
+        self.repl = SessionSandbox(self.session_id)
+
+    def describe(self) -> dict[str, object]:
+        """The session as `rlm_list_sessions` and its resource show it."""
+        return {
+            "session_id": self.session_id,
+            "runs": list(self.run_ids),
+            "running": self.running,
+            "context_ids": list(self.context_ids),
+            "contexts_bound": self.repl.context_count,
+            "histories": self.repl.history_count,
+            "context_bytes": sum(spec.bytes for spec in self.repl.contexts),
+            "sandbox_live": self.repl.live,
+            "created_at": self.created_at,
+            "age_s": round(time.monotonic() - self.started, 3),
+            "idle_s": 0.0 if self.running else round(time.monotonic() - self.last_used, 3),
+        }
+
+
+class SessionManager:
+    """Owns every kept session of this process; enter it in the service's exit stack."""
+
+    def __init__(self, settings: Settings, contexts: ContextStorePort) -> None:
+        self._settings = settings
+        self._contexts = contexts
+        self._live: dict[str, KeptSession] = {}
+        self._ended: OrderedDict[str, tuple[Owner, EndReason]] = OrderedDict()
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> SessionManager:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._sweep_forever)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                for session in list(self._live.values()):
+                    await self._end(session, "shutdown")
+        finally:
+            tg, self._tg = self._tg, None
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+
+    # -- what the service asks ---------------------------------------------------------------
+    def open(self, owner: Owner) -> KeptSession:
+        """A new session for `owner` (refused past RLM_MCP_MAX_SESSIONS_PER_OWNER)."""
+        cap = self._settings.max_sessions_per_owner
+        held = [s for s in self._live.values() if s.owner == owner]
+        if len(held) >= cap:
+            raise BusyError(
+                f"You already hold {len(held)} kept sessions (RLM_MCP_MAX_SESSIONS_PER_OWNER={cap}).",
+                "Close one you no longer need with rlm_close_session (rlm_list_sessions lists them), "
+                "or run without keep_session.",
+            )
+        session = KeptSession(session_id=f"ses_{secrets.token_hex(10)}", owner=owner)
+        self._live[session.session_id] = session
+        return session
+
+    def get(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
+        """The live session; a tool error that says why for an ended one, "unknown" for another
+        owner's or one never seen."""
+        session = self._live.get(session_id)
+        if session is not None and sees(owner, session.owner):
+            return session
+        ended = self._ended.get(session_id)
+        if ended is not None and sees(owner, ended[0]):
+            raise NotFoundError(f"Session {session_id} {_END_TEXT[ended[1]]}.", START_AGAIN)
+        raise NotFoundError(f"Unknown session id '{session_id}'.", START_AGAIN)
+
+    def claim(self, session: KeptSession, run_id: str) -> None:
+        """Mark the session busy with `run_id`; a session runs one question at a time."""
+        if session.running is not None:
+            raise BusyError(
+                f"Session {session.session_id} is still answering run {session.running}; a session runs one "
+                "question at a time.",
+                f"Wait for it (rlm_result with run_id={session.running} and wait_s), then ask again.",
+            )
+        session.running = run_id
+
+    def check_idle(self, session: KeptSession) -> None:
+        """Refuse a follow-up while the session's previous run is still going."""
+        if session.running is not None:
+            self.claim(session, "")  # raises the BusyError
+
+    async def pin(self, session: KeptSession, context_ids: list[str]) -> None:
+        """Keep the session's contexts from eviction while it lives (a restart reloads them)."""
+        new = [cid for cid in context_ids if cid not in session.context_ids]
+        if new:
+            await session.pins.enter_async_context(self._contexts.in_use(new, owner=session.owner))
+            session.context_ids.extend(new)
+
+    async def finished(self, session: KeptSession, run_id: str, *, started: bool) -> None:
+        """The session's run ended: the session idles (or ends, if that run never started)."""
+        if session.running == run_id:
+            session.running = None
+        session.last_used = time.monotonic()
+        if session.ended is None:
+            session.run_ids.append(run_id)
+            if not started and not session.repl.live and session.repl.runs == 0:
+                await self._end(session, "failed")
+
+    def list(self, *, owner: OwnerScope) -> list[KeptSession]:
+        return [s for s in self._live.values() if sees(owner, s.owner)]
+
+    async def close(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
+        session = self.get(session_id, owner=owner)
+        if session.running is not None:
+            raise BusyError(
+                f"Session {session_id} is answering run {session.running}.",
+                f"Cancel it first (rlm_cancel with run_id={session.running}) or wait for it to end.",
+            )
+        await self._end(session, "closed")
+        return session
+
+    # -- ending ------------------------------------------------------------------------------
+    async def _end(self, session: KeptSession, why: EndReason) -> None:
+        if session.ended is not None:
+            return
+        session.ended = why
+        self._live.pop(session.session_id, None)
+        self._ended[session.session_id] = (session.owner, why)
+        while len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
+        with anyio.CancelScope(shield=True):
+            try:
+                await session.repl.release()
+            except Exception:
+                logger.exception("releasing the sandbox of session %s failed", session.session_id)
+            try:
+                await session.pins.aclose()
+            except Exception:
+                logger.exception("unpinning the contexts of session %s failed", session.session_id)
+        logger.info("session %s ended (%s)", session.session_id, why)
+
+    async def sweep(self) -> None:
+        """End sessions idle past RLM_MCP_SESSION_IDLE_S or older than RLM_MCP_SESSION_MAX_AGE_S."""
+        now = time.monotonic()
+        for session in list(self._live.values()):
+            if now - session.started >= self._settings.session_max_age_s and session.running is None:
+                await self._end(session, "expired")
+            elif session.running is None and now - session.last_used >= self._settings.session_idle_s:
+                await self._end(session, "idle")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await anyio.sleep(min(SWEEP_EVERY_S, self._settings.session_idle_s / 4))
+            try:
+                await self.sweep()
+            except Exception:  # housekeeping must never take the server down
+                logger.exception("sweeping idle sessions failed")
