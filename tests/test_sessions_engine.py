@@ -25,9 +25,7 @@ from tests.fixtures_engine import (
 pytestmark = pytest.mark.anyio
 
 
-async def _run(
-    engine: RLMEngine, session: SessionSandbox, run_id: str, query: str, contexts: list[ContextSpec]
-) -> Any:
+async def _run(engine: RLMEngine, session: SessionSandbox, run_id: str, query: str, contexts: list[ContextSpec]) -> Any:
     limits = make_limits(engine.settings, max_iterations=6)
     return await engine.run(
         run_id=run_id,
@@ -90,8 +88,9 @@ async def test_follow_ups_reuse_the_repl_with_contexts_and_histories(tmp_path: P
     assert names.index("index") < names.index("history_0") < names.index("history") < names.index("context_1")
     # Run 3 added no context: the metadata says so, the turn notes count two conversations.
     run3 = calls[4].messages
-    assert "No new context was added for this question: the REPL still holds context_0 through context_1" in (
-        run3[1]["content"]
+    assert (
+        "No new context was added for this question: the REPL still holds context_0 through context_1"
+        in (run3[1]["content"])
     )
     assert run3[2]["content"].endswith("in the REPL variables history_0 through history_1 (`history` is history_0).")
     printed = calls[5].messages[4]["content"]
