@@ -159,7 +159,7 @@ class FakeSandboxFactory:
         self.opened: list[FakeSandbox] = []
         self.closed = 0
 
-    def __call__(self, contexts: Sequence[ContextSpec], *, levels_below: int = 0) -> Any:
+    def __call__(self, contexts: Sequence[ContextSpec], *, levels_below: int = 0, kept: bool = False) -> Any:
         @asynccontextmanager
         async def _cm() -> AsyncIterator[FakeSandbox]:
             box = FakeSandbox(contexts)

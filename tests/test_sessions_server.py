@@ -125,3 +125,22 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
             with pytest.raises(Exception, match="ended after RLM_MCP_SESSION_IDLE_S") as caught:
                 await service.start_run("SECOND-Q", None, RunOverrides(), owner=alice, session_id=session_id)
             assert "keep_session=true" in str(caught.value)
+
+
+async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) -> None:
+    plain = Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)
+    with ScriptedLM(plain) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=20)
+        async with RlmService(settings) as service:
+            info = await service.load_context(text="alpha beta", owner=Owner("local"))
+            _, session_id = await service.complete_in_session(
+                "FIRST-Q", info.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            )
+            assert session_id is not None
+            assert service.sandboxes.free_slots == 0  # the idle session holds the only slot
+            # A run without a session needs that slot: the idle session gives it back.
+            other = await service.complete("OTHER-Q", info.context_id, RunOverrides(), _quiet, owner=Owner("local"))
+            assert other.status == "completed" and other.answer == "plain"
+            with pytest.raises(Exception, match="was ended while idle to free its sandbox") as caught:
+                await service.start_run("SECOND-Q", None, RunOverrides(), owner=Owner("local"), session_id=session_id)
+            assert "keep_session=true" in str(caught.value)

@@ -88,11 +88,12 @@ class SandboxFactory(Protocol):
 
     `levels_below` is how many levels of child runs the run may still start below it (each
     opens a sandbox of its own while this one stays open): a capped factory keeps that many
-    slots free for them, so recursion cannot deadlock on the cap.
+    slots free for them, so recursion cannot deadlock on the cap. `kept`: the sandbox outlives
+    its run (a kept session's REPL), idle between runs.
     """
 
     def __call__(
-        self, contexts: Sequence[ContextSpec], *, levels_below: int = 0
+        self, contexts: Sequence[ContextSpec], *, levels_below: int = 0, kept: bool = False
     ) -> AbstractAsyncContextManager[Sandbox]: ...
 
 

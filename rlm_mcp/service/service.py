@@ -69,6 +69,7 @@ class RlmService:
         self._lm_checked_at = float("-inf")
         self._runs: RunBackend | None = None
         self.sessions = SessionManager(settings, self.contexts)
+        self.sandboxes.reclaim = self.sessions.reclaim  # idle sessions yield their slots to runs
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> RlmService:

@@ -6,7 +6,8 @@ the next `context_i` and the earlier conversations as `history_i`). A session is
 alone (another owner gets "unknown session"), runs one question at a time (a second one while a
 run is going is refused, not queued: the caller waits for the first with rlm_result), pins its
 contexts against eviction, and ends on `rlm_close_session`, after RLM_MCP_SESSION_IDLE_S without
-a run, RLM_MCP_SESSION_MAX_AGE_S after it started, or at shutdown; its sandbox is released then.
+a run, RLM_MCP_SESSION_MAX_AGE_S after it started, at shutdown, or when a run needs a sandbox slot
+that only an idle session holds (least recently used first); its sandbox is released then.
 An ended session is remembered (briefly, bounded) so that a follow-up says why it cannot go on.
 """
 
@@ -30,7 +31,7 @@ from rlm_mcp.store.ports import ContextStorePort
 
 logger = logging.getLogger("rlm_mcp.service")
 
-EndReason = Literal["closed", "idle", "expired", "shutdown", "failed"]
+EndReason = Literal["closed", "idle", "expired", "shutdown", "failed", "evicted"]
 ENDED_KEPT = 256  # ended sessions remembered, to say why a follow-up cannot continue
 SWEEP_EVERY_S = 5.0
 
@@ -40,6 +41,7 @@ _END_TEXT: dict[EndReason, str] = {
     "expired": "reached its maximum age (RLM_MCP_SESSION_MAX_AGE_S)",
     "shutdown": "ended when the server stopped",
     "failed": "ended because its first run never started",
+    "evicted": "was ended while idle to free its sandbox for another run (all RLM_MCP_MAX_SANDBOXES were in use)",
 }
 START_AGAIN = (
     "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s) to use."
@@ -199,6 +201,16 @@ class SessionManager:
             except Exception:
                 logger.exception("unpinning the contexts of session %s failed", session.session_id)
         logger.info("session %s ended (%s)", session.session_id, why)
+
+    async def reclaim(self) -> bool:
+        """A sandbox must open and no slot is free: end the least recently used idle session that
+        holds one (its REPL goes; it is told as `evicted`). False when none is idle."""
+        idle = [s for s in self._live.values() if s.running is None and s.repl.live]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda s: s.last_used)
+        await self._end(victim, "evicted")
+        return True
 
     async def sweep(self) -> None:
         """End sessions idle past RLM_MCP_SESSION_IDLE_S or older than RLM_MCP_SESSION_MAX_AGE_S."""
