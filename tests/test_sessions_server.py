@@ -88,6 +88,7 @@ async def test_a_follow_up_reads_the_first_runs_variables_in_the_same_sandbox(tm
             assert [s["session_id"] for s in listed] == [session_id]
             assert listed[0]["runs"] == [one["run_id"], two["run_id"]]
             assert listed[0]["contexts_bound"] == 2 and listed[0]["histories"] == 2
+            assert listed[0]["usage"]["total"]["calls"] == 4  # two runs of two root calls each
             resource = json.loads((await client.read_resource(f"rlm://sessions/{session_id}")).contents[0].text)
             assert resource["context_ids"] == [first_ctx["context_id"], second_ctx["context_id"]]
             record = json.loads((await client.read_resource(f"rlm://runs/{two['run_id']}")).contents[0].text)

@@ -269,7 +269,8 @@ class RlmService:
             await self.sessions.pin(session, request.context_ids)
 
             async def ended(done: ActiveRun) -> None:
-                await self.sessions.finished(session, done.run_id, started=done.not_started is None)
+                usage = done.result.usage if done.result is not None else None
+                await self.sessions.finished(session, done.run_id, started=done.not_started is None, usage=usage)
 
             run = await runs.start(request, engine, repl=session.repl, on_end=ended)
             if session.running == "starting":

@@ -26,6 +26,7 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.errors import BusyError, NotFoundError
+from rlm_mcp.events import Usage
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.store.ports import ContextStorePort
 
@@ -63,6 +64,7 @@ class KeptSession:
     running: str | None = None  # the run now using the REPL
     pins: AsyncExitStack = field(default_factory=AsyncExitStack)
     ended: EndReason | None = None
+    usage: Usage = field(default_factory=Usage)  # the session's runs together
 
     def __post_init__(self) -> None:
         self.repl = SessionSandbox(self.session_id)
@@ -78,6 +80,7 @@ class KeptSession:
             "histories": self.repl.history_count,
             "context_bytes": sum(spec.bytes for spec in self.repl.contexts),
             "sandbox_live": self.repl.live,
+            "usage": self.usage.to_dict(),
             "created_at": self.created_at,
             "age_s": round(time.monotonic() - self.started, 3),
             "idle_s": 0.0 if self.running else round(time.monotonic() - self.last_used, 3),
@@ -159,10 +162,12 @@ class SessionManager:
             await session.pins.enter_async_context(self._contexts.in_use(new, owner=session.owner))
             session.context_ids.extend(new)
 
-    async def finished(self, session: KeptSession, run_id: str, *, started: bool) -> None:
+    async def finished(self, session: KeptSession, run_id: str, *, started: bool, usage: Usage | None = None) -> None:
         """The session's run ended: the session idles (or ends, if that run never started)."""
         if session.running == run_id:
             session.running = None
+        if usage is not None:
+            session.usage.merge(usage)
         session.last_used = time.monotonic()
         if session.ended is None:
             session.run_ids.append(run_id)
