@@ -170,6 +170,12 @@ class Settings(BaseSettings):
         900.0, gt=0, description="A kept session whose REPL sat idle this long is closed (its sandbox released)."
     )
     session_max_age_s: float = Field(86400.0, gt=0, description="A kept session ends this long after it started.")
+    session_snapshot_max_bytes: int = Field(
+        256 << 20,
+        ge=0,
+        description="Largest snapshot of a kept session's namespace; a bigger one is not kept (the session then "
+        "ends when its sandbox is released). 0: no snapshots.",
+    )
     max_sessions_per_owner: int = Field(4, ge=0, description="Kept sessions one owner (token) may hold open at once.")
     run_max_records: int = Field(1000, ge=1, description="Finished run records kept on disk (newest first).")
     run_max_age_days: float = Field(30.0, description="Run records untouched this long are removed (0: never).")

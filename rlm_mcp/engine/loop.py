@@ -34,6 +34,7 @@ from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.engine.session import RESET_ANSWER, SessionSandbox, store_history_code
+from rlm_mcp.engine.snapshot import SnapshotUnavailable, restore_snapshot, take_snapshot
 from rlm_mcp.engine.tree import RunTree, usage_record
 from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
@@ -148,12 +149,28 @@ class RLMEngine:
                     progress.phase = RunPhase.SANDBOX
                     levels_below = max(limits.max_depth - 1 - depth, 0)  # child runs this one may nest
                     sandbox: Sandbox
+                    restored_lost: list[str] | None = None
                     if session is not None and session.sandbox is not None:
                         sandbox = session.sandbox  # the warm path: the session's live REPL
                         await sandbox.add_contexts(contexts)
                         await sandbox.execute(RESET_ANSWER, _no_bridge)
+                    elif session is not None and session.restorable:
+                        # Its sandbox was released: a fresh one, every context reloaded by id,
+                        # the namespace restored from the snapshot (inside the sandbox).
+                        opening = self.sandboxes([*session.contexts, *contexts], levels_below=levels_below, kept=True)
+                        sandbox = await stack.enter_async_context(opening)
+                        session.keep(sandbox, stack.pop_all())
+                        assert session.snapshot is not None
+                        restored_lost = await restore_snapshot(
+                            sandbox, session.snapshot, chunk_chars=self._snapshot_chunk()
+                        )
                     else:
-                        sandbox = await stack.enter_async_context(self.sandboxes(contexts, levels_below=levels_below))
+                        opening = (
+                            self.sandboxes(contexts, levels_below=levels_below, kept=True)
+                            if session is not None
+                            else self.sandboxes(contexts, levels_below=levels_below)
+                        )
+                        sandbox = await stack.enter_async_context(opening)
                         if session is not None:
                             session.keep(sandbox, stack.pop_all())  # outlives this run
                             session.context_count = session.history_count = 0
@@ -166,9 +183,10 @@ class RLMEngine:
                         run_id=run_id,
                         run_child=self._child_runner(tree, run_id),
                     )
-                    status, reason = await self._loop(ctx, sandbox, bridge, query, contexts, session)
+                    status, reason = await self._loop(ctx, sandbox, bridge, query, contexts, session, restored_lost)
                     if session is not None:
                         await self._store_history(ctx, sandbox, status, session)
+                        await self._snapshot(sandbox, session)
                 except StopRun as stop:
                     status, reason = stop.status, stop.reason
             if scope.cancelled_caught:
@@ -228,6 +246,24 @@ class RLMEngine:
         await sandbox.execute(store_history_code(session.history_count, messages), _no_bridge)
         session.history_count += 1
 
+    def _snapshot_chunk(self) -> int:
+        return max(self.settings.cell_output_bytes // 2, 4096)
+
+    async def _snapshot(self, sandbox: Sandbox, session: SessionSandbox) -> None:
+        """Serialize the session's namespace inside its sandbox, for a restore elsewhere later."""
+        session.snapshot = None
+        if self.settings.session_snapshot_max_bytes <= 0:
+            session.snapshot_error = "snapshots are off (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES=0)"
+            return
+        try:
+            session.snapshot = await take_snapshot(
+                sandbox, max_bytes=self.settings.session_snapshot_max_bytes, chunk_chars=self._snapshot_chunk()
+            )
+            session.snapshot_error = None
+        except SnapshotUnavailable as exc:
+            session.snapshot_error = str(exc)
+            log.warning("session %s keeps no snapshot: %s", session.session_id, exc)
+
     async def _loop(
         self,
         ctx: RunContext,
@@ -236,6 +272,7 @@ class RLMEngine:
         query: str | None,
         contexts: Sequence[ContextSpec],
         session: SessionSandbox | None = None,
+        restored_lost: list[str] | None = None,
     ) -> tuple[RunStatus, str | None]:
         settings = self.settings
         ctx.window = await self.lm.window(settings.model)
@@ -261,6 +298,8 @@ class RLMEngine:
             session.contexts.extend(contexts)
             session.runs += 1
         runner = TurnRunner(ctx, sandbox, bridge, context_count=context_count, profile=self.profile)
+        if restored_lost:
+            runner.pending_notice = msg.restored_lost_note(restored_lost)
         max_iterations = ctx.limits.max_iterations
         for iteration in range(1, max_iterations + 1):
             text = self.profile.turn(iteration, max_iterations, context_count, histories)

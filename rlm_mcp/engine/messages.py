@@ -98,6 +98,15 @@ def no_new_context_note(context_count: int) -> str:
     )
 
 
+def restored_lost_note(names: Sequence[str]) -> str:
+    """A kept session's REPL was restored in a fresh sandbox, and some names could not be saved."""
+    shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    return (
+        f"Note: this session's REPL was restored in a fresh sandbox; these variables could not be saved and "
+        f"are gone: {shown}. Everything else, the contexts and the histories are there."
+    )
+
+
 # Turn 1 starts with a two-sentence safeguard (as in training): the model has not seen the
 # context yet and must look before it answers.
 _FIRST_TURN_SAFEGUARD = (

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from rlm_mcp.engine.snapshot import Snapshot
 from rlm_mcp.ports import ContextSpec, Sandbox
 
 # Code the engine runs in the REPL between runs (never shown to the model). It binds no other
@@ -55,6 +56,14 @@ class SessionSandbox:
     history_count: int = 0  # conversations stored so far: history_0 .. history_{n-1}
     runs: int = 0  # runs that used this REPL
     contexts: list[ContextSpec] = field(default_factory=list)  # context_0, context_1, ... as bound
+    # The namespace after the last run, serialized inside the sandbox (engine/snapshot.py): a
+    # follow-up whose sandbox was released restores it in a fresh one. None: not durable.
+    snapshot: Snapshot | None = None
+    snapshot_error: str | None = None  # why the last run left no snapshot
+
+    @property
+    def restorable(self) -> bool:
+        return self.sandbox is None and self.snapshot is not None and self.runs > 0
 
     @property
     def live(self) -> bool:

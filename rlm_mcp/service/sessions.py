@@ -5,9 +5,11 @@ continues it: the session's live sandbox is reused (engine/session.py binds the 
 the next `context_i` and the earlier conversations as `history_i`). A session is its owner's
 alone (another owner gets "unknown session"), runs one question at a time (a second one while a
 run is going is refused, not queued: the caller waits for the first with rlm_result), pins its
-contexts against eviction, and ends on `rlm_close_session`, after RLM_MCP_SESSION_IDLE_S without
-a run, RLM_MCP_SESSION_MAX_AGE_S after it started, at shutdown, or when a run needs a sandbox slot
-that only an idle session holds (least recently used first); its sandbox is released then.
+contexts against eviction, and ends on `rlm_close_session`, RLM_MCP_SESSION_MAX_AGE_S after it
+started, or at shutdown. Its sandbox is released after RLM_MCP_SESSION_IDLE_S without a run, or
+when a run needs a sandbox slot that only idle sessions hold (least recently used first): a
+session with a snapshot of its namespace (engine/snapshot.py) lives on and its next run restores
+it in a fresh sandbox; one without (no dill in the image, too big) ends then.
 An ended session is remembered (briefly, bounded) so that a follow-up says why it cannot go on.
 """
 
@@ -38,11 +40,12 @@ SWEEP_EVERY_S = 5.0
 
 _END_TEXT: dict[EndReason, str] = {
     "closed": "was closed",
-    "idle": "ended after RLM_MCP_SESSION_IDLE_S without a run (its sandbox was released)",
+    "idle": "ended after RLM_MCP_SESSION_IDLE_S without a run (its sandbox was released and it had no snapshot)",
     "expired": "reached its maximum age (RLM_MCP_SESSION_MAX_AGE_S)",
     "shutdown": "ended when the server stopped",
     "failed": "ended because its first run never started",
-    "evicted": "was ended while idle to free its sandbox for another run (all RLM_MCP_MAX_SANDBOXES were in use)",
+    "evicted": "was ended while idle to free its sandbox for another run (all RLM_MCP_MAX_SANDBOXES were in use) "
+    "and it had no snapshot",
 }
 START_AGAIN = (
     "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s) to use."
@@ -80,6 +83,8 @@ class KeptSession:
             "histories": self.repl.history_count,
             "context_bytes": sum(spec.bytes for spec in self.repl.contexts),
             "sandbox_live": self.repl.live,
+            "snapshot_bytes": len(self.repl.snapshot.blob) if self.repl.snapshot is not None else None,
+            "snapshot_error": self.repl.snapshot_error,
             "usage": self.usage.to_dict(),
             "created_at": self.created_at,
             "age_s": round(time.monotonic() - self.started, 3),
@@ -208,14 +213,25 @@ class SessionManager:
         logger.info("session %s ended (%s)", session.session_id, why)
 
     async def reclaim(self) -> bool:
-        """A sandbox must open and no slot is free: end the least recently used idle session that
-        holds one (its REPL goes; it is told as `evicted`). False when none is idle."""
+        """A sandbox must open and no slot is free: the least recently used idle session that
+        holds one gives it back. With a snapshot it lives on (its next run restores it in a fresh
+        sandbox); without one it ends (`evicted`). False when no session is idle."""
         idle = [s for s in self._live.values() if s.running is None and s.repl.live]
         if not idle:
             return False
-        victim = min(idle, key=lambda s: s.last_used)
-        await self._end(victim, "evicted")
+        await self._release(min(idle, key=lambda s: s.last_used), "evicted")
         return True
+
+    async def _release(self, session: KeptSession, why: EndReason) -> None:
+        """Give an idle session's sandbox back: kept as its snapshot when it has one, else ended."""
+        if session.repl.snapshot is None:
+            await self._end(session, why)
+            return
+        try:
+            await session.repl.release()
+        except Exception:
+            logger.exception("releasing the sandbox of session %s failed", session.session_id)
+        logger.info("session %s: sandbox released (%s); its snapshot stays", session.session_id, why)
 
     async def sweep(self) -> None:
         """End sessions idle past RLM_MCP_SESSION_IDLE_S or older than RLM_MCP_SESSION_MAX_AGE_S."""
@@ -223,8 +239,12 @@ class SessionManager:
         for session in list(self._live.values()):
             if now - session.started >= self._settings.session_max_age_s and session.running is None:
                 await self._end(session, "expired")
-            elif session.running is None and now - session.last_used >= self._settings.session_idle_s:
-                await self._end(session, "idle")
+            elif (
+                session.running is None
+                and session.repl.live
+                and now - session.last_used >= self._settings.session_idle_s
+            ):
+                await self._release(session, "idle")
 
     async def _sweep_forever(self) -> None:
         while True:

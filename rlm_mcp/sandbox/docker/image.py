@@ -24,8 +24,9 @@ from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 
 OFFLINE_BASE_TAG = "rlm-mcp-base:bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-# Cheap, pure-Python Debian packages that help the model's code; python3 is the only must.
-EXTRA_PACKAGES = ("python3-regex",)
+# Cheap, pure-Python Debian packages: regex helps the model's code; dill serializes a kept
+# session's namespace inside the sandbox (engine/snapshot.py). python3 is the only must.
+EXTRA_PACKAGES = ("python3-regex", "python3-dill")
 _BASE_CHANGES = [
     "ENV HOME=/tmp",
     "ENV PYTHONDONTWRITEBYTECODE=1",

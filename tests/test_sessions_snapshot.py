@@ -1,0 +1,88 @@
+"""Durable kept sessions: after each run the sandbox snapshots its namespace (dill, inside the
+sandbox); a session whose sandbox was released under slot pressure is restored in a fresh one,
+and the first REPL output of that run names what could not be saved. Needs the sandbox image
+with python3-dill (both build paths install it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.service import RlmService
+from rlm_mcp.testing.script import RootScript, Script
+from rlm_mcp.testing.scripted_lm import ScriptedLM
+from tests.test_server_surface import make_settings
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("docker_image")]
+
+
+def _cell(code: str) -> str:
+    return f"```repl\n{code}\n```"
+
+
+def _submit(expr: str) -> str:
+    return _cell(f'answer["content"] = {expr}\nanswer["ready"] = True')
+
+
+BUILD = (
+    "import collections\ncounts = collections.Counter(context.split())\n"
+    "def top(n):\n    return [w for w, _ in counts.most_common(n)]\n"
+    "gen = (i for i in range(3))\nprint(top(1))"
+)
+SCRIPT = Script(
+    root=[_submit('"plain"')],
+    root_by_query=[
+        RootScript(match="BUILD-Q", replies=[_cell(BUILD), _submit("top(1)[0]")]),
+        RootScript(
+            match="AGAIN-Q",
+            replies=[
+                _cell("print(counts['alpha'], top(1), len(history), context_1[:4])"),
+                _submit("f\"{counts['alpha']}|{top(1)[0]}|{len(history_0)}|{context_1[:4]}|{'gen' in globals()}\""),
+            ],
+        ),
+        RootScript(match="THIRD-Q", replies=[_submit("f\"{counts['beta']}|{len(history_1)}\"")]),
+    ],
+)
+
+
+async def _quiet(progress: float, total: float | None, message: str) -> None:
+    return None
+
+
+async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) -> None:
+    with ScriptedLM(SCRIPT) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=30)
+        async with RlmService(settings) as service:
+            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
+            second = await service.load_context(text="more text", owner=LOCAL_OWNER)
+            one, sid = await service.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            )
+            assert one.answer == "alpha" and sid is not None
+            described = await service.session(sid, owner=LOCAL_OWNER)
+            assert described["snapshot_error"] is None, described
+            assert isinstance(described["snapshot_bytes"], int) and described["snapshot_bytes"] > 0
+
+            # Another run needs the only sandbox slot: the idle session gives it back, keeping its snapshot.
+            plain = await service.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER)
+            assert plain.answer == "plain"
+            assert (await service.session(sid, owner=LOCAL_OWNER))["sandbox_live"] is False
+
+            two, _ = await service.complete_in_session(
+                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
+            )
+            assert two.status == "completed"
+            assert two.answer == "3|alpha|6|more|False"  # restored: counts, a function, history; gen could not be
+            three, _ = await service.complete_in_session(
+                "THIRD-Q", None, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
+            )
+            assert three.answer == "1|6"  # the warm path again, with the second conversation stored
+
+        outputs = [m["content"] for r in lm.requests_by_role("root") for m in r["body"]["messages"]]
+        lost = [o for o in outputs if "could not be saved" in o]
+        assert lost and all("are gone: gen." in o for o in lost)
+        # Named once: in run 2's first REPL output only (later requests repeat that same message).
+        assert len(set(lost)) == 1 and lost[0].startswith("REPL output:")
