@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     export = _command(
         runs_sub, "export", _async(_runs_export), "print a run as JSONL: its events, or chat conversations"
     )
-    export.add_argument("run_id", help="the run's id")
+    export.add_argument("run_id", help="the run's id, or a kept session's id (ses_...): its runs in session order")
     export.add_argument(
         "--format",
         choices=["events", "chat"],
@@ -393,13 +393,30 @@ async def _runs_export(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.events import to_json
     from rlm_mcp.viewer.export import chat_jsonl
 
-    summary, events = await _run_record(settings, args.run_id)
-    if args.format == "chat":
-        sys.stdout.write(chat_jsonl(summary, events))
-        return 0
-    for event in events:
-        print(json.dumps(to_json(event), default=str))
+    run_ids = [args.run_id]
+    if args.run_id.startswith("ses_"):  # a kept session: every run of it, in the order they ran
+        run_ids = await _session_runs(settings, args.run_id)
+        if not run_ids:
+            print(f"No run records of session {args.run_id}. List runs with `rlm-mcp runs list`.", file=sys.stderr)
+            return 1
+    for run_id in run_ids:
+        summary, events = await _run_record(settings, run_id)
+        if args.format == "chat":
+            sys.stdout.write(chat_jsonl(summary, events))
+            continue
+        for event in events:
+            print(json.dumps(to_json(event), default=str))
     return 0
+
+
+async def _session_runs(settings: Settings, session_id: str) -> list[str]:
+    """The runs of a kept session, oldest first (their records carry the session id)."""
+    from rlm_mcp.store.factory import make_stores
+
+    async with make_stores(settings) as stores:
+        records = await stores.runs.list(settings.run_max_records, owner=EVERY_OWNER)
+    mine = [r for r in records if r.request.session_id == session_id]
+    return [r.run_id for r in sorted(mine, key=lambda r: r.created_at)]
 
 
 async def _one_run(args: argparse.Namespace, settings: Settings) -> int:

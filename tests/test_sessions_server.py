@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -18,6 +19,7 @@ from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import sandbox_container_ids
+from tests.test_cli import cli
 from tests.test_server_surface import call, call_error, make_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("docker_image")]
@@ -145,3 +147,24 @@ async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) 
             with pytest.raises(Exception, match="was ended while idle to free its sandbox") as caught:
                 await service.start_run("SECOND-Q", None, RunOverrides(), owner=Owner("local"), session_id=session_id)
             assert "keep_session=true" in str(caught.value)
+
+
+async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> None:
+    with ScriptedLM(Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0)
+        async with RlmService(settings) as service:
+            first = await service.load_context(text="alpha beta alpha", owner=Owner("local"))
+            second = await service.load_context(text="second context", owner=Owner("local"))
+            _, sid = await service.complete_in_session(
+                "FIRST-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            )
+            await service.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"))
+            await service.complete_in_session(
+                "SECOND-Q", second.context_id, RunOverrides(), _quiet, owner=Owner("local"), session_id=sid
+            )
+    assert sid is not None
+    proc = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "runs", "export", sid, "--format", "chat"))
+    assert proc.returncode == 0, proc.stderr
+    conversations = [json.loads(line)["messages"] for line in proc.stdout.splitlines()]
+    assert len(conversations) == 2  # the session's two runs, not the run outside it
+    assert "FIRST-Q" in conversations[0][1]["content"] and "SECOND-Q" in conversations[1][1]["content"]

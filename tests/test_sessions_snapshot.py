@@ -62,14 +62,15 @@ async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) 
                 "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
             )
             assert one.answer == "alpha" and sid is not None
-            described = await service.session(sid, owner=LOCAL_OWNER)
-            assert described["snapshot_error"] is None, described
-            assert isinstance(described["snapshot_bytes"], int) and described["snapshot_bytes"] > 0
+            assert (await service.session(sid, owner=LOCAL_OWNER))["snapshot_bytes"] is None  # none while live
 
-            # Another run needs the only sandbox slot: the idle session gives it back, keeping its snapshot.
+            # Another run needs the only sandbox slot: the idle session gives it back as a snapshot.
             plain = await service.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER)
             assert plain.answer == "plain"
-            assert (await service.session(sid, owner=LOCAL_OWNER))["sandbox_live"] is False
+            described = await service.session(sid, owner=LOCAL_OWNER)
+            assert described["snapshot_error"] is None, described
+            assert described["sandbox_live"] is False
+            assert isinstance(described["snapshot_bytes"], int) and described["snapshot_bytes"] > 0
 
             two, _ = await service.complete_in_session(
                 "AGAIN-Q", second.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid

@@ -34,7 +34,7 @@ from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.engine.session import RESET_ANSWER, SessionSandbox, store_history_code
-from rlm_mcp.engine.snapshot import SnapshotUnavailable, restore_snapshot, take_snapshot
+from rlm_mcp.engine.snapshot import restore_snapshot, snapshot_chunk
 from rlm_mcp.engine.tree import RunTree, usage_record
 from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
@@ -162,7 +162,7 @@ class RLMEngine:
                         session.keep(sandbox, stack.pop_all())
                         assert session.snapshot is not None
                         restored_lost = await restore_snapshot(
-                            sandbox, session.snapshot, chunk_chars=self._snapshot_chunk()
+                            sandbox, session.snapshot, chunk_chars=snapshot_chunk(self.settings)
                         )
                     else:
                         opening = (
@@ -186,7 +186,6 @@ class RLMEngine:
                     status, reason = await self._loop(ctx, sandbox, bridge, query, contexts, session, restored_lost)
                     if session is not None:
                         await self._store_history(ctx, sandbox, status, session)
-                        await self._snapshot(sandbox, session)
                 except StopRun as stop:
                     status, reason = stop.status, stop.reason
             if scope.cancelled_caught:
@@ -245,24 +244,6 @@ class RLMEngine:
                 messages = messages[:last_reply]
         await sandbox.execute(store_history_code(session.history_count, messages), _no_bridge)
         session.history_count += 1
-
-    def _snapshot_chunk(self) -> int:
-        return max(self.settings.cell_output_bytes // 2, 4096)
-
-    async def _snapshot(self, sandbox: Sandbox, session: SessionSandbox) -> None:
-        """Serialize the session's namespace inside its sandbox, for a restore elsewhere later."""
-        session.snapshot = None
-        if self.settings.session_snapshot_max_bytes <= 0:
-            session.snapshot_error = "snapshots are off (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES=0)"
-            return
-        try:
-            session.snapshot = await take_snapshot(
-                sandbox, max_bytes=self.settings.session_snapshot_max_bytes, chunk_chars=self._snapshot_chunk()
-            )
-            session.snapshot_error = None
-        except SnapshotUnavailable as exc:
-            session.snapshot_error = str(exc)
-            log.warning("session %s keeps no snapshot: %s", session.session_id, exc)
 
     async def _loop(
         self,

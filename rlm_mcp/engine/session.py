@@ -56,10 +56,10 @@ class SessionSandbox:
     history_count: int = 0  # conversations stored so far: history_0 .. history_{n-1}
     runs: int = 0  # runs that used this REPL
     contexts: list[ContextSpec] = field(default_factory=list)  # context_0, context_1, ... as bound
-    # The namespace after the last run, serialized inside the sandbox (engine/snapshot.py): a
-    # follow-up whose sandbox was released restores it in a fresh one. None: not durable.
+    # The namespace as the sandbox was given back, serialized inside it (engine/snapshot.py): the
+    # next run restores it in a fresh sandbox.
     snapshot: Snapshot | None = None
-    snapshot_error: str | None = None  # why the last run left no snapshot
+    snapshot_error: str | None = None  # why the last attempt left no snapshot
 
     @property
     def restorable(self) -> bool:

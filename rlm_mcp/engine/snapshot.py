@@ -1,6 +1,6 @@
 """A kept session's namespace as an opaque blob: taken and restored INSIDE the sandbox.
 
-After each run of a session the sandbox serializes its own namespace with dill (Debian's
+When a session's sandbox is to be given back, the sandbox serializes its own namespace with dill (Debian's
 `python3-dill` in the sandbox image); the host receives the result as base64 text through
 ordinary cells' output, in chunks under the cell-output cap, and keeps the decoded bytes without
 ever deserializing them (nothing here imports pickle or dill). A restore sends the blob back the
@@ -19,6 +19,7 @@ import base64
 import binascii
 from dataclasses import dataclass
 
+from rlm_mcp.config import Settings
 from rlm_mcp.ports import CellResult, LMRequest, Sandbox
 
 # Names prefixed `_rlm_` are the host's scratch; `_`-names are never listed to the model.
@@ -67,6 +68,11 @@ del _rlm_restore, _rlm_in
 print(",".join(_rlm_lost), end="")
 del _rlm_lost
 """
+
+
+def snapshot_chunk(settings: Settings) -> int:
+    """Characters per cell when a snapshot crosses (under the cell-output cap, with room)."""
+    return max(settings.cell_output_bytes // 2, 4096)
 
 
 class SnapshotUnavailable(Exception):

@@ -9,7 +9,9 @@ contexts against eviction, and ends on `rlm_close_session`, RLM_MCP_SESSION_MAX_
 started, or at shutdown. Its sandbox is released after RLM_MCP_SESSION_IDLE_S without a run, or
 when a run needs a sandbox slot that only idle sessions hold (least recently used first): a
 session with a snapshot of its namespace (engine/snapshot.py) lives on and its next run restores
-it in a fresh sandbox; one without (no dill in the image, too big) ends then.
+it in a fresh sandbox; one whose namespace cannot be saved (no dill in the image, too big) ends.
+The snapshot is taken when the sandbox is given back, not after every run: serializing a big
+namespace costs seconds that no follow-up should wait for (bench/sessions.py).
 An ended session is remembered (briefly, bounded) so that a follow-up says why it cannot go on.
 """
 
@@ -27,7 +29,8 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.session import SessionSandbox
-from rlm_mcp.errors import BusyError, NotFoundError
+from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
+from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.events import Usage
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.store.ports import ContextStorePort
@@ -35,17 +38,19 @@ from rlm_mcp.store.ports import ContextStorePort
 logger = logging.getLogger("rlm_mcp.service")
 
 EndReason = Literal["closed", "idle", "expired", "shutdown", "failed", "evicted"]
+SAVING = "(saving)"  # `running` while an idle session's namespace is snapshotted
 ENDED_KEPT = 256  # ended sessions remembered, to say why a follow-up cannot continue
 SWEEP_EVERY_S = 5.0
 
 _END_TEXT: dict[EndReason, str] = {
     "closed": "was closed",
-    "idle": "ended after RLM_MCP_SESSION_IDLE_S without a run (its sandbox was released and it had no snapshot)",
+    "idle": "ended after RLM_MCP_SESSION_IDLE_S without a run (its sandbox was released and its namespace "
+    "could not be saved)",
     "expired": "reached its maximum age (RLM_MCP_SESSION_MAX_AGE_S)",
     "shutdown": "ended when the server stopped",
     "failed": "ended because its first run never started",
     "evicted": "was ended while idle to free its sandbox for another run (all RLM_MCP_MAX_SANDBOXES were in use) "
-    "and it had no snapshot",
+    "and its namespace could not be saved",
 }
 START_AGAIN = (
     "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s) to use."
@@ -147,6 +152,11 @@ class SessionManager:
 
     def claim(self, session: KeptSession, run_id: str) -> None:
         """Mark the session busy with `run_id`; a session runs one question at a time."""
+        if session.running == SAVING:
+            raise BusyError(
+                f"Session {session.session_id} is being saved while its sandbox is given back.",
+                "Ask again in a few seconds: the next run restores it in a fresh sandbox.",
+            )
         if session.running is not None:
             raise BusyError(
                 f"Session {session.session_id} is still answering run {session.running}; a session runs one "
@@ -223,15 +233,35 @@ class SessionManager:
         return True
 
     async def _release(self, session: KeptSession, why: EndReason) -> None:
-        """Give an idle session's sandbox back: kept as its snapshot when it has one, else ended."""
-        if session.repl.snapshot is None:
-            await self._end(session, why)
-            return
+        """Give an idle session's sandbox back, kept as a snapshot of its namespace (taken now,
+        inside the sandbox); a session whose namespace cannot be saved ends instead."""
+        session.running = SAVING  # a follow-up meanwhile is refused: the REPL is being saved
         try:
-            await session.repl.release()
+            session.repl.snapshot = await self._snapshot(session)
+            if session.repl.snapshot is not None:
+                await session.repl.release()
+                logger.info("session %s: sandbox released (%s); its snapshot stays", session.session_id, why)
         except Exception:
             logger.exception("releasing the sandbox of session %s failed", session.session_id)
-        logger.info("session %s: sandbox released (%s); its snapshot stays", session.session_id, why)
+        finally:
+            session.running = None
+        if session.repl.snapshot is None:
+            await self._end(session, why)
+
+    async def _snapshot(self, session: KeptSession) -> Snapshot | None:
+        sandbox, limit = session.repl.sandbox, self._settings.session_snapshot_max_bytes
+        if sandbox is None or limit <= 0:
+            session.repl.snapshot_error = "snapshots are off (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES=0)"
+            return None
+        try:
+            with anyio.CancelScope(shield=True):
+                snapshot = await take_snapshot(sandbox, max_bytes=limit, chunk_chars=snapshot_chunk(self._settings))
+        except (SnapshotUnavailable, RlmMcpError) as exc:
+            session.repl.snapshot_error = str(exc)
+            logger.warning("session %s: no snapshot (%s)", session.session_id, exc)
+            return None
+        session.repl.snapshot_error = None
+        return snapshot
 
     async def sweep(self) -> None:
         """End sessions idle past RLM_MCP_SESSION_IDLE_S or older than RLM_MCP_SESSION_MAX_AGE_S."""
