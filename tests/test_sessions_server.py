@@ -18,6 +18,7 @@ from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
+from rlm_mcp.viewer.model import build_run, index_entry
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.test_cli import cli
 from tests.test_server_surface import call, call_error, make_settings
@@ -159,9 +160,13 @@ async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> N
                 "FIRST-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
             )
             await service.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"))
-            await service.complete_in_session(
+            two, _ = await service.complete_in_session(
                 "SECOND-Q", second.context_id, RunOverrides(), _quiet, owner=Owner("local"), session_id=sid
             )
+            # The viewer's models name the session (the index numbers its runs into a chain).
+            record = await service.run_record(two.run_id, owner=Owner("local"))
+            assert build_run(record, await service.run_events(two.run_id, owner=Owner("local")))["session_id"] == sid
+            assert index_entry(record)["session_id"] == sid
     assert sid is not None
     proc = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "runs", "export", sid, "--format", "chat"))
     assert proc.returncode == 0, proc.stderr
