@@ -176,6 +176,11 @@ class Settings(BaseSettings):
         description="Largest snapshot of a kept session's namespace; a bigger one is not kept (the session then "
         "ends when its sandbox is released). 0: no snapshots.",
     )
+    session_snapshot_bytes_per_owner: int = Field(
+        1 << 30,
+        ge=0,
+        description="Snapshot bytes one owner's kept sessions may hold together; a snapshot past it is not kept.",
+    )
     max_sessions_per_owner: int = Field(4, ge=0, description="Kept sessions one owner (token) may hold open at once.")
     run_max_records: int = Field(1000, ge=1, description="Finished run records kept on disk (newest first).")
     run_max_age_days: float = Field(30.0, description="Run records untouched this long are removed (0: never).")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import docker
+import docker.errors
 import pytest
 
 from rlm_mcp.owners import LOCAL_OWNER
@@ -14,9 +16,28 @@ from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
+from tests.fixtures_sandbox import docker_image
 from tests.test_server_surface import make_settings
 
-pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("docker_image")]
+__all__ = ["docker_image"]
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("dill_image")]
+
+
+@pytest.fixture(scope="module")
+def dill_image(docker_image: str) -> str:
+    """The sandbox image must have dill (both build paths install python3-dill); fail with the fix."""
+    client = docker.from_env()
+    try:
+        client.containers.run(docker_image, ["python3", "-c", "import dill"], entrypoint=[], remove=True)
+    except docker.errors.ContainerError:
+        pytest.fail(
+            f"The sandbox image {docker_image} has no dill: rebuild it (`rlm-mcp image build`, or "
+            "`rlm-mcp image build --offline` after removing the offline base rlm-mcp-base:bookworm)."
+        )
+    finally:
+        client.close()
+    return docker_image
 
 
 def _cell(code: str) -> str:
@@ -87,3 +108,24 @@ async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) 
         assert lost and all("are gone: gen." in o for o in lost)
         # Named once: in run 2's first REPL output only (later requests repeat that same message).
         assert len(set(lost)) == 1 and lost[0].startswith("REPL output:")
+
+
+async def test_a_snapshot_past_the_owners_cap_is_not_kept(tmp_path: Path) -> None:
+    with ScriptedLM(SCRIPT) as lm:
+        settings = make_settings(
+            tmp_path,
+            lm.base_url,
+            pool_size=0,
+            max_sandboxes=1,
+            run_queue_timeout_s=30,
+            session_snapshot_bytes_per_owner=16,
+        )
+        async with RlmService(settings) as service:
+            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
+            _, sid = await service.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            )
+            assert sid is not None
+            assert await service.sessions.reclaim()  # its sandbox is given back: the snapshot is over the cap
+            with pytest.raises(Exception, match="could not be saved .*RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER=16"):
+                await service.start_run("AGAIN-Q", None, RunOverrides(), owner=LOCAL_OWNER, session_id=sid)

@@ -104,7 +104,7 @@ class SessionManager:
         self._settings = settings
         self._contexts = contexts
         self._live: dict[str, KeptSession] = {}
-        self._ended: OrderedDict[str, tuple[Owner, EndReason]] = OrderedDict()
+        self._ended: OrderedDict[str, tuple[Owner, str]] = OrderedDict()  # owner, why (said to a follow-up)
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> SessionManager:
@@ -147,7 +147,7 @@ class SessionManager:
             return session
         ended = self._ended.get(session_id)
         if ended is not None and sees(owner, ended[0]):
-            raise NotFoundError(f"Session {session_id} {_END_TEXT[ended[1]]}.", START_AGAIN)
+            raise NotFoundError(f"Session {session_id} {ended[1]}.", START_AGAIN)
         raise NotFoundError(f"Unknown session id '{session_id}'.", START_AGAIN)
 
     def claim(self, session: KeptSession, run_id: str) -> None:
@@ -208,7 +208,10 @@ class SessionManager:
             return
         session.ended = why
         self._live.pop(session.session_id, None)
-        self._ended[session.session_id] = (session.owner, why)
+        text = _END_TEXT[why]
+        if why in ("idle", "evicted") and session.repl.snapshot_error:
+            text += f" ({session.repl.snapshot_error})"
+        self._ended[session.session_id] = (session.owner, text)
         while len(self._ended) > ENDED_KEPT:
             self._ended.popitem(last=False)
         with anyio.CancelScope(shield=True):
@@ -259,6 +262,19 @@ class SessionManager:
         except (SnapshotUnavailable, RlmMcpError) as exc:
             session.repl.snapshot_error = str(exc)
             logger.warning("session %s: no snapshot (%s)", session.session_id, exc)
+            return None
+        held = sum(
+            len(s.repl.snapshot.blob)
+            for s in self._live.values()
+            if s.owner == session.owner and s is not session and s.repl.snapshot is not None
+        )
+        cap = self._settings.session_snapshot_bytes_per_owner
+        if held + len(snapshot.blob) > cap:
+            session.repl.snapshot_error = (
+                f"its snapshot ({len(snapshot.blob)} bytes) would take its owner's sessions past "
+                f"RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER={cap} ({held} bytes held)"
+            )
+            logger.warning("session %s: no snapshot (%s)", session.session_id, session.repl.snapshot_error)
             return None
         session.repl.snapshot_error = None
         return snapshot
