@@ -173,3 +173,16 @@ async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> N
     conversations = [json.loads(line)["messages"] for line in proc.stdout.splitlines()]
     assert len(conversations) == 2  # the session's two runs, not the run outside it
     assert "FIRST-Q" in conversations[0][1]["content"] and "SECOND-Q" in conversations[1][1]["content"]
+
+
+async def test_team_mode_refuses_kept_sessions_clearly(tmp_path: Path, pg_migrated_url: str) -> None:
+    with ScriptedLM(SCRIPT) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, database_url=pg_migrated_url)
+        async with Client(build_server(settings)) as client:
+            ctx = await call(client, "rlm_load_context", text="alpha beta")
+            error = await call_error(
+                client, "rlm_complete", query="FIRST-Q", context_id=ctx["context_id"], keep_session=True
+            )
+            assert "Kept sessions run in the embedded server only" in error and "without keep_session" in error
+            error = await call_error(client, "rlm_complete", query="FIRST-Q", session_id="ses_0123456789abcdef0123")
+            assert "Unknown session id 'ses_0123456789abcdef0123'" in error
