@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import anyio
+import docker
 import pytest
 from mcp import Client
 
@@ -186,3 +187,38 @@ async def test_team_mode_refuses_kept_sessions_clearly(tmp_path: Path, pg_migrat
             assert "Kept sessions run in the embedded server only" in error and "without keep_session" in error
             error = await call_error(client, "rlm_complete", query="FIRST-Q", session_id="ses_0123456789abcdef0123")
             assert "Unknown session id 'ses_0123456789abcdef0123'" in error
+
+
+async def test_a_session_whose_sandbox_died_between_runs_goes_on_and_says_so(tmp_path: Path) -> None:
+    names = "print(sorted(k for k in globals() if k.startswith(('counts', 'history', 'context'))))"
+    script = Script(
+        root_by_query=[
+            SCRIPT.root_by_query[0],
+            RootScript(match="AFTER-Q", replies=[_cell(names), _submit("str(len(history_0))")]),
+        ]
+    )
+    with ScriptedLM(script) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0)
+        async with RlmService(settings) as service:
+            first = await service.load_context(text="alpha beta alpha", owner=Owner("local"))
+            second = await service.load_context(text="second context", owner=Owner("local"))
+            _, sid = await service.complete_in_session(
+                "FIRST-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            )
+            assert sid is not None
+            channel = getattr(service.sessions.get(sid, owner=Owner("local")).repl.sandbox, "container", None)
+            assert channel is not None
+            client = docker.from_env()
+            try:
+                await anyio.to_thread.run_sync(lambda: client.api.kill(channel.name))
+            finally:
+                client.close()
+            result, _ = await service.complete_in_session(
+                "AFTER-Q", second.context_id, RunOverrides(), _quiet, owner=Owner("local"), session_id=sid
+            )
+        assert result.status == "completed" and result.answer == "6"  # the history was bound again
+        last = lm.requests_by_role("root")[-1]["body"]["messages"]
+        output = last[4]["content"]  # the run's first REPL output
+        assert "had stopped since the last question and was started again" in output
+        # `counts` went with the sandbox; the contexts and the history are back.
+        assert "['context', 'context_0', 'context_1', 'history', 'history_0']" in output

@@ -150,10 +150,15 @@ class RLMEngine:
                     levels_below = max(limits.max_depth - 1 - depth, 0)  # child runs this one may nest
                     sandbox: Sandbox
                     restored_lost: list[str] | None = None
+                    restarted_note: str | None = None
                     if session is not None and session.sandbox is not None:
                         sandbox = session.sandbox  # the warm path: the session's live REPL
                         await sandbox.add_contexts(contexts)
-                        await sandbox.execute(RESET_ANSWER, _no_bridge)
+                        reset = await sandbox.execute(RESET_ANSWER, _no_bridge)
+                        if reset.restarted:  # it had died since the last run (a cancelled cell, a crash)
+                            for index, messages in enumerate(session.histories):
+                                await sandbox.execute(store_history_code(index, messages), _no_bridge)
+                            restarted_note = msg.session_restarted_note()
                     elif session is not None and session.restorable:
                         # Its sandbox was released: a fresh one, every context reloaded by id,
                         # the namespace restored from the snapshot (inside the sandbox).
@@ -175,6 +180,7 @@ class RLMEngine:
                             session.keep(sandbox, stack.pop_all())  # outlives this run
                             session.context_count = session.history_count = 0
                             session.contexts.clear()
+                            session.histories.clear()
                     bridge = make_bridge(
                         settings=self.settings,
                         lm=self.lm,
@@ -183,7 +189,9 @@ class RLMEngine:
                         run_id=run_id,
                         run_child=self._child_runner(tree, run_id),
                     )
-                    status, reason = await self._loop(ctx, sandbox, bridge, query, contexts, session, restored_lost)
+                    status, reason = await self._loop(
+                        ctx, sandbox, bridge, query, contexts, session, restored_lost, restarted_note
+                    )
                     if session is not None:
                         await self._store_history(ctx, sandbox, status, session)
                 except StopRun as stop:
@@ -243,6 +251,7 @@ class RLMEngine:
             if last_reply is not None:
                 messages = messages[:last_reply]
         await sandbox.execute(store_history_code(session.history_count, messages), _no_bridge)
+        session.histories.append(messages)
         session.history_count += 1
 
     async def _loop(
@@ -254,6 +263,7 @@ class RLMEngine:
         contexts: Sequence[ContextSpec],
         session: SessionSandbox | None = None,
         restored_lost: list[str] | None = None,
+        restarted_note: str | None = None,
     ) -> tuple[RunStatus, str | None]:
         settings = self.settings
         ctx.window = await self.lm.window(settings.model)
@@ -281,6 +291,8 @@ class RLMEngine:
         runner = TurnRunner(ctx, sandbox, bridge, context_count=context_count, profile=self.profile)
         if restored_lost:
             runner.pending_notice = msg.restored_lost_note(restored_lost)
+        if restarted_note:
+            runner.pending_notice = restarted_note
         max_iterations = ctx.limits.max_iterations
         for iteration in range(1, max_iterations + 1):
             text = self.profile.turn(iteration, max_iterations, context_count, histories)

@@ -98,6 +98,14 @@ def no_new_context_note(context_count: int) -> str:
     )
 
 
+def session_restarted_note() -> str:
+    """A kept session's REPL had stopped between runs and was started again (variables lost)."""
+    return (
+        "Note: this session's REPL had stopped since the last question and was started again: "
+        "the variables of earlier runs are gone; the contexts and the histories were loaded again."
+    )
+
+
 def restored_lost_note(names: Sequence[str]) -> str:
     """A kept session's REPL was restored in a fresh sandbox, and some names could not be saved."""
     shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")

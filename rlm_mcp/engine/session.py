@@ -56,6 +56,8 @@ class SessionSandbox:
     history_count: int = 0  # conversations stored so far: history_0 .. history_{n-1}
     runs: int = 0  # runs that used this REPL
     contexts: list[ContextSpec] = field(default_factory=list)  # context_0, context_1, ... as bound
+    # history_0, history_1, ... as stored: bound again when the REPL had to restart between runs.
+    histories: list[list[dict[str, str]]] = field(default_factory=list)
     # The namespace as the sandbox was given back, serialized inside it (engine/snapshot.py): the
     # next run restores it in a fresh sandbox.
     snapshot: Snapshot | None = None
