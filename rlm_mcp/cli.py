@@ -79,12 +79,27 @@ def _parser() -> argparse.ArgumentParser:
 
     run = _command(sub, "run", _async(_one_run), "one run from the shell: load a context and ask a question")
     run.add_argument("query", help="the question")
-    src = run.add_mutually_exclusive_group(required=True)
+    src = run.add_mutually_exclusive_group()
     src.add_argument("--path", help="a file or folder to load as the context (relative to here)")
     src.add_argument("--url", help="an http(s) URL to load as the context")
     src.add_argument("--context-id", help="a stored context (see `rlm-mcp contexts list`)")
     add_override_options(run)
     run.add_argument("--json", action="store_true", help="print the whole result as JSON (for scripts)")
+    kept = run.add_mutually_exclusive_group()
+    kept.add_argument(
+        "--keep-session",
+        action="store_true",
+        help="keep the REPL for follow-up questions (stored in the data dir when the command ends; needs dill in the image)",
+    )
+    kept.add_argument(
+        "--session", metavar="ID", help="continue a kept session (the context, if given, becomes context_i)"
+    )
+
+    sessions = _command(sub, "sessions", None, "list or close kept sessions stored in the data dir")
+    sessions_sub = sessions.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    _command(sessions_sub, "list", _async(_sessions_list), "every stored session: id, runs, contexts, snapshot size")
+    close = _command(sessions_sub, "close", _async(_sessions_close), "close a stored session (its snapshot is deleted)")
+    close.add_argument("session_id", help="the session's id")
 
     ctx = _command(sub, "contexts", None, "list or delete stored contexts")
     ctx_sub = ctx.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
@@ -417,6 +432,18 @@ async def _session_runs(settings: Settings, session_id: str) -> list[str]:
         records = await stores.runs.list(settings.run_max_records, owner=EVERY_OWNER)
     mine = [r for r in records if r.request.session_id == session_id]
     return [r.run_id for r in sorted(mine, key=lambda r: r.created_at)]
+
+
+async def _sessions_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_sessions import sessions_list
+
+    return await sessions_list(settings)
+
+
+async def _sessions_close(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_sessions import sessions_close
+
+    return await sessions_close(settings, args.session_id)
 
 
 async def _one_run(args: argparse.Namespace, settings: Settings) -> int:

@@ -5,18 +5,20 @@ with python3-dill (both build paths install it)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import docker
 import docker.errors
 import pytest
 
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import LOCAL_OWNER, Owner
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from tests.fixtures_sandbox import docker_image
+from tests.test_cli import cli
 from tests.test_server_surface import make_settings
 
 __all__ = ["docker_image"]
@@ -129,3 +131,50 @@ async def test_a_snapshot_past_the_owners_cap_is_not_kept(tmp_path: Path) -> Non
             assert await service.sessions.reclaim()  # its sandbox is given back: the snapshot is over the cap
             with pytest.raises(Exception, match="could not be saved .*RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER=16"):
                 await service.start_run("AGAIN-Q", None, RunOverrides(), owner=LOCAL_OWNER, session_id=sid)
+
+
+async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_path: Path) -> None:
+    with ScriptedLM(SCRIPT) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0)
+        async with RlmService(settings) as service:
+            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
+            second = await service.load_context(text="more text", owner=LOCAL_OWNER)
+            _, sid = await service.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            )
+            assert sid is not None
+        # The server stopped: the session was snapshotted into the data dir, owner-private.
+        stored = tmp_path / "data" / "sessions"
+        assert sorted(p.suffix for p in stored.iterdir()) == [".json", ".snap"]
+        assert all(p.stat().st_mode & 0o077 == 0 for p in stored.iterdir())
+
+        async with RlmService(settings.model_copy(update={"instance_id": settings.instance_id + "b"})) as service:
+            with pytest.raises(Exception, match=f"Unknown session id '{sid}'"):
+                await service.start_run("AGAIN-Q", None, RunOverrides(), owner=Owner("mallory"), session_id=sid)
+            two, _ = await service.complete_in_session(
+                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
+            )
+            assert two.status == "completed"
+            assert two.answer == "3|alpha|6|more|False"  # counts, top() and history_0 came back; context_1 is new
+        assert (stored / f"{sid}.json").exists()  # stored again as that server stopped
+
+
+def test_the_cli_keeps_a_session_between_commands(tmp_path: Path, dill_image: str) -> None:
+    (tmp_path / "doc.txt").write_text("alpha beta alpha gamma alpha", encoding="utf-8")
+    (tmp_path / "more.txt").write_text("more text", encoding="utf-8")
+    with ScriptedLM(SCRIPT) as lm:
+        env = {"RLM_MCP_BASE_URL": lm.base_url, "RLM_MCP_SANDBOX_IMAGE": dill_image}
+        one = cli(tmp_path, "run", "BUILD-Q", "--path", str(tmp_path / "doc.txt"), "--keep-session", **env)
+        assert one.returncode == 0, one.stderr
+        match = re.search(r"session (ses_[0-9a-f]{20}) kept", one.stderr)
+        assert match, one.stderr
+        sid = match[1]
+        listed = cli(tmp_path, "sessions", "list", **env)
+        assert sid in listed.stdout and "1 runs" in listed.stdout
+        two = cli(tmp_path, "run", "AGAIN-Q", "--path", str(tmp_path / "more.txt"), "--session", sid, **env)
+        assert two.returncode == 0, two.stderr
+        assert two.stdout.strip() == "3|alpha|6|more|False"
+        closed = cli(tmp_path, "sessions", "close", sid, **env)
+        assert closed.returncode == 0 and f"closed {sid}" in closed.stdout
+        again = cli(tmp_path, "run", "AGAIN-Q", "--session", sid, **env)
+        assert again.returncode != 0 and f"Unknown session id '{sid}'" in again.stderr

@@ -222,7 +222,7 @@ class RlmService:
         elif context_id is not None:
             check_texts("context_id", context_id)
         ids = unique_ids(context_id or [])
-        session = self.sessions.get(session_id, owner=owner) if session_id else None
+        session = await self.sessions.find(session_id, owner=owner) if session_id else None
         if not ids and session is None:
             raise BadArgumentError(
                 "No context id given.", "Load a context with rlm_load_context and pass its context_id."
@@ -335,7 +335,7 @@ class RlmService:
 
     async def session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
         check_text("session_id", session_id)
-        return self.sessions.get(session_id, owner=owner).describe()
+        return (await self.sessions.find(session_id, owner=owner)).describe()
 
     async def close_session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
         check_text("session_id", session_id)

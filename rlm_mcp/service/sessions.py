@@ -33,6 +33,7 @@ from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chun
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.events import Usage
 from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.service import session_files
 from rlm_mcp.store.ports import ContextStorePort
 
 logger = logging.getLogger("rlm_mcp.service")
@@ -117,6 +118,8 @@ class SessionManager:
         try:
             with anyio.CancelScope(shield=True):
                 for session in list(self._live.values()):
+                    if session.running is None and await self._store(session):
+                        continue  # another process on this data dir may take it back
                     await self._end(session, "shutdown")
         finally:
             tg, self._tg = self._tg, None
@@ -138,6 +141,75 @@ class SessionManager:
         session = KeptSession(session_id=f"ses_{secrets.token_hex(10)}", owner=owner)
         self._live[session.session_id] = session
         return session
+
+    async def find(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
+        """`get`, taking back a session that a stopped process stored in the data dir."""
+        if session_id not in self._live and session_id not in self._ended:
+            data_dir = self._settings.data_dir
+            stored_owner = await anyio.to_thread.run_sync(session_files.owner_of, data_dir, session_id)
+            if stored_owner is not None and sees(owner, stored_owner):
+                stored = await anyio.to_thread.run_sync(session_files.claim, data_dir, session_id)
+                if stored is not None:
+                    await self._adopt(stored)
+        return self.get(session_id, owner=owner)
+
+    async def _adopt(self, stored: session_files.StoredSession) -> None:
+        session = KeptSession(session_id=stored.session_id, owner=Owner(stored.owner))
+        session.created_at = stored.created_at
+        session.started = time.monotonic() - max(0.0, time.time() - stored.created_at)
+        session.run_ids = list(stored.run_ids)
+        repl = session.repl
+        try:
+            infos = [await self._contexts.get(cid, owner=session.owner) for cid in stored.bound_context_ids]
+        except RlmMcpError as exc:
+            self._remember(session, f"cannot go on: one of its contexts is gone ({exc.cause})")
+            return
+        repl.contexts = [self._contexts.spec(info) for info in infos]
+        repl.context_count = len(repl.contexts)
+        repl.histories = [list(h) for h in stored.histories]
+        repl.history_count = len(repl.histories)
+        repl.runs = len(stored.run_ids)
+        repl.snapshot = Snapshot(blob=stored.snapshot)
+        self._live[session.session_id] = session
+        await self.pin(session, list(dict.fromkeys(stored.bound_context_ids)))
+        logger.info("session %s taken back from the data dir", session.session_id)
+
+    async def _store(self, session: KeptSession) -> bool:
+        """Snapshot an idle session (if its sandbox is live) and write it to the data dir."""
+        if session.repl.live:
+            session.repl.snapshot = await self._snapshot(session)
+        snapshot = session.repl.snapshot
+        if snapshot is None:
+            return False
+        stored = session_files.StoredSession(
+            session_id=session.session_id,
+            owner=str(session.owner),
+            created_at=session.created_at,
+            run_ids=list(session.run_ids),
+            bound_context_ids=[spec.context_id or "" for spec in session.repl.contexts],
+            histories=session.repl.histories,
+            snapshot=snapshot.blob,
+        )
+        try:
+            await anyio.to_thread.run_sync(session_files.save, self._settings.data_dir, stored)
+        except OSError:
+            logger.exception("storing session %s failed", session.session_id)
+            return False
+        self._live.pop(session.session_id, None)
+        session.ended = "shutdown"
+        await session.repl.release()
+        await session.pins.aclose()
+        return True
+
+    def why_ended(self, session_id: str) -> str | None:
+        """Why a session of this process ended (None: it did not, or was stored for later)."""
+        ended = self._ended.get(session_id)
+        return ended[1] if ended is not None else None
+
+    def _remember(self, session: KeptSession, text: str) -> None:
+        self._ended[session.session_id] = (session.owner, text)
+        while len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
 
     def get(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
         """The live session; a tool error that says why for an ended one, "unknown" for another
@@ -193,7 +265,7 @@ class SessionManager:
         return [s for s in self._live.values() if sees(owner, s.owner)]
 
     async def close(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
-        session = self.get(session_id, owner=owner)
+        session = await self.find(session_id, owner=owner)
         if session.running is not None:
             raise BusyError(
                 f"Session {session_id} is answering run {session.running}.",
@@ -209,11 +281,9 @@ class SessionManager:
         session.ended = why
         self._live.pop(session.session_id, None)
         text = _END_TEXT[why]
-        if why in ("idle", "evicted") and session.repl.snapshot_error:
+        if why in ("idle", "evicted", "shutdown") and session.repl.snapshot_error:
             text += f" ({session.repl.snapshot_error})"
-        self._ended[session.session_id] = (session.owner, text)
-        while len(self._ended) > ENDED_KEPT:
-            self._ended.popitem(last=False)
+        self._remember(session, text)
         with anyio.CancelScope(shield=True):
             try:
                 await session.repl.release()
@@ -281,6 +351,8 @@ class SessionManager:
 
     async def sweep(self) -> None:
         """End sessions idle past RLM_MCP_SESSION_IDLE_S or older than RLM_MCP_SESSION_MAX_AGE_S."""
+        data_dir, max_age = self._settings.data_dir, self._settings.session_max_age_s
+        await anyio.to_thread.run_sync(session_files.drop_older_than, data_dir, max_age)
         now = time.monotonic()
         for session in list(self._live.values()):
             if now - session.started >= self._settings.session_max_age_s and session.running is None:
