@@ -149,6 +149,9 @@ async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_p
         assert all(p.stat().st_mode & 0o077 == 0 for p in stored.iterdir())
 
         async with RlmService(settings.model_copy(update={"instance_id": settings.instance_id + "b"})) as service:
+            listed = await service.list_sessions(owner=LOCAL_OWNER)
+            assert [(s["session_id"], s["stored"]) for s in listed] == [(sid, True)]
+            assert await service.list_sessions(owner=Owner("mallory")) == []
             with pytest.raises(Exception, match=f"Unknown session id '{sid}'"):
                 await service.start_run("AGAIN-Q", None, RunOverrides(), owner=Owner("mallory"), session_id=sid)
             two, _ = await service.complete_in_session(

@@ -331,7 +331,8 @@ class RlmService:
     # --- kept sessions ---------------------------------------------------------------------
 
     async def list_sessions(self, *, owner: Owner) -> list[dict[str, object]]:
-        return [s.describe() for s in self.sessions.list(owner=owner)]
+        """Live sessions, then those stored in the data dir (taken back on their next follow-up)."""
+        return [s.describe() for s in self.sessions.list(owner=owner)] + await self.sessions.stored(owner=owner)
 
     async def session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
         check_text("session_id", session_id)

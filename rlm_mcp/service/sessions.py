@@ -261,6 +261,24 @@ class SessionManager:
             if not started and not session.repl.live and session.repl.runs == 0:
                 await self._end(session, "failed")
 
+    async def stored(self, *, owner: OwnerScope) -> list[dict[str, object]]:
+        """The sessions a stopped process stored in the data dir, as `describe` shows them."""
+        records = await anyio.to_thread.run_sync(session_files.peek, self._settings.data_dir)
+        return [
+            {
+                "session_id": r["session_id"],
+                "runs": r.get("run_ids") or [],
+                "running": None,
+                "contexts_bound": len(r.get("bound_context_ids") or []),
+                "sandbox_live": False,
+                "stored": True,
+                "snapshot_bytes": r.get("snapshot_bytes"),
+                "created_at": r.get("created_at"),
+            }
+            for r in records
+            if sees(owner, str(r.get("owner"))) and r.get("session_id") not in self._live
+        ]
+
     def list(self, *, owner: OwnerScope) -> list[KeptSession]:
         return [s for s in self._live.values() if sees(owner, s.owner)]
 
