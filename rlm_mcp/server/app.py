@@ -49,7 +49,9 @@ INSTRUCTIONS = (
     "Recursive Language Model over contexts too large for your window. Store a context once "
     "(rlm_load_context with a path, folder, glob, url or text; rlm_upload_context for chunked "
     "uploads), then ask rlm_complete(query, context_id). For runs longer than your client's "
-    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel."
+    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel. Several questions about "
+    "the same context: pass keep_session=true, then the returned session_id on each follow-up (the "
+    "REPL and what the model built in it are kept; rlm_close_session when done)."
 )
 
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
