@@ -80,12 +80,27 @@ def _parser() -> argparse.ArgumentParser:
 
     run = _command(sub, "run", _async(_one_run), "one run from the shell: load a context and ask a question")
     run.add_argument("query", help="the question")
-    src = run.add_mutually_exclusive_group(required=True)
+    src = run.add_mutually_exclusive_group()
     src.add_argument("--path", help="a file or folder to load as the context (relative to here)")
     src.add_argument("--url", help="an http(s) URL to load as the context")
     src.add_argument("--context-id", help="a stored context (see `rlm-mcp contexts list`)")
     add_override_options(run)
     run.add_argument("--json", action="store_true", help="print the whole result as JSON (for scripts)")
+    kept = run.add_mutually_exclusive_group()
+    kept.add_argument(
+        "--keep-session",
+        action="store_true",
+        help="keep the REPL for follow-up questions (stored in the data dir when the command ends; needs dill in the image)",
+    )
+    kept.add_argument(
+        "--session", metavar="ID", help="continue a kept session (the context, if given, becomes context_i)"
+    )
+
+    sessions = _command(sub, "sessions", None, "list or close kept sessions stored in the data dir")
+    sessions_sub = sessions.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    _command(sessions_sub, "list", _async(_sessions_list), "every stored session: id, runs, contexts, snapshot size")
+    close = _command(sessions_sub, "close", _async(_sessions_close), "close a stored session (its snapshot is deleted)")
+    close.add_argument("session_id", help="the session's id")
 
     ctx = _command(sub, "contexts", None, "list or delete stored contexts")
     ctx_sub = ctx.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
@@ -101,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     export = _command(
         runs_sub, "export", _async(_runs_export), "print a run as JSONL: its events, or chat conversations"
     )
-    export.add_argument("run_id", help="the run's id")
+    export.add_argument("run_id", help="the run's id, or a kept session's id (ses_...): its runs in session order")
     export.add_argument(
         "--format",
         choices=["events", "chat"],
@@ -421,13 +436,42 @@ async def _runs_export(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.events import to_json
     from rlm_mcp.viewer.export import chat_jsonl
 
-    summary, events = await _run_record(settings, args.run_id)
-    if args.format == "chat":
-        sys.stdout.write(chat_jsonl(summary, events))
-        return 0
-    for event in events:
-        print(json.dumps(to_json(event), default=str))
+    run_ids = [args.run_id]
+    if args.run_id.startswith("ses_"):  # a kept session: every run of it, in the order they ran
+        run_ids = await _session_runs(settings, args.run_id)
+        if not run_ids:
+            print(f"No run records of session {args.run_id}. List runs with `rlm-mcp runs list`.", file=sys.stderr)
+            return 1
+    for run_id in run_ids:
+        summary, events = await _run_record(settings, run_id)
+        if args.format == "chat":
+            sys.stdout.write(chat_jsonl(summary, events))
+            continue
+        for event in events:
+            print(json.dumps(to_json(event), default=str))
     return 0
+
+
+async def _session_runs(settings: Settings, session_id: str) -> list[str]:
+    """The runs of a kept session, oldest first (their records carry the session id)."""
+    from rlm_mcp.store.factory import make_stores
+
+    async with make_stores(settings) as stores:
+        records = await stores.runs.list(settings.run_max_records, owner=EVERY_OWNER)
+    mine = [r for r in records if r.request.session_id == session_id]
+    return [r.run_id for r in sorted(mine, key=lambda r: r.created_at)]
+
+
+async def _sessions_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_sessions import sessions_list
+
+    return await sessions_list(settings)
+
+
+async def _sessions_close(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.cli_sessions import sessions_close
+
+    return await sessions_close(settings, args.session_id)
 
 
 async def _one_run(args: argparse.Namespace, settings: Settings) -> int:

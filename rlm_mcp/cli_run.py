@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.runs import RunRecord, Usage
 from rlm_mcp.visible import visible, visible_line
@@ -81,18 +82,36 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
         settings = opening_local_paths(settings, [Path(path)])
     with ProgressDisplay() as display:
         async with RlmService(settings, mode="stdio") as service:
+            context_id: str | None = None
             if args.context_id:
                 context_id = args.context_id
-            else:
+            elif path or args.url:
                 info = await service.load_context(path=path, url=args.url, owner=LOCAL_OWNER)
                 context_id = info.context_id
+            elif not args.session:
+                raise BadArgumentError(
+                    "No context given.", "Pass --path, --url or --context-id (or --session to continue a kept session)."
+                )
             overrides = overrides_of(args)
-            result = await service.complete(args.query, context_id, overrides, display.report, owner=LOCAL_OWNER)
+            result, session_id = await service.complete_in_session(
+                args.query,
+                context_id,
+                overrides,
+                display.report,
+                owner=LOCAL_OWNER,
+                keep_session=args.keep_session,
+                session_id=args.session,
+            )
     if args.json:
-        print(json.dumps(result.model_dump(), indent=2))
+        print(json.dumps(result.model_dump() | {"session_id": session_id}, indent=2))
     else:
         print(visible(result.answer if result.answer is not None else ""))  # the model's text: controls shown
         print(status_line(result), file=sys.stderr)
+    ended = service.sessions.why_ended(session_id) if session_id else None
+    if session_id and ended is None:
+        print(f"session {session_id} kept (ask a follow-up with --session {session_id})", file=sys.stderr)
+    elif session_id:
+        print(visible_line(f"session {session_id} could not be kept: it {ended}"), file=sys.stderr)
     return 0 if result.status == "completed" else 1
 
 

@@ -36,7 +36,7 @@ from rlm_mcp.config_forms import FormFieldsFilled
 from rlm_mcp.database_url import check_database_url
 from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
-DEFAULT_IMAGE = "rlm-mcp-sandbox:0.1"
+DEFAULT_IMAGE = "rlm-mcp-sandbox:0.2"  # the version moves with what the image holds (0.2: python3-dill)
 # Which field carries a request's completion budget (lm/length_field.py applies it).
 CompletionTokensField = Literal["auto", "max_tokens", "max_completion_tokens"]
 # How MCP clients reach the server.
@@ -205,6 +205,22 @@ class Settings(BaseSettings):
     run_max_queued_per_owner: int = Field(
         16, ge=0, description="Runs one owner (token) may have waiting for a slot; more are refused."
     )
+    session_idle_s: float = Field(
+        900.0, gt=0, description="A kept session whose REPL sat idle this long is closed (its sandbox released)."
+    )
+    session_max_age_s: float = Field(86400.0, gt=0, description="A kept session ends this long after it started.")
+    session_snapshot_max_bytes: int = Field(
+        256 << 20,
+        ge=0,
+        description="Largest snapshot of a kept session's namespace; a bigger one is not kept (the session then "
+        "ends when its sandbox is released). 0: no snapshots.",
+    )
+    session_snapshot_bytes_per_owner: int = Field(
+        1 << 30,
+        ge=0,
+        description="Snapshot bytes one owner's kept sessions may hold together; a snapshot past it is not kept.",
+    )
+    max_sessions_per_owner: int = Field(4, ge=0, description="Kept sessions one owner (token) may hold open at once.")
     run_max_records: int = Field(1000, ge=1, description="Finished run records kept on disk (newest first).")
     run_max_age_days: float = Field(30.0, description="Run records untouched this long are removed (0: never).")
     log_sub_call_chars: int = Field(

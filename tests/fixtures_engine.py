@@ -141,6 +141,13 @@ class FakeSandbox:
             duration_s=float(frame["duration"]),
         )
 
+    async def add_contexts(self, contexts: Sequence[ContextSpec]) -> None:
+        start = len(self.contexts)
+        self.contexts.extend(contexts)
+        for i, spec in enumerate(contexts, start):
+            raw = await anyio.Path(spec.path).read_bytes()
+            self.kernel.handle_load({"type": "load_context", "id": i, "index": i, "raw": raw, "format": spec.format})
+
     async def execute(self, code: str, bridge: LMBridge, *, training_cell: bool = False) -> CellResult:
         self.cells.append(code)
         self._bridge = bridge
@@ -152,7 +159,7 @@ class FakeSandboxFactory:
         self.opened: list[FakeSandbox] = []
         self.closed = 0
 
-    def __call__(self, contexts: Sequence[ContextSpec], *, levels_below: int = 0) -> Any:
+    def __call__(self, contexts: Sequence[ContextSpec], *, levels_below: int = 0, kept: bool = False) -> Any:
         @asynccontextmanager
         async def _cm() -> AsyncIterator[FakeSandbox]:
             box = FakeSandbox(contexts)

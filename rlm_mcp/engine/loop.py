@@ -33,12 +33,14 @@ from rlm_mcp.engine.bridge import ChildRunner, make_bridge
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
+from rlm_mcp.engine.session import RESET_ANSWER, SessionSandbox, store_history_code
+from rlm_mcp.engine.snapshot import restore_snapshot, snapshot_chunk
 from rlm_mcp.engine.tree import RunTree, usage_record
 from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
-from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
+from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, LMRequest, Sandbox, SandboxFactory
 from rlm_mcp.resource_errors import unexpected_failure
 
 log = logging.getLogger("rlm_mcp.engine")
@@ -76,9 +78,13 @@ class RLMEngine:
         limits: RunLimits,
         progress: RunProgress,
         emit: EventSink,
+        session: SessionSandbox | None = None,
     ) -> RunResult:
         """Run one RLM tree to its end; always a structured result, except that cancellation
-        propagates and a failure before the root model's first reply raises `RunNotStarted`."""
+        propagates and a failure before the root model's first reply raises `RunNotStarted`.
+
+        `session`: the run belongs to a kept session (engine/session.py): its REPL is reused when
+        live (this run's contexts become the next context_i), else opened and kept for the next."""
         tree = RunTree(
             progress=progress,
             limits=limits,
@@ -88,7 +94,9 @@ class RLMEngine:
             max_prompts_per_batch=self.settings.max_prompts_per_batch,
             max_concurrent_children=self.settings.max_concurrent_children,
         )
-        return await self._run(tree, depth=0, run_id=run_id, query=query, contexts=contexts, progress=progress)
+        return await self._run(
+            tree, depth=0, run_id=run_id, query=query, contexts=contexts, progress=progress, session=session
+        )
 
     async def _run(
         self,
@@ -99,6 +107,7 @@ class RLMEngine:
         query: str | None,
         contexts: Sequence[ContextSpec],
         progress: RunProgress,
+        session: SessionSandbox | None = None,
     ) -> RunResult:
         limits = tree.limits
         started = time.monotonic()
@@ -139,9 +148,39 @@ class RLMEngine:
                 try:
                     progress.phase = RunPhase.SANDBOX
                     levels_below = max(limits.max_depth - 1 - depth, 0)  # child runs this one may nest
-                    sandbox: Sandbox = await stack.enter_async_context(
-                        self.sandboxes(contexts, levels_below=levels_below)
-                    )
+                    sandbox: Sandbox
+                    restored_lost: list[str] | None = None
+                    restarted_note: str | None = None
+                    if session is not None and session.sandbox is not None:
+                        sandbox = session.sandbox  # the warm path: the session's live REPL
+                        await sandbox.add_contexts(contexts)
+                        reset = await sandbox.execute(RESET_ANSWER, _no_bridge)
+                        if reset.restarted:  # it had died since the last run (a cancelled cell, a crash)
+                            for index, messages in enumerate(session.histories):
+                                await sandbox.execute(store_history_code(index, messages), _no_bridge)
+                            restarted_note = msg.session_restarted_note()
+                    elif session is not None and session.restorable:
+                        # Its sandbox was released: a fresh one, every context reloaded by id,
+                        # the namespace restored from the snapshot (inside the sandbox).
+                        opening = self.sandboxes([*session.contexts, *contexts], levels_below=levels_below, kept=True)
+                        sandbox = await stack.enter_async_context(opening)
+                        session.keep(sandbox, stack.pop_all())
+                        assert session.snapshot is not None
+                        restored_lost = await restore_snapshot(
+                            sandbox, session.snapshot, chunk_chars=snapshot_chunk(self.settings)
+                        )
+                    else:
+                        opening = (
+                            self.sandboxes(contexts, levels_below=levels_below, kept=True)
+                            if session is not None
+                            else self.sandboxes(contexts, levels_below=levels_below)
+                        )
+                        sandbox = await stack.enter_async_context(opening)
+                        if session is not None:
+                            session.keep(sandbox, stack.pop_all())  # outlives this run
+                            session.context_count = session.history_count = 0
+                            session.contexts.clear()
+                            session.histories.clear()
                     bridge = make_bridge(
                         settings=self.settings,
                         lm=self.lm,
@@ -150,7 +189,11 @@ class RLMEngine:
                         run_id=run_id,
                         run_child=self._child_runner(tree, run_id),
                     )
-                    status, reason = await self._loop(ctx, sandbox, bridge, query, contexts)
+                    status, reason = await self._loop(
+                        ctx, sandbox, bridge, query, contexts, session, restored_lost, restarted_note
+                    )
+                    if session is not None:
+                        await self._store_history(ctx, sandbox, status, session)
                 except StopRun as stop:
                     status, reason = stop.status, stop.reason
             if scope.cancelled_caught:
@@ -197,8 +240,30 @@ class RLMEngine:
             sub_calls=tree.progress.sub_calls,
         )
 
+    async def _store_history(
+        self, ctx: RunContext, sandbox: Sandbox, status: RunStatus, session: SessionSandbox
+    ) -> None:
+        """Bind the finished root conversation as the next `history_k` (the reference's rule:
+        the messages its last root call was sent, so a submitted answer's reply is not in it)."""
+        messages = ctx.history.snapshot()
+        if status == "completed":
+            last_reply = max((i for i, e in enumerate(ctx.history.entries) if e.kind == "assistant"), default=None)
+            if last_reply is not None:
+                messages = messages[:last_reply]
+        await sandbox.execute(store_history_code(session.history_count, messages), _no_bridge)
+        session.histories.append(messages)
+        session.history_count += 1
+
     async def _loop(
-        self, ctx: RunContext, sandbox: Sandbox, bridge: LMBridge, query: str | None, contexts: Sequence[ContextSpec]
+        self,
+        ctx: RunContext,
+        sandbox: Sandbox,
+        bridge: LMBridge,
+        query: str | None,
+        contexts: Sequence[ContextSpec],
+        session: SessionSandbox | None = None,
+        restored_lost: list[str] | None = None,
+        restarted_note: str | None = None,
     ) -> tuple[RunStatus, str | None]:
         settings = self.settings
         ctx.window = await self.lm.window(settings.model)
@@ -208,11 +273,29 @@ class RLMEngine:
         sub_capacity = max(sub_window - settings.sub_max_tokens, sub_window // 2)
         history = ctx.history
         history.add("system", self.profile.system, "system", 0)
-        history.add("user", await self.profile.metadata(query, contexts, sub_capacity), "metadata", 0)
-        runner = TurnRunner(ctx, sandbox, bridge, context_count=len(contexts), profile=self.profile)
+        first = session.context_count if session is not None else 0
+        histories = session.history_count if session is not None else 0
+        if session is not None and first and not contexts:
+            # A follow-up that adds no context (the reference always adds one): the metadata
+            # describes the session's contexts, then says nothing new was added.
+            metadata = await self.profile.metadata(query, session.contexts, sub_capacity)
+            metadata += "\n\n" + msg.no_new_context_note(first)
+        else:
+            metadata = await self.profile.metadata(query, contexts, sub_capacity, first_index=first)
+        history.add("user", metadata, "metadata", 0)
+        context_count = first + len(contexts)
+        if session is not None:
+            session.context_count = context_count
+            session.contexts.extend(contexts)
+            session.runs += 1
+        runner = TurnRunner(ctx, sandbox, bridge, context_count=context_count, profile=self.profile)
+        if restored_lost:
+            runner.pending_notice = msg.restored_lost_note(restored_lost)
+        if restarted_note:
+            runner.pending_notice = restarted_note
         max_iterations = ctx.limits.max_iterations
         for iteration in range(1, max_iterations + 1):
-            text = self.profile.turn(iteration, max_iterations, len(contexts))
+            text = self.profile.turn(iteration, max_iterations, context_count, histories)
             outcome = await runner.turn(iteration, text)
             if outcome is not None:
                 return outcome
@@ -281,6 +364,11 @@ class RLMEngine:
             return f"Error: the recursive RLM call ended with status {result.status}: {result.reason or 'no answer'}"
 
         return run_child
+
+
+async def _no_bridge(request: LMRequest) -> list[str]:
+    """The bridge of the engine's own cells between runs: they make no sub-calls."""
+    return ["Error: no sub-calls here."] * len(request.prompts)
 
 
 def _write_temp_context(data: bytes) -> Path:

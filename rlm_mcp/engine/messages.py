@@ -80,6 +80,41 @@ def metadata_message(query: str | None, contexts: Sequence[ContextSpec], sub_cap
     return body
 
 
+def added_contexts_note(contexts: Sequence[ContextSpec], first_index: int) -> str:
+    """A kept session's follow-up: where this run's contexts are bound (after the earlier ones)."""
+    listing = "; ".join(
+        f"context_{i} is a {c.kind} of {c.chars} characters" for i, c in enumerate(contexts, first_index)
+    )
+    return f"This question adds {len(contexts)} context{'s' if len(contexts) > 1 else ''}: {listing}."
+
+
+def no_new_context_note(context_count: int) -> str:
+    """A follow-up that adds no context (the reference always adds one)."""
+    last = f"context_{context_count - 1}"
+    span = "context_0" if context_count == 1 else f"context_0 through {last}"
+    return (
+        f"No new context was added for this question: the REPL still holds {span} "
+        "and every variable from the earlier conversations."
+    )
+
+
+def session_restarted_note() -> str:
+    """A kept session's REPL had stopped between runs and was started again (variables lost)."""
+    return (
+        "Note: this session's REPL had stopped since the last question and was started again: "
+        "the variables of earlier runs are gone; the contexts and the histories were loaded again."
+    )
+
+
+def restored_lost_note(names: Sequence[str]) -> str:
+    """A kept session's REPL was restored in a fresh sandbox, and some names could not be saved."""
+    shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    return (
+        f"Note: this session's REPL was restored in a fresh sandbox; these variables could not be saved and "
+        f"are gone: {shown}. Everything else, the contexts and the histories are there."
+    )
+
+
 # Turn 1 starts with a two-sentence safeguard (as in training): the model has not seen the
 # context yet and must look before it answers.
 _FIRST_TURN_SAFEGUARD = (
@@ -88,14 +123,22 @@ _FIRST_TURN_SAFEGUARD = (
 )
 
 
-def turn_message(iteration: int, max_iterations: int, context_count: int) -> str:
-    """`Turn k/N:` (1-based k), with the safeguard on turn 1 and a note when there are several contexts."""
+def turn_message(iteration: int, max_iterations: int, context_count: int, history_count: int = 0) -> str:
+    """`Turn k/N:` (1-based k), with the safeguard on turn 1 and a note when there are several
+    contexts or earlier conversations of a kept session."""
     text = f"Turn {iteration}/{max_iterations}:"
     if iteration == 1:
         text = _FIRST_TURN_SAFEGUARD + text
     if context_count > 1:
         text += (
             f"\n\nNote: You have {context_count} contexts available (context_0 through context_{context_count - 1})."
+        )
+    if history_count == 1:
+        text += "\n\nNote: Your earlier conversation in this session is in the REPL variable `history`."
+    elif history_count > 1:
+        text += (
+            f"\n\nNote: Your {history_count} earlier conversations in this session are in the REPL variables "
+            f"history_0 through history_{history_count - 1} (`history` is history_0)."
         )
     return text
 

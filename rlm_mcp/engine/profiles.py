@@ -42,11 +42,18 @@ class PromptProfile:
         self.system = system
         self.name = name
 
-    async def metadata(self, query: str | None, contexts: Sequence[ContextSpec], sub_capacity_tokens: int) -> str:
-        return msg.metadata_message(query, contexts, sub_capacity_tokens)
+    async def metadata(
+        self, query: str | None, contexts: Sequence[ContextSpec], sub_capacity_tokens: int, *, first_index: int = 0
+    ) -> str:
+        """The first user message; `first_index` > 0: a kept session's follow-up, whose contexts
+        are bound from context_{first_index} on (earlier ones are in the REPL already)."""
+        text = msg.metadata_message(query, contexts, sub_capacity_tokens)
+        if first_index and contexts:
+            text += "\n\n" + msg.added_contexts_note(contexts, first_index)
+        return text
 
-    def turn(self, iteration: int, max_iterations: int, context_count: int) -> str:
-        return msg.turn_message(iteration, max_iterations, context_count)
+    def turn(self, iteration: int, max_iterations: int, context_count: int, history_count: int = 0) -> str:
+        return msg.turn_message(iteration, max_iterations, context_count, history_count)
 
     def format_cell(self, result: CellResult) -> str:
         return format_cell(result)
@@ -61,20 +68,28 @@ class CanonicalProfile(PromptProfile):
         super().__init__(texts.system, "canonical")
         self.texts = texts
 
-    async def metadata(self, query: str | None, contexts: Sequence[ContextSpec], sub_capacity_tokens: int) -> str:
+    async def metadata(
+        self, query: str | None, contexts: Sequence[ContextSpec], sub_capacity_tokens: int, *, first_index: int = 0
+    ) -> str:
+        """The reference's metadata of this run's context. A kept session's follow-up with one new
+        context gets exactly what the reference's persistent mode sends (it describes the call's
+        own context); with several, rlm-mcp's listing follows (docs/sessions.md)."""
         if not contexts:
             return self.texts.metadata(query, "str", 0)
         lengths = [await anyio.to_thread.run_sync(reference_length, spec) for spec in contexts]
         text = self.texts.metadata(query, contexts[0].kind, sum(lengths))
         if len(contexts) > 1:
             # rlm-mcp's addition: the reference describes one context.
-            pairs = enumerate(zip(contexts, lengths, strict=True))
+            pairs = enumerate(zip(contexts, lengths, strict=True), first_index)
             listing = "; ".join(f"context_{i} is a {c.kind} of {n} characters" for i, (c, n) in pairs)
-            text += f"\n\nThere are {len(contexts)} contexts (`context` is context_0): {listing}."
+            if first_index:
+                text += f"\n\nThis question adds {len(contexts)} contexts: {listing}."
+            else:
+                text += f"\n\nThere are {len(contexts)} contexts (`context` is context_0): {listing}."
         return text
 
-    def turn(self, iteration: int, max_iterations: int, context_count: int) -> str:
-        return self.texts.turn_message(iteration, max_iterations, context_count)
+    def turn(self, iteration: int, max_iterations: int, context_count: int, history_count: int = 0) -> str:
+        return self.texts.turn_message(iteration, max_iterations, context_count, history_count)
 
     def format_cell(self, result: CellResult) -> str:
         return format_trained_cell(result)

@@ -78,6 +78,8 @@ class TurnRunner:
         self.sandbox = sandbox
         self.bridge = bridge
         self.context_count = context_count
+        # Shown once, with the run's first REPL output (a kept session restored with names lost).
+        self.pending_notice: str | None = None
 
     async def turn(self, iteration: int, turn_text: str) -> tuple[RunStatus, str | None] | None:
         """Play one turn; return (status, reason) when the run must end, else None."""
@@ -252,6 +254,9 @@ class TurnRunner:
             ctx.tree.open_cells.pop(ctx.run_id, None)
         if result.restarted and not result.notice:
             result.notice = RESTART_NOTICE
+        if self.pending_notice:
+            result.notice = f"{result.notice}\n{self.pending_notice}" if result.notice else self.pending_notice
+            self.pending_notice = None
         output = self.profile.format_cell(result)
         await ctx.tree.emit(
             Cell(

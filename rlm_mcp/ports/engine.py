@@ -76,6 +76,11 @@ class Sandbox(Protocol):
         raises leaves the namespace as it found it; SHOW_VARS() lists the names it started with)."""
         ...
 
+    async def add_contexts(self, contexts: Sequence[ContextSpec]) -> None:
+        """Bind `contexts` after those already loaded, as the next `context_i` (a kept session's
+        follow-up run); a restart reloads them with the others."""
+        ...
+
 
 class SandboxFactory(Protocol):
     """Opens a sandbox with these contexts loaded as context_0, context_1, ... (`context` = first);
@@ -83,11 +88,12 @@ class SandboxFactory(Protocol):
 
     `levels_below` is how many levels of child runs the run may still start below it (each
     opens a sandbox of its own while this one stays open): a capped factory keeps that many
-    slots free for them, so recursion cannot deadlock on the cap.
+    slots free for them, so recursion cannot deadlock on the cap. `kept`: the sandbox outlives
+    its run (a kept session's REPL), idle between runs.
     """
 
     def __call__(
-        self, contexts: Sequence[ContextSpec], *, levels_below: int = 0
+        self, contexts: Sequence[ContextSpec], *, levels_below: int = 0, kept: bool = False
     ) -> AbstractAsyncContextManager[Sandbox]: ...
 
 

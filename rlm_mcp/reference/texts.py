@@ -54,7 +54,7 @@ class Mark:
 meta = types.SimpleNamespace(context_type=Mark("TYPE"), context_total_length=Mark("CHARS"))
 first = p.build_rlm_system_prompt(p.RLM_SYSTEM_PROMPT, meta, custom_tools=None, root_prompt=None, orchestrator=True)
 with_query = p.build_rlm_system_prompt(p.RLM_SYSTEM_PROMPT, meta, custom_tools=None, root_prompt="\x00QUERY\x00", orchestrator=True)
-turn = lambda i, c: p.build_user_prompt(None, i, c, 0, max_iterations=Mark("N"))["content"]
+turn = lambda i, c, h=0: p.build_user_prompt(None, i, c, h, max_iterations=Mark("N"))["content"]
 
 def iteration(blocks):
     made = []
@@ -71,6 +71,8 @@ json.dump({
     "turn_first": turn(0, 1),
     "turn": turn(Mark("K"), 1),
     "turn_contexts": turn(Mark("K"), Mark("C")),
+    "turn_history": turn(Mark("K"), 1, 1),
+    "turn_histories": turn(Mark("K"), 1, Mark("H")),
     "formatted": formatted,
 }, sys.stdout)
 """
@@ -91,6 +93,9 @@ class ReferenceTexts:
     turn_first: str
     turn: str
     turn_contexts: str
+    # Persistent mode (kept sessions): the notes on one and on several earlier conversations.
+    turn_history: str = ""
+    turn_histories: str = ""
     formatted: list[str] = field(default_factory=list)  # the reference's layout of the samples sent
 
     def metadata(self, query: str | None, kind: str, chars: int) -> str:
@@ -98,8 +103,9 @@ class ReferenceTexts:
         values = {"TYPE": kind, "CHARS": str(chars), "QUERY": query or ""}
         return _fill(self.metadata_query if query else self.metadata_plain, values)
 
-    def turn_message(self, iteration: int, max_iterations: int, context_count: int) -> str:
-        """`Turn k/N:` (k 1-based), the first turn with its safeguard, the note for several contexts."""
+    def turn_message(self, iteration: int, max_iterations: int, context_count: int, history_count: int = 0) -> str:
+        """`Turn k/N:` (k 1-based), the first turn with its safeguard, the note for several contexts,
+        and the persistent mode's note on earlier conversations (`history_count` > 0)."""
         if iteration == 1:
             text = _fill(self.turn_first, {"N": str(max_iterations)})
         else:
@@ -107,6 +113,11 @@ class ReferenceTexts:
         if context_count > 1:
             note = self.turn_contexts[len(self.turn) :]
             text += _fill(note, {"C": str(context_count), "C-1": str(context_count - 1)})
+        if history_count == 1:
+            text += self.turn_history[len(self.turn) :]
+        elif history_count > 1:
+            note = self.turn_histories[len(self.turn) :]
+            text += _fill(note, {"H": str(history_count), "H-1": str(history_count - 1)})
         return text
 
 
@@ -130,6 +141,13 @@ def _check(texts: ReferenceTexts) -> None:
     note = texts.turn_contexts[len(texts.turn) :]
     if not texts.turn_contexts.startswith(texts.turn) or set(_MARK.findall(note)) != {"C", "C-1"}:
         raise ReferenceUnavailable("The reference's several-contexts note does not have the expected shape.", None)
+    one, several = texts.turn_history[len(texts.turn) :], texts.turn_histories[len(texts.turn) :]
+    if not (texts.turn_history.startswith(texts.turn) and one and not _MARK.findall(one)):
+        raise ReferenceUnavailable("The reference's conversation-history note does not have the expected shape.", None)
+    if not texts.turn_histories.startswith(texts.turn) or set(_MARK.findall(several)) != {"H", "H-1"}:
+        raise ReferenceUnavailable(
+            "The reference's conversation-histories note does not have the expected shape.", None
+        )
 
 
 # What the child needs: nothing of the server's environment (API keys, tokens, proxies).

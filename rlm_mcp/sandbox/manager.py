@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 
@@ -85,6 +85,9 @@ class SandboxManager:
         self._pool = WarmPool(settings.pool_size, self._start_container, self._discard, quiet=self._quiet.wait_quiet)
         self._tg: anyio.abc.TaskGroup | None = None
         self._exit_stack: contextlib.AsyncExitStack | None = None
+        # Frees a slot held by something idle (a kept session's REPL between its runs) when a
+        # sandbox must open and none is free; returns whether it freed one (service/sessions.py).
+        self.reclaim: Callable[[], Awaitable[bool]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> SandboxManager:
@@ -138,17 +141,22 @@ class SandboxManager:
             raise contexts_over_sandbox_memory(need, usable, self.settings.sandbox_memory)
 
     def open(
-        self, contexts: Sequence[ContextSpec], *, levels_below: int = 0
+        self, contexts: Sequence[ContextSpec], *, levels_below: int = 0, kept: bool = False
     ) -> AbstractAsyncContextManager[KernelSandbox]:
         """A sandbox with `contexts` loaded; `levels_below`: how many levels of child runs (each with
-        a sandbox) the run using it may still start, so that the slot cap cannot deadlock."""
-        return self._open(list(contexts), levels_below)
+        a sandbox) the run using it may still start, so that the slot cap cannot deadlock. `kept`:
+        it outlives its run (a kept session): it holds its slot but does not hold back the pool's
+        refills and removals while it idles."""
+        return self._open(list(contexts), levels_below, kept)
 
     @contextlib.asynccontextmanager
-    async def _open(self, contexts: list[ContextSpec], levels_below: int) -> AsyncIterator[KernelSandbox]:
+    async def _open(self, contexts: list[ContextSpec], levels_below: int, kept: bool) -> AsyncIterator[KernelSandbox]:
         await self.ensure_ready()
         self.check_fits(contexts)
-        async with self._slots.hold(levels_below), self._quiet.in_use():
+        while self._slots.free < levels_below + 1 and self.reclaim is not None and await self.reclaim():
+            pass  # idle kept sessions give their slots back, least recently used first
+        quiet = contextlib.nullcontext() if kept else self._quiet.in_use()
+        async with self._slots.hold(levels_below), quiet:
             sandbox: KernelSandbox | None = None
             container = await start_loaded(
                 self._acquire, self._discard, contexts, self.settings, LostCount(self.backend.lost_error)

@@ -71,14 +71,17 @@ async def death(container: KernelChannel, settings: Settings, kind: str, detail:
     return ContainerLost(f"The sandbox stopped unexpectedly ({detail}).")
 
 
-async def load_contexts(container: KernelChannel, contexts: Sequence[ContextSpec], settings: Settings) -> None:
-    """Stream every context into the kernel and wait until each is bound. Raises `ContainerLost`."""
+async def load_contexts(
+    container: KernelChannel, contexts: Sequence[ContextSpec], settings: Settings, *, start: int = 0
+) -> None:
+    """Stream every context into the kernel as context_{start}, context_{start+1}, ... and wait
+    until each is bound. Raises `ContainerLost`."""
     try:
-        for index, spec in enumerate(contexts):
+        for index, spec in enumerate(contexts, start):
             await container.send_context(index, spec.path, spec.format)
     except BrokenPipeError as exc:
         raise await death(container, settings, "eof", str(exc)) from None
-    pending = set(range(len(contexts)))
+    pending = set(range(start, start + len(contexts)))
     while pending:
         event = await container.receive()
         frame = event.frame

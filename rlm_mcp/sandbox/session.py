@@ -172,6 +172,22 @@ class KernelSandbox:
                 result.notice = note
             return result
 
+    async def add_contexts(self, contexts: Sequence[ContextSpec]) -> None:
+        """Bind more contexts after those loaded, as the next context_i (a kept session's
+        follow-up). A sandbox that stopped meanwhile gets them with the others at its restart."""
+        async with self._lock:
+            start = len(self._contexts)
+            self._contexts.extend(contexts)
+            container = self._container
+            if container is None or container.eof or not contexts:
+                return
+            try:
+                await load_contexts(container, contexts, self._settings, start=start)
+            except ContainerLost:
+                with anyio.CancelScope(shield=True):
+                    self._container = None
+                    await self._discard(container)
+
     async def _recover(self, container: KernelChannel, lost: ContainerLost) -> CellResult:
         with anyio.CancelScope(shield=True):
             self._container = None

@@ -24,13 +24,15 @@ from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
-from rlm_mcp.server.run_tools import run_tool
+from rlm_mcp.server.run_tools import SessionArgs, run_tool
 from rlm_mcp.server.schemas import (
     ContextHandle,
     ContextList,
     Deleted,
     RunOutcome,
     RunStarted,
+    SessionClosed,
+    SessionList,
     UploadProgress,
 )
 from rlm_mcp.service.caller import Caller
@@ -47,7 +49,9 @@ INSTRUCTIONS = (
     "Recursive Language Model over contexts too large for your window. Store a context once "
     "(rlm_load_context with a path, folder, glob, url or text; rlm_upload_context for chunked "
     "uploads), then ask rlm_complete(query, context_id). For runs longer than your client's "
-    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel."
+    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel. Several questions about "
+    "the same context: pass keep_session=true, then the returned session_id on each follow-up (the "
+    "REPL and what the model built in it are kept; rlm_close_session when done)."
 )
 
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -240,23 +244,48 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
     @mcp.tool(annotations=_RUN)
     @run_tool
     async def rlm_complete(
-        ctx: Context, query: str, context_id: str | list[str], overrides: RunOverrides
+        ctx: Context, query: str, context_id: str | list[str] | None, overrides: RunOverrides, session: SessionArgs
     ) -> RunOutcome:
         """Answer `query` over a stored context with a Recursive Language Model (waits for the
-        answer; sends progress). For clients with short timeouts use rlm_start instead."""
+        answer; sends progress). For clients with short timeouts use rlm_start instead. Expect
+        follow-up questions on the same context? Pass keep_session=true, then session_id on the
+        next call: the REPL and everything computed in it are kept."""
 
         async def report(progress: float, total: float | None, message: str) -> None:
             await ctx.report_progress(progress, total, message)
 
-        result = await _call(svc(ctx).complete(query, context_id, overrides, report))
-        return RunOutcome.of(result, max_chars=settings.answer_max_chars)
+        work = svc(ctx).complete_in_session(
+            query, context_id, overrides, report, keep_session=session.keep_session, session_id=session.session_id
+        )
+        result, session_id = await _call(work)
+        return RunOutcome.of(result, max_chars=settings.answer_max_chars, session_id=session_id)
 
     @mcp.tool(annotations=_RUN)
     @run_tool
-    async def rlm_start(ctx: Context, query: str, context_id: str | list[str], overrides: RunOverrides) -> RunStarted:
-        """Start a run in the background and return its run_id at once (poll rlm_status / rlm_result)."""
-        run = await _call(svc(ctx).start_run(query, context_id, overrides))
-        return RunStarted(run_id=run.run_id, status="running")
+    async def rlm_start(
+        ctx: Context, query: str, context_id: str | list[str] | None, overrides: RunOverrides, session: SessionArgs
+    ) -> RunStarted:
+        """Start a run in the background and return its run_id at once (poll rlm_status / rlm_result).
+        keep_session / session_id as in rlm_complete."""
+        work = svc(ctx).start_run(
+            query, context_id, overrides, keep_session=session.keep_session, session_id=session.session_id
+        )
+        run = await _call(work)
+        return RunStarted(run_id=run.run_id, status="running", session_id=run.request.session_id)
+
+    @mcp.tool(annotations=_READ)
+    async def rlm_list_sessions(ctx: Context) -> SessionList:
+        """Your kept sessions (keep_session=true): their runs, contexts, size and age."""
+        return SessionList(sessions=await _call(svc(ctx).list_sessions()))
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False))
+    async def rlm_close_session(session_id: str, ctx: Context) -> SessionClosed:
+        """End a kept session and release its sandbox (its variables are gone; its runs stay readable)."""
+        closed = await _call(svc(ctx).close_session(session_id))
+        runs = closed.get("runs")
+        return SessionClosed(
+            session_id=session_id, closed=True, runs=[str(r) for r in runs] if isinstance(runs, list) else []
+        )
 
     @mcp.tool(annotations=_READ)
     async def rlm_status(run_id: str, ctx: Context) -> RunSnapshot:
@@ -305,6 +334,11 @@ def _add_resources(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller])
         """The run's event log (JSONL): turns, cells, LM calls, end."""
         events = await read(svc(ctx).run_events(run_id))
         return "\n".join(json.dumps(to_json(e), default=str) for e in events) + ("\n" if events else "")
+
+    @mcp.resource("rlm://sessions/{session_id}", mime_type="application/json")
+    async def session_resource(session_id: str, ctx: Context) -> str:
+        """A kept session: its runs (in order), contexts, size and age."""
+        return json.dumps(await read(svc(ctx).session(session_id)), indent=2)
 
     @mcp.resource("rlm://runs/{run_id}/answer", mime_type="text/plain")
     async def answer_resource(run_id: str, ctx: Context) -> str:

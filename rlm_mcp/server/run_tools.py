@@ -1,6 +1,6 @@
 """The parameters `rlm_complete` and `rlm_start` share, declared once (issue 18 item 2).
 
-Both tools take `query`, `context_id` and one parameter per field of `service.limits.RunOverrides`
+Both tools take `query`, `context_id`, `keep_session`, `session_id` and one parameter per field of `service.limits.RunOverrides`
 (the same fields `rlm-mcp run` and `rlm-mcp eval` take as flags). `run_tool` gives a function
 `(ctx, query, context_ids, overrides)` that flat signature, so the SDK derives the same JSON schema
 for both tools from one declaration, and a new override reaches both without editing either.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, get_type_hints
 
 from mcp.server.mcpserver import Context
@@ -21,11 +22,38 @@ R = TypeVar("R")
 
 Query = Annotated[str, Field(description="The question to answer about the context.")]
 ContextIds = Annotated[
-    str | list[str],
-    Field(description="A context_id from rlm_load_context, or a list of them (context_0, context_1, ...)."),
+    str | list[str] | None,
+    Field(
+        description="A context_id from rlm_load_context, or a list of them (context_0, context_1, ...). "
+        "In a kept session's follow-up they become the next context_i; omit to add none."
+    ),
+]
+KeepSession = Annotated[
+    bool,
+    Field(
+        description="Keep the REPL after this run for follow-up questions: the result carries a session_id. "
+        "Use it when you expect to ask more about the same context: variables the model built "
+        "(splits, indexes, counts) are reused instead of recomputed."
+    ),
+]
+SessionId = Annotated[
+    str,
+    Field(
+        description="Continue this kept session: every variable of its earlier runs is there, earlier "
+        "conversations are `history_0`, `history_1`, ... (`history` = history_0)."
+    ),
 ]
 
-RunToolBody = Callable[[Context, str, "str | list[str]", RunOverrides], Awaitable[R]]
+
+@dataclass(frozen=True)
+class SessionArgs:
+    """What a run tool was told about kept sessions."""
+
+    keep_session: bool = False
+    session_id: str | None = None
+
+
+RunToolBody = Callable[[Context, str, "str | list[str] | None", RunOverrides, SessionArgs], Awaitable[R]]
 
 
 def _parameters() -> list[inspect.Parameter]:
@@ -33,8 +61,10 @@ def _parameters() -> list[inspect.Parameter]:
     limits = get_type_hints(RunOverrides, include_extras=True)  # Annotated[int | None, Field(ge=.., le=..)]
     return [
         inspect.Parameter("query", keyword, annotation=Query),
-        inspect.Parameter("context_id", keyword, annotation=ContextIds),
         inspect.Parameter("ctx", keyword, annotation=Context),
+        inspect.Parameter("context_id", keyword, default=None, annotation=ContextIds),
+        inspect.Parameter("keep_session", keyword, default=False, annotation=KeepSession),
+        inspect.Parameter("session_id", keyword, default="", annotation=SessionId),
         *(
             inspect.Parameter(name, keyword, default=None, annotation=limits[name])
             for name in RunOverrides.model_fields
@@ -47,8 +77,16 @@ def run_tool(body: RunToolBody[R]) -> Callable[..., Awaitable[R]]:
     parameters = _parameters()
     returns = inspect.signature(body, eval_str=True).return_annotation
 
-    async def tool(query: str, context_id: str | list[str], ctx: Context, **limits: Any) -> R:
-        return await body(ctx, query, context_id, RunOverrides(**limits))
+    async def tool(
+        query: str,
+        ctx: Context,
+        context_id: str | list[str] | None = None,
+        keep_session: bool = False,
+        session_id: str = "",
+        **limits: Any,
+    ) -> R:
+        session = SessionArgs(keep_session=keep_session, session_id=session_id or None)
+        return await body(ctx, query, context_id, RunOverrides(**limits), session)
 
     tool.__name__ = tool.__qualname__ = body.__name__
     tool.__doc__ = body.__doc__

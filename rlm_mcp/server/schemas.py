@@ -71,6 +71,9 @@ class RunOutcome(BaseModel):
     answer_chars: int = 0
     answer_truncated: bool = False
     answer_resource: str | None = Field(default=None, description="The full answer, when it was cut here.")
+    session_id: str | None = Field(
+        default=None, description="The kept session this run belongs to: pass it to ask a follow-up."
+    )
 
     @classmethod
     def pending(cls, snapshot: RunSnapshot) -> RunOutcome:
@@ -84,7 +87,7 @@ class RunOutcome(BaseModel):
         )
 
     @classmethod
-    def of(cls, result: RunResult, *, max_chars: int) -> RunOutcome:
+    def of(cls, result: RunResult, *, max_chars: int, session_id: str | None = None) -> RunOutcome:
         answer = result.answer
         chars = len(answer) if answer is not None else 0
         truncated = answer is not None and chars > max_chars
@@ -104,9 +107,21 @@ class RunOutcome(BaseModel):
             answer_chars=chars,
             answer_truncated=truncated,
             answer_resource=uri if truncated else None,
+            session_id=session_id,
         )
 
 
 class RunStarted(BaseModel):
     run_id: str
     status: str
+    session_id: str | None = None
+
+
+class SessionList(BaseModel):
+    sessions: list[dict[str, Any]]
+
+
+class SessionClosed(BaseModel):
+    session_id: str
+    closed: bool
+    runs: list[str]

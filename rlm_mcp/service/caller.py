@@ -90,13 +90,47 @@ class Caller:
 
     # --- runs ------------------------------------------------------------------------------
 
-    async def start_run(self, query: str, context_id: str | Sequence[str], overrides: RunOverrides) -> ActiveRun:
-        return await self.service.start_run(query, context_id, overrides, owner=self.owner)
+    async def start_run(
+        self,
+        query: str,
+        context_id: str | Sequence[str] | None,
+        overrides: RunOverrides,
+        *,
+        keep_session: bool = False,
+        session_id: str | None = None,
+    ) -> ActiveRun:
+        return await self.service.start_run(
+            query, context_id, overrides, owner=self.owner, keep_session=keep_session, session_id=session_id
+        )
 
     async def complete(
         self, query: str, context_id: str | Sequence[str], overrides: RunOverrides, report: ProgressReport
     ) -> RunResult:
         return await self.service.complete(query, context_id, overrides, report, owner=self.owner)
+
+    async def complete_in_session(
+        self,
+        query: str,
+        context_id: str | Sequence[str] | None,
+        overrides: RunOverrides,
+        report: ProgressReport,
+        *,
+        keep_session: bool = False,
+        session_id: str | None = None,
+    ) -> tuple[RunResult, str | None]:
+        return await self.service.complete_in_session(
+            query, context_id, overrides, report, owner=self.owner, keep_session=keep_session, session_id=session_id
+        )
+
+    # --- kept sessions ---------------------------------------------------------------------
+    async def list_sessions(self) -> list[dict[str, object]]:
+        return await self.service.list_sessions(owner=self.owner)
+
+    async def session(self, session_id: str) -> dict[str, object]:
+        return await self.service.session(session_id, owner=self.owner)
+
+    async def close_session(self, session_id: str) -> dict[str, object]:
+        return await self.service.close_session(session_id, owner=self.owner)
 
     async def status(self, run_id: str) -> RunSnapshot:
         return await self.service.status(run_id, owner=self.owner)

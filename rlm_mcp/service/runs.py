@@ -20,6 +20,7 @@ import anyio.lowlevel
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
+from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
 from rlm_mcp.owners import OwnerScope, sees
@@ -75,6 +76,10 @@ class ActiveRun:
     # Whether its owner's share of the slots applies here (a team worker's runs were claimed
     # within it already).
     shared: bool = True
+    # A kept session's run: the session's REPL it continues, and what to tell the session once
+    # the run's record is written (service/sessions.py).
+    repl: SessionSandbox | None = None
+    on_end: Callable[[ActiveRun], Awaitable[None]] | None = None
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
@@ -189,7 +194,15 @@ class RunManager:
         await self._tg.start(self._execute, run, engine, log)
         return run
 
-    async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
+    async def start(
+        self,
+        request: RunRequest,
+        engine: RLMEngine | None,
+        *,
+        repl: SessionSandbox | None = None,
+        on_end: Callable[[ActiveRun], Awaitable[None]] | None = None,
+    ) -> ActiveRun:
+        """`repl` and `on_end`: the run continues a kept session (embedded mode only)."""
         if self._tg is None or engine is None:
             raise RuntimeError("RunManager used outside its context, or without an engine")
         # Bounded before anything is opened; runs that will take a free slot at once do not count
@@ -208,7 +221,7 @@ class RunManager:
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress)
+        run = ActiveRun(run_id, request, progress, repl=repl, on_end=on_end)
         self._runs[run_id] = run
         try:
             log = await self._records.create(run.record())
@@ -254,6 +267,11 @@ class RunManager:
                     run.result = result
                     run.progress.status = result.status
                     await self._finish_record(run, log)
+                    if run.on_end is not None:
+                        try:
+                            await run.on_end(run)
+                        except Exception:
+                            logger.exception("the session of run %s could not take its end", run.run_id)
                     run.done.set()
                     run.notify("run_end")
                     self._forget_old_runs()
@@ -350,6 +368,7 @@ class RunManager:
             limits=run.request.limits,
             progress=run.progress,
             emit=emit,
+            session=run.repl,
         )
 
     def _ended(self, run: ActiveRun, status: RunStatus, reason: str) -> RunResult:

@@ -36,7 +36,8 @@ from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
-from rlm_mcp.service.runs import ActiveRun, unique_ids, wait_with_heartbeat
+from rlm_mcp.service.runs import ActiveRun, RunManager, unique_ids, wait_with_heartbeat
+from rlm_mcp.service.sessions import KeptSession, SessionManager
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store import ContextInfo, UploadState
 from rlm_mcp.store.factory import Stores, make_stores
@@ -67,6 +68,8 @@ class RlmService:
         self._engine_lock = anyio.Lock(fast_acquire=True)
         self._lm_checked_at = float("-inf")
         self._runs: RunBackend | None = None
+        self.sessions = SessionManager(settings, self.contexts)
+        self.sandboxes.reclaim = self.sessions.reclaim  # idle sessions yield their slots to runs
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> RlmService:
@@ -75,6 +78,8 @@ class RlmService:
             await self._stack.enter_async_context(self.stores)  # closed last: runs record into it
             await self._stack.enter_async_context(self.sandboxes)
             self._runs = await open_runs(self._stack, self.settings, self.stores, self.sandboxes, self.engine)
+            # Closed before the runs: a session's REPL goes back to the sandboxes it came from.
+            await self._stack.enter_async_context(self.sessions)
         except BaseException:
             await self.aclose()
             raise
@@ -194,33 +199,86 @@ class RlmService:
     # --- runs ------------------------------------------------------------------------------
 
     async def start_run(
-        self, query: str, context_id: str | Sequence[str], overrides: RunOverrides, *, owner: Owner
+        self,
+        query: str,
+        context_id: str | Sequence[str] | None,
+        overrides: RunOverrides,
+        *,
+        owner: Owner,
+        keep_session: bool = False,
+        session_id: str | None = None,
     ) -> ActiveRun:
         """What can be checked before a run is accepted fails here, as an RlmMcpError; what
-        fails later but before the run started is the run's `not_started`."""
+        fails later but before the run started is the run's `not_started`.
+
+        `keep_session`: the run opens a kept session (its REPL stays for follow-ups); `session_id`:
+        the run continues that session (its context ids, if any, become the next context_i)."""
         if not isinstance(query, str) or not query.strip():
             raise BadArgumentError("The query is empty.", "Pass the question to answer about the context as `query`.")
         check_text("query", query)
+        check_text("session_id", session_id)
         if isinstance(context_id, str):
             check_text("context_id", context_id)
-        else:
+        elif context_id is not None:
             check_texts("context_id", context_id)
-        ids = unique_ids(context_id)
-        if not ids:
+        ids = unique_ids(context_id or [])
+        session = await self.sessions.find(session_id, owner=owner) if session_id else None
+        if not ids and session is None:
             raise BadArgumentError(
                 "No context id given.", "Load a context with rlm_load_context and pass its context_id."
             )
         runs = self.runs
+        if (keep_session or session is not None) and not isinstance(runs, RunManager):
+            raise BadArgumentError(
+                "Kept sessions run in the embedded server only; this server queues runs for a team "
+                "(RLM_MCP_DATABASE_URL).",
+                "Ask without keep_session/session_id: each run then starts from a fresh sandbox.",
+            )
+        if session is not None:
+            self.sessions.check_idle(session)
         engine = await self.engine() if runs.local else None
         infos = [await self.contexts.get(cid, owner=owner) for cid in ids]
-        self.sandboxes.check_fits([self.contexts.spec(i) for i in infos])
+        specs = [self.contexts.spec(i) for i in infos]
+        self.sandboxes.check_fits([*(session.repl.contexts if session is not None else []), *specs])
         if runs.local:  # a team-mode front runs nothing: its workers check their own Docker
             await self.sandboxes.ensure_ready()
         await self._check_lm()
+        if session is None and keep_session:
+            session = self.sessions.open(owner)
         request = RunRequest(
-            query=query, context_ids=ids, limits=overrides.limits(self.settings), owner=owner, model=self.settings.model
+            query=query,
+            context_ids=ids,
+            limits=overrides.limits(self.settings),
+            owner=owner,
+            model=self.settings.model,
+            session_id=session.session_id if session is not None else None,
         )
-        return await runs.start(request, engine)
+        if session is None:
+            return await runs.start(request, engine)
+        assert isinstance(runs, RunManager)
+        return await self._start_in_session(runs, request, engine, session)
+
+    async def _start_in_session(
+        self, runs: RunManager, request: RunRequest, engine: RLMEngine | None, session: KeptSession
+    ) -> ActiveRun:
+        """Start a kept session's run: one at a time per session, its contexts pinned for the
+        session's life, the session told when the run has ended."""
+        self.sessions.claim(session, "starting")  # no await since check_idle: two follow-ups cannot both pass
+        run: ActiveRun | None = None
+        try:
+            await self.sessions.pin(session, request.context_ids)
+
+            async def ended(done: ActiveRun) -> None:
+                usage = done.result.usage if done.result is not None else None
+                await self.sessions.finished(session, done.run_id, started=done.not_started is None, usage=usage)
+
+            run = await runs.start(request, engine, repl=session.repl, on_end=ended)
+            if session.running == "starting":
+                session.running = run.run_id
+            return run
+        finally:
+            if run is None:
+                await self.sessions.finished(session, "starting", started=False)
 
     async def complete(
         self,
@@ -231,10 +289,27 @@ class RlmService:
         *,
         owner: Owner,
     ) -> RunResult:
-        """Start a run and wait for its result, reporting progress. The one place a run's
-        failure picks its channel: one that never started raises (a tool error), any other
-        is the structured result."""
-        run = await self.start_run(query, context_id, overrides, owner=owner)
+        """`complete_in_session` without a session: the run's result."""
+        result, _ = await self.complete_in_session(query, context_id, overrides, report, owner=owner)
+        return result
+
+    async def complete_in_session(
+        self,
+        query: str,
+        context_id: str | Sequence[str] | None,
+        overrides: RunOverrides,
+        report: ProgressReport,
+        *,
+        owner: Owner,
+        keep_session: bool = False,
+        session_id: str | None = None,
+    ) -> tuple[RunResult, str | None]:
+        """Start a run and wait for its result (and its session id, for a kept session),
+        reporting progress. The one place a run's failure picks its channel: one that never
+        started raises (a tool error), any other is the structured result."""
+        run = await self.start_run(
+            query, context_id, overrides, owner=owner, keep_session=keep_session, session_id=session_id
+        )
         values = ProgressValues()  # MCP: each progress value must exceed the previous one
         try:
 
@@ -251,7 +326,21 @@ class RlmService:
                     await self.runs.cancel(run.run_id)
         if run.not_started is not None:
             raise run.not_started
-        return result
+        return result, run.request.session_id
+
+    # --- kept sessions ---------------------------------------------------------------------
+
+    async def list_sessions(self, *, owner: Owner) -> list[dict[str, object]]:
+        """Live sessions, then those stored in the data dir (taken back on their next follow-up)."""
+        return [s.describe() for s in self.sessions.list(owner=owner)] + await self.sessions.stored(owner=owner)
+
+    async def session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
+        check_text("session_id", session_id)
+        return (await self.sessions.find(session_id, owner=owner)).describe()
+
+    async def close_session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
+        check_text("session_id", session_id)
+        return (await self.sessions.close(session_id, owner=owner)).describe()
 
     async def status(self, run_id: str, *, owner: Owner) -> RunSnapshot:
         check_text("run_id", run_id)

@@ -303,6 +303,7 @@ def build_run(record: RunRecord, events: Iterable[LoggedEvent]) -> Json:
         "iterations": result.iterations if result is not None else record.iterations,
         "sub_calls": result.sub_calls if result is not None else record.sub_calls,
         "model": root.get("model") or record.request.model,
+        "session_id": record.request.session_id,  # a kept session's run (docs/sessions.md)
         "t0": min(times) if times else record.created_at,
         "t1": max(times) if times else record.created_at,
         "runs": builder.runs,
@@ -323,6 +324,7 @@ def index_entry(record: RunRecord) -> Json:
         "duration_s": result.duration_s if result is not None else None,
         "tokens": usage.total.total,
         "model": record.request.model,
+        "session_id": record.request.session_id,
         "iterations": result.iterations if result is not None else record.iterations,
         "sub_calls": result.sub_calls if result is not None else record.sub_calls,
     }

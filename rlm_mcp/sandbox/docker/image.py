@@ -22,11 +22,14 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 
-OFFLINE_BASE_TAG = "rlm-mcp-base:bookworm"
+# Versioned with the packages debootstrap includes (EXTRA_PACKAGES), so a base made without one of
+# them is never built on again.
+OFFLINE_BASE_TAG = "rlm-mcp-base:bookworm-0.2"
 ONLINE_BASE_TAG = "debian:bookworm-slim"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-# Cheap, pure-Python Debian packages that help the model's code; python3 is the only must.
-EXTRA_PACKAGES = ("python3-regex",)
+# Cheap, pure-Python Debian packages: regex helps the model's code; dill serializes a kept
+# session's namespace inside the sandbox (engine/snapshot.py). python3 is the only must.
+EXTRA_PACKAGES = ("python3-regex", "python3-dill")
 _BASE_CHANGES = [
     "ENV HOME=/tmp",
     "ENV PYTHONDONTWRITEBYTECODE=1",

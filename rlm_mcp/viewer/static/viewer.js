@@ -232,6 +232,10 @@ function runPage(model) {
     h("p", { class: "meta" }, badge(model.status), ` ${model.run_id} · ${model.model || ""} · ${fmtTime(model.created_at)} · ` +
       `${fmtS(model.duration_s ?? span(model.t0, model.t1))} · ${fmtN(model.iterations)} turns · ${fmtN(model.sub_calls)} sub-calls · ` +
       `${fmtN(tot.prompt_tokens)}+${fmtN(tot.completion_tokens)} tokens`));
+  if (model.session_id) {  // a kept session's run: its chain is the index filtered by the session id
+    const chain = (CONFIG.index_href || "./") + "?q=" + encodeURIComponent(model.session_id);
+    page.append(h("p", { class: "meta" }, "kept session ", h("a", { href: chain, title: "every run of this session, in order" }, model.session_id)));
+  }
   if (model.status !== "completed" && model.status !== "running" && model.reason) page.append(h("div", { class: "banner bad" }, `${model.status}: ${model.reason}`));
   for (const note of model.notes) page.append(h("div", { class: "banner warn" }, note));
   page.append(h("section", { class: "final" }, h("div", { class: "lbl" }, "answer"),
@@ -244,7 +248,9 @@ function runPage(model) {
 // ---- the index ----------------------------------------------------------------------------
 function indexPage(runs) {
   const maxTok = Math.max(1, ...runs.map((r) => r.tokens || 0)), maxDur = Math.max(0.001, ...runs.map((r) => r.duration_s || 0));
-  const search = h("input", { type: "search", placeholder: "search query, run id, model", id: "q", value: CONFIG.q || "" });
+  const search = h("input", { type: "search", placeholder: "search query, run id, model, session", id: "q", value: CONFIG.q || new URLSearchParams(location.search).get("q") || "" });
+  const step = {};  // a kept session's runs numbered in the order they ran (the chain)
+  for (const r of [...runs].sort((a, b) => a.created_at - b.created_at)) if (r.session_id) step[r.run_id] = (step[r.session_id] = (step[r.session_id] || 0) + 1);
   const status = h("select", { id: "status" }, h("option", { value: "" }, "any status"),
     [...new Set(runs.map((r) => r.status))].map((st) => h("option", { value: st }, st)));
   status.value = CONFIG.status || "";
@@ -253,8 +259,9 @@ function indexPage(runs) {
     const bar = s("svg", { class: "spark", viewBox: "0 0 100 12", width: 100, height: 12 },
       s("rect", { class: "bar", x: 0, y: 0, height: 5, width: ((r.tokens || 0) / maxTok) * 100 }, s("title", {}, `${r.tokens} tokens`)),
       s("rect", { class: "bar2", x: 0, y: 7, height: 5, width: ((r.duration_s || 0) / maxDur) * 100 }, s("title", {}, fmtS(r.duration_s))));
-    body.append(h("tr", { class: "row", "data-status": r.status, "data-text": `${r.query} ${r.run_id} ${r.model}`.toLowerCase() },
-      h("td", {}, fmtTime(r.created_at)), h("td", {}, h("a", { href: (CONFIG.run_href || "") + encodeURIComponent(r.run_id) }, r.query || r.run_id)),
+    body.append(h("tr", { class: "row", "data-status": r.status, "data-text": `${r.query} ${r.run_id} ${r.model} ${r.session_id || ""}`.toLowerCase() },
+      h("td", {}, fmtTime(r.created_at)), h("td", {}, h("a", { href: (CONFIG.run_href || "") + encodeURIComponent(r.run_id) }, r.query || r.run_id),
+        r.session_id ? h("span", { class: "meta", title: r.session_id }, ` · session ${r.session_id.slice(0, 10)} #${step[r.run_id]}`) : null),
       h("td", {}, badge(r.status)), h("td", {}, fmtS(r.duration_s)), h("td", {}, fmtN(r.tokens)), h("td", {}, bar), h("td", {}, r.model || "")));
   }
   const apply = () => {

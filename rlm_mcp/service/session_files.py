@@ -1,0 +1,152 @@
+"""Kept sessions at rest: a released session's record and snapshot in the data dir.
+
+When a server stops (or a one-off `rlm-mcp run --keep-session` ends), each session it holds is
+snapshotted (inside its sandbox) and written here: `sessions/<id>.json` (owner, runs, the
+context ids in binding order, the stored conversations) and `sessions/<id>.snap` (the opaque
+snapshot, never deserialized on the host), both 0600 in a 0700 folder. Any later process on the
+same data dir takes a session back on its next follow-up: it claims the record by renaming it
+(atomic: of two processes, one wins), then restores the snapshot in a fresh sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlm_mcp.store.private import PRIVATE_FILE, private_dir
+
+_ID = re.compile(r"^ses_[0-9a-f]{20}$")
+
+
+@dataclass
+class StoredSession:
+    """What a stopped session left: enough to continue it in another process."""
+
+    session_id: str
+    owner: str
+    created_at: float
+    run_ids: list[str]
+    bound_context_ids: list[str]  # context_0, context_1, ... in order
+    histories: list[list[dict[str, str]]]
+    snapshot: bytes
+
+
+def _folder(data_dir: Path) -> Path:
+    return data_dir / "sessions"
+
+
+def _write(path: Path, data: bytes) -> None:
+    temp = path.with_name(path.name + f".tmp{os.getpid()}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(temp, path)
+
+
+def save(data_dir: Path, stored: StoredSession) -> None:
+    """Write a session's record and snapshot (blocking: call it in a worker thread)."""
+    folder = _folder(data_dir)
+    private_dir(folder)
+    _write(folder / f"{stored.session_id}.snap", stored.snapshot)
+    record: dict[str, Any] = {
+        "session_id": stored.session_id,
+        "owner": stored.owner,
+        "created_at": stored.created_at,
+        "run_ids": stored.run_ids,
+        "bound_context_ids": stored.bound_context_ids,
+        "histories": stored.histories,
+    }
+    _write(folder / f"{stored.session_id}.json", json.dumps(record).encode("utf-8"))
+
+
+def owner_of(data_dir: Path, session_id: str) -> str | None:
+    """The owner of a stored session, or None when there is none."""
+    if not _ID.match(session_id):
+        return None
+    try:
+        record = json.loads((_folder(data_dir) / f"{session_id}.json").read_text(encoding="utf-8"))
+        return str(record["owner"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def claim(data_dir: Path, session_id: str) -> StoredSession | None:
+    """Take a stored session (None when there is none, or another process took it first); its
+    files are removed: from now on it lives in this process."""
+    if not _ID.match(session_id):
+        return None
+    folder = _folder(data_dir)
+    record_path, snap_path = folder / f"{session_id}.json", folder / f"{session_id}.snap"
+    taken = folder / f"{session_id}.json.taken{os.getpid()}"
+    try:
+        os.rename(record_path, taken)
+    except OSError:
+        return None
+    try:
+        record = json.loads(taken.read_text(encoding="utf-8"))
+        snapshot = snap_path.read_bytes()
+    except (OSError, ValueError):
+        return None
+    finally:
+        for path in (taken, snap_path):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+    return StoredSession(
+        session_id=session_id,
+        owner=str(record["owner"]),
+        created_at=float(record["created_at"]),
+        run_ids=[str(r) for r in record["run_ids"]],
+        bound_context_ids=[str(c) for c in record["bound_context_ids"]],
+        histories=list(record["histories"]),
+        snapshot=snapshot,
+    )
+
+
+def peek(data_dir: Path) -> list[dict[str, Any]]:
+    """The stored sessions' records, without their snapshots (listing)."""
+    folder = _folder(data_dir)
+    out = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name.endswith(".json") and _ID.match(entry.name[:-5]):
+            try:
+                record = json.loads(Path(entry.path).read_text(encoding="utf-8"))
+                snap = folder / f"{entry.name[:-5]}.snap"
+                record["snapshot_bytes"] = snap.stat().st_size
+                record.pop("histories", None)
+                out.append(record)
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def drop_older_than(data_dir: Path, max_age_s: float) -> None:
+    """Remove stored sessions past their maximum age (never taken back)."""
+    now = time.time()
+    for record in peek(data_dir):
+        if now - float(record.get("created_at") or 0) >= max_age_s:
+            discard(data_dir, str(record["session_id"]))
+
+
+def discard(data_dir: Path, session_id: str) -> bool:
+    """Remove a stored session; whether there was one."""
+    if not _ID.match(session_id):
+        return False
+    found = False
+    for suffix in (".json", ".snap"):
+        try:
+            (_folder(data_dir) / f"{session_id}{suffix}").unlink()
+            found = True
+        except OSError:
+            pass
+    return found

@@ -1,0 +1,391 @@
+"""Kept sessions: follow-up questions that continue in the same REPL (docs/sessions.md).
+
+A run started with `keep_session` opens a session; a later run that names its `session_id`
+continues it: the session's live sandbox is reused (engine/session.py binds the new contexts as
+the next `context_i` and the earlier conversations as `history_i`). A session is its owner's
+alone (another owner gets "unknown session"), runs one question at a time (a second one while a
+run is going is refused, not queued: the caller waits for the first with rlm_result), pins its
+contexts against eviction, and ends on `rlm_close_session`, RLM_MCP_SESSION_MAX_AGE_S after it
+started, or at shutdown. Its sandbox is released after RLM_MCP_SESSION_IDLE_S without a run, or
+when a run needs a sandbox slot that only idle sessions hold (least recently used first): a
+session with a snapshot of its namespace (engine/snapshot.py) lives on and its next run restores
+it in a fresh sandbox; one whose namespace cannot be saved (no dill in the image, too big) ends.
+The snapshot is taken when the sandbox is given back, not after every run: serializing a big
+namespace costs seconds that no follow-up should wait for (bench/sessions.py).
+An ended session is remembered (briefly, bounded) so that a follow-up says why it cannot go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine.session import SessionSandbox
+from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
+from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
+from rlm_mcp.events import Usage
+from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.service import session_files
+from rlm_mcp.store.ports import ContextStorePort
+
+logger = logging.getLogger("rlm_mcp.service")
+
+EndReason = Literal["closed", "idle", "expired", "shutdown", "failed", "evicted"]
+SAVING = "(saving)"  # `running` while an idle session's namespace is snapshotted
+ENDED_KEPT = 256  # ended sessions remembered, to say why a follow-up cannot continue
+SWEEP_EVERY_S = 5.0
+
+_END_TEXT: dict[EndReason, str] = {
+    "closed": "was closed",
+    "idle": "ended after RLM_MCP_SESSION_IDLE_S without a run (its sandbox was released and its namespace "
+    "could not be saved)",
+    "expired": "reached its maximum age (RLM_MCP_SESSION_MAX_AGE_S)",
+    "shutdown": "ended when the server stopped",
+    "failed": "ended because its first run never started",
+    "evicted": "was ended while idle to free its sandbox for another run (all RLM_MCP_MAX_SANDBOXES were in use) "
+    "and its namespace could not be saved",
+}
+START_AGAIN = (
+    "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s) to use."
+)
+
+
+@dataclass
+class KeptSession:
+    """One session: its owner, its runs and contexts, its REPL (`repl`), and its own lock."""
+
+    session_id: str
+    owner: Owner
+    created_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)
+    run_ids: list[str] = field(default_factory=list)
+    context_ids: list[str] = field(default_factory=list)
+    repl: SessionSandbox = field(init=False)
+    running: str | None = None  # the run now using the REPL
+    pins: AsyncExitStack = field(default_factory=AsyncExitStack)
+    ended: EndReason | None = None
+    usage: Usage = field(default_factory=Usage)  # the session's runs together
+
+    def __post_init__(self) -> None:
+        self.repl = SessionSandbox(self.session_id)
+
+    def describe(self) -> dict[str, object]:
+        """The session as `rlm_list_sessions` and its resource show it."""
+        return {
+            "session_id": self.session_id,
+            "runs": list(self.run_ids),
+            "running": self.running,
+            "context_ids": list(self.context_ids),
+            "contexts_bound": self.repl.context_count,
+            "histories": self.repl.history_count,
+            "context_bytes": sum(spec.bytes for spec in self.repl.contexts),
+            "sandbox_live": self.repl.live,
+            "snapshot_bytes": len(self.repl.snapshot.blob) if self.repl.snapshot is not None else None,
+            "snapshot_error": self.repl.snapshot_error,
+            "usage": self.usage.to_dict(),
+            "created_at": self.created_at,
+            "age_s": round(time.monotonic() - self.started, 3),
+            "idle_s": 0.0 if self.running else round(time.monotonic() - self.last_used, 3),
+        }
+
+
+class SessionManager:
+    """Owns every kept session of this process; enter it in the service's exit stack."""
+
+    def __init__(self, settings: Settings, contexts: ContextStorePort) -> None:
+        self._settings = settings
+        self._contexts = contexts
+        self._live: dict[str, KeptSession] = {}
+        self._ended: OrderedDict[str, tuple[Owner, str]] = OrderedDict()  # owner, why (said to a follow-up)
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> SessionManager:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._sweep_forever)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                for session in list(self._live.values()):
+                    if session.running is None and await self._store(session):
+                        continue  # another process on this data dir may take it back
+                    await self._end(session, "shutdown")
+        finally:
+            tg, self._tg = self._tg, None
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+
+    # -- what the service asks ---------------------------------------------------------------
+    def open(self, owner: Owner) -> KeptSession:
+        """A new session for `owner` (refused past RLM_MCP_MAX_SESSIONS_PER_OWNER)."""
+        cap = self._settings.max_sessions_per_owner
+        held = [s for s in self._live.values() if s.owner == owner]
+        if len(held) >= cap:
+            raise BusyError(
+                f"You already hold {len(held)} kept sessions (RLM_MCP_MAX_SESSIONS_PER_OWNER={cap}).",
+                "Close one you no longer need with rlm_close_session (rlm_list_sessions lists them), "
+                "or run without keep_session.",
+            )
+        session = KeptSession(session_id=f"ses_{secrets.token_hex(10)}", owner=owner)
+        self._live[session.session_id] = session
+        return session
+
+    async def find(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
+        """`get`, taking back a session that a stopped process stored in the data dir."""
+        if session_id not in self._live and session_id not in self._ended:
+            data_dir = self._settings.data_dir
+            stored_owner = await anyio.to_thread.run_sync(session_files.owner_of, data_dir, session_id)
+            if stored_owner is not None and sees(owner, stored_owner):
+                stored = await anyio.to_thread.run_sync(session_files.claim, data_dir, session_id)
+                if stored is not None:
+                    await self._adopt(stored)
+        return self.get(session_id, owner=owner)
+
+    async def _adopt(self, stored: session_files.StoredSession) -> None:
+        session = KeptSession(session_id=stored.session_id, owner=Owner(stored.owner))
+        session.created_at = stored.created_at
+        session.started = time.monotonic() - max(0.0, time.time() - stored.created_at)
+        session.run_ids = list(stored.run_ids)
+        repl = session.repl
+        try:
+            infos = [await self._contexts.get(cid, owner=session.owner) for cid in stored.bound_context_ids]
+        except RlmMcpError as exc:
+            self._remember(session, f"cannot go on: one of its contexts is gone ({exc.cause})")
+            return
+        repl.contexts = [self._contexts.spec(info) for info in infos]
+        repl.context_count = len(repl.contexts)
+        repl.histories = [list(h) for h in stored.histories]
+        repl.history_count = len(repl.histories)
+        repl.runs = len(stored.run_ids)
+        repl.snapshot = Snapshot(blob=stored.snapshot)
+        self._live[session.session_id] = session
+        await self.pin(session, list(dict.fromkeys(stored.bound_context_ids)))
+        logger.info("session %s taken back from the data dir", session.session_id)
+
+    async def _store(self, session: KeptSession) -> bool:
+        """Snapshot an idle session (if its sandbox is live) and write it to the data dir."""
+        if session.repl.live:
+            session.repl.snapshot = await self._snapshot(session)
+        snapshot = session.repl.snapshot
+        if snapshot is None:
+            return False
+        stored = session_files.StoredSession(
+            session_id=session.session_id,
+            owner=str(session.owner),
+            created_at=session.created_at,
+            run_ids=list(session.run_ids),
+            bound_context_ids=[spec.context_id or "" for spec in session.repl.contexts],
+            histories=session.repl.histories,
+            snapshot=snapshot.blob,
+        )
+        try:
+            await anyio.to_thread.run_sync(session_files.save, self._settings.data_dir, stored)
+        except OSError:
+            logger.exception("storing session %s failed", session.session_id)
+            return False
+        self._live.pop(session.session_id, None)
+        session.ended = "shutdown"
+        await session.repl.release()
+        await session.pins.aclose()
+        return True
+
+    def why_ended(self, session_id: str) -> str | None:
+        """Why a session of this process ended (None: it did not, or was stored for later)."""
+        ended = self._ended.get(session_id)
+        return ended[1] if ended is not None else None
+
+    def _remember(self, session: KeptSession, text: str) -> None:
+        self._ended[session.session_id] = (session.owner, text)
+        while len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
+
+    def get(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
+        """The live session; a tool error that says why for an ended one, "unknown" for another
+        owner's or one never seen."""
+        session = self._live.get(session_id)
+        if session is not None and sees(owner, session.owner):
+            return session
+        ended = self._ended.get(session_id)
+        if ended is not None and sees(owner, ended[0]):
+            raise NotFoundError(f"Session {session_id} {ended[1]}.", START_AGAIN)
+        raise NotFoundError(f"Unknown session id '{session_id}'.", START_AGAIN)
+
+    def claim(self, session: KeptSession, run_id: str) -> None:
+        """Mark the session busy with `run_id`; a session runs one question at a time."""
+        if session.running == SAVING:
+            raise BusyError(
+                f"Session {session.session_id} is being saved while its sandbox is given back.",
+                "Ask again in a few seconds: the next run restores it in a fresh sandbox.",
+            )
+        if session.running is not None:
+            raise BusyError(
+                f"Session {session.session_id} is still answering run {session.running}; a session runs one "
+                "question at a time.",
+                f"Wait for it (rlm_result with run_id={session.running} and wait_s), then ask again.",
+            )
+        session.running = run_id
+
+    def check_idle(self, session: KeptSession) -> None:
+        """Refuse a follow-up while the session's previous run is still going."""
+        if session.running is not None:
+            self.claim(session, "")  # raises the BusyError
+
+    async def pin(self, session: KeptSession, context_ids: list[str]) -> None:
+        """Keep the session's contexts from eviction while it lives (a restart reloads them)."""
+        new = [cid for cid in context_ids if cid not in session.context_ids]
+        if new:
+            await session.pins.enter_async_context(self._contexts.in_use(new, owner=session.owner))
+            session.context_ids.extend(new)
+
+    async def finished(self, session: KeptSession, run_id: str, *, started: bool, usage: Usage | None = None) -> None:
+        """The session's run ended: the session idles (or ends, if that run never started)."""
+        if session.running == run_id:
+            session.running = None
+        if usage is not None:
+            session.usage.merge(usage)
+        session.last_used = time.monotonic()
+        if session.ended is None:
+            session.run_ids.append(run_id)
+            if not started and not session.repl.live and session.repl.runs == 0:
+                await self._end(session, "failed")
+
+    async def stored(self, *, owner: OwnerScope) -> list[dict[str, object]]:
+        """The sessions a stopped process stored in the data dir, as `describe` shows them."""
+        records = await anyio.to_thread.run_sync(session_files.peek, self._settings.data_dir)
+        return [
+            {
+                "session_id": r["session_id"],
+                "runs": r.get("run_ids") or [],
+                "running": None,
+                "contexts_bound": len(r.get("bound_context_ids") or []),
+                "sandbox_live": False,
+                "stored": True,
+                "snapshot_bytes": r.get("snapshot_bytes"),
+                "created_at": r.get("created_at"),
+            }
+            for r in records
+            if sees(owner, str(r.get("owner"))) and r.get("session_id") not in self._live
+        ]
+
+    def list(self, *, owner: OwnerScope) -> list[KeptSession]:
+        return [s for s in self._live.values() if sees(owner, s.owner)]
+
+    async def close(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
+        session = await self.find(session_id, owner=owner)
+        if session.running is not None:
+            raise BusyError(
+                f"Session {session_id} is answering run {session.running}.",
+                f"Cancel it first (rlm_cancel with run_id={session.running}) or wait for it to end.",
+            )
+        await self._end(session, "closed")
+        return session
+
+    # -- ending ------------------------------------------------------------------------------
+    async def _end(self, session: KeptSession, why: EndReason) -> None:
+        if session.ended is not None:
+            return
+        session.ended = why
+        self._live.pop(session.session_id, None)
+        text = _END_TEXT[why]
+        if why in ("idle", "evicted", "shutdown") and session.repl.snapshot_error:
+            text += f" ({session.repl.snapshot_error})"
+        self._remember(session, text)
+        with anyio.CancelScope(shield=True):
+            try:
+                await session.repl.release()
+            except Exception:
+                logger.exception("releasing the sandbox of session %s failed", session.session_id)
+            try:
+                await session.pins.aclose()
+            except Exception:
+                logger.exception("unpinning the contexts of session %s failed", session.session_id)
+        logger.info("session %s ended (%s)", session.session_id, why)
+
+    async def reclaim(self) -> bool:
+        """A sandbox must open and no slot is free: the least recently used idle session that
+        holds one gives it back. With a snapshot it lives on (its next run restores it in a fresh
+        sandbox); without one it ends (`evicted`). False when no session is idle."""
+        idle = [s for s in self._live.values() if s.running is None and s.repl.live]
+        if not idle:
+            return False
+        await self._release(min(idle, key=lambda s: s.last_used), "evicted")
+        return True
+
+    async def _release(self, session: KeptSession, why: EndReason) -> None:
+        """Give an idle session's sandbox back, kept as a snapshot of its namespace (taken now,
+        inside the sandbox); a session whose namespace cannot be saved ends instead."""
+        session.running = SAVING  # a follow-up meanwhile is refused: the REPL is being saved
+        try:
+            session.repl.snapshot = await self._snapshot(session)
+            if session.repl.snapshot is not None:
+                await session.repl.release()
+                logger.info("session %s: sandbox released (%s); its snapshot stays", session.session_id, why)
+        except Exception:
+            logger.exception("releasing the sandbox of session %s failed", session.session_id)
+        finally:
+            session.running = None
+        if session.repl.snapshot is None:
+            await self._end(session, why)
+
+    async def _snapshot(self, session: KeptSession) -> Snapshot | None:
+        sandbox, limit = session.repl.sandbox, self._settings.session_snapshot_max_bytes
+        if sandbox is None or limit <= 0:
+            session.repl.snapshot_error = "snapshots are off (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES=0)"
+            return None
+        try:
+            with anyio.CancelScope(shield=True):
+                snapshot = await take_snapshot(sandbox, max_bytes=limit, chunk_chars=snapshot_chunk(self._settings))
+        except (SnapshotUnavailable, RlmMcpError) as exc:
+            session.repl.snapshot_error = str(exc)
+            logger.warning("session %s: no snapshot (%s)", session.session_id, exc)
+            return None
+        held = sum(
+            len(s.repl.snapshot.blob)
+            for s in self._live.values()
+            if s.owner == session.owner and s is not session and s.repl.snapshot is not None
+        )
+        cap = self._settings.session_snapshot_bytes_per_owner
+        if held + len(snapshot.blob) > cap:
+            session.repl.snapshot_error = (
+                f"its snapshot ({len(snapshot.blob)} bytes) would take its owner's sessions past "
+                f"RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER={cap} ({held} bytes held)"
+            )
+            logger.warning("session %s: no snapshot (%s)", session.session_id, session.repl.snapshot_error)
+            return None
+        session.repl.snapshot_error = None
+        return snapshot
+
+    async def sweep(self) -> None:
+        """End sessions idle past RLM_MCP_SESSION_IDLE_S or older than RLM_MCP_SESSION_MAX_AGE_S."""
+        data_dir, max_age = self._settings.data_dir, self._settings.session_max_age_s
+        await anyio.to_thread.run_sync(session_files.drop_older_than, data_dir, max_age)
+        now = time.monotonic()
+        for session in list(self._live.values()):
+            if now - session.started >= self._settings.session_max_age_s and session.running is None:
+                await self._end(session, "expired")
+            elif (
+                session.running is None
+                and session.repl.live
+                and now - session.last_used >= self._settings.session_idle_s
+            ):
+                await self._release(session, "idle")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await anyio.sleep(min(SWEEP_EVERY_S, self._settings.session_idle_s / 4))
+            try:
+                await self.sweep()
+            except Exception:  # housekeeping must never take the server down
+                logger.exception("sweeping idle sessions failed")
