@@ -1,4 +1,4 @@
-"""How many runs may wait for a slot (issue 20 item 11).
+"""How many runs may wait for a slot.
 
 Runs beyond RLM_MCP_MAX_RUNS wait in a queue; unbounded, 1,100 `rlm_start` calls held 1,100
 run logs open and exhausted a 1,024-fd server. The queue is bounded overall

@@ -158,7 +158,7 @@ class RunManager:
     async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
         if self._tg is None or engine is None:
             raise RuntimeError("RunManager used outside its context, or without an engine")
-        # Bounded before anything is opened (issue 20 item 11); runs that will take a free slot
+        # Bounded before anything is opened; runs that will take a free slot
         # at once do not count as waiting.
         waiting = [r for r in self._runs.values() if r.result is None and r.progress.status == "queued"]
         free = self._slots.value
@@ -272,7 +272,7 @@ class RunManager:
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
         try:
-            await log.open()  # only now: a queued run holds no descriptor (issue 20 item 11)
+            await log.open()  # only now: a queued run holds no descriptor
         except Exception:  # a full disk must not end the run (appends try again)
             logger.exception("could not open the log of run %s", run.run_id)
 

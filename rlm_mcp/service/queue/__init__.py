@@ -1,4 +1,4 @@
-"""Team mode's run queue on PostgreSQL (issue 22): fronts enqueue runs, workers execute them.
+"""Team mode's run queue on PostgreSQL: fronts enqueue runs, workers execute them.
 
 - `app.py`: the Procrastinate app (its own small pool); a job's only argument is the run id.
 - `records.py`: the queue's reads and writes of `rlm_runs`/`rlm_workers`, and the NOTIFY wake-up.

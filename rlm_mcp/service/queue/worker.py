@@ -10,7 +10,7 @@ rather than Procrastinate's own `Worker`, for three reasons found in its source 
 - it cancels a job's asyncio task on abort, where a run must be cancelled through its own
   scope so that it records `cancelled` and its sandbox is removed (`RunManager`).
 
-The gate (issue 22: a worker claims a run only when it has a free run slot and the sandbox slots
+The gate (a worker claims a run only when it can start it: a free run slot and the sandbox slots
 the run's max_depth may need): a claim waits for a free run slot (RLM_MCP_MAX_RUNS) and at least
 one free sandbox slot; right after the claim the run's own need (`max_depth` sandboxes, the
 no-deadlock rule of `sandbox/slots.py`) is checked against the slots free now, and a run that
