@@ -2,7 +2,7 @@
 
 argparse subcommands, each with its handler (`set_defaults(handler=...)`) and help text on every
 option: `rlm-mcp --help` is the command reference, checked against the README by
-tests/test_cli_help.py.
+tests/unit/test_cli_help.py.
 
 Nothing but MCP protocol may reach stdout in stdio mode, so every log line goes to stderr.
 """

@@ -1,9 +1,11 @@
 """Shared pytest set-up: the test tiers and the fixtures every layer's tests may use.
 
-Tiers: a test that needs a Docker daemon and the sandbox image carries the `docker` marker, so
-`pytest -m "not docker"` runs the fast tier alone. A module is marked here, in
-`DOCKER_MODULES`, or a single test with `@pytest.mark.docker`. A fast-tier test that reaches
-for Docker in-process fails at once with a message saying so (see `_no_docker_in_fast_tier`).
+Tiers: test modules live in tier folders (tests/unit, postgres, docker, e2e, clients) and get their
+markers from the folder (`TIER_MARKERS`): `docker` (a Docker daemon and the sandbox image) and
+`postgres` (PostgreSQL's server binaries), so `pytest -m "not docker"` runs the fast tier alone. A
+module outside a tier folder, or one using PostgreSQL outside a tier that has it, stops the
+collection with the fix. A fast-tier test that reaches for Docker in-process fails at once with a
+message saying so (see `_no_docker_in_fast_tier`).
 
 Plain helper functions stay importable from tests/fixtures_<layer>.py; the fixtures below are
 registered here so test modules need not import them by name.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -38,41 +41,20 @@ __all__ = [
     "store_settings",
 ]
 
-# Modules whose tests run sandboxes, or servers that run them.
-DOCKER_MODULES = frozenset(
-    {
-        "test_bench_smoke",
-        "test_chaos",
-        "test_cli",
-        "test_cli_run",
-        "test_demo",
-        "test_client_snippets",
-        "test_doctor_endpoints",
-        "test_e2e_lifecycle",
-        "test_e2e_neighbours",
-        "test_e2e_stdio",
-        "test_e2e_subcall_policy",
-        "test_endpoint_guides",
-        "test_eval_e2e",
-        "test_fidelity_reference",
-        "test_frameworks",
-        "test_http_owners",
-        "test_image_ensure",
-        "test_readme",
-        "test_recursion_robust",
-        "test_sandbox_answer",
-        "test_sandbox_basic",
-        "test_sandbox_cpu",
-        "test_sandbox_docker_lost",
-        "test_sandbox_frame_flood",
-        "test_sandbox_gvisor",
-        "test_sandbox_hostile",
-        "test_sandbox_manager",
-        "test_sandbox_survival",
-        "test_server_surface",
-        "test_wheel_smoke",
-    }
-)
+# The tier folders, and the markers their tests get: a folder says what its tests need, so a new
+# module is placed, not listed. `-m "not docker"` is the fast tier (unit and postgres); e2e runs the
+# whole product (servers, Docker sandboxes, either store), so it carries both markers; the client
+# tier drives real servers from third-party clients (npm tools, uv environments of their own), two of
+# them with sandboxes: it runs with the Docker tier, not in the fast one.
+TIER_MARKERS: dict[str, tuple[str, ...]] = {
+    "unit": (),
+    "postgres": ("postgres",),
+    "docker": ("docker",),
+    "e2e": ("docker", "postgres"),
+    "clients": ("docker",),
+}
+TIER_MARKER_NAMES = frozenset(name for names in TIER_MARKERS.values() for name in names)
+TESTS = Path(__file__).resolve().parent
 
 
 # What the user exported is not the tests' configuration: every test states the settings it needs
@@ -100,11 +82,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the module a second time (two copies of its state and classes).
     bare = sorted(m for m in sys.modules if m.startswith(("fixtures_", "chromium")))
     assert not bare, f"import test helpers as tests.<module>, not {bare}"
+    misplaced: set[str] = set()
     for item in items:
-        if item.module is not None and item.module.__name__.rpartition(".")[2] in DOCKER_MODULES:
-            item.add_marker(pytest.mark.docker)
+        markers = _tier_markers(item.path)
+        if markers is None:
+            misplaced.add(item.path.name)
+            continue
+        # What the test needs beyond its folder: a tier marker of its own or of a fixture's
+        # parameter (store_settings' PostgreSQL case), or the PostgreSQL cluster.
+        needs = {m.name for m in item.iter_markers() if m.name in TIER_MARKER_NAMES}
         if "pg_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.postgres)
+            needs.add("postgres")
+        for name in markers:
+            item.add_marker(name)
+        if not needs <= set(markers):
+            misplaced.add(f"{item.path.name} (needs {' and '.join(sorted(needs - set(markers)))})")
+    if misplaced:
+        raise pytest.UsageError(
+            f"test modules outside a tier folder that fits them: {', '.join(sorted(misplaced))}. "
+            f"Move each under tests/<tier>/, where <tier> is one of {', '.join(TIER_MARKERS)} "
+            "(CONTRIBUTING.md, Tests: which tier a test belongs to)."
+        )
+
+
+def _tier_markers(path: Path) -> tuple[str, ...] | None:
+    """The markers of a test module's tier folder; None for a module outside every tier. Modules
+    outside tests/ (a test's own temporary project) are left alone."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return ()
+    return TIER_MARKERS.get(parts[0]) if len(parts) > 1 else None
 
 
 @pytest.fixture(autouse=True)
@@ -119,7 +127,7 @@ def _no_docker_in_fast_tier(request: pytest.FixtureRequest, monkeypatch: pytest.
         def refuse(*args: object, **kwargs: object) -> None:
             raise RuntimeError(
                 f"{request.node.nodeid} connects to Docker but has no `docker` marker: "
-                "add its module to DOCKER_MODULES in tests/conftest.py, or mark the test."
+                "move its module to tests/docker (or tests/e2e), whose tests get the marker."
             )
 
         monkeypatch.setattr(docker_api, "connect_sync", refuse)
