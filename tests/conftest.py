@@ -1,7 +1,7 @@
 """Shared pytest set-up: the test tiers and the fixtures every layer's tests may use.
 
 Tiers: test modules live in tier folders (tests/unit, postgres, docker, e2e, clients) and get their
-markers from the folder (`TIER_MARKERS`): `docker` (a Docker daemon and the sandbox image) and
+markers from the folder (`tests/tiers.py`): `docker` (a Docker daemon and the sandbox image) and
 `postgres` (PostgreSQL's server binaries), so `pytest -m "not docker"` runs the fast tier alone. A
 module outside a tier folder, or one using PostgreSQL outside a tier that has it, stops the
 collection with the fix. A fast-tier test that reaches for Docker in-process fails at once with a
@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -26,6 +25,7 @@ from rlm_mcp.testing.image_ensure import ensure_image
 from tests.fixtures_postgres import database_url, pg_cluster, pg_migrated_url, pg_template, pg_url, store_settings
 from tests.fixtures_sandbox import docker_image
 from tests.fixtures_store import http_server, root, settings, settings_factory
+from tests.tiers import MARKERS, folder_markers, misfit, placement_error
 
 __all__ = [
     "database_url",
@@ -40,22 +40,6 @@ __all__ = [
     "settings_factory",
     "store_settings",
 ]
-
-# The tier folders, and the markers their tests get: a folder says what its tests need, so a new
-# module is placed, not listed. `-m "not docker"` is the fast tier (unit and postgres); e2e runs the
-# whole product (servers, Docker sandboxes, either store), so it carries both markers; the client
-# tier drives real servers from third-party clients (npm tools, uv environments of their own), two of
-# them with sandboxes: it runs with the Docker tier, not in the fast one.
-TIER_MARKERS: dict[str, tuple[str, ...]] = {
-    "unit": (),
-    "postgres": ("postgres",),
-    "docker": ("docker",),
-    "e2e": ("docker", "postgres"),
-    "clients": ("docker",),
-}
-TIER_MARKER_NAMES = frozenset(name for names in TIER_MARKERS.values() for name in names)
-TESTS = Path(__file__).resolve().parent
-
 
 # What the user exported is not the tests' configuration: every test states the settings it needs
 # (make_settings, cli_env, minimal_env), and an exported RLM_MCP_INSTANCE_ID or RLM_MCP_CONFIG
@@ -82,37 +66,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the module a second time (two copies of its state and classes).
     bare = sorted(m for m in sys.modules if m.startswith(("fixtures_", "chromium")))
     assert not bare, f"import test helpers as tests.<module>, not {bare}"
-    misplaced: set[str] = set()
+    misfits: list[str] = []
     for item in items:
-        markers = _tier_markers(item.path)
-        if markers is None:
-            misplaced.add(item.path.name)
-            continue
-        # What the test needs beyond its folder: a tier marker of its own or of a fixture's
-        # parameter (store_settings' PostgreSQL case), or the PostgreSQL cluster.
-        needs = {m.name for m in item.iter_markers() if m.name in TIER_MARKER_NAMES}
+        # What the test needs: a tier marker of its own or of a fixture's parameter
+        # (store_settings' PostgreSQL case), or the PostgreSQL cluster.
+        needs = {m.name for m in item.iter_markers() if m.name in MARKERS}
         if "pg_cluster" in getattr(item, "fixturenames", ()):
             needs.add("postgres")
-        for name in markers:
+        wrong = misfit(item.path, needs)
+        if wrong is not None:
+            misfits.append(wrong)
+        for name in folder_markers(item.path) or ():
             item.add_marker(name)
-        if not needs <= set(markers):
-            misplaced.add(f"{item.path.name} (needs {' and '.join(sorted(needs - set(markers)))})")
-    if misplaced:
-        raise pytest.UsageError(
-            f"test modules outside a tier folder that fits them: {', '.join(sorted(misplaced))}. "
-            f"Move each under tests/<tier>/, where <tier> is one of {', '.join(TIER_MARKERS)} "
-            "(CONTRIBUTING.md, Tests: which tier a test belongs to)."
-        )
-
-
-def _tier_markers(path: Path) -> tuple[str, ...] | None:
-    """The markers of a test module's tier folder; None for a module outside every tier. Modules
-    outside tests/ (a test's own temporary project) are left alone."""
-    try:
-        parts = path.resolve().relative_to(TESTS).parts
-    except ValueError:
-        return ()
-    return TIER_MARKERS.get(parts[0]) if len(parts) > 1 else None
+    if misfits:
+        raise pytest.UsageError(placement_error(misfits))
 
 
 @pytest.fixture(autouse=True)
