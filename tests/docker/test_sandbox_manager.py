@@ -256,6 +256,18 @@ def tcp_docker() -> Iterator[str]:
                 except OSError:
                     pass
 
+    def relay(client: socket.socket, upstream: socket.socket) -> None:
+        # Both directions, then both sockets closed (not left to the collector) once both end.
+        with client, upstream:
+            pumps = [
+                threading.Thread(target=pump, args=pair, daemon=True)
+                for pair in ((client, upstream), (upstream, client))
+            ]
+            for p in pumps:
+                p.start()
+            for p in pumps:
+                p.join()
+
     def serve() -> None:
         while not stop.is_set():
             try:
@@ -264,8 +276,7 @@ def tcp_docker() -> Iterator[str]:
                 return
             upstream = socket.socket(socket.AF_UNIX)
             upstream.connect("/var/run/docker.sock")
-            threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+            threading.Thread(target=relay, args=(client, upstream), daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
     yield f"tcp://127.0.0.1:{port}"
