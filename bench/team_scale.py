@@ -49,8 +49,9 @@ from psycopg.rows import dict_row
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rlm_mcp.testing import scripted_lm_process
-from tests.fixtures_haproxy import Balanced, Replica, balanced_replicas
+from tests.fixtures_haproxy import Balanced, balanced_replicas
 from tests.fixtures_postgres import Cluster
+from tests.fixtures_team import Replica
 
 Embedded = tuple[Callable[..., Any], Callable[..., dict[str, str]]]
 TOKEN = "bench-" + secrets.token_hex(8)

@@ -1,4 +1,4 @@
-"""Who may reach an HTTP surface of rlm-mcp: one rule, one place (issue 18 item 2).
+"""Who may reach an HTTP surface of rlm-mcp: one rule, one place.
 
 Neutral: `server/` (the MCP endpoint's `RequestGuard`), `viewer/` (the `/runs/` pages and
 `rlm-mcp runs view`) and `lm/` (is the endpoint on this machine?) import it; it imports only

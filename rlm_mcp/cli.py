@@ -2,7 +2,7 @@
 
 argparse subcommands, each with its handler (`set_defaults(handler=...)`) and help text on every
 option: `rlm-mcp --help` is the command reference; docs/cli.md is generated from this parser
-(tools/docs_pages.py) and tests/test_cli_help.py checks the help texts.
+(tools/docs_pages.py) and tests/unit/test_cli_help.py checks the help texts.
 
 Nothing but MCP protocol may reach stdout in stdio mode, so every log line goes to stderr.
 """

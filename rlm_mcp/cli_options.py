@@ -1,4 +1,4 @@
-"""Command-line options shared by `rlm-mcp run` and `rlm-mcp eval` (issue 18 item 2).
+"""Command-line options shared by `rlm-mcp run` and `rlm-mcp eval`.
 
 The run overrides are the fields of `service.limits.RunOverrides`, the same model whose annotated
 types declare the MCP tools' parameters: one flag per field (`max_depth` -> `--max-depth`), typed

@@ -395,7 +395,7 @@ class Settings(BaseSettings):
         path = prompt_file_path(value)
         if path is not None:
             try:
-                read_prompt_file(path)  # at start, not at the first run (issue 20 item 12)
+                read_prompt_file(path)  # at start, not at the first run
             except PromptFileError as exc:
                 raise ValueError(f"{exc}; give a regular UTF-8 text file of at most {MAX_PROMPT_BYTES} bytes") from None
         return value

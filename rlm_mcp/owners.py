@@ -1,4 +1,4 @@
-"""Who owns contexts and runs (issue 14 item 11; issue 18 item 3; docs/security.md).
+"""Who owns contexts and runs (docs/security.md).
 
 Every stored context and every run belongs to an owner, a short opaque string typed `Owner`:
 - stdio (and the CLI's `run`) serve one user, `LOCAL_OWNER`;

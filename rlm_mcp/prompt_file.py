@@ -1,4 +1,4 @@
-"""Reading `RLM_MCP_PROMPT_PROFILE=file:PATH` safely (issue 20 item 12).
+"""Reading `RLM_MCP_PROMPT_PROFILE=file:PATH` safely.
 
 The file is the system prompt of every run, read by the server with its own rights, so it is
 checked like anything else that could be swapped: opened without blocking (a FIFO would hang

@@ -1,4 +1,4 @@
-"""The machine ran out of something: say which and how to fix it (issue 20 item 13).
+"""The machine ran out of something: say which and how to fix it.
 
 A full disk, a user's quota or the open-files limit used to reach a client as "Internal error in
 rlm-mcp (OSError)". `exhausted` turns those OSErrors into an `RlmMcpError` naming the path, the

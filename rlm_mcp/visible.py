@@ -1,4 +1,4 @@
-"""Text for a person's terminal, made harmless (issue 20 items 4 and 5).
+"""Text for a person's terminal, made harmless.
 
 Anything a model, a context or another owner wrote (an answer, a query, a context name, a task
 id from a downloaded benchmark) may hold terminal controls: OSC 52 writes the clipboard, OSC 0

@@ -1,9 +1,11 @@
 """Shared pytest set-up: the test tiers and the fixtures every layer's tests may use.
 
-Tiers: a test that needs a Docker daemon and the sandbox image carries the `docker` marker, so
-`pytest -m "not docker"` runs the fast tier alone. A module is marked here, in
-`DOCKER_MODULES`, or a single test with `@pytest.mark.docker`. A fast-tier test that reaches
-for Docker in-process fails at once with a message saying so (see `_no_docker_in_fast_tier`).
+Tiers: test modules live in tier folders (tests/unit, postgres, docker, e2e, clients) and get their
+markers from the folder (`tests/tiers.py`): `docker` (a Docker daemon and the sandbox image) and
+`postgres` (PostgreSQL's server binaries), so `pytest -m "not docker"` runs the fast tier alone. A
+module outside a tier folder, or one using PostgreSQL outside a tier that has it, stops the
+collection with the fix. A fast-tier test that reaches for Docker in-process fails at once with a
+message saying so (see `_no_docker_in_fast_tier`).
 
 Plain helper functions stay importable from tests/fixtures_<layer>.py; the fixtures below are
 registered here so test modules need not import them by name.
@@ -23,6 +25,7 @@ from rlm_mcp.testing.image_ensure import ensure_image
 from tests.fixtures_postgres import database_url, pg_cluster, pg_migrated_url, pg_template, pg_url, store_settings
 from tests.fixtures_sandbox import docker_image
 from tests.fixtures_store import http_server, root, settings, settings_factory
+from tests.tiers import MARKERS, folder_markers, misfit, placement_error
 
 __all__ = [
     "database_url",
@@ -37,43 +40,6 @@ __all__ = [
     "settings_factory",
     "store_settings",
 ]
-
-# Modules whose tests run sandboxes, or servers that run them.
-DOCKER_MODULES = frozenset(
-    {
-        "test_bench_smoke",
-        "test_chaos",
-        "test_cli",
-        "test_cli_run",
-        "test_demo",
-        "test_client_snippets",
-        "test_doctor_endpoints",
-        "test_e2e_lifecycle",
-        "test_e2e_neighbours",
-        "test_e2e_stdio",
-        "test_e2e_subcall_policy",
-        "test_endpoint_guides",
-        "test_eval_e2e",
-        "test_fidelity_reference",
-        "test_frameworks",
-        "test_http_owners",
-        "test_image_ensure",
-        "test_readme",
-        "test_recursion_robust",
-        "test_sandbox_answer",
-        "test_sandbox_basic",
-        "test_sandbox_cpu",
-        "test_sandbox_docker_lost",
-        "test_sandbox_frame_flood",
-        "test_sandbox_gvisor",
-        "test_sandbox_hostile",
-        "test_sandbox_manager",
-        "test_sandbox_survival",
-        "test_server_surface",
-        "test_wheel_smoke",
-    }
-)
-
 
 # What the user exported is not the tests' configuration: every test states the settings it needs
 # (make_settings, cli_env, minimal_env), and an exported RLM_MCP_INSTANCE_ID or RLM_MCP_CONFIG
@@ -100,11 +66,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the module a second time (two copies of its state and classes).
     bare = sorted(m for m in sys.modules if m.startswith(("fixtures_", "chromium")))
     assert not bare, f"import test helpers as tests.<module>, not {bare}"
+    misfits: list[str] = []
     for item in items:
-        if item.module is not None and item.module.__name__.rpartition(".")[2] in DOCKER_MODULES:
-            item.add_marker(pytest.mark.docker)
+        # What the test needs: a tier marker of its own or of a fixture's parameter
+        # (store_settings' PostgreSQL case), or the PostgreSQL cluster.
+        needs = {m.name for m in item.iter_markers() if m.name in MARKERS}
         if "pg_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.postgres)
+            needs.add("postgres")
+        wrong = misfit(item.path, needs)
+        if wrong is not None:
+            misfits.append(wrong)
+        for name in folder_markers(item.path) or ():
+            item.add_marker(name)
+    if misfits:
+        raise pytest.UsageError(placement_error(misfits))
 
 
 @pytest.fixture(autouse=True)
@@ -119,7 +94,7 @@ def _no_docker_in_fast_tier(request: pytest.FixtureRequest, monkeypatch: pytest.
         def refuse(*args: object, **kwargs: object) -> None:
             raise RuntimeError(
                 f"{request.node.nodeid} connects to Docker but has no `docker` marker: "
-                "add its module to DOCKER_MODULES in tests/conftest.py, or mark the test."
+                "move its module to tests/docker (or tests/e2e), whose tests get the marker."
             )
 
         monkeypatch.setattr(docker_api, "connect_sync", refuse)

@@ -93,9 +93,14 @@ class FakeSandbox:
         return self.kernel.ns
 
     def _call(self, frame: dict[str, Any]) -> list[str]:
-        assert self._bridge is not None
+        bridge = self._bridge
+        assert bridge is not None
         request = LMRequest(kind=frame["kind"], prompts=frame["prompts"], model=frame["model"])
-        return anyio.from_thread.run(self._bridge, request)
+
+        async def call() -> list[str]:  # from_thread.run takes a coroutine function
+            return await bridge(request)
+
+        return anyio.from_thread.run(call)
 
     def _new_kernel(self) -> InProcessKernel:
         box = InProcessKernel(self._call)
@@ -195,7 +200,7 @@ class FakeChatModel:
     """A ChatModel: root replies by turn (a list, or a function of the messages), sub replies by
     rule; enforces each model's window like vLLM (prompt + max_tokens > window -> 400)."""
 
-    root: list[Reply] | Callable[[list[dict[str, str]], int], Reply] = field(default_factory=list)
+    root: Sequence[Reply] | Callable[[list[dict[str, str]], int], Reply] = field(default_factory=list)
     sub: Callable[[str], str | BaseException] = lambda p: f"sub[{p[:30]}]"
     windows: dict[str, int] = field(default_factory=dict)
     default_window: int = 16384

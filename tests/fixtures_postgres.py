@@ -171,7 +171,7 @@ TEMPLATE = "rlm_template"
 def pg_template(pg_cluster: Cluster) -> str:
     """A database holding the current schema, migrated once per session; the tests over both
     stores get copies of it (`CREATE DATABASE ... TEMPLATE`), cheaper than migrating each one.
-    The migrations themselves are tested on empty databases (`pg_url`, tests/test_store_pg.py)."""
+    The migrations themselves are tested on empty databases (`pg_url`, tests/postgres/test_store_pg.py)."""
     import anyio
     import psycopg
 

@@ -7,12 +7,14 @@ import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from rlm_mcp.config import Settings
 from rlm_mcp.ports import ContextSpec, LMRequest
+from rlm_mcp.ports.kernel import KernelChannel
+from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 from rlm_mcp.sandbox.docker.engine import EngineInfo
 from rlm_mcp.sandbox.manager import SandboxManager
@@ -73,7 +75,7 @@ def json_context(tmp_path: Path, value: Any, name: str = "ctx.json") -> ContextS
     path = tmp_path / name
     data = json.dumps(value)
     path.write_text(data, encoding="utf-8")
-    kind = "list" if isinstance(value, list) else "dict"
+    kind: Literal["list", "dict"] = "list" if isinstance(value, list) else "dict"
     return ContextSpec(path=path, format="json", kind=kind, chars=len(data), bytes=path.stat().st_size, name=name)
 
 
@@ -99,3 +101,9 @@ async def no_bridge(request: LMRequest) -> list[str]:
 def engine_of(mgr: SandboxManager) -> EngineInfo | None:
     """What the manager's Docker engine is and can do (Podman needs it for raw containers)."""
     return getattr(mgr.backend, "engine", None)
+
+
+def container_id(channel: KernelChannel | None) -> str:
+    """The Docker id of a sandbox's kernel: the Docker backend's channel is a container."""
+    assert isinstance(channel, KernelContainer) and channel.id is not None, channel
+    return channel.id

@@ -73,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class LoopbackServer:
     def __init__(self) -> None:
-        handler = type("Handler", (_Handler,), {"routes": {}, "seen_hosts": []})
+        handler: type[_Handler] = type("Handler", (_Handler,), {"routes": {}, "seen_hosts": []})
         self.handler = handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.port = self.httpd.server_address[1]

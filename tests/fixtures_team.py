@@ -1,5 +1,5 @@
 """One team-mode replica in a subprocess (`rlm-mcp serve --transport http --role ROLE` on a
-PostgreSQL database), the one starter the team tests share: tests/test_team_queue.py starts them
+PostgreSQL database), the one starter the team tests share: tests/e2e/test_team_queue.py starts them
 one by one, tests/fixtures_haproxy.py puts several behind HAProxy.
 
 Each replica has its own folder (data dir, allowed root) and log (`server.log`: stderr and

@@ -13,7 +13,8 @@ CHROMIUM_MODULES = frozenset({"test_viewer_browser"})
 
 
 def _module(item: pytest.Item) -> str:
-    return item.module.__name__.rpartition(".")[2] if item.module is not None else ""
+    module = getattr(item, "module", None)  # a Function's; other items have none
+    return module.__name__.rpartition(".")[2] if module is not None else ""
 
 
 def _docker_answers() -> str | None:

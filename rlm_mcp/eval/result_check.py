@@ -1,4 +1,4 @@
-"""Is a line of results.jsonl a result a resumed eval may trust? (issue 20 item 17)
+"""Is a line of results.jsonl a result a resumed eval may trust?
 
 A resumed eval keeps each task's last result line and skips that task. A line that is not such
 a result (a traceback pasted in, a torn write, NaN or Infinity, which Python's json accepts, a

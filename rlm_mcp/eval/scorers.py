@@ -29,7 +29,7 @@ def _squeeze(text: str) -> str:
     """Each whitespace run as one character (a newline when it holds one, else a space), in
     linear time. The patterns below place `\\s*` next to other whitespace-matching parts, which
     backtracks quadratically (or worse) over a long run: small models emit such runs, and a 1 MB
-    answer took hours (issue 20 item 18). Squeezed, every run is one character long."""
+    answer took hours. Squeezed, every run is one character long."""
     return _WHITESPACE.sub(lambda m: "\n" if "\n" in m.group() else " ", text)
 
 
@@ -215,7 +215,8 @@ SCORERS: dict[str, Scorer] = {
     "pairs_f1": score_pairs_f1,
     "choice": score_choice,
 }
-# Scorers whose lenient twin is reported beside them (issue 9: "report both").
+# Scorers whose lenient twin is reported beside them: the benchmark's own score and the reference's
+# training reward (score_oolong_lenient) answer different questions, so neither replaces the other.
 LENIENT: dict[str, Scorer] = {"oolong": score_oolong_lenient}
 SCORER_NAMES = (*SCORERS, "judge")
 

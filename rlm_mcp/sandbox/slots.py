@@ -2,7 +2,7 @@
 
 A run holds its sandbox while its code waits for child runs, and each child needs a sandbox of
 its own: with a plain semaphore, parents can take every slot and wait forever for children
-that wait for those slots (issue 14). Here a request says how many levels of descendants the
+that wait for those slots. Here a request says how many levels of descendants the
 run may still open (`levels_below`, 0 for a run that can start no child) and is granted only
 while `levels_below` slots stay free after it. Waiting requests are served deepest first
 (fewest levels below), FIFO within a depth.

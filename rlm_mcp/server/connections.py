@@ -1,4 +1,4 @@
-"""Connections the HTTP server holds before anyone has proved who they are (issue 20 item 3).
+"""Connections the HTTP server holds before anyone has proved who they are.
 
 uvicorn arms no timer until a response is complete, so a client that connects and then sends
 nothing, or stops in the middle of its headers (slowloris), holds a socket and a file descriptor

@@ -1,4 +1,4 @@
-"""Who may reach the HTTP server, and as whom (docs/security.md; issue 14 items 7 and 11).
+"""Who may reach the HTTP server, and as whom (docs/security.md).
 
 `RequestGuard` is an ASGI middleware in front of every route (the MCP endpoint and any other,
 e.g. a viewer): it checks the Host and Origin headers against the actual bind (a browser page

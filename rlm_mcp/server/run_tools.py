@@ -1,4 +1,4 @@
-"""The parameters `rlm_complete` and `rlm_start` share, declared once (issue 18 item 2).
+"""The parameters `rlm_complete` and `rlm_start` share, declared once.
 
 Both tools take `query`, `context_id`, `keep_session`, `session_id` and one parameter per field of `service.limits.RunOverrides`
 (the same fields `rlm-mcp run` and `rlm-mcp eval` take as flags). `run_tool` gives a function

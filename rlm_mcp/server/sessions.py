@@ -1,4 +1,4 @@
-"""MCP sessions over HTTP, capped per owner (issue 14 item 7).
+"""MCP sessions over HTTP, capped per owner.
 
 The SDK caps sessions for the whole server only: 10,000 `initialize` requests filled it and
 every client got 503 for the idle timeout's 30 minutes. Here each owner (see `guard`) holds at

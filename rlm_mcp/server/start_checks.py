@@ -1,4 +1,4 @@
-"""What the HTTP server checks before it listens (issue 20 items 1 and 2).
+"""What the HTTP server checks before it listens.
 
 - A token source that is configured but yields no token (a tokens file holding only blank or
   comment lines: a rotation in progress, a truncated write; a blank RLM_MCP_AUTH_TOKEN; an

@@ -1,4 +1,4 @@
-"""`RlmService` as one owner sees it (issue 14 item 11).
+"""`RlmService` as one owner sees it.
 
 The server builds one `Caller` per MCP request from the owner the HTTP guard recorded (the
 local user over stdio), so every tool and resource reaches contexts and runs through exactly

@@ -1,4 +1,4 @@
-"""A stored context's bytes must still be what the index says (issue 20 item 14).
+"""A stored context's bytes must still be what the index says.
 
 Blobs are files in the data dir: something outside rlm-mcp (a person, a disk tool, a restore)
 can change one. A run then told the model "300,000 characters" and sent 1,000. The size is

@@ -1,4 +1,4 @@
-"""Caps kept per owner, so one owner's volume never removes another's things (issue 20 item 8).
+"""Caps kept per owner, so one owner's volume never removes another's things.
 
 Pure selection logic, so any store (files, SQLite, PostgreSQL) applies the same rule:
 

@@ -1,4 +1,4 @@
-"""The data dir is private to the server's user (issue 20 item 15).
+"""The data dir is private to the server's user.
 
 It holds users' documents (context blobs, uploads) and what runs did (run logs). A data dir made
 beforehand (by `mkdir` under the usual umask, by a deployment script) may be 0755, which left

@@ -95,7 +95,7 @@ def _open_events(run_dir: Path) -> IO[bytes]:
 
 class RunLog:
     """The log of one run. Its file is opened by `open` (when the run starts; the first append
-    opens it too), so a queued run holds no descriptor (issue 20 item 11). Appends are
+    opens it too), so a queued run holds no descriptor. Appends are
     serialised; each line is flushed, so readers see whole lines (a torn last line, after a
     crash, is skipped by `read_events`)."""
 

@@ -34,20 +34,21 @@ def scripted_lm_process(
         argv = [sys.executable, "-m", "rlm_mcp.testing.scripted_lm", "--script", str(script_file), "--port", str(port)]
         if log_path is not None:
             argv += ["--log", str(log_path)]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout is not None
-            url = proc.stdout.readline().strip()
-            if not url.startswith("http://"):
-                raise RuntimeError(f"scripted LM did not start (exit code {proc.poll()})")
-            yield url
-        finally:
-            proc.terminate()
+        # `with`: the stdout pipe is closed when the server is gone, not left to the collector.
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
             try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                assert proc.stdout is not None
+                url = proc.stdout.readline().strip()
+                if not url.startswith("http://"):
+                    raise RuntimeError(f"scripted LM did not start (exit code {proc.poll()})")
+                yield url
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 def read_log(path: str | Path) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 POLL_S = 0.05
 
@@ -21,6 +21,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def close_pipes(proc: subprocess.Popen[Any]) -> None:
+    """Close the pipes of a process that has been waited for (Popen's `with` does the same): an
+    open one is left to the garbage collector, with a ResourceWarning."""
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:

@@ -17,4 +17,4 @@ def make_settings(tmp_path: Path | None = None, **overrides: Any) -> Settings:
         root.mkdir(exist_ok=True)
         values = {"data_dir": tmp_path / "data", "allowed_roots": [root]}
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)

@@ -45,7 +45,7 @@ def _open(target: str, open_browser: bool) -> None:
 
 
 def _private_page(link: str) -> str:
-    """A file only this user can read that sends the browser to `link` (issue 20 item 9): a
+    """A file only this user can read that sends the browser to `link`: a
     browser's command line is readable by every local user (/proc/PID/cmdline), and a one-time
     login code there could be spent by one of them first."""
     folder = Path(tempfile.mkdtemp(prefix="rlm-mcp-view-"))  # 0700

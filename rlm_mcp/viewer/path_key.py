@@ -1,4 +1,4 @@
-"""The random part of the viewer's cookie path (issue 20 item 6).
+"""The random part of the viewer's cookie path.
 
 Cookies are not bound to a port: a session cookie with `Path=/runs/` is also sent to any other
 listener on the same host under `/runs/`, which could replay it. The viewer therefore also serves

@@ -1,6 +1,6 @@
 """What a Docker failure means: the connection to the daemon was lost, or the daemon said no.
 
-The one place in the code base that recognises Docker failures (issue 19): everything else asks
+The one place in the code base that recognises Docker failures: everything else asks
 these functions.
 
 The one place that decides it, for the API calls (docker-py over requests/urllib3) and for the

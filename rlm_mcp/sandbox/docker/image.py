@@ -163,17 +163,18 @@ def _prepare_rootfs(rootfs: Path) -> None:
 
 def _run_logged(cmd: list[str], log: Callable[[str], None]) -> None:
     """Run a slow command, relaying a progress line every ~50 lines of its output."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     tail: list[str] = []
-    assert proc.stdout is not None
-    for count, line in enumerate(proc.stdout):
-        line = line.rstrip()
-        tail = (tail + [line])[-20:]
-        if line.startswith(("I: Retrieving", "I: Validating")) and count % 40:
-            continue
-        if line.startswith("I: "):
-            log(f"  {line[3:]}")
-    if proc.wait() != 0:
+    # `with`: the pipe is closed and the process reaped even when `log` raises.
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+        assert proc.stdout is not None
+        for count, line in enumerate(proc.stdout):
+            line = line.rstrip()
+            tail = (tail + [line])[-20:]
+            if line.startswith(("I: Retrieving", "I: Validating")) and count % 40:
+                continue
+            if line.startswith("I: "):
+                log(f"  {line[3:]}")
+    if proc.returncode != 0:
         raise SandboxError(
             f"{cmd[0]} failed (exit {proc.returncode}): " + " | ".join(tail[-5:]),
             "Check that the Debian mirror is reachable, or pass another one.",

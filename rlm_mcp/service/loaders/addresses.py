@@ -1,4 +1,4 @@
-"""Which addresses a URL load may reach (issue 20 item 10).
+"""Which addresses a URL load may reach.
 
 Public addresses always. Over stdio, anything (the caller already runs on this machine).
 Over HTTP, `RLM_MCP_ALLOW_PRIVATE_URLS=true` adds private networks (10/8, 172.16/12, 192.168/16,

@@ -1,0 +1,224 @@
+"""Kept sessions through the MCP surface, with a real Docker sandbox and the scripted LM: a
+variable set in run 1 is read in run 2; `context_1` and `history` are there; one sandbox serves
+the whole session; another owner cannot see or continue it; a closed or idle session says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import docker
+import pytest
+from mcp import Client
+
+from rlm_mcp.owners import Owner
+from rlm_mcp.server.app import build_server
+from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.service import RlmService
+from rlm_mcp.testing.script import RootScript, Script
+from rlm_mcp.testing.scripted_lm import ScriptedLM
+from rlm_mcp.testing.waiting import wait_until
+from rlm_mcp.viewer.model import build_run, index_entry
+from tests.e2e.test_cli import cli
+from tests.e2e.test_server_surface import call, call_error, make_settings
+from tests.fixtures_e2e import sandbox_container_ids
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("docker_image")]
+
+
+def _cell(code: str) -> str:
+    return f"```repl\n{code}\n```"
+
+
+def _submit(expr: str) -> str:
+    return _cell(f'answer["content"] = {expr}\nanswer["ready"] = True')
+
+
+SCRIPT = Script(
+    root_by_query=[
+        RootScript(
+            match="FIRST-Q",
+            replies=[
+                _cell("counts = {w: context.count(w) for w in set(context.split())}\nprint(len(counts))"),
+                _submit('"built"'),
+            ],
+        ),
+        RootScript(
+            match="SECOND-Q",
+            replies=[
+                _cell("print(len(counts), context_1[:6], history[0]['role'])"),
+                _submit("f\"{counts['alpha']}|{context_1[:6]}|{len(history_0)}|{context is context_0}\""),
+            ],
+        ),
+    ]
+)
+
+
+async def _quiet(progress: float, total: float | None, message: str) -> None:
+    return None
+
+
+async def test_a_follow_up_reads_the_first_runs_variables_in_the_same_sandbox(tmp_path: Path) -> None:
+    with ScriptedLM(SCRIPT) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0)
+        async with Client(build_server(settings)) as client:
+            first_ctx = await call(client, "rlm_load_context", text="alpha beta alpha gamma")
+            second_ctx = await call(client, "rlm_load_context", text="second context body")
+            one = await call(
+                client, "rlm_complete", query="FIRST-Q", context_id=first_ctx["context_id"], keep_session=True
+            )
+            assert one["status"] == "completed" and one["answer"] == "built"
+            session_id = one["session_id"]
+            assert session_id.startswith("ses_")
+            instance = settings.instance_id
+            assert instance is not None
+            live = sandbox_container_ids(instance)
+            assert len(live) == 1  # the session's REPL outlived its run
+
+            two = await call(
+                client,
+                "rlm_complete",
+                query="SECOND-Q",
+                context_id=second_ctx["context_id"],
+                session_id=session_id,
+            )
+            assert two["status"] == "completed"
+            assert two["answer"] == "2|second|6|True"
+            assert two["session_id"] == session_id
+            assert sandbox_container_ids(instance) == live  # the same sandbox served it
+
+            listed = (await call(client, "rlm_list_sessions"))["sessions"]
+            assert [s["session_id"] for s in listed] == [session_id]
+            assert listed[0]["runs"] == [one["run_id"], two["run_id"]]
+            assert listed[0]["contexts_bound"] == 2 and listed[0]["histories"] == 2
+            assert listed[0]["usage"]["total"]["calls"] == 4  # two runs of two root calls each
+            resource = json.loads((await client.read_resource(f"rlm://sessions/{session_id}")).contents[0].text)
+            assert resource["context_ids"] == [first_ctx["context_id"], second_ctx["context_id"]]
+            record = json.loads((await client.read_resource(f"rlm://runs/{two['run_id']}")).contents[0].text)
+            assert record["session_id"] == session_id
+
+            closed = await call(client, "rlm_close_session", session_id=session_id)
+            assert closed["runs"] == [one["run_id"], two["run_id"]]
+            await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox released")
+            error = await call_error(client, "rlm_complete", query="SECOND-Q", session_id=session_id)
+            assert f"Session {session_id} was closed" in error and "keep_session=true" in error
+
+
+async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> None:
+    with ScriptedLM(SCRIPT) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, session_idle_s=3600)
+        alice, bob = Owner("alice"), Owner("bob")
+        instance = settings.instance_id
+        assert instance is not None
+        async with RlmService(settings) as service:
+            info = await service.load_context(text="alpha beta", owner=alice)
+            result, session_id = await service.complete_in_session(
+                "FIRST-Q", info.context_id, RunOverrides(), _quiet, owner=alice, keep_session=True
+            )
+            assert result.status == "completed" and session_id is not None
+            with pytest.raises(Exception, match=f"Unknown session id '{session_id}'"):
+                await service.start_run("SECOND-Q", None, RunOverrides(), owner=bob, session_id=session_id)
+            assert await service.list_sessions(owner=bob) == []
+            with pytest.raises(Exception, match="Unknown session id"):
+                await service.close_session(session_id, owner=bob)
+
+            # Idle past RLM_MCP_SESSION_IDLE_S: the sweep ends it and releases its sandbox.
+            service.sessions._settings = settings.model_copy(update={"session_idle_s": 0.001})
+            await service.sessions.sweep()
+            await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox released")
+            with pytest.raises(Exception, match="ended after RLM_MCP_SESSION_IDLE_S") as caught:
+                await service.start_run("SECOND-Q", None, RunOverrides(), owner=alice, session_id=session_id)
+            assert "keep_session=true" in str(caught.value)
+
+
+async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) -> None:
+    plain = Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)
+    with ScriptedLM(plain) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=20)
+        async with RlmService(settings) as service:
+            info = await service.load_context(text="alpha beta", owner=Owner("local"))
+            _, session_id = await service.complete_in_session(
+                "FIRST-Q", info.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            )
+            assert session_id is not None
+            assert service.sandboxes.free_slots == 0  # the idle session holds the only slot
+            # A run without a session needs that slot: the idle session gives it back.
+            other = await service.complete("OTHER-Q", info.context_id, RunOverrides(), _quiet, owner=Owner("local"))
+            assert other.status == "completed" and other.answer == "plain"
+            with pytest.raises(Exception, match="was ended while idle to free its sandbox") as caught:
+                await service.start_run("SECOND-Q", None, RunOverrides(), owner=Owner("local"), session_id=session_id)
+            assert "keep_session=true" in str(caught.value)
+
+
+async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> None:
+    with ScriptedLM(Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0)
+        async with RlmService(settings) as service:
+            first = await service.load_context(text="alpha beta alpha", owner=Owner("local"))
+            second = await service.load_context(text="second context", owner=Owner("local"))
+            _, sid = await service.complete_in_session(
+                "FIRST-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            )
+            await service.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"))
+            two, _ = await service.complete_in_session(
+                "SECOND-Q", second.context_id, RunOverrides(), _quiet, owner=Owner("local"), session_id=sid
+            )
+            # The viewer's models name the session (the index numbers its runs into a chain).
+            record = await service.run_record(two.run_id, owner=Owner("local"))
+            assert build_run(record, await service.run_events(two.run_id, owner=Owner("local")))["session_id"] == sid
+            assert index_entry(record)["session_id"] == sid
+    assert sid is not None
+    proc = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "runs", "export", sid, "--format", "chat"))
+    assert proc.returncode == 0, proc.stderr
+    conversations = [json.loads(line)["messages"] for line in proc.stdout.splitlines()]
+    assert len(conversations) == 2  # the session's two runs, not the run outside it
+    assert "FIRST-Q" in conversations[0][1]["content"] and "SECOND-Q" in conversations[1][1]["content"]
+
+
+async def test_team_mode_refuses_kept_sessions_clearly(tmp_path: Path, pg_migrated_url: str) -> None:
+    with ScriptedLM(SCRIPT) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, database_url=pg_migrated_url)
+        async with Client(build_server(settings)) as client:
+            ctx = await call(client, "rlm_load_context", text="alpha beta")
+            error = await call_error(
+                client, "rlm_complete", query="FIRST-Q", context_id=ctx["context_id"], keep_session=True
+            )
+            assert "Kept sessions run in the embedded server only" in error and "without keep_session" in error
+            error = await call_error(client, "rlm_complete", query="FIRST-Q", session_id="ses_0123456789abcdef0123")
+            assert "Unknown session id 'ses_0123456789abcdef0123'" in error
+
+
+async def test_a_session_whose_sandbox_died_between_runs_goes_on_and_says_so(tmp_path: Path) -> None:
+    names = "print(sorted(k for k in globals() if k.startswith(('counts', 'history', 'context'))))"
+    script = Script(
+        root_by_query=[
+            SCRIPT.root_by_query[0],
+            RootScript(match="AFTER-Q", replies=[_cell(names), _submit("str(len(history_0))")]),
+        ]
+    )
+    with ScriptedLM(script) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0)
+        async with RlmService(settings) as service:
+            first = await service.load_context(text="alpha beta alpha", owner=Owner("local"))
+            second = await service.load_context(text="second context", owner=Owner("local"))
+            _, sid = await service.complete_in_session(
+                "FIRST-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            )
+            assert sid is not None
+            channel = getattr(service.sessions.get(sid, owner=Owner("local")).repl.sandbox, "container", None)
+            assert channel is not None
+            client = docker.from_env()
+            try:
+                await anyio.to_thread.run_sync(lambda: client.api.kill(channel.name))
+            finally:
+                client.close()
+            result, _ = await service.complete_in_session(
+                "AFTER-Q", second.context_id, RunOverrides(), _quiet, owner=Owner("local"), session_id=sid
+            )
+        assert result.status == "completed" and result.answer == "6"  # the history was bound again
+        last = lm.requests_by_role("root")[-1]["body"]["messages"]
+        output = last[4]["content"]  # the run's first REPL output
+        assert "had stopped since the last question and was started again" in output
+        # `counts` went with the sandbox; the contexts and the history are back.
+        assert "['context', 'context_0', 'context_1', 'history', 'history_0']" in output

@@ -1,0 +1,466 @@
+"""The trajectory viewer in real headless Chromium: a static run page with sub-calls, an error
+cell, a sandbox restart and a child RLM, hostile text everywhere; the live pages of
+`rlm-mcp serve --transport http` updating while a run grows.
+
+Set RLM_MCP_SCREENSHOTS=<dir> to also save a PNG of each page (the README's pictures)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from rlm_mcp.access import owner_of_token
+from rlm_mcp.events import (
+    ChatMessage,
+    LimitsRecord,
+    LLMCall,
+    RunEnd,
+    RunEvent,
+    RunStart,
+    TokenCounts,
+    Turn,
+    TurnStart,
+    UsageRecord,
+)
+from rlm_mcp.owners import EVERY_OWNER
+from rlm_mcp.store import RunLog, RunStore
+from rlm_mcp.store.factory import make_stores
+from rlm_mcp.testing.servers import close_pipes, free_port, server_process
+from rlm_mcp.viewer import render_index_html, render_run_html
+from tests.chromium import Browser
+from tests.fixtures_e2e import SERVER_SCRIPT
+from tests.fixtures_store import run_record
+from tests.fixtures_viewer import HOSTILE, record_big_run, record_run
+from tests.unit.test_http_transport import TOKEN, server_env
+
+SHOTS = os.environ.get("RLM_MCP_SCREENSHOTS")
+
+
+@contextlib.contextmanager
+def start_server(env: dict[str, str], port: int) -> Iterator[str]:
+    """`rlm-mcp serve --transport http` in a subprocess; yields its base URL once it accepts."""
+    with server_process([str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], port=port, env=env):
+        yield f"http://127.0.0.1:{port}"
+
+
+async def _reopen(store: RunStore, run_id: str) -> RunLog:
+    """The run's log opened for appending, as the server that runs it holds it."""
+    run_dir = store._run_dir(run_id)
+    created = (await store.read_summary(run_id, owner=EVERY_OWNER)).created_at
+    fh = await anyio.to_thread.run_sync(open, run_dir / "events.jsonl", "ab")
+    return RunLog(run_dir, fh, created_at=created, max_event_bytes=1 << 18, max_log_bytes=1 << 26)
+
+
+def _team(database_url: str | None) -> dict[str, str]:
+    """The environment that puts a server on PostgreSQL (none: the embedded store)."""
+    return {"RLM_MCP_DATABASE_URL": database_url} if database_url else {}
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    b = Browser()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _shot(browser: Browser, name: str) -> None:
+    if SHOTS:
+        browser.screenshot(Path(SHOTS) / name)
+
+
+def _texts(browser: Browser, selector: str) -> list[str]:
+    return browser.eval(f"[...document.querySelectorAll({json.dumps(selector)})].map(e => e.textContent)")
+
+
+def _inert(browser: Browser) -> None:
+    assert browser.eval("window.__pwned === undefined")
+    assert browser.eval("document.querySelectorAll('img').length") == 0
+    assert browser.eval("document.scripts.length") == 2  # the data block and the viewer itself
+
+
+def _record(tmp_path: Path, database_url: str | None = None) -> tuple[dict, list]:
+    async def work() -> tuple[dict, list]:
+        await record_run(tmp_path / "data", database_url=database_url)
+        async with make_stores(_settings(tmp_path, database_url)) as stores:
+            return await stores.runs.read_summary("run_viewer_1", owner=EVERY_OWNER), await stores.runs.read_events(
+                "run_viewer_1", owner=EVERY_OWNER
+            )
+
+    return anyio.run(work)
+
+
+def _settings(tmp_path: Path, database_url: str | None = None):
+    from tests.fixtures_engine import make_settings
+
+    return make_settings(data_dir=tmp_path / "data", database_url=database_url)
+
+
+def test_static_run_page_shows_everything_and_keeps_hostile_text_inert(tmp_path: Path, browser: Browser) -> None:
+    summary, events = _record(tmp_path)
+    page = tmp_path / "run.html"
+    page.write_text(render_run_html(summary, events), encoding="utf-8")
+    browser.open(page.as_uri(), ready="document.querySelectorAll('.turn').length > 0")
+    _inert(browser)
+    # the final answer at the top, the query, the status
+    assert _texts(browser, ".final pre") == ["final: " + HOSTILE]
+    assert HOSTILE in browser.eval("document.querySelector('h1.query').textContent")
+    assert _texts(browser, "main > p.meta .badge") == ["completed"]
+    # five root turns, each with its reply; code highlighted (the hostile comment is a comment token)
+    turns = browser.eval("[...document.querySelectorAll('main > .runbody > section.turn')].map(t => t.dataset.turn)")
+    assert turns == ["1", "2", "3", "4", "5"]
+    first = "main > .runbody > section.turn[data-turn='1']"
+    assert HOSTILE in browser.eval(f'document.querySelector("{first} .reply").textContent')
+    assert _texts(browser, f"{first} pre.code .tc") == ["# " + HOSTILE]
+    # the cell's output appears once, and holds the hostile print as text
+    outputs = _texts(browser, f"{first} pre.output")
+    assert len(outputs) == 1 and HOSTILE in outputs[0]
+    # sub-call answers are drawn only once their batch is opened (fast with thousands)
+    assert "sub-answer to: summarise" not in browser.eval("document.getElementById('app').textContent")
+    # sub-calls: one batch, expandable; each call expandable with its prompt and answer
+    browser.eval(f'document.querySelector("{first} details.batch").open = true')
+    browser.wait_for(f'document.querySelectorAll("{first} details.call").length === 3')
+    assert "3 calls, 1 failed" in browser.eval(f'document.querySelector("{first} details.batch > summary").textContent')
+    browser.eval(f'document.querySelectorAll("{first} details.call").forEach(d => d.open = true)')
+    browser.wait_for(f'document.querySelectorAll("{first} .callbody").length === 3')
+    assert _texts(browser, f"{first} pre.prompt") == ["summarise part one", HOSTILE, "fail this one"]
+    answers = _texts(browser, f"{first} pre.answer")
+    assert answers[:2] == ["sub-answer to: summarise part one", "sub-answer to: " + HOSTILE]
+    assert (
+        answers[2].startswith("Error: sub-LLM call failed")
+        and browser.eval(f'document.querySelectorAll("{first} details.call.bad").length') == 1
+    )
+    _inert(browser)
+    # errors and limits highlighted with their reason
+    assert "raised an exception" in _texts(browser, "section.turn[data-turn='2'] .cell.bad .reason")[0]
+    assert "sandbox restarted" in _texts(browser, "section.turn[data-turn='3'] .cell.bad .reason")[0]
+    # root-window tokens per turn, in the heading and the chart
+    assert all("in window" in t for t in _texts(browser, "main > .runbody > section.turn > h3 .meta"))
+    assert browser.eval("document.querySelectorAll('main > .runbody > svg.chart rect.bar').length") == 5
+    # one time axis: turns, root calls, cells (two bad), the batch, the child
+    tl = "main > .runbody > .tlbox svg.timeline"
+    assert browser.eval(f"document.querySelectorAll('{tl} rect.tl.turn').length") == 5
+    assert browser.eval(f"document.querySelectorAll('{tl} rect.tl.lm').length") == 5
+    assert browser.eval(f"document.querySelectorAll('{tl} rect.tl.bad').length") == 2
+    assert browser.eval(f"document.querySelectorAll('{tl} rect.tl.warn').length") == 1
+    assert browser.eval(f"document.querySelectorAll('{tl} rect.tl.child').length") == 1
+    # the child RLM, nested under the cell that started it, with its own turns
+    fourth = "main > .runbody > section.turn[data-turn='4']"
+    browser.eval(f'document.querySelector("{fourth} details.childbox").open = true')
+    browser.wait_for(f'document.querySelectorAll("{fourth} .child section.turn").length === 1')
+    assert _texts(browser, f"{fourth} .child > pre.prompt") == ["the child task"]
+    assert _texts(browser, f"{fourth} .child > pre.answer") == ["child says: the child task"]
+    browser.eval(f'document.querySelector("{first} details.batch").open = false')
+    _shot(browser, "viewer-run.png")
+
+
+def test_static_index_filters_and_searches(tmp_path: Path, browser: Browser) -> None:
+    summary, _ = _record(tmp_path)
+    other = run_record(
+        "run_other",
+        {
+            "query": "a quiet question",
+            "status": "error",
+            "result": {"status": "error", "reason": "boom", "duration_s": 2.0},
+        },
+        created_at=1.0,
+    )
+    page = tmp_path / "index.html"
+    page.write_text(render_index_html([summary, other], run_href="run-"), encoding="utf-8")
+    browser.open(page.as_uri(), ready="document.querySelectorAll('tr.row').length === 2")
+    _inert(browser)
+    visible = "[...document.querySelectorAll('tr.row')].filter(r => !r.hidden).length"
+    browser.eval("{ const q = document.getElementById('q'); q.value = 'QUIET'; q.dispatchEvent(new Event('input')) }")
+    assert browser.eval(visible) == 1
+    browser.eval("{ const q = document.getElementById('q'); q.value = ''; q.dispatchEvent(new Event('input')) }")
+    browser.eval(
+        "{ const s = document.getElementById('status'); s.value = 'completed'; s.dispatchEvent(new Event('change')) }"
+    )
+    assert browser.eval(visible) == 1
+    assert browser.eval("document.querySelector('tr.row:not([hidden]) a').getAttribute('href')") == "run-run_viewer_1"
+    assert browser.eval("document.querySelectorAll('svg.spark rect').length") == 4
+
+
+# -- live, over the HTTP server -------------------------------------------------------------------
+def _append(store: RunStore, run_id: str, *events: RunEvent) -> None:
+    async def work() -> None:
+        log = await _reopen(store, run_id)
+        try:
+            for event in events:
+                await log.append(event)
+        finally:
+            await log.aclose()
+
+    anyio.run(work)
+
+
+def _turn(run_id: str, n: int, reply: str) -> list[RunEvent]:
+    return [
+        TurnStart(run_id=run_id, iteration=n, max_iterations=20, depth=0),
+        LLMCall(
+            run_id=run_id,
+            role="root",
+            iteration=n,
+            model="m",
+            prompt_tokens=100 * n,
+            completion_tokens=10,
+            latency_s=0.01,
+            status="ok",
+            finish_reason="stop",
+            error=None,
+            depth=0,
+        ),
+        Turn(run_id=run_id, iteration=n, depth=0, new_messages=[ChatMessage(role="assistant", content=reply)]),
+    ]
+
+
+def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) -> None:
+    port = free_port()
+    env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN)
+    store = RunStore(_settings(tmp_path))
+    run_id = "run_live_1"
+
+    async def create() -> None:
+        # A run this token started, as the server records it: the token's session may see it.
+        summary = {"query": "live question", "status": "running", "model": "m", "owner": owner_of_token(TOKEN)}
+        log = await store.create(run_record(run_id, summary))
+        await log.append(
+            RunStart(
+                run_id=run_id,
+                depth=0,
+                query="live question",
+                contexts=[],
+                limits=LimitsRecord(max_iterations=20, max_depth=1, timeout_s=900, token_budget=None, max_errors=3),
+                model="m",
+                sub_model="m",
+                prompt_profile="rlm-mcp",
+            )
+        )
+        await log.aclose()
+
+    anyio.run(create)
+    _append(store, run_id, *_turn(run_id, 1, "first reply " + HOSTILE))
+    with start_server(env, port) as base:
+        # a browser gets in only through a one-time link, fetched with the bearer token
+        link = httpx.post(f"{base}/runs/api/login-link", headers={"Authorization": f"Bearer {TOKEN}"}).json()["path"]
+        assert TOKEN not in link
+        browser.open(f"{base}{link}&run={run_id}", ready="document.querySelectorAll('section.turn').length === 1")
+        _inert(browser)
+        home = str(browser.eval("location.pathname")).removesuffix(run_id)
+        assert re.fullmatch(r"/runs/s/\w+/", home)  # the cookie's path (issue 20 item 6)
+        assert _texts(browser, "main > p.meta .badge") == ["running"]
+        _shot(browser, "viewer-live.png")
+        # the run takes another turn: the open page shows it without a reload
+        _append(store, run_id, *_turn(run_id, 2, "second reply"))
+        browser.wait_for("document.querySelectorAll('section.turn').length === 2")
+        assert "second reply" in _texts(browser, "section.turn[data-turn='2'] .reply")[0]
+        # and it ends: the answer appears at the top
+        usage = UsageRecord(total=TokenCounts(prompt_tokens=300, completion_tokens=20, calls=2), by_model={})
+        _append(
+            store,
+            run_id,
+            RunEnd(run_id=run_id, status="completed", reason=None, iterations=2, usage=usage, duration_s=1.0, depth=0),
+        )
+        anyio.run(_finish, store, run_id)
+        browser.wait_for("document.querySelector('.final pre.answer') !== null")
+        assert _texts(browser, ".final pre.answer") == ["forty-two"]
+        # the index, with the same cookie; it lists the run and refreshes too
+        browser.open(f"{base}{home}", ready="document.querySelectorAll('tr.row').length === 1")
+        _shot(browser, "viewer-index.png")
+        _inert(browser)
+        # a spent link does not log anyone in again
+        again = httpx.get(f"{base}{link}", follow_redirects=False)
+        assert again.status_code == 401
+
+
+async def _finish(store: RunStore, run_id: str) -> None:
+    log = await _reopen(store, run_id)
+    try:
+        await log.write_summary(
+            run_record(
+                log.run_id,
+                {
+                    "query": "live question",
+                    "status": "completed",
+                    "model": "m",
+                    "owner": owner_of_token(TOKEN),
+                    "result": {
+                        "status": "completed",
+                        "answer": "forty-two",
+                        "reason": None,
+                        "run_id": run_id,
+                        "iterations": 2,
+                        "usage": {},
+                        "duration_s": 1.0,
+                        "sub_calls": 0,
+                    },
+                },
+            )
+        )
+    finally:
+        await log.aclose()
+
+
+def test_http_viewer_refuses_requests_without_the_token(tmp_path: Path, database_url: str | None) -> None:
+    port = free_port()
+    env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN, **_team(database_url))
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    with start_server(env, port) as base:
+        for path in ("/runs/", "/runs/api/runs", "/runs/run_x", "/runs/api/runs/run_x"):
+            assert httpx.get(base + path).status_code == 401, path
+            assert httpx.get(base + path, headers={"Authorization": "Bearer wrong"}).status_code == 401, path
+        assert httpx.get(base + "/runs/api/runs", headers=bearer).json()["data"] == []
+        assert httpx.get(base + "/runs/api/runs/run_x", headers=bearer).status_code == 404
+        # DNS rebinding and cross-site pages: the Host and Origin must be this server
+        assert httpx.get(base + "/runs/api/runs", headers={**bearer, "Host": "evil.example:80"}).status_code == 403
+        assert (
+            httpx.get(base + "/runs/api/runs", headers={**bearer, "Origin": "http://evil.example"}).status_code == 403
+        )
+        # a session cookie can not mint login links; only the bearer token can
+        assert httpx.post(base + "/runs/api/login-link").status_code == 401
+        path = httpx.post(base + "/runs/api/login-link", headers=bearer).json()["path"]
+        login = httpx.get(base + path, follow_redirects=False)
+        home = login.headers["location"]  # /runs/s/<key>/: the cookie's path (issue 20 item 6)
+        assert login.status_code == 303 and home.startswith("/runs/s/")
+        cookie = login.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and f"Path={home}" in cookie
+        session = cookie.split(";", 1)[0]
+        assert httpx.get(base + "/runs/api/runs", headers={"Cookie": session}).status_code == 200
+        assert httpx.post(base + "/runs/api/login-link", headers={"Cookie": session}).status_code == 401
+        # the cookie is no key to /mcp
+        assert httpx.post(base + "/mcp", headers={"Cookie": session}, json={}).status_code == 401
+        # `rlm-mcp runs view --url` prints a one-time link, never the token
+        out = subprocess.run(
+            [str(SERVER_SCRIPT), "runs", "view", "--url", base, "--no-open"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"{base}/runs/login?code=") and TOKEN not in out.stdout
+        assert httpx.get(out.stdout.strip(), follow_redirects=False).status_code == 303
+
+
+def test_runs_view_serves_loopback_behind_a_one_time_link(tmp_path: Path, database_url: str | None) -> None:
+    _record(tmp_path, database_url)
+    env = server_env(tmp_path, **_team(database_url))
+    proc = subprocess.Popen(
+        [str(SERVER_SCRIPT), "runs", "view", "run_viewer_1", "--no-open"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        link = proc.stdout.readline().strip()
+        assert link.startswith("http://127.0.0.1:") and "/runs/login?code=" in link
+        base = link.split("/runs/", 1)[0]
+        deadline = time.monotonic() + 60
+        while True:  # the link is printed just before the server accepts connections
+            try:
+                assert httpx.get(base + "/runs/").status_code == 401
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                anyio.run(anyio.sleep, 0.05)
+        with httpx.Client(follow_redirects=True) as client:
+            page = client.get(link)
+            assert page.status_code == 200 and re.fullmatch(rf"{base}/runs/s/\w+/run_viewer_1", str(page.url))
+            assert "rlm-data" in page.text and HOSTILE not in page.text  # only as JSON escapes
+            home = str(page.url).removesuffix("run_viewer_1")  # the cookie is sent under this path only
+            assert client.get(home + "api/runs").json()["data"][0]["run_id"] == "run_viewer_1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        close_pipes(proc)
+
+
+def test_a_run_with_2000_sub_calls_draws_every_turn_and_opens_a_batch(tmp_path: Path, browser: Browser) -> None:
+    async def work() -> tuple[dict, list]:
+        await record_big_run(tmp_path / "data")
+        store = RunStore(_settings(tmp_path))
+        return await store.read_summary("run_big", owner=EVERY_OWNER), await store.read_events(
+            "run_big", owner=EVERY_OWNER
+        )
+
+    summary, events = anyio.run(work)
+    assert sum(1 for e in events if isinstance(e, LLMCall) and e.role == "sub") == 2000
+    page = tmp_path / "big.html"
+    page.write_text(render_run_html(summary, events), encoding="utf-8")
+    browser.open(page.as_uri(), ready="document.querySelectorAll('main > .runbody > section.turn').length === 20")
+    assert browser.eval("document.querySelectorAll('details.call').length") == 0  # nothing drawn until opened
+    browser.eval("document.querySelector('section.turn[data-turn=\"7\"] details.batch').open = true")
+    browser.wait_for("document.querySelectorAll('section.turn[data-turn=\"7\"] details.call').length === 100")
+    assert browser.eval("document.querySelectorAll('.timeline rect.tl.batch').length") == 20
+
+
+# -- a real run: Docker sandbox, the scripted OpenAI-compatible server, the CLI ---------------------
+def _served_root(messages: list[dict], index: int) -> str:
+    if not str(messages[1]["content"]).startswith("Answer the following"):
+        return '```repl\nanswer["content"] = "child read " + str(len(context)) + " chars"\nanswer["ready"] = True\n```'
+    turn = sum(1 for m in messages if m["role"] == "assistant") + 1
+    return {
+        1: f"```repl\nrs = llm_query_batched(['first question', {HOSTILE!r}])\nprint({HOSTILE!r}, len(rs))\n```",
+        2: "```repl\nraise ValueError('bad cell')\n```",
+        3: "```repl\nimport os\nos._exit(1)\n```",
+        4: "```repl\nc = rlm_query('a child task')\nprint(c)\n```",
+    }.get(turn, '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```')
+
+
+def test_a_served_run_with_restart_and_child_is_visible(tmp_path: Path, browser: Browser) -> None:
+    from rlm_mcp.testing.script import Script
+    from rlm_mcp.testing.scripted_lm import ScriptedLM
+    from tests.fixtures_e2e import new_instance_id
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("some text to read")
+    env = {**server_env(tmp_path), "RLM_MCP_POOL_SIZE": "0", "RLM_MCP_INSTANCE_ID": new_instance_id()}
+    script = Script(root_fn=_served_root, sub_fn=lambda p: "sub says: " + p)
+    with ScriptedLM(script) as lm:
+        proc = subprocess.run(
+            [str(SERVER_SCRIPT), "run", "what is here?", "--path", str(notes), "--max-depth", "2", "--json"],
+            env={**env, "RLM_MCP_BASE_URL": lm.base_url},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout)["run_id"]
+    page = tmp_path / "served.html"
+    out = subprocess.run(
+        [str(SERVER_SCRIPT), "runs", "view", run_id, "-o", str(page), "--no-open"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    browser.open(page.as_uri(), ready="document.querySelectorAll('main > .runbody > section.turn').length === 5")
+    _inert(browser)
+    first = "main > .runbody > section.turn[data-turn='1']"
+    browser.eval(f'document.querySelector("{first} details.batch").open = true')
+    browser.eval(f'document.querySelectorAll("{first} details.call").forEach(d => d.open = true)')
+    browser.wait_for(f'document.querySelectorAll("{first} .callbody").length === 2')
+    assert _texts(browser, f"{first} pre.prompt") == ["first question", HOSTILE]
+    assert _texts(browser, f"{first} pre.answer") == ["sub says: first question", "sub says: " + HOSTILE]
+    assert "raised an exception" in _texts(browser, "section.turn[data-turn='2'] .cell .reason")[0]
+    assert "sandbox restarted" in _texts(browser, "section.turn[data-turn='3'] .cell .reason")[0]
+    fourth = "main > .runbody > section.turn[data-turn='4']"
+    browser.eval(f'document.querySelector("{fourth} details.childbox").open = true')
+    browser.wait_for(f'document.querySelectorAll("{fourth} .child section.turn").length === 1')
+    assert _texts(browser, f"{fourth} .child > pre.answer") == ["child read 12 chars"]
+    assert _texts(browser, ".final pre.answer") == ["done"]

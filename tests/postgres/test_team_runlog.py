@@ -1,0 +1,140 @@
+"""A team worker's run log (`service/queue/runlog.py`): events are staged and written in
+batches, yet the first answered LM call is recorded (row and `lm_called` mark) before `append`
+returns, a publish writes the staged events, the summary and the NOTIFY together, order by
+sequence holds across flushes and a failed flush, and a summary never lands over a final one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from rlm_mcp.events import Cell, LLMCall, TurnStart
+from rlm_mcp.owners import Owner
+from rlm_mcp.ports.runs import decode_live
+from rlm_mcp.service.queue.runlog import QueueRunLog
+from rlm_mcp.service.queue.state import CHANNEL, PgRunQueue
+from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.pg import Database, DatabaseUnavailableError
+from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_postgres import Cluster
+from tests.fixtures_store import run_record
+
+pytestmark = pytest.mark.anyio
+
+ALICE = Owner("token-alice")
+RUN = "run_batched00000001"
+
+
+def _turn(n: int) -> TurnStart:
+    return TurnStart(run_id=RUN, iteration=n, max_iterations=9, depth=0)
+
+
+def _cell(n: int) -> Cell:
+    return Cell(
+        run_id=RUN, iteration=n, block=0, code="print()", output="x", duration_s=0.1, error=None,
+        timed_out=False, restarted=False, depth=0,
+    )  # fmt: skip
+
+
+def _call(n: int, error: str | None = None) -> LLMCall:
+    return LLMCall(
+        run_id=RUN, role="root", model="m", prompt_tokens=1, completion_tokens=1, latency_s=0.01,
+        status="error" if error else "ok", finish_reason=None if error else "stop", error=error, depth=0, iteration=n,
+    )  # fmt: skip
+
+
+async def _rows(url: str) -> tuple[list[str], dict[str, Any]]:
+    """The run's event types in sequence order, and its record."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        cur = await conn.execute("SELECT seq, line::jsonb ->> 'type' AS type FROM rlm_run_events WHERE run_id = %s "
+                                 "ORDER BY seq", (RUN,))  # fmt: skip
+        events = await cur.fetchall()
+        cur = await conn.execute("SELECT summary, done, lm_called, next_seq FROM rlm_runs WHERE run_id = %s", (RUN,))
+        record = await cur.fetchone()
+    assert record is not None
+    assert [e["seq"] for e in events] == list(range(len(events)))  # no gap, no duplicate
+    return [e["type"] for e in events], record
+
+
+async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_append_returns(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with make_stores(make_settings(tmp_path, database_url=pg_url)) as stores:
+        db = stores.lifecycle
+        assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
+        await stores.runs.create(run_record(RUN, {"status": "queued", "owner": ALICE}))
+        log = QueueRunLog(await stores.runs.reopen(RUN))
+        await log.append(_turn(1))
+        await log.append(_call(1, error="the endpoint refused"))  # a failed call: staged like any event
+        assert (await _rows(pg_url))[0] == [] and log.staged == 2
+        assert not (await _rows(pg_url))[1]["lm_called"]
+
+        await log.append(_call(1))  # the first answered call: written, with the mark, before it returns
+        types, record = await _rows(pg_url)
+        assert types == ["turn_start", "llm_call", "llm_call"] and record["lm_called"] and log.staged == 0
+
+        await log.append(_cell(1))
+        await log.append(_turn(2))
+        await log.append(_call(2))  # later answers are staged: the requeue rule is settled already
+        assert log.staged == 3
+
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+            await listener.execute(f"LISTEN {CHANNEL}")
+            assert await log.publish(
+                run_record(RUN, {"status": "running", "iterations": 2, "owner": ALICE}), lm_called=True
+            )
+            notes = [n.payload async for n in listener.notifies(timeout=10, stop_after=1)]
+        run_id, live = decode_live(notes[0])  # the live summary rides along: no row to read
+        assert run_id == RUN and live is not None and live.iterations == 2
+        types, record = await _rows(pg_url)
+        assert types == ["turn_start", "llm_call", "llm_call", "cell", "turn_start", "llm_call"]
+        assert '"iterations": 2' in record["summary"] and record["next_seq"] == 6 and not record["done"]
+
+        # Another process ends the run (a sweeper): the worker's next publish writes its events
+        # and counters but not its summary, and says the run is over.
+        queue = PgRunQueue(make_settings(tmp_path, database_url=pg_url), db)
+        assert await queue.finish(RUN, run_record(RUN, {"status": "error", "result": {"status": "error"}}))
+        await log.append(_cell(2))
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+            await listener.execute(f"LISTEN {CHANNEL}")
+            assert not await log.publish(
+                run_record(RUN, {"status": "running", "iterations": 3, "owner": ALICE}), lm_called=True
+            )
+            notes = [n.payload async for n in listener.notifies(timeout=10, stop_after=1)]
+        assert notes == [RUN]  # the id alone: the follower reads the final row
+        types, record = await _rows(pg_url)
+        assert types[-1] == "cell" and record["next_seq"] == 7 and record["done"]
+        assert '"status": "error"' in record["summary"]
+
+
+async def test_a_failed_flush_keeps_its_events_for_the_next_one_in_order(
+    tmp_path: Path, pg_cluster: Cluster, pg_url: str
+) -> None:
+    async with make_stores(make_settings(tmp_path, database_url=pg_url)) as stores:
+        assert isinstance(stores.runs, PgRunStore)
+        await stores.runs.create(run_record(RUN, {"status": "queued", "owner": ALICE}))
+        log = QueueRunLog(await stores.runs.reopen(RUN))
+        await log.append(_turn(1))
+        await log.append(_call(1))
+        await log.append(_cell(1))
+        pg_cluster.stop()
+        try:
+            await log.append(_turn(2))
+            with pytest.raises(DatabaseUnavailableError):
+                await log.publish(run_record(RUN, {"status": "running", "owner": ALICE}), lm_called=True)
+            assert log.staged == 2
+        finally:
+            pg_cluster.start()
+        await log.append(_call(2))
+        await log.write_summary(
+            run_record(log.run_id, {"status": "completed", "owner": ALICE, "result": {"status": "completed"}})
+        )
+        await log.aclose()
+        types, record = await _rows(pg_url)
+        assert types == ["turn_start", "llm_call", "cell", "turn_start", "llm_call"]
+        assert record["done"] and record["next_seq"] == 5
