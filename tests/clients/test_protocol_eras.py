@@ -70,7 +70,9 @@ def assert_scenario(seen: dict[str, Any], protocol: str | None) -> None:
         assert seen["protocol"] == protocol
     assert seen["complete"]["status"] == "completed" and seen["complete"]["answer"].startswith("files:")
     assert seen["progress"] >= 1
-    assert seen["status"] in ("running", "completed")
+    # Read right after rlm_start: the run may still be pinning its contexts before it takes its
+    # slot (queued for a moment, more on a loaded machine), running, or already done.
+    assert seen["status"] in ("queued", "running", "completed")
     assert seen["result"]["status"] == "completed"
     assert seen["cancelled"]["status"] == "cancelled"
     assert seen["resource"]["context_id"]
