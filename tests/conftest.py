@@ -78,7 +78,9 @@ DOCKER_MODULES = frozenset(
 # What the user exported is not the tests' configuration: every test states the settings it needs
 # (make_settings, cli_env, minimal_env), and an exported RLM_MCP_INSTANCE_ID or RLM_MCP_CONFIG
 # would change what a test sees. Cleared before any test or fixture reads the environment.
-CLEARED_SETTINGS = sorted(name for name in os.environ if name.upper().startswith("RLM_MCP_"))
+# The same for OpenTelemetry's standard variables: an exported OTEL_EXPORTER_OTLP_ENDPOINT would
+# make every server a test starts send spans somewhere; the tracing tests set their own.
+CLEARED_SETTINGS = sorted(name for name in os.environ if name.upper().startswith(("RLM_MCP_", "OTEL_")))
 for _name in CLEARED_SETTINGS:
     del os.environ[_name]
 

@@ -26,6 +26,7 @@ from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import LoggedEvent
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.observability import tracing
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.ports.runs import RunRecord, RunRequest
@@ -218,7 +219,12 @@ class RlmService:
             await self.sandboxes.ensure_ready()
         await self._check_lm()
         request = RunRequest(
-            query=query, context_ids=ids, limits=overrides.limits(self.settings), owner=owner, model=self.settings.model
+            query=query,
+            context_ids=ids,
+            limits=overrides.limits(self.settings),
+            owner=owner,
+            model=self.settings.model,
+            trace_context=tracing.carrier(),  # the MCP call's span: the run's span is its child anywhere
         )
         return await runs.start(request, engine)
 
