@@ -262,7 +262,7 @@ class LLMCall(_Event):
     batch slot that made them (when there is one) and keep the head and tail of prompt and answer."""
 
     OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset(
-        {"ts", "iteration", "block", "batch", "index", "prompt", "prompt_chars", "answer", "answer_chars"}
+        {"ts", "iteration", "block", "batch", "index", "prompt", "prompt_chars", "answer", "answer_chars", "cost_usd"}
     )
     type: Literal["llm_call"] = "llm_call"
     run_id: str
@@ -283,6 +283,7 @@ class LLMCall(_Event):
     prompt_chars: int | None = None
     answer: str | None = None
     answer_chars: int | None = None
+    cost_usd: float | None = None  # by the price table; absent when the model has no price
     ts: Number | None = None
 
 
