@@ -309,6 +309,9 @@ async def _serve_until_signal(serve: Callable[[], Awaitable[None]], closed: thre
 def _exit_when(closed: threading.Event, grace_s: float = 30.0) -> None:
     closed.wait(grace_s)
     logging.getLogger("rlm_mcp").info("shut down on signal")
+    from rlm_mcp.observability import tracing
+
+    tracing.shutdown()  # the spans still batched go out first (os._exit skips every finally)
     logging.shutdown()
     os._exit(0)
 

@@ -199,3 +199,12 @@ def run_span_done(current: Span, status: str, turns: int, sub_calls: int, usage:
         current.set_attribute("rlm.cost_usd", usage.cost_usd)
     if status == "error":
         current.set_status(StatusCode.ERROR, status)
+
+
+def cell_done(current: Span, *, error: str | None, timed_out: bool, restarted: bool) -> None:
+    if not current.is_recording():
+        return
+    current.set_attribute("rlm.cell.timed_out", timed_out)
+    current.set_attribute("rlm.cell.restarted", restarted)
+    if error:
+        current.set_attribute("error.type", error.split(":", 1)[0][:80])
