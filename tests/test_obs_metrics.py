@@ -25,11 +25,15 @@ from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
 from tests.fixtures_lm import lm_settings, sub_messages
-from tests.fixtures_prometheus import prometheus_server, promtool
+from tests.fixtures_prometheus import Prometheus, prometheus_server, promtool
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "metrics-test-token"
+DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "rlm-mcp-dashboard.json"
+# Panels an embedded server's two runs fill (the team queue's need team mode; retries and errors
+# need failures).
+WITH_DATA = {"Runs executing", "Tokens /s by model and kind", "Sandboxes by state", "Context store"}
 PRICES = {"rlm-v0.1": {"input": 2.0, "cached_input": 0.5, "output": 10.0}}
 TURNS = [
     "```repl\nfound = llm_query('is 42 the number? ' + context[:20])\nprint(found)\n```",
@@ -123,6 +127,20 @@ async def test_prometheus_scrapes_a_server_whose_counters_follow_two_runs(
         assert prom.value('rlm_mcp_sandboxes{state="running"}') == 0.0
         assert prom.value("rlm_mcp_context_store_bytes") == len("The magic number is 42.")
         assert prom.value("process_resident_memory_bytes") is not None  # the library's process collector
+        # rates need two scrapes within their range
+        await wait_until(lambda: (prom.value("count_over_time(up[1m])") or 0) >= 3, within_s=60, what="3 scrapes")
+        _every_dashboard_query_evaluates(prom)
+
+
+def _every_dashboard_query_evaluates(prom: Prometheus) -> None:
+    """Grafana cannot run here: each panel's query goes to the same Prometheus instead (with
+    Grafana's $__rate_interval as a fixed range); those of an embedded server's panels have data."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in (p for p in dashboard["panels"] if p["type"] != "row"):
+        for target in panel["targets"]:
+            result = prom.query(target["expr"].replace("$__rate_interval", "1m"))
+            if panel["title"] in WITH_DATA:
+                assert result, f"{panel['title']}: {target['expr']} has no data"
 
 
 async def test_the_route_needs_the_token_unless_public() -> None:

@@ -150,6 +150,7 @@ class LMClient:
                 completion = replace(completion, record=record)
             self._observe(endpoint, record, "ok")
             tracing.lm_span_done(span, record, completion.finish_reason)
+            tracing.lm_content(span, messages, completion.text)
             return completion
 
     @staticmethod

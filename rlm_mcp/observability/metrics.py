@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
@@ -35,6 +35,10 @@ __all__ = [
 ]
 
 _P = "rlm_mcp"
+
+# No `_created` series beside every counter and histogram: they double the series a scrape
+# stores and no rule or panel here reads them.
+disable_created_metrics()
 
 # Run durations span seconds to the 15-minute default limit (and beyond, with a larger one).
 _RUN_S = (1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600)

@@ -208,3 +208,16 @@ def cell_done(current: Span, *, error: str | None, timed_out: bool, restarted: b
     current.set_attribute("rlm.cell.restarted", restarted)
     if error:
         current.set_attribute("error.type", error.split(":", 1)[0][:80])
+
+
+def lm_content(current: Span, messages: list[dict[str, str]], reply: str | None) -> None:
+    """The prompt and completion text, only when the GenAI capture setting asks for it."""
+    if not current.is_recording() or not capture_content():
+        return
+    import json
+
+    current.set_attribute("gen_ai.input.messages", json.dumps(messages, ensure_ascii=False))
+    if reply is not None:
+        current.set_attribute(
+            "gen_ai.output.messages", json.dumps([{"role": "assistant", "content": reply}], ensure_ascii=False)
+        )
