@@ -38,7 +38,7 @@ _P = "rlm_mcp"
 
 # No `_created` series beside every counter and histogram: they double the series a scrape
 # stores and no rule or panel here reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # Run durations span seconds to the 15-minute default limit (and beyond, with a larger one).
 _RUN_S = (1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600)
