@@ -126,6 +126,24 @@ def run_finished(status: str, duration_s: float, turns: int, sub_calls: int, *, 
     SUB_CALLS.inc(sub_calls)
 
 
+class _LMChildren:
+    """The labelled children one (endpoint, model, role, outcome) updates, looked up once:
+    `labels()` takes a lock and builds a tuple each time, several microseconds per sub-call."""
+
+    __slots__ = ("calls", "cached", "completion", "duration", "prompt", "queued")
+
+    def __init__(self, endpoint: str, model: str, role: str, outcome: str) -> None:
+        self.calls = LM_CALLS.labels(endpoint, model, role, outcome)
+        self.duration = LM_DURATION.labels(endpoint, model, role)
+        self.queued = LM_QUEUED.labels(endpoint)
+        self.prompt = LM_TOKENS.labels(model, role, "prompt")
+        self.completion = LM_TOKENS.labels(model, role, "completion")
+        self.cached = LM_TOKENS.labels(model, role, "cached_prompt")
+
+
+_lm_children: dict[tuple[str, str, str, str], _LMChildren] = {}
+
+
 def lm_call(
     endpoint: str,
     model: str,
@@ -138,15 +156,19 @@ def lm_call(
     cached_prompt_tokens: int,
 ) -> None:
     """One LM request ended (`outcome`: ok, or the error kind's name)."""
-    LM_CALLS.labels(endpoint, model, role, outcome).inc()
-    LM_DURATION.labels(endpoint, model, role).observe(latency_s)
-    LM_QUEUED.labels(endpoint).observe(queued_s)
+    key = (endpoint, model, role, outcome)
+    children = _lm_children.get(key)
+    if children is None:
+        children = _lm_children[key] = _LMChildren(*key)
+    children.calls.inc()
+    children.duration.observe(latency_s)
+    children.queued.observe(queued_s)
     if prompt_tokens:
-        LM_TOKENS.labels(model, role, "prompt").inc(prompt_tokens)
+        children.prompt.inc(prompt_tokens)
     if completion_tokens:
-        LM_TOKENS.labels(model, role, "completion").inc(completion_tokens)
+        children.completion.inc(completion_tokens)
     if cached_prompt_tokens:
-        LM_TOKENS.labels(model, role, "cached_prompt").inc(cached_prompt_tokens)
+        children.cached.inc(cached_prompt_tokens)
 
 
 def lm_cost(model: str, role: str, cost_usd: float) -> None:

@@ -43,7 +43,17 @@ __all__ = [
     "wants_traces",
 ]
 
-_tracer = trace.get_tracer("rlm_mcp")
+# None until a real tracer provider is installed (by `configure_from_env`, or by an application
+# that embeds rlm-mcp and set its own): until then every helper below returns at once, without
+# even the API's no-op span and context switch (~4 us a span, several per sub-call).
+_tracer: trace.Tracer | None = None
+
+
+def _active() -> trace.Tracer | None:
+    global _tracer
+    if _tracer is None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        _tracer = trace.get_tracer("rlm_mcp")
+    return _tracer
 
 
 class _Accounted(Protocol):
@@ -96,15 +106,17 @@ def configure_from_env(service_name: str = "rlm-mcp") -> bool:
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     _configured.append(provider)
+    _active()
     log.info("tracing: exporting spans over OTLP/HTTP")
     return True
 
 
 def shutdown() -> None:
     """Flush and stop the exporter (at the end of the process)."""
-    for provider in _configured:
-        provider.shutdown()
+    providers = list(_configured)
     _configured.clear()
+    for provider in providers:
+        provider.shutdown()
 
 
 def capture_content() -> bool:
@@ -115,7 +127,7 @@ def capture_content() -> bool:
 def carrier() -> dict[str, str] | None:
     """The current trace context as W3C headers (`traceparent`, `tracestate`), for a run record;
     None outside a sampled span."""
-    if not trace.get_current_span().get_span_context().is_valid:
+    if _active() is None or not trace.get_current_span().get_span_context().is_valid:
         return None
     out: dict[str, str] = {}
     propagate.inject(out)
@@ -124,7 +136,7 @@ def carrier() -> dict[str, str] | None:
 
 def inject_headers(headers: dict[str, str]) -> dict[str, str]:
     """`headers` with the current span's `traceparent` added (unchanged outside a span)."""
-    if trace.get_current_span().get_span_context().is_valid:
+    if _active() is not None and trace.get_current_span().get_span_context().is_valid:
         propagate.inject(headers)
     return headers
 
@@ -133,8 +145,12 @@ def inject_headers(headers: dict[str, str]) -> dict[str, str]:
 def span(
     name: str, attributes: Mapping[str, Any] | None = None, *, kind: SpanKind = SpanKind.INTERNAL
 ) -> Iterator[Span]:
-    """A child of the current span (non-recording when tracing is off)."""
-    with _tracer.start_as_current_span(name, kind=kind, attributes=attributes) as current:
+    """A child of the current span (the invalid span when tracing is off)."""
+    tracer = _active()
+    if tracer is None:
+        yield trace.INVALID_SPAN
+        return
+    with tracer.start_as_current_span(name, kind=kind, attributes=attributes) as current:
         yield current
 
 
@@ -144,10 +160,14 @@ def run_span(
 ) -> Iterator[Span]:
     """The span of one run: a child of the context its record carries (the MCP call that started
     it, perhaps in another process), else of the current span."""
+    tracer = _active()
+    if tracer is None:
+        yield trace.INVALID_SPAN
+        return
     parent = propagate.extract(dict(trace_context)) if trace_context else None
     token = otel_context.attach(parent) if parent is not None else None
     try:
-        with _tracer.start_as_current_span(name, attributes=attributes) as current:
+        with tracer.start_as_current_span(name, attributes=attributes) as current:
             yield current
     finally:
         if token is not None:
@@ -157,6 +177,10 @@ def run_span(
 @contextmanager
 def lm_span(*, model: str, role: str, endpoint: str, max_tokens: int) -> Iterator[Span]:
     """One LM request, named and attributed by the GenAI semantic conventions."""
+    tracer = _active()
+    if tracer is None:
+        yield trace.INVALID_SPAN
+        return
     attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": model,
@@ -164,7 +188,7 @@ def lm_span(*, model: str, role: str, endpoint: str, max_tokens: int) -> Iterato
         "rlm.lm.role": role,
         "rlm.lm.endpoint": endpoint,
     }
-    with _tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes) as current:
+    with tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes) as current:
         yield current
 
 
