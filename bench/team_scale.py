@@ -9,8 +9,8 @@ LM is the zero-latency scripted server. Prints:
   once through the balancer, against one embedded process (SQLite, no queue) running the same
   runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted;
 - how the runs spread over the two workers (their records name the worker);
-- claim latency, from Procrastinate's own event rows (`deferred` -> `started`), p50 and p99, for
-  the concurrent runs and for `--claims` runs one at a time (goal p50 <= 20 ms);
+- claim latency, from the run's row (`queued_at` -> `claimed_at`, the database's clock), p50 and
+  p99, for the concurrent runs and for `--claims` runs one at a time (goal p50 <= 20 ms);
 - progress latency across replicas: a client on the front-only replica, runs executing on the
   workers; from the worker's `turn_start` event (its timestamp) to the front's progress
   notification naming that turn;
@@ -145,15 +145,13 @@ class Db:
             return list(await cur.fetchall())
 
     async def claim_latencies(self, run_ids: list[str]) -> list[float]:
+        """Queued -> claimed, both on the database's clock (`rlm_runs.queued_at`, `claimed_at`)."""
         rows = await self.rows(
-            "SELECT e.job_id, e.type::text AS type, extract(epoch FROM e.at) AS at FROM procrastinate_events e "
-            "JOIN rlm_runs r ON r.job_id = e.job_id WHERE r.run_id = ANY(%s) AND e.type IN ('deferred', 'started')",
+            "SELECT extract(epoch FROM claimed_at - queued_at) AS s FROM rlm_runs "
+            "WHERE run_id = ANY(%s) AND claimed_at IS NOT NULL",
             (run_ids,),
         )
-        by_job: dict[int, dict[str, float]] = {}
-        for row in rows:
-            by_job.setdefault(row["job_id"], {}).setdefault(row["type"], float(row["at"]))
-        return [t["started"] - t["deferred"] for t in by_job.values() if {"started", "deferred"} <= t.keys()]
+        return [float(r["s"]) for r in rows]
 
     async def workers_of(self, run_ids: list[str]) -> dict[str, int]:
         rows = await self.rows(

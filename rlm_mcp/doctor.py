@@ -187,6 +187,24 @@ async def _profile(settings: Settings) -> Check:
     return Check("prompt profile", True, detail, choice.fix, warn=True)
 
 
+CLOCK_SKEW_WARN_S = 2.0  # as the servers' own warning at start (service.queue.CLOCK_SKEW_WARN_S)
+
+
+def _clock(skew_s: float) -> Check:
+    """This host's clock against the database's: leases, timeouts and record ages use the
+    database's clock, but a host whose clock is off shows misleading times."""
+    if abs(skew_s) <= CLOCK_SKEW_WARN_S:
+        return Check("clock", True, f"within {abs(skew_s):.1f} s of the database's")
+    side = "ahead of" if skew_s > 0 else "behind"
+    return Check(
+        "clock",
+        True,
+        f"{abs(skew_s):.1f} s {side} the database's",
+        "Fix this host's time sync (NTP, chrony); leases and timeouts use the database's clock.",
+        warn=True,
+    )
+
+
 async def _team(settings: Settings) -> list[Check]:
     """Team mode (RLM_MCP_DATABASE_URL): the database, its schema version, the replicas seen."""
     if settings.database_url is None:
@@ -213,6 +231,8 @@ async def _team(settings: Settings) -> list[Check]:
         checks.append(Check("schema", True, detail, warn=status.schema_version > 0))
     else:
         checks.append(Check("schema", True, f"version {LATEST}"))
+    if status.clock_skew_s is not None:
+        checks.append(_clock(status.clock_skew_s))
     seen = "; ".join(status.replicas) if status.replicas else "none in the last minute"
     checks.append(Check("replicas", True, seen))
     if status.workers is not None:

@@ -50,6 +50,12 @@ ALL_TOOLS = {
 }
 
 
+FIRST_RELEASE_RUN_KEYS = frozenset(
+    {"run_id", "query", "context_ids", "owner", "limits", "created_at", "model", "status", "iterations"}
+    | {"max_iterations", "sub_calls", "usage", "elapsed_s", "result"}
+)
+
+
 def make_settings(tmp_path: Path, base_url: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "base_url": base_url,
@@ -163,6 +169,9 @@ async def test_complete_answers_and_reports_structured_usage(tmp_path: Path, dat
 
             summary = json.loads((await client.read_resource(f"rlm://runs/{out['run_id']}")).contents[0].text)
             assert summary["status"] == "completed"
+            # The keys the first release served, with the same meaning (RunRecord.to_stored).
+            assert set(FIRST_RELEASE_RUN_KEYS) <= summary.keys(), FIRST_RELEASE_RUN_KEYS - summary.keys()
+            assert summary["result"]["answer"] == "forty-two" and summary["usage"] == out["usage"]
             trajectory = (await client.read_resource(f"rlm://runs/{out['run_id']}/trajectory")).contents[0].text
             types = [json.loads(line)["type"] for line in trajectory.splitlines()]
             assert types[0] == "run_start" and "cell" in types and types[-1] == "run_end"

@@ -211,7 +211,12 @@ async def test_doctor_reports_the_database_schema_and_replicas(
     from rlm_mcp.doctor import _team
 
     fresh = await _team(make_settings(tmp_path, database_url=pg_url))
-    assert [(c.name, c.ok) for c in fresh] == [("database", True), ("schema", True), ("replicas", True)]
+    assert [(c.name, c.ok) for c in fresh] == [
+        ("database", True),
+        ("schema", True),
+        ("clock", True),
+        ("replicas", True),
+    ]
     assert "the first server start migrates it" in fresh[1].detail
     async with _replica(tmp_path, "a", pg_url):
         checks = {c.name: c for c in await _team(make_settings(tmp_path, database_url=pg_url))}
@@ -232,3 +237,145 @@ def test_a_bad_database_url_is_refused_without_echoing_it() -> None:
         Settings(_env_file=None, database_url="mysql://u:s3cret@h/db")  # type: ignore[call-arg]
     text = describe_validation_error(caught.value, Settings.model_fields)
     assert "RLM_MCP_DATABASE_URL" in text and "postgresql://" in text and "s3cret" not in text
+
+
+async def test_a_host_clock_off_the_databases_is_shown_by_doctor_and_warned_of_at_start(
+    tmp_path: Path, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Leases, timeouts and record ages use the database's clock; a host whose own clock is two
+    minutes off says so (doctor's `clock` row, a warning at start), and one in sync does not."""
+    import time
+
+    from rlm_mcp.doctor import _clock
+    from rlm_mcp.service.queue import warn_of_clock_skew
+    from rlm_mcp.service.queue.state import PgRunQueue
+    from rlm_mcp.store.pg.status import team_status
+
+    def ahead() -> float:
+        return time.time() + 120
+
+    in_sync, off = await team_status(pg_url, 30.0), await team_status(pg_url, 30.0, clock=ahead)
+    assert in_sync.clock_skew_s is not None and abs(in_sync.clock_skew_s) < 2
+    assert off.clock_skew_s is not None and 118 < off.clock_skew_s < 122
+    assert not _clock(in_sync.clock_skew_s).warn
+    row = _clock(off.clock_skew_s)
+    assert row.warn and "ahead of the database's" in row.detail and "NTP" in row.fix
+    settings = make_settings(tmp_path, database_url=pg_url)
+    async with make_stores(settings) as stores:
+        assert isinstance(stores.lifecycle, Database)
+        with caplog.at_level(logging.WARNING, logger="rlm_mcp.queue"):
+            await warn_of_clock_skew(PgRunQueue(settings, stores.lifecycle))
+            assert not caplog.records
+            skew = await warn_of_clock_skew(PgRunQueue(settings, stores.lifecycle, clock=ahead))
+        assert skew is not None and skew > 100
+        assert "120" in caplog.text or "119" in caplog.text or "121" in caplog.text
+
+
+# Today's release's queue tables as its migration 3 left them (the columns migration 6 reads or
+# drops), and rows as that release writes them.
+_FORMER_QUEUE = """
+CREATE TYPE procrastinate_job_status AS ENUM ('todo', 'doing', 'succeeded', 'failed', 'cancelled', 'aborted');
+CREATE TABLE procrastinate_workers (id bigserial PRIMARY KEY, last_heartbeat timestamptz NOT NULL DEFAULT now());
+CREATE TABLE procrastinate_jobs (
+    id bigserial PRIMARY KEY, queue_name text NOT NULL, task_name text NOT NULL,
+    status procrastinate_job_status NOT NULL DEFAULT 'todo', args jsonb NOT NULL DEFAULT '{}',
+    worker_id bigint REFERENCES procrastinate_workers (id) ON DELETE SET NULL
+);
+CREATE FUNCTION procrastinate_fetch_job_v2(target_queue_names character varying[], p_worker_id bigint)
+    RETURNS procrastinate_jobs LANGUAGE sql AS 'SELECT * FROM procrastinate_jobs LIMIT 1';
+"""
+
+
+async def test_a_database_of_the_former_release_migrates_with_its_runs_in_flight(tmp_path: Path, pg_url: str) -> None:
+    """Migration 6 from a database made by the release that queued runs through Procrastinate:
+    finished runs stay finished, queued runs stay queued (claimable, with their sandbox need),
+    a run running on a former worker stays running under it but is never queued again (its
+    worker cannot heartbeat the new table: the sweepers end it one lease later), a summary
+    holding a NUL does not stop the migration, the former queue's tables, functions and types
+    are gone, and the waiting bound and claims work on the result."""
+    from rlm_mcp.service.queue.state import PgRunQueue
+    from rlm_mcp.store.pg.migrations import MIGRATIONS
+
+    limits = '"limits": {"max_iterations": 5, "max_depth": %d, "timeout_s": 60.0}'
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute("CREATE TABLE rlm_schema (version integer NOT NULL, applied_at timestamptz)")
+        for version, sql in MIGRATIONS:
+            if version > 5:
+                break
+            text = _FORMER_QUEUE if version == 3 else (sql() if callable(sql) else sql)
+            await conn.execute(text.encode())
+            await conn.execute("INSERT INTO rlm_schema VALUES (%s, now())", (version,))
+        await conn.execute("INSERT INTO procrastinate_workers (id) VALUES (41)")
+        await conn.execute("INSERT INTO rlm_workers VALUES (41, 'owner-old', 'oldhost', 7, 0, NULL)")
+        rows = [
+            ("run_old_done00000001", True, None, 1, '{"result": {"status": "completed"}}'),
+            ("run_old_queued000001", False, None, 3, "{%s}" % (limits % 3)),
+            ("run_old_running00001", False, 41, 1, '{"query": "nul \\u0000 here", %s}' % (limits % 1)),
+        ]
+        for run_id, done, worker, job, summary in rows:
+            await conn.execute(
+                "INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, done, summary, job_id, worker_id) "
+                "VALUES (%s, 'local', 1, 1, %s, %s, %s, %s)",
+                (run_id, done, summary, job, worker),
+            )
+    settings = make_settings(tmp_path, database_url=pg_url, worker_lease_s=30.0)
+    async with make_stores(settings) as stores:
+        db = stores.lifecycle
+        assert isinstance(db, Database) and db.schema_version == LATEST
+        async with db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT run_id, state, attempt, need, requeues, worker_id FROM rlm_runs ORDER BY run_id"
+            )
+            got = {
+                r["run_id"]: (r["state"], r["attempt"], r["need"], r["requeues"], r["worker_id"])
+                for r in await cur.fetchall()
+            }
+            cur = await conn.execute(
+                "SELECT (SELECT count(*) FROM pg_class WHERE relname LIKE 'procrastinate%%') + "
+                "(SELECT count(*) FROM pg_proc WHERE proname LIKE 'procrastinate%%') + "
+                "(SELECT count(*) FROM pg_type WHERE typname LIKE 'procrastinate%%') AS n"
+            )
+            left = (await cur.fetchone() or {})["n"]
+        assert got == {
+            "run_old_done00000001": ("done", 0, 1, 0, None),
+            "run_old_queued000001": ("queued", 0, 3, 0, None),
+            "run_old_running00001": ("running", 1, 1, 1, 41),
+        }
+        assert left == 0
+        queue = PgRunQueue(settings, db)
+        worker = await queue.register_worker("owner-new", 4)
+        assert worker > 41
+        assert await queue.claim(worker, free_sandboxes=2, max_sandboxes=8) is None  # needs 3 sandboxes
+        claimed = await queue.claim(worker, free_sandboxes=3, max_sandboxes=8)
+        assert claimed is not None and claimed.run_id == "run_old_queued000001" and claimed.attempt == 1
+
+
+async def test_replicas_with_skewed_clocks_keep_each_others_pins_and_live_runs(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pins, replica heartbeats and record ages are judged by the database's clock: a replica two
+    minutes behind keeps its pin against another replica's delete, and one 31 days ahead prunes
+    no live run and no recent record (both broke when each replica used its own clock)."""
+    import time
+
+    real = time.time
+    async with _replica(tmp_path, "a", pg_url) as a, _replica(tmp_path, "b", pg_url) as b:
+        info = await a.contexts.put_bytes(b"pinned text", name="p", format="text", source={}, owner=ALICE)
+        monkeypatch.setattr(time, "time", lambda: real() - 120)  # replica b's clock is behind
+        assert isinstance(b.lifecycle, Database)
+        await b.lifecycle._beat()
+        async with b.contexts.in_use([info.context_id], owner=ALICE):
+            monkeypatch.setattr(time, "time", real)
+            with pytest.raises(BadArgumentError, match="in use by a running run"):
+                await a.contexts.delete(info.context_id, owner=EVERY_OWNER)
+        await a.runs.create(run_record("run_live_skew0000001", {"status": "running", "owner": ALICE}))
+        finished = await a.runs.create(run_record("run_done_skew0000001", {"status": "running", "owner": ALICE}))
+        await finished.write_summary(
+            run_record(
+                "run_done_skew0000001", {"status": "completed", "owner": ALICE, "result": {"status": "completed"}}
+            )
+        )
+        monkeypatch.setattr(time, "time", lambda: real() + 31 * 86400)  # replica b's clock is far ahead
+        assert await b.runs.prune(max_records=1000, max_age_days=30) == []
+        monkeypatch.setattr(time, "time", real)
+        assert {r.run_id for r in await a.runs.list(owner=ALICE)} == {"run_live_skew0000001", "run_done_skew0000001"}

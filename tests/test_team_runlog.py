@@ -15,8 +15,8 @@ from psycopg.rows import dict_row
 from rlm_mcp.events import Cell, LLMCall, TurnStart
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import decode_live
-from rlm_mcp.service.queue import records
 from rlm_mcp.service.queue.runlog import QueueRunLog
+from rlm_mcp.service.queue.state import CHANNEL, PgRunQueue
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError
 from rlm_mcp.store.pg.runs import PgRunStore
@@ -72,12 +72,11 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
         await log.append(_turn(1))
         await log.append(_call(1, error="the endpoint refused"))  # a failed call: staged like any event
         assert (await _rows(pg_url))[0] == [] and log.staged == 2
-        assert not await records.had_lm_reply(db, RUN)
+        assert not (await _rows(pg_url))[1]["lm_called"]
 
         await log.append(_call(1))  # the first answered call: written, with the mark, before it returns
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "llm_call", "llm_call"] and record["lm_called"] and log.staged == 0
-        assert await records.had_lm_reply(db, RUN)
 
         await log.append(_cell(1))
         await log.append(_turn(2))
@@ -85,7 +84,7 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
         assert log.staged == 3
 
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
-            await listener.execute(f"LISTEN {records.CHANNEL}")
+            await listener.execute(f"LISTEN {CHANNEL}")
             assert await log.publish(
                 run_record(RUN, {"status": "running", "iterations": 2, "owner": ALICE}), lm_called=True
             )
@@ -98,10 +97,11 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
 
         # Another process ends the run (a sweeper): the worker's next publish writes its events
         # and counters but not its summary, and says the run is over.
-        assert await records.finish(db, RUN, run_record(RUN, {"status": "error", "result": {"status": "error"}}))
+        queue = PgRunQueue(make_settings(tmp_path, database_url=pg_url), db)
+        assert await queue.finish(RUN, run_record(RUN, {"status": "error", "result": {"status": "error"}}))
         await log.append(_cell(2))
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
-            await listener.execute(f"LISTEN {records.CHANNEL}")
+            await listener.execute(f"LISTEN {CHANNEL}")
             assert not await log.publish(
                 run_record(RUN, {"status": "running", "iterations": 3, "owner": ALICE}), lm_called=True
             )

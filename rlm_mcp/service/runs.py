@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
@@ -67,6 +68,9 @@ class ActiveRun:
     # Ended because its server shut down (cancelled from outside its own scope), set before
     # its final record is written (a team worker may hand such a run back instead).
     shut_down: bool = False
+    # Team mode: awaited before each LM call and each cell (on the events that precede them);
+    # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
+    fence: Callable[[], Awaitable[bool]] | None = None
     # Holds one of the process's run slots (from the moment the slot gate hands it one).
     slotted: bool = False
     # Whether its owner's share of the slots applies here (a team worker's runs were claimed
@@ -166,7 +170,15 @@ class RunManager:
         """`get`, as the run backends' common interface has it (`service.backends.RunBackend`)."""
         return self.get(run_id, owner=owner)
 
-    async def adopt(self, run_id: str, request: RunRequest, engine: RLMEngine, log: RunLogPort) -> ActiveRun:
+    async def adopt(
+        self,
+        run_id: str,
+        request: RunRequest,
+        engine: RLMEngine,
+        log: RunLogPort,
+        *,
+        fence: Callable[[], Awaitable[bool]] | None = None,
+    ) -> ActiveRun:
         """Execute a run whose record already exists (a team-mode worker claimed it from the
         queue): the same execution as `start`, without the queue bound and the new record."""
         if self._tg is None:
@@ -174,7 +186,7 @@ class RunManager:
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress, shared=False)
+        run = ActiveRun(run_id, request, progress, shared=False, fence=fence)
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log)
         return run
@@ -333,6 +345,9 @@ class RunManager:
                 logger.exception("could not append to the log of run %s", run.run_id)
             if isinstance(event, PROGRESS_EVENTS):
                 run.notify(event.type)
+            if run.fence is not None and run.scope is not None and await run.fence():
+                run.scope.cancel()  # before the LM call or the cell the event announces
+                await anyio.lowlevel.checkpoint()
 
         specs = [self._contexts.spec(info) for info in infos]
         with tracing.run_span(run.request.trace_context, {"rlm.run.id": run.run_id, "rlm.run.depth": 0}) as span:

@@ -1,12 +1,14 @@
-"""Team mode's run queue on PostgreSQL (issue 22): fronts enqueue runs, workers execute them.
+"""Team mode's run queue on PostgreSQL: fronts enqueue runs, workers claim and execute them.
 
-- `app.py`: the Procrastinate app (its own small pool); a job's only argument is the run id.
-- `records.py`: the queue's reads and writes of `rlm_runs`/`rlm_workers`, and the NOTIFY wake-up.
+- `port.py`: the queue's port and a run's state machine; `state.py`: its one implementation,
+  every statement on run and worker state (claim, heartbeat, requeue, finish, sweeps).
 - `front.py`: enqueue, follow a run through the database (progress, status, result), cancel.
 - `wakeups.py`: one LISTEN connection per process that wakes the tasks following runs.
-- `worker.py`: claim a run when slots allow, execute it with the local `RunManager`, report.
+- `worker.py`: claim a run when slots allow, execute it with the local `RunManager`, report,
+  fenced by the claim's attempt.
 - `sweeper.py`: leases: lost workers' runs and sandboxes, runs no worker takes.
 - `liveness.py`: which sandbox owners are gone, by the workers' leases.
+- `ends.py`: a run's request, sandbox need and final summary; each owner's share of the slots.
 
 Roles (RLM_MCP_ROLE): `front` follows and enqueues, `worker` executes, `both` does both; even in
 `both` a run goes through the queue, so any replica's worker may take it.
@@ -14,6 +16,7 @@ Roles (RLM_MCP_ROLE): `front` follows and enqueues, `worker` executes, `both` do
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
@@ -23,9 +26,10 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.queue.app import make_app
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.liveness import LeaseLiveness
+from rlm_mcp.service.queue.port import RunQueuePort
+from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
@@ -34,7 +38,12 @@ from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.runs import PgRunStore
 
-__all__ = ["QueueFront", "QueueWorker", "open_queue"]
+__all__ = ["CLOCK_SKEW_WARN_S", "QueueFront", "QueueWorker", "open_queue", "warn_of_clock_skew"]
+
+log = logging.getLogger("rlm_mcp.queue")
+
+CLOCK_SKEW_WARN_S = 2.0
+QUEUE_POOL_SIZE = 4
 
 
 async def open_queue(
@@ -50,19 +59,39 @@ async def open_queue(
     if not isinstance(db, Database) or not isinstance(run_store, PgRunStore) or settings.database_url is None:
         raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
     url = settings.database_url.get_secret_value()
-    app = make_app(url)
-    try:
-        await app.open_async()
-    except Exception as exc:
-        raise db.unavailable(exc) from None
-    stack.push_async_callback(app.close_async)
+    # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
+    # on the store's pool (a heartbeat starved past the lease would pause every run here).
+    queue_db = Database(url, replica=False, max_size=QUEUE_POOL_SIZE)
+    await queue_db.open()
+    stack.push_async_callback(queue_db.close)
+    queue = PgRunQueue(settings, queue_db)
+    await warn_of_clock_skew(queue)
     liveness = sandboxes.liveness if isinstance(sandboxes.liveness, LeaseLiveness) else None
     executes = settings.role in ("worker", "both")
-    sweeper = Sweeper(settings, db, app, sandboxes if executes else None, liveness)
+    sweeper = Sweeper(settings, queue, sandboxes if executes else None, liveness)
     tg = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(tg.cancel_scope.cancel)  # runs before the group exits (callbacks unwind in reverse)
     tg.start_soon(sweeper.run_forever)
     if executes:
         manager = await stack.enter_async_context(RunManager(settings, stores.contexts, run_store))
-        await stack.enter_async_context(QueueWorker(settings, db, run_store, app, manager, sandboxes, engine))
-    return await stack.enter_async_context(QueueFront(settings, db, run_store, app, Wakeups(url)))
+        await stack.enter_async_context(QueueWorker(settings, queue, url, run_store, manager, sandboxes, engine))
+    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(url)))
+
+
+async def warn_of_clock_skew(queue: RunQueuePort) -> float | None:
+    """Log a warning when this process's clock and the database's differ by more than
+    CLOCK_SKEW_WARN_S: every time replicas compare is the database's, but this process's own
+    times (run created_at, log event times) would mislead. Returns the skew (None: unknown)."""
+    try:
+        skew = await queue.clock_skew_s()
+    except Exception as exc:  # the database is restarting: the queue's own calls will say so
+        log.info("could not compare this clock with the database's: %s", exc)
+        return None
+    if abs(skew) > CLOCK_SKEW_WARN_S:
+        log.warning(
+            "this host's clock is %.1f s %s the database's; fix its time sync (NTP, chrony): run times it "
+            "shows will be off (leases and timeouts use the database's clock)",
+            abs(skew),
+            "ahead of" if skew > 0 else "behind",
+        )
+    return skew

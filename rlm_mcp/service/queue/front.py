@@ -15,31 +15,20 @@ import functools
 import logging
 import time
 import uuid
-from typing import Any
 
 import anyio
-import procrastinate
-from procrastinate.jobs import Status
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus
-from rlm_mcp.service.queue import records
-from rlm_mcp.service.queue.app import defer_run
+from rlm_mcp.service.queue.ends import need_of
+from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.wakeups import Wakeups
-from rlm_mcp.service.run_queue import queue_refusal
 from rlm_mcp.service.runs import FINISHED_RUNS_KEPT, ActiveRun
-from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.ports import RunStorePort
 
 log = logging.getLogger("rlm_mcp.queue")
-
-
-def request_of(summary: dict[str, Any]) -> RunRequest:
-    """The request a stored run record carries (the job's only argument is the run id)."""
-    return RunRecord.from_stored(summary).request
 
 
 def ended(run: ActiveRun, status: RunStatus, reason: str) -> RunRecord:
@@ -79,13 +68,9 @@ class QueueFront:
 
     local = False
 
-    def __init__(
-        self, settings: Settings, db: Database, run_records: RunStorePort, app: procrastinate.App, wakeups: Wakeups
-    ) -> None:
+    def __init__(self, settings: Settings, queue: RunQueuePort, wakeups: Wakeups) -> None:
         self._settings = settings
-        self._db = db
-        self._records = run_records
-        self._app = app
+        self._queue = queue
         self._wakeups = wakeups
         self._mirrors: dict[str, ActiveRun] = {}
         self._finished: collections.deque[str] = collections.deque()
@@ -108,22 +93,13 @@ class QueueFront:
     async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
         if self._tg is None:
             raise RuntimeError("QueueFront used outside its context")
-        total, mine = await records.queued_counts(self._db, request.owner)
-        busy = queue_refusal(self._settings, queued=total, queued_by_owner=mine)
-        if busy is not None:
-            raise busy
         run_id = f"run_{uuid.uuid4().hex[:20]}"
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         run = ActiveRun(run_id, request, progress)
-        await self._records.create(run.record())
-        try:
-            job_id = await defer_run(self._app, run_id)
-        except Exception as exc:
-            await records.finish(self._db, run_id, ended(run, "error", f"could not queue the run: {exc}"))
-            raise self._db.unavailable(exc) from None
-        await records.set_job(self._db, run_id, job_id)
+        # Refused (BusyError) when a waiting bound is reached, counted with the insert under one lock.
+        await self._queue.enqueue(run.record(), need_of(request))
         self._follow(run, known=True)
         return run
 
@@ -137,7 +113,7 @@ class QueueFront:
         known = self._mirrors.get(run_id)
         if known is not None:
             return known if sees(owner, known.request.owner) else None
-        row = await records.read(self._db, run_id)
+        row = await self._queue.read(run_id)
         if row is None or row.done or not sees(owner, row.owner) or self._tg is None:
             return None
         record = RunRecord.from_stored(row.summary)
@@ -149,16 +125,10 @@ class QueueFront:
 
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
         run = self._mirrors[run_id]
-        row = await records.read(self._db, run_id)
-        if row is None or row.done:
-            return
-        if row.job_id is not None:
-            manager = self._app.job_manager
-            await manager.cancel_job_by_id_async(row.job_id, abort=True)
-            if await manager.get_job_status_async(row.job_id) == Status.CANCELLED:
-                # No worker took it: nobody else will write its end.
-                summary = ended(run, "cancelled", "cancelled by the caller before a worker took it")
-                await records.finish(self._db, run_id, summary)
+        # A queued run ends here (nobody else will write its end); a running one is cancelled
+        # by its worker, which the database tells (NOTIFY, and its poll).
+        reason = "cancelled by the caller before a worker took it"
+        await self._queue.cancel(run_id, run.record().ended("cancelled", reason))
         self._wakeups.wake(run_id)
         with anyio.move_on_after(wait_s):
             await run.done.wait()
@@ -169,7 +139,7 @@ class QueueFront:
         now = time.monotonic()
         if now - self._workers_seen_at >= self._settings.queue_poll_s:
             try:
-                self._live_workers = await records.live_workers(self._db, self._settings.worker_lease_s)
+                self._live_workers = await self._queue.live_workers()
                 self._workers_seen_at = now
             except Exception:  # the database is restarting: say nothing new
                 return
@@ -189,7 +159,7 @@ class QueueFront:
     async def _refresh(self, run: ActiveRun) -> bool:
         """Bring the mirror up to the run's row; False when the record is gone (the run ended)."""
         try:
-            row = await records.read(self._db, run.run_id)
+            row = await self._queue.read(run.run_id)
         except Exception as exc:  # the database is restarting: keep following
             log.info("could not read run %s: %s", run.run_id, exc)
             return True

@@ -1,7 +1,7 @@
 """Owner liveness from the workers' leases: who may reap a stopped sandbox in team mode.
 
 A worker's sandboxes carry its owner id (the `SandboxManager` owner label), which `rlm_workers`
-ties to its Procrastinate worker and so to its heartbeat. The sweeper (`sweeper.py`) refreshes
+ties to its worker row and so to its heartbeat (`rlm_workers.heartbeat_at`). The sweeper (`sweeper.py`) refreshes
 the sets below from the database; `owner_gone` is called from a worker thread and only reads
 them. An owner the database does not know (a server outside team mode on the same Docker host)
 is judged by the single-host rule (`sandbox.liveness.ProcessLiveness`).

@@ -3,8 +3,9 @@
 Events are staged and written in one statement per flush (`PgRunLog.flush`), at these moments:
 - the first answered LM call (`LLMCall` without an error): its row and the `lm_called` mark are
   written, and awaited, before the engine goes on to run the reply's code, so "no LM reply
-  recorded" (the only runs the sweepers queue again after their worker is lost;
-  `records.had_lm_reply` reads the same from the log) holds with no delay in between;
+  recorded" (the only runs the sweepers queue again after their worker is lost) holds with no
+  delay in between; a run whose first answer cannot be recorded stops (`must_stop`) before it
+  runs any code, as a sweeper could otherwise queue it again while it goes on;
 - each live summary the worker publishes (`publish`: the staged events, the summary and the
   NOTIFY together, on each progress event), and every RLM_MCP_QUEUE_POLL_S while events are
   staged (`QueueWorker._report_until_done`);
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import LLMCall, RunEvent
 from rlm_mcp.ports.runs import RunRecord
-from rlm_mcp.service.queue.records import CHANNEL
+from rlm_mcp.service.queue.state import CHANNEL
 from rlm_mcp.store.pg.runs import PgRunLog
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -41,6 +42,10 @@ class QueueRunLog:
         self._marked = False
         self._hand_back = hand_back
         self.final_written = False  # the final summary (or another process's) is in the record
+        # Why the run must stop here: its first answered LM call could not be recorded, or a
+        # write matched nothing (the run ended elsewhere or is another attempt's now).
+        self.must_stop: str | None = None
+        self.unrecorded = False  # the first answered LM call could not be recorded
 
     @property
     def run_id(self) -> str:
@@ -57,16 +62,21 @@ class QueueRunLog:
         self._inner.stage(event)
         if not self._marked and isinstance(event, LLMCall) and event.error is None:  # an answered call
             try:
-                await self._inner.flush(mark_lm_called=True)
+                if not await self._inner.flush(mark_lm_called=True):
+                    self.must_stop = "the run is no longer this worker's"
                 self._marked = True
-            except RlmMcpError as exc:  # the database is away: the next LM reply tries again
-                log.info("could not record run %s's LM reply: %s", self.run_id, exc)
+            except RlmMcpError as exc:  # the database is away: the run must not run code unrecorded
+                log.warning("could not record run %s's first LM reply; stopping it: %s", self.run_id, exc)
+                self.unrecorded = True
 
     async def publish(self, summary: RunRecord, *, lm_called: bool) -> bool:
         """The staged events, the live summary and the wake-up in one statement; False when the
         run had already ended elsewhere (a sweeper declared its worker lost): the summary is
         not written then."""
-        return await self._inner.flush(summary=summary, mark_lm_called=lm_called, notify=CHANNEL)
+        live = await self._inner.flush(summary=summary, mark_lm_called=lm_called, notify=CHANNEL)
+        if not live:
+            self.must_stop = self.must_stop or "the run is no longer this worker's"
+        return live
 
     async def flush(self) -> None:
         await self._inner.flush()

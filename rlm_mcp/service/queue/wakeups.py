@@ -1,4 +1,4 @@
-"""One LISTEN connection per process that wakes the tasks waiting on a run (`records.CHANNEL`).
+"""One LISTEN connection per process that wakes the tasks waiting on a run (`state.CHANNEL`).
 
 A notification's payload is the run id, or the run's live summary when a worker publishes one
 (its one encoding: `ports.runs.encode_live` / `decode_live`): the follower applies that summary
@@ -14,12 +14,13 @@ for the follower's next `wait`, never dropped.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import anyio
 import psycopg
 
 from rlm_mcp.ports.runs import LiveSummary, decode_live
-from rlm_mcp.service.queue.records import CHANNEL
+from rlm_mcp.service.queue.state import CHANNEL
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -75,18 +76,31 @@ class Wakeups:
 
     async def listen_forever(self) -> None:
         """Keep one LISTEN connection open, reconnecting after any failure."""
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-                ) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self.wake_all()  # what was sent while we were away is lost: look again
-                    while True:
-                        async for note in conn.notifies(timeout=KEEPALIVE_S):
-                            run_id, live = decode_live(note.payload)
-                            self.wake(run_id, live)
-                        await conn.execute("SELECT 1")  # notices a dead connection
-            except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
-                log.info("run progress listener lost its connection (%s); reconnecting", type(exc).__name__)
-            await anyio.sleep(RECONNECT_S)
+
+        def on_note(payload: str) -> None:
+            run_id, live = decode_live(payload)
+            self.wake(run_id, live)
+
+        # What was sent while the connection was down is lost: every follower looks again.
+        await listen_forever(self._url, CHANNEL, on_note, on_connect=self.wake_all)
+
+
+async def listen_forever(
+    url: str, channel: str, on_note: Callable[[str], None], *, on_connect: Callable[[], object]
+) -> None:
+    """LISTEN on `channel` over one connection of its own, calling `on_note` with each payload
+    and `on_connect` after each (re)connect; never returns."""
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            ) as conn:
+                await conn.execute(f"LISTEN {channel}")
+                on_connect()
+                while True:
+                    async for note in conn.notifies(timeout=KEEPALIVE_S):
+                        on_note(note.payload)
+                    await conn.execute("SELECT 1")  # notices a dead connection
+        except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
+            log.info("the %s listener lost its connection (%s); reconnecting", channel, type(exc).__name__)
+        await anyio.sleep(RECONNECT_S)

@@ -1,27 +1,26 @@
 """The worker's side of the run queue: claim a queued run, execute it here, report as it goes.
 
-Claims go through Procrastinate's `JobManager` (`fetch_job`: one job row locked, marked `doing`
-and named with this worker's id, so no two workers take one run), driven by this small loop
-rather than Procrastinate's own `Worker`, for three reasons found in its source (3.10):
-- its worker stops at the first database error of any side task (heartbeat, listener) and then
-  waits for its running jobs before it unregisters, so a PostgreSQL restart would silence the
-  heartbeat of a worker that is still running runs, and the sweepers would declare them lost;
-- it cannot make a claim wait for free sandbox slots, which only the run's `max_depth` tells;
-- it cancels a job's asyncio task on abort, where a run must be cancelled through its own
-  scope so that it records `cancelled` and its sandbox is removed (`RunManager`).
+Claims (`state.PgRunQueue.claim`) are gated inside their statement: a worker claims only while it
+has a free run slot (RLM_MCP_MAX_RUNS) and only a run whose sandbox need (its max_depth, the
+no-deadlock rule of `sandbox/slots.py`) fits the sandbox slots free here; the per-owner share and
+the fair order are the claim's too. A run's child RLMs (`rlm_query`) run inside the root run's
+engine here, never through the queue.
 
-The gate (issue 22: a worker claims a run only when it has a free run slot and the sandbox slots
-the run's max_depth may need): a claim waits for a free run slot (RLM_MCP_MAX_RUNS) and at least
-one free sandbox slot; right after the claim the run's own need (`max_depth` sandboxes, the
-no-deadlock rule of `sandbox/slots.py`) is checked against the slots free now, and a run that
-does not fit is given back to the queue at once (`retry_job`, still `todo`, any worker may take
-it) and this worker waits one poll interval before it claims again. The library cannot know the
-need before the claim (it is in the run's record), so the gate sits around it, not inside it.
+Fencing. Each claim is a new attempt; every write for the run names it, and one that matches
+nothing (`QueueRunLog.must_stop`) stops the run at once: its scope is cancelled, which removes its
+sandbox, and nothing more is written. The run's engine asks `_must_stop` before each LM call and
+each cell (`ActiveRun.fence`). The heartbeat (the database's `now()`) also returns the runs the
+database says this worker holds: a run missing from it is stopped, a cancel asked for is applied.
+A worker whose own monotonic clock says its last successful heartbeat is older than the lease (it
+was frozen, or cut off, or the database is away) lets none of its runs go on to an LM call or a
+cell, and claims nothing, until a heartbeat answers again: then the runs the database no longer
+lists as its own (the sweepers gave them away meanwhile) stop, and the others go on. So a frozen
+and resumed worker never acts on a run another worker took up, and a database outage longer than
+the lease loses no run (the sweepers wait a full lease after the database is back before they
+judge any lease, and this worker heartbeats well within it).
 
 Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
 run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
-
-A run's child RLMs (`rlm_query`) run inside the root run's engine here, never through the queue.
 
 Stopping (SIGTERM): runs that have had no LM reply yet are handed back to the queue (once, as
 the sweepers would after a crash) with their log detached, so another worker starts them from
@@ -33,24 +32,22 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 
 import anyio
-import procrastinate
-import psycopg
-from procrastinate.jobs import Job, Status
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, WorkerRef
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.queue import records
-from rlm_mcp.service.queue.app import QUEUE
-from rlm_mcp.service.queue.front import request_of
+from rlm_mcp.service.queue.ends import request_of
+from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
+from rlm_mcp.service.queue.state import QUEUE_CHANNEL
+from rlm_mcp.service.queue.wakeups import listen_forever
 from rlm_mcp.service.runs import ActiveRun, RunManager
-from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.runs import PgRunStore
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -64,26 +61,28 @@ class QueueWorker:
     def __init__(
         self,
         settings: Settings,
-        db: Database,
+        queue: RunQueuePort,
+        url: str,
         run_store: PgRunStore,
-        app: procrastinate.App,
         runs: RunManager,
         sandboxes: SandboxManager,
         engine: Callable[[], Awaitable[RLMEngine]],
     ) -> None:
         self._settings = settings
-        self._db = db
+        self._queue = queue
+        self._url = url
         self._run_store = run_store
-        self._app = app
         self._runs = runs
         self._sandboxes = sandboxes
         self._engine = engine
         self._slots = anyio.Semaphore(settings.max_runs)
-        self._new_job = anyio.Event()
-        self._running: dict[int, ActiveRun] = {}  # by job id
-        self._logs: dict[int, QueueRunLog] = {}  # by job id
-        self._fresh: set[int] = set()  # jobs whose run was never queued again (may be, once)
-        self._handing_back: set[int] = set()  # jobs given back to the queue at shutdown
+        self._wake = anyio.Event()
+        self._running: dict[str, tuple[int, ActiveRun, QueueRunLog]] = {}  # run id -> (attempt, run, log)
+        self._stopped: dict[str, str] = {}  # run id -> why this worker stopped it (fenced)
+        self._handing_back: set[str] = set()  # runs given back to the queue at shutdown
+        self._fresh: set[str] = set()  # runs never queued again before (may be, once)
+        self._beat_at = time.monotonic()  # the start of the last successful heartbeat
+        self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
         self._tg: anyio.abc.TaskGroup | None = None
         self.worker_id: int | None = None
 
@@ -100,7 +99,7 @@ class QueueWorker:
         await self._register()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        for task in (self._heartbeat, self._listen, self._poll_aborts, self._claim_forever):
+        for task in (self._heartbeat, self._listen, self._poll_cancels, self._claim_forever):
             self._tg.start_soon(task)
         return self
 
@@ -110,78 +109,116 @@ class QueueWorker:
         self._runs.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN, worker=self.ref)
         # Runs that have had no LM reply yet go back to the queue (once) instead of ending:
         # another worker starts them from scratch and nothing was spent.
-        for job_id, run in list(self._running.items()):
-            if job_id in self._fresh and run.progress.usage.total.calls == 0 and job_id in self._logs:
-                self._logs[job_id].detach()
-                self._handing_back.add(job_id)
-        tg.cancel_scope.cancel()  # each run records `cancelled` and its job ends `aborted`
+        for run_id, (_, run, run_log) in list(self._running.items()):
+            if run_id in self._fresh and run.progress.usage.total.calls == 0:
+                run_log.detach()
+                self._handing_back.add(run_id)
+        tg.cancel_scope.cancel()  # each run records `cancelled` (or is handed back)
         await tg.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             try:
                 if self.worker_id is not None:
-                    await self._app.job_manager.unregister_worker(self.worker_id)
-            except Exception as exc:  # the sweepers will find it stalled
+                    await self._queue.unregister_worker(self.worker_id)
+            except Exception as exc:  # the sweepers will find it silent
                 log.info("could not unregister %s: %s", self.name, exc)
 
     async def _register(self) -> None:
-        self.worker_id = await self._app.job_manager.register_worker()
-        await records.register_worker(self._db, self.worker_id, self._sandboxes.owner_id)
+        started = time.monotonic()
+        self.worker_id = await self._queue.register_worker(self._sandboxes.owner_id, self._settings.max_runs)
+        self._beat_at = started
         # Said now: a shutdown's cancellation may reach a run before `__aexit__` runs.
         self._runs.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN, worker=self.ref)
         log.info("queue %s registered", self.name)
 
-    # --- liveness -------------------------------------------------------------------------
+    # --- liveness and fencing -------------------------------------------------------------
+
+    def _lease_lapsed(self) -> bool:
+        return time.monotonic() - self._beat_at > self._settings.worker_lease_s
+
+    async def _must_stop(self, run_id: str, run_log: QueueRunLog) -> bool:
+        """The fence the run's engine awaits before each LM call and each cell: True stops the
+        run; while this worker's lease has lapsed by its own clock, it waits for a heartbeat's
+        verdict first."""
+        while self._lease_lapsed() and run_id not in self._stopped:
+            beaten = self._beaten
+            await beaten.wait()
+        if run_log.unrecorded:
+            run_log.detach()  # its end is written by `_end_unrecorded`, not as `cancelled`
+            return True
+        if run_id in self._stopped:
+            return True
+        if run_log.must_stop is not None:
+            self._stopped[run_id] = run_log.must_stop
+            run_log.detach()
+            log.warning("run %s stopped on %s: %s", run_id, self.name, run_log.must_stop)
+            return True
+        return False
+
+    def _stop(self, run_id: str, why: str) -> None:
+        """Stop a run that is no longer this worker's: cancel it, write nothing more for it."""
+        held = self._running.get(run_id)
+        if held is None or run_id in self._stopped:
+            return
+        self._stopped[run_id] = why
+        _, run, run_log = held
+        run_log.detach()
+        log.warning("run %s stopped on %s: %s", run_id, self.name, why)
+        if run.scope is not None:
+            run.scope.cancel()  # its sandboxes are removed as the run unwinds
 
     async def _heartbeat(self) -> None:
         interval = max(0.2, min(10.0, self._settings.worker_lease_s / 3))
         while True:
             await anyio.sleep(interval)
+            assert self.worker_id is not None
+            started = time.monotonic()
             try:
-                async with self._db.connection() as conn:
-                    cur = await conn.execute(
-                        "UPDATE procrastinate_workers SET last_heartbeat = now() WHERE id = %s RETURNING id",
-                        (self.worker_id,),
-                    )
-                    beat = await cur.fetchone() is not None
-                if not beat:  # silent past its lease (a long outage) and pruned: start afresh
-                    log.warning("%s was declared lost by the other workers; registering again", self.name)
-                    await self._register()
-            except Exception as exc:  # PostgreSQL restarting: keep trying
+                beat = await self._queue.heartbeat(self.worker_id)
+            except Exception as exc:  # PostgreSQL restarting: keep trying (the watch stops runs)
                 log.info("queue heartbeat failed: %s", exc)
+                continue
+            # The verdict first (the runs another worker took up stop), then the lease renews.
+            for run_id, (attempt, _, _) in list(self._running.items()):
+                mine = beat.held.get(run_id)
+                if mine is None or mine[0] != attempt:
+                    self._stop(run_id, "the run is no longer this worker's (another attempt, or it ended)")
+                elif mine[1]:
+                    self._cancel(run_id)
+            self._beat_at = started
+            self._beaten.set()
+            self._beaten = anyio.Event()
+            if not beat.registered:  # declared lost (a long outage) and marked gone: start afresh
+                log.warning("%s was declared lost by the other workers; registering again", self.name)
+                try:
+                    await self._register()
+                except Exception as exc:
+                    log.info("could not register again: %s", exc)
 
     async def _listen(self) -> None:
-        async def on_note(*, channel: str, notification: dict[str, object]) -> None:
-            if notification.get("type") == "job_inserted":
-                self._new_job.set()
-            elif notification.get("type") == "abort_job_requested":
-                job_id = notification.get("job_id")
-                if isinstance(job_id, int):
-                    self._abort(job_id)
+        def on_note(payload: str) -> None:
+            if payload == "queued":
+                self._wake.set()
+            elif payload.startswith("cancel "):
+                self._cancel(payload.removeprefix("cancel "))
 
-        while True:
-            try:
-                await self._app.job_manager.listen_for_jobs(on_notification=on_note, queues=[QUEUE])  # type: ignore[arg-type]
-            except Exception as exc:  # cannot connect yet: try again
-                log.info("queue listener failed: %s", exc)
-            self._new_job.set()  # notifications may have been lost meanwhile
-            await anyio.sleep(RETRY_S)
+        await listen_forever(self._url, QUEUE_CHANNEL, on_note, on_connect=self._wake.set)
 
-    async def _poll_aborts(self) -> None:
-        """NOTIFY is lost across reconnects: the abort requests are polled as well."""
+    async def _poll_cancels(self) -> None:
+        """NOTIFY is lost across reconnects: the cancels asked for are read every poll interval."""
         while True:
             await anyio.sleep(self._settings.queue_poll_s)
-            if not self._running:
+            if not self._running or self.worker_id is None:
                 continue
             try:
-                for job_id in await self._app.job_manager.list_jobs_to_abort_async(queue=QUEUE):
-                    self._abort(job_id)
+                for run_id in await self._queue.cancels(self.worker_id):
+                    self._cancel(run_id)
             except Exception as exc:
-                log.info("could not list the runs to cancel: %s", exc)
+                log.info("could not read the runs to cancel: %s", exc)
 
-    def _abort(self, job_id: int) -> None:
-        run = self._running.get(job_id)
-        if run is not None and run.scope is not None:
-            run.scope.cancel()  # the run records `cancelled`, its sandbox is removed
+    def _cancel(self, run_id: str) -> None:
+        held = self._running.get(run_id)
+        if held is not None and held[1].scope is not None:
+            held[1].scope.cancel()  # the run records `cancelled`, its sandbox is removed
 
     # --- claims ---------------------------------------------------------------------------
 
@@ -190,99 +227,68 @@ class QueueWorker:
         waited = False
         while True:
             await self._slots.acquire()
-            self._new_job = anyio.Event()  # before the fetch: a job queued during it wakes us
+            self._wake = anyio.Event()  # before the claim: a run queued during it wakes us
             try:
                 if waited and self._running:
-                    # Woken for a new job while busy: leave it a moment to an idler worker, so
+                    # Woken for a new run while busy: leave it a moment to an idler worker, so
                     # runs spread over the workers (draining a backlog is never delayed).
                     await anyio.sleep(SPREAD_S * len(self._running))
-                job = await self._claim()
+                row = await self._claim()
             except BaseException:
                 self._slots.release()
                 raise
-            waited = job is None
-            if job is None:
+            waited = row is None
+            if row is None:
                 self._slots.release()
                 with anyio.move_on_after(self._settings.queue_poll_s):
-                    await self._new_job.wait()
+                    await self._wake.wait()
                 continue
-            self._tg.start_soon(self._process, job)
+            self._tg.start_soon(self._process, row)
 
-    async def _claim(self) -> Job | None:
-        while self._sandboxes.free_slots < 1:  # noqa: ASYNC110 (SandboxSlots has no event to wait on)
+    async def _claim(self) -> RunRow | None:
+        while self._sandboxes.free_slots < 1 or self._lease_lapsed():  # noqa: ASYNC110 (no event to wait on)
             await anyio.sleep(0.1)  # a sandbox closes within a run's lifetime: cheap to look
         try:
             assert self.worker_id is not None
-            return await self._app.job_manager.fetch_job(queues=[QUEUE], worker_id=self.worker_id)
+            return await self._queue.claim(self.worker_id, self._sandboxes.free_slots, self._sandboxes.max_slots)
         except Exception as exc:
             log.info("could not claim a run: %s", exc)
             await anyio.sleep(RETRY_S)
             return None
 
-    async def _process(self, job: Job) -> None:
-        assert job.id is not None
-        status = Status.ABORTED  # unless the run ends by itself: this worker's shutdown cancels it
+    async def _process(self, row: RunRow) -> None:
         try:
-            status = await self._execute(job)
+            await self._execute(row)
         except Exception:
-            log.exception("queued job %s failed", job.id)
-            status = Status.FAILED
+            log.exception("queued run %s failed", row.run_id)
         finally:
-            self._running.pop(job.id, None)
-            self._logs.pop(job.id, None)
-            self._fresh.discard(job.id)
-            if job.id in self._handing_back:
-                status = Status.TODO
+            self._running.pop(row.run_id, None)
+            self._stopped.pop(row.run_id, None)
+            self._fresh.discard(row.run_id)
+            self._handing_back.discard(row.run_id)
             self._slots.release()
-            if status is not Status.TODO:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_S):
-                    await self._finish_job(job, status)
 
-    async def _finish_job(self, job: Job, status: Status) -> None:
-        while True:
-            try:
-                await self._app.job_manager.finish_job(job, status=status, delete_job=False)
-                return
-            except Exception as exc:
-                if not isinstance(exc.__cause__, psycopg.OperationalError):
-                    log.info("job %s was ended elsewhere: %s", job.id, exc)  # no longer `doing`
-                    return
-                log.info("could not finish job %s yet: %s", job.id, exc)  # the database is away
-                await anyio.sleep(RETRY_S)
-
-    async def _execute(self, job: Job) -> Status:
-        """Run the job's run here; the job's final status (TODO: given back to the queue)."""
-        run_id = str(job.task_kwargs["run_id"])
-        assert self.worker_id is not None and job.id is not None
-        row = await records.claim(self._db, run_id, self.worker_id)
-        if row is None:  # cancelled (or ended) while it was queued
-            return Status.SUCCEEDED
+    async def _execute(self, row: RunRow) -> None:
+        run_id, attempt = row.run_id, row.attempt
         request = request_of(row.summary)
-        need = min(request.limits.max_depth, self._sandboxes.max_slots)
-        if self._sandboxes.free_slots < need:
-            await self._app.job_manager.retry_job(job)  # `todo` again: any worker may take it
-            await anyio.sleep(self._settings.queue_poll_s)
-            return Status.TODO
         engine = await self._engine()
-        job_id = job.id
         run: ActiveRun | None = None
 
         def hand_back() -> bool:
             """At the run's end: a run ended by this process's shutdown before any LM reply goes
             back to the queue (decided here too, as the shutdown's cancellation may reach the
             run before `__aexit__` does)."""
-            if run is None or not run.shut_down or job_id not in self._fresh or run.progress.usage.total.calls:
+            if run is None or not run.shut_down or row.requeues or run.progress.usage.total.calls:
                 return False
-            self._handing_back.add(job_id)
+            self._handing_back.add(run_id)
             return True
 
-        run_log = QueueRunLog(await self._run_store.reopen(run_id), hand_back=hand_back)
-        self._logs[job.id] = run_log
+        run_log = QueueRunLog(await self._run_store.reopen(run_id, attempt=attempt), hand_back=hand_back)
         if row.requeues == 0:
-            self._fresh.add(job.id)
-        run = await self._runs.adopt(run_id, request, engine, run_log)
+            self._fresh.add(run_id)
+        run = await self._runs.adopt(run_id, request, engine, run_log, fence=lambda: self._must_stop(run_id, run_log))
         run.notice = Notice(kind=NoticeKind.RUNNING_ON, worker=self.ref)
-        self._running[job.id] = run
+        self._running[run_id] = (attempt, run, run_log)
         try:
             await self._report_until_done(run, run_log)
         finally:
@@ -291,33 +297,57 @@ class QueueWorker:
                     if run.scope is not None:
                         run.scope.cancel()
                     await run.done.wait()
-                if job.id in self._handing_back:
-                    await self._hand_back(job, run, run_log)
+                if run_id in self._stopped:
+                    pass  # no longer this worker's: nothing more is written
+                elif run_id in self._handing_back:
+                    await self._hand_back(run, run_log, attempt)
+                elif run_log.unrecorded:
+                    await self._end_unrecorded(run, run_log, attempt, fresh=row.requeues == 0)
                 else:
-                    await self._ensure_final(run, run_log)
-        assert run.result is not None
-        return Status.ABORTED if run.result.status == "cancelled" else Status.SUCCEEDED
+                    await self._ensure_final(run, run_log, attempt)
 
-    async def _hand_back(self, job: Job, run: ActiveRun, run_log: QueueRunLog) -> None:
-        """Queue the run again (`todo`) for another worker; if this fails, the job is left
-        `doing` with this worker unregistered, and the sweepers queue it again themselves."""
-        notice = Notice(kind=NoticeKind.REQUEUED_WORKER_SHUTDOWN, worker=self.ref)
-        summary = run.record().model_copy(
-            update={"result": None, "not_started": None, "status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
-        )
+    async def _hand_back(self, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
+        """Queue the run again for another worker; if this fails, the sweepers queue it again
+        once this worker's lease ends."""
+        summary = self._requeued(run, Notice(kind=NoticeKind.REQUEUED_WORKER_SHUTDOWN, worker=self.ref))
         try:
             await run_log.flush()  # the events staged before the log was detached
-            await self._app.job_manager.retry_job(job)
-            await records.requeue(self._db, run.run_id, summary)
-            log.info("run %s handed back to the queue", run.run_id)
+            if await self._queue.requeue(run.run_id, attempt, summary):
+                log.info("run %s handed back to the queue", run.run_id)
         except Exception as exc:
             log.info("could not hand run %s back (the sweepers will): %s", run.run_id, exc)
 
-    async def _ensure_final(self, run: ActiveRun, run_log: QueueRunLog) -> None:
+    async def _end_unrecorded(self, run: ActiveRun, run_log: QueueRunLog, attempt: int, *, fresh: bool) -> None:
+        """A run stopped because its first answered LM call could not be recorded: queued again
+        (once, as after a lost worker: no answer was recorded) or ended `error`, retried until
+        the database answers (fenced, so never over another attempt)."""
+        why = "its first answered LM call could not be recorded (the database was unreachable)"
+        with anyio.move_on_after(FINAL_WRITE_S):
+            while True:
+                try:
+                    if fresh:
+                        notice = Notice.of_text(f"{why}; it was queued again")
+                        await self._queue.requeue(run.run_id, attempt, self._requeued(run, notice))
+                    else:
+                        reason = f"The run was stopped on {self.name}: {why}. Start it again with rlm_start."
+                        await self._queue.finish(run.run_id, run.record().ended("error", reason), attempt=attempt)
+                    return
+                except Exception as exc:  # PostgreSQL still away: try again
+                    log.info("could not record the stop of run %s yet: %s", run.run_id, exc)
+                    await anyio.sleep(RETRY_S)
+
+    @staticmethod
+    def _requeued(run: ActiveRun, notice: Notice) -> RunRecord:
+        """The run's record as it goes back to the queue."""
+        return run.record().model_copy(
+            update={"result": None, "not_started": None, "status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
+        )
+
+    async def _ensure_final(self, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
         """The run's final record, whatever happened to the database meanwhile: `RunManager`
         writes it once (with the staged events and the NOTIFY) and only logs a failure; then
-        it (and any event still staged) is written here again until it lands (final writes
-        never overwrite one), and announced."""
+        it (and any event still staged) is written here again until it lands (fenced: never
+        over another attempt, never over a final record), and announced."""
         if run_log.final_written:  # by `RunManager`, announced with it: the usual case
             return
         summary = run.record()
@@ -325,7 +355,7 @@ class QueueWorker:
             while True:
                 try:
                     await run_log.flush()
-                    await records.finish(self._db, run.run_id, summary)
+                    await self._queue.finish(run.run_id, summary, attempt=attempt)
                     return
                 except Exception as exc:  # PostgreSQL restarting: try again
                     log.info("could not record the end of run %s yet: %s", run.run_id, exc)
@@ -337,6 +367,9 @@ class QueueWorker:
         progress event and phase change; write staged events every poll interval anyway."""
         seen, phase = -1, None
         while not run.done.is_set():
+            if run.run_id in self._stopped:
+                await run.done.wait()
+                return
             # Progress events notify; a phase change (waiting on the model, running code) does
             # not, so it is looked at every poll interval.
             if run.seq != seen or run.progress.phase != phase:
@@ -346,11 +379,7 @@ class QueueWorker:
                 try:
                     published = await run_log.publish(summary, lm_called=lm_called)
                     if not published and run.result is None:
-                        # Ended elsewhere: this worker was declared lost (a long database outage
-                        # silenced its heartbeat) and the run's status says so. Stop working on it.
-                        log.warning("run %s was ended by another process; stopping it here", run.run_id)
-                        if run.scope is not None:
-                            run.scope.cancel()
+                        self._stop(run.run_id, "the run is no longer this worker's (another attempt, or it ended)")
                 except RlmMcpError as exc:  # the database is restarting: the next event retries
                     log.info("could not publish run %s: %s", run.run_id, exc)
                     seen, phase = -1, None

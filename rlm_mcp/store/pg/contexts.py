@@ -60,12 +60,13 @@ async def _select(conn: Conn, context_id: str, owner: OwnerScope) -> dict[str, A
     return await cur.fetchone()
 
 
-async def _live_pins(conn: Conn, now: float) -> set[tuple[str, str]]:
-    """(context_id, owner) of every live pin; lapsed ones are removed on the way."""
+async def _live_pins(conn: Conn) -> set[tuple[str, str]]:
+    """(context_id, owner) of every live pin; lapsed ones are removed on the way. Pins and replica
+    heartbeats are stamped and judged by the database's clock: replicas' own clocks may differ."""
     await conn.execute(
-        "DELETE FROM rlm_pins p WHERE p.expires_at < %s OR NOT EXISTS "
-        "(SELECT 1 FROM rlm_replicas r WHERE r.replica_id = p.replica_id AND r.seen_at > %s)",
-        (now, now - REPLICA_TTL_S),
+        "DELETE FROM rlm_pins p WHERE p.expires_at < extract(epoch FROM now()) OR NOT EXISTS "
+        "(SELECT 1 FROM rlm_replicas r WHERE r.replica_id = p.replica_id AND r.seen_at > extract(epoch FROM now()) - %s)",
+        (REPLICA_TTL_S,),
     )
     cur = await conn.execute("SELECT context_id, owner FROM rlm_pins")
     return {(r["context_id"], r["owner"]) for r in await cur.fetchall()}
@@ -218,7 +219,7 @@ class PgContextStore:
         if store_share(self._settings) is None:
             return []
         await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner))
-        pins = await _live_pins(conn, now)
+        pins = await _live_pins(conn)
         cur = await conn.execute(
             "SELECT c.context_id, c.sha256, c.bytes, o.last_used_at FROM rlm_contexts c "
             "JOIN rlm_context_owners o ON o.context_id = c.context_id WHERE o.owner = %s",
@@ -288,7 +289,7 @@ class PgContextStore:
                 return False
             sha = row["sha256"]
             await conn.execute("SELECT 1 FROM rlm_contexts WHERE context_id = %s FOR UPDATE", (context_id,))
-            pins = await _live_pins(conn, time.time())
+            pins = await _live_pins(conn)
             if any(cid == context_id and (owner is EVERY_OWNER or p == owner) for cid, p in pins):
                 raise BadArgumentError(
                     f"Context '{context_id}' is in use by a running run.",
@@ -346,8 +347,8 @@ class PgContextStore:
                     (now, cid, owner),
                 )
                 await conn.execute(
-                    "INSERT INTO rlm_pins VALUES (%s, %s, %s, %s, %s)",
-                    (pin_id, cid, self._db.replica_id, owner, now + PIN_TTL_S),
+                    "INSERT INTO rlm_pins VALUES (%s, %s, %s, %s, extract(epoch FROM now()) + %s)",
+                    (pin_id, cid, self._db.replica_id, owner, PIN_TTL_S),
                 )
                 infos.append(context_info(row).model_copy(update={"last_used_at": now}))
         return infos
@@ -358,7 +359,7 @@ class PgContextStore:
         gone: list[str] = []
         async with self._db.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (EVICT_LOCK_KEY,))
-            pinned = {cid for cid, _ in await _live_pins(conn, now)}
+            pinned = {cid for cid, _ in await _live_pins(conn)}
             cur = await conn.execute(
                 "SELECT context_id, sha256, bytes, last_used_at, "
                 "EXISTS (SELECT 1 FROM rlm_context_owners o WHERE o.context_id = c.context_id) AS owned "

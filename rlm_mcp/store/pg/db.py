@@ -194,14 +194,14 @@ class Database:
     # --- replicas ------------------------------------------------------------------------
 
     async def _beat(self) -> None:
-        now = time.time()
+        # Stamped by the database's clock: other replicas judge this one's pins by it.
         async with self.connection() as conn:
             await conn.execute(
-                "INSERT INTO rlm_replicas VALUES (%s, %s, %s, %s, %s, %s) "
+                "INSERT INTO rlm_replicas VALUES (%s, %s, %s, %s, extract(epoch FROM now()), extract(epoch FROM now())) "
                 "ON CONFLICT (replica_id) DO UPDATE SET seen_at = excluded.seen_at",
-                (self.replica_id, socket.gethostname(), os.getpid(), __version__, now, now),
+                (self.replica_id, socket.gethostname(), os.getpid(), __version__),
             )
-            await conn.execute("DELETE FROM rlm_replicas WHERE seen_at < %s", (now - 24 * 3600,))
+            await conn.execute("DELETE FROM rlm_replicas WHERE seen_at < extract(epoch FROM now()) - %s", (24 * 3600,))
 
     async def _heartbeat(self) -> None:
         while True:

@@ -18,20 +18,15 @@ from typing import Any
 import psycopg
 
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.store.pg.migration_run_state import RUN_STATE_SQL
 
 ADVISORY_LOCK_KEY = 0x726C6D2D6D6370  # "rlm-mcp"
 
 
-def _procrastinate_schema() -> str:
-    """The run queue's tables and functions, read from the installed Procrastinate at run time.
-
-    Procrastinate is pinned to one minor version (pyproject, `team` extra) because its schema is
-    applied here, once, as rlm-mcp migration 3: upgrading Procrastinate means a new rlm-mcp
-    migration carrying that release's own migration files (procrastinate/sql/migrations/).
-    """
-    from procrastinate.schema import SchemaManager
-
-    return str(SchemaManager.get_schema())
+# Migration 3 applied the schema of Procrastinate, the job queue team mode used before it
+# claimed runs on `rlm_runs` itself (migration 6, which removes those tables). A new database
+# skips it: nothing of it is used any more.
+_FORMER_QUEUE_LIBRARY = "SELECT 1"
 
 
 # The run queue's own columns and tables (rlm_mcp.service.queue): which Procrastinate job carries
@@ -165,7 +160,7 @@ MIGRATIONS: list[tuple[int, str | Callable[[], str]]] = [
         CREATE INDEX rlm_uploads_owner ON rlm_uploads (owner) WHERE NOT done;
         """,
     ),
-    (3, _procrastinate_schema),
+    (3, _FORMER_QUEUE_LIBRARY),
     (4, _QUEUE_SQL),
     (
         5,
@@ -179,6 +174,7 @@ MIGRATIONS: list[tuple[int, str | Callable[[], str]]] = [
         CREATE INDEX rlm_spent_codes_expiry ON rlm_spent_codes (expires_at);
         """,
     ),
+    (6, RUN_STATE_SQL),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -206,7 +202,7 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:
                 continue
             async with conn.transaction():
                 text = sql() if callable(sql) else sql
-                await conn.execute(text.encode())  # trusted DDL (ours, or the installed Procrastinate's)
+                await conn.execute(text.encode())  # trusted DDL, ours
                 await conn.execute("INSERT INTO rlm_schema VALUES (%s, now())", (version,))
             current = version
         return current

@@ -45,10 +45,21 @@ class PgRunLog:
     `stage` and flushes at the moments that matter (service/queue/runlog.py)."""
 
     def __init__(
-        self, db: Database, run_id: str, *, created_at: float, max_event_bytes: int, max_log_bytes: int
+        self,
+        db: Database,
+        run_id: str,
+        *,
+        created_at: float,
+        max_event_bytes: int,
+        max_log_bytes: int,
+        attempt: int | None = None,
     ) -> None:
+        """`attempt`: the claim a team worker executes the run under; every flush then writes
+        only while the run is still `running` under that attempt (fencing: a worker declared lost
+        and resumed writes nothing over the run's next attempt)."""
         self._db = db
         self._run_id = run_id
+        self._attempt = attempt
         self._created_at = created_at
         self._seq = 0
         self._written = 0
@@ -63,6 +74,10 @@ class PgRunLog:
     @property
     def run_id(self) -> str:
         return self._run_id
+
+    @property
+    def attempt(self) -> int | None:
+        return self._attempt
 
     @property
     def detached(self) -> bool:
@@ -117,8 +132,9 @@ class PgRunLog:
         """Write the staged events, with the record `summary` (never over a final one), the
         `lm_called` mark and a NOTIFY on channel `notify`, in one statement. The NOTIFY's
         payload is the record's live summary (`ports.runs.encode_live`: bounded) while the run
-        is live, else the run id alone. False when the run has ended (a summary written over an ended
-        run is dropped, the events and counters are written) or its record is gone. A failed flush keeps its rows staged
+        is live, else the run id alone. False when the run has ended (a summary written over an
+        ended run is dropped, the events and counters are written), its record is gone, or (with
+        an attempt) it is no longer this attempt's: then nothing is written. A failed flush keeps its rows staged
         for the next one; a retried flush whose first try did commit writes no row twice
         (`ON CONFLICT DO NOTHING` on the (run, seq) key, counters set, not added)."""
         async with self._lock:
@@ -129,25 +145,45 @@ class PgRunLog:
                 return True
             params: list[Any] = []
             ctes = []
+            attempt = self._attempt or 0
             if rows:
-                values = ", ".join(["(%s, %s, %s)"] * len(rows))
-                ctes.append(f"ev AS (INSERT INTO rlm_run_events VALUES {values} ON CONFLICT DO NOTHING)")
+                values = ", ".join(["(%s, %s::integer, %s::bigint, %s)"] * len(rows))
                 for seq, line in rows:
-                    params += [self._run_id, seq, line]
-            sets = ["updated_at = %s", "next_seq = GREATEST(next_seq, %s)", "log_bytes = GREATEST(log_bytes, %s)"]
-            params += [time.time(), self._seq, self._written]
+                    params += [self._run_id, attempt, seq, line]
+                fence = ""
+                if self._attempt is not None:  # nothing lands once the run is not this attempt's
+                    fence = " WHERE EXISTS (SELECT 1 FROM rlm_runs WHERE run_id = %s AND attempt = %s AND state = 'running')"
+                    params += [self._run_id, self._attempt]
+                ctes.append(
+                    "ev AS (INSERT INTO rlm_run_events (run_id, attempt, seq, line) SELECT * FROM "
+                    f"(VALUES {values}) AS v (run_id, attempt, seq, line){fence} ON CONFLICT DO NOTHING)"
+                )
+            # The database's clock: record ages are compared across replicas (pruning).
+            sets = [
+                "updated_at = extract(epoch FROM clock_timestamp())",
+                "next_seq = GREATEST(next_seq, %s)",
+                "log_bytes = GREATEST(log_bytes, %s)",
+            ]
+            params += [self._seq, self._written]
             payload = self._run_id
             if summary is not None:
                 # Never over a final summary: in team mode another process may have ended the
                 # run first (a cancel while queued, a sweeper that found its worker lost).
-                sets += ["summary = CASE WHEN done THEN summary ELSE %s END", "done = done OR %s"]
+                sets += [
+                    "summary = CASE WHEN state = 'done' THEN summary ELSE %s END",
+                    "state = CASE WHEN %s THEN 'done' ELSE state END",
+                ]
                 params += [_dump(summary), summary.done]
                 if not summary.done:
                     payload = encode_live(self._run_id, summary.live())
             if mark_lm_called:
                 sets.append("lm_called = true")
-            ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE run_id = %s RETURNING done)")
+            where = "run_id = %s"
             params.append(self._run_id)
+            if self._attempt is not None:
+                where += " AND attempt = %s AND state = 'running'"
+                params.append(self._attempt)
+            ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE {where} RETURNING done)")
             select = "SELECT live"
             if notify is not None:
                 # The summary rides along only while the run is live (a run that ended
@@ -192,9 +228,11 @@ class PgRunStore:
         created_at = record.created_at
         async with self._db.connection() as conn:
             cur = await conn.execute(
-                "INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, done, summary) "
-                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                (run_id, str(record.request.owner), created_at, created_at, record.done, _dump(record)),
+                # A run executed by the process that creates it (not through the team queue): no
+                # worker, so no sweeper treats it as a lost worker's.
+                "INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary) "
+                "VALUES (%s, %s, %s, extract(epoch FROM now()), %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                (run_id, str(record.request.owner), created_at, "done" if record.done else "running", _dump(record)),
             )
             if await cur.fetchone() is None:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.")
@@ -202,9 +240,9 @@ class PgRunStore:
             self._db, run_id, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log
         )
 
-    async def reopen(self, run_id: str) -> PgRunLog:
-        """The log of a run created elsewhere (a team-mode worker executes a queued run):
-        appends go on after the events already there."""
+    async def reopen(self, run_id: str, *, attempt: int | None = None) -> PgRunLog:
+        """The log of a run created elsewhere (a team-mode worker executes a queued run under
+        `attempt`, the claim's): appends go on after the events already there."""
         check_run_id(run_id)
         async with self._db.connection() as conn:
             cur = await conn.execute(
@@ -214,7 +252,12 @@ class PgRunStore:
         if row is None:
             raise _unknown(run_id)
         log = PgRunLog(
-            self._db, run_id, created_at=row["created_at"], max_event_bytes=self._max_event, max_log_bytes=self._max_log
+            self._db,
+            run_id,
+            created_at=row["created_at"],
+            max_event_bytes=self._max_event,
+            max_log_bytes=self._max_log,
+            attempt=attempt,
         )
         log.resume(int(row["next_seq"]), int(row["log_bytes"]))
         return log
@@ -237,7 +280,7 @@ class PgRunStore:
         async with self._db.connection() as conn:
             cur = conn.cursor()
             async for row in cur.stream(
-                "SELECT seq, line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (run_id,)
+                "SELECT seq, line FROM rlm_run_events WHERE run_id = %s ORDER BY seq, attempt", (run_id,)
             ):
                 size = len(row["line"].encode()) + 1
                 if limit_bytes is not None and used + size > limit_bytes:
@@ -259,12 +302,18 @@ class PgRunStore:
         return f"{row['log_bytes']}-{row['updated_at']!r}"
 
     async def prune(self, *, max_records: int, max_age_days: float) -> builtins.list[str]:
-        now = time.time()
+        """Remove old records, aged by the database's clock (a replica whose own clock is ahead
+        must not remove records the others still keep, let alone live runs): finished runs, and
+        runs a process executed outside the team queue whose server stopped before ending them
+        (no worker holds them); never a queued run or a run a worker holds."""
         removed: list[str] = []
         async with self._db.transaction() as conn:
             if max_age_days > 0:
                 cur = await conn.execute(
-                    "DELETE FROM rlm_runs WHERE updated_at < %s RETURNING run_id", (now - max_age_days * 86400,)
+                    "DELETE FROM rlm_runs WHERE (state = 'done' OR (state = 'running' AND worker_id IS NULL)) "
+                    "AND updated_at < extract(epoch FROM now()) - %s "
+                    "RETURNING run_id",
+                    (max_age_days * 86400,),
                 )
                 removed += [r["run_id"] for r in await cur.fetchall()]
             # Per owner, as the file store does: one owner's many runs never remove another's.

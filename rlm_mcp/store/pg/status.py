@@ -1,9 +1,12 @@
 """What `rlm-mcp doctor` reports in team mode: the database, its schema, the replicas seen, the
-run queue's live workers (host, pid, heartbeat age, runs) and its depth. Reads tables only."""
+run queue's live workers (host, pid, heartbeat age, runs) and its depth, and how far this host's
+clock is from the database's (every time replicas compare is the database's; a host whose own
+clock is off shows misleading times and says so). Reads tables only."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,13 +26,14 @@ class TeamStatus:
     replicas: list[str] = field(default_factory=list)  # "host pid version, seen N s ago"
     workers: list[str] | None = None  # "worker N on host pid P, heartbeat N s ago, R runs"; None: no queue yet
     queued: int = 0  # runs waiting for a worker
+    clock_skew_s: float | None = None  # this host's clock minus the database's
 
 
-# Migration 4 (the run queue's tables); the queue's queries need it.
-_QUEUE_SCHEMA = 4
+# Migration 6: runs and workers hold their own state (`rlm_runs.state`, `rlm_workers.heartbeat_at`).
+_QUEUE_SCHEMA = 6
 
 
-async def team_status(url: str, worker_lease_s: float) -> TeamStatus:
+async def team_status(url: str, worker_lease_s: float, *, clock: Callable[[], float] = time.time) -> TeamStatus:
     """Connects once, changes nothing (no migration, no replica row). A worker silent longer
     than `worker_lease_s` (RLM_MCP_WORKER_LEASE_S, the lease the servers' sweepers apply) is
     not listed as live."""
@@ -39,6 +43,10 @@ async def team_status(url: str, worker_lease_s: float) -> TeamStatus:
         async with await psycopg.AsyncConnection.connect(
             url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S), row_factory=dict_row
         ) as conn:
+            before = clock()
+            cur = await conn.execute("SELECT extract(epoch FROM clock_timestamp()) AS t")
+            row = await cur.fetchone()
+            status.clock_skew_s = (before + clock()) / 2 - float(row["t"]) if row else None
             cur = await conn.execute("SELECT to_regclass('rlm_schema') IS NOT NULL AS present")
             row = await cur.fetchone()
             if row and row["present"]:
@@ -46,13 +54,13 @@ async def team_status(url: str, worker_lease_s: float) -> TeamStatus:
                 row = await cur.fetchone()
                 status.schema_version = int(row["v"]) if row else 0
             if status.schema_version:
-                now = time.time()
                 cur = await conn.execute(
-                    "SELECT host, pid, version, seen_at FROM rlm_replicas WHERE seen_at > %s ORDER BY seen_at DESC",
-                    (now - REPLICA_TTL_S,),
+                    "SELECT host, pid, version, extract(epoch FROM now()) - seen_at AS age FROM rlm_replicas "
+                    "WHERE seen_at > extract(epoch FROM now()) - %s ORDER BY seen_at DESC",
+                    (REPLICA_TTL_S,),
                 )
                 status.replicas = [
-                    f"{r['host']} pid {r['pid']} (rlm-mcp {r['version']}, seen {now - r['seen_at']:.0f} s ago)"
+                    f"{r['host']} pid {r['pid']} (rlm-mcp {r['version']}, seen {float(r['age']):.0f} s ago)"
                     for r in await cur.fetchall()
                 ]
                 if status.schema_version >= _QUEUE_SCHEMA:
@@ -65,10 +73,10 @@ async def team_status(url: str, worker_lease_s: float) -> TeamStatus:
 
 async def _queue(conn: psycopg.AsyncConnection[dict[str, Any]], status: TeamStatus, lease_s: float) -> None:
     cur = await conn.execute(
-        "SELECT p.id, w.host, w.pid, EXTRACT(EPOCH FROM now() - p.last_heartbeat) AS age, "
-        "(SELECT count(*) FROM procrastinate_jobs j WHERE j.worker_id = p.id AND j.status = 'doing') AS runs "
-        "FROM procrastinate_workers p LEFT JOIN rlm_workers w ON w.worker_id = p.id "
-        "WHERE p.last_heartbeat > now() - make_interval(secs => %s) ORDER BY p.id",
+        "SELECT w.worker_id AS id, w.host, w.pid, EXTRACT(EPOCH FROM now() - w.heartbeat_at) AS age, "
+        "(SELECT count(*) FROM rlm_runs r WHERE r.worker_id = w.worker_id AND r.state = 'running') AS runs "
+        "FROM rlm_workers w WHERE w.gone_at IS NULL AND w.heartbeat_at > now() - make_interval(secs => %s) "
+        "ORDER BY w.worker_id",
         (lease_s,),
     )
     status.workers = [
@@ -76,7 +84,7 @@ async def _queue(conn: psycopg.AsyncConnection[dict[str, Any]], status: TeamStat
         f"(heartbeat {float(r['age']):.0f} s ago, {r['runs']} run{'s' if r['runs'] != 1 else ''})"
         for r in await cur.fetchall()
     ]
-    cur = await conn.execute("SELECT count(*) AS n FROM procrastinate_jobs WHERE status = 'todo'")
+    cur = await conn.execute("SELECT count(*) AS n FROM rlm_runs WHERE state = 'queued'")
     row = await cur.fetchone()
     status.queued = int(row["n"]) if row else 0
 
