@@ -11,7 +11,7 @@ import pytest
 NODE_MODULES = frozenset({"test_client_snippets", "test_claude_code_cli", "test_bundle", "test_ts_sdk_client"})
 CHROMIUM_MODULES = frozenset({"test_viewer_browser"})
 # Modules that scrape a server with Prometheus or check rules with promtool.
-PROMETHEUS_MODULES = frozenset({"test_obs_metrics", "test_obs_deploy"})
+PROMETHEUS_MODULES = frozenset({"test_obs_metrics", "test_obs_deploy", "test_obs_team"})
 
 
 def _module(item: pytest.Item) -> str:
