@@ -40,6 +40,7 @@ __all__ = [
     "lm_span_failed",
     "run_span",
     "span",
+    "use_tracer_provider",
     "wants_traces",
 ]
 
@@ -109,6 +110,13 @@ def configure_from_env(service_name: str = "rlm-mcp") -> bool:
     _active()
     log.info("tracing: exporting spans over OTLP/HTTP")
     return True
+
+
+def use_tracer_provider(provider: trace.TracerProvider | None) -> None:
+    """Record rlm-mcp's spans with `provider` (an application embedding rlm-mcp, a test), or
+    stop recording them (None), without touching OpenTelemetry's global provider."""
+    global _tracer
+    _tracer = provider.get_tracer("rlm_mcp") if provider is not None else None
 
 
 def shutdown() -> None:
