@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
+import pytest
 
 from rlm_mcp.testing.servers import free_port, server_process
 
@@ -92,3 +93,11 @@ def phoenix_server(folder: Path) -> Iterator[Phoenix]:
     with server_process(argv, port=port, env=env, within_s=180, log=folder / "phoenix.log"):
         # uvicorn listens once Phoenix's start-up (migrations, the OTLP receiver) is complete
         yield Phoenix(f"http://127.0.0.1:{port}", home / "bin" / "python")
+
+
+@pytest.fixture(scope="session")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
+    """One Phoenix for the session (it takes ~30 s to start): tests tell their spans apart by
+    trace and run ids."""
+    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as receiver:
+        yield receiver

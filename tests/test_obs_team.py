@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_phoenix import phoenix_server
+from tests.fixtures_phoenix import Phoenix
 from tests.fixtures_prometheus import prometheus_server
 from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
 from tests.test_server_surface import ANSWER_NOW, call
@@ -88,13 +88,11 @@ async def test_queue_gauges_move_and_prometheus_sees_the_worker_finish_the_run(t
             assert prom.value("max(rlm_mcp_queue_depth)") == 0.0
 
 
-async def test_a_runs_trace_goes_from_the_front_through_the_queue_to_the_worker(tmp_path: Path, pg_url: str) -> None:
+async def test_a_runs_trace_goes_from_the_front_through_the_queue_to_the_worker(
+    tmp_path: Path, pg_url: str, phoenix: Phoenix
+) -> None:
     caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
-    with (
-        phoenix_server(tmp_path / "phoenix") as phoenix,
-        ScriptedLM(Script(root=[ANSWER_NOW])) as lm,
-        ExitStack() as stack,
-    ):
+    with ScriptedLM(Script(root=[ANSWER_NOW])) as lm, ExitStack() as stack:
         otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": phoenix.base, "OTEL_BSP_SCHEDULE_DELAY": "200"}
         front = stack.enter_context(_replica(tmp_path, "front", pg_url, lm.base_url, "front", **otel))
         stack.enter_context(_replica(tmp_path, "worker", pg_url, lm.base_url, "worker", **otel))
@@ -105,7 +103,7 @@ async def test_a_runs_trace_goes_from_the_front_through_the_queue_to_the_worker(
         traceparents = [r["headers"].get("traceparent", "") for r in lm.requests]
 
         def traced() -> bool:
-            return any(s["name"] == "rlm.run" for s in phoenix.spans())
+            return any(s["name"] == "rlm.run" and s["context"]["trace_id"] == caller_trace for s in phoenix.spans())
 
         await wait_until(traced, within_s=60, what="Phoenix to hold the worker's run span")
         spans = [s for s in phoenix.spans() if s["context"]["trace_id"] == caller_trace]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import secrets
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
-from tests.fixtures_phoenix import Phoenix, phoenix_server
+from tests.fixtures_phoenix import Phoenix
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -34,12 +33,6 @@ TURNS = [
     "```repl\nparts = llm_query_batched(['first ' + context[:10], 'second ' + context[:10]])\nprint(parts)\n```",
     f'```repl\nanswer["content"] = "{SECRET}"\nanswer["ready"] = True\n```',
 ]
-
-
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
-    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as receiver:
-        yield receiver
 
 
 def _children(spans: list[dict[str, Any]], parent: dict[str, Any]) -> list[dict[str, Any]]:
@@ -81,12 +74,14 @@ async def test_one_trace_per_run_from_the_mcp_call_to_the_lm(phoenix: Phoenix, t
         assert first["status"] == second["status"] == "completed"
         requests = lm.requests
 
-    def traced() -> bool:
-        runs = [s for s in phoenix.spans() if s["name"] == "rlm.run"]
-        return len(runs) == 2
+    ours = {first["run_id"], second["run_id"]}
 
-    await wait_until(traced, within_s=60, what="Phoenix to hold the spans of both runs")
-    spans = phoenix.spans()
+    def run_spans() -> list[dict[str, Any]]:
+        return [s for s in phoenix.spans() if s["name"] == "rlm.run" and s["attributes"].get("rlm.run.id") in ours]
+
+    await wait_until(lambda: len(run_spans()) == 2, within_s=60, what="Phoenix to hold the spans of both runs")
+    traces = {s["context"]["trace_id"] for s in run_spans()}
+    spans = [s for s in phoenix.spans() if s["context"]["trace_id"] in traces]  # other tests share Phoenix
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for s in spans:
         by_trace.setdefault(s["context"]["trace_id"], []).append(s)
