@@ -138,3 +138,31 @@ def test_traces_are_off_unless_the_otel_variables_ask() -> None:
     assert tracing.wants_traces({"OTEL_TRACES_EXPORTER": "otlp"})
     assert not tracing.wants_traces({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
     assert not tracing.wants_traces({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+
+
+async def test_an_http_traceparent_header_is_continued_like_meta(phoenix: Phoenix, tmp_path: Path) -> None:
+    header_trace, header_span = secrets.token_hex(16), secrets.token_hex(8)
+    port = free_port()
+    env = cli_env(
+        tmp_path,
+        RLM_MCP_BASE_URL="http://127.0.0.1:9/v1",
+        RLM_MCP_AUTH_TOKEN=TOKEN,
+        OTEL_EXPORTER_OTLP_ENDPOINT=phoenix.base,
+        OTEL_BSP_SCHEDULE_DELAY="200",
+    )
+    argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)]
+    headers = {"Authorization": f"Bearer {TOKEN}", "traceparent": f"00-{header_trace}-{header_span}-01"}
+    with server_process(argv, port=port, env=env, within_s=120):
+        http = httpx2.AsyncClient(headers=headers, timeout=60)
+        async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
+            await client.call_tool("rlm_load_context", {"text": "header-carried"})
+
+    def loaded() -> list[dict[str, Any]]:
+        return [
+            s
+            for s in phoenix.spans()
+            if s["name"] == "tools/call rlm_load_context" and s["context"]["trace_id"] == header_trace
+        ]
+
+    await wait_until(lambda: len(loaded()) == 1, within_s=60, what="the tool call's span in the caller's trace")
+    assert loaded()[0]["parent_id"] == header_span

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -80,6 +81,7 @@ def wants_traces(environ: Mapping[str, str] | None = None) -> bool:
 
 
 _configured: list[Any] = []  # the SDK's TracerProvider, once installed
+_shutdown_lock = threading.Lock()
 
 
 def configure_from_env(service_name: str = "rlm-mcp") -> bool:
@@ -121,10 +123,13 @@ def use_tracer_provider(provider: trace.TracerProvider | None) -> None:
 
 def shutdown() -> None:
     """Flush and stop the exporter (at the end of the process)."""
-    providers = list(_configured)
-    _configured.clear()
-    for provider in providers:
-        provider.shutdown()
+    # The signal path's exit thread and the main thread's `finally` may both get here: the
+    # second waits for the first's flush, so neither exits the process halfway through it.
+    with _shutdown_lock:
+        providers = list(_configured)
+        _configured.clear()
+        for provider in providers:
+            provider.shutdown()
 
 
 def capture_content() -> bool:
