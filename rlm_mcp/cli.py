@@ -227,7 +227,13 @@ def _serve_command(args: argparse.Namespace, settings: Settings) -> int:
         from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
 
         anyio.run(refuse_unlimited_sandboxes, settings)
-    anyio.run(_serve_worker if settings.role == "worker" else _serve, settings)
+    from rlm_mcp.observability import tracing
+
+    tracing.configure_from_env()  # only when OTEL_* variables ask for traces
+    try:
+        anyio.run(_serve_worker if settings.role == "worker" else _serve, settings)
+    finally:
+        tracing.shutdown()  # the spans still batched go out before the process ends
     return 0
 
 
@@ -241,7 +247,10 @@ async def _database_ready(settings: Settings) -> None:
 
 async def _serve_worker(settings: Settings) -> None:
     """A team-mode worker: executes queued runs and serves only the unauthenticated health route
-    (`GET /healthz`, for a balancer or systemd) on RLM_MCP_HOST:RLM_MCP_PORT; no MCP, no viewer."""
+    (`GET /healthz`, for a balancer or systemd) and its metrics (`GET /metrics`) on
+    RLM_MCP_HOST:RLM_MCP_PORT; no MCP, no viewer."""
+    from rlm_mcp.access import load_tokens
+    from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
     from rlm_mcp.server.health import health_app, store_readiness
     from rlm_mcp.server.http import serve_http
     from rlm_mcp.server.listen import bind_listener
@@ -254,7 +263,9 @@ async def _serve_worker(settings: Settings) -> None:
         try:
             async with RlmService(settings, mode="http") as service:
                 logging.getLogger("rlm_mcp").info("team worker: executing queued runs; health on /healthz")
-                await serve_http(settings, health_app(store_readiness(service.stores), role="worker"), listener)
+                health = health_app(store_readiness(service.stores), role="worker")
+                scrape = metrics_endpoint(load_tokens(settings), public=settings.metrics_public)
+                await serve_http(settings, with_metrics(health, scrape), listener)
         finally:
             closed.set()
 
@@ -340,6 +351,9 @@ async def _serve_until_signal(serve: Callable[[], Awaitable[None]], closed: thre
 def _exit_when(closed: threading.Event, grace_s: float = 30.0) -> None:
     closed.wait(grace_s)
     logging.getLogger("rlm_mcp").info("shut down on signal")
+    from rlm_mcp.observability import tracing
+
+    tracing.shutdown()  # the spans still batched go out first (os._exit skips every finally)
     logging.shutdown()
     os._exit(0)
 

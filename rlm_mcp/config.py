@@ -16,7 +16,16 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -77,6 +86,17 @@ def server_of(url: str) -> tuple[str, str, int | None]:
     except ValueError:
         port = None
     return scheme, (parts.hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme)
+
+
+class ModelPrice(BaseModel):
+    """What one model costs, in USD per million tokens. `cached_input`: prompt tokens the server
+    answered from its prefix cache; default: the `input` price (no discount assumed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0)
 
 
 class Settings(BaseSettings):
@@ -310,6 +330,13 @@ class Settings(BaseSettings):
     log_level: str = Field(
         "INFO", description="Log level; logs go to stderr (a server over HTTP: one access line per request at INFO)."
     )
+    metrics_public: bool = Field(
+        False, description="GET /metrics answers without the bearer token (a scraper on a private network)."
+    )
+    model_prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
+        default_factory=dict,
+        description='Prices per model, USD per million tokens: {"model": {"input": 3, "cached_input": 0.3, "output": 15}}.',
+    )
 
     @field_validator("allowed_roots", mode="before")
     @classmethod
@@ -335,6 +362,22 @@ class Settings(BaseSettings):
     def _split_models(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [m.strip() for m in value.split(",") if m.strip()]
+        return value
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _parse_prices(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                return {}
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    'RLM_MCP_MODEL_PRICES must be a JSON object such as {"my-model": {"input": 3, "output": 15}}: '
+                    f"{exc}"
+                ) from exc
         return value
 
     @field_validator("extra_body", "sub_extra_body", mode="before")

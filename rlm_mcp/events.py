@@ -78,6 +78,8 @@ class AccountedCall(Protocol):
     def completion_tokens(self) -> int: ...
     @property
     def cached_prompt_tokens(self) -> int: ...
+    @property
+    def cost_usd(self) -> float | None: ...
 
 
 class TokenCount(BaseModel):
@@ -93,22 +95,37 @@ class TokenCount(BaseModel):
     completion_tokens: int = 0
     calls: int = 0
     cached_prompt_tokens: int = 0
+    # USD by the price table (RLM_MCP_MODEL_PRICES) of the calls whose model has a price; None
+    # when none had one (no cost is ever guessed). Written only when known.
+    cost_usd: float | None = None
 
     @property
     def total(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def add(self, prompt_tokens: int, completion_tokens: int, *, calls: int = 1, cached_prompt_tokens: int = 0) -> None:
+    def add(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        *,
+        calls: int = 1,
+        cached_prompt_tokens: int = 0,
+        cost_usd: float | None = None,
+    ) -> None:
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
         self.calls += calls
         self.cached_prompt_tokens += cached_prompt_tokens
+        if cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + cost_usd
 
     @pydantic.model_serializer(mode="wrap")
     def _omit_unused(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         if not self.cached_prompt_tokens:
             data.pop("cached_prompt_tokens", None)
+        if self.cost_usd is None:
+            data.pop("cost_usd", None)
         return data
 
     def to_dict(self) -> dict[str, int]:
@@ -126,24 +143,48 @@ class Usage(BaseModel):
     by_model: dict[str, TokenCount] = Field(default_factory=dict)
 
     def add(
-        self, model: str, prompt_tokens: int, completion_tokens: int, *, calls: int = 1, cached_prompt_tokens: int = 0
+        self,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        *,
+        calls: int = 1,
+        cached_prompt_tokens: int = 0,
+        cost_usd: float | None = None,
     ) -> None:
-        """Count one LM call (or `calls` of them) of `model`."""
+        """Count one LM call (or `calls` of them) of `model`; `cost_usd`: None when unpriced."""
         bucket = self.by_model.get(model)
         if bucket is None:
             bucket = self.by_model[model] = TokenCount()
         for counts in (self.total, bucket):
-            counts.add(prompt_tokens, completion_tokens, calls=calls, cached_prompt_tokens=cached_prompt_tokens)
+            counts.add(
+                prompt_tokens,
+                completion_tokens,
+                calls=calls,
+                cached_prompt_tokens=cached_prompt_tokens,
+                cost_usd=cost_usd,
+            )
 
     def add_call(self, call: AccountedCall) -> None:
         """Count one LM call as its record accounts it (`rlm_mcp.ports.chat.CallRecord`)."""
-        self.add(call.model, call.prompt_tokens, call.completion_tokens, cached_prompt_tokens=call.cached_prompt_tokens)
+        self.add(
+            call.model,
+            call.prompt_tokens,
+            call.completion_tokens,
+            cached_prompt_tokens=call.cached_prompt_tokens,
+            cost_usd=call.cost_usd,
+        )
 
     def merge(self, other: Usage) -> None:
         """Add another tree's usage to this one."""
         for model, c in other.by_model.items():
             self.add(
-                model, c.prompt_tokens, c.completion_tokens, calls=c.calls, cached_prompt_tokens=c.cached_prompt_tokens
+                model,
+                c.prompt_tokens,
+                c.completion_tokens,
+                calls=c.calls,
+                cached_prompt_tokens=c.cached_prompt_tokens,
+                cost_usd=c.cost_usd,
             )
 
     def copy_of(self) -> Usage:
@@ -221,7 +262,7 @@ class LLMCall(_Event):
     batch slot that made them (when there is one) and keep the head and tail of prompt and answer."""
 
     OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset(
-        {"ts", "iteration", "block", "batch", "index", "prompt", "prompt_chars", "answer", "answer_chars"}
+        {"ts", "iteration", "block", "batch", "index", "prompt", "prompt_chars", "answer", "answer_chars", "cost_usd"}
     )
     type: Literal["llm_call"] = "llm_call"
     run_id: str
@@ -242,6 +283,7 @@ class LLMCall(_Event):
     prompt_chars: int | None = None
     answer: str | None = None
     answer_chars: int | None = None
+    cost_usd: float | None = None  # by the price table; absent when the model has no price
     ts: Number | None = None
 
 

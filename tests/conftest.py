@@ -22,6 +22,7 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.testing.image_ensure import ensure_image
+from tests.fixtures_phoenix import phoenix
 from tests.fixtures_postgres import database_url, pg_cluster, pg_migrated_url, pg_template, pg_url, store_settings
 from tests.fixtures_sandbox import docker_image
 from tests.fixtures_store import http_server, root, settings, settings_factory
@@ -31,6 +32,7 @@ __all__ = [
     "database_url",
     "docker_image",
     "http_server",
+    "phoenix",
     "pg_cluster",
     "pg_migrated_url",
     "pg_template",
@@ -44,7 +46,9 @@ __all__ = [
 # What the user exported is not the tests' configuration: every test states the settings it needs
 # (make_settings, cli_env, minimal_env), and an exported RLM_MCP_INSTANCE_ID or RLM_MCP_CONFIG
 # would change what a test sees. Cleared before any test or fixture reads the environment.
-CLEARED_SETTINGS = sorted(name for name in os.environ if name.upper().startswith("RLM_MCP_"))
+# The same for OpenTelemetry's standard variables: an exported OTEL_EXPORTER_OTLP_ENDPOINT would
+# make every server a test starts send spans somewhere; the tracing tests set their own.
+CLEARED_SETTINGS = sorted(name for name in os.environ if name.upper().startswith(("RLM_MCP_", "OTEL_")))
 for _name in CLEARED_SETTINGS:
     del os.environ[_name]
 

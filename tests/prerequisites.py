@@ -10,6 +10,8 @@ import pytest
 # Modules that run a JavaScript tool (npx, tests/js): need Node.js and npm.
 NODE_MODULES = frozenset({"test_client_snippets", "test_claude_code_cli", "test_bundle", "test_ts_sdk_client"})
 CHROMIUM_MODULES = frozenset({"test_viewer_browser"})
+# Modules that scrape a server with Prometheus or check rules with promtool.
+PROMETHEUS_MODULES = frozenset({"test_obs_metrics", "test_obs_deploy", "test_obs_team"})
 
 
 def _module(item: pytest.Item) -> str:
@@ -35,6 +37,8 @@ def missing(items: list[pytest.Item]) -> list[str]:
         found.append("Node.js with npm and npx (apt-get install nodejs npm; tested with Node 20.20)")
     if modules & CHROMIUM_MODULES and not (shutil.which("chromium") or shutil.which("chromium-browser")):
         found.append("Chromium, for the viewer's browser tests (apt-get install chromium)")
+    if modules & PROMETHEUS_MODULES and not (shutil.which("prometheus") and shutil.which("promtool")):
+        found.append("Prometheus and promtool, for the metrics tests (apt-get install prometheus)")
     if any(i.get_closest_marker("docker") is not None for i in items):
         problem = _docker_answers()
         if problem is not None:

@@ -17,6 +17,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
 from rlm_mcp.events import SubCalls
+from rlm_mcp.observability import tracing
 from rlm_mcp.ports import ChatModel, LMBridge, LMRequest
 from rlm_mcp.ports.chat import Completion, LMContextLengthError, LMError
 
@@ -175,7 +176,15 @@ class SubCallBridge:
         batch = tree.next_batch()
         where = tree.where(run_id)
         batch_started = time.monotonic()
-        results = await _gather(prompts[:granted], worker, batch) + [refused] * (count - granted)
+        attributes = {
+            "rlm.sub_calls.count": count,
+            "rlm.sub_calls.kind": "rlm" if recursive else "llm",
+            "rlm.depth": depth,
+        }
+        with tracing.span("rlm.sub_calls", attributes) as span:
+            results = await _gather(prompts[:granted], worker, batch) + [refused] * (count - granted)
+            if count > granted:
+                span.set_attribute("rlm.sub_calls.refused", count - granted)
         failed = sum(1 for r in results if r.startswith("Error: "))
         await tree.emit(
             SubCalls(

@@ -40,6 +40,7 @@ from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
+from rlm_mcp.observability import tracing
 from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, LMRequest, Sandbox, SandboxFactory
 from rlm_mcp.resource_errors import unexpected_failure
 
@@ -343,9 +344,11 @@ class RLMEngine:
                         status="running",
                     )
                 )
-                result = await self._run(
-                    tree, depth=depth, run_id=child_id, query=None, contexts=[spec], progress=child_progress
-                )
+                with tracing.span("rlm.child", {"rlm.run.id": child_id, "rlm.depth": depth}) as span:
+                    result = await self._run(
+                        tree, depth=depth, run_id=child_id, query=None, contexts=[spec], progress=child_progress
+                    )
+                    span.set_attribute("rlm.run.status", result.status)
                 await tree.emit(
                     ChildEnd(
                         child_run_id=child_id,

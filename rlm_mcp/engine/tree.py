@@ -146,5 +146,6 @@ class RunTree:
                 prompt_chars=prompt_chars,
                 answer=answer,
                 answer_chars=answer_chars,
+                cost_usd=record.cost_usd if record else None,
             )
         )

@@ -16,6 +16,7 @@ from rlm_mcp.engine.tree import RunTree, Where
 from rlm_mcp.engine.types import RunLimits, RunPhase, RunProgress, RunStatus
 from rlm_mcp.engine.window import WindowTooSmallError, fit_history
 from rlm_mcp.events import Cell, CellStart, ChatMessage, HistoryElided, Turn, TurnStart
+from rlm_mcp.observability import tracing
 from rlm_mcp.ports import CellResult, ChatModel, LMBridge, Sandbox
 from rlm_mcp.ports.chat import (
     DEFAULT_WINDOW,
@@ -83,6 +84,13 @@ class TurnRunner:
 
     async def turn(self, iteration: int, turn_text: str) -> tuple[RunStatus, str | None] | None:
         """Play one turn; return (status, reason) when the run must end, else None."""
+        with tracing.span("rlm.turn", {"rlm.turn": iteration, "rlm.depth": self.ctx.depth}) as span:
+            outcome = await self._turn(iteration, turn_text)
+            if outcome is not None:
+                span.set_attribute("rlm.run.status", outcome[0])
+            return outcome
+
+    async def _turn(self, iteration: int, turn_text: str) -> tuple[RunStatus, str | None] | None:
         ctx = self.ctx
         if ctx.tree.over_budget():
             # Siblings share the tree's budget: a child must not make its first (or next) root
@@ -249,7 +257,11 @@ class TurnRunner:
         await ctx.tree.emit(CellStart(run_id=ctx.run_id, iteration=iteration, block=index, depth=ctx.depth))
         ctx.tree.open_cells[ctx.run_id] = (iteration, index)
         try:
-            result = await self.sandbox.execute(code, self.bridge, training_cell=self.profile.training_cell)
+            with tracing.span(
+                "rlm.cell", {"rlm.turn": iteration, "rlm.cell.block": index, "rlm.depth": ctx.depth}
+            ) as span:
+                result = await self.sandbox.execute(code, self.bridge, training_cell=self.profile.training_cell)
+                tracing.cell_done(span, error=result.error, timed_out=result.timed_out, restarted=result.restarted)
         finally:
             ctx.tree.open_cells.pop(ctx.run_id, None)
         if result.restarted and not result.notice:

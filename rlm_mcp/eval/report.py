@@ -44,6 +44,8 @@ class Summary:
     statuses: Counter[str] = field(default_factory=Counter)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # USD by the price table (RLM_MCP_MODEL_PRICES) of the tasks' priced calls; None: none priced.
+    cost_usd: float | None = None
     task_seconds: float = 0.0
     by_scorer: dict[str, tuple[int, float]] = field(default_factory=dict)
     errors: dict[str, list[str]] = field(default_factory=dict)  # cause -> task ids that ended with it
@@ -61,6 +63,8 @@ def summarize(label: str, results: Sequence[TaskResult]) -> Summary:
         summary.statuses[r.status] += 1
         summary.prompt_tokens += r.usage.total.prompt_tokens
         summary.completion_tokens += r.usage.total.completion_tokens
+        if r.usage.total.cost_usd is not None:
+            summary.cost_usd = (summary.cost_usd or 0.0) + r.usage.total.cost_usd
         summary.task_seconds += r.duration_s
         if r.status == "error":
             summary.errors.setdefault(_one_line(r.error or "no reason recorded"), []).append(r.id)
@@ -87,6 +91,11 @@ def _error_lines(summaries: Sequence[Summary]) -> list[str]:
     return lines
 
 
+def _cost(usd: float | None) -> str:
+    """The cost column: "–" when no call had a price (never a guessed one)."""
+    return "–" if usd is None else f"{usd:.4f}"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
@@ -97,15 +106,15 @@ def render_markdown(summaries: Sequence[Summary], *, wall_s: float, title: str) 
         f"# {title}",
         "",
         "| system | tasks | mean ×100 | 95% CI | lenient ×100 | statuses | prompt tokens | "
-        "completion tokens | task time (s) |",
-        "|---|---:|---:|---|---:|---|---:|---:|---:|",
+        "completion tokens | cost (USD) | task time (s) |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|---:|",
     ]
     for s in summaries:
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(s.statuses.items()))
         lenient = _pct(s.lenient_mean) if s.lenient_mean is not None else "–"
         lines.append(
             f"| {s.label} | {s.n} | {_pct(s.mean)} | {_pct(s.low)}–{_pct(s.high)} | {lenient} | {statuses} | "
-            f"{s.prompt_tokens:,} | {s.completion_tokens:,} | {s.task_seconds:.1f} |"
+            f"{s.prompt_tokens:,} | {s.completion_tokens:,} | {_cost(s.cost_usd)} | {s.task_seconds:.1f} |"
         )
     if any(len(s.by_scorer) > 1 for s in summaries):
         lines += ["", "| system | scorer | tasks | mean ×100 |", "|---|---|---:|---:|"]

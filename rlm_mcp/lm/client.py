@@ -17,7 +17,7 @@ One HTTP pool per endpoint for every call of the process; one concurrency limit
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -29,10 +29,13 @@ from rlm_mcp.lm.completions import Completions
 from rlm_mcp.lm.counting import TokenCounter
 from rlm_mcp.lm.discovery import ProbeResult
 from rlm_mcp.lm.endpoint import Endpoint, endpoint_configs
+from rlm_mcp.lm.errors import LMError, error_kind
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.probe import check_models, probe
 from rlm_mcp.lm.routing import RoutingKeys
-from rlm_mcp.lm.types import Completion
+from rlm_mcp.lm.types import CallRecord, Completion
+from rlm_mcp.observability import metrics, tracing
+from rlm_mcp.observability.prices import call_cost
 
 log = logging.getLogger("rlm_mcp.lm")
 
@@ -121,14 +124,50 @@ class LMClient:
         def remember(reply: HttpReply) -> None:
             self.routing.remember(key, reply.headers)
 
-        return await parts.completions.complete(
-            messages,
-            model=model,
-            max_tokens=max_tokens,
-            role=role,
-            headers=lambda: self.routing.headers(key),
-            on_reply=remember if key is not None else None,
+        def headers() -> dict[str, str]:
+            return tracing.inject_headers(self.routing.headers(key))
+
+        endpoint = parts.endpoint.config.name
+        with tracing.lm_span(model=model, role=role, endpoint=endpoint, max_tokens=max_tokens) as span:
+            try:
+                completion = await parts.completions.complete(
+                    messages,
+                    model=model,
+                    max_tokens=max_tokens,
+                    role=role,
+                    headers=headers,
+                    on_reply=remember if key is not None else None,
+                )
+            except LMError as err:
+                if err.record is not None:
+                    self._observe(endpoint, err.record, error_kind(err))
+                    tracing.lm_span_failed(span, error_kind(err))
+                raise
+            record = completion.record
+            cost = call_cost(self._settings.model_prices, model, *_tokens(record))
+            if cost is not None:
+                record = replace(record, cost_usd=cost)
+                completion = replace(completion, record=record)
+            self._observe(endpoint, record, "ok")
+            tracing.lm_span_done(span, record, completion.finish_reason)
+            tracing.lm_content(span, messages, completion.text)
+            return completion
+
+    @staticmethod
+    def _observe(endpoint: str, record: CallRecord, outcome: str) -> None:
+        metrics.lm_call(
+            endpoint,
+            record.model,
+            record.role,
+            outcome,
+            record.latency_s,
+            record.queued_s,
+            *_tokens(record),
         )
+        if record.cost_usd is not None:
+            metrics.lm_cost(record.model, record.role, record.cost_usd)
+        if outcome != "ok":
+            metrics.lm_error(endpoint, outcome)
 
     async def window(self, model: str, *, role: CallRole = "root") -> int:
         """The model's window at the endpoint its `role` calls go to. Never raises."""
@@ -166,3 +205,7 @@ class LMClient:
     async def probe(self) -> ProbeResult:
         """The root endpoint's probe."""
         return (await self.probes())[0]
+
+
+def _tokens(record: CallRecord) -> tuple[int, int, int]:
+    return record.prompt_tokens, record.completion_tokens, record.cached_prompt_tokens

@@ -27,6 +27,7 @@ from rlm_mcp.lm.length_field import set_budget
 from rlm_mcp.lm.responses import parse_completion, server_message
 from rlm_mcp.lm.retry import TOTAL_SLEEP_CAP_S, backoff_s, retry_after_s, retryable_status
 from rlm_mcp.lm.types import CallRecord, Completion
+from rlm_mcp.observability import metrics
 
 log = logging.getLogger("rlm_mcp.lm")
 
@@ -131,6 +132,7 @@ class Completions:
             delay = wait if wait is not None else backoff_s(attempt, self._backoff_base_s)
             if slept + delay > TOTAL_SLEEP_CAP_S:
                 raise failure
+            metrics.lm_retry(self.endpoint.config.name, errors.error_kind(failure))
             log.warning(
                 "LM call failed (attempt %d/%d), retrying in %.2f s: %s", attempt + 1, self._retries + 1, delay, failure
             )

@@ -16,6 +16,7 @@ from rlm_mcp.ports.chat import (
 )
 
 __all__ = [
+    "error_kind",
     "LMConnectionError",
     "LMContextLengthError",
     "LMError",
@@ -24,6 +25,24 @@ __all__ = [
     "LMRequestError",
     "LMServerError",
 ]
+
+
+_KINDS: tuple[tuple[type[LMError], str], ...] = (
+    (LMConnectionError, "connection"),
+    (LMServerError, "server"),
+    (LMContextLengthError, "context_length"),
+    (LMModelNotFoundError, "model_not_found"),
+    (LMMalformedResponseError, "malformed"),
+    (LMRequestError, "request"),
+)
+
+
+def error_kind(error: LMError) -> str:
+    """A short, closed-set name of a failure's kind (the `kind` label of the LM error metrics)."""
+    for cls, kind in _KINDS:
+        if isinstance(error, cls):
+            return kind
+    return "other"
 
 
 # --- every message of the LM layer, phrased in one place ---------------------------------------

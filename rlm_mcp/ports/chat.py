@@ -36,6 +36,8 @@ class CallRecord:
     queued_s: float = 0.0
     # Of prompt_tokens, those the server answered from its prefix cache (0 when it does not say).
     cached_prompt_tokens: int = 0
+    # USD by the price table (RLM_MCP_MODEL_PRICES); None when the model has no price.
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -20,6 +21,7 @@ import anyio
 
 from rlm_mcp.config import TEXT_MEMORY_FACTOR, Settings, sandbox_usable_bytes
 from rlm_mcp.errors import contexts_over_sandbox_memory
+from rlm_mcp.observability import metrics
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.kernel import KernelChannel, SandboxBackend
 from rlm_mcp.ports.owners import OwnerLiveness
@@ -88,6 +90,8 @@ class SandboxManager:
         # Frees a slot held by something idle (a kept session's REPL between its runs) when a
         # sandbox must open and none is free; returns whether it freed one (service/sessions.py).
         self.reclaim: Callable[[], Awaitable[bool]] | None = None
+        self._starting = 0
+        metrics.watch_sandboxes(self)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> SandboxManager:
@@ -187,7 +191,17 @@ class SandboxManager:
         return container
 
     async def _start_container(self) -> KernelChannel:
-        container = await self.backend.start(self.owner_id)
+        self._starting += 1
+        began = time.perf_counter()
+        try:
+            container = await self.backend.start(self.owner_id)
+        except BaseException as exc:
+            if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                metrics.sandbox_start(None)
+            raise
+        finally:
+            self._starting -= 1
+        metrics.sandbox_start(time.perf_counter() - began)
         self._live.add(container)
         # Can limits change in place here? (else: fixed, announced). Once; later starts return at once.
         await self._cpu.probe(container, self.settings.max_sandboxes)
@@ -231,6 +245,12 @@ class SandboxManager:
             await self._discard(container)
         finally:
             self._removals.release()
+
+    def sandbox_counts(self) -> tuple[int, int, int]:
+        """(held by runs, warm in the pool, starting): what the sandbox gauge reports."""
+        warm = len(self._pool)
+        held = len(self._live) - len(self._retired) - warm
+        return max(0, held), warm, self._starting
 
     @property
     def free_slots(self) -> int:

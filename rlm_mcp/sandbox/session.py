@@ -20,6 +20,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
+from rlm_mcp.observability import metrics
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.ports.kernel import (
     ExecFrame,
@@ -167,6 +168,7 @@ class KernelSandbox:
                         self._container = None
                         await self._discard(container)
             self._lost.in_row = 0  # the Docker connection carried a whole cell
+            metrics.cell_finished(result.duration_s, result.timed_out)
             if note:
                 result.restarted = True
                 result.notice = note

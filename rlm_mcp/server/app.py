@@ -35,6 +35,7 @@ from rlm_mcp.server.schemas import (
     SessionList,
     UploadProgress,
 )
+from rlm_mcp.server.trace_header import HttpTraceContext
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides, WaitS
 from rlm_mcp.service.progress import HEARTBEAT_S
@@ -153,6 +154,8 @@ def build_server(
         return Caller(service, request_owner(ctx, mode))
 
     mcp = MCPServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    # Before the SDK's OpenTelemetry middleware: an HTTP traceparent header becomes the _meta it continues.
+    mcp.middleware.insert(0, HttpTraceContext())
 
     _add_context_tools(mcp, svc)
     _add_run_tools(mcp, svc, settings)

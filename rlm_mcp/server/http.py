@@ -18,6 +18,7 @@ from starlette.types import ASGIApp
 from rlm_mcp.access import host_policy, is_loopback_host
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
+from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
 from rlm_mcp.server.app import build_server
 from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.guard import RequestGuard
@@ -75,7 +76,12 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     # `role` in team mode only (--role both|front|worker); the embedded server has no roles.
     role = settings.role if settings.database_url is not None else None
     health = health_endpoint(store_readiness(stores), role=role)
-    return with_health(mount_viewer(RequestGuard(OversizeExplained(app), policy, tokens), viewer), health)
+    # /metrics is in front of the guard too (a scraper knows no Host name); it checks the token
+    # itself unless RLM_MCP_METRICS_PUBLIC opens it.
+    scrape = metrics_endpoint(tokens, public=settings.metrics_public)
+    return with_metrics(
+        with_health(mount_viewer(RequestGuard(OversizeExplained(app), policy, tokens), viewer), health), scrape
+    )
 
 
 async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socket.socket | None = None) -> None:

@@ -23,6 +23,7 @@ from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunR
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
+from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import Notice, NoticeKind, NotStarted, RunRecord, RunRequest, render_notices
 from rlm_mcp.resource_errors import unexpected_failure
@@ -80,6 +81,8 @@ class ActiveRun:
     # the run's record is written (service/sessions.py).
     repl: SessionSandbox | None = None
     on_end: Callable[[ActiveRun], Awaitable[None]] | None = None
+    # Began executing (held a slot and started its engine): counted by the running-runs gauge.
+    began: bool = False
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type
@@ -266,6 +269,9 @@ class RunManager:
                         run.shut_down = True
                     run.result = result
                     run.progress.status = result.status
+                    metrics.run_finished(
+                        result.status, result.duration_s, result.iterations, result.sub_calls, started=run.began
+                    )
                     await self._finish_record(run, log)
                     if run.on_end is not None:
                         try:
@@ -344,6 +350,8 @@ class RunManager:
         run.progress.status = "running"
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
+        run.began = True
+        metrics.run_started()
         try:
             await log.open()  # only now: a queued run holds no descriptor
         except Exception:  # a full disk must not end the run (appends try again)
@@ -361,15 +369,18 @@ class RunManager:
                 await anyio.lowlevel.checkpoint()
 
         specs = [self._contexts.spec(info) for info in infos]
-        return await engine.run(
-            run_id=run.run_id,
-            query=run.request.query,
-            contexts=specs,
-            limits=run.request.limits,
-            progress=run.progress,
-            emit=emit,
-            session=run.repl,
-        )
+        with tracing.run_span(run.request.trace_context, {"rlm.run.id": run.run_id, "rlm.run.depth": 0}) as span:
+            result = await engine.run(
+                run_id=run.run_id,
+                query=run.request.query,
+                contexts=specs,
+                limits=run.request.limits,
+                progress=run.progress,
+                emit=emit,
+                session=run.repl,
+            )
+            tracing.run_span_done(span, result.status, result.iterations, result.sub_calls, result.usage.total)
+            return result
 
     def _ended(self, run: ActiveRun, status: RunStatus, reason: str) -> RunResult:
         result = run.record().ended(status, reason).result

@@ -26,6 +26,7 @@ from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import LoggedEvent
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.observability import tracing
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.ports.runs import RunRecord, RunRequest
@@ -252,6 +253,7 @@ class RlmService:
             owner=owner,
             model=self.settings.model,
             session_id=session.session_id if session is not None else None,
+            trace_context=tracing.carrier(),  # the MCP call's span: the run's span is its child anywhere
         )
         if session is None:
             return await runs.start(request, engine)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_mcp.config import Settings
+from rlm_mcp.observability import metrics
 from rlm_mcp.store.owner_caps import loader_first
 
 __all__ = ["STALE_TMP_S", "Eviction", "clean_stale_tmp", "plan_eviction"]
@@ -71,6 +72,8 @@ def plan_eviction(
         if last:
             total -= sizes[r["sha256"]]
         planned.append(Eviction(r["context_id"], r["sha256"], last))
+    # Every store evicts exactly what this plan names, so the plan is where the gauges are set.
+    metrics.context_store(total, len(planned))
     return planned
 
 

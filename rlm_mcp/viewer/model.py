@@ -222,6 +222,8 @@ class _Builder:
             "end": e.ts,
             "finish_reason": e.finish_reason,
         }
+        if e.cost_usd is not None:  # by the price table; unpriced calls have no cost
+            call["cost_usd"] = e.cost_usd
         if e.role == "root":
             turns = self.run(e.run_id)["turns"]
             turn = self.turn(e.run_id, e.iteration) if e.iteration is not None else (turns[-1] if turns else None)

@@ -8,6 +8,7 @@
   fenced by the claim's attempt.
 - `sweeper.py`: leases: lost workers' runs and sandboxes, runs no worker takes.
 - `liveness.py`: which sandbox owners are gone, by the workers' leases.
+- `gauges.py`: the queue's depth, oldest age and live workers, sampled for /metrics.
 - `ends.py`: a run's request, sandbox need and final summary; each owner's share of the slots.
 
 Roles (RLM_MCP_ROLE): `front` follows and enqueues, `worker` executes, `both` does both; even in
@@ -27,6 +28,7 @@ from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
+from rlm_mcp.service.queue.gauges import sample_forever
 from rlm_mcp.service.queue.liveness import LeaseLiveness
 from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.state import PgRunQueue
@@ -72,6 +74,7 @@ async def open_queue(
     tg = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(tg.cancel_scope.cancel)  # runs before the group exits (callbacks unwind in reverse)
     tg.start_soon(sweeper.run_forever)
+    tg.start_soon(sample_forever, queue)  # the queue gauges of /metrics
     if executes:
         manager = await stack.enter_async_context(RunManager(settings, stores.contexts, run_store))
         await stack.enter_async_context(QueueWorker(settings, queue, url, run_store, manager, sandboxes, engine))

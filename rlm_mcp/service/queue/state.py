@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlm_mcp.config import Settings
+from rlm_mcp.observability import metrics
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
 from rlm_mcp.service.queue.ends import final_summary
 from rlm_mcp.service.queue.port import Beat, LostWorker, RunRow
@@ -161,6 +162,20 @@ class PgRunQueue:
         assert row is not None
         return int(row["total"]), int(row["mine"])
 
+    async def gauges(self) -> tuple[int, float, int]:
+        """(runs queued, seconds the oldest has waited, live workers), in one statement."""
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) AS depth, coalesce(extract(epoch FROM now() - min(queued_at)), 0) AS oldest, "
+                "(SELECT count(*) FROM rlm_workers WHERE gone_at IS NULL "
+                " AND heartbeat_at > now() - make_interval(secs => %s)) AS alive "
+                "FROM rlm_runs WHERE state = 'queued'",
+                (self._lease,),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row["depth"]), max(0.0, float(row["oldest"])), int(row["alive"])
+
     async def live_workers(self) -> int:
         async with self._db.connection() as conn:
             cur = await conn.execute(
@@ -228,11 +243,15 @@ class PgRunQueue:
                 "  ORDER BY coalesce(b.n, 0), r.queued_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED) "
                 "UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
                 f"  claimed_at = now(), cancel_requested = false, updated_at = {_NOW} "
-                f"FROM pick WHERE r.run_id = pick.run_id RETURNING {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))}",
+                f"FROM pick WHERE r.run_id = pick.run_id RETURNING {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))}, "
+                "extract(epoch FROM now() - r.queued_at) AS waited_s",
                 {"free": free_sandboxes, "cap": max_sandboxes, "share": share, "worker": worker_id},
             )
             row = await cur.fetchone()
-        return _row(row) if row is not None else None
+        if row is None:
+            return None
+        metrics.claim_latency(float(row["waited_s"]))  # queued (or queued again) to claimed, both the database's clock
+        return _row(row)
 
     async def cancels(self, worker_id: int) -> list[str]:
         """The runs this worker holds whose cancel was asked for."""

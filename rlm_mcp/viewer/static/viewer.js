@@ -148,7 +148,7 @@ function timeline(run, model) {
 function callView(call, key) {
   const bad = call.status !== "ok";
   const sum = [h("span", { class: "idx" }, `#${call.index}`), " ", badge(bad ? "error" : "ok"), " ",
-    h("span", { class: "meta" }, `${call.model} · ${fmtN(call.prompt_tokens)}+${fmtN(call.completion_tokens)} tok · ${fmtS(call.latency_s)}`),
+    h("span", { class: "meta" }, `${call.model} · ${fmtN(call.prompt_tokens)}+${fmtN(call.completion_tokens)} tok · ${fmtS(call.latency_s)}${fmtCost(call.cost_usd)}`),
     " ", h("span", { class: "preview" }, String(call.prompt || "").slice(0, 90))];
   return lazy(key, sum, () => h("div", { class: "callbody" },
     h("div", { class: "lbl" }, `prompt (${fmtN(call.prompt_chars)} chars)`), h("pre", { class: "prompt" }, call.prompt || ""),
@@ -223,6 +223,12 @@ function childView(child, model) {
     runBody(child, model)), "childbox");
 }
 
+// A cost from the price table (RLM_MCP_MODEL_PRICES); nothing when no model had a price.
+function fmtCost(usd) {
+  if (usd === null || usd === undefined) return "";
+  return ` · $${usd >= 0.01 ? usd.toFixed(2) : usd.toPrecision(2)}`;
+}
+
 function runPage(model) {
   const rootRun = model.runs[model.run_id];
   const tot = (model.usage && model.usage.total) || {};
@@ -231,7 +237,7 @@ function runPage(model) {
     h("h1", { class: "query" }, model.query || "(no query)"),
     h("p", { class: "meta" }, badge(model.status), ` ${model.run_id} · ${model.model || ""} · ${fmtTime(model.created_at)} · ` +
       `${fmtS(model.duration_s ?? span(model.t0, model.t1))} · ${fmtN(model.iterations)} turns · ${fmtN(model.sub_calls)} sub-calls · ` +
-      `${fmtN(tot.prompt_tokens)}+${fmtN(tot.completion_tokens)} tokens`));
+      `${fmtN(tot.prompt_tokens)}+${fmtN(tot.completion_tokens)} tokens` + fmtCost(tot.cost_usd)));
   if (model.session_id) {  // a kept session's run: its chain is the index filtered by the session id
     const chain = (CONFIG.index_href || "./") + "?q=" + encodeURIComponent(model.session_id);
     page.append(h("p", { class: "meta" }, "kept session ", h("a", { href: chain, title: "every run of this session, in order" }, model.session_id)));
