@@ -72,7 +72,7 @@ async def _two_runs(address: str) -> list[dict[str, object]]:
     results = []
     async with http, Client(streamable_http_client(f"http://{address}/mcp", http_client=http)) as client:
         loaded = await client.call_tool("rlm_load_context", {"text": "The magic number is 42."})
-        context_id = loaded.structured_content["context_id"]  # type: ignore[index]
+        context_id = loaded.structured_content["context_id"]
         for _ in range(2):
             done = await client.call_tool("rlm_complete", {"query": "the number?", "context_id": context_id})
             assert done.structured_content is not None
@@ -150,8 +150,8 @@ async def test_the_route_needs_the_token_unless_public() -> None:
         await send({"type": "http.response.body", "body": b""})  # type: ignore[operator]
 
     def client(public: bool) -> httpx.AsyncClient:
-        routed = with_metrics(app, metrics_endpoint([TOKEN], public=public))  # type: ignore[arg-type]
-        return httpx.AsyncClient(transport=httpx.ASGITransport(app=routed), base_url="http://10.0.0.9:8765")  # type: ignore[arg-type]
+        routed = with_metrics(app, metrics_endpoint([TOKEN], public=public))
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=routed), base_url="http://10.0.0.9:8765")
 
     async with client(public=False) as guarded:
         refused = await guarded.get("/metrics")
@@ -164,8 +164,8 @@ async def test_the_route_needs_the_token_unless_public() -> None:
         assert (await guarded.get("/mcp")).status_code == 418  # other paths go on to the guarded app
     async with client(public=True) as open_route:
         assert (await open_route.get("/metrics")).status_code == 200
-    no_tokens = with_metrics(app, metrics_endpoint([], public=False))  # type: ignore[arg-type]
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=no_tokens), base_url="http://127.0.0.1") as local:  # type: ignore[arg-type]
+    no_tokens = with_metrics(app, metrics_endpoint([], public=False))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=no_tokens), base_url="http://127.0.0.1") as local:
         assert (await local.get("/metrics")).status_code == 200  # no token configured: nothing to send
 
 

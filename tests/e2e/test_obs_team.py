@@ -10,11 +10,12 @@ from __future__ import annotations
 import secrets
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 from mcp import Client
+from mcp.types import RequestParamsMeta
 from prometheus_client.parser import text_string_to_metric_families
 
 from rlm_mcp.testing.script import Script
@@ -119,6 +120,8 @@ async def test_a_runs_trace_goes_from_the_front_through_the_queue_to_the_worker(
 
 
 async def _complete(client: Client, context_id: str, meta: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool("rlm_complete", {"query": "q", "context_id": context_id}, meta=meta)
+    result = await client.call_tool(
+        "rlm_complete", {"query": "q", "context_id": context_id}, meta=cast(RequestParamsMeta, meta)
+    )
     assert not result.is_error and result.structured_content is not None, result.content
     return result.structured_content

@@ -10,12 +10,13 @@ import json
 import secrets
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import RequestParamsMeta
 
 from rlm_mcp.observability import tracing
 from rlm_mcp.testing.script import Script
@@ -49,8 +50,12 @@ async def _run(address: str, meta: dict[str, Any] | None) -> dict[str, Any]:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=180)
     async with http, Client(streamable_http_client(f"http://{address}/mcp", http_client=http)) as client:
         loaded = await client.call_tool("rlm_load_context", {"text": f"{SECRET} is in here"})
-        context_id = loaded.structured_content["context_id"]  # type: ignore[index]
-        done = await client.call_tool("rlm_complete", {"query": f"find {SECRET}", "context_id": context_id}, meta=meta)
+        context_id = loaded.structured_content["context_id"]
+        done = await client.call_tool(
+            "rlm_complete",
+            {"query": f"find {SECRET}", "context_id": context_id},
+            meta=cast(RequestParamsMeta | None, meta),
+        )
         assert done.structured_content is not None
         return done.structured_content
 
