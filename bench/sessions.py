@@ -56,6 +56,11 @@ def idle_memory(container: str) -> float:
         client.close()
 
 
+def with_image(settings: Settings, image: str | None) -> Settings:
+    """`settings` running the sandboxes on `image` when one is given (else the configured one)."""
+    return settings.model_copy(update={"sandbox_image": image}) if image else settings
+
+
 async def no_calls(request: LMRequest) -> list[str]:
     return ["-"] * len(request.prompts)
 
@@ -63,10 +68,7 @@ async def no_calls(request: LMRequest) -> list[str]:
 async def snapshots(sizes: list[int], image: str | None) -> None:
     print(f"snapshot size and times (dill inside the sandbox); machine: {platform.node()} {platform.machine()}")
     with tempfile.TemporaryDirectory() as tmp:
-        values: dict[str, object] = {"data_dir": Path(tmp) / "data", "pool_size": 0, "sandbox_memory": "4g"}
-        if image:
-            values["sandbox_image"] = image
-        settings = Settings(**values)
+        settings = with_image(Settings(data_dir=Path(tmp) / "data", pool_size=0, sandbox_memory="4g"), image)
         chunk = settings.cell_output_bytes // 2
         async with SandboxManager(settings) as manager:
             for mib in sizes:
@@ -100,14 +102,16 @@ async def bench(mib: int, delay: float, repeat: int, image: str | None) -> None:
     }
     instance = f"bench-sessions-{int(time.time())}"
     with tempfile.TemporaryDirectory() as tmp, scripted_lm_process(script) as url:
-        settings = Settings(
-            base_url=url,
-            data_dir=Path(tmp) / "data",
-            allowed_roots=[Path(tmp)],
-            pool_size=1,
-            instance_id=instance,
-            sandbox_memory="2g",
-            **({"sandbox_image": image} if image else {}),
+        settings = with_image(
+            Settings(
+                base_url=url,
+                data_dir=Path(tmp) / "data",
+                allowed_roots=[Path(tmp)],
+                pool_size=1,
+                instance_id=instance,
+                sandbox_memory="2g",
+            ),
+            image,
         )
         async with RlmService(settings) as service:
             ctx = await service.load_context(text=text, owner=LOCAL_OWNER)

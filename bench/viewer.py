@@ -18,7 +18,9 @@ from pathlib import Path
 
 import anyio
 
+from rlm_mcp.events import LoggedEvent
 from rlm_mcp.owners import EVERY_OWNER
+from rlm_mcp.ports.runs import RunRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: tests.* helpers
 
@@ -36,7 +38,7 @@ def main() -> None:
         run_dir = anyio.run(record_big_run, data)
         store = RunStore(make_settings(data_dir=data))
 
-        async def load() -> tuple[dict, list]:
+        async def load() -> tuple[RunRecord, list[LoggedEvent]]:
             return await store.read_summary("run_big", owner=EVERY_OWNER), await store.read_events(
                 "run_big", owner=EVERY_OWNER
             )

@@ -148,6 +148,7 @@ async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_p
         assert sorted(p.suffix for p in stored.iterdir()) == [".json", ".snap"]
         assert all(p.stat().st_mode & 0o077 == 0 for p in stored.iterdir())
 
+        assert settings.instance_id is not None  # make_settings names the instance: its sandboxes are found by it
         async with RlmService(settings.model_copy(update={"instance_id": settings.instance_id + "b"})) as service:
             listed = await service.list_sessions(owner=LOCAL_OWNER)
             assert [(s["session_id"], s["stored"]) for s in listed] == [(sid, True)]

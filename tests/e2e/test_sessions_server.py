@@ -21,7 +21,7 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from rlm_mcp.viewer.model import build_run, index_entry
 from tests.e2e.test_cli import cli
-from tests.e2e.test_server_surface import call, call_error, make_settings
+from tests.e2e.test_server_surface import call, call_error, make_settings, resource_text
 from tests.fixtures_e2e import sandbox_container_ids
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("docker_image")]
@@ -93,9 +93,9 @@ async def test_a_follow_up_reads_the_first_runs_variables_in_the_same_sandbox(tm
             assert listed[0]["runs"] == [one["run_id"], two["run_id"]]
             assert listed[0]["contexts_bound"] == 2 and listed[0]["histories"] == 2
             assert listed[0]["usage"]["total"]["calls"] == 4  # two runs of two root calls each
-            resource = json.loads((await client.read_resource(f"rlm://sessions/{session_id}")).contents[0].text)
+            resource = json.loads(resource_text(await client.read_resource(f"rlm://sessions/{session_id}")))
             assert resource["context_ids"] == [first_ctx["context_id"], second_ctx["context_id"]]
-            record = json.loads((await client.read_resource(f"rlm://runs/{two['run_id']}")).contents[0].text)
+            record = json.loads(resource_text(await client.read_resource(f"rlm://runs/{two['run_id']}")))
             assert record["session_id"] == session_id
 
             closed = await call(client, "rlm_close_session", session_id=session_id)
@@ -107,7 +107,9 @@ async def test_a_follow_up_reads_the_first_runs_variables_in_the_same_sandbox(tm
 
 async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> None:
     with ScriptedLM(SCRIPT) as lm:
-        settings = make_settings(tmp_path, lm.base_url, pool_size=0, session_idle_s=3600)
+        # Snapshots off: the session ends when its sandbox goes (tests/docker/test_sessions_snapshot.py
+        # covers the session kept as a snapshot, which the sandbox image's dill makes the default).
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, session_idle_s=3600, session_snapshot_max_bytes=0)
         alice, bob = Owner("alice"), Owner("bob")
         instance = settings.instance_id
         assert instance is not None
@@ -129,13 +131,15 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
             await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox released")
             with pytest.raises(Exception, match="ended after RLM_MCP_SESSION_IDLE_S") as caught:
                 await service.start_run("SECOND-Q", None, RunOverrides(), owner=alice, session_id=session_id)
-            assert "keep_session=true" in str(caught.value)
+            assert "keep_session=true" in str(caught.value) and "snapshots are off" in str(caught.value)
 
 
 async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) -> None:
     plain = Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)
     with ScriptedLM(plain) as lm:
-        settings = make_settings(tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=20)
+        settings = make_settings(
+            tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=20, session_snapshot_max_bytes=0
+        )  # snapshots off: the evicted session ends (kept as a snapshot: tests/docker/test_sessions_snapshot.py)
         async with RlmService(settings) as service:
             info = await service.load_context(text="alpha beta", owner=Owner("local"))
             _, session_id = await service.complete_in_session(
@@ -148,7 +152,7 @@ async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) 
             assert other.status == "completed" and other.answer == "plain"
             with pytest.raises(Exception, match="was ended while idle to free its sandbox") as caught:
                 await service.start_run("SECOND-Q", None, RunOverrides(), owner=Owner("local"), session_id=session_id)
-            assert "keep_session=true" in str(caught.value)
+            assert "keep_session=true" in str(caught.value) and "snapshots are off" in str(caught.value)
 
 
 async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> None:

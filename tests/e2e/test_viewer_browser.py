@@ -24,6 +24,7 @@ from rlm_mcp.events import (
     ChatMessage,
     LimitsRecord,
     LLMCall,
+    LoggedEvent,
     RunEnd,
     RunEvent,
     RunStart,
@@ -33,6 +34,7 @@ from rlm_mcp.events import (
     UsageRecord,
 )
 from rlm_mcp.owners import EVERY_OWNER
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunLog, RunStore
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import close_pipes, free_port, server_process
@@ -90,8 +92,8 @@ def _inert(browser: Browser) -> None:
     assert browser.eval("document.scripts.length") == 2  # the data block and the viewer itself
 
 
-def _record(tmp_path: Path, database_url: str | None = None) -> tuple[dict, list]:
-    async def work() -> tuple[dict, list]:
+def _record(tmp_path: Path, database_url: str | None = None) -> tuple[RunRecord, list[LoggedEvent]]:
+    async def work() -> tuple[RunRecord, list[LoggedEvent]]:
         await record_run(tmp_path / "data", database_url=database_url)
         async with make_stores(_settings(tmp_path, database_url)) as stores:
             return await stores.runs.read_summary("run_viewer_1", owner=EVERY_OWNER), await stores.runs.read_events(
@@ -390,7 +392,7 @@ def test_runs_view_serves_loopback_behind_a_one_time_link(tmp_path: Path, databa
 
 
 def test_a_run_with_2000_sub_calls_draws_every_turn_and_opens_a_batch(tmp_path: Path, browser: Browser) -> None:
-    async def work() -> tuple[dict, list]:
+    async def work() -> tuple[RunRecord, list[LoggedEvent]]:
         await record_big_run(tmp_path / "data")
         store = RunStore(_settings(tmp_path))
         return await store.read_summary("run_big", owner=EVERY_OWNER), await store.read_events(

@@ -23,7 +23,7 @@ from rich.file_proxy import FileProxy
 from rlm_mcp.cli import main
 from rlm_mcp.cli_run import ProgressDisplay
 from rlm_mcp.errors import TEAM_EXTRA_FIX, AccessDeniedError, BadArgumentError, RlmMcpError
-from rlm_mcp.server.health import health_app
+from rlm_mcp.server.health import Readiness, health_app
 from rlm_mcp.server.http import build_http_app, serve_http
 from rlm_mcp.server.listen import bind_listener
 from rlm_mcp.testing.servers import free_port
@@ -182,15 +182,17 @@ async def test_an_oversized_mcp_request_names_the_limit_and_the_upload_tool(tmp_
 async def test_a_worker_says_it_serves_its_health_check_not_mcp(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def ready() -> None:
-        return None
+    async def ready() -> Readiness:
+        return Readiness(ready=True)
 
     settings = make_settings(tmp_path, port=free_port(), log_level="INFO")
-    listener = bind_listener(settings.host, settings.port)
     caplog.set_level(logging.INFO, logger="rlm_mcp.server")
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(serve_http, settings, health_app(ready, role="worker"), listener)
-        await wait_until(lambda: "serving" in caplog.text, within_s=60, what="the worker's serving line")
-        tg.cancel_scope.cancel()
+    # The test owns the listener: cancelled right after its "serving" line, the server may not
+    # have taken the socket over yet.
+    with bind_listener(settings.host, settings.port) as listener:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_http, settings, health_app(ready, role="worker"), listener)
+            await wait_until(lambda: "serving" in caplog.text, within_s=60, what="the worker's serving line")
+            tg.cancel_scope.cancel()
     assert f"health check on http://127.0.0.1:{settings.port}/healthz" in caplog.text
     assert "/mcp" not in caplog.text

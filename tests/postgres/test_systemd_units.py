@@ -198,7 +198,11 @@ async def test_the_worker_units_health_listens_on_loopback_whatever_the_environm
         )
         base = f"http://127.0.0.1:{port}"
         with server_process([str(SERVER_SCRIPT), *args], port=port, env=env, within_s=120):
-            await wait_until(lambda base=base: _health(base) is not None, within_s=120, what=f"{name} listening")
+
+            def answering(base: str = base) -> bool:
+                return _health(base) is not None
+
+            await wait_until(answering, within_s=120, what=f"{name} listening")
             seen[name] = _listening(port)
     assert seen["rlm-mcp-worker.service"] == {"0100007F"}  # 127.0.0.1 only
     assert seen["rlm-mcp-front.service"] & {"00000000", "00000000000000000000000000000000"}

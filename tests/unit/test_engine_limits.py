@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import anyio
@@ -10,6 +11,7 @@ import pytest
 from rlm_mcp.engine import RLMEngine, RunNotStarted, RunProgress
 from rlm_mcp.events import RunEvent, TurnStart
 from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError, LMServerError
+from rlm_mcp.ports.engine import ContextSpec, Sandbox
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_engine import (
     Events,
@@ -226,7 +228,9 @@ async def test_sandbox_failure_before_start_is_raised(tmp_path: Path) -> None:
     from rlm_mcp.errors import DockerUnavailableError
 
     @asynccontextmanager
-    async def broken(contexts, levels_below=0):
+    async def broken(
+        contexts: Sequence[ContextSpec], *, levels_below: int = 0, kept: bool = False
+    ) -> AsyncIterator[Sandbox]:
         raise DockerUnavailableError("Docker is not running.", "Start Docker.")
         yield
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.config import Settings
 from rlm_mcp.doctor import _lm
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.endpoint import endpoint_configs
@@ -33,8 +34,8 @@ CODE = (
 
 
 def _scripts() -> tuple[dict[str, object], dict[str, object]]:
-    root = {"root": [repl(CODE)], "sub_default": "root:{prompt}"}
-    sub = {"model": "small", "sub_default": "sub:{prompt}"}
+    root: dict[str, object] = {"root": [repl(CODE)], "sub_default": "root:{prompt}"}
+    sub: dict[str, object] = {"model": "small", "sub_default": "sub:{prompt}"}
     return root, sub
 
 
@@ -75,12 +76,15 @@ async def test_positive_controls_a_listed_root_model_and_a_sub_key(tmp_path: Pat
 
 def test_the_same_server_keeps_the_roots_key_and_model() -> None:
     """Another path or spelling of the root's own server is no other server."""
-    base = {"base_url": "http://gpu:8000/v1", "api_key": ROOT_KEY}
-    _, sub = endpoint_configs(make_settings(**base, sub_base_url="http://GPU:8000/other/v1"))
+
+    def with_sub(sub_base_url: str) -> Settings:
+        return make_settings(base_url="http://gpu:8000/v1", api_key=ROOT_KEY, sub_base_url=sub_base_url)
+
+    _, sub = endpoint_configs(with_sub("http://GPU:8000/other/v1"))
     assert sub is not None and sub.api_key == ROOT_KEY
-    _, sub = endpoint_configs(make_settings(**base, sub_base_url="https://gpu:8000/v1"))
+    _, sub = endpoint_configs(with_sub("https://gpu:8000/v1"))
     assert sub is not None and sub.api_key == ""  # another scheme: another server
-    _, sub = endpoint_configs(make_settings(**base, sub_base_url="http://gpu:8001/v1"))
+    _, sub = endpoint_configs(with_sub("http://gpu:8001/v1"))
     assert sub is not None and sub.api_key == ""
     _, sub = endpoint_configs(make_settings(base_url="http://gpu:8000/v1", sub_base_url="http://cheap:80/v1"))
     assert sub is not None and sub.api_key == "EMPTY"  # the placeholder is no secret: it carries over

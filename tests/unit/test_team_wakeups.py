@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from rlm_mcp.ports.runs import LiveSummary
 from rlm_mcp.service.queue.wakeups import READ_ROW, Wakeups
 
 pytestmark = pytest.mark.anyio
@@ -13,19 +14,19 @@ pytestmark = pytest.mark.anyio
 
 async def test_a_wake_up_while_the_follower_is_busy_is_kept_and_the_latest_wins() -> None:
     wakeups = Wakeups("postgresql://unused")
-    wakeups.wake("run_a", '{"iterations": 1}')  # not followed here: nothing is kept
+    wakeups.wake("run_a", LiveSummary(iterations=1))  # not followed here: nothing is kept
     assert await wakeups.wait("run_a", 0) == (False, READ_ROW)
 
     wakeups.follow("run_b")
-    wakeups.wake("run_b", '{"iterations": 1}')  # the follower is reading its row meanwhile
-    wakeups.wake("run_b", '{"iterations": 2}')
-    assert await wakeups.wait("run_b", 60) == (True, '{"iterations": 2}')
+    wakeups.wake("run_b", LiveSummary(iterations=1))  # the follower is reading its row meanwhile
+    wakeups.wake("run_b", LiveSummary(iterations=2))
+    assert await wakeups.wait("run_b", 60) == (True, LiveSummary(iterations=2))
     assert await wakeups.wait("run_b", 0) == (False, READ_ROW)  # taken once
 
-    wakeups.wake("run_b", '{"iterations": 3}')
+    wakeups.wake("run_b", LiveSummary(iterations=3))
     wakeups.wake("run_b")  # a final status, a requeue: only the row tells
     assert await wakeups.wait("run_b", 60) == (True, READ_ROW)
 
     wakeups.forget("run_b")
-    wakeups.wake("run_b", '{"iterations": 4}')
+    wakeups.wake("run_b", LiveSummary(iterations=4))
     assert await wakeups.wait("run_b", 0) == (False, READ_ROW)

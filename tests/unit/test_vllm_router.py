@@ -117,8 +117,8 @@ class GatedSandboxes(FakeSandboxFactory):
         self.resume = anyio.Event()
         self.cells = 0
 
-    def __call__(self, contexts: Sequence[ContextSpec], *, levels_below: int = 0) -> Any:
-        inner = super().__call__(contexts, levels_below=levels_below)
+    def __call__(self, contexts: Sequence[ContextSpec], *, levels_below: int = 0, kept: bool = False) -> Any:
+        inner = super().__call__(contexts, levels_below=levels_below, kept=kept)
         gate = self
 
         @asynccontextmanager
