@@ -44,7 +44,10 @@ def test_inspector_lists_tools(tmp_path: Path) -> None:
     names = {tool["name"] for tool in listing["tools"]}
     assert {"rlm_load_context", "rlm_upload_context", "rlm_complete", "rlm_start", "rlm_cancel"} <= names
     complete = next(t for t in listing["tools"] if t["name"] == "rlm_complete")
-    assert set(complete["inputSchema"]["required"]) == {"query", "context_id"}
+    # Only the query is required: a kept session's follow-up may add no context.
+    assert set(complete["inputSchema"]["required"]) == {"query"}
+    assert {"context_id", "keep_session", "session_id"} <= set(complete["inputSchema"]["properties"])
+    assert {"rlm_list_sessions", "rlm_close_session"} <= names
 
 
 def test_inspector_loads_a_file_context(tmp_path: Path) -> None:
