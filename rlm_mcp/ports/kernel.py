@@ -72,6 +72,7 @@ HostFrame = InitFrame | ExecFrame | InterruptFrame | LMResultFrame | LoadContext
 @dataclass(frozen=True)
 class ReadyFrame:
     id: int | None = None
+    snapshots: bool = False  # the image can serialize a kept session's namespace (dill is there)
     type: Literal["ready"] = "ready"
 
 
@@ -152,6 +153,7 @@ class KernelChannel(Protocol):
     name: str
     closed: bool  # this host ended it
     eof: bool  # its stream ended (the kernel is gone or going)
+    snapshots: bool  # its kernel said at boot that it can snapshot a namespace (dill in the image)
 
     def new_id(self) -> int: ...
 

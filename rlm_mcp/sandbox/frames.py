@@ -242,7 +242,7 @@ def kernel_frame(obj: dict[str, Any]) -> KernelFrame:
         return LogFrame(message=obj["message"], id=fid)
     if kind == "context_loaded":
         return ContextLoadedFrame(index=obj["index"], error=obj.get("error"), id=fid)
-    return ReadyFrame(id=fid)
+    return ReadyFrame(id=fid, snapshots=obj.get("snapshots") is True)
 
 
 def _check_exec_result(obj: dict[str, Any]) -> str | None:

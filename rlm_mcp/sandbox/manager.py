@@ -20,7 +20,7 @@ from types import TracebackType
 import anyio
 
 from rlm_mcp.config import TEXT_MEMORY_FACTOR, Settings, sandbox_usable_bytes
-from rlm_mcp.errors import contexts_over_sandbox_memory
+from rlm_mcp.errors import SandboxError, contexts_over_sandbox_memory
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.kernel import KernelChannel, SandboxBackend
@@ -91,6 +91,10 @@ class SandboxManager:
         # sandbox must open and none is free; returns whether it freed one (service/sessions.py).
         self.reclaim: Callable[[], Awaitable[bool]] | None = None
         self._starting = 0
+        # Whether this image's kernels can snapshot a namespace (their `ready` frame says): None
+        # until one has booted. The image is fixed for the manager's life.
+        self._snapshots: bool | None = None
+        self._snapshots_lock = anyio.Lock()
         metrics.watch_sandboxes(self)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -137,6 +141,26 @@ class SandboxManager:
                 if self.settings.pool_size > 0:
                     self._tg.start_soon(self._pool.refill_forever)
             self._ready = True
+
+    async def check_snapshots(self) -> None:
+        """Refuse a kept session (`SandboxError` with the fix) when the image has no dill: its
+        namespace could not outlive its sandbox. Known from the first kernel that booted; when none
+        has yet, one is started now and kept warm in the pool (or removed when the pool is full)."""
+        await self.ensure_ready()
+        async with self._snapshots_lock:
+            if self._snapshots is None:
+                container = await self._start_container()
+                if not self._pool.offer(container):
+                    await self._discard(container)
+        if not self._snapshots:
+            image = self.settings.sandbox_image
+            raise SandboxError(
+                f"Kept sessions need dill (python3-dill) in the sandbox image, and {image} has none: a "
+                "session's namespace could not be saved when its sandbox is given back.",
+                "Rebuild the image with `rlm-mcp image build` (or `rlm-mcp image build --offline` where no "
+                "registry is reachable; both install python3-dill), or add python3-dill to your own image; "
+                "or ask without keep_session/session_id.",
+            )
 
     def check_fits(self, contexts: Sequence[ContextSpec]) -> None:
         need = sum(estimate_context_memory(spec) for spec in contexts)
@@ -202,6 +226,7 @@ class SandboxManager:
         finally:
             self._starting -= 1
         metrics.sandbox_start(time.perf_counter() - began)
+        self._snapshots = container.snapshots
         self._live.add(container)
         # Can limits change in place here? (else: fixed, announced). Once; later starts return at once.
         await self._cpu.probe(container, self.settings.max_sandboxes)

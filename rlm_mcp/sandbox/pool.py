@@ -48,6 +48,14 @@ class WarmPool:
             self._dead.append(container)
         return None
 
+    def offer(self, container: KernelChannel) -> bool:
+        """Keep an unused, ready container that was started outside the refill; False when the
+        pool is full (the caller discards it)."""
+        if len(self._ready) >= self.size or container.eof or container.closed:
+            return False
+        self._ready.append(container)
+        return True
+
     async def refill_forever(self) -> None:
         """Background task: top the pool up after every take, backing off after failures."""
         while True:

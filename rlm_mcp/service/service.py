@@ -243,6 +243,8 @@ class RlmService:
         self.sandboxes.check_fits([*(session.repl.contexts if session is not None else []), *specs])
         if runs.local:  # a team-mode front runs nothing: its workers check their own Docker
             await self.sandboxes.ensure_ready()
+            if keep_session or session is not None:
+                await self.sandboxes.check_snapshots()  # an image without dill cannot keep one
         await self._check_lm()
         if session is None and keep_session:
             session = self.sessions.open(owner)

@@ -89,6 +89,8 @@ def test_kernel_frames_arrive_as_their_dataclasses() -> None:
     assert decode({"type": "log", "id": 0, "message": "m"}) == LogFrame(message="m", id=0)
     assert decode({"type": "context_loaded", "id": 0, "index": 1, "error": None}) == ContextLoadedFrame(index=1, id=0)
     assert decode({"type": "ready", "id": 1, "pid": 7, "python": "3.11.2"}) == ReadyFrame(id=1)
+    ready = {"type": "ready", "id": 1, "pid": 7, "python": "3.11.2", "snapshots": True}
+    assert decode(ready) == ReadyFrame(id=1, snapshots=True)
 
 
 def test_a_malformed_frame_never_becomes_a_dataclass() -> None:

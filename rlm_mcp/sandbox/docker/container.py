@@ -81,6 +81,7 @@ class KernelContainer:
         self._stderr = bytearray()
         self.stream_error: BaseException | None = None  # what broke the attach stream, if anything did
         self.eof = False
+        self.snapshots = False  # set from the kernel's `ready` frame
         self.closed = False
         self.output_bytes = settings.cell_output_bytes
         self.max_frame = max_kernel_frame(self.output_bytes, ANSWER_MAX_BYTES)
@@ -108,6 +109,7 @@ class KernelContainer:
                 if lost := self.lost_reason(state):
                     raise DockerConnectionLost(lost)
                 raise boot_failure(self._why(event), state, settings, _start_fix(settings))
+            self.snapshots = event.frame.snapshots
             ok = True
             return self
         except TimeoutError:

@@ -426,7 +426,13 @@ class Kernel:
         self.answer_max = int(msg.get("answer_max_bytes") or (8 << 20))
         self.ns = self.make_namespace()
         self._heal_fds()
-        self.send({"type": "ready", "id": msg.get("id"), "pid": os.getpid(), "python": sys.version.split()[0]})
+        # Whether a kept session's namespace can be snapshotted here (dill in the image): the host
+        # refuses keep_session before a run when it cannot.
+        import importlib.util
+
+        snapshots = importlib.util.find_spec("dill") is not None
+        ready = {"type": "ready", "id": msg.get("id"), "pid": os.getpid(), "python": sys.version.split()[0]}
+        self.send({**ready, "snapshots": snapshots})
 
     def handle_load(self, msg):
         idx = int(msg["index"])
