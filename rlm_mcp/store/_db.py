@@ -24,61 +24,12 @@ from typing import TypeVar
 
 import anyio
 
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.store.migrations import Migration, pending
 
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS contexts (
-    context_id   TEXT PRIMARY KEY,
-    sha256       TEXT NOT NULL,
-    name         TEXT NOT NULL,
-    bytes        INTEGER NOT NULL,
-    format       TEXT NOT NULL,
-    kind         TEXT NOT NULL,
-    chars        INTEGER NOT NULL,
-    created_at   REAL NOT NULL,
-    last_used_at REAL NOT NULL,
-    source       TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS contexts_sha ON contexts (sha256);
-CREATE INDEX IF NOT EXISTS contexts_lru ON contexts (last_used_at);
-CREATE TABLE IF NOT EXISTS pins (
-    pin_id      TEXT NOT NULL,
-    context_id  TEXT NOT NULL,
-    host        TEXT NOT NULL,
-    pid         INTEGER NOT NULL,
-    proc_start  TEXT,
-    expires_at  REAL NOT NULL,
-    owner       TEXT
-);
-CREATE INDEX IF NOT EXISTS pins_ctx ON pins (context_id);
-CREATE TABLE IF NOT EXISTS context_owners (
-    context_id   TEXT NOT NULL,
-    owner        TEXT NOT NULL,
-    name         TEXT NOT NULL,
-    source       TEXT NOT NULL,
-    created_at   REAL NOT NULL,
-    last_used_at REAL NOT NULL,
-    PRIMARY KEY (context_id, owner)
-);
-CREATE INDEX IF NOT EXISTS context_owners_owner ON context_owners (owner, last_used_at);
-CREATE TABLE IF NOT EXISTS uploads (
-    upload_id      TEXT PRIMARY KEY,
-    next_index     INTEGER NOT NULL,
-    bytes_received INTEGER NOT NULL,
-    last_chunk_sha TEXT,
-    name           TEXT,
-    format         TEXT,
-    created_at     REAL NOT NULL,
-    updated_at     REAL NOT NULL,
-    done           INTEGER NOT NULL DEFAULT 0,
-    context_id     TEXT,
-    owner          TEXT
-);
-"""
 
 # Schema creation is idempotent, but doing it once per process per file saves a write lock
 # on every operation. Keyed by path, with the inode it was done for: a data dir deleted and
@@ -221,40 +172,64 @@ def _create_schema(path: Path) -> None:
     try:
         # journal_mode is persistent in the file; setting it again is a no-op.
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            had_owners = _has_table(conn, "context_owners")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            _migrate(conn, had_owners=had_owners)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        _migrate(conn, path)
     finally:
         conn.close()
 
 
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Apply the index's pending migrations (`store/migrations/sqlite/`), each in a transaction
+    under `BEGIN IMMEDIATE` that reads the version again (`PRAGMA user_version`: 0 in a new file
+    and in those of releases before it was kept), so processes starting together take turns and
+    the later ones find nothing left to do. A current file costs one read and no write lock."""
+    if not _pending(conn, path):
+        return
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            steps = _pending(conn, path)
+            if steps:
+                _apply(conn, steps[0])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if len(steps) <= 1:
+            return
 
 
-def _migrate(conn: sqlite3.Connection, *, had_owners: bool) -> None:
-    """Index files written before owners existed (0.1): their contexts belong to the local user
-    (0.1 had one), and pins gain the owner of the run that holds them. Files from before uploads
-    recorded their owner gain the column; their unfinished uploads have none
-    (`owner_caps.may_continue_upload`) and expire within a day."""
-    if not had_owners:
-        conn.execute(
-            "INSERT OR IGNORE INTO context_owners "
-            "SELECT context_id, ?, name, source, created_at, last_used_at FROM contexts",
-            (LOCAL_OWNER,),
-        )
-    if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(pins)")}:
-        conn.execute("ALTER TABLE pins ADD COLUMN owner TEXT")
-    if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(uploads)")}:
-        conn.execute("ALTER TABLE uploads ADD COLUMN owner TEXT")
+def _user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _pending(conn: sqlite3.Connection, path: Path) -> list[Migration]:
+    return pending(
+        "sqlite",
+        _user_version(conn),
+        where=f"index {path}",
+        fix="Run the rlm-mcp release that wrote this data dir (or a newer one), or set RLM_MCP_DATA_DIR to another directory.",
+    )
+
+
+def _apply(conn: sqlite3.Connection, step: Migration) -> None:
+    if step.sql is not None:
+        for statement in _statements(step.sql):
+            conn.execute(statement)
+    elif step.function is not None:
+        step.function(conn)
+    conn.execute(f"PRAGMA user_version = {step.version}")
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of an SQL file, one at a time (`executescript` would commit first)."""
+    text = ""
+    for line in script.splitlines(keepends=True):
+        text += line
+        if sqlite3.complete_statement(text):
+            yield text.strip()
+            text = ""
+    if any(line.strip() and not line.strip().startswith("--") for line in text.splitlines()):
+        raise ValueError(f"an SQL migration ends inside a statement: {text.strip()[:80]!r}")
 
 
 @contextmanager

@@ -197,25 +197,20 @@ def test_the_share_rule_counts_each_of_the_owners_blobs_once() -> None:
     assert release_for_share(held, adding_sha256="sha-c", adding_bytes=100, share=None, now=10, grace_s=0) == []
 
 
-async def test_a_database_from_before_upload_owners_keeps_its_uploads_open(
-    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_database_from_before_upload_owners_keeps_its_uploads_open(tmp_path: Path, pg_url: str) -> None:
     """Migration 2 adds the owner column; an upload in progress across the upgrade stays open."""
     import psycopg
 
     from rlm_mcp.store.pg import migrations
 
-    with monkeypatch.context() as before:  # the schema of the release before: migration 1 only
-        before.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:1])
-        before.setattr(migrations, "LATEST", 1)
-        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
-            assert await migrations.migrate(conn) == 1
-            await conn.execute(
-                "INSERT INTO rlm_uploads (upload_id, next_index, bytes_received, last_chunk_sha, created_at, "
-                "updated_at) VALUES (%s, 1, 4, %s, %s, %s)",
-                ("upl_" + "0" * 24, _sha(b"old "), time.time(), time.time()),
-            )
-            await conn.execute("INSERT INTO rlm_upload_chunks VALUES (%s, 0, %b)", ("upl_" + "0" * 24, b"old "))
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        assert await migrations.migrate(conn, target=1) == 1  # the schema of the release before: 0001 only
+        await conn.execute(
+            "INSERT INTO rlm_uploads (upload_id, next_index, bytes_received, last_chunk_sha, created_at, "
+            "updated_at) VALUES (%s, 1, 4, %s, %s, %s)",
+            ("upl_" + "0" * 24, _sha(b"old "), time.time(), time.time()),
+        )
+        await conn.execute("INSERT INTO rlm_upload_chunks VALUES (%s, 0, %b)", ("upl_" + "0" * 24, b"old "))
     async with make_stores(make_settings(tmp_path, database_url=pg_url)) as stores:
         done = await stores.uploads.put_chunk(
             data=b"upload", index=1, upload_id="upl_" + "0" * 24, final=True, sha256=None, name="legacy",

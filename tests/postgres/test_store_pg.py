@@ -296,17 +296,16 @@ async def test_a_database_of_the_former_release_migrates_with_its_runs_in_flight
     holding a NUL does not stop the migration, the former queue's tables, functions and types
     are gone, and the waiting bound and claims work on the result."""
     from rlm_mcp.service.queue.state import PgRunQueue
-    from rlm_mcp.store.pg.migrations import MIGRATIONS
+    from rlm_mcp.store.migrations import migrations
 
     limits = '"limits": {"max_iterations": 5, "max_depth": %d, "timeout_s": 60.0}'
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute("CREATE TABLE rlm_schema (version integer NOT NULL, applied_at timestamptz)")
-        for version, sql in MIGRATIONS:
-            if version > 5:
-                break
-            text = _FORMER_QUEUE if version == 3 else (sql() if callable(sql) else sql)
+        for step in migrations("postgres")[:5]:
+            text = _FORMER_QUEUE if step.version == 3 else step.sql
+            assert text is not None
             await conn.execute(text.encode())
-            await conn.execute("INSERT INTO rlm_schema VALUES (%s, now())", (version,))
+            await conn.execute("INSERT INTO rlm_schema VALUES (%s, now())", (step.version,))
         await conn.execute("INSERT INTO procrastinate_workers (id) VALUES (41)")
         await conn.execute("INSERT INTO rlm_workers VALUES (41, 'owner-old', 'oldhost', 7, 0, NULL)")
         rows = [

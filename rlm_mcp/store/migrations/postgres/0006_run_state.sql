@@ -1,33 +1,28 @@
-"""Migration 6: one state machine per run, on `rlm_runs` itself (rlm_mcp.service.queue.state).
-
-Before it, team mode kept each run in two places: `rlm_runs` and a job of Procrastinate (the job
-queue library it used: migration 3 applied its tables), with two worker registries. From here on
-a run's row is its only state:
-
-- `state`: queued -> running -> done (queued again, once, after a lost worker when the run had
-  no answered LM call); `done` becomes a column computed from it, so the two cannot disagree;
-- `attempt`: bumped by each claim; every write a worker makes for the run names it (fencing);
-- `need`: the sandbox slots the run's max_depth needs, so a claim is gated inside its statement;
-- `queued_at`, `claimed_at`: the database's clock, the one every replica compares;
-- `cancel_requested`: a cancel of a running run, for its worker;
-- `rlm_workers.heartbeat_at` (the database's `now()`) and `slots` (its RLM_MCP_MAX_RUNS); worker
-  ids come from a sequence;
-- `rlm_run_events` gains the attempt in its key: two attempts' rows never collide.
-
-Runs in flight at the upgrade: queued runs stay queued (their waiting time starts again); runs
-running on a worker of the former release stay `running` under that worker (attempt 1) but are
-never queued again (`requeues` = 1): that worker cannot heartbeat the new table, so one lease
-later the sweepers end them with a status naming it. The former release's replicas cannot work
-on this schema (its job tables are gone and a fresh start refuses the newer schema, naming both
-versions): upgrade every replica together (docs/team.md, "Upgrading").
-
-The `need` of a migrated run is read from its summary's text, not cast to jsonb: a summary may
-hold a NUL character, which jsonb refuses.
-"""
-
-from __future__ import annotations
-
-RUN_STATE_SQL = r"""
+-- One state machine per run, on `rlm_runs` itself (rlm_mcp.service.queue.state).
+--
+-- Before it, team mode kept each run in two places: `rlm_runs` and a job of Procrastinate (the job
+-- queue library it used: 0003 applied its tables), with two worker registries. From here on
+-- a run's row is its only state:
+--
+-- - `state`: queued -> running -> done (queued again, once, after a lost worker when the run had
+--   no answered LM call); `done` becomes a column computed from it, so the two cannot disagree;
+-- - `attempt`: bumped by each claim; every write a worker makes for the run names it (fencing);
+-- - `need`: the sandbox slots the run's max_depth needs, so a claim is gated inside its statement;
+-- - `queued_at`, `claimed_at`: the database's clock, the one every replica compares;
+-- - `cancel_requested`: a cancel of a running run, for its worker;
+-- - `rlm_workers.heartbeat_at` (the database's `now()`) and `slots` (its RLM_MCP_MAX_RUNS); worker
+--   ids come from a sequence;
+-- - `rlm_run_events` gains the attempt in its key: two attempts' rows never collide.
+--
+-- Runs in flight at the upgrade: queued runs stay queued (their waiting time starts again); runs
+-- running on a worker of the former release stay `running` under that worker (attempt 1) but are
+-- never queued again (`requeues` = 1): that worker cannot heartbeat the new table, so one lease
+-- later the sweepers end them with a status naming it. The former release's replicas cannot work
+-- on this schema (its job tables are gone and a fresh start refuses the newer schema, naming both
+-- versions): upgrade every replica together (docs/team.md, "Upgrading").
+--
+-- The `need` of a migrated run is read from its summary's text, not cast to jsonb: a summary may
+-- hold a NUL character, which jsonb refuses.
 ALTER TABLE rlm_runs
     ADD COLUMN state            text NOT NULL DEFAULT 'queued',
     ADD COLUMN attempt          integer NOT NULL DEFAULT 0,
@@ -79,4 +74,3 @@ BEGIN
         EXECUTE format('DROP TYPE IF EXISTS %I CASCADE', r.typname);
     END LOOP;
 END $$;
-"""

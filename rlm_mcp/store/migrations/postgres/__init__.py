@@ -1,0 +1,1 @@
+"""PostgreSQL migrations of team mode's schema (rlm_mcp.store.pg.migrations applies them)."""

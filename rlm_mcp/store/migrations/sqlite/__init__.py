@@ -1,0 +1,1 @@
+"""SQLite migrations of the metadata index (rlm_mcp.store._db applies them)."""
