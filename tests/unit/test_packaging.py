@@ -56,3 +56,6 @@ def test_wheel_metadata_is_complete_and_its_description_stands_alone(dists: Dist
         names = z.namelist()
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert "rlm_mcp/sandbox_images/default/Dockerfile" in names  # `rlm-mcp image build` from the wheel
+    for dialect in ("sqlite", "postgres"):  # the migrations, read as package data
+        shipped = sorted(REPO.glob(f"rlm_mcp/store/migrations/{dialect}/[0-9]*"))
+        assert shipped and {p.relative_to(REPO).as_posix() for p in shipped} <= set(names)

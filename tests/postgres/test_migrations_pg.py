@@ -1,0 +1,94 @@
+"""Team mode's migrations (rlm_mcp/store/migrations/postgres/) over a database written by rlm-mcp
+0.2 (schema version 6, tests/data/migrations/postgres_0_2.sql): it comes up at the latest
+version with its contexts, uploads and runs, and in the schema a new database gets.
+(tests/unit/test_migrations_sqlite.py is the same for the SQLite index.)"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.pg import Database
+from rlm_mcp.store.pg.migrations import LATEST, migrate
+from tests.data.migrations.make_dumps import ALICE, CONTEXTS, PART, RUN_ID, UPLOADED
+from tests.fixtures_store import make_settings
+from tests.paths import REPO
+
+pytestmark = pytest.mark.anyio
+
+DUMP = REPO / "tests" / "data" / "migrations" / "postgres_0_2.sql"
+
+
+async def _restore_0_2(url: str) -> str:
+    """The 0.2 database in `url`, its uploads' times moved to now (an unfinished upload expires
+    a day after its last chunk); returns the unfinished upload's id."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(DUMP.read_text().encode())  # the dump's own statements, ours
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("UPDATE rlm_uploads SET created_at = %s, updated_at = %s", (time.time(), time.time()))
+        cur = await conn.execute("SELECT upload_id FROM rlm_uploads WHERE NOT done")
+        row = await cur.fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+async def test_a_database_of_0_2_comes_up_at_the_latest_version_with_its_rows(tmp_path: Path, pg_url: str) -> None:
+    partial = await _restore_0_2(pg_url)
+    async with make_stores(make_settings(tmp_path, database_url=pg_url)) as stores:
+        assert isinstance(stores.lifecycle, Database) and stores.lifecycle.schema_version == LATEST
+        mine = await stores.contexts.list(owner=LOCAL_OWNER)
+        alices = await stores.contexts.list(owner=ALICE)
+        assert [i.name for i in mine] == ["local notes"]
+        assert sorted(i.name for i in alices) == ["alice's", "uploaded"]
+        got: dict[str, bytes] = {}
+        for owner, infos in ((LOCAL_OWNER, mine), (ALICE, alices)):
+            async with stores.contexts.in_use([i.context_id for i in infos], owner=owner) as used:
+                got |= {i.name: stores.contexts.spec(i).path.read_bytes() for i in used}
+        assert got == {**CONTEXTS, "uploaded": UPLOADED}
+        done = await stores.uploads.put_chunk(
+            data=b"upload", index=1, upload_id=partial, final=True, sha256=None, name=None, format=None, owner=ALICE
+        )
+        assert done.done and done.context is not None and done.context.bytes == len(PART + b"upload")
+        summary = await stores.runs.read_summary(RUN_ID, owner=ALICE)
+        assert summary.status == "completed" and summary.result is not None and summary.result.answer == "42"
+        assert [e.type for e in await stores.runs.read_events(RUN_ID, owner=ALICE)] == ["turn_start"]
+        assert [r.run_id for r in await stores.runs.list(owner=ALICE)] == [RUN_ID]
+
+
+_SCHEMA_QUERIES = {
+    "columns": "SELECT table_name, column_name, data_type, is_nullable, column_default, is_generated, "
+    "generation_expression FROM information_schema.columns WHERE table_schema = 'public'",
+    "storage": "SELECT c.relname, a.attname, a.attstorage FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+    "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped",
+    "constraints": "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+    "WHERE connamespace = 'public'::regnamespace",
+    "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'",
+    "sequences": "SELECT sequence_name, data_type FROM information_schema.sequences WHERE sequence_schema = 'public'",
+    "versions": "SELECT version FROM rlm_schema",
+}
+
+
+async def _schema(url: str) -> dict[str, set[tuple[Any, ...]]]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        return {
+            name: {tuple(row) for row in await (await conn.execute(sql)).fetchall()}
+            for name, sql in _SCHEMA_QUERIES.items()
+        }
+
+
+async def test_a_database_of_0_2_migrated_has_the_schema_of_a_new_one(pg_url: str, pg_migrated_url: str) -> None:
+    """`pg_migrated_url` is a new database migrated by this release; the 0.2 database, migrated,
+    has every column (type, default, storage), constraint, index and sequence it has."""
+    await _restore_0_2(pg_url)
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        assert await migrate(conn) == LATEST
+    old, new = await _schema(pg_url), await _schema(pg_migrated_url)
+    assert new["versions"] == {(v,) for v in range(1, LATEST + 1)}
+    for name in _SCHEMA_QUERIES:
+        assert old[name] == new[name], name
