@@ -22,10 +22,12 @@ older versions did not write yet are optional here, which is the reader for thei
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
+
+from rlm_mcp.usage import Usage
 
 # Which model an LM call is for: a root turn, or a sub-call (llm_query*, rlm_query at the depth limit).
 CallRole = Literal["root", "sub"]
@@ -65,151 +67,6 @@ class LimitsRecord(_Record):
     timeout_s: Number
     token_budget: int | None
     max_errors: int
-
-
-class AccountedCall(Protocol):
-    """What `Usage.add_call` reads of one LM call's record."""
-
-    @property
-    def model(self) -> str: ...
-    @property
-    def prompt_tokens(self) -> int: ...
-    @property
-    def completion_tokens(self) -> int: ...
-    @property
-    def cached_prompt_tokens(self) -> int: ...
-    @property
-    def cost_usd(self) -> float | None: ...
-
-
-class TokenCount(BaseModel):
-    """Tokens and calls of one bucket (a run tree's total, or one model's share).
-
-    `cached_prompt_tokens` (the part of `prompt_tokens` the server answered from its prefix
-    cache) is written only when non-zero, so the JSON of a run without cache hits is the one
-    every earlier version wrote and reads."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    calls: int = 0
-    cached_prompt_tokens: int = 0
-    # USD by the price table (RLM_MCP_MODEL_PRICES) of the calls whose model has a price; None
-    # when none had one (no cost is ever guessed). Written only when known.
-    cost_usd: float | None = None
-
-    @property
-    def total(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def add(
-        self,
-        prompt_tokens: int,
-        completion_tokens: int,
-        *,
-        calls: int = 1,
-        cached_prompt_tokens: int = 0,
-        cost_usd: float | None = None,
-    ) -> None:
-        self.prompt_tokens += prompt_tokens
-        self.completion_tokens += completion_tokens
-        self.calls += calls
-        self.cached_prompt_tokens += cached_prompt_tokens
-        if cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + cost_usd
-
-    @pydantic.model_serializer(mode="wrap")
-    def _omit_unused(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not self.cached_prompt_tokens:
-            data.pop("cached_prompt_tokens", None)
-        if self.cost_usd is None:
-            data.pop("cost_usd", None)
-        return data
-
-    def to_dict(self) -> dict[str, int]:
-        return self.model_dump()
-
-
-class Usage(BaseModel):
-    """LM usage of a run tree, in total and by model: the one shape of usage everywhere (the
-    `run_end` event, the run record, the tool results, eval). Its JSON is
-    `{"total": {...}, "by_model": {model: {...}}}` with `TokenCount`'s fields."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    total: TokenCount = Field(default_factory=TokenCount)
-    by_model: dict[str, TokenCount] = Field(default_factory=dict)
-
-    def add(
-        self,
-        model: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        *,
-        calls: int = 1,
-        cached_prompt_tokens: int = 0,
-        cost_usd: float | None = None,
-    ) -> None:
-        """Count one LM call (or `calls` of them) of `model`; `cost_usd`: None when unpriced."""
-        bucket = self.by_model.get(model)
-        if bucket is None:
-            bucket = self.by_model[model] = TokenCount()
-        for counts in (self.total, bucket):
-            counts.add(
-                prompt_tokens,
-                completion_tokens,
-                calls=calls,
-                cached_prompt_tokens=cached_prompt_tokens,
-                cost_usd=cost_usd,
-            )
-
-    def add_call(self, call: AccountedCall) -> None:
-        """Count one LM call as its record accounts it (`rlm_mcp.ports.chat.CallRecord`)."""
-        self.add(
-            call.model,
-            call.prompt_tokens,
-            call.completion_tokens,
-            cached_prompt_tokens=call.cached_prompt_tokens,
-            cost_usd=call.cost_usd,
-        )
-
-    def merge(self, other: Usage) -> None:
-        """Add another tree's usage to this one."""
-        for model, c in other.by_model.items():
-            self.add(
-                model,
-                c.prompt_tokens,
-                c.completion_tokens,
-                calls=c.calls,
-                cached_prompt_tokens=c.cached_prompt_tokens,
-                cost_usd=c.cost_usd,
-            )
-
-    def copy_of(self) -> Usage:
-        """An independent copy (a record or event keeps the counts of one moment)."""
-        return self.model_copy(deep=True)
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump()
-
-    @classmethod
-    def of(cls, data: object) -> Usage:
-        """From stored JSON; anything unreadable (a record of an old version without usage) is empty."""
-        if isinstance(data, Usage):
-            return data.copy_of()
-        if not isinstance(data, dict) or not data:
-            return cls()
-        try:
-            return cls.model_validate(data)
-        except pydantic.ValidationError:
-            return cls()
-
-
-# The names earlier versions of this module gave the same shapes.
-TokenCounts = TokenCount
-UsageRecord = Usage
 
 
 class ChatMessage(_Record):
@@ -383,7 +240,7 @@ class RunEnd(_Event):
     status: str
     reason: str | None
     iterations: int
-    usage: UsageRecord
+    usage: Usage
     duration_s: Number
     depth: int
     ts: Number | None = None
@@ -499,13 +356,9 @@ __all__ = [
     "RunEvent",
     "RunStart",
     "SubCalls",
-    "TokenCount",
-    "TokenCounts",
     "Turn",
     "TurnStart",
     "UnreadableEvent",
-    "Usage",
-    "UsageRecord",
     "dumps",
     "from_json",
     "loads",

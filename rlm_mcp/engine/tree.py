@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 import anyio
 
 from rlm_mcp.engine.types import EventSink, RunLimits, RunProgress
-from rlm_mcp.events import CallRole, LLMCall, RunEvent, Usage
+from rlm_mcp.events import CallRole, LLMCall, RunEvent
 from rlm_mcp.ports.chat import CallRecord, Completion
+from rlm_mcp.usage import Usage
 
 log = logging.getLogger("rlm_mcp.engine")
 

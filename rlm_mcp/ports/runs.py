@@ -34,8 +34,8 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlm_mcp.events import TokenCount, Usage
 from rlm_mcp.owners import LOCAL_OWNER, Owner
+from rlm_mcp.usage import TokenCount, Usage
 
 RECORD_VERSION = 2
 """The version of the record this code writes (1: the first release, which wrote no `version`)."""

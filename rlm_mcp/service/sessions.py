@@ -31,10 +31,10 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
-from rlm_mcp.events import Usage
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.service import session_files
 from rlm_mcp.store.ports import ContextStorePort
+from rlm_mcp.usage import Usage
 
 logger = logging.getLogger("rlm_mcp.service")
 

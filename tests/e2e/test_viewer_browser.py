@@ -28,16 +28,15 @@ from rlm_mcp.events import (
     RunEnd,
     RunEvent,
     RunStart,
-    TokenCounts,
     Turn,
     TurnStart,
-    UsageRecord,
 )
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunLog, RunStore
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import close_pipes, free_port, server_process
+from rlm_mcp.usage import TokenCount, Usage
 from rlm_mcp.viewer import render_index_html, render_run_html
 from tests.chromium import Browser
 from tests.fixtures_e2e import SERVER_SCRIPT
@@ -268,7 +267,7 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         browser.wait_for("document.querySelectorAll('section.turn').length === 2")
         assert "second reply" in _texts(browser, "section.turn[data-turn='2'] .reply")[0]
         # and it ends: the answer appears at the top
-        usage = UsageRecord(total=TokenCounts(prompt_tokens=300, completion_tokens=20, calls=2), by_model={})
+        usage = Usage(total=TokenCount(prompt_tokens=300, completion_tokens=20, calls=2), by_model={})
         _append(
             store,
             run_id,

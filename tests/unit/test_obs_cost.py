@@ -9,9 +9,9 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.eval.report import render_markdown, summarize
 from rlm_mcp.eval.results import TaskResult
-from rlm_mcp.events import Usage
 from rlm_mcp.observability.prices import call_cost
 from rlm_mcp.ports.chat import CallRecord
+from rlm_mcp.usage import Usage
 
 PRICES = '{"big": {"input": 3, "cached_input": 0.3, "output": 15}, "small": {"input": 0.1, "output": 0.4}}'
 
