@@ -31,9 +31,9 @@ T = TypeVar("T")
 BUSY_TIMEOUT_MS = 30_000
 
 
-# Schema creation is idempotent, but doing it once per process per file saves a write lock
-# on every operation. Keyed by path, with the inode it was done for: a data dir deleted and
-# made again at the same path gets its schema (and fresh connections) again.
+# The schema is migrated (or found current) once per process per file, not at every operation.
+# Keyed by path, with the inode it was done for: a data dir deleted and made again at the same
+# path gets its schema (and fresh connections) again.
 _initialised: dict[str, int] = {}
 _init_lock = threading.Lock()
 
