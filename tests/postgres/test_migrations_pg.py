@@ -6,6 +6,7 @@ version with its contexts, uploads and runs, and in the schema a new database ge
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,36 @@ async def test_a_database_of_0_2_migrated_has_the_schema_of_a_new_one(pg_url: st
     assert new["versions"] == {(v,) for v in range(1, LATEST + 1)}
     for name in _SCHEMA_QUERIES:
         assert old[name] == new[name], name
+
+
+async def test_a_step_that_fails_leaves_neither_its_changes_nor_its_version(
+    pg_migrated_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step runs in one transaction with its `rlm_schema` row: a step (here a function step,
+    as a `NNNN_what.py` file gives) that fails half way is rolled back whole, the advisory lock is
+    given back, and the next start tries it again."""
+    from rlm_mcp.store import migrations as runner
+
+    shipped = runner.migrations("postgres")
+
+    async def half_done(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute("CREATE TABLE rlm_half_done (x integer)")
+        raise RuntimeError("the step failed")
+
+    failing = runner.Migration(LATEST + 1, f"{LATEST + 1:04d}_half_done.py", function=half_done)
+    monkeypatch.setattr(runner, "migrations", lambda dialect: (*shipped, failing))
+    async with await psycopg.AsyncConnection.connect(pg_migrated_url, autocommit=True) as conn:
+        with pytest.raises(RuntimeError, match="the step failed"):
+            await migrate(conn)
+        cur = await conn.execute(
+            "SELECT (SELECT max(version) FROM rlm_schema), to_regclass('rlm_half_done') IS NULL, "
+            "(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+        )
+        assert await cur.fetchone() == (LATEST, True, 0)
+        monkeypatch.setattr(runner, "migrations", lambda dialect: (*shipped, replace(failing, function=_done)))
+        assert await migrate(conn) == LATEST + 1
+
+
+async def _done(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute("CREATE TABLE rlm_half_done (x integer)")

@@ -20,7 +20,7 @@ from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import _db
 from rlm_mcp.store.contexts import ContextStore
 from rlm_mcp.store.factory import make_stores
-from rlm_mcp.store.migrations import Dialect, SchemaError, latest, migrations, pending
+from rlm_mcp.store.migrations import Dialect, Migration, SchemaError, latest, migrations, pending
 from tests.data.migrations.make_dumps import ALICE, CONTEXTS, PART, UPLOADED
 from tests.paths import REPO
 
@@ -188,3 +188,27 @@ def test_processes_opening_an_index_of_0_1_together_migrate_it_once(tmp_path: Pa
             ("ctx_old", LOCAL_OWNER, "old")
         ]
         assert {"owner", "extra"} <= {row[1] for row in conn.execute("PRAGMA table_info(pins)")}
+
+
+def test_a_step_that_fails_leaves_neither_its_changes_nor_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step runs in one transaction with the version it records: a step (here a function
+    step, as a `NNNN_what.py` file gives) that fails half way is rolled back whole, and the next
+    start tries it again."""
+    from rlm_mcp.store import migrations as runner
+
+    shipped = migrations("sqlite")
+
+    def half_done(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE half_done (x INTEGER)")
+        raise RuntimeError("the step failed")
+
+    failing = Migration(len(shipped) + 1, f"{len(shipped) + 1:04d}_half_done.py", function=half_done)
+    monkeypatch.setattr(runner, "migrations", lambda dialect: (*shipped, failing))
+    index = tmp_path / "index.sqlite3"
+    with pytest.raises(RuntimeError, match="the step failed"), _db.connect(index):
+        pass
+    with sqlite3.connect(index) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(shipped)  # the shipped steps stay
+        assert {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}.isdisjoint({"half_done"})
