@@ -20,7 +20,7 @@ from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import _db
 from rlm_mcp.store.contexts import ContextStore
 from rlm_mcp.store.factory import make_stores
-from rlm_mcp.store.migrations import Dialect, Migration, SchemaError, latest, migrations, pending
+from rlm_mcp.store.migrations import Dialect, Migration, SchemaError, latest, migrations, pending, read_folder
 from tests.data.migrations.make_dumps import ALICE, CONTEXTS, PART, UPLOADED
 from tests.paths import REPO
 
@@ -212,3 +212,22 @@ def test_a_step_that_fails_leaves_neither_its_changes_nor_its_version(
     with sqlite3.connect(index) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == len(shipped)  # the shipped steps stay
         assert {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}.isdisjoint({"half_done"})
+
+
+@pytest.mark.parametrize(
+    ("names", "problem"),
+    [
+        (["0001_a.sql", "0003_c.sql"], "not numbered 1..N without a gap"),
+        (["0001_a.sql", "0001_b.sql"], "not numbered 1..N without a gap"),
+        (["0001_a.sql", "2_b.sql"], "is not named NNNN_what.sql or .py"),
+    ],
+)
+def test_a_folder_with_a_gap_or_a_misnamed_file_is_refused(tmp_path: Path, names: list[str], problem: str) -> None:
+    for name in names:
+        (tmp_path / name).write_text("SELECT 1;")
+    with pytest.raises(ValueError, match=problem):
+        read_folder(tmp_path, "somewhere")
+    (tmp_path / "README.md").write_text("notes")  # other files are no steps
+    for name in names[1:]:
+        (tmp_path / name).unlink()
+    assert [m.name for m in read_folder(tmp_path, "somewhere")] == names[:1]

@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any, Literal
 
 from rlm_mcp.errors import RlmMcpError
@@ -46,24 +47,29 @@ class Migration:
 
 @functools.cache
 def migrations(dialect: Dialect) -> tuple[Migration, ...]:
-    """The dialect's migrations in order; a misnamed file or a gap in the numbers is a bug of
-    this package, raised as such."""
+    """The dialect's migrations in order."""
+    package = f"{__name__}.{dialect}"
+    return read_folder(resources.files(package), package)
+
+
+def read_folder(folder: Traversable, package: str) -> tuple[Migration, ...]:
+    """The migrations of one folder (`package`, to import its .py steps from). A misnamed file
+    or a gap in the numbers is a bug of this package, raised as such, so no release ships one."""
     found: list[Migration] = []
-    for entry in resources.files(f"{__name__}.{dialect}").iterdir():
+    for entry in folder.iterdir():
         match = _NAME.match(entry.name)
         if match is None:
             if entry.name.endswith((".sql", ".py")) and entry.name != "__init__.py":
-                raise ValueError(f"migration file {dialect}/{entry.name} is not named NNNN_what.sql or .py")
+                raise ValueError(f"migration file {package}.{entry.name} is not named NNNN_what.sql or .py")
             continue
-        version = int(match[1])
         if match[3] == "sql":
-            found.append(Migration(version, entry.name, sql=entry.read_text(encoding="utf-8")))
+            found.append(Migration(int(match[1]), entry.name, sql=entry.read_text(encoding="utf-8")))
         else:
-            module = importlib.import_module(f"{__name__}.{dialect}.{entry.name[:-3]}")
-            found.append(Migration(version, entry.name, function=module.migrate))
+            module = importlib.import_module(f"{package}.{entry.name[:-3]}")
+            found.append(Migration(int(match[1]), entry.name, function=module.migrate))
     found.sort(key=lambda m: m.version)
     if [m.version for m in found] != list(range(1, len(found) + 1)):
-        raise ValueError(f"{dialect} migrations are not numbered 1..N without a gap: {[m.name for m in found]}")
+        raise ValueError(f"{package}: migrations are not numbered 1..N without a gap: {[m.name for m in found]}")
     return tuple(found)
 
 
@@ -82,4 +88,4 @@ def pending(dialect: Dialect, current: int, *, where: str, fix: str, target: int
     return [m for m in migrations(dialect) if current < m.version <= stop]
 
 
-__all__ = ["Dialect", "Migration", "SchemaError", "latest", "migrations", "pending"]
+__all__ = ["Dialect", "Migration", "SchemaError", "latest", "migrations", "pending", "read_folder"]
