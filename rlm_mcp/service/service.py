@@ -38,7 +38,7 @@ from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.runs import ActiveRun, RunManager, unique_ids, wait_with_heartbeat
-from rlm_mcp.service.sessions import KeptSession, SessionManager
+from rlm_mcp.service.sessions import SAVING, KeptSession, SessionManager
 from rlm_mcp.service.views import RunSnapshot, with_session_usage
 from rlm_mcp.store import ContextInfo, UploadState
 from rlm_mcp.store.factory import Stores, make_stores
@@ -349,13 +349,15 @@ class RlmService:
         return await self._with_usage((await self.sessions.close(session_id, owner=owner)).describe(), owner)
 
     async def session_state(self, session_id: str, *, owner: OwnerScope) -> dict[str, object] | None:
-        """What the viewer shows of a session beside its runs: `state` (running, live, stored,
-        ended) and its size and age, read without taking back a stored session; None when this
+        """What the viewer shows of a session beside its runs: `state` (running, saving, live,
+        stored, ended) and its size and age, read without taking back a stored session; None when this
         process knows nothing of it. The caller has checked that `owner` sees the session's runs
         (why an ended session ended is kept without a way to ask whose it was)."""
         for described in await self.list_sessions(owner=owner):
             if described.get("session_id") == session_id:
-                state = "running" if described.get("running") else "stored" if described.get("stored") else "live"
+                running = described.get("running")
+                state = "saving" if running == SAVING else "running" if running else "live"
+                state = "stored" if described.get("stored") else state
                 return {**described, "state": state}
         why = self.sessions.why_ended(session_id)
         return {"session_id": session_id, "state": "ended", "why": why} if why is not None else None

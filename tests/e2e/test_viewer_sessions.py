@@ -127,6 +127,15 @@ async def test_a_kept_session_is_a_chain_of_its_runs_with_their_usage(tmp_path: 
 
             await anyio.to_thread.run_sync(look)
 
+            # A closed session: its chain stays, and the page says it ended and why.
+            other = await call(alice, "rlm_complete", query="FIRST-Q", context_id=first, keep_session=True)
+            await call(alice, "rlm_close_session", session_id=other["session_id"])
+            async with httpx.AsyncClient(base_url=site, timeout=30) as http:
+                shown = await http.get(f"/runs/api/runs/{other['session_id']}", headers=as_alice)
+            closed = shown.json()["data"]
+            assert [r["run_id"] for r in closed["runs"]] == [other["run_id"]]
+            assert closed["state"] == {"session_id": other["session_id"], "state": "ended", "why": "was closed"}
+
     # The server stopped: the session is stored in the data dir; the CLI lists it with its usage.
     listed_cli = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "sessions", "list", RLM_MCP_MODEL_PRICES=PRICES))
     assert listed_cli.returncode == 0, listed_cli.stderr

@@ -256,7 +256,8 @@ const fmtBytes = (n) => (typeof n === "number" ? (n >= 1048576 ? (n / 1048576).t
 const fmtAge = (s) => (s >= 86400 ? (s / 86400).toFixed(1) + " d" : s >= 3600 ? (s / 3600).toFixed(1) + " h" : s >= 60 ? Math.round(s / 60) + " min" : Math.round(s) + " s");
 const fmtTokens = (tot) => `${fmtN(tot.prompt_tokens)}+${fmtN(tot.completion_tokens)} tokens` +
   (tot.cached_prompt_tokens ? ` (${fmtN(tot.cached_prompt_tokens)} cached)` : "") + fmtCost(tot.cost_usd);
-const STATE_TEXT = { live: "idle, its sandbox live", running: "answering a question", stored: "idle, saved (restored on the next question)", ended: "ended" };
+const STATE_TEXT = { live: "idle, its sandbox live", running: "answering a question", saving: "idle, being saved as its sandbox is given back",
+  stored: "idle, saved (restored on the next question)", ended: "ended" };
 
 function chainLink(run) {
   const tot = (run.usage && run.usage.total) || {};
