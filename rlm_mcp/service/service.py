@@ -337,8 +337,10 @@ class RlmService:
     async def list_sessions(self, *, owner: OwnerScope) -> list[dict[str, object]]:
         """Live sessions, then those stored in the data dir (taken back on their next follow-up),
         each with the usage of its runs."""
-        described = [s.describe() for s in self.sessions.list(owner=owner)] + await self.sessions.stored(owner=owner)
-        return [await self._with_usage(d, owner) for d in described]
+        return [await self._with_usage(d, owner) for d in await self._sessions_of(owner)]
+
+    async def _sessions_of(self, owner: OwnerScope) -> list[dict[str, object]]:
+        return [s.describe() for s in self.sessions.list(owner=owner)] + await self.sessions.stored(owner=owner)
 
     async def session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
         check_text("session_id", session_id)
@@ -353,7 +355,7 @@ class RlmService:
         stored, ended) and its size and age, read without taking back a stored session; None when this
         process knows nothing of it. The caller has checked that `owner` sees the session's runs
         (why an ended session ended is kept without a way to ask whose it was)."""
-        for described in await self.list_sessions(owner=owner):
+        for described in await self._sessions_of(owner):  # the viewer sums the usage from the records it reads
             if described.get("session_id") == session_id:
                 running = described.get("running")
                 state = "saving" if running == SAVING else "running" if running else "live"
