@@ -15,27 +15,19 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import tempfile
-import time
+import sys
 from pathlib import Path
 
 import anyio
 
-from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import RlmService
-from rlm_mcp.testing import scripted_lm_process
 
-DONE = '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```'
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service and runs
+from bench.run import DONE, bench_service, timed_run
 
 
 def batch(n: int) -> str:
     return f'```repl\nr = llm_query_batched(["q%d" % i for i in range({n})])\nprint(len(r))\n```'
-
-
-async def quiet(progress: float, total: float | None, message: str) -> None:
-    return None
 
 
 async def bench(delay: float, limit: int, repeat: int) -> None:
@@ -43,23 +35,10 @@ async def bench(delay: float, limit: int, repeat: int) -> None:
     sub_rounds = math.ceil(2 * limit / limit) + 1 + 1
     ideal = (len(replies) + sub_rounds) * delay
     script = {"root": replies, "sub_default": "ok", "delay_s": delay, "max_model_len": 65536}
-    with tempfile.TemporaryDirectory() as tmp, scripted_lm_process(script) as url:
-        settings = Settings(
-            base_url=url,
-            data_dir=Path(tmp) / "data",
-            allowed_roots=[Path(tmp)],
-            pool_size=2,
-            max_concurrent_lm_calls=limit,
-        )
-        async with RlmService(settings) as service:
-            context = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
-            walls = []
-            for _ in range(repeat + 1):  # the first run warms the pool and model discovery up
-                started = time.perf_counter()
-                result = await service.complete("latency", context.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
-                walls.append(time.perf_counter() - started)
-                assert result.status == "completed", result
-            walls = walls[1:]
+    async with bench_service(script, max_concurrent_lm_calls=limit) as service:
+        context = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
+        # The first run warms the pool and model discovery up.
+        walls = [await timed_run(service, "latency", context.context_id, gap_s=0) for _ in range(repeat + 1)][1:]
     median = statistics.median(walls)
     print(
         f"LM delay {delay * 1000:.0f} ms per call, concurrency limit {limit}: ideal {ideal:.3f} s "

@@ -8,7 +8,7 @@ into a batching processor whose exporter drops them, so no receiver's speed is m
 Both parts run in one process, the modes interleaved so that the machine's load falls on each:
   hooks       the hook calls of one turn and of one sub-call, timed in a loop (CPU, microseconds)
   whole runs  RlmService with a real Docker sandbox and the zero-latency scripted LM in a
-              subprocess (as bench/run.py): per further turn = (10-turn run - 1-turn run) / 9,
+              subprocess (bench/run.py's service and runs): per further turn = (10-turn run - 1-turn run) / 9,
               per sub-call = (200-prompt batch run - 1-turn run) / 200
 Never fails on a timing.
 """
@@ -19,7 +19,7 @@ import argparse
 import contextlib
 import platform
 import statistics
-import tempfile
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,17 +30,13 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from rlm_mcp.config import Settings
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.chat import CallRecord
-from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import RlmService
-from rlm_mcp.testing import scripted_lm_process
 
-TURN = "```repl\nx = len(context)\nprint(x)\n```"
-DONE = '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```'
-BATCH = '```repl\nr = llm_query_batched(["q%d" % i for i in range(200)])\nanswer["content"] = str(len(r))\nanswer["ready"] = True\n```'
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's whole-run loop
+from bench.run import bench_service, timed_run
+
 MODES = ("off", "metrics", "metrics+tracing")
 GAP_S = 1.0  # idle before each timed run: the warm pool refills only while no sandbox is in use
 
@@ -115,44 +111,16 @@ def hook_cost_us(mode: str, n: int = 20_000) -> tuple[float, float]:
     return out[0], out[1]
 
 
-async def quiet(progress: float, total: float | None, message: str) -> None:
-    return None
-
-
 async def whole_runs(repeat: int) -> dict[str, dict[str, list[float]]]:
-    script = {
-        "root_by_query": [
-            {"match": "one-turn", "replies": [DONE]},
-            {"match": "ten-turn", "replies": [TURN] * 9 + [DONE]},
-            {"match": "batch", "replies": [BATCH]},
-        ],
-        "sub_default": "ok",
-    }
     times: dict[str, dict[str, list[float]]] = {m: {"one": [], "ten": [], "batch": []} for m in MODES}
-    with tempfile.TemporaryDirectory() as tmp, scripted_lm_process(script) as url:
-        settings = Settings(
-            base_url=url,
-            data_dir=Path(tmp) / "data",
-            allowed_roots=[Path(tmp)],
-            pool_size=2,
-            max_concurrent_lm_calls=64,
-        )
-        async with RlmService(settings) as service:
-            ctx = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
-
-            async def run(query: str) -> float:
-                await anyio.sleep(GAP_S)
-                started = time.perf_counter()
-                result = await service.complete(query, ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
-                assert result.status == "completed", result
-                return time.perf_counter() - started
-
-            await run("one-turn warm-up")
-            for _ in range(repeat):
-                for mode in MODES:
-                    set_mode(mode)
-                    for kind, query in (("one", "one-turn"), ("ten", "ten-turn"), ("batch", "batch")):
-                        times[mode][kind].append(await run(query))
+    async with bench_service() as service:
+        ctx = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
+        await timed_run(service, "one-turn warm-up", ctx.context_id, GAP_S)
+        for _ in range(repeat):
+            for mode in MODES:
+                set_mode(mode)
+                for kind, query in (("one", "one-turn"), ("ten", "ten-turn"), ("batch", "batch")):
+                    times[mode][kind].append(await timed_run(service, query, ctx.context_id, GAP_S))
     set_mode("metrics")
     return times
 

@@ -19,8 +19,10 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -33,23 +35,48 @@ from rlm_mcp.testing import scripted_lm_process
 TURN = "```repl\nx = len(context)\nprint(x)\n```"
 DONE = '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```'
 BATCH = '```repl\nr = llm_query_batched(["q%d" % i for i in range(200)])\nanswer["content"] = str(len(r))\nanswer["ready"] = True\n```'
+# The scripted LM's replies, by query: a one-turn run, a ten-turn run, a 200-prompt batch.
+SCRIPT = {
+    "root_by_query": [
+        {"match": "one-turn", "replies": [DONE]},
+        {"match": "ten-turn", "replies": [TURN] * 9 + [DONE]},
+        {"match": "batch", "replies": [BATCH]},
+    ],
+    "sub_default": "ok",
+    "max_model_len": 65536,
+}
+GAP_S = 1.5  # idle before each timed run: the warm pool refills only while no sandbox is in use
 
 
 async def quiet(progress: float, total: float | None, message: str) -> None:
     return None
 
 
-GAP_S = 1.5  # idle before each timed run: the warm pool refills only while no sandbox is in use
+@asynccontextmanager
+async def bench_service(
+    script: dict[str, Any] | None = None, *, max_concurrent_lm_calls: int = 64
+) -> AsyncIterator[RlmService]:
+    """`RlmService` with real Docker sandboxes (a warm pool of 2) and the scripted LM in a
+    subprocess (`script`, by default `SCRIPT`: zero latency), on a data dir of its own."""
+    with tempfile.TemporaryDirectory() as tmp, scripted_lm_process(script or SCRIPT) as url:
+        settings = Settings(
+            base_url=url,
+            data_dir=Path(tmp) / "data",
+            allowed_roots=[Path(tmp)],
+            pool_size=2,
+            max_concurrent_lm_calls=max_concurrent_lm_calls,
+        )
+        async with RlmService(settings) as service:
+            yield service
 
 
-async def timed(fn: Callable[[], Awaitable[object]], repeat: int) -> list[float]:
-    times = []
-    for _ in range(repeat):
-        await anyio.sleep(GAP_S)
-        start = time.perf_counter()
-        await fn()
-        times.append(time.perf_counter() - start)
-    return times
+async def timed_run(service: RlmService, query: str, context_id: str, gap_s: float = GAP_S) -> float:
+    """Seconds of one completed run, after `gap_s` of idle."""
+    await anyio.sleep(gap_s)
+    start = time.perf_counter()
+    result = await service.complete(query, context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
+    assert result.status == "completed", result
+    return time.perf_counter() - start
 
 
 def show(name: str, values: list[float], unit: float, label: str, reference: str) -> None:
@@ -61,39 +88,21 @@ def show(name: str, values: list[float], unit: float, label: str, reference: str
 
 
 async def bench(repeat: int) -> None:
-    script = {
-        "root_by_query": [
-            {"match": "one-turn", "replies": [DONE]},
-            {"match": "ten-turn", "replies": [TURN] * 9 + [DONE]},
-            {"match": "batch", "replies": [BATCH]},
-        ],
-        "sub_default": "ok",
-        "max_model_len": 65536,
-    }
-    with tempfile.TemporaryDirectory() as tmp, scripted_lm_process(script) as url:
-        settings = Settings(
-            base_url=url,
-            data_dir=Path(tmp) / "data",
-            allowed_roots=[Path(tmp)],
-            pool_size=2,
-            max_concurrent_lm_calls=64,
+    async with bench_service() as service:
+        small = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
+        big = await service.load_context(
+            text=("0123456789abcdef" * 64 + "\n") * (50 * 1024 * 1024 // 1025), owner=LOCAL_OWNER
         )
-        async with RlmService(settings) as service:
-            small = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
-            big = await service.load_context(
-                text=("0123456789abcdef" * 64 + "\n") * (50 * 1024 * 1024 // 1025), owner=LOCAL_OWNER
-            )
 
-            async def run(query: str, context_id: str) -> None:
-                result = await service.complete(query, context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
-                assert result.status == "completed", result
+        async def timed(query: str, context_id: str, n: int) -> list[float]:
+            return [await timed_run(service, query, context_id) for _ in range(n)]
 
-            await run("one-turn warm-up", small.context_id)
-            one = await timed(lambda: run("one-turn", small.context_id), repeat)
-            ten = await timed(lambda: run("ten-turn", small.context_id), repeat)
-            one_big = await timed(lambda: run("one-turn", big.context_id), max(2, repeat // 2))
-            ten_big = await timed(lambda: run("ten-turn", big.context_id), max(2, repeat // 2))
-            batch = await timed(lambda: run("batch", small.context_id), repeat)
+        await timed_run(service, "one-turn warm-up", small.context_id, gap_s=0)
+        one = await timed("one-turn", small.context_id, repeat)
+        ten = await timed("ten-turn", small.context_id, repeat)
+        one_big = await timed("one-turn", big.context_id, max(2, repeat // 2))
+        ten_big = await timed("ten-turn", big.context_id, max(2, repeat // 2))
+        batch = await timed("batch", small.context_id, repeat)
 
     per_turn = [(t - statistics.median(one)) / 9 for t in ten]
     per_turn_big = [(t - statistics.median(one_big)) / 9 for t in ten_big]

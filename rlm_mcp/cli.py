@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     viewer = _command(
         runs_sub, "view", _async(_runs_view), "open the run viewer: live on loopback, a running HTTP server, or a file"
     )
-    viewer.add_argument("run_id", nargs="?", help="the run to open (default: the index of runs)")
+    viewer.add_argument("run_id", nargs="?", help="the run, or kept session (ses_...), to open (default: the index)")
     viewer.add_argument(
         "--url", help="a running `serve --transport http` (e.g. http://127.0.0.1:8765): print a login link"
     )

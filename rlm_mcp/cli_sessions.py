@@ -8,7 +8,11 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import NotFoundError
+from rlm_mcp.events import Usage
+from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.service import session_files
+from rlm_mcp.service.views import session_usage
+from rlm_mcp.store.factory import make_stores
 from rlm_mcp.visible import visible_line
 
 
@@ -16,12 +20,26 @@ async def sessions_list(settings: Settings) -> int:
     records = await anyio.to_thread.run_sync(session_files.peek, settings.data_dir)
     if not records:
         print("No kept sessions stored. Keep one with `rlm-mcp run --keep-session ...`.")
-    for r in sorted(records, key=lambda r: float(r.get("created_at") or 0)):
-        started = datetime.fromtimestamp(float(r.get("created_at") or 0)).strftime("%Y-%m-%d %H:%M:%S")
-        runs, contexts = len(r.get("run_ids") or []), len(r.get("bound_context_ids") or [])
-        line = f"{r['session_id']}  {started}  {runs} runs  {contexts} contexts  {r['snapshot_bytes']:,} bytes"
-        print(visible_line(line))
+        return 0
+    async with make_stores(settings) as stores:
+        for r in sorted(records, key=lambda r: float(r.get("created_at") or 0)):
+            started = datetime.fromtimestamp(float(r.get("created_at") or 0)).strftime("%Y-%m-%d %H:%M:%S")
+            run_ids, contexts = list(r.get("run_ids") or []), len(r.get("bound_context_ids") or [])
+            used = await session_usage(run_ids, lambda i: stores.runs.read_summary(i, owner=EVERY_OWNER))
+            line = (
+                f"{r['session_id']}  {started}  {len(run_ids)} runs  {contexts} contexts  {r['snapshot_bytes']:,} bytes"
+            )
+            print(visible_line(f"{line}  {_usage_text(used)}"))
     return 0
+
+
+def _usage_text(usage: Usage) -> str:
+    """The tokens its runs used, and their cost where the price table (RLM_MCP_MODEL_PRICES) has one."""
+    total = usage.total
+    text = f"{total.prompt_tokens:,}+{total.completion_tokens:,} tokens"
+    if total.cached_prompt_tokens:
+        text += f" ({total.cached_prompt_tokens:,} cached)"
+    return text + (f"  ${total.cost_usd:.4f}" if total.cost_usd is not None else "")
 
 
 async def sessions_close(settings: Settings, session_id: str) -> int:

@@ -1,6 +1,7 @@
 """Errors a user can meet before a run starts. Each names its cause and the fix.
 
-LM endpoint failures are `rlm_mcp.lm.errors.LMError` (a subclass of `RlmMcpError`).
+LM endpoint failures are `rlm_mcp.ports.chat.LMError` (a subclass of `RlmMcpError`), phrased by
+`rlm_mcp.lm.errors`.
 
 The server layer turns these into MCP `ToolError`s verbatim, so the text is written for a
 person reading a chat client: one sentence of cause, one of fix.

@@ -25,6 +25,7 @@ from rlm_mcp.testing.image_ensure import ensure_image
 from tests.fixtures_phoenix import phoenix
 from tests.fixtures_postgres import database_url, pg_cluster, pg_migrated_url, pg_template, pg_url, store_settings
 from tests.fixtures_sandbox import docker_image
+from tests.fixtures_spans import recorded_spans
 from tests.fixtures_store import http_server, root, settings, settings_factory
 from tests.tiers import MARKERS, folder_markers, misfit, placement_error
 
@@ -37,6 +38,7 @@ __all__ = [
     "pg_migrated_url",
     "pg_template",
     "pg_url",
+    "recorded_spans",
     "root",
     "settings",
     "settings_factory",

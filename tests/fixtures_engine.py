@@ -21,9 +21,8 @@ import anyio.to_thread
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RunLimits, RunProgress
 from rlm_mcp.events import RunEvent, to_json
-from rlm_mcp.lm.errors import LMContextLengthError
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
-from rlm_mcp.ports.chat import CallRecord, Completion
+from rlm_mcp.ports.chat import CallRecord, Completion, LMContextLengthError
 from rlm_mcp.sandbox.guest import kernel
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
 

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import pytest
 
 from rlm_mcp.testing.servers import free_port, server_process
+from tests.fixtures_uv import cached_venv
 
 PHOENIX = "arize-phoenix==20.26.1"
 
@@ -39,22 +37,8 @@ print(json.dumps(spans, default=str))
 
 
 def phoenix_home() -> Path:
-    """Phoenix's environment, installed on first use (a marker says the install finished)."""
-    home = Path(platformdirs.user_cache_dir("rlm-mcp-tests")) / PHOENIX.replace("==", "-")
-    done = home / ".installed"
-    if done.exists():
-        return home
-    shutil.rmtree(home, ignore_errors=True)  # a half-finished earlier install
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    for argv in (
-        [uv, "venv", "-q", "--python", sys.executable, str(home)],
-        [uv, "pip", "install", "-q", "--python", str(home / "bin" / "python"), PHOENIX],
-    ):
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0:
-            raise RuntimeError(f"installing {PHOENIX} failed: {' '.join(argv)}\n{proc.stderr[-2000:]}")
-    done.write_text(PHOENIX + "\n", encoding="utf-8")
-    return home
+    """Phoenix's environment, installed on first use."""
+    return cached_venv(PHOENIX, timeout_s=900)
 
 
 @dataclass(frozen=True)

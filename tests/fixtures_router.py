@@ -9,39 +9,23 @@ needs, and its own pins must not move ours). Installing needs the package index,
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
-import platformdirs
 
 from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.waiting import wait_until
+from tests.fixtures_uv import cached_venv
 
 VLLM_ROUTER = "vllm-router==0.1.17"
 
 
 def router_binary() -> Path:
-    """The `vllm-router` executable, installed on first use (a marker says the install finished)."""
-    home = Path(platformdirs.user_cache_dir("rlm-mcp-tests")) / VLLM_ROUTER.replace("==", "-")
-    binary, done = home / "bin" / "vllm-router", home / ".installed"
-    if done.exists():
-        return binary
-    shutil.rmtree(home, ignore_errors=True)  # a half-finished earlier install
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    for argv in (
-        [uv, "venv", "-q", "--python", sys.executable, str(home)],
-        [uv, "pip", "install", "-q", "--python", str(home / "bin" / "python"), VLLM_ROUTER],
-    ):
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"installing {VLLM_ROUTER} failed: {' '.join(argv)}\n{proc.stderr[-2000:]}")
-    done.write_text(VLLM_ROUTER + "\n", encoding="utf-8")
-    return binary
+    """The `vllm-router` executable, installed on first use."""
+    return cached_venv(VLLM_ROUTER) / "bin" / "vllm-router"
 
 
 @asynccontextmanager

@@ -1,4 +1,5 @@
-"""uv for the tests that run the README's commands as written."""
+"""uv for the tests that run the README's commands as written, and for the tools and clients the
+tests run in virtual environments of their own (their pins must not move ours)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import platformdirs
 
 REPO = Path(__file__).resolve().parents[1]
 # Forwarded to commands run as a user would run them (certificates, caches, index settings).
@@ -46,3 +49,29 @@ def uv_cache_dir() -> str:
     """uv's cache as this user has it: a test that moves HOME keeps it (no second download)."""
     done = subprocess.run([uv_path(), "cache", "dir"], capture_output=True, text=True, check=True, timeout=60)
     return done.stdout.strip()
+
+
+def make_venv(home: Path, *requirements: str, python: str = sys.executable, timeout_s: float = 600) -> Path:
+    """A uv virtual environment at `home` (`python`: the interpreter, or a version uv finds)
+    holding `requirements`; its Python. A failed step raises with its command and what it said."""
+    for argv in (
+        [uv_path(), "venv", "-q", "--python", python, str(home)],
+        [uv_path(), "pip", "install", "-q", "--python", str(home / "bin" / "python"), *requirements],
+    ):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"installing {' '.join(requirements)} failed: {' '.join(argv)}\n{proc.stderr[-2000:]}")
+    return home / "bin" / "python"
+
+
+def cached_venv(requirement: str, *, timeout_s: float = 600) -> Path:
+    """The folder of a tool pinned by `requirement` (NAME==VERSION) in a virtual environment of its
+    own under the user's cache directory (~/.cache/rlm-mcp-tests/NAME-VERSION), installed on first
+    use; a marker says the install finished, so a half-finished one is started again."""
+    home = Path(platformdirs.user_cache_dir("rlm-mcp-tests")) / requirement.replace("==", "-")
+    done = home / ".installed"
+    if not done.exists():
+        shutil.rmtree(home, ignore_errors=True)
+        make_venv(home, requirement, timeout_s=timeout_s)
+        done.write_text(requirement + "\n", encoding="utf-8")
+    return home

@@ -11,7 +11,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress
-from rlm_mcp.lm.errors import LMServerError
+from rlm_mcp.ports.chat import LMServerError
 from rlm_mcp.store import RunStore
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import RunStorePort

@@ -15,7 +15,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.lm.errors import LMError
+from rlm_mcp.ports.chat import LMError
 from rlm_mcp.ports.runs import Usage
 
 SYSTEM = "You are a helpful assistant. Answer the question about the context that the user gives you."

@@ -12,7 +12,7 @@ from typing import Any
 
 from rlm_mcp.config import Settings
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.lm.errors import LMError
+from rlm_mcp.ports.chat import LMError
 
 _VERDICT = re.compile(r"correct\s*:\s*\**\s*(yes|no)\b", re.IGNORECASE)
 

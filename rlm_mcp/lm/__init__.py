@@ -8,35 +8,12 @@ discovery.py), token counting (/tokenize, else an estimate: counting.py, tokens.
 pre-flight check and doctor's probe (probe.py); and the phrasing of every endpoint failure
 (lm/errors.py factories, each naming the endpoint, its kind when known, and the setting to fix).
 Must not parse code or touch sandboxes. A new LM backend (another API, an endpoint pool) is a
-new client here that satisfies the engine's `ChatModel` protocol (rlm_mcp/ports/).
+new client here that satisfies the engine's `ChatModel` protocol (rlm_mcp/ports/). The chat
+contract (the failure classes, `CallRecord`, `Completion`) is imported from `rlm_mcp.ports.chat`
+itself, by this layer and its callers alike; lm/errors.py only phrases the failures.
 """
 
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.discovery import DEFAULT_WINDOW, ProbeResult
-from rlm_mcp.lm.errors import (
-    LMConnectionError,
-    LMContextLengthError,
-    LMError,
-    LMMalformedResponseError,
-    LMModelNotFoundError,
-    LMRequestError,
-    LMServerError,
-)
-from rlm_mcp.lm.types import CallRecord, Completion, TokenCount, Usage
 
-__all__ = [
-    "DEFAULT_WINDOW",
-    "CallRecord",
-    "Completion",
-    "LMClient",
-    "LMConnectionError",
-    "LMContextLengthError",
-    "LMError",
-    "LMMalformedResponseError",
-    "LMModelNotFoundError",
-    "LMRequestError",
-    "LMServerError",
-    "ProbeResult",
-    "TokenCount",
-    "Usage",
-]
+__all__ = ["DEFAULT_WINDOW", "LMClient", "ProbeResult"]

@@ -11,10 +11,10 @@ import anyio
 
 from rlm_mcp.lm.discovery import model_cards, serves_props, window_from_cards, window_from_props
 from rlm_mcp.lm.endpoint import Endpoint
-from rlm_mcp.lm.errors import LMError, listing_unusable, unreachable
+from rlm_mcp.lm.errors import listing_unusable, unreachable
 from rlm_mcp.lm.http import HttpError
 from rlm_mcp.lm.server_kind import guess_server_kind
-from rlm_mcp.ports.chat import DEFAULT_WINDOW
+from rlm_mcp.ports.chat import DEFAULT_WINDOW, LMError
 
 log = logging.getLogger("rlm_mcp.lm")
 

@@ -29,13 +29,13 @@ from rlm_mcp.lm.completions import Completions
 from rlm_mcp.lm.counting import TokenCounter
 from rlm_mcp.lm.discovery import ProbeResult
 from rlm_mcp.lm.endpoint import Endpoint, endpoint_configs
-from rlm_mcp.lm.errors import LMError, error_kind
+from rlm_mcp.lm.errors import error_kind
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.probe import check_models, probe
 from rlm_mcp.lm.routing import RoutingKeys
-from rlm_mcp.lm.types import CallRecord, Completion
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.observability.prices import call_cost
+from rlm_mcp.ports.chat import CallRecord, Completion, LMError
 
 log = logging.getLogger("rlm_mcp.lm")
 

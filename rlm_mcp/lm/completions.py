@@ -21,13 +21,12 @@ from rlm_mcp.events import CallRole
 from rlm_mcp.lm import errors
 from rlm_mcp.lm.catalog import ModelCatalog
 from rlm_mcp.lm.endpoint import Endpoint
-from rlm_mcp.lm.errors import LMError, LMRequestError
 from rlm_mcp.lm.http import HttpError, HttpReply, HttpTimeout, HttpTransportError, encode_json
 from rlm_mcp.lm.length_field import set_budget
 from rlm_mcp.lm.responses import parse_completion, server_message
 from rlm_mcp.lm.retry import TOTAL_SLEEP_CAP_S, backoff_s, retry_after_s, retryable_status
-from rlm_mcp.lm.types import CallRecord, Completion
 from rlm_mcp.observability import metrics
+from rlm_mcp.ports.chat import CallRecord, Completion, LMError, LMRequestError
 
 log = logging.getLogger("rlm_mcp.lm")
 

@@ -17,13 +17,21 @@ from rlm_mcp.ports.chat import (
 
 __all__ = [
     "error_kind",
-    "LMConnectionError",
-    "LMContextLengthError",
-    "LMError",
-    "LMMalformedResponseError",
-    "LMModelNotFoundError",
-    "LMRequestError",
-    "LMServerError",
+    "key_refused",
+    "listing_failed",
+    "listing_unusable",
+    "model_not_served",
+    "no_choices",
+    "not_json",
+    "path_missing",
+    "probe_failed",
+    "request_refused",
+    "server_busy",
+    "timed_out",
+    "too_long",
+    "unreachable",
+    "unreadable",
+    "where",
 ]
 
 

@@ -11,8 +11,8 @@ from rlm_mcp.lm import errors
 from rlm_mcp.lm.catalog import DISCOVERY_TIMEOUT_S, ModelCatalog
 from rlm_mcp.lm.counting import TokenCounter
 from rlm_mcp.lm.discovery import ProbeResult, window_from_cards
-from rlm_mcp.lm.errors import LMConnectionError
 from rlm_mcp.lm.http import HttpError
+from rlm_mcp.ports.chat import LMConnectionError
 
 log = logging.getLogger("rlm_mcp.lm")
 

@@ -10,7 +10,7 @@ from rlm_mcp.events import CallRole
 from rlm_mcp.lm.errors import no_choices, not_json
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens
-from rlm_mcp.lm.types import CallRecord, Completion
+from rlm_mcp.ports.chat import CallRecord, Completion
 
 log = logging.getLogger("rlm_mcp.lm")
 

@@ -27,6 +27,7 @@ text is that rendering, kept for readers of the first release and for people.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -234,6 +235,11 @@ class RunRecord(_State):
         """Whether the run has ended (its result is recorded)."""
         return self.result is not None
 
+    @property
+    def spent(self) -> Usage:
+        """What the run used: its result's usage once it ended, the live count before."""
+        return self.result.usage if self.result is not None else self.usage
+
     def live(self) -> LiveSummary:
         state = {name: getattr(self, name) for name in _State.model_fields}
         return LiveSummary.model_validate({**state, "usage": self.usage.copy_of()})
@@ -316,6 +322,15 @@ class RunRecord(_State):
             not_started=_not_started_of(obj.get("not_started")),
         )
         return cls.model_validate(data)
+
+
+def summed_usage(records: Iterable[RunRecord]) -> Usage:
+    """The usage of several runs together (a kept session's), by model and in total, with the
+    cost where the price table priced each call (`TokenCount.cost_usd`)."""
+    total = Usage()
+    for record in records:
+        total.merge(record.spent)
+    return total
 
 
 def _int(value: object, default: int) -> int:
@@ -477,4 +492,5 @@ __all__ = [
     "decode_live",
     "encode_live",
     "render_notices",
+    "summed_usage",
 ]

@@ -126,10 +126,12 @@ def build_server(
     mode: Mode = "stdio",
     on_closed: Callable[[], None] | None = None,
     stores: Stores | None = None,
+    holder: dict[str, RlmService] | None = None,
 ) -> MCPServer[RlmService]:
     """The MCP server; `on_closed` is called once the service has shut down (runs recorded,
-    sandboxes removed)."""
-    holder: dict[str, RlmService] = {}
+    sandboxes removed). `holder["service"]` is the service while the server runs (the HTTP
+    server's viewer asks it what it shows of kept sessions)."""
+    holder = {} if holder is None else holder
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[RlmService]) -> AsyncIterator[RlmService]:

@@ -19,6 +19,7 @@ from rlm_mcp.access import host_policy, is_loopback_host
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
+from rlm_mcp.owners import OwnerScope
 from rlm_mcp.server.app import build_server
 from rlm_mcp.server.connections import uvicorn_config
 from rlm_mcp.server.guard import RequestGuard
@@ -26,6 +27,7 @@ from rlm_mcp.server.health import health_endpoint, store_readiness, with_health
 from rlm_mcp.server.oversize import OversizeExplained
 from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners, shares_for_owners
+from rlm_mcp.service.service import RlmService
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.path_key import deployment_key, path_key_from
@@ -45,7 +47,8 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
             "Set RLM_MCP_AUTH_TOKEN (clients then send Authorization: Bearer <token>), or bind 127.0.0.1.",
         )
     stores = make_stores(settings, replica=True)  # opened and closed by the service's lifespan
-    mcp = build_server(settings, mode="http", on_closed=on_closed, stores=stores)
+    holder: dict[str, RlmService] = {}  # the service while the server runs
+    mcp = build_server(settings, mode="http", on_closed=on_closed, stores=stores, holder=holder)
     app: ASGIApp = mcp.streamable_http_app(
         host=settings.host,
         # The guard checks Host/Origin for every bind; the SDK's own check covers only three host strings.
@@ -71,7 +74,12 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
             auth.path_key = path_key_from(auth.key)
 
     stores.after_open.append(share_viewer_key)
-    viewer = build_viewer(stores.runs, auth)
+
+    async def session_state(session_id: str, owner: OwnerScope) -> dict[str, object] | None:
+        service = holder.get("service")
+        return await service.session_state(session_id, owner=owner) if service is not None else None
+
+    viewer = build_viewer(stores.runs, auth, session_state=session_state)
     # /healthz (the balancer's check) is the one route in front of the guard: no token, says little.
     # `role` in team mode only (--role both|front|worker); the embedded server has no roles.
     role = settings.role if settings.database_url is not None else None

@@ -27,7 +27,7 @@ from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import LoggedEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.observability import tracing
-from rlm_mcp.owners import Owner
+from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.ports.runs import RunRecord, RunRequest
 from rlm_mcp.sandbox.manager import SandboxManager
@@ -38,8 +38,8 @@ from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.runs import ActiveRun, RunManager, unique_ids, wait_with_heartbeat
-from rlm_mcp.service.sessions import KeptSession, SessionManager
-from rlm_mcp.service.views import RunSnapshot
+from rlm_mcp.service.sessions import SAVING, KeptSession, SessionManager
+from rlm_mcp.service.views import RunSnapshot, with_session_usage
 from rlm_mcp.store import ContextInfo, UploadState
 from rlm_mcp.store.factory import Stores, make_stores
 
@@ -334,17 +334,38 @@ class RlmService:
 
     # --- kept sessions ---------------------------------------------------------------------
 
-    async def list_sessions(self, *, owner: Owner) -> list[dict[str, object]]:
-        """Live sessions, then those stored in the data dir (taken back on their next follow-up)."""
+    async def list_sessions(self, *, owner: OwnerScope) -> list[dict[str, object]]:
+        """Live sessions, then those stored in the data dir (taken back on their next follow-up),
+        each with the usage of its runs."""
+        return [await self._with_usage(d, owner) for d in await self._sessions_of(owner)]
+
+    async def _sessions_of(self, owner: OwnerScope) -> list[dict[str, object]]:
         return [s.describe() for s in self.sessions.list(owner=owner)] + await self.sessions.stored(owner=owner)
 
     async def session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
         check_text("session_id", session_id)
-        return (await self.sessions.find(session_id, owner=owner)).describe()
+        return await self._with_usage((await self.sessions.find(session_id, owner=owner)).describe(), owner)
 
     async def close_session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
         check_text("session_id", session_id)
-        return (await self.sessions.close(session_id, owner=owner)).describe()
+        return await self._with_usage((await self.sessions.close(session_id, owner=owner)).describe(), owner)
+
+    async def session_state(self, session_id: str, *, owner: OwnerScope) -> dict[str, object] | None:
+        """What the viewer shows of a session beside its runs: `state` (running, saving, live,
+        stored, ended) and its size and age, read without taking back a stored session; None when this
+        process knows nothing of it. The caller has checked that `owner` sees the session's runs
+        (why an ended session ended is kept without a way to ask whose it was)."""
+        for described in await self._sessions_of(owner):  # the viewer sums the usage from the records it reads
+            if described.get("session_id") == session_id:
+                running = described.get("running")
+                state = "saving" if running == SAVING else "running" if running else "live"
+                state = "stored" if described.get("stored") else state
+                return {**described, "state": state}
+        why = self.sessions.why_ended(session_id)
+        return {"session_id": session_id, "state": "ended", "why": why} if why is not None else None
+
+    async def _with_usage(self, described: dict[str, object], owner: OwnerScope) -> dict[str, object]:
+        return await with_session_usage(described, lambda run_id: self.run_record(run_id, owner=owner))
 
     async def status(self, run_id: str, *, owner: Owner) -> RunSnapshot:
         check_text("run_id", run_id)
@@ -376,7 +397,7 @@ class RlmService:
             await self.runs.cancel(run_id)
         return run.snapshot()
 
-    async def run_record(self, run_id: str, *, owner: Owner) -> RunRecord:
+    async def run_record(self, run_id: str, *, owner: OwnerScope) -> RunRecord:
         """The run's record, with the live state while it runs."""
         check_text("run_id", run_id)
         record = await self.records.read_summary(run_id, owner=owner)  # NotFoundError for unknown ids

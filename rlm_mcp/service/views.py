@@ -1,10 +1,15 @@
-"""What the service returns about a run, typed: its live or recorded status."""
+"""What the service returns about a run, typed: its live or recorded status; and the usage a
+kept session shows, summed from its runs' records."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
+
 from pydantic import BaseModel
 
-from rlm_mcp.ports.runs import RunRecord, RunStatus, Usage, render_notices
+from rlm_mcp.errors import NotFoundError
+from rlm_mcp.ports.runs import RunRecord, RunStatus, Usage, render_notices, summed_usage
+from rlm_mcp.service.sessions import SAVING
 
 
 class RunSnapshot(BaseModel):
@@ -36,3 +41,30 @@ class RunSnapshot(BaseModel):
             notice=render_notices(record.notice),
             reason=record.result.reason if record.result is not None else None,
         )
+
+
+async def session_usage(run_ids: Iterable[str], read: Callable[[str], Awaitable[RunRecord]]) -> Usage:
+    """The tokens, cached tokens, calls and cost (where the price table prices the model) of a
+    kept session's runs together, read from the run records, which every store keeps, so it is
+    the same whichever process ran each run; a record already deleted (RLM_MCP_RUN_MAX_RECORDS)
+    counts nothing."""
+    records = []
+    for run_id in dict.fromkeys(run_ids):
+        try:
+            records.append(await read(run_id))
+        except NotFoundError:
+            continue
+    return summed_usage(records)
+
+
+async def with_session_usage(
+    described: dict[str, object], read: Callable[[str], Awaitable[RunRecord]]
+) -> dict[str, object]:
+    """A kept session as `rlm_list_sessions` shows it, with `usage` (`session_usage`) of its
+    runs, the one going included."""
+    listed = described.get("runs")
+    run_ids = [r for r in listed if isinstance(r, str)] if isinstance(listed, list) else []
+    running = described.get("running")
+    if isinstance(running, str) and running != SAVING:
+        run_ids.append(running)
+    return {**described, "usage": (await session_usage(run_ids, read)).to_dict()}

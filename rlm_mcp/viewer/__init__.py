@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rlm_mcp.events import LoggedEvent
 from rlm_mcp.ports.runs import RunRecord
+from rlm_mcp.viewer.chain import build_session, session_runs
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
 
@@ -19,4 +20,10 @@ def render_index_html(records: list[RunRecord], *, run_href: str = "") -> str:
     return render_page("index", [index_entry(r) for r in records], title="rlm-mcp runs", run_href=run_href)
 
 
-__all__ = ["render_index_html", "render_run_html"]
+def render_session_html(session_id: str, records: list[RunRecord]) -> str:
+    """A self-contained page of a kept session: its runs among `records`, as a chain."""
+    model = build_session(session_id, session_runs(records, session_id))
+    return render_page("session", model, title=f"rlm-mcp session {session_id}")
+
+
+__all__ = ["render_index_html", "render_run_html", "render_session_html"]

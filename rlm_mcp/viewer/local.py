@@ -26,12 +26,13 @@ import uvicorn
 
 from rlm_mcp.access import HostPolicy
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import AccessDeniedError, BadArgumentError
+from rlm_mcp.errors import AccessDeniedError, BadArgumentError, NotFoundError
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.runs import check_run_id
-from rlm_mcp.viewer import render_index_html, render_run_html
+from rlm_mcp.viewer import render_index_html, render_run_html, render_session_html
 from rlm_mcp.viewer.auth import ViewerAuth
+from rlm_mcp.viewer.chain import is_session_id, session_runs
 from rlm_mcp.viewer.routes import PREFIX, build_viewer
 
 
@@ -80,7 +81,12 @@ async def view(
 async def _write(settings: Settings, run_id: str | None, output: Path, open_browser: bool) -> int:
     async with make_stores(settings) as stores:
         records = stores.runs
-        if run_id:
+        if run_id and is_session_id(run_id):
+            listed = await records.list(settings.run_max_records, owner=EVERY_OWNER)
+            if not session_runs(listed, run_id):
+                raise NotFoundError(f"No run records of session {run_id}.", "List runs with `rlm-mcp runs list`.")
+            page = render_session_html(run_id, listed)
+        elif run_id:
             summary = await records.read_summary(run_id, owner=EVERY_OWNER)
             page = render_run_html(summary, await records.read_events(run_id, owner=EVERY_OWNER))
         else:

@@ -45,7 +45,7 @@ def content_security_policy(nonce: str) -> str:
 
 
 def render_page(
-    view: Literal["index", "run"],
+    view: Literal["index", "run", "session"],
     data: Any,
     *,
     title: str,

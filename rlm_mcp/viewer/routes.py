@@ -4,6 +4,11 @@ auth (see `auth.py`); every other path goes to the MCP app untouched.
 
 Who is asking is the owner of the bearer token or of the browser session (`auth.py`); records
 whose summary carries an `owner` are shown only to that owner.
+
+A kept session's id (`ses_...`) where a run id would be shows the session as a chain of its runs
+(`chain.py`): built from the run records the asker may see, so another owner's session is as
+unknown as an id nobody issued; `session_state`, where the server gives one, adds what the
+process holding the session knows (live, stored or ended; its size).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -24,6 +30,7 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import Everyone, Owner, OwnerScope
 from rlm_mcp.store.ports import RunStorePort
 from rlm_mcp.viewer.auth import COOKIE, SESSION_TTL_S, ViewerAuth
+from rlm_mcp.viewer.chain import build_session, is_session_id, session_runs
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
 
@@ -33,6 +40,8 @@ PREFIX = "/runs"
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 POLL_MS = 1000
 INDEX_LIMIT = 500
+# What the process holding a kept session knows of it (`RlmService.session_state`), or None.
+SessionState = Callable[[str, OwnerScope], Awaitable[dict[str, object] | None]]
 
 _HEADERS = {
     "Cache-Control": "no-store",
@@ -49,9 +58,9 @@ def _refusal(request: Request, status: int, message: str) -> Response:
     return HTMLResponse(page, status_code=status, headers=_HEADERS)
 
 
-def build_viewer(records: RunStorePort, auth: ViewerAuth) -> ASGIApp:
+def build_viewer(records: RunStorePort, auth: ViewerAuth, *, session_state: SessionState | None = None) -> ASGIApp:
     """The app of every path under /runs/ (the same pages also under /runs/s/<key>/, the cookie's path)."""
-    pages = _Pages(records, auth)
+    pages = _Pages(records, auth, session_state)
     app = Starlette(
         routes=[
             Route(f"{PREFIX}/", pages.index),
@@ -78,9 +87,10 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth) -> ASGIApp:
 class _Pages:
     """The viewer's endpoints; each checks who is asking first (`denied`)."""
 
-    def __init__(self, records: RunStorePort, auth: ViewerAuth) -> None:
+    def __init__(self, records: RunStorePort, auth: ViewerAuth, session_state: SessionState | None = None) -> None:
         self.records = records
         self.auth = auth
+        self.session_state = session_state
 
     def owner_of(self, request: Request) -> OwnerScope:
         """Whose runs this request may see (`EVERY_OWNER`: the local viewer's session)."""
@@ -118,8 +128,7 @@ class _Pages:
     async def _index(self, request: Request) -> tuple[str, list[dict[str, Any]]]:
         owner = self.owner_of(request)
         entries = [index_entry(s) for s in await self.records.list(INDEX_LIMIT, owner=owner)]
-        digest = hashlib.sha256(json.dumps(entries, default=str, sort_keys=True).encode()).hexdigest()[:16]
-        return digest, entries
+        return _digest(entries), entries
 
     async def index_api(self, request: Request) -> Response:
         if (refused := self.denied(request)) is not None:
@@ -131,6 +140,8 @@ class _Pages:
 
     async def _model(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
         run_id = request.path_params["run_id"]
+        if is_session_id(run_id):
+            return await self._session(request, run_id)
         try:
             scope = self.owner_of(request)
             summary = await self.records.read_summary(run_id, owner=scope)  # another owner's: unknown
@@ -141,6 +152,23 @@ class _Pages:
         except RlmMcpError:
             return _refusal(request, 404, "Unknown run id.")
 
+    async def _session(self, request: Request, session_id: str) -> tuple[str, dict[str, Any]] | Response:
+        """A kept session's chain: its runs among those the asker may see; unknown without any."""
+        scope = self.owner_of(request)
+        runs = session_runs(await self.records.list(INDEX_LIMIT, owner=scope), session_id)
+        if not runs or not _RUN_ID.match(session_id):
+            return _refusal(request, 404, "Unknown session id.")
+        state = await self.session_state(session_id, scope) if self.session_state is not None else None
+        listed = state.get("runs") if state is not None else None
+        for run_id in set(listed if isinstance(listed, list) else []) - {r.run_id for r in runs}:
+            try:  # a run older than the index's newest: read on its own
+                runs.append(await self.records.read_summary(str(run_id), owner=scope))
+            except RlmMcpError:
+                continue  # deleted by retention (RLM_MCP_RUN_MAX_RECORDS)
+        model = build_session(session_id, session_runs(runs, session_id), state)
+        version = _digest(model)
+        return version, ({} if request.query_params.get("since") == version else model)
+
     async def run_page(self, request: Request) -> Response:
         if (refused := self.denied(request)) is not None:
             return refused
@@ -149,13 +177,15 @@ class _Pages:
             return found
         version, model = found
         run_id = request.path_params["run_id"]
+        session = is_session_id(run_id)
         page = render_page(
-            "run",
+            "session" if session else "run",
             model,
-            title=f"rlm-mcp run {run_id}",
+            title=f"rlm-mcp {'session' if session else 'run'} {run_id}",
             version=version,
             index_href="./",
-            live={"url": f"api/runs/{run_id}", "interval_ms": POLL_MS},
+            # A session polls while it may grow a run; a run, until it has ended.
+            live={"url": f"api/runs/{run_id}", "interval_ms": POLL_MS * 3 if session else POLL_MS},
         )
         return HTMLResponse(page, headers=_HEADERS)
 
@@ -208,6 +238,11 @@ class _Pages:
             secure=self.auth.secure_cookie,
         )
         return response
+
+
+def _digest(model: Any) -> str:
+    """The version of a page's data: the same data, the same version (a live page redraws on a change)."""
+    return hashlib.sha256(json.dumps(model, default=str, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def mount_viewer(app: ASGIApp, viewer: ASGIApp) -> ASGIApp:

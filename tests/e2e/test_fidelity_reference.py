@@ -160,14 +160,9 @@ def _root_conversations(lm: ScriptedLM) -> list[list[dict[str, Any]]]:
     ]
 
 
-def _run_reference(python: Path, lm: ScriptedLM, case: Case) -> None:
-    job = {
-        "model": "rlm-v0.1",
-        "base_url": lm.base_url,
-        "context": case.context,
-        "query": case.query,
-        "max_iterations": MAX_ITERATIONS,
-    }
+def run_reference(python: Path, job: dict[str, Any]) -> dict[str, Any]:
+    """Run `job` with the reference library itself (tests/reference_runner.py, in the reference's
+    venv, in an empty directory): what it printed, {"answer": ...} or, for a session, {"answers": [...]}."""
     with tempfile.TemporaryDirectory() as cwd:  # no stray .env for the reference to load
         proc = subprocess.run(
             [str(python), str(RUNNER)],
@@ -180,6 +175,23 @@ def _run_reference(python: Path, lm: ScriptedLM, case: Case) -> None:
             env={"PATH": "/usr/bin:/bin", "HOME": cwd},
         )
     assert proc.returncode == 0, f"the reference run failed:\n{proc.stderr[-3000:]}"
+    return dict(json.loads(proc.stdout))
+
+
+def load_args(context: Any) -> dict[str, Any]:
+    """rlm_load_context's arguments for a case's context: a string as text, anything else as JSON."""
+    return {"text": context} if isinstance(context, str) else {"text": json.dumps(context), "format": "json"}
+
+
+def _run_reference(python: Path, lm: ScriptedLM, case: Case) -> None:
+    job = {
+        "model": "rlm-v0.1",
+        "base_url": lm.base_url,
+        "context": case.context,
+        "query": case.query,
+        "max_iterations": MAX_ITERATIONS,
+    }
+    run_reference(python, job)
 
 
 async def _run_rlm_mcp(lm: ScriptedLM, case: Case, tmp_path: Path, wheel: Path) -> dict[str, Any]:
@@ -187,11 +199,7 @@ async def _run_rlm_mcp(lm: ScriptedLM, case: Case, tmp_path: Path, wheel: Path) 
     seed_data_dir(data, wheel)  # what `rlm-mcp profile fetch` does
     env = minimal_env(lm.base_url, data, [tmp_path])
     async with stdio_client(env) as client:
-        if isinstance(case.context, str):
-            load = {"text": case.context}
-        else:
-            load = {"text": json.dumps(case.context), "format": "json"}
-        loaded = await client.call_tool("rlm_load_context", load)
+        loaded = await client.call_tool("rlm_load_context", load_args(case.context))
         assert not loaded.is_error, loaded.content
         result = await client.call_tool(
             "rlm_complete", {"query": case.query, "context_id": loaded.structured_content["context_id"]}

@@ -17,8 +17,8 @@ from mcp.client.streamable_http import streamable_http_client
 from prometheus_client import REGISTRY
 
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.lm.errors import LMServerError
 from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
+from rlm_mcp.ports.chat import LMServerError
 from rlm_mcp.testing.script import Fault, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port, server_process

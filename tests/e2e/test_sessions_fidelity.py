@@ -9,10 +9,7 @@ Run 1 builds a variable, later runs read it, the new context and the stored conv
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,14 @@ import anyio
 import pytest
 
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from tests.e2e.test_fidelity_reference import MAX_ITERATIONS, RUNNER, _first_difference, _root_conversations, repl
+from tests.e2e.test_fidelity_reference import (
+    MAX_ITERATIONS,
+    _first_difference,
+    _root_conversations,
+    load_args,
+    repl,
+    run_reference,
+)
 from tests.fixtures_e2e import minimal_env, stdio_client
 from tests.fixtures_reference import reference_python, reference_wheel, seed_data_dir
 
@@ -80,25 +84,9 @@ def _script(steps: list[Step]) -> dict[str, Any]:
 
 
 def _run_reference(python: Path, lm: ScriptedLM, steps: list[Step]) -> list[str]:
-    job = {
-        "model": "rlm-v0.1",
-        "base_url": lm.base_url,
-        "max_iterations": MAX_ITERATIONS,
-        "session": [{"context": s.context, "query": s.query} for s in steps],
-    }
-    with tempfile.TemporaryDirectory() as cwd:  # no stray .env for the reference to load
-        proc = subprocess.run(
-            [str(python), str(RUNNER)],
-            input=json.dumps(job),
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            timeout=300,
-            check=False,
-            env={"PATH": "/usr/bin:/bin", "HOME": cwd},
-        )
-    assert proc.returncode == 0, f"the reference run failed:\n{proc.stderr[-3000:]}"
-    return list(json.loads(proc.stdout)["answers"])
+    session = [{"context": s.context, "query": s.query} for s in steps]
+    job = {"model": "rlm-v0.1", "base_url": lm.base_url, "max_iterations": MAX_ITERATIONS, "session": session}
+    return list(run_reference(python, job)["answers"])
 
 
 async def _run_rlm_mcp(lm: ScriptedLM, steps: list[Step], tmp_path: Path, wheel: Path) -> list[str]:
@@ -109,11 +97,7 @@ async def _run_rlm_mcp(lm: ScriptedLM, steps: list[Step], tmp_path: Path, wheel:
     session_id: str | None = None
     async with stdio_client(env) as client:
         for step in steps:
-            if isinstance(step.context, str):
-                load = {"text": step.context}
-            else:
-                load = {"text": json.dumps(step.context), "format": "json"}
-            loaded = await client.call_tool("rlm_load_context", load)
+            loaded = await client.call_tool("rlm_load_context", load_args(step.context))
             assert not loaded.is_error, loaded.content
             args: dict[str, Any] = {"query": step.query, "context_id": loaded.structured_content["context_id"]}
             args |= {"session_id": session_id} if session_id else {"keep_session": True}

@@ -10,7 +10,7 @@ import pytest
 
 from rlm_mcp.engine import RLMEngine, RunNotStarted, RunProgress
 from rlm_mcp.events import RunEvent, TurnStart
-from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError, LMServerError
+from rlm_mcp.ports.chat import LMConnectionError, LMModelNotFoundError, LMServerError
 from rlm_mcp.ports.engine import ContextSpec, Sandbox
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_engine import (

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm_mcp.lm.errors import LMServerError
+from rlm_mcp.ports.chat import LMServerError
 from tests.fixtures_engine import FakeChatModel, count_tokens, make_settings, repl, run_engine
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,7 @@ import pytest
 from rlm_mcp.engine.messages import History
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.engine.window import fit_history, token_upper_bound
-from rlm_mcp.lm.errors import LMContextLengthError
+from rlm_mcp.ports.chat import LMContextLengthError
 from tests.fixtures_engine import FakeChatModel, count_tokens, make_settings, repl, run_engine
 
 pytestmark = pytest.mark.anyio

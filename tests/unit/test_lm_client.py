@@ -8,7 +8,8 @@ import anyio
 import pytest
 
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.lm.errors import (
+from rlm_mcp.lm.tokens import estimate_tokens
+from rlm_mcp.ports.chat import (
     LMConnectionError,
     LMContextLengthError,
     LMMalformedResponseError,
@@ -16,7 +17,6 @@ from rlm_mcp.lm.errors import (
     LMRequestError,
     LMServerError,
 )
-from rlm_mcp.lm.tokens import estimate_tokens
 from rlm_mcp.ports.runs import Usage
 from rlm_mcp.testing import Script, ScriptedLM, count_prompt_tokens, count_text_tokens
 from rlm_mcp.testing.servers import free_port

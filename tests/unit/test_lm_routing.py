@@ -17,8 +17,8 @@ from rlm_mcp.engine import RLMEngine, RunProgress, RunResult
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.events import RunEvent
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.lm.errors import LMConnectionError, LMModelNotFoundError
 from rlm_mcp.lm.routing import AFFINITY_HEADERS
+from rlm_mcp.ports.chat import LMConnectionError, LMModelNotFoundError
 from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, repl, run_engine

@@ -5,13 +5,11 @@ child's own LM calls are spans under it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rlm_mcp.config import Settings
@@ -23,19 +21,6 @@ from rlm_mcp.testing.script import Script
 from tests.fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def recorded() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_tracer_provider(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use_tracer_provider(None)
-        provider.shutdown()
 
 
 def _root(messages: list[dict[str, Any]], turn: int) -> str:
@@ -58,7 +43,7 @@ def _ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[Reada
 
 
 async def test_a_child_rlm_span_hangs_under_the_parent_run_with_its_lm_calls(
-    recorded: InMemorySpanExporter, tmp_path: Path
+    recorded_spans: InMemorySpanExporter, tmp_path: Path
 ) -> None:
     async with ScriptedLM(Script(root_fn=_root)) as server:
         settings = Settings(base_url=server.base_url, model="rlm-v0.1", lm_retries=0, request_timeout_s=60.0)
@@ -76,7 +61,7 @@ async def test_a_child_rlm_span_hangs_under_the_parent_run_with_its_lm_calls(
                     emit=_ignore,
                 )
     assert result.status == "completed" and result.answer == "child saw: child task", result.reason
-    spans = recorded.get_finished_spans()
+    spans = recorded_spans.get_finished_spans()
     by_id = {s.context.span_id: s for s in spans}
     (run,) = [s for s in spans if s.name == "rlm.run"]
     (child,) = [s for s in spans if s.name == "rlm.child"]

@@ -5,16 +5,12 @@ setting, and nothing at all (no header) while no provider is installed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.lm.errors import LMServerError
 from rlm_mcp.observability import tracing
+from rlm_mcp.ports.chat import LMServerError
 from rlm_mcp.testing.script import Fault, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from tests.fixtures_lm import lm_settings, sub_messages
@@ -22,19 +18,6 @@ from tests.fixtures_lm import lm_settings, sub_messages
 pytestmark = pytest.mark.anyio
 
 PROMPT = "a prompt that names the-private-detail"
-
-
-@pytest.fixture
-def recorded() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use_tracer_provider(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use_tracer_provider(None)
-        provider.shutdown()
 
 
 async def _two_calls(lm: ScriptedLM) -> None:
@@ -45,14 +28,14 @@ async def _two_calls(lm: ScriptedLM) -> None:
 
 
 async def test_lm_spans_follow_the_genai_conventions_and_carry_no_text(
-    recorded: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+    recorded_spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", raising=False)
     script = Script(sub_default="the answer", faults=[Fault(when="sub", status=503, times=0, match="doomed")])
     with ScriptedLM(script) as lm:
         await _two_calls(lm)
         headers = [r["headers"].get("traceparent") for r in lm.requests]
-    ok, failed = recorded.get_finished_spans()
+    ok, failed = recorded_spans.get_finished_spans()
     assert ok.name == failed.name == "chat rlm-v0.1"
     attrs = dict(ok.attributes or {})
     assert attrs["gen_ai.operation.name"] == "chat" and attrs["gen_ai.request.model"] == "rlm-v0.1"
@@ -72,13 +55,13 @@ async def test_lm_spans_follow_the_genai_conventions_and_carry_no_text(
 
 
 async def test_the_capture_setting_records_prompt_and_completion(
-    recorded: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+    recorded_spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
     script = Script(sub_default="the answer", faults=[Fault(when="sub", status=503, times=0, match="doomed")])
     with ScriptedLM(script) as lm:
         await _two_calls(lm)
-    ok = recorded.get_finished_spans()[0]
+    ok = recorded_spans.get_finished_spans()[0]
     attrs = dict(ok.attributes or {})
     assert "the-private-detail" in str(attrs["gen_ai.input.messages"])
     assert "the answer" in str(attrs["gen_ai.output.messages"])

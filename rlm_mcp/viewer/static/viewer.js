@@ -238,9 +238,9 @@ function runPage(model) {
     h("p", { class: "meta" }, badge(model.status), ` ${model.run_id} · ${model.model || ""} · ${fmtTime(model.created_at)} · ` +
       `${fmtS(model.duration_s ?? span(model.t0, model.t1))} · ${fmtN(model.iterations)} turns · ${fmtN(model.sub_calls)} sub-calls · ` +
       `${fmtN(tot.prompt_tokens)}+${fmtN(tot.completion_tokens)} tokens` + fmtCost(tot.cost_usd)));
-  if (model.session_id) {  // a kept session's run: its chain is the index filtered by the session id
-    const chain = (CONFIG.index_href || "./") + "?q=" + encodeURIComponent(model.session_id);
-    page.append(h("p", { class: "meta" }, "kept session ", h("a", { href: chain, title: "every run of this session, in order" }, model.session_id)));
+  if (model.session_id) {  // a kept session's run: its page shows the session's runs as a chain
+    const chain = (CONFIG.index_href || "./") + encodeURIComponent(model.session_id);
+    page.append(h("p", { class: "meta" }, "kept session ", h("a", { href: chain, class: "session-link", title: "every run of this session, in order" }, model.session_id)));
   }
   if (model.status !== "completed" && model.status !== "running" && model.reason) page.append(h("div", { class: "banner bad" }, `${model.status}: ${model.reason}`));
   for (const note of model.notes) page.append(h("div", { class: "banner warn" }, note));
@@ -248,6 +248,53 @@ function runPage(model) {
     model.answer === null || model.answer === undefined ? h("p", { class: "meta" }, model.status === "running" ? "running…" : "no answer")
       : h("pre", { class: "answer" }, model.answer)));
   page.append(runBody(rootRun, model));
+  return page;
+}
+
+// ---- a kept session: its runs as a chain ------------------------------------------------------
+const fmtBytes = (n) => (typeof n === "number" ? (n >= 1048576 ? (n / 1048576).toFixed(1) + " MiB" : n >= 1024 ? (n / 1024).toFixed(1) + " KiB" : n + " B") : "–");
+const fmtAge = (s) => (s >= 86400 ? (s / 86400).toFixed(1) + " d" : s >= 3600 ? (s / 3600).toFixed(1) + " h" : s >= 60 ? Math.round(s / 60) + " min" : Math.round(s) + " s");
+const fmtTokens = (tot) => `${fmtN(tot.prompt_tokens)}+${fmtN(tot.completion_tokens)} tokens` +
+  (tot.cached_prompt_tokens ? ` (${fmtN(tot.cached_prompt_tokens)} cached)` : "") + fmtCost(tot.cost_usd);
+const STATE_TEXT = { live: "idle, its sandbox live", running: "answering a question", saving: "idle, being saved as its sandbox is given back",
+  stored: "idle, saved (restored on the next question)", ended: "ended" };
+
+function chainLink(run) {
+  const tot = (run.usage && run.usage.total) || {};
+  const names = run.contexts.map((c) => c.name).join(", ");
+  const item = h("li", { class: "link", "data-run": run.run_id },
+    h("div", { class: "linkhead" }, h("span", { class: "idx" }, `#${run.step}`), " ", badge(run.status), " ",
+      h("a", { href: (CONFIG.index_href || "./") + encodeURIComponent(run.run_id), class: "query" }, run.query || run.run_id)),
+    h("p", { class: "meta" }, `${fmtTime(run.created_at)} · ${fmtN(run.iterations)} turns · ${fmtN(run.sub_calls)} sub-calls · ` +
+      `${fmtS(run.duration_s)} · ${fmtTokens(tot)}`),
+    h("p", { class: "meta binds" }, run.contexts.length ? `binds ${names} (${run.contexts.map((c) => c.context_id).join(", ")})` : "no new context"));
+  if (run.status !== "completed" && run.status !== "running" && run.reason) item.append(h("div", { class: "banner bad" }, `${run.status}: ${run.reason}`));
+  if (run.answer !== null && run.answer !== undefined) {
+    item.append(h("pre", { class: "answer" }, run.answer));
+    if (run.answer_chars > run.answer.length) item.append(h("p", { class: "meta" }, `… ${fmtN(run.answer_chars)} characters in all: the run's page has the whole answer`));
+  }
+  return item;
+}
+
+function sessionPage(model) {
+  const state = model.state;
+  const tot = (model.usage && model.usage.total) || {};
+  const age = typeof model.created_at === "number" ? Math.max(0, Date.now() / 1000 - model.created_at) : null;
+  const status = state ? state.state : "unknown here";
+  const page = h("main", { class: "session" },
+    h("p", {}, h("a", { href: CONFIG.index_href || "./" }, "← all runs")),
+    h("h1", {}, "Kept session ", h("span", { class: "sid" }, model.session_id)),
+    h("p", { class: "meta" }, badge(status), ` ${state ? STATE_TEXT[state.state] || state.state : "this server holds no state of it (it ended before this server started, or another process holds it)"}`),
+    h("p", { class: "meta summary" }, `started ${fmtTime(model.created_at)}` + (age === null ? "" : ` · ${fmtAge(age)} old`) +
+      ` · ${model.runs.length} run${model.runs.length === 1 ? "" : "s"} · ${model.contexts_bound} context${model.contexts_bound === 1 ? "" : "s"} bound · ${fmtTokens(tot)}`));
+  if (state && state.state !== "ended") {
+    page.append(h("p", { class: "meta size" }, `contexts ${fmtBytes(state.context_bytes)} · ` +
+      (typeof state.snapshot_bytes === "number" ? `snapshot ${fmtBytes(state.snapshot_bytes)}` : "no snapshot") +
+      (typeof state.histories === "number" ? ` · ${state.histories} histories` : "") + (state.sandbox_live ? " · sandbox live" : " · no sandbox")));
+    if (state.snapshot_error) page.append(h("div", { class: "banner warn" }, state.snapshot_error));
+  }
+  if (state && state.state === "ended" && state.why) page.append(h("div", { class: "banner warn" }, `This session ${state.why}.`));
+  page.append(h("ol", { class: "chain" }, model.runs.map(chainLink)));
   return page;
 }
 
@@ -267,7 +314,8 @@ function indexPage(runs) {
       s("rect", { class: "bar2", x: 0, y: 7, height: 5, width: ((r.duration_s || 0) / maxDur) * 100 }, s("title", {}, fmtS(r.duration_s))));
     body.append(h("tr", { class: "row", "data-status": r.status, "data-text": `${r.query} ${r.run_id} ${r.model} ${r.session_id || ""}`.toLowerCase() },
       h("td", {}, fmtTime(r.created_at)), h("td", {}, h("a", { href: (CONFIG.run_href || "") + encodeURIComponent(r.run_id) }, r.query || r.run_id),
-        r.session_id ? h("span", { class: "meta", title: r.session_id }, ` · session ${r.session_id.slice(0, 10)} #${step[r.run_id]}`) : null),
+        r.session_id ? h("span", { class: "meta" }, " · ", h("a", { href: (CONFIG.run_href || "") + encodeURIComponent(r.session_id), class: "session-link", title: r.session_id },
+          `session ${r.session_id.slice(0, 10)} #${step[r.run_id]}`)) : null),
       h("td", {}, badge(r.status)), h("td", {}, fmtS(r.duration_s)), h("td", {}, fmtN(r.tokens)), h("td", {}, bar), h("td", {}, r.model || "")));
   }
   const apply = () => {
@@ -286,7 +334,7 @@ function indexPage(runs) {
 function draw(data) {
   const focused = document.activeElement && document.activeElement.id;
   const y = window.scrollY;
-  root.replaceChildren(CONFIG.view === "index" ? indexPage(data) : runPage(data));
+  root.replaceChildren(CONFIG.view === "index" ? indexPage(data) : CONFIG.view === "session" ? sessionPage(data) : runPage(data));
   if (focused) document.getElementById(focused)?.focus();
   window.scrollTo(0, y);
   document.body.dataset.version = String(CONFIG.version ?? "");
@@ -302,7 +350,7 @@ async function poll() {
       if (got.version !== CONFIG.version) { CONFIG.version = got.version; CONFIG.data = got.data; draw(got.data); }
     }
   } catch (err) { /* the server may be restarting: try again on the next tick */ }
-  const running = CONFIG.view === "index" || !(CONFIG.data && CONFIG.data.finished);
+  const running = CONFIG.view !== "run" || !(CONFIG.data && CONFIG.data.finished);
   if (running) setTimeout(poll, live.interval_ms);
 }
 
