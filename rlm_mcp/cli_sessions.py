@@ -8,11 +8,11 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import NotFoundError
-from rlm_mcp.events import Usage
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.service import session_files
 from rlm_mcp.service.views import session_usage
 from rlm_mcp.store.factory import make_stores
+from rlm_mcp.usage import Usage
 from rlm_mcp.visible import visible_line
 
 
