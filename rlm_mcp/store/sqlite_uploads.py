@@ -24,7 +24,8 @@ import anyio
 
 from rlm_mcp.store import _db
 from rlm_mcp.store.index import Row
-from rlm_mcp.store.sqlite_index import SqliteContextIndex, SqliteTx, transaction
+from rlm_mcp.store.sqlite_index import SqliteContextIndex
+from rlm_mcp.store.sqlite_tx import SqliteTx, transaction
 from rlm_mcp.store.statements import SQLITE
 
 __all__ = ["SqliteUploadIndex"]
@@ -33,25 +34,27 @@ log = logging.getLogger("rlm_mcp.store")
 
 
 class SqliteUploadTx(SqliteTx):
-    def __init__(self, conn: sqlite3.Connection, limiter: anyio.CapacityLimiter, index: SqliteUploadIndex) -> None:
-        super().__init__(conn, limiter)
+    def __init__(self, index: SqliteUploadIndex, *, write: bool) -> None:
+        super().__init__(index.db_path, write=write)
         self._index = index
 
     async def expire(self, cutoff: float) -> None:
-        await self.run(lambda: self._index.expire(self.conn, cutoff))
+        await self.run(lambda conn: self._index.expire(conn, cutoff))
 
     async def add_chunk(self, upload_id: str, index: int, staged: Any) -> None:
-        def place() -> None:
+        def place(conn: sqlite3.Connection) -> None:
             self._index.dir_of(upload_id).mkdir(exist_ok=True)
             os.replace(staged, self._index.chunk_path(upload_id, index))
 
         await self.run(place)
 
     async def is_finalizing(self, row: Row) -> bool:
-        return await self.run(self._index.marker(row["upload_id"]).exists)
+        marker = self._index.marker(row["upload_id"])
+        return await self.run(lambda conn: marker.exists())
 
     async def set_finalizing(self, upload_id: str) -> None:
-        await self.run(self._index.marker(upload_id).touch)
+        marker = self._index.marker(upload_id)
+        await self.run(lambda conn: marker.touch())
 
 
 class SqliteUploadIndex:
@@ -60,6 +63,7 @@ class SqliteUploadIndex:
     def __init__(self, contexts: SqliteContextIndex) -> None:
         self._contexts = contexts
         self.root = contexts.root / "uploads"
+        self.db_path = contexts.db_path
 
     def dir_of(self, upload_id: str) -> Path:
         return self.root / upload_id
@@ -78,11 +82,8 @@ class SqliteUploadIndex:
     def write(self) -> AbstractAsyncContextManager[SqliteUploadTx]:
         return self._tx(write=True)
 
-    @asynccontextmanager
-    async def _tx(self, *, write: bool) -> AsyncIterator[SqliteUploadTx]:
-        limiter = anyio.CapacityLimiter(1)
-        async with transaction(self._contexts.db_path, write=write, limiter=limiter) as conn:
-            yield SqliteUploadTx(conn, limiter, self)
+    def _tx(self, *, write: bool) -> AbstractAsyncContextManager[SqliteUploadTx]:
+        return transaction(SqliteUploadTx(self, write=write))
 
     async def stage(self, data: bytes) -> Path:
         def write() -> Path:
