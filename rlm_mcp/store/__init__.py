@@ -11,10 +11,10 @@ a cap) and the layers above say how their user fixes it.
 """
 
 from rlm_mcp.store.context_model import ContextInfo, context_id_for
-from rlm_mcp.store.contexts import ContextStore
 from rlm_mcp.store.runs import RunLog, RunStore, check_run_id
+from rlm_mcp.store.sqlite_index import ContextStore
+from rlm_mcp.store.sqlite_uploads import UploadStore
 from rlm_mcp.store.upload_model import MAX_CHUNK_BYTES, UploadState
-from rlm_mcp.store.uploads import UploadStore
 
 __all__ = [
     "MAX_CHUNK_BYTES",

@@ -1,6 +1,6 @@
 """Stored contexts, content-addressed: the rules every store follows, written once over an index
-(`store.index`): SQLite and files in the data dir (`ContextStore`, the embedded default) or
-PostgreSQL (`store.pg.contexts.PgContextStore`, team mode).
+(`store.index`): SQLite and files in the data dir (`store.sqlite_index.ContextStore`, the
+embedded default) or PostgreSQL (`store.pg.contexts.PgContextStore`, team mode).
 
 Ids, character counts and `ContextInfo`: `context_model`.
 
@@ -42,9 +42,8 @@ from rlm_mcp.store.context_model import ContextInfo, context_id_for, context_inf
 from rlm_mcp.store.eviction import clean_stale_tmp, plan_eviction
 from rlm_mcp.store.index import ContextIndex, ContextTx, Row
 from rlm_mcp.store.owner_caps import releases_in_share, store_share
-from rlm_mcp.store.sqlite_index import SqliteContextIndex
 
-__all__ = ["ContextStore", "Contexts", "unknown_context"]
+__all__ = ["Contexts", "unknown_context"]
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -320,18 +319,3 @@ class Contexts:
         if evicted:
             log.info("evicted %d context(s): %s", len(evicted), ", ".join(evicted))
         return evicted
-
-
-class ContextStore(Contexts):
-    """The embedded store: the SQLite index and blob files under `settings.data_dir`."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.files = SqliteContextIndex(Path(settings.data_dir))
-        super().__init__(settings, self.files)
-        self.db_path = self.files.db_path
-
-    def blob_path(self, sha256: str) -> Path:
-        return self.files.local_path(sha256)
-
-    def _prepare(self) -> None:
-        self.files.prepare()

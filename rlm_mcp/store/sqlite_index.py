@@ -22,17 +22,19 @@ from pathlib import Path
 
 import anyio
 
+from rlm_mcp.config import Settings
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import Ingested
 from rlm_mcp.store.blob_check import check_blob
 from rlm_mcp.store.context_model import ContextInfo
+from rlm_mcp.store.contexts import Contexts
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pins import ADD_PIN, live_pins, pin_rows
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 from rlm_mcp.store.sqlite_tx import SqliteTx, transaction
 from rlm_mcp.store.statements import SQLITE
 
-__all__ = ["SqliteContextIndex", "SqliteContextTx"]
+__all__ = ["ContextStore", "SqliteContextIndex", "SqliteContextTx"]
 
 
 class SqliteContextTx(SqliteTx):
@@ -115,3 +117,18 @@ class SqliteContextIndex:
 
     async def make_local(self, infos: Sequence[ContextInfo]) -> None:
         return None  # blob files are local
+
+
+class ContextStore(Contexts):
+    """The embedded store: the SQLite index and blob files under `settings.data_dir`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.files = SqliteContextIndex(Path(settings.data_dir))
+        super().__init__(settings, self.files)
+        self.db_path = self.files.db_path
+
+    def blob_path(self, sha256: str) -> Path:
+        return self.files.local_path(sha256)
+
+    def _prepare(self) -> None:
+        self.files.prepare()

@@ -22,13 +22,15 @@ from typing import Any
 
 import anyio
 
+from rlm_mcp.config import Settings
 from rlm_mcp.store import _db
 from rlm_mcp.store.index import Row
-from rlm_mcp.store.sqlite_index import SqliteContextIndex
+from rlm_mcp.store.sqlite_index import ContextStore, SqliteContextIndex
 from rlm_mcp.store.sqlite_tx import SqliteTx, transaction
 from rlm_mcp.store.statements import SQLITE
+from rlm_mcp.store.uploads import Uploads
 
-__all__ = ["SqliteUploadIndex"]
+__all__ = ["SqliteUploadIndex", "UploadStore"]
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -133,3 +135,10 @@ class SqliteUploadIndex:
                 pass
         if stale:
             log.info("expired %d upload(s)", len(stale))
+
+
+class UploadStore(Uploads):
+    """The embedded store's uploads: rows in the data dir's SQLite index, chunks in files."""
+
+    def __init__(self, settings: Settings, contexts: ContextStore) -> None:
+        super().__init__(settings, contexts, SqliteUploadIndex(contexts.files))

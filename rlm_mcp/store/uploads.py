@@ -1,5 +1,5 @@
 """Chunked, resumable uploads (rlm_upload_context): the protocol, written once over an upload
-index (`store.index.UploadIndex`): SQLite and files (`UploadStore`) or PostgreSQL
+index (`store.index.UploadIndex`): SQLite and files (`store.sqlite_uploads.UploadStore`) or PostgreSQL
 (`store.pg.uploads.PgUploadStore`). State survives a restart and is shared by every process on
 the store, so consecutive chunks may land on different servers. The protocol:
 
@@ -29,10 +29,9 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, context_too_large, uploads_over_store_cap
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
-from rlm_mcp.store.contexts import Contexts, ContextStore
+from rlm_mcp.store.contexts import Contexts
 from rlm_mcp.store.index import Row, UploadIndex, UploadTx
 from rlm_mcp.store.owner_caps import check_pending_uploads, may_continue_upload
-from rlm_mcp.store.sqlite_uploads import SqliteUploadIndex
 from rlm_mcp.store.upload_model import (
     MAX_CHUNK_BYTES,
     UPLOAD_ID,
@@ -43,7 +42,7 @@ from rlm_mcp.store.upload_model import (
     unknown_upload,
 )
 
-__all__ = ["MAX_CHUNK_BYTES", "UPLOAD_TTL_S", "UploadState", "UploadStore", "Uploads"]
+__all__ = ["MAX_CHUNK_BYTES", "UPLOAD_TTL_S", "UploadState", "Uploads"]
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -259,10 +258,3 @@ class Uploads:
             done=bool(row["done"]),
             context=context,
         )
-
-
-class UploadStore(Uploads):
-    """The embedded store's uploads: rows in the data dir's SQLite index, chunks in files."""
-
-    def __init__(self, settings: Settings, contexts: ContextStore) -> None:
-        super().__init__(settings, contexts, SqliteUploadIndex(contexts.files))
