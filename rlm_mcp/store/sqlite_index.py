@@ -101,13 +101,10 @@ class SqliteContextIndex:
         return self.blobs / sha256[:2] / sha256
 
     def read(self) -> AbstractAsyncContextManager[SqliteContextTx]:
-        return self._tx(write=False)
+        return transaction(SqliteContextTx(self, write=False))
 
     def write(self) -> AbstractAsyncContextManager[SqliteContextTx]:
-        return self._tx(write=True)
-
-    def _tx(self, *, write: bool) -> AbstractAsyncContextManager[SqliteContextTx]:
-        return transaction(SqliteContextTx(self, write=write))
+        return transaction(SqliteContextTx(self, write=True))
 
     async def present(self) -> bool:
         return await anyio.Path(self.db_path).exists()

@@ -79,13 +79,10 @@ class SqliteUploadIndex:
         return self.root / upload_id / "finalizing"
 
     def read(self) -> AbstractAsyncContextManager[SqliteUploadTx]:
-        return self._tx(write=False)
+        return transaction(SqliteUploadTx(self, write=False))
 
     def write(self) -> AbstractAsyncContextManager[SqliteUploadTx]:
-        return self._tx(write=True)
-
-    def _tx(self, *, write: bool) -> AbstractAsyncContextManager[SqliteUploadTx]:
-        return transaction(SqliteUploadTx(self, write=write))
+        return transaction(SqliteUploadTx(self, write=True))
 
     async def stage(self, data: bytes) -> Path:
         def write() -> Path:

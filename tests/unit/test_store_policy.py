@@ -194,6 +194,26 @@ async def test_a_statement_sent_with_the_commit_still_rolls_the_transaction_back
         await _put(contexts, b"next")
 
 
+async def test_more_writers_than_worker_threads_all_finish(tmp_path: Path) -> None:
+    """Writers waiting for the index's lock hold shared worker threads (40 by default); the
+    holder's later steps run on threads of its own, so it finishes and the queue drains."""
+    contexts, _ = _stores(tmp_path)
+    cid = await _put(contexts, b"busy")
+    used: list[float] = []
+
+    async def run() -> None:
+        async with contexts.in_use([cid], owner=ALICE) as infos:
+            used.append(infos[0].last_used_at)
+
+    with anyio.fail_after(DEADLINE_S):
+        async with anyio.create_task_group() as tg:
+            for _ in range(100):
+                tg.start_soon(run)
+    assert len(used) == 100
+    with sqlite3.connect(contexts.db_path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == 0
+
+
 async def test_a_cancelled_transaction_gives_the_lock_back(tmp_path: Path) -> None:
     contexts, _ = _stores(tmp_path)
     cid = await _put(contexts, b"row")
