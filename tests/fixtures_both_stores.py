@@ -20,8 +20,8 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.store.bundle import Stores
-from rlm_mcp.store.contexts import ContextStore
 from rlm_mcp.store.runs import RunStore
+from rlm_mcp.store.sqlite_index import ContextStore
 
 
 def _sqlite(stores: Stores) -> ContextStore:

@@ -219,7 +219,7 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 async def has_bytes(stores: Stores, sha256: str) -> bool:
     """Whether the store still holds a blob (SQLite: its file; PostgreSQL: its row)."""
     if stores.kind == "sqlite":
-        from rlm_mcp.store.contexts import ContextStore
+        from rlm_mcp.store.sqlite_index import ContextStore
 
         assert isinstance(stores.contexts, ContextStore)
         return stores.contexts.blob_path(sha256).exists()

@@ -10,9 +10,9 @@ from __future__ import annotations
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import TEAM_EXTRA_FIX, RlmMcpError
 from rlm_mcp.store.bundle import Stores
-from rlm_mcp.store.contexts import ContextStore
 from rlm_mcp.store.runs import RunStore
-from rlm_mcp.store.uploads import UploadStore
+from rlm_mcp.store.sqlite_index import ContextStore
+from rlm_mcp.store.sqlite_uploads import UploadStore
 
 __all__ = ["Stores", "make_stores"]
 

@@ -7,28 +7,31 @@ be checked that way and lapses after `PIN_TTL_S`. Eviction and deletes skip pinn
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from rlm_mcp.store import _db
 from rlm_mcp.store.context_model import PIN_TTL_S
 
-__all__ = ["add_pins", "live_pins", "remove_pin"]
+__all__ = ["ADD_PIN", "live_pins", "pin_rows"]
 
 
-def add_pins(conn: sqlite3.Connection, pin_id: str, context_ids: Sequence[str], owner: str, now: float) -> None:
-    """Pin `context_ids` for this process under `pin_id` (inside the caller's write transaction)."""
+ADD_PIN = "INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
+@functools.lru_cache(maxsize=4)
+def _start_of(pid: int) -> str | None:
+    return _db.proc_start(pid)
+
+
+def pin_rows(pin_id: str, context_ids: Sequence[str], owner: str, now: float) -> list[tuple[Any, ...]]:
+    """The rows (for `ADD_PIN`) that pin `context_ids` for this process under `pin_id`."""
     pid = os.getpid()
-    start = _db.proc_start(pid)
-    for cid in context_ids:
-        conn.execute(
-            "INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)", (pin_id, cid, _db.HOST, pid, start, now + PIN_TTL_S, owner)
-        )
-
-
-def remove_pin(conn: sqlite3.Connection, pin_id: str) -> None:
-    conn.execute("DELETE FROM pins WHERE pin_id = ?", (pin_id,))
+    start = _start_of(pid)  # a process's start time never changes
+    return [(pin_id, cid, _db.HOST, pid, start, now + PIN_TTL_S, owner) for cid in context_ids]
 
 
 def live_pins(conn: sqlite3.Connection, now: float) -> set[tuple[str, str | None]]:

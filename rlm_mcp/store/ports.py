@@ -22,7 +22,7 @@ from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store.context_model import ContextInfo
-from rlm_mcp.store.uploads import UploadState
+from rlm_mcp.store.upload_model import UploadState
 
 
 class ContextStorePort(Protocol):

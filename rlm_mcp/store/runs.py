@@ -49,7 +49,7 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def _unknown(run_id: str) -> UnknownIdError:
+def unknown_run(run_id: str) -> UnknownIdError:
     return UnknownIdError("run", run_id)
 
 
@@ -223,9 +223,9 @@ class RunStore:
         try:
             record = read_record(path)
         except FileNotFoundError:
-            raise _unknown(run_id) from None
+            raise unknown_run(run_id) from None
         if record is None or not sees(owner, record.request.owner):
-            raise _unknown(run_id)
+            raise unknown_run(run_id)
         return record
 
     async def read_events(self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None) -> list[LoggedEvent]:
@@ -265,7 +265,7 @@ class RunStore:
             try:
                 summary = (run_dir / "summary.json").stat()
             except FileNotFoundError:
-                raise _unknown(run_id) from None
+                raise unknown_run(run_id) from None
             try:
                 size = (run_dir / "events.jsonl").stat().st_size
             except FileNotFoundError:

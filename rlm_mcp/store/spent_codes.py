@@ -2,10 +2,10 @@
 
 `SpentCodesPort.spend(code, expires_at)` answers True to the first caller for a code and False
 to every later one, until the code has expired (its expiry is the caller's to check: a code
-past it is refused before it gets here). The embedded default keeps the spent codes of this
-process in memory (`LocalSpentCodes`); team mode keeps them in PostgreSQL
-(`rlm_mcp.store.pg.spent_codes`), so a code spent on one replica is spent on all of them.
-Only a hash of a code is kept.
+past it is refused before it gets here). The rule is `SpentCodes`, over a book of spent codes:
+the embedded default keeps those of this process in memory (`LocalSpentCodes`); team mode keeps
+them in PostgreSQL (`rlm_mcp.store.pg.spent_codes`), so a code spent on one replica is spent on
+all of them. Only a hash of a code is kept.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import hashlib
 import time
 from typing import Protocol
 
-__all__ = ["MAX_LOCAL", "LocalSpentCodes", "SpentCodesPort", "code_digest"]
+__all__ = ["MAX_LOCAL", "CodeBook", "LocalSpentCodes", "SpentCodes", "SpentCodesPort", "code_digest"]
 
 MAX_LOCAL = 65536  # a bound on memory: codes live a minute, each one asked for with the token
 
@@ -30,20 +30,39 @@ class SpentCodesPort(Protocol):
         ...
 
 
-class LocalSpentCodes:
+class CodeBook(Protocol):
+    async def add_if_new(self, digest: str, expires_at: float, now: float) -> bool:
+        """Record a spent code's digest; False when it was there (or cannot be recorded)."""
+        ...
+
+
+class SpentCodes:
+    """The first caller for a code spends it; only its digest is recorded."""
+
+    def __init__(self, book: CodeBook) -> None:
+        self._book = book
+
+    async def spend(self, code: str, expires_at: float) -> bool:
+        return await self._book.add_if_new(code_digest(code), expires_at, time.time())
+
+
+class MemoryCodeBook:
     """The spent codes of one process (no await between the check and the write: atomic)."""
 
     def __init__(self) -> None:
         self._spent: dict[str, float] = {}
 
-    async def spend(self, code: str, expires_at: float) -> bool:
-        now = time.time()
+    async def add_if_new(self, digest: str, expires_at: float, now: float) -> bool:
         if len(self._spent) >= MAX_LOCAL:
             self._spent = {c: e for c, e in self._spent.items() if e > now}
             if len(self._spent) >= MAX_LOCAL:  # all unexpired: refuse rather than forget one
                 return False
-        digest = code_digest(code)
         if digest in self._spent:
             return False
         self._spent[digest] = expires_at
         return True
+
+
+class LocalSpentCodes(SpentCodes):
+    def __init__(self) -> None:
+        super().__init__(MemoryCodeBook())

@@ -19,18 +19,14 @@ import anyio
 import psycopg
 
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import BadArgumentError, UnknownIdError
+from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
 from rlm_mcp.ports.runs import RunRecord, encode_live
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event
+from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event, unknown_run
 
 log = logging.getLogger("rlm_mcp.store")
-
-
-def _unknown(run_id: str) -> UnknownIdError:
-    return UnknownIdError("run", run_id)
 
 
 def _dump(record: RunRecord) -> str:
@@ -250,7 +246,7 @@ class PgRunStore:
             )
             row = await cur.fetchone()
         if row is None:
-            raise _unknown(run_id)
+            raise unknown_run(run_id)
         log = PgRunLog(
             self._db,
             run_id,
@@ -268,7 +264,7 @@ class PgRunStore:
             cur = await conn.execute("SELECT owner, summary FROM rlm_runs WHERE run_id = %s", (run_id,))
             row = await cur.fetchone()
         if row is None or not sees(owner, row["owner"]):
-            raise _unknown(run_id)
+            raise unknown_run(run_id)
         return RunRecord.from_stored(json.loads(row["summary"]))
 
     async def read_events(
@@ -298,7 +294,7 @@ class PgRunStore:
             cur = await conn.execute("SELECT log_bytes, updated_at FROM rlm_runs WHERE run_id = %s", (run_id,))
             row = await cur.fetchone()
         if row is None:
-            raise _unknown(run_id)
+            raise unknown_run(run_id)
         return f"{row['log_bytes']}-{row['updated_at']!r}"
 
     async def prune(self, *, max_records: int, max_age_days: float) -> builtins.list[str]:

@@ -1,0 +1,131 @@
+"""The embedded index: SQLite (`index.sqlite3`, shared by every process on a data dir) and blob
+files, content-addressed, under the data dir. Implements `store.index` for the rules in
+`store.contexts`.
+
+Layout under `data_dir`:
+  contexts/<sha256[:2]>/<sha256>   the bytes (one blob per distinct content)
+  index.sqlite3                    metadata, pins, uploads (WAL mode; `store._db`)
+  tmp/                             files being written; renamed into place when complete
+
+Transactions: `store.sqlite_tx`. Every blob rename and unlink happens inside a write
+transaction, so a delete in one process can never remove a blob another process has just
+committed a row for.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.owners import Owner
+from rlm_mcp.store._ingest import Ingested
+from rlm_mcp.store.blob_check import check_blob
+from rlm_mcp.store.context_model import ContextInfo
+from rlm_mcp.store.contexts import Contexts
+from rlm_mcp.store.index import Row
+from rlm_mcp.store.pins import ADD_PIN, live_pins, pin_rows
+from rlm_mcp.store.private import PRIVATE_FILE, private_dir
+from rlm_mcp.store.sqlite_tx import SqliteTx, transaction
+from rlm_mcp.store.statements import SQLITE
+
+__all__ = ["ContextStore", "SqliteContextIndex", "SqliteContextTx"]
+
+
+class SqliteContextTx(SqliteTx):
+    def __init__(self, index: SqliteContextIndex, *, write: bool) -> None:
+        super().__init__(index.db_path, write=write)
+        self._index = index
+
+    async def lock_context(self, context_id: str) -> None:
+        return None
+
+    async def lock_eviction(self) -> None:
+        return None
+
+    async def live_pins(self, now: float) -> set[tuple[str, str | None]]:
+        return await self.run(lambda conn: live_pins(conn, now))
+
+    async def add_pins(self, pin_id: str, context_ids: Sequence[str], owner: Owner, now: float) -> None:
+        for row in pin_rows(pin_id, context_ids, owner, now):
+            await self.execute(ADD_PIN, row)
+
+    async def put_blob(self, ing: Ingested, owner: Owner) -> None:
+        blob = self._index.local_path(ing.sha256)
+
+        def move(conn: sqlite3.Connection) -> None:
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            if blob.exists() and blob.stat().st_size == ing.bytes:
+                ing.tmp_path.unlink(missing_ok=True)  # same content already stored
+            else:
+                os.chmod(ing.tmp_path, PRIVATE_FILE)
+                os.replace(ing.tmp_path, blob)
+
+        await self.run(move)
+
+    async def release_blob(self, sha256: str) -> None:
+        def release(conn: sqlite3.Connection) -> None:
+            if conn.execute(SQLITE.sha_in_use, (sha256,)).fetchone() is None:
+                self._index.local_path(sha256).unlink(missing_ok=True)
+
+        await self.run(release)
+
+    async def blob_intact(self, row: Row) -> bool:
+        path = self._index.local_path(row["sha256"])
+        return await self.run(lambda conn: check_blob(path, row["bytes"], row["context_id"]))
+
+
+class SqliteContextIndex:
+    """Contexts' rows in the data dir's SQLite index, their bytes in files beside it."""
+
+    sql = SQLITE
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = Path(data_dir)
+        self.db_path = self.root / "index.sqlite3"
+        self.blobs = self.root / "contexts"
+        self.tmp_dir = self.root / "tmp"
+
+    def prepare(self) -> None:
+        # 0700, also when made beforehand: contexts are often private documents (blobs are 0600;
+        # a sandbox receives them over its stream, never by a mount).
+        private_dir(self.root)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+
+    def local_path(self, sha256: str) -> Path:
+        return self.blobs / sha256[:2] / sha256
+
+    def read(self) -> AbstractAsyncContextManager[SqliteContextTx]:
+        return transaction(SqliteContextTx(self, write=False))
+
+    def write(self) -> AbstractAsyncContextManager[SqliteContextTx]:
+        return transaction(SqliteContextTx(self, write=True))
+
+    async def present(self) -> bool:
+        return await anyio.Path(self.db_path).exists()
+
+    async def adopt(self, ing: Ingested) -> None:
+        return None  # `put_blob` moved the bytes into place
+
+    async def make_local(self, infos: Sequence[ContextInfo]) -> None:
+        return None  # blob files are local
+
+
+class ContextStore(Contexts):
+    """The embedded store: the SQLite index and blob files under `settings.data_dir`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.files = SqliteContextIndex(Path(settings.data_dir))
+        super().__init__(settings, self.files)
+        self.db_path = self.files.db_path
+
+    def blob_path(self, sha256: str) -> Path:
+        return self.files.local_path(sha256)
+
+    def _prepare(self) -> None:
+        self.files.prepare()
