@@ -87,7 +87,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def eval_forms(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     """The parser of each form of `rlm-mcp eval` (its first word, or TASKS.jsonl)."""
-    from rlm_mcp.eval.cli import Forms
+    from rlm_mcp.cli.eval import Forms
 
     (forms,) = [a for a in parser._actions if isinstance(a, Forms)]
     return {"TASKS.jsonl": forms.run_form, **forms._name_parser_map}
@@ -99,9 +99,9 @@ def commands(
     """Every command a user can type: a parser with a handler, keyed by its words; `eval`'s three
     forms (a task file, generate, import) stand for `eval` itself."""
     if parser is None:
-        from rlm_mcp.cli import _parser
+        from rlm_mcp.cli import build_parser
 
-        parser = _parser()
+        parser = build_parser()
     if path == ("eval",):
         return {("eval", form): p for form, p in eval_forms(parser).items()}
     found: dict[tuple[str, ...], argparse.ArgumentParser] = {}

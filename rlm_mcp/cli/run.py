@@ -1,4 +1,4 @@
-"""What `rlm-mcp run` and `rlm-mcp runs list|html` show a person (the argparse wiring is in cli.py).
+"""What `rlm-mcp run` and `rlm-mcp runs list|html` show a person (the argparse wiring is in parser.py).
 
 Progress goes to stderr: a live, self-updating line (rich) on a terminal, one plain line per
 update otherwise. The result goes to stdout: the answer and a summary line, or with `--json`
@@ -70,7 +70,7 @@ class ProgressDisplay:
 
 
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.cli_options import overrides_of
+    from rlm_mcp.cli.options import overrides_of
     from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
     from rlm_mcp.service.service import RlmService
 
