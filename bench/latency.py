@@ -21,10 +21,10 @@ from pathlib import Path
 
 import anyio
 
+from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing import scripted_lm_process
 
 DONE = '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```'
@@ -51,7 +51,7 @@ async def bench(delay: float, limit: int, repeat: int) -> None:
             pool_size=2,
             max_concurrent_lm_calls=limit,
         )
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             context = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
             walls = []
             for _ in range(repeat + 1):  # the first run warms the pool and model discovery up

@@ -30,12 +30,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.chat import CallRecord
 from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing import scripted_lm_process
 
 TURN = "```repl\nx = len(context)\nprint(x)\n```"
@@ -137,7 +137,7 @@ async def whole_runs(repeat: int) -> dict[str, dict[str, list[float]]]:
             pool_size=2,
             max_concurrent_lm_calls=64,
         )
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             ctx = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
 
             async def run(query: str) -> float:

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import anyio
 
+from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing import scripted_lm_process
 
 TURN = "```repl\nx = len(context)\nprint(x)\n```"
@@ -78,7 +78,7 @@ async def bench(repeat: int) -> None:
             pool_size=2,
             max_concurrent_lm_calls=64,
         )
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             small = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
             big = await service.load_context(
                 text=("0123456789abcdef" * 64 + "\n") * (50 * 1024 * 1024 // 1025), owner=LOCAL_OWNER

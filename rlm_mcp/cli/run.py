@@ -70,9 +70,9 @@ class ProgressDisplay:
 
 
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.assembly import build_service
     from rlm_mcp.cli.options import overrides_of
     from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
-    from rlm_mcp.service.service import RlmService
 
     settings = for_one_off_command(settings)
     # A relative --path means relative to where the command was typed; the path typed is what
@@ -81,7 +81,7 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     if path is not None:
         settings = opening_local_paths(settings, [Path(path)])
     with ProgressDisplay() as display:
-        async with RlmService(settings, mode="stdio") as service:
+        async with build_service(settings, mode="stdio") as service:
             context_id: str | None = None
             if args.context_id:
                 context_id = args.context_id

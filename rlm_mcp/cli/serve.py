@@ -24,23 +24,24 @@ from rlm_mcp.lm.endpoint import key_note
 def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     if (note := key_note(settings)) is not None:
         logging.getLogger("rlm_mcp.lm").warning("%s; set RLM_MCP_SUB_API_KEY if that server needs one", note)
-    if settings.role != "both" and settings.database_url is None:
+    deployment = settings.deployment
+    if deployment.embedded and deployment.role != "both":
         raise RlmMcpError(
-            f"--role {settings.role} needs team mode: fronts and workers share runs through PostgreSQL.",
+            f"--role {deployment.role} needs team mode: fronts and workers share runs through PostgreSQL.",
             "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
             "(docs/team.md), or serve with --role both (the default).",
         )
-    if settings.database_url is not None:  # a misconfigured database: one line, before anything starts
+    if deployment.team:  # a misconfigured database: one line, before anything starts
         anyio.run(_database_ready, settings)
-    if settings.role != "front":  # this process runs sandboxes: never without their limits
+    if deployment.executes_runs:  # this process runs sandboxes: never without their limits
         from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
 
-        anyio.run(refuse_unlimited_sandboxes, settings)
+        anyio.run(refuse_unlimited_sandboxes, settings.sandbox)
     from rlm_mcp.observability import tracing
 
     tracing.configure_from_env()  # only when OTEL_* variables ask for traces
     try:
-        anyio.run(_serve_worker if settings.role == "worker" else _serve, settings)
+        anyio.run(_serve if deployment.serves_mcp else _serve_worker, settings)
     finally:
         tracing.shutdown()  # the spans still batched go out before the process ends
     return 0
@@ -50,8 +51,7 @@ async def _database_ready(settings: Settings) -> None:
     """Team mode's first connection (encoding, privileges, migrations), checked before serving."""
     from rlm_mcp.store.pg import Database
 
-    assert settings.database_url is not None
-    await Database(settings.database_url.get_secret_value(), replica=False).prepare()
+    await Database(settings.database_dsn(), replica=False).prepare()
 
 
 async def _serve_worker(settings: Settings) -> None:
@@ -59,18 +59,18 @@ async def _serve_worker(settings: Settings) -> None:
     (`GET /healthz`, for a balancer or systemd) and its metrics (`GET /metrics`) on
     RLM_MCP_HOST:RLM_MCP_PORT; no MCP, no viewer."""
     from rlm_mcp.access import load_tokens
+    from rlm_mcp.assembly import build_service
     from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
     from rlm_mcp.server.health import health_app, store_readiness
     from rlm_mcp.server.http import serve_http
     from rlm_mcp.server.listen import bind_listener
-    from rlm_mcp.service.service import RlmService
 
     closed = threading.Event()
     listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before anything starts
 
     async def serve() -> None:
         try:
-            async with RlmService(settings, mode="http") as service:
+            async with build_service(settings, mode="http") as service:
                 logging.getLogger("rlm_mcp").info("team worker: executing queued runs; health on /healthz")
                 health = health_app(store_readiness(service.stores), role="worker")
                 scrape = metrics_endpoint(load_tokens(settings), public=settings.metrics_public)

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LMSettings
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.catalog import ModelCatalog
 from rlm_mcp.lm.completions import Completions
@@ -51,7 +51,7 @@ class _Parts:
 class LMClient:
     """Talks to the root endpoint and, when one is set, the sub-call endpoint. Connects lazily."""
 
-    def __init__(self, settings: Settings, *, backoff_base_s: float | None = None) -> None:
+    def __init__(self, settings: LMSettings, *, backoff_base_s: float | None = None) -> None:
         self._settings = settings
         # anyio primitives bind to the running event loop, so the limiter is made on first use.
         self._limiter: anyio.Semaphore | None = None
