@@ -24,7 +24,7 @@ def backend_for(settings: SandboxSettings) -> SandboxBackend:
         from rlm_mcp.sandbox.docker.backend import DockerBackend
 
         return DockerBackend(settings)
-    raise ValueError(f"unknown sandbox backend {settings.sandbox_backend!r}")  # config.py validates it
+    raise ValueError(f"unknown sandbox backend {settings.sandbox_backend!r}")  # config/sandbox.py validates it
 
 
 async def refuse_unlimited_sandboxes(settings: SandboxSettings, timeout_s: float = START_CHECK_S) -> None:
