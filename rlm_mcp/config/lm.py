@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_settings import NoDecode
 
-from rlm_mcp.config.values import comma_list, json_object, server_of
+from rlm_mcp.config.values import SECTION_CONFIG, comma_list, json_object, server_of
 from rlm_mcp.config_check import check_endpoint_url
 
 # Which field carries a request's completion budget (lm/length_field.py applies it).
@@ -29,6 +29,8 @@ class ModelPrice(BaseModel):
 
 class LMSettings(BaseModel):
     """RLM_MCP_ settings of the LM endpoints (`settings.lm`)."""
+
+    model_config = SECTION_CONFIG
 
     base_url: str = Field("http://localhost:8000/v1", description="OpenAI-compatible endpoint (…/v1).")
     model: str = Field("rlm-v0.1", description="Root model name (the LoRA adapter's name on vLLM).")

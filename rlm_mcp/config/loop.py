@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from rlm_mcp.config.values import SECTION_CONFIG
 from rlm_mcp.prompt_file import MAX_PROMPT_BYTES, PromptFileError, prompt_file_path, read_prompt_file
 
 
 class LoopSettings(BaseModel):
     """RLM_MCP_ settings of the RLM loop (`settings.loop`)."""
+
+    model_config = SECTION_CONFIG
 
     prompt_profile: str = Field(
         "auto", description="auto (canonical for the adapter, else rlm-mcp) | canonical | rlm-mcp | file:PATH"

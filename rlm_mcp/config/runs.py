@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from rlm_mcp.config.values import SECTION_CONFIG
+
 
 class RunSettings(BaseModel):
     """RLM_MCP_ settings of run slots, the waiting queue and run records (`settings.runs`)."""
+
+    model_config = SECTION_CONFIG
 
     max_runs: int = Field(4, ge=1, description="Runs executing at once; more wait (with progress).")
     max_runs_per_owner: int | None = Field(
@@ -32,6 +36,8 @@ class RunSettings(BaseModel):
 
 class SessionSettings(BaseModel):
     """RLM_MCP_ settings of kept sessions (`settings.sessions`)."""
+
+    model_config = SECTION_CONFIG
 
     session_idle_s: float = Field(
         900.0, gt=0, description="A kept session whose REPL sat idle this long is closed (its sandbox released)."

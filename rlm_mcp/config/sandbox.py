@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from rlm_mcp.config.values import parse_size
+from rlm_mcp.config.values import SECTION_CONFIG, parse_size
 
 DEFAULT_IMAGE = "rlm-mcp-sandbox:0.2"  # the version moves with what the image holds (0.2: python3-dill)
 
@@ -26,6 +26,8 @@ def sandbox_usable_bytes(memory: str) -> int:
 
 class SandboxSettings(BaseModel):
     """RLM_MCP_ settings of the sandboxes (`settings.sandbox`)."""
+
+    model_config = SECTION_CONFIG
 
     sandbox_backend: Literal["docker"] = Field(
         "docker", description="What makes the sandboxes (docs/architecture.md, Backends); Docker only so far."

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import NoDecode
 
-from rlm_mcp.config.values import comma_list
+from rlm_mcp.config.values import SECTION_CONFIG, comma_list
 
 # How MCP clients reach the server.
 Transport = Literal["stdio", "http"]
@@ -18,6 +18,8 @@ Transport = Literal["stdio", "http"]
 
 class ServerSettings(BaseModel):
     """RLM_MCP_ settings of the MCP server, its HTTP transport and access (`settings.server`)."""
+
+    model_config = SECTION_CONFIG
 
     transport: Transport = Field("stdio", description="How MCP clients reach the server: stdio or http.")
     host: str = Field("127.0.0.1", description="HTTP bind address.")

@@ -12,7 +12,7 @@ import platformdirs
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import NoDecode
 
-from rlm_mcp.config.values import comma_list
+from rlm_mcp.config.values import SECTION_CONFIG, comma_list
 
 
 def _default_data_dir() -> Path:
@@ -25,6 +25,8 @@ def _default_roots() -> list[Path]:
 
 class StoreSettings(BaseModel):
     """RLM_MCP_ settings of the context and run stores (`settings.store`)."""
+
+    model_config = SECTION_CONFIG
 
     data_dir: Path = Field(default_factory=_default_data_dir, description="Contexts, runs, index.")
     max_context_bytes: int = Field(
@@ -55,6 +57,8 @@ class StoreSettings(BaseModel):
 
 class LoadSettings(BaseModel):
     """RLM_MCP_ settings of what a context load may read: folders and URLs (`settings.loads`)."""
+
+    model_config = SECTION_CONFIG
 
     allowed_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=_default_roots,

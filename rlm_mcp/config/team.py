@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
+from rlm_mcp.config.values import SECTION_CONFIG
 from rlm_mcp.database_url import check_database_url
 from rlm_mcp.errors import RlmMcpError
 
@@ -49,6 +50,8 @@ class Deployment:
 
 class TeamSettings(BaseModel):
     """RLM_MCP_ settings of team mode (docs/team.md) (`settings.team`)."""
+
+    model_config = SECTION_CONFIG
 
     database_url: SecretStr | None = Field(
         None,

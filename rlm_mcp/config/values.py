@@ -8,7 +8,13 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import ConfigDict
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+# A section built on its own (a test's `LMSettings(base_url=...)`) checks its defaults and refuses
+# a name it does not own; `Settings` overrides `extra` (the environment holds other variables).
+SECTION_CONFIG = ConfigDict(extra="forbid", validate_default=True)
 
 
 def parse_size(text: str) -> int:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from rlm_mcp.config import SECTIONS, SandboxSettings, Settings, load_settings
+from rlm_mcp.config import SECTIONS, LMSettings, SandboxSettings, Settings, load_settings
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.testing.settings import make_settings
 
@@ -72,3 +73,10 @@ def test_the_database_dsn_is_read_in_team_mode_only(tmp_path: Path) -> None:
     assert make_settings(tmp_path, database_url=TEAM_DB).database_dsn() == TEAM_DB
     with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
         make_settings(tmp_path).database_dsn()
+
+
+def test_a_section_built_on_its_own_refuses_a_setting_it_does_not_own() -> None:
+    # A test that builds only the LM section must not silently drop a sandbox setting.
+    with pytest.raises(ValidationError, match="max_sandboxes"):
+        LMSettings.model_validate({"max_sandboxes": 2})
+    assert LMSettings(model="m").effective_sub_model == "m"
