@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.limits import RunOverrides
@@ -66,7 +67,7 @@ async def bench_service(
             pool_size=2,
             max_concurrent_lm_calls=max_concurrent_lm_calls,
         )
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             yield service
 
 

@@ -29,13 +29,13 @@ from pathlib import Path
 import anyio
 import docker
 
+from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.snapshot import restore_snapshot, take_snapshot
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing import scripted_lm_process
 
 BUILD = "```repl\nindex = {}\nfor i, w in enumerate(context.split()):\n    index.setdefault(w, []).append(i)\nprint(len(index))\n```"
@@ -113,7 +113,7 @@ async def bench(mib: int, delay: float, repeat: int, image: str | None) -> None:
             ),
             image,
         )
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             ctx = await service.load_context(text=text, owner=LOCAL_OWNER)
             cid = ctx.context_id
             await service.complete("BUILD-THEN-ANSWER warm-up", cid, RunOverrides(), quiet, owner=LOCAL_OWNER)

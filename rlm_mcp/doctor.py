@@ -212,7 +212,7 @@ def _clock(skew_s: float) -> Check:
 
 async def _team(settings: Settings) -> list[Check]:
     """Team mode (RLM_MCP_DATABASE_URL): the database, its schema version, the replicas seen."""
-    if settings.database_url is None:
+    if settings.deployment.embedded:
         return []
     try:
         from rlm_mcp.store.pg.status import LATEST, team_status
@@ -223,7 +223,7 @@ async def _team(settings: Settings) -> list[Check]:
     from rlm_mcp.store.pg.db import redact
     from rlm_mcp.store.pg.faults import setup_rows
 
-    url = settings.database_url.get_secret_value()
+    url = settings.database_dsn()
     try:
         status = await team_status(url, settings.worker_lease_s)
         if status.error is None:

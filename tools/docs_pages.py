@@ -2,7 +2,7 @@
 
 A page asks for generated text with a marker line, replaced at build time:
 
-- `<!-- generated: settings -->`: the settings table, from `rlm_mcp.config.Settings` (name,
+- `<!-- generated: settings -->`: the settings tables, one per section of `rlm_mcp.config` (name,
   default, description of every field), so it cannot drift from the code;
 - `<!-- generated: cli -->`: the command reference, from the argparse parser of `rlm_mcp.cli`;
 - `<!-- generated: bench/results/NAME.json -->`: a benchmark's table with its machine, date and
@@ -58,23 +58,30 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def settings_rows() -> list[tuple[str, str, str]]:
-    """(environment variable, default, meaning) of every setting, in the model's order."""
+def settings_rows(section: type[Any] | None = None) -> list[tuple[str, str, str]]:
+    """(environment variable, default, meaning) of every setting (or one section's), in the model's order."""
     from rlm_mcp.config import Settings
 
     rows = []
-    for name, field in Settings.model_fields.items():
+    for name, field in (section or Settings).model_fields.items():
         if not field.description:
-            raise ValueError(f"rlm_mcp/config.py: Settings.{name} has no description; the docs' table needs one")
+            raise ValueError(f"rlm_mcp/config/: the setting {name} has no description; the docs' table needs one")
         rows.append((f"RLM_MCP_{name.upper()}", _default(name, field), field.description))
     return rows
 
 
 def settings_table() -> str:
-    lines = ["| environment variable | default | meaning |", "|---|---|---|"]
-    for env, default, meaning in settings_rows():
-        lines.append(f"| `{env}` | {default} | {_cell(meaning)} |")
-    return "\n".join(lines)
+    """One table per settings section (rlm_mcp/config/), headed by its name and what it holds."""
+    from rlm_mcp.config import SECTIONS
+
+    parts = []
+    for name, section in SECTIONS.items():
+        lines = [f"### `{name}`", "", (section.__doc__ or "").strip(), ""]
+        lines += ["| environment variable | default | meaning |", "|---|---|---|"]
+        for env, default, meaning in settings_rows(section):
+            lines.append(f"| `{env}` | {default} | {_cell(meaning)} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -87,7 +94,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def eval_forms(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     """The parser of each form of `rlm-mcp eval` (its first word, or TASKS.jsonl)."""
-    from rlm_mcp.eval.cli import Forms
+    from rlm_mcp.cli.eval import Forms
 
     (forms,) = [a for a in parser._actions if isinstance(a, Forms)]
     return {"TASKS.jsonl": forms.run_form, **forms._name_parser_map}
@@ -99,9 +106,9 @@ def commands(
     """Every command a user can type: a parser with a handler, keyed by its words; `eval`'s three
     forms (a task file, generate, import) stand for `eval` itself."""
     if parser is None:
-        from rlm_mcp.cli import _parser
+        from rlm_mcp.cli import build_parser
 
-        parser = _parser()
+        parser = build_parser()
     if path == ("eval",):
         return {("eval", form): p for form, p in eval_forms(parser).items()}
     found: dict[tuple[str, ...], argparse.ArgumentParser] = {}

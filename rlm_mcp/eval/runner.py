@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 
+from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.eval.baseline import run_direct
@@ -207,7 +208,7 @@ async def run_eval(tasks: list[Task], settings: Settings, options: EvalOptions, 
     scoring = Scoring(judge)
     slots = anyio.CapacityLimiter(max(1, options.parallel))
     try:
-        async with RlmService(eval_settings(settings, tasks, options), mode="stdio") as service:
+        async with build_service(eval_settings(settings, tasks, options), mode="stdio") as service:
             contexts = ContextCache(service, options.task_file)
 
             async def one(task: Task) -> None:

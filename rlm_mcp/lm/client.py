@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LMSettings
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.catalog import ModelCatalog
 from rlm_mcp.lm.completions import Completions
@@ -51,8 +51,8 @@ class _Parts:
 class LMClient:
     """Talks to the root endpoint and, when one is set, the sub-call endpoint. Connects lazily."""
 
-    def __init__(self, settings: Settings, *, backoff_base_s: float | None = None) -> None:
-        self._settings = settings
+    def __init__(self, settings: LMSettings, *, backoff_base_s: float | None = None) -> None:
+        self.settings = settings
         # anyio primitives bind to the running event loop, so the limiter is made on first use.
         self._limiter: anyio.Semaphore | None = None
         # Tests shorten the backoff; 0.5 s doubling is the SDKs' convention.
@@ -80,7 +80,7 @@ class LMClient:
     # --- plumbing ---------------------------------------------------------------------------
     def _slots(self) -> anyio.Semaphore:
         if self._limiter is None:
-            self._limiter = anyio.Semaphore(max(1, self._settings.max_concurrent_lm_calls), fast_acquire=True)
+            self._limiter = anyio.Semaphore(max(1, self.settings.max_concurrent_lm_calls), fast_acquire=True)
         return self._limiter
 
     async def aclose(self) -> None:
@@ -97,7 +97,7 @@ class LMClient:
     async def _parts(self, role: CallRole, model: str) -> _Parts:
         if role == "root" or not self.separate_sub_endpoint:
             return self._root
-        if model == self._settings.effective_sub_model:
+        if model == self.settings.effective_sub_model:
             return self._sub
         # Another allowed model: the endpoint that lists it, the sub-call endpoint first.
         served = await self._sub.catalog.served_ids()
@@ -144,7 +144,7 @@ class LMClient:
                     tracing.lm_span_failed(span, error_kind(err))
                 raise
             record = completion.record
-            cost = call_cost(self._settings.model_prices, model, *_tokens(record))
+            cost = call_cost(self.settings.model_prices, model, *_tokens(record))
             if cost is not None:
                 record = replace(record, cost_usd=cost)
                 completion = replace(completion, record=record)
@@ -183,7 +183,7 @@ class LMClient:
 
     # --- checks -----------------------------------------------------------------------------
     def _required(self) -> list[tuple[_Parts, list[str]]]:
-        s = self._settings
+        s = self.settings
         if not self.separate_sub_endpoint:
             return [(self._root, [s.model, s.effective_sub_model])]
         return [(self._root, [s.model]), (self._sub, [s.effective_sub_model])]
@@ -192,11 +192,11 @@ class LMClient:
         """Fail fast, naming the endpoint and the fix, when an endpoint is down or does not
         serve the models it is used for (the root model; the sub model at the sub endpoint)."""
         for parts, required in self._required():
-            await check_models(parts.catalog, required, self._settings.model)
+            await check_models(parts.catalog, required, self.settings.model)
 
     async def probes(self) -> list[ProbeResult]:
         """One probe per endpoint (root first), for `doctor`. Never raises."""
-        s = self._settings
+        s = self.settings
         return [
             await probe(parts.catalog, parts.counter, model=s.model, sub_model=s.effective_sub_model, required=required)
             for parts, required in self._required()

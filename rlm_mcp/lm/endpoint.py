@@ -13,7 +13,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rlm_mcp.access import is_loopback_host
-from rlm_mcp.config import Settings, server_of
+from rlm_mcp.config import LMSettings, server_of
 from rlm_mcp.lm.http import HttpPool
 from rlm_mcp.lm.length_field import CompletionLengthField, FieldSetting
 
@@ -55,13 +55,13 @@ class EndpointConfig:
 PLACEHOLDER_KEY = "EMPTY"
 
 
-def root_key_withheld(settings: Settings) -> bool:
+def root_key_withheld(settings: LMSettings) -> bool:
     """Whether the sub-call endpoint, another server with no key of its own, gets no key: the
     root's key is sent only to the root's server."""
     return settings.sub_api_key is None and settings.api_key != PLACEHOLDER_KEY and settings.separate_sub_server
 
 
-def key_note(settings: Settings) -> str | None:
+def key_note(settings: LMSettings) -> str | None:
     """What the start log and `doctor` say when the root's key is withheld from sub-calls."""
     if not root_key_withheld(settings):
         return None
@@ -72,7 +72,7 @@ def key_note(settings: Settings) -> str | None:
     )
 
 
-def endpoint_configs(settings: Settings) -> tuple[EndpointConfig, EndpointConfig | None]:
+def endpoint_configs(settings: LMSettings) -> tuple[EndpointConfig, EndpointConfig | None]:
     """The root endpoint and, when anything of it differs, the sub-call endpoint (else None)."""
     root = EndpointConfig(
         name="root",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.ports.kernel import SandboxBackend
 
@@ -18,16 +18,16 @@ log = logging.getLogger("rlm_mcp.sandbox")
 START_CHECK_S = 10.0
 
 
-def backend_for(settings: Settings) -> SandboxBackend:
+def backend_for(settings: SandboxSettings) -> SandboxBackend:
     """The configured backend (Docker is the only one so far)."""
     if settings.sandbox_backend == "docker":
         from rlm_mcp.sandbox.docker.backend import DockerBackend
 
         return DockerBackend(settings)
-    raise ValueError(f"unknown sandbox backend {settings.sandbox_backend!r}")  # config.py validates it
+    raise ValueError(f"unknown sandbox backend {settings.sandbox_backend!r}")  # config/sandbox.py validates it
 
 
-async def refuse_unlimited_sandboxes(settings: Settings, timeout_s: float = START_CHECK_S) -> None:
+async def refuse_unlimited_sandboxes(settings: SandboxSettings, timeout_s: float = START_CHECK_S) -> None:
     """At `serve` start, in a process that runs sandboxes: an engine that answers and cannot
     enforce the sandbox's limits (rootless Podman or Docker on cgroup v1) stops the start with
     the reason and the fix (`SandboxError`). An engine that cannot be reached, or not in time,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.ports.kernel import ChannelEvent, InitFrame, KernelChannel
 from rlm_mcp.sandbox.guest.bootstrap import kernel_payload
 
@@ -17,7 +17,7 @@ BOOT_TIMEOUT_S = 30.0  # the kernel reports ready within this long, or the sandb
 ANSWER_MAX_BYTES = 8 << 20  # the answer a cell may leave (the kernel caps it, the host checks it)
 
 
-async def boot_kernel(channel: KernelChannel, settings: Settings) -> ChannelEvent:
+async def boot_kernel(channel: KernelChannel, settings: SandboxSettings) -> ChannelEvent:
     """Send the kernel's source and its `init` frame; return the first event back, a `ReadyFrame`
     when it booted. Raises TimeoutError past BOOT_TIMEOUT_S, BrokenPipeError when its input closed."""
     await channel.send_raw(kernel_payload())

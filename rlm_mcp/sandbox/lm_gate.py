@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 
 MAX_OUTSTANDING = 64  # lm_requests of one sandbox being answered at once
 
@@ -21,7 +21,7 @@ class Verdict:
 class LMGate:
     """Decides which of one sandbox's sub-LM requests reach the bridge."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: SandboxSettings) -> None:
         self.max_batch = settings.max_prompts_per_batch
         self._outstanding = 0
 

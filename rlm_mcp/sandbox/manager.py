@@ -19,7 +19,7 @@ from types import TracebackType
 
 import anyio
 
-from rlm_mcp.config import TEXT_MEMORY_FACTOR, Settings, sandbox_usable_bytes
+from rlm_mcp.config import TEXT_MEMORY_FACTOR, SandboxSettings, sandbox_usable_bytes
 from rlm_mcp.errors import SandboxError, contexts_over_sandbox_memory
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports import ContextSpec
@@ -38,7 +38,7 @@ log = logging.getLogger("rlm_mcp.sandbox")
 BACKGROUND_REMOVALS = 8  # used containers being removed after their run returned, at most
 
 
-def _configured(settings: Settings) -> SandboxBackend:
+def _configured(settings: SandboxSettings) -> SandboxBackend:
     from rlm_mcp.sandbox.backends import backend_for  # the one import of a backend (see backends.py)
 
     return backend_for(settings)
@@ -61,7 +61,7 @@ class SandboxManager:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: SandboxSettings,
         *,
         owner_id: str | None = None,
         liveness: OwnerLiveness | None = None,

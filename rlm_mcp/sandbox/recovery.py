@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.kernel import BackendConnectionLost, ContextLoadedFrame, KernelChannel, LogFrame
@@ -38,7 +38,7 @@ class ContainerLost(Exception):
         self.oom = oom
 
 
-async def death(container: KernelChannel, settings: Settings, kind: str, detail: str) -> ContainerLost:
+async def death(container: KernelChannel, settings: SandboxSettings, kind: str, detail: str) -> ContainerLost:
     """What ended `container`'s stream (`kind`/`detail` from its last event), for the model."""
     if kind == "violation":
         return ContainerLost(f"The sandbox broke the host protocol ({detail}).")
@@ -72,7 +72,7 @@ async def death(container: KernelChannel, settings: Settings, kind: str, detail:
 
 
 async def load_contexts(
-    container: KernelChannel, contexts: Sequence[ContextSpec], settings: Settings, *, start: int = 0
+    container: KernelChannel, contexts: Sequence[ContextSpec], settings: SandboxSettings, *, start: int = 0
 ) -> None:
     """Stream every context into the kernel as context_{start}, context_{start+1}, ... and wait
     until each is bound. Raises `ContainerLost`."""
@@ -116,7 +116,7 @@ async def start_loaded(
     acquire: Callable[[], Awaitable[KernelChannel]],
     discard: Callable[[KernelChannel], Awaitable[None]],
     contexts: Sequence[ContextSpec],
-    settings: Settings,
+    settings: SandboxSettings,
     lost: LostCount,
 ) -> KernelChannel:
     """A started container with `contexts` loaded. While the engine connection is lost it retries

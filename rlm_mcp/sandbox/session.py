@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
@@ -94,7 +94,9 @@ class _Watchdog:
     and calls `expire` (which starts the interrupt in the cell's task group).
     """
 
-    def __init__(self, settings: Settings, clock: _Clock, state: _CellTimeout, expire: Callable[[], None]) -> None:
+    def __init__(
+        self, settings: SandboxSettings, clock: _Clock, state: _CellTimeout, expire: Callable[[], None]
+    ) -> None:
         self._limit = settings.cell_timeout_s
         self._ceiling = settings.cell_wall_timeout_s
         self._clock = clock
@@ -128,7 +130,7 @@ class KernelSandbox:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: SandboxSettings,
         contexts: Sequence[ContextSpec],
         container: KernelChannel,
         replace: Callable[[], Awaitable[KernelChannel]],

@@ -17,6 +17,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from rlm_mcp import __version__
+from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
 from rlm_mcp.events import to_json
@@ -137,7 +138,7 @@ def build_server(
     async def lifespan(_: MCPServer[RlmService]) -> AsyncIterator[RlmService]:
         # Nothing here touches Docker or the LM endpoint: `initialize` must answer at once.
         try:
-            async with RlmService(settings, mode=mode, stores=stores) as service:
+            async with build_service(settings, mode=mode, stores=stores) as service:
                 holder["service"] = service
                 try:
                     yield service

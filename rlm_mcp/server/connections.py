@@ -27,7 +27,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import ServerSettings
 
 __all__ = ["max_connections", "raise_fd_limit", "uvicorn_config"]
 
@@ -49,7 +49,7 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def max_connections(settings: Settings, owners: int, fd_limit: int) -> int:
+def max_connections(settings: ServerSettings, owners: int, fd_limit: int) -> int:
     """The bound on open HTTP connections: set, or derived from the session caps (each session may
     hold an SSE stream and a request), never more than the fds left after `FD_RESERVE`."""
     derived = 2 * settings.http_sessions_per_client * max(1, owners) + HEADROOM
@@ -106,7 +106,7 @@ def _protocol(header_timeout_s: float, bound: int) -> type[H11Protocol]:
     return type("GuardedH11", (_GuardedH11,), {"header_timeout_s": header_timeout_s, "connection_bound": bound})
 
 
-def uvicorn_config(settings: Settings, app: Any, *, owners: int, **extra: Any) -> uvicorn.Config:
+def uvicorn_config(settings: ServerSettings, app: Any, *, owners: int, **extra: Any) -> uvicorn.Config:
     """The uvicorn config of the HTTP server: the guarded protocol, the fd limit raised."""
     bound = max_connections(settings, owners, raise_fd_limit())
     return uvicorn.Config(

@@ -82,7 +82,8 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     viewer = build_viewer(stores.runs, auth, session_state=session_state)
     # /healthz (the balancer's check) is the one route in front of the guard: no token, says little.
     # `role` in team mode only (--role both|front|worker); the embedded server has no roles.
-    role = settings.role if settings.database_url is not None else None
+    deployment = settings.deployment
+    role = deployment.role if deployment.team else None
     health = health_endpoint(store_readiness(stores), role=role)
     # /metrics is in front of the guard too (a scraper knows no Host name); it checks the token
     # itself unless RLM_MCP_METRICS_PUBLIC opens it.

@@ -1,26 +1,22 @@
-"""Where runs execute: the one choice between the local `RunManager` and the team-mode queue.
+"""Where runs execute, as `RlmService` sees it: a `RunBackend`, the local `RunManager` or the
+team-mode queue, chosen by the assembly (rlm_mcp/assembly/) for this process's role.
 
 `RlmService` talks to a `RunBackend` and never asks which one it holds. The embedded default
-(no RLM_MCP_DATABASE_URL) runs everything in this process, as before; team mode goes through
-the run queue on PostgreSQL (`service.queue`), whatever the role, so any replica's worker may
-take a run.
+(no RLM_MCP_DATABASE_URL) runs everything in this process; team mode goes through the run queue
+on PostgreSQL (`service.queue`), whatever the role, so any replica's worker may take a run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from contextlib import AsyncExitStack
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import OwnerScope
-from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.ports.runs import RunRequest
-from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.runs import ActiveRun, RunManager
-from rlm_mcp.store.bundle import Stores
+from rlm_mcp.service.runs import ActiveRun
 
 
 class RunBackend(Protocol):
@@ -44,7 +40,7 @@ def for_one_off_command(settings: Settings) -> Settings:
     """The settings of a one-off command (`rlm-mcp run`, `rlm-mcp eval`): in team mode it queues
     its runs as a front, for the team's workers; as a worker it would claim other people's runs
     and cancel them when it exits."""
-    if settings.database_url is None:
+    if settings.deployment.embedded:
         return settings
     return settings.model_copy(update={"role": "front"})
 
@@ -57,27 +53,3 @@ def opening_local_paths(settings: Settings, paths: Iterable[Path]) -> Settings:
     may ask a server to read; a person typing a local command names files they can read anyway,
     so the command reads those, as them, and the configured roots are not consulted."""
     return settings.model_copy(update={"allowed_roots": sorted({Path(p).resolve() for p in paths})})
-
-
-def sandbox_liveness(settings: Settings) -> OwnerLiveness | None:
-    """Who may reap a stopped sandbox: team mode judges by the workers' leases."""
-    if settings.database_url is None:
-        return None
-    from rlm_mcp.service.queue.liveness import LeaseLiveness
-
-    return LeaseLiveness()
-
-
-async def open_runs(
-    stack: AsyncExitStack,
-    settings: Settings,
-    stores: Stores,
-    sandboxes: SandboxManager,
-    engine: Callable[[], Awaitable[RLMEngine]],
-) -> RunBackend:
-    """The run backend `settings` select, entered on `stack` (closed with it)."""
-    if settings.database_url is None:
-        return await stack.enter_async_context(RunManager(settings, stores.contexts, stores.runs))
-    from rlm_mcp.service.queue import open_queue
-
-    return await open_queue(stack, settings, stores, sandboxes, engine)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LoopSettings
 from rlm_mcp.engine import RunLimits
 from rlm_mcp.errors import BadArgumentError
 
@@ -46,7 +46,7 @@ class RunOverrides(BaseModel):
                 "See the limits in `rlm-mcp run --help` or the tool's schema.",
             ) from exc
 
-    def limits(self, settings: Settings) -> RunLimits:
+    def limits(self, settings: LoopSettings) -> RunLimits:
         """The run's limits: these values where given, the settings' otherwise."""
         return RunLimits(
             max_iterations=self.max_iterations if self.max_iterations is not None else settings.max_iterations,

@@ -1,6 +1,7 @@
 """What each tool call means, independent of MCP: the one object the server layer talks to.
 
-It owns the long-lived parts (stores, LM client, sandbox manager, runs) and connects to
+It owns the long-lived parts (stores, LM client, sandbox manager, sessions, runs), which the
+assembly (rlm_mcp/assembly/) builds for this process's role and passes in, and connects to
 Docker and the LM endpoint lazily, so the MCP handshake never waits for either.
 
 Every call that touches a context or a run takes the caller's `owner` (rlm_mcp.owners), a
@@ -25,23 +26,20 @@ from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import LoggedEvent
-from rlm_mcp.lm.client import LMClient
 from rlm_mcp.observability import tracing
 from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.ports.runs import RunRecord, RunRequest
-from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.arguments import check_text, check_texts
-from rlm_mcp.service.backends import RunBackend, open_runs, sandbox_liveness
-from rlm_mcp.service.contexts import ContextLoader
+from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
+from rlm_mcp.service.parts import ServiceParts
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.runs import ActiveRun, RunManager, unique_ids, wait_with_heartbeat
-from rlm_mcp.service.sessions import SAVING, KeptSession, SessionManager
+from rlm_mcp.service.sessions import SAVING, KeptSession
 from rlm_mcp.service.views import RunSnapshot, with_session_usage
 from rlm_mcp.store import ContextInfo, UploadState
-from rlm_mcp.store.factory import Stores, make_stores
 
 logger = logging.getLogger("rlm_mcp.service")
 
@@ -53,24 +51,24 @@ _LM_CHECK_TTL_S = 60.0
 
 
 class RlmService:
-    def __init__(self, settings: Settings, *, mode: Mode = "stdio", stores: Stores | None = None) -> None:
-        """`stores`: the store bundle when the caller shares it (the HTTP app's viewer reads
-        the same run records); by default the one the settings select (`store.factory`)."""
+    def __init__(self, settings: Settings, parts: ServiceParts, *, mode: Mode = "stdio") -> None:
+        """`parts`: the stores, LM client, sandboxes, sessions and run backend this process's role
+        uses, built by the assembly (`rlm_mcp.assembly.build_service`); the service closes them."""
         self.settings = settings
         self.mode = mode
-        self.stores = stores if stores is not None else make_stores(settings, replica=True)
+        self.stores = parts.stores
         self.contexts = self.stores.contexts
         self.uploads = self.stores.uploads
         self.records = self.stores.runs
-        self.lm = LMClient(settings)
-        self.sandboxes = SandboxManager(settings, liveness=sandbox_liveness(settings))
-        self.loader = ContextLoader(settings, self.contexts, allow_loopback_urls=(mode == "stdio"))
+        self.lm = parts.lm
+        self.sandboxes = parts.sandboxes
+        self.loader = parts.loader
         self._engine: RLMEngine | None = None
         self._engine_lock = anyio.Lock(fast_acquire=True)
         self._lm_checked_at = float("-inf")
         self._runs: RunBackend | None = None
-        self.sessions = SessionManager(settings, self.contexts)
-        self.sandboxes.reclaim = self.sessions.reclaim  # idle sessions yield their slots to runs
+        self._open_runs = parts.open_runs
+        self.sessions = parts.sessions
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> RlmService:
@@ -78,7 +76,7 @@ class RlmService:
         try:
             await self._stack.enter_async_context(self.stores)  # closed last: runs record into it
             await self._stack.enter_async_context(self.sandboxes)
-            self._runs = await open_runs(self._stack, self.settings, self.stores, self.sandboxes, self.engine)
+            self._runs = await self._open_runs(self._stack, self.engine)
             # Closed before the runs: a session's REPL goes back to the sandboxes it came from.
             await self._stack.enter_async_context(self.sessions)
         except BaseException:

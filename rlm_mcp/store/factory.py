@@ -1,8 +1,9 @@
-"""Which store this process uses: SQLite and files (default) or PostgreSQL (team mode).
+"""Which store this process uses: SQLite and files (embedded) or PostgreSQL (team mode).
 
-`make_stores(settings)` builds the bundle without any I/O; `async with stores:` opens what it
-needs (PostgreSQL: the connection pool, the schema migrations, this replica's heartbeat) and
-closes it again. The embedded default has nothing to open.
+Each builds the bundle without any I/O; `async with stores:` opens what it needs (PostgreSQL:
+the connection pool, the schema migrations, this replica's heartbeat) and closes it again. The
+embedded store has nothing to open. The assembly (rlm_mcp/assembly/) calls the one its role
+needs; `make_stores` is for the operator's one-off commands, which follow the deployment.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ from rlm_mcp.store.runs import RunStore
 from rlm_mcp.store.sqlite_index import ContextStore
 from rlm_mcp.store.sqlite_uploads import UploadStore
 
-__all__ = ["Stores", "make_stores"]
+__all__ = ["Stores", "embedded_stores", "make_stores", "team_stores"]
 
 
-def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
-    """The stores `settings` select. `replica`: this process serves clients (team mode records
-    it as a replica and sweeps its local cache); the CLI's one-off commands pass False."""
-    if settings.database_url is None:
-        contexts = ContextStore(settings)
-        return Stores(contexts=contexts, uploads=UploadStore(settings, contexts), runs=RunStore(settings))
+def embedded_stores(settings: Settings) -> Stores:
+    """SQLite and files under RLM_MCP_DATA_DIR."""
+    contexts = ContextStore(settings)
+    return Stores(contexts=contexts, uploads=UploadStore(settings, contexts), runs=RunStore(settings))
+
+
+def team_stores(settings: Settings, *, replica: bool) -> Stores:
+    """Shared state on PostgreSQL. `replica`: this process serves clients (it is recorded as a
+    replica and sweeps its local cache); the CLI's one-off commands pass False."""
     try:
         from rlm_mcp.store.pg import make_pg_stores
     except ImportError as exc:
@@ -31,3 +35,10 @@ def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
             f"Install the team extra. {TEAM_EXTRA_FIX} Or unset RLM_MCP_DATABASE_URL.",
         ) from None
     return make_pg_stores(settings, replica=replica)
+
+
+def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
+    """The stores of this deployment (`settings.deployment`)."""
+    if settings.deployment.embedded:
+        return embedded_stores(settings)
+    return team_stores(settings, replica=replica)

@@ -12,9 +12,9 @@ import docker
 import docker.errors
 import pytest
 
+from rlm_mcp.assembly import build_service
 from rlm_mcp.owners import LOCAL_OWNER, Owner
 from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from tests.e2e.test_cli import cli
@@ -78,7 +78,7 @@ async def _quiet(progress: float, total: float | None, message: str) -> None:
 async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) -> None:
     with ScriptedLM(SCRIPT) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=30)
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
             second = await service.load_context(text="more text", owner=LOCAL_OWNER)
             one, sid = await service.complete_in_session(
@@ -122,7 +122,7 @@ async def test_a_snapshot_past_the_owners_cap_is_not_kept(tmp_path: Path) -> Non
             run_queue_timeout_s=30,
             session_snapshot_bytes_per_owner=16,
         )
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
             _, sid = await service.complete_in_session(
                 "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
@@ -136,7 +136,7 @@ async def test_a_snapshot_past_the_owners_cap_is_not_kept(tmp_path: Path) -> Non
 async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_path: Path) -> None:
     with ScriptedLM(SCRIPT) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0)
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
             second = await service.load_context(text="more text", owner=LOCAL_OWNER)
             _, sid = await service.complete_in_session(
@@ -149,7 +149,7 @@ async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_p
         assert all(p.stat().st_mode & 0o077 == 0 for p in stored.iterdir())
 
         assert settings.instance_id is not None  # make_settings names the instance: its sandboxes are found by it
-        async with RlmService(settings.model_copy(update={"instance_id": settings.instance_id + "b"})) as service:
+        async with build_service(settings.model_copy(update={"instance_id": settings.instance_id + "b"})) as service:
             listed = await service.list_sessions(owner=LOCAL_OWNER)
             assert [(s["session_id"], s["stored"]) for s in listed] == [(sid, True)]
             assert await service.list_sessions(owner=Owner("mallory")) == []

@@ -456,8 +456,8 @@ async def test_finished_runs_beyond_the_cap_leave_memory(
 ) -> None:
     import rlm_mcp.service.queue.front as front_module
     import rlm_mcp.service.runs as runs_module
+    from rlm_mcp.assembly import build_service
     from rlm_mcp.service.limits import RunOverrides
-    from rlm_mcp.service.service import RlmService
 
     async def quiet(progress: float, total: float | None, message: str) -> None:
         return None
@@ -465,7 +465,7 @@ async def test_finished_runs_beyond_the_cap_leave_memory(
     monkeypatch.setattr(runs_module, "FINISHED_RUNS_KEPT", 1)
     monkeypatch.setattr(front_module, "FINISHED_RUNS_KEPT", 1)  # team mode's runs are followed there
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
-        async with RlmService(make_settings(tmp_path, lm.base_url, database_url=database_url)) as service:
+        async with build_service(make_settings(tmp_path, lm.base_url, database_url=database_url)) as service:
             ctx = await service.load_context(text="c", owner=LOCAL_OWNER)
             first = await service.complete("one", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
             second = await service.complete("two", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)

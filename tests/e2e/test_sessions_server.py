@@ -12,10 +12,10 @@ import docker
 import pytest
 from mcp import Client
 
+from rlm_mcp.assembly import build_service
 from rlm_mcp.owners import Owner
 from rlm_mcp.server.app import build_server
 from rlm_mcp.service.limits import RunOverrides
-from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
@@ -113,7 +113,7 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
         alice, bob = Owner("alice"), Owner("bob")
         instance = settings.instance_id
         assert instance is not None
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             info = await service.load_context(text="alpha beta", owner=alice)
             result, session_id = await service.complete_in_session(
                 "FIRST-Q", info.context_id, RunOverrides(), _quiet, owner=alice, keep_session=True
@@ -140,7 +140,7 @@ async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) 
         settings = make_settings(
             tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=20, session_snapshot_max_bytes=0
         )  # snapshots off: the evicted session ends (kept as a snapshot: tests/docker/test_sessions_snapshot.py)
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             info = await service.load_context(text="alpha beta", owner=Owner("local"))
             _, session_id = await service.complete_in_session(
                 "FIRST-Q", info.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
@@ -158,7 +158,7 @@ async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) 
 async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> None:
     with ScriptedLM(Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0)
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             first = await service.load_context(text="alpha beta alpha", owner=Owner("local"))
             second = await service.load_context(text="second context", owner=Owner("local"))
             _, sid = await service.complete_in_session(
@@ -203,7 +203,7 @@ async def test_a_session_whose_sandbox_died_between_runs_goes_on_and_says_so(tmp
     )
     with ScriptedLM(script) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0)
-        async with RlmService(settings) as service:
+        async with build_service(settings) as service:
             first = await service.load_context(text="alpha beta alpha", owner=Owner("local"))
             second = await service.load_context(text="second context", owner=Owner("local"))
             _, sid = await service.complete_in_session(

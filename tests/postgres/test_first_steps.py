@@ -21,7 +21,7 @@ import pytest
 from rich.file_proxy import FileProxy
 
 from rlm_mcp.cli import main
-from rlm_mcp.cli_run import ProgressDisplay
+from rlm_mcp.cli.run import ProgressDisplay
 from rlm_mcp.errors import TEAM_EXTRA_FIX, AccessDeniedError, BadArgumentError, RlmMcpError
 from rlm_mcp.server.health import Readiness, health_app
 from rlm_mcp.server.http import build_http_app, serve_http

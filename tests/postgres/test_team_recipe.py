@@ -11,7 +11,7 @@ import shlex
 import anyio
 import psycopg
 
-from rlm_mcp.cli import _parser
+from rlm_mcp.cli import build_parser
 from rlm_mcp.store.pg.migrations import migrate
 from tests.fixtures_postgres import Cluster
 from tests.readme_blocks import DOCS, blocks
@@ -38,7 +38,7 @@ def test_the_serve_lines_are_one_per_role_each_with_its_own_data_dir_and_port() 
         assert words[0].startswith("RLM_MCP_DATA_DIR=")
         dirs.add(words[0])
         assert words[1:5] == ["uv", "run", "--extra", "team"], words  # a plain `uv run` drops the driver
-        args = _parser().parse_args(words[words.index("rlm-mcp") + 1 :])
+        args = build_parser().parse_args(words[words.index("rlm-mcp") + 1 :])
         roles.append(args.role)
         ports.add(args.port)
         assert args.transport == "http"

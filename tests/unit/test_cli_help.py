@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from rlm_mcp.cli import _parser, main
-from rlm_mcp.eval.cli import Forms
+from rlm_mcp.cli import build_parser, main
+from rlm_mcp.cli.eval import Forms
 from tests.fixtures_e2e import SERVER_SCRIPT
 from tests.readme_blocks import DOCS
 from tools.docs_pages import cli_reference
@@ -67,7 +67,7 @@ def _readme_commands() -> dict[Path_, str]:
     return listed
 
 
-COMMANDS = _commands(_parser())
+COMMANDS = _commands(build_parser())
 LISTED = _readme_commands()
 
 
@@ -115,7 +115,7 @@ def test_every_command_has_a_description() -> None:
 def test_rlm_mcp_help_names_every_command() -> None:
     proc = subprocess.run([str(SERVER_SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    for name in _subcommands(_parser()):
+    for name in _subcommands(build_parser()):
         assert re.search(rf"^\s+{name}\s+\S", proc.stdout, re.M), f"`rlm-mcp --help` omits {name}"
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import CpuLimitFixed, SandboxError
 from rlm_mcp.ports.kernel import KernelChannel
 from rlm_mcp.ports.owners import OwnerLiveness
@@ -39,7 +39,7 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: SandboxSettings) -> None:
         self.settings = settings
         self._docker = LazyDocker()
         self.engine: EngineInfo | None = None  # what the engine is and can do (engine.py), once checked
@@ -123,7 +123,7 @@ class DockerBackend:
         self._docker.close()
 
 
-def limits_sync(settings: Settings, timeout_s: float) -> None:
+def limits_sync(settings: SandboxSettings, timeout_s: float) -> None:
     """Connect, read the engine and refuse one that cannot enforce the limits (blocking)."""
     client = connect_sync(timeout=max(1.0, timeout_s))
     try:

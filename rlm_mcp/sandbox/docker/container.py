@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
@@ -63,7 +63,7 @@ class KernelContainer:
     """A started container running the kernel: the Docker `KernelChannel` (rlm_mcp.ports.kernel).
     Create with `await KernelContainer.start(...)`."""
 
-    def __init__(self, client: Any, settings: Settings, owner_id: str, engine: EngineInfo | None = None) -> None:
+    def __init__(self, client: Any, settings: SandboxSettings, owner_id: str, engine: EngineInfo | None = None) -> None:
         self.client = client
         self.engine = engine
         self.settings = settings
@@ -93,7 +93,7 @@ class KernelContainer:
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
     async def start(
-        cls, client: Any, settings: Settings, owner_id: str, engine: EngineInfo | None = None
+        cls, client: Any, settings: SandboxSettings, owner_id: str, engine: EngineInfo | None = None
     ) -> KernelContainer:
         """Create, attach, start, boot the kernel and wait for `ready`. Kills it on failure."""
         self = cls(client, settings, owner_id, engine)
@@ -433,7 +433,7 @@ def exit_info_of(state: Any) -> ExitInfo:
     )
 
 
-def _start_fix(settings: Settings) -> str:
+def _start_fix(settings: SandboxSettings) -> str:
     return (
         f"Check that the image {settings.sandbox_image} runs python3 (rebuild it with `rlm-mcp image build "
         "--offline`) and that Docker has free memory."

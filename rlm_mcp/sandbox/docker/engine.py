@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import SandboxError
 
 log = logging.getLogger("rlm_mcp.sandbox")
@@ -80,7 +80,7 @@ class EngineInfo:
         return ", ".join(parts)
 
 
-def engine_info(version: dict[str, Any], info: dict[str, Any], settings: Settings) -> EngineInfo:
+def engine_info(version: dict[str, Any], info: dict[str, Any], settings: SandboxSettings) -> EngineInfo:
     """Read the engine's `/version` and `/info` answers (plain data: testable on any dict)."""
     names = [str(c.get("Name", "")) for c in version.get("Components") or [] if isinstance(c, dict)]
     podman = any("podman" in n.lower() for n in names) or "podman" in str(version.get("Platform", "")).lower()
@@ -104,7 +104,7 @@ def engine_info(version: dict[str, Any], info: dict[str, Any], settings: Setting
     )
 
 
-def check_engine(engine: EngineInfo, settings: Settings) -> None:
+def check_engine(engine: EngineInfo, settings: SandboxSettings) -> None:
     """Refuse an engine that would run sandboxes without their limits, or lacks the runtime asked for."""
     check_limits(engine)
     wanted = settings.sandbox_runtime
@@ -116,7 +116,7 @@ def check_engine(engine: EngineInfo, settings: Settings) -> None:
         )
 
 
-def expected_runtime(engine: EngineInfo | None, settings: Settings) -> str | None:
+def expected_runtime(engine: EngineInfo | None, settings: SandboxSettings) -> str | None:
     """The runtime every sandbox must get: the one asked for (RLM_MCP_SANDBOX_RUNTIME), or the
     engine's default where that is gVisor (the boundary the operator relies on); None: runc's."""
     if settings.sandbox_runtime:
@@ -124,7 +124,7 @@ def expected_runtime(engine: EngineInfo | None, settings: Settings) -> str | Non
     return engine.runtime if engine is not None and is_gvisor(engine, settings) else None
 
 
-def check_container_runtime(inspected: dict[str, Any], engine: EngineInfo | None, settings: Settings) -> None:
+def check_container_runtime(inspected: dict[str, Any], engine: EngineInfo | None, settings: SandboxSettings) -> None:
     """Refuse a created container whose runtime (its inspection's HostConfig.Runtime) is not the
     one expected: an engine that lists no runtimes, or ignores the request, must not run a
     sandbox outside the boundary asked for."""
@@ -170,17 +170,17 @@ def runtime_fix(runtime: str) -> str:
     return "Register it in the engine's configuration (daemon.json `runtimes`), or unset RLM_MCP_SANDBOX_RUNTIME."
 
 
-def probe_sync(client: Any, settings: Settings) -> EngineInfo:
+def probe_sync(client: Any, settings: SandboxSettings) -> EngineInfo:
     """The engine's facts (blocking: two API calls; call in a worker thread)."""
     return engine_info(client.version() or {}, client.info() or {}, settings)
 
 
-def is_gvisor(engine: EngineInfo | None, settings: Settings) -> bool:
+def is_gvisor(engine: EngineInfo | None, settings: SandboxSettings) -> bool:
     runtime = settings.sandbox_runtime or (engine.runtime if engine is not None else "")
     return runtime == "runsc" or runtime.startswith("runsc-") or runtime == "gvisor"
 
 
-def pids_limit(engine: EngineInfo | None, settings: Settings) -> int:
+def pids_limit(engine: EngineInfo | None, settings: SandboxSettings) -> int:
     """The container's pids cgroup limit: the setting, plus gVisor's own host threads under runsc
     (Debian's 2022 runsc, 25 forks a cell at 64 pids: gVisor died at 128-192 host pids, never at 256)."""
     if is_gvisor(engine, settings):

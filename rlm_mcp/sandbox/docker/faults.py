@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import ConnectionLostError, DockerUnavailableError, SandboxError
 from rlm_mcp.ports.kernel import BackendConnectionLost, ExitInfo
 
@@ -122,7 +122,7 @@ def lost_raised() -> Iterator[None]:
         raise
 
 
-def boot_failure(why: str, state: ExitInfo, settings: Settings, image_fix: str) -> SandboxError:
+def boot_failure(why: str, state: ExitInfo, settings: SandboxSettings, image_fix: str) -> SandboxError:
     """A kernel that did not start: killed from outside, out of memory, or an image that cannot run it."""
     code = state.exit_code
     if state.oom_killed:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_mcp.config import Settings, parse_size
+from rlm_mcp.config import SandboxSettings, parse_size
 from rlm_mcp.sandbox.docker.engine import EngineInfo, engine_ulimits, pids_limit
 from rlm_mcp.sandbox.guest.bootstrap import command
 from rlm_mcp.sandbox.liveness import ProcessLiveness
@@ -22,7 +22,7 @@ def cpu_quota(cpus: float) -> int:
 
 
 def create_kwargs(
-    client: Any, settings: Settings, owner_id: str, name: str, engine: EngineInfo | None = None
+    client: Any, settings: SandboxSettings, owner_id: str, name: str, engine: EngineInfo | None = None
 ) -> dict[str, Any]:
     """Keyword arguments of the low-level `client.api.create_container` for one sandbox."""
     memory = parse_size(settings.sandbox_memory)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.docker.docker_api import connect_sync, image_present_sync
 
@@ -81,7 +81,7 @@ def default_mirror() -> str:
 
 
 def build_image(
-    settings: Settings,
+    settings: SandboxSettings,
     *,
     offline: bool,
     mirror: str | None = None,

@@ -58,9 +58,9 @@ async def open_queue(
     """Open the queue's parts for this process's role on `stack`; returns its front (a worker's
     front is only used by the CLI's one-off calls)."""
     db, run_store = stores.lifecycle, stores.runs
-    if not isinstance(db, Database) or not isinstance(run_store, PgRunStore) or settings.database_url is None:
+    if not isinstance(db, Database) or not isinstance(run_store, PgRunStore) or settings.deployment.embedded:
         raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
-    url = settings.database_url.get_secret_value()
+    url = settings.database_dsn()
     # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
     # on the store's pool (a heartbeat starved past the lease would pause every run here).
     queue_db = Database(url, replica=False, max_size=QUEUE_POOL_SIZE)
@@ -69,7 +69,7 @@ async def open_queue(
     queue = PgRunQueue(settings, queue_db)
     await warn_of_clock_skew(queue)
     liveness = sandboxes.liveness if isinstance(sandboxes.liveness, LeaseLiveness) else None
-    executes = settings.role in ("worker", "both")
+    executes = settings.deployment.executes_runs
     sweeper = Sweeper(settings, queue, sandboxes if executes else None, liveness)
     tg = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(tg.cancel_scope.cancel)  # runs before the group exits (callbacks unwind in reverse)

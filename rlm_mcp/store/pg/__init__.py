@@ -1,6 +1,6 @@
 """Team mode's store: shared state on PostgreSQL (docs/team.md).
 
-`RLM_MCP_DATABASE_URL=postgresql://...` selects it (`rlm_mcp.store.factory`). Contexts (their
+`RLM_MCP_DATABASE_URL=postgresql://...` selects it (`settings.deployment`; `rlm_mcp.store.factory`). Contexts (their
 bytes chunked in the database, cached per replica), uploads, run records and events, and the
 viewer's spent login codes live in one database every replica shares; each replica keeps only
 its cache and temp files in its data dir.
@@ -21,8 +21,7 @@ __all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "make_pg_store
 
 
 def make_pg_stores(settings: Settings, *, replica: bool) -> Stores:
-    assert settings.database_url is not None
-    db = Database(settings.database_url.get_secret_value(), replica=replica)
+    db = Database(settings.database_dsn(), replica=replica)
     contexts = PgContextStore(settings, db)
     if replica:
         db.on_heartbeat.append(lambda: contexts.cache.sweep(db))

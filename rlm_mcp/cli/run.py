@@ -1,4 +1,4 @@
-"""What `rlm-mcp run` and `rlm-mcp runs list|html` show a person (the argparse wiring is in cli.py).
+"""What `rlm-mcp run` and `rlm-mcp runs list|html` show a person (the argparse wiring is in parser.py).
 
 Progress goes to stderr: a live, self-updating line (rich) on a terminal, one plain line per
 update otherwise. The result goes to stdout: the answer and a summary line, or with `--json`
@@ -70,9 +70,9 @@ class ProgressDisplay:
 
 
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.cli_options import overrides_of
+    from rlm_mcp.assembly import build_service
+    from rlm_mcp.cli.options import overrides_of
     from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
-    from rlm_mcp.service.service import RlmService
 
     settings = for_one_off_command(settings)
     # A relative --path means relative to where the command was typed; the path typed is what
@@ -81,7 +81,7 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     if path is not None:
         settings = opening_local_paths(settings, [Path(path)])
     with ProgressDisplay() as display:
-        async with RlmService(settings, mode="stdio") as service:
+        async with build_service(settings, mode="stdio") as service:
             context_id: str | None = None
             if args.context_id:
                 context_id = args.context_id

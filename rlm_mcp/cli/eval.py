@@ -1,4 +1,4 @@
-"""`rlm-mcp eval`: its argument parsing and command, hooked into `rlm_mcp.cli` by two lines.
+"""`rlm-mcp eval`: its argument parsing and command, hooked into the parser (cli/parser.py) by one line.
 
     rlm-mcp eval TASKS.jsonl --output DIR [--parallel N] [--baseline direct] [...]
     rlm-mcp eval generate KIND --output DIR [--n N] [--seed S] [--sizes ...]
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rlm_mcp.cli_options import add_override_options
+from rlm_mcp.cli.options import add_override_options
 from rlm_mcp.config import Settings
 from rlm_mcp.eval import generate_cli, import_cli
 from rlm_mcp.visible import visible, visible_line
@@ -113,7 +113,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.cli_options import overrides_of
+    from rlm_mcp.cli.options import overrides_of
     from rlm_mcp.eval.display import Tally, make_display
     from rlm_mcp.eval.report import render_markdown, summarize
     from rlm_mcp.eval.results import BASELINE_FILES, RESULTS_FILE, SUMMARY_FILE, read_results

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from datetime import datetime
 
 import anyio
@@ -16,7 +17,7 @@ from rlm_mcp.usage import Usage
 from rlm_mcp.visible import visible_line
 
 
-async def sessions_list(settings: Settings) -> int:
+async def sessions_list(args: argparse.Namespace, settings: Settings) -> int:
     records = await anyio.to_thread.run_sync(session_files.peek, settings.data_dir)
     if not records:
         print("No kept sessions stored. Keep one with `rlm-mcp run --keep-session ...`.")
@@ -42,7 +43,8 @@ def _usage_text(usage: Usage) -> str:
     return text + (f"  ${total.cost_usd:.4f}" if total.cost_usd is not None else "")
 
 
-async def sessions_close(settings: Settings, session_id: str) -> int:
+async def sessions_close(args: argparse.Namespace, settings: Settings) -> int:
+    session_id = args.session_id
     if not await anyio.to_thread.run_sync(session_files.discard, settings.data_dir, session_id):
         raise NotFoundError(f"No stored session '{session_id}'.", "List them with `rlm-mcp sessions list`.")
     print(f"closed {session_id}")

@@ -1,0 +1,144 @@
+"""`rlm-mcp serve` (and a bare `rlm-mcp`): serve MCP over stdio or HTTP, or run a team worker,
+until stdin closes or SIGINT/SIGTERM.
+
+Nothing but MCP protocol may reach stdout in stdio mode, so every log line goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.lm.endpoint import key_note
+
+
+def serve_command(args: argparse.Namespace, settings: Settings) -> int:
+    if (note := key_note(settings)) is not None:
+        logging.getLogger("rlm_mcp.lm").warning("%s; set RLM_MCP_SUB_API_KEY if that server needs one", note)
+    deployment = settings.deployment
+    if deployment.embedded and deployment.role != "both":
+        raise RlmMcpError(
+            f"--role {deployment.role} needs team mode: fronts and workers share runs through PostgreSQL.",
+            "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
+            "(docs/team.md), or serve with --role both (the default).",
+        )
+    if deployment.team:  # a misconfigured database: one line, before anything starts
+        anyio.run(_database_ready, settings)
+    if deployment.executes_runs:  # this process runs sandboxes: never without their limits
+        from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
+
+        anyio.run(refuse_unlimited_sandboxes, settings.sandbox)
+    from rlm_mcp.observability import tracing
+
+    tracing.configure_from_env()  # only when OTEL_* variables ask for traces
+    try:
+        anyio.run(_serve if deployment.serves_mcp else _serve_worker, settings)
+    finally:
+        tracing.shutdown()  # the spans still batched go out before the process ends
+    return 0
+
+
+async def _database_ready(settings: Settings) -> None:
+    """Team mode's first connection (encoding, privileges, migrations), checked before serving."""
+    from rlm_mcp.store.pg import Database
+
+    await Database(settings.database_dsn(), replica=False).prepare()
+
+
+async def _serve_worker(settings: Settings) -> None:
+    """A team-mode worker: executes queued runs and serves only the unauthenticated health route
+    (`GET /healthz`, for a balancer or systemd) and its metrics (`GET /metrics`) on
+    RLM_MCP_HOST:RLM_MCP_PORT; no MCP, no viewer."""
+    from rlm_mcp.access import load_tokens
+    from rlm_mcp.assembly import build_service
+    from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
+    from rlm_mcp.server.health import health_app, store_readiness
+    from rlm_mcp.server.http import serve_http
+    from rlm_mcp.server.listen import bind_listener
+
+    closed = threading.Event()
+    listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before anything starts
+
+    async def serve() -> None:
+        try:
+            async with build_service(settings, mode="http") as service:
+                logging.getLogger("rlm_mcp").info("team worker: executing queued runs; health on /healthz")
+                health = health_app(store_readiness(service.stores), role="worker")
+                scrape = metrics_endpoint(load_tokens(settings), public=settings.metrics_public)
+                await serve_http(settings, with_metrics(health, scrape), listener)
+        finally:
+            closed.set()
+
+    try:
+        await _serve_until_signal(serve, closed)
+    finally:
+        listener.close()
+
+
+async def _serve(settings: Settings) -> None:
+    """Serve until stdin closes (stdio), or SIGINT/SIGTERM; the lifespan then removes this
+    server's sandboxes before the process exits."""
+    closed = threading.Event()
+    listener = None
+    if settings.transport == "http":
+        from rlm_mcp.server.http import build_http_app, serve_http
+        from rlm_mcp.server.listen import bind_listener
+
+        app = build_http_app(settings, on_closed=closed.set)  # refusals happen before binding
+        listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before "serving"
+
+        async def serve() -> None:
+            await serve_http(settings, app, listener)
+    else:
+        from rlm_mcp.cli.hints import STDIO_ON_A_TERMINAL
+
+        if sys.stdin.isatty():  # a person typed `rlm-mcp`: say what it waits for
+            print(STDIO_ON_A_TERMINAL, file=sys.stderr, flush=True)
+        from rlm_mcp.server.app import build_server
+
+        server = build_server(settings, mode="stdio", on_closed=closed.set)
+
+        async def serve() -> None:
+            await server.run_stdio_async()
+
+    try:
+        await _serve_until_signal(serve, closed)
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+async def _serve_until_signal(serve: Callable[[], Awaitable[None]], closed: threading.Event) -> None:
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    # The SDK reads stdin in a worker thread that cancellation cannot
+                    # interrupt, so once the service has cleaned up, leave without it.
+                    threading.Thread(target=_exit_when, args=(closed,), daemon=True).start()
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_on_signal)
+        await serve()
+        tg.cancel_scope.cancel()
+
+
+def _exit_when(closed: threading.Event, grace_s: float = 30.0) -> None:
+    closed.wait(grace_s)
+    logging.getLogger("rlm_mcp").info("shut down on signal")
+    from rlm_mcp.observability import tracing
+
+    tracing.shutdown()  # the spans still batched go out first (os._exit skips every finally)
+    logging.shutdown()
+    os._exit(0)

@@ -1,0 +1,48 @@
+"""The assembly: one builder per role gives `RlmService` its parts, each component its own
+settings section, and the run backend the deployment calls for, over either store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rlm_mcp import assembly
+from rlm_mcp.config import LMSettings, SandboxSettings, Settings
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.testing.settings import make_settings
+
+
+def test_front_and_worker_refuse_the_embedded_deployment(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
+        assembly.front(settings, transport="http")
+    with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
+        assembly.worker(settings)
+
+
+def test_each_component_takes_its_own_section(store_settings: Callable[..., Settings]) -> None:
+    settings = store_settings(max_sandboxes=3, model="root-m")
+    parts = assembly.service_parts(settings, transport="stdio")
+    assert type(parts.lm.settings) is LMSettings and parts.lm.settings.model == "root-m"
+    assert type(parts.sandboxes.settings) is SandboxSettings and parts.sandboxes.settings.max_sandboxes == 3
+    assert parts.stores.kind == ("sqlite" if settings.deployment.embedded else "postgresql")
+    # Idle kept sessions yield their sandbox slots to runs: the one hook between two parts.
+    assert parts.sandboxes.reclaim == parts.sessions.reclaim
+
+
+@pytest.mark.parametrize("role", ["both", "front"])
+def test_the_service_runs_where_the_deployment_says(
+    store_settings: Callable[..., Settings], role: str, tmp_path: Path
+) -> None:
+    settings = store_settings(role=role)
+
+    async def opened() -> tuple[bool, bool]:
+        async with assembly.build_service(settings, mode="http") as service:
+            return service.runs.local, service.stores.kind == "postgresql"
+
+    local, team = anyio.run(opened)
+    # Embedded: runs execute in this process; team mode: through the queue, whatever the role.
+    assert (local, team) == ((True, False) if settings.deployment.embedded else (False, True))
