@@ -106,6 +106,19 @@ def session_restarted_note() -> str:
     )
 
 
+def session_partial_note(runs_kept: int | None) -> str:
+    """A kept session was restored from a snapshot older than its last run (team mode: the worker
+    holding it was lost before it stored a newer one), or with none at all."""
+    if not runs_kept:
+        kept = "no snapshot of its variables was stored, so the variables of earlier runs are gone"
+    else:
+        kept = f"the last snapshot stored covers its first {runs_kept} run(s), so variables set after them are gone"
+    return (
+        f"Note: this session's REPL was restored in a fresh sandbox after the server holding it was lost; {kept}. "
+        "The contexts and the histories are all there."
+    )
+
+
 def restored_lost_note(names: Sequence[str]) -> str:
     """A kept session's REPL was restored in a fresh sandbox, and some names could not be saved."""
     shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")

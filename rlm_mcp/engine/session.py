@@ -62,10 +62,21 @@ class SessionSandbox:
     # next run restores it in a fresh sandbox.
     snapshot: Snapshot | None = None
     snapshot_error: str | None = None  # why the last attempt left no snapshot
+    # Team mode: the runs the snapshot covers, when it was taken before the last runs ended (their
+    # worker was lost before it stored a newer one); None: it covers every run.
+    snapshot_runs: int | None = None
 
     @property
     def restorable(self) -> bool:
-        return self.sandbox is None and self.snapshot is not None and self.runs > 0
+        """A fresh sandbox can continue the session: it ran before and its REPL is gone. Without a
+        snapshot (team mode: its worker was lost before it stored one) the contexts and histories
+        come back and the variables do not (the first output says so)."""
+        return self.sandbox is None and self.runs > 0 and (self.snapshot is not None or self.contexts != [])
+
+    @property
+    def partial(self) -> bool:
+        """A restore brings back fewer runs' variables than the session has had."""
+        return self.snapshot is None or (self.snapshot_runs is not None and self.snapshot_runs < self.runs)
 
     @property
     def live(self) -> bool:

@@ -19,6 +19,7 @@ import psycopg
 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.store.pg.migration_run_state import RUN_STATE_SQL
+from rlm_mcp.store.pg.migration_sessions import SESSIONS_SQL
 
 ADVISORY_LOCK_KEY = 0x726C6D2D6D6370  # "rlm-mcp"
 
@@ -175,6 +176,7 @@ MIGRATIONS: list[tuple[int, str | Callable[[], str]]] = [
         """,
     ),
     (6, RUN_STATE_SQL),
+    (7, SESSIONS_SQL),
 ]
 
 LATEST = MIGRATIONS[-1][0]

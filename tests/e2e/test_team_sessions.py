@@ -1,0 +1,172 @@
+"""Team-mode kept sessions end to end: two `rlm-mcp serve --role both` processes on one PostgreSQL
+database, real Docker, the scripted LM. A variable set in run 1 (through replica A) is read in
+run 2 through replica B, on the worker that holds the live sandbox (the claim preference); two
+follow-ups sent at once through both replicas: exactly one runs, the other is told to wait for it;
+the holding worker is killed (SIGKILL) once the snapshot after run 3 is stored, and run 4 through
+the other replica restores the session there: every variable, `context_1` and the histories are
+back. Another token can neither see nor continue the session, on any replica."""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractAsyncContextManager, ExitStack
+from pathlib import Path
+
+import anyio
+import psycopg
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from rlm_mcp.testing.script import RootScript, Script
+from rlm_mcp.testing.scripted_lm import ScriptedLM
+from rlm_mcp.testing.waiting import wait_until
+from tests.e2e.test_server_surface import call, call_error, resource_text
+from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
+
+pytestmark = pytest.mark.anyio
+
+ALICE, BOB = "alice-session-token", "bob-session-token"
+
+
+def _cell(code: str) -> str:
+    return f"```repl\n{code}\n```"
+
+
+def _submit(expr: str) -> str:
+    return _cell(f'answer["content"] = {expr}\nanswer["ready"] = True')
+
+
+SCRIPT = Script(
+    root_by_query=[
+        RootScript(
+            match="FIRST-Q",
+            replies=[
+                _cell("counts = {w: context.count(w) for w in set(context.split())}\nprint(len(counts))"),
+                _submit('"built"'),
+            ],
+        ),
+        RootScript(match="SECOND-Q", replies=[_submit("f\"{counts['alpha']}|{context_1[:6]}|{history[0]['role']}\"")]),
+        RootScript(
+            match="SLOW-Q",
+            replies=[_cell("import time\ntime.sleep(4)\ntotal = sum(counts.values())"), _submit("str(total)")],
+        ),
+        RootScript(
+            match="THIRD-Q",
+            replies=[
+                _submit("f\"{counts['alpha']}|{context_1[:6]}|{total}|{len(history_2) > 0}|{history is history_0}\"")
+            ],
+        ),
+    ]
+)
+
+
+def session_row(db: str, session_id: str) -> dict[str, object]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT s.generation, s.snapshot_gen, w.owner_id FROM rlm_sessions s "
+            "LEFT JOIN rlm_workers w ON w.worker_id = s.worker_id WHERE s.session_id = %s",
+            (session_id,),
+        ).fetchone()
+    assert found is not None
+    return {"generation": found[0], "snapshot_gen": found[1], "holder": found[2]}
+
+
+def run_worker(db: str, run_id: str) -> str:
+    """The sandbox owner label of the worker that ran `run_id`."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT w.owner_id FROM rlm_runs r JOIN rlm_workers w ON w.worker_id = r.worker_id WHERE r.run_id = %s",
+            (run_id,),
+        ).fetchone()
+    assert found is not None
+    return str(found[0])
+
+
+def as_token(r: Replica, token: str) -> AbstractAsyncContextManager[Client]:
+    return replica_client(r, token)
+
+
+async def test_a_session_continues_on_another_replica_and_after_its_worker_is_killed(
+    tmp_path: Path, pg_url: str
+) -> None:
+    # A long preference: the follow-up waits for the holder while it is alive, never for a lost one.
+    env = {**SHORT_LEASES, "RLM_MCP_SESSION_PREFER_WORKER_S": "60"}
+    with ScriptedLM(SCRIPT) as lm, ExitStack() as stack:
+        a, b = (
+            stack.enter_context(
+                team_replica(
+                    tmp_path / name, role="both", database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE, BOB], env=env
+                )
+            )
+            for name in ("a", "b")
+        )
+        async with as_token(a, ALICE) as on_a, as_token(b, ALICE) as on_b:
+            first_ctx = (await call(on_a, "rlm_load_context", text="alpha beta alpha gamma"))["context_id"]
+            second_ctx = (await call(on_b, "rlm_load_context", text="second context body"))["context_id"]
+            one = await call(on_a, "rlm_complete", query="FIRST-Q", context_id=first_ctx, keep_session=True)
+            assert one["status"] == "completed" and one["answer"] == "built"
+            session_id = one["session_id"]
+            holder = session_row(pg_url, session_id)["holder"]
+            assert holder in (a.owner, b.owner)
+
+            # Through the other replica, with a new context: run on the holder, in its live REPL.
+            two = await call(on_b, "rlm_complete", query="SECOND-Q", context_id=second_ctx, session_id=session_id)
+            assert two["status"] == "completed", two
+            assert two["answer"] == "2|second|system" and two["session_id"] == session_id
+            assert run_worker(pg_url, two["run_id"]) == holder
+
+            # Two follow-ups at once, one through each replica: exactly one runs.
+            started: list[str] = []
+            refused: list[str] = []
+
+            async def follow_up(client: Client) -> None:
+                result = await client.call_tool("rlm_start", {"query": "SLOW-Q", "session_id": session_id})
+                if result.is_error:
+                    refused.append(" ".join(getattr(c, "text", "") for c in result.content))
+                else:
+                    assert result.structured_content is not None
+                    started.append(result.structured_content["run_id"])
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow_up, on_a)
+                tg.start_soon(follow_up, on_b)
+            assert len(started) == 1 and len(refused) == 1, (started, refused)
+            assert "one question at a time" in refused[0] and f"run_id={started[0]}" in refused[0]
+            three = await call(on_a, "rlm_result", run_id=started[0], wait_s=120)
+            assert three["status"] == "completed" and three["answer"] == "4", three
+
+            # Listed and shown on both replicas; another token sees nothing and continues nothing.
+            for client in (on_a, on_b):
+                listed = (await call(client, "rlm_list_sessions"))["sessions"]
+                assert [s["session_id"] for s in listed] == [session_id]
+                assert listed[0]["runs"] == [one["run_id"], two["run_id"], started[0]]
+                shown = json.loads(resource_text(await client.read_resource(f"rlm://sessions/{session_id}")))
+                assert shown["context_ids"] == [first_ctx, second_ctx] and shown["histories"] == 3
+            for replica in (a, b):
+                async with as_token(replica, BOB) as bob:
+                    assert (await call(bob, "rlm_list_sessions"))["sessions"] == []
+                    error = await call_error(bob, "rlm_complete", query="THIRD-Q", session_id=session_id)
+                    assert f"Unknown session id '{session_id}'" in error
+                    error = await call_error(bob, "rlm_close_session", session_id=session_id)
+                    assert "Unknown session id" in error
+                    with pytest.raises(MCPError, match="Unknown session id"):
+                        await bob.read_resource(f"rlm://sessions/{session_id}")
+
+            # The snapshot after run 3 is stored in the background; then the holder is killed.
+            await wait_until(
+                lambda: session_row(pg_url, session_id)["snapshot_gen"] == 3, within_s=120, what="the snapshot"
+            )
+            victim, survivor, on_survivor = (a, b, on_b) if holder == a.owner else (b, a, on_a)
+            assert session_row(pg_url, session_id)["holder"] == victim.owner
+            victim.kill()
+
+            four = await call(on_survivor, "rlm_complete", query="THIRD-Q", session_id=session_id)
+            assert four["status"] == "completed", four
+            assert four["answer"] == "2|second|4|True|True"
+            assert run_worker(pg_url, four["run_id"]) == survivor.owner
+
+            closed = await call(on_survivor, "rlm_close_session", session_id=session_id)
+            assert closed["runs"][-1] == four["run_id"]
+            error = await call_error(on_survivor, "rlm_complete", query="THIRD-Q", session_id=session_id)
+            assert f"Session {session_id} was closed" in error and "keep_session=true" in error
