@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
@@ -184,6 +184,16 @@ class WorkerSessions:
                 row = fresh
         return row
 
+    def on_result(self, leaving: Callable[[], bool]) -> Callable[[ActiveRun], Awaitable[None]]:
+        """The hook a session's run calls before its final record: `recorded`, unless the run is
+        `leaving` this worker (no longer its own, or back to the queue: it runs again elsewhere,
+        in the same session), then `forget_run`."""
+
+        async def hook(run: ActiveRun) -> None:
+            await (self.forget_run(run) if leaving() else self.recorded(run))
+
+        return hook
+
     async def recorded(self, run: ActiveRun) -> None:
         """Before the run's final record: the session's state as the REPL has it now, in the
         database; this worker holds its sandbox. The snapshot is started by `ended`."""
@@ -230,12 +240,6 @@ class WorkerSessions:
         if held is not None:
             held.busy = False
             await self._drop(run.request.session_id or "", "its run left this worker")
-
-    async def forget(self, session_id: str) -> None:
-        """A session's run that never got its REPL (it failed to prepare)."""
-        held = self._held.get(session_id)
-        if held is not None and not held.repl.live:
-            await self._drop(session_id, "its run could not start")
 
     # --- snapshots and release --------------------------------------------------------------
 

@@ -45,9 +45,9 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.ports.runs import Notice, NoticeKind, NotStarted, RunPhase, RunRecord, WorkerRef
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.queue.ends import request_of
+from rlm_mcp.service.queue.ends import not_started, request_of
 from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
@@ -312,23 +312,15 @@ class QueueWorker:
         if row.requeues == 0:
             self._fresh.add(run_id)
         sessions = self.sessions if request.session_id is not None else None
-        repl = None
-        if sessions is not None:
-            try:
-                repl = await sessions.prepare(request)
-            except RlmMcpError as exc:
-                await self._refuse(row, exc)
-                await sessions.forget(request.session_id or "")
-                return
+        try:
+            repl = await sessions.prepare(request) if sessions is not None else None
+        except RlmMcpError as exc:  # its session cannot go on: a tool error for its caller
+            with anyio.CancelScope(shield=True):
+                await self._queue.finish(run_id, not_started(row.summary, exc), attempt=attempt)
+            return
 
-        async def recorded(done: ActiveRun) -> None:
-            """The session's end of this run, unless the run is no longer this worker's or goes
-            back to the queue (then another worker runs it again, in the same session)."""
-            assert sessions is not None
-            if run_id in self._stopped or run_log.unrecorded or run_id in self._handing_back or hand_back():
-                await sessions.forget_run(done)
-            else:
-                await sessions.recorded(done)
+        def leaving() -> bool:  # no longer this worker's, or back to the queue (same session, elsewhere)
+            return run_id in self._stopped or run_log.unrecorded or run_id in self._handing_back or hand_back()
 
         run = await self._runs.adopt(
             run_id,
@@ -337,7 +329,7 @@ class QueueWorker:
             run_log,
             fence=lambda: self._must_stop(run_id, run_log),
             repl=repl,
-            on_result=recorded if sessions is not None else None,
+            on_result=sessions.on_result(leaving) if sessions is not None else None,
             on_end=sessions.ended if sessions is not None else None,
         )
         run.notice = Notice(kind=NoticeKind.RUNNING_ON, worker=self.ref)
@@ -358,15 +350,6 @@ class QueueWorker:
                     await self._end_unrecorded(run, run_log, attempt, fresh=row.requeues == 0)
                 else:
                     await self._ensure_final(run, run_log, attempt)
-
-    async def _refuse(self, row: RunRow, exc: RlmMcpError) -> None:
-        """End a claimed run that cannot start (its kept session is gone): a tool error for its caller."""
-        record = RunRecord.from_stored(row.summary).ended("error", str(exc))
-        record = record.model_copy(update={"not_started": NotStarted(cause=exc.cause, fix=exc.fix)})
-        try:
-            await self._queue.finish(row.run_id, record, attempt=row.attempt)
-        except Exception as failed:  # the sweepers end it once this worker's lease says so
-            log.info("could not end run %s: %s", row.run_id, failed)
 
     async def _hand_back(self, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
         """Queue the run again for another worker; if this fails, the sweepers queue it again
