@@ -3,7 +3,8 @@ once through two replicas' connections exactly one takes the session, and the se
 once its run's row is done; the per-owner cap holds under concurrent opens; a snapshot is stored
 only for the generation it was taken after and within the owner's byte cap, read back byte for
 byte; a follow-up queued for the worker holding the live sandbox is claimed by no other worker
-until the preference lapses."""
+until the preference lapses (or that worker is gone); a session past its maximum age (the
+database's clock) expires; the CLI lists and closes its own team sessions."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.cli_sessions import sessions_close, sessions_list
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import BusyError
+from rlm_mcp.errors import BusyError, NotFoundError
 from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
@@ -137,3 +139,37 @@ async def test_a_follow_up_waits_for_the_worker_holding_its_sandbox(tmp_path: Pa
         await queue.mark_gone(holder)  # the holder is gone: no wait for it
         gone = await queue.claim(other, 2, 2)
         assert gone is not None and gone.run_id == "run_gone"
+
+
+async def test_a_session_past_its_maximum_age_expires_and_says_so(tmp_path: Path, pg_url: str) -> None:
+    async with replica(tmp_path, pg_url, "a") as (store, queue):
+        await store.open("ses_old", "alice", "run_old", cap=4, max_age_s=DAY)
+        await queue.enqueue(summary("run_old", owner="alice"), 1)
+        await queue.finish("run_old", final("run_old"))
+        # Judged by the database's clock: with a maximum age of 0 s it is over at once.
+        assert await store.claim("ses_old", "run_next", max_age_s=0.0) is None
+        assert await store.list_open("alice", max_age_s=0.0) == []
+        assert await store.expire(max_age_s=0.0) == 1
+        row = await store.read("ses_old")
+        assert row is not None and row.state == "expired"
+        assert await store.claim("ses_old", "run_next", max_age_s=DAY) is None
+
+
+async def test_the_cli_lists_and_closes_its_team_sessions(
+    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = Settings(database_url=pg_url, data_dir=tmp_path / "cli")
+    async with replica(tmp_path, pg_url, "a") as (store, queue):
+        await store.open("ses_cli", "local", "run_cli", cap=4, max_age_s=DAY)
+        await store.open("ses_other", "alice", "run_alice", cap=4, max_age_s=DAY)
+        await queue.enqueue(summary("run_cli", owner="local"), 1)
+        await queue.finish("run_cli", final("run_cli"))
+        assert await sessions_list(settings) == 0
+        listed = capsys.readouterr().out
+        assert "ses_cli" in listed and "1 runs" in listed and "ses_other" not in listed
+        assert await sessions_close(settings, "ses_cli") == 0
+        assert "closed ses_cli" in capsys.readouterr().out
+        with pytest.raises(NotFoundError, match="was closed"):
+            await sessions_close(settings, "ses_cli")
+        with pytest.raises(NotFoundError, match="Unknown session id 'ses_other'"):
+            await sessions_close(settings, "ses_other")
