@@ -56,8 +56,10 @@ class Held:
     last_used: float = field(default_factory=time.monotonic)
     busy: bool = False  # a run uses the REPL
     saving: anyio.Event | None = None  # set when the snapshot after the last run is stored (or failed)
-    # The contexts a restore bound, pinned (and in this host's cache) while this worker holds it.
+    # The session's contexts, pinned against eviction (and in this host's cache) while this
+    # worker holds its sandbox.
     pins: AsyncExitStack = field(default_factory=AsyncExitStack)
+    pinned: set[str] = field(default_factory=set)
 
     @property
     def idle(self) -> bool:
@@ -147,9 +149,15 @@ class WorkerSessions:
         repl = SessionSandbox(session_id)
         owner = Owner(row.owner)
         pins = AsyncExitStack()
+        unique = list(dict.fromkeys(row.context_ids))
         try:  # pinned and fetched into this host's cache: the fresh sandbox loads each by id
-            unique = list(dict.fromkeys(row.context_ids))
             infos = await pins.enter_async_context(self._contexts.in_use(unique, owner=owner))
+        except RlmMcpError as exc:
+            await pins.aclose()
+            raise NotFoundError(
+                f"Session {session_id} cannot go on: one of its contexts is gone ({exc.cause}).",
+                "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s).",
+            ) from exc
         except BaseException:
             await pins.aclose()
             raise
@@ -165,7 +173,13 @@ class WorkerSessions:
             repl.snapshot = Snapshot(blob=blob)
             repl.snapshot_runs = taken_after if taken_after < row.generation else None
         self._held[session_id] = Held(
-            repl=repl, owner=owner, generation=row.generation, usage=Usage.of(row.usage), busy=True, pins=pins
+            repl=repl,
+            owner=owner,
+            generation=row.generation,
+            usage=Usage.of(row.usage),
+            busy=True,
+            pins=pins,
+            pinned=set(unique),
         )
         if row.generation:
             log.info("session %s: restoring on this worker (generation %d)", session_id, row.generation)
@@ -225,6 +239,17 @@ class WorkerSessions:
         if run.began:
             held.saving = anyio.Event()  # a follow-up arriving now waits for the snapshot
 
+    async def _pin(self, session_id: str, held: Held) -> None:
+        """Pin the contexts this run added, for as long as this worker holds the session."""
+        new = [spec.context_id for spec in held.repl.contexts if spec.context_id and spec.context_id not in held.pinned]
+        if not new:
+            return
+        try:
+            await held.pins.enter_async_context(self._contexts.in_use(list(dict.fromkeys(new)), owner=held.owner))
+            held.pinned.update(new)
+        except RlmMcpError as exc:  # deleted meanwhile: a restore will say so
+            log.info("session %s: could not pin its new contexts: %s", session_id, exc)
+
     async def ended(self, run: ActiveRun) -> None:
         """After the run's final record (its result is out): the snapshot, in the background."""
         session_id = run.request.session_id or ""
@@ -247,6 +272,7 @@ class WorkerSessions:
         saving, generation = held.saving, held.generation
         settings = self._settings
         try:
+            await self._pin(session_id, held)
             sandbox = held.repl.sandbox
             if settings.session_snapshot_max_bytes <= 0:
                 raise SnapshotUnavailable("snapshots are off (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES=0)")
