@@ -4,7 +4,9 @@ run 2 through replica B, on the worker that holds the live sandbox (the claim pr
 follow-ups sent at once through both replicas: exactly one runs, the other is told to wait for it;
 the holding worker is killed (SIGKILL) once the snapshot after run 3 is stored, and run 4 through
 the other replica restores the session there: every variable, `context_1` and the histories are
-back. Another token can neither see nor continue the session, on any replica."""
+back. Another token can neither see nor continue the session, on any replica. In one process: a
+worker lost before it stored the last run's snapshot leaves the one before, which the next run
+restores, saying what is gone."""
 
 from __future__ import annotations
 
@@ -18,10 +20,14 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from rlm_mcp.owners import Owner
+from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import call, call_error, resource_text
+from tests.e2e.test_server_surface import call, call_error, make_settings, resource_text
+from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
 
 pytestmark = pytest.mark.anyio
@@ -170,3 +176,73 @@ async def test_a_session_continues_on_another_replica_and_after_its_worker_is_ki
             assert closed["runs"][-1] == four["run_id"]
             error = await call_error(on_survivor, "rlm_complete", query="THIRD-Q", session_id=session_id)
             assert f"Session {session_id} was closed" in error and "keep_session=true" in error
+
+
+PARTIAL = Script(
+    root_by_query=[
+        RootScript(match="BUILD-Q", replies=[_submit("str(len(counts := {'alpha': 2}))")]),
+        RootScript(match="EXTRA-Q", replies=[_submit("str(extra := 5)")]),
+        RootScript(
+            match="AFTER-LOSS-Q",
+            replies=[
+                _cell("print(counts['alpha'], 'extra' in globals(), len(history_1) > 0)"),
+                _submit('"done"'),
+            ],
+        ),
+    ]
+)
+
+
+async def test_a_worker_lost_before_its_last_snapshot_restores_the_one_before_and_says_so(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    # One in-process replica (front and worker). After run 2 the database is put back as if the
+    # worker holding the session had been lost before it stored run 2's snapshot: run 1's snapshot,
+    # no holder. Run 3 restores it: run 1's variables and every history are there, run 2's
+    # variable is not, and the model is told so in its first REPL output.
+    owner = Owner("local")
+    with ScriptedLM(PARTIAL) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, database_url=pg_migrated_url)
+        instance = settings.instance_id
+        assert instance is not None
+        async with RlmService(settings) as service:
+            ctx = await service.load_context(text="alpha beta", owner=owner)
+            _, sid = await service.complete_in_session(
+                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, owner=owner, keep_session=True
+            )
+            assert sid is not None
+            await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 1, within_s=60, what="snap 1")
+            first_snapshot = snapshot_chunks(pg_migrated_url, sid)
+            extra, _ = await service.complete_in_session(
+                "EXTRA-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
+            )
+            assert extra.answer == "5"
+            await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 2, within_s=60, what="snap 2")
+            with psycopg.connect(pg_migrated_url, autocommit=True) as conn:
+                conn.execute("DELETE FROM rlm_session_snapshots WHERE session_id = %s", (sid,))
+                for idx, data in first_snapshot:
+                    conn.execute("INSERT INTO rlm_session_snapshots VALUES (%s, %s, %s)", (sid, idx, data))
+                conn.execute("UPDATE rlm_sessions SET snapshot_gen = 1, worker_id = NULL WHERE session_id = %s", (sid,))
+            # The worker sees the session is no longer its own and lets its sandbox go.
+            await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox let go")
+
+            lm.reset_log()
+            after, _ = await service.complete_in_session(
+                "AFTER-LOSS-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
+            )
+            assert after.status == "completed" and after.answer == "done"
+            second_call = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
+            assert "2 False True" in second_call  # counts from run 1, no `extra`, history_1 rebound
+            assert "covers its first 1 run(s)" in second_call and "histories are all there" in second_call
+
+
+def snapshot_chunks(db: str, session_id: str) -> list[tuple[int, bytes]]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT idx, data FROM rlm_session_snapshots WHERE session_id = %s ORDER BY idx", (session_id,)
+        ).fetchall()
+    return [(int(i), bytes(d)) for i, d in rows]
+
+
+async def _quiet(progress: float, total: float | None, message: str) -> None:
+    return None
