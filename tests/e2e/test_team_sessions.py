@@ -6,7 +6,8 @@ the holding worker is killed (SIGKILL) once the snapshot after run 3 is stored, 
 the other replica restores the session there: every variable, `context_1` and the histories are
 back. Another token can neither see nor continue the session, on any replica. In one process: a
 worker lost before it stored the last run's snapshot leaves the one before, which the next run
-restores, saying what is gone."""
+restores, saying what is gone; an idle session's sandbox yields the worker's only slot to a run
+and the session comes back from its snapshot."""
 
 from __future__ import annotations
 
@@ -246,3 +247,42 @@ def snapshot_chunks(db: str, session_id: str) -> list[tuple[int, bytes]]:
 
 async def _quiet(progress: float, total: float | None, message: str) -> None:
     return None
+
+
+async def test_an_idle_sessions_sandbox_yields_its_slot_to_a_run_and_comes_back(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    # One sandbox slot on the only worker: the idle session holds it, a plain run needs it. The
+    # worker claims the run (an idle session's slot counts as free), the session gives its sandbox
+    # back (its snapshot is in the database), and its next run restores it.
+    back_again = RootScript(
+        match="BACK-Q", replies=[_cell("print(counts['alpha'], len(history) > 0)"), _submit('"ok"')]
+    )
+    script = Script(root=[_submit('"plain"')], root_by_query=[*PARTIAL.root_by_query, back_again])
+    owner = Owner("local")
+    with ScriptedLM(script) as lm:
+        settings = make_settings(
+            tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, database_url=pg_migrated_url, run_queue_timeout_s=120
+        )
+        instance = settings.instance_id
+        assert instance is not None
+        async with RlmService(settings) as service:
+            ctx = await service.load_context(text="alpha beta", owner=owner)
+            _, sid = await service.complete_in_session(
+                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, owner=owner, keep_session=True
+            )
+            assert sid is not None
+            await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 1, within_s=60, what="snap 1")
+            assert len(sandbox_container_ids(instance)) == 1  # the session's, idle
+
+            plain = await service.complete("another question", ctx.context_id, RunOverrides(), _quiet, owner=owner)
+            assert plain.status == "completed" and plain.answer == "plain"
+            assert session_row(pg_migrated_url, sid)["holder"] is None  # let go, kept in the database
+
+            lm.reset_log()
+            after, _ = await service.complete_in_session(
+                "BACK-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
+            )
+            assert after.status == "completed" and after.answer == "ok"
+            restored = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
+            assert "2 True" in restored and "restored in a fresh sandbox" not in restored  # nothing lost
