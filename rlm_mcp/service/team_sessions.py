@@ -99,7 +99,7 @@ class TeamSessions:
             request = request.model_copy(update={"session_id": session_id})
             new = True
         else:
-            row = await self.store.claim(session_id, run_id, max_age_s=settings.session_max_age_s)
+            row = await self.store.claim(session_id, owner, run_id, max_age_s=settings.session_max_age_s)
             if row is None:  # taken by another follow-up, or ended, since it was looked at
                 await self.find(session_id, owner=request.owner, free=True)
                 raise BusyError(f"Session {session_id} is busy.", "Ask again in a moment.")

@@ -43,13 +43,13 @@ async def test_of_many_follow_ups_exactly_one_takes_the_session(tmp_path: Path, 
         await a.open("ses_1", "alice", "run_first", cap=4, max_age_s=DAY)
         await queue.enqueue(summary("run_first", owner="alice"), 1)
         # The first run has not ended: nobody takes the session.
-        assert await b.claim("ses_1", "run_x", max_age_s=DAY) is None
+        assert await b.claim("ses_1", "alice", "run_x", max_age_s=DAY) is None
 
         await queue.finish("run_first", final("run_first"))
         won: list[str] = []
 
         async def follow_up(store: PgSessionStore, run_id: str) -> None:
-            if await store.claim("ses_1", run_id, max_age_s=DAY) is not None:
+            if await store.claim("ses_1", "alice", run_id, max_age_s=DAY) is not None:
                 won.append(run_id)
 
         async with anyio.create_task_group() as tg:
@@ -74,6 +74,7 @@ async def test_of_many_follow_ups_exactly_one_takes_the_session(tmp_path: Path, 
         row = await a.read("ses_1")
         assert row is not None and row.free and row.worker_id == 7
         assert row.histories == [[{"role": "user", "content": "q\u0000"}]]
+        assert await a.claim("ses_1", "bob", "run_bob", max_age_s=DAY) is None  # another owner's: never
 
 
 async def test_the_per_owner_cap_holds_under_concurrent_opens(tmp_path: Path, pg_url: str) -> None:
@@ -119,7 +120,7 @@ async def test_a_snapshot_is_stored_for_its_generation_within_the_owner_cap(tmp_
         assert await store.read_snapshot("ses_s1") is None
         closed = await store.read("ses_s1")
         assert closed is not None and closed.state == "closed"
-        assert await store.claim("ses_s1", "run_late", max_age_s=DAY) is None
+        assert await store.claim("ses_s1", "alice", "run_late", max_age_s=DAY) is None
 
 
 async def test_a_follow_up_waits_for_the_worker_holding_its_sandbox(tmp_path: Path, pg_url: str) -> None:
@@ -147,12 +148,12 @@ async def test_a_session_past_its_maximum_age_expires_and_says_so(tmp_path: Path
         await queue.enqueue(summary("run_old", owner="alice"), 1)
         await queue.finish("run_old", final("run_old"))
         # Judged by the database's clock: with a maximum age of 0 s it is over at once.
-        assert await store.claim("ses_old", "run_next", max_age_s=0.0) is None
+        assert await store.claim("ses_old", "alice", "run_next", max_age_s=0.0) is None
         assert await store.list_open("alice", max_age_s=0.0) == []
         assert await store.expire(max_age_s=0.0) == 1
         row = await store.read("ses_old")
         assert row is not None and row.state == "expired"
-        assert await store.claim("ses_old", "run_next", max_age_s=DAY) is None
+        assert await store.claim("ses_old", "alice", "run_next", max_age_s=DAY) is None
 
 
 async def test_the_cli_lists_and_closes_its_team_sessions(

@@ -125,16 +125,16 @@ class PgSessionStore:
                 "or run without keep_session.",
             )
 
-    async def claim(self, session_id: str, run_id: str, *, max_age_s: float) -> SessionRow | None:
-        """Take an open, unexpired session for `run_id` when no run holds it; None otherwise (the
-        caller reads the row to say why)."""
+    async def claim(self, session_id: str, owner: str, run_id: str, *, max_age_s: float) -> SessionRow | None:
+        """Take `owner`'s open, unexpired session for `run_id` when no run holds it; None
+        otherwise (the caller reads the row to say why)."""
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 "UPDATE rlm_sessions s SET running_run = %(run)s, running_since = now(), last_used_at = now(), "
                 "run_ids = (s.run_ids::jsonb || to_jsonb(%(run)s::text))::text "
-                f"WHERE s.session_id = %(sid)s AND s.state = 'open' AND NOT {_EXPIRED} AND {_FREE} "
+                f"WHERE s.session_id = %(sid)s AND s.owner = %(owner)s AND s.state = 'open' AND NOT {_EXPIRED} AND {_FREE} "
                 f"RETURNING {_COLUMNS}",
-                {"sid": session_id, "run": run_id, "max_age": max_age_s},
+                {"sid": session_id, "owner": owner, "run": run_id, "max_age": max_age_s},
             )
             row = await cur.fetchone()
         return _row(row) if row is not None else None
