@@ -108,14 +108,15 @@ def session_restarted_note() -> str:
 
 def session_partial_note(runs_kept: int | None) -> str:
     """A kept session was restored from a snapshot older than its last run (team mode: the worker
-    holding it was lost before it stored a newer one), or with none at all."""
+    holding it was lost, or its REPL stopped, before a newer one was stored), or with none at all."""
     if not runs_kept:
-        kept = "no snapshot of its variables was stored, so the variables of earlier runs are gone"
-    else:
-        kept = f"the last snapshot stored covers its first {runs_kept} run(s), so variables set after them are gone"
+        return (
+            "Note: this session's REPL was restored in a fresh sandbox, but no snapshot of its variables was "
+            "stored: the variables of earlier runs are gone. The contexts and the histories are all there."
+        )
     return (
-        f"Note: this session's REPL was restored in a fresh sandbox after the server holding it was lost; {kept}. "
-        "The contexts and the histories are all there."
+        f"Note: this session's REPL was restored in a fresh sandbox from the snapshot stored after its first "
+        f"{runs_kept} run(s); variables set after them are gone. The contexts and the histories are all there."
     )
 
 

@@ -92,6 +92,11 @@ class SnapshotUnavailable(Exception):
     """The sandbox could not make a snapshot; `str()` says why (no dill in the image, too big)."""
 
 
+class ReplRestarted(SnapshotUnavailable):
+    """The REPL had stopped (a cancelled cell, a crash) and came back empty: there is nothing to
+    save, and the caller must not take the live REPL for the session's namespace any more."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The blob, never deserialized on the host (the names left out are inside it)."""
@@ -105,7 +110,9 @@ async def _quiet_bridge(request: LMRequest) -> list[str]:
 
 async def _cell(sandbox: Sandbox, code: str) -> CellResult:
     result = await sandbox.execute(code, _quiet_bridge)
-    if result.error or result.restarted:
+    if result.restarted:
+        raise ReplRestarted("the REPL had stopped since the run and was started again, empty")
+    if result.error:
         raise SnapshotUnavailable(f"the snapshot cell failed: {(result.error or result.notice or '')[:300]}")
     return result
 

@@ -7,7 +7,8 @@ the other replica restores the session there: every variable, `context_1` and th
 back. Another token can neither see nor continue the session, on any replica. In one process: a
 worker lost before it stored the last run's snapshot leaves the one before, which the next run
 restores, saying what is gone; an idle session's sandbox yields the worker's only slot to a run
-and the session comes back from its snapshot."""
+and the session comes back from its snapshot; a run cancelled mid-cell (its REPL ends) leaves the
+session its last snapshot rather than an empty REPL."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.e2e.test_server_surface import call, call_error, make_settings, resource_text
+from tests.e2e.test_team_queue import cell_started
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
 
@@ -234,7 +236,9 @@ async def test_a_worker_lost_before_its_last_snapshot_restores_the_one_before_an
             assert after.status == "completed" and after.answer == "done"
             second_call = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
             assert "2 False True" in second_call  # counts from run 1, no `extra`, history_1 rebound
-            assert "covers its first 1 run(s)" in second_call and "histories are all there" in second_call
+            assert (
+                "snapshot stored after its first 1 run(s)" in second_call and "histories are all there" in second_call
+            )
 
 
 def snapshot_chunks(db: str, session_id: str) -> list[tuple[int, bytes]]:
@@ -286,3 +290,37 @@ async def test_an_idle_sessions_sandbox_yields_its_slot_to_a_run_and_comes_back(
             assert after.status == "completed" and after.answer == "ok"
             restored = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
             assert "2 True" in restored and "restored in a fresh sandbox" not in restored  # nothing lost
+
+
+async def test_a_run_cancelled_mid_cell_leaves_the_session_its_last_snapshot(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    # Cancelling a cell ends the REPL it ran in: the worker lets that sandbox go instead of
+    # snapshotting an empty REPL over the session's last snapshot, and the next run restores it.
+    stuck = RootScript(match="STUCK-Q", replies=[_cell("import time\nwhile True:\n    time.sleep(0.2)")])
+    back = RootScript(match="BACK-Q", replies=[_cell("print(counts['alpha'], len(history) > 0)"), _submit('"ok"')])
+    owner = Owner("local")
+    with ScriptedLM(Script(root_by_query=[*PARTIAL.root_by_query, stuck, back])) as lm:
+        settings = make_settings(tmp_path, lm.base_url, pool_size=0, database_url=pg_migrated_url)
+        async with RlmService(settings) as service:
+            ctx = await service.load_context(text="alpha beta", owner=owner)
+            _, sid = await service.complete_in_session(
+                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, owner=owner, keep_session=True
+            )
+            assert sid is not None
+            await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 1, within_s=60, what="snap 1")
+            run = await service.start_run("STUCK-Q", None, RunOverrides(), owner=owner, session_id=sid)
+
+            await wait_until(lambda: cell_started(pg_migrated_url, run.run_id), within_s=60, what="the stuck cell")
+            await service.cancel(run.run_id, owner=owner)
+            await wait_until(
+                lambda: session_row(pg_migrated_url, sid)["generation"] == 2, within_s=60, what="the run's end"
+            )
+
+            lm.reset_log()
+            after, _ = await service.complete_in_session(
+                "BACK-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
+            )
+            assert after.status == "completed" and after.answer == "ok", after
+            output = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
+            assert "2 True" in output and "snapshot stored after its first 1 run(s)" in output

@@ -30,7 +30,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.session import SessionSandbox
-from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
+from rlm_mcp.engine.snapshot import ReplRestarted, Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
 from rlm_mcp.errors import NotFoundError, RlmMcpError
 from rlm_mcp.events import Usage
 from rlm_mcp.owners import Owner
@@ -294,6 +294,12 @@ class WorkerSessions:
                 len(snapshot.blob),
                 time.monotonic() - started,
             )
+        except ReplRestarted as exc:
+            # The live REPL lost the namespace: the next run restores the last snapshot stored
+            # (and rebinds every history) rather than going on in an empty REPL.
+            log.warning("session %s: %s; its sandbox is let go", session_id, exc)
+            held.saving = None
+            await self._drop(session_id, str(exc))
         except (SnapshotUnavailable, RlmMcpError) as exc:
             held.repl.snapshot_error = str(exc)
             log.warning("session %s: no snapshot after run %d (%s)", session_id, generation, exc)
