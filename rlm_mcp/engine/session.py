@@ -65,13 +65,15 @@ class SessionSandbox:
     # Team mode: the runs the snapshot covers, when it was taken before the last runs ended (their
     # worker was lost before it stored a newer one); None: it covers every run.
     snapshot_runs: int | None = None
+    # Team mode: the session is continued from the database even without a snapshot (its worker
+    # was lost before it stored one): the contexts and histories come back, the variables do not
+    # (the first output says so). Embedded mode ends a session that has no snapshot instead.
+    restore_bare: bool = False
 
     @property
     def restorable(self) -> bool:
-        """A fresh sandbox can continue the session: it ran before and its REPL is gone. Without a
-        snapshot (team mode: its worker was lost before it stored one) the contexts and histories
-        come back and the variables do not (the first output says so)."""
-        return self.sandbox is None and self.runs > 0 and (self.snapshot is not None or self.contexts != [])
+        """A fresh sandbox can continue the session: it ran before and its REPL is gone."""
+        return self.sandbox is None and self.runs > 0 and (self.snapshot is not None or self.restore_bare)
 
     @property
     def partial(self) -> bool:

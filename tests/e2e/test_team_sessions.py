@@ -8,7 +8,8 @@ back. Another token can neither see nor continue the session, on any replica. In
 worker lost before it stored the last run's snapshot leaves the one before, which the next run
 restores, saying what is gone; an idle session's sandbox yields the worker's only slot to a run
 and the session comes back from its snapshot; a run cancelled mid-cell (its REPL ends) leaves the
-session its last snapshot rather than an empty REPL."""
+session its last snapshot rather than an empty REPL; with snapshots off, a session whose sandbox
+was let go comes back with its contexts and histories and says its variables are gone."""
 
 from __future__ import annotations
 
@@ -324,3 +325,46 @@ async def test_a_run_cancelled_mid_cell_leaves_the_session_its_last_snapshot(
             assert after.status == "completed" and after.answer == "ok", after
             output = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
             assert "2 True" in output and "snapshot stored after its first 1 run(s)" in output
+
+
+async def test_a_session_without_a_snapshot_comes_back_with_its_contexts_and_histories(
+    tmp_path: Path, pg_migrated_url: str
+) -> None:
+    # Snapshots off: when the worker lets the sandbox go (here for a run that needs its only slot),
+    # the next run starts a fresh REPL with the session's contexts and histories, and says the
+    # variables are gone.
+    look = RootScript(
+        match="LOOK-Q", replies=[_cell("print('counts' in globals(), len(history) > 0, context[:5])"), _submit('"ok"')]
+    )
+    script = Script(root=[_submit('"plain"')], root_by_query=[*PARTIAL.root_by_query, look])
+    owner = Owner("local")
+    with ScriptedLM(script) as lm:
+        settings = make_settings(
+            tmp_path,
+            lm.base_url,
+            pool_size=0,
+            max_sandboxes=1,
+            database_url=pg_migrated_url,
+            session_snapshot_max_bytes=0,
+        )
+        async with RlmService(settings) as service:
+            ctx = await service.load_context(text="alpha beta", owner=owner)
+            _, sid = await service.complete_in_session(
+                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, owner=owner, keep_session=True
+            )
+            assert sid is not None
+
+            async def said_why() -> bool:
+                return "snapshots are off" in str((await service.session(sid, owner=owner))["snapshot_error"])
+
+            await wait_until(said_why, within_s=60, what="the snapshot refused")
+            plain = await service.complete("another question", ctx.context_id, RunOverrides(), _quiet, owner=owner)
+            assert plain.answer == "plain"
+
+            lm.reset_log()
+            after, _ = await service.complete_in_session(
+                "LOOK-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
+            )
+            assert after.status == "completed" and after.answer == "ok"
+            output = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
+            assert "False True alpha" in output and "no snapshot of its variables was stored" in output

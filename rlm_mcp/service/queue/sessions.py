@@ -167,6 +167,7 @@ class WorkerSessions:
         repl.histories = [list(h) for h in row.histories]
         repl.history_count = len(repl.histories)
         repl.runs = row.generation
+        repl.restore_bare = True
         stored = await self._store.read_snapshot(session_id) if row.generation else None
         if stored is not None:
             taken_after, blob = stored
