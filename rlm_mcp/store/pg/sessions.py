@@ -199,7 +199,8 @@ class PgSessionStore:
             cur = await conn.execute(
                 "UPDATE rlm_sessions SET running_run = NULL, last_used_at = now(), worker_id = %(worker)s, "
                 "context_ids = %(contexts)s, histories = %(histories)s, usage = %(usage)s, "
-                "generation = generation + CASE WHEN %(began)s THEN 1 ELSE 0 END "
+                "generation = generation + CASE WHEN %(began)s THEN 1 ELSE 0 END, "
+                "snapshot_error = CASE WHEN %(began)s THEN NULL ELSE snapshot_error END "
                 "WHERE session_id = %(sid)s AND running_run = %(run)s RETURNING generation",
                 {
                     "sid": session_id,
