@@ -17,6 +17,7 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
+from rlm_mcp.events import Usage
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.service.queue.front import QueueFront, new_run_id
@@ -49,7 +50,7 @@ def describe(row: SessionRow) -> dict[str, object]:
         "snapshot_bytes": row.snapshot_bytes,
         "snapshot_runs": row.snapshot_gen,
         "snapshot_error": row.snapshot_error,
-        "usage": row.usage,
+        "usage": Usage.of(row.usage).to_dict(),  # the shape embedded mode shows, empty before a run ends
         "created_at": row.created_at,
         "age_s": round(row.age_s, 3),
         "idle_s": 0.0 if running else round(row.idle_s, 3),
