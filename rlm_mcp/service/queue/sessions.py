@@ -219,15 +219,22 @@ class WorkerSessions:
         repl = held.repl
         if run.result is not None:
             held.usage.merge(run.result.usage)
-        generation = await self._store.finish_run(
-            session_id,
-            run.run_id,
-            worker_id=self._worker_id() if repl.live else None,
-            context_ids=[spec.context_id or "" for spec in repl.contexts],
-            histories=repl.histories,
-            usage=held.usage.to_dict(),
-            began=run.began,
-        )
+        try:
+            generation = await self._store.finish_run(
+                session_id,
+                run.run_id,
+                worker_id=self._worker_id() if repl.live else None,
+                context_ids=[spec.context_id or "" for spec in repl.contexts],
+                histories=repl.histories,
+                usage=held.usage.to_dict(),
+                began=run.began,
+            )
+        except BaseException:
+            # Not recorded (the database is away): this REPL is no longer the session's as the
+            # database has it; the next run restores the last snapshot stored.
+            with anyio.CancelScope(shield=True):
+                await self._drop(session_id, "its run's end could not be recorded")
+            raise
         held.busy = False
         held.last_used = time.monotonic()
         if not repl.live:  # the run never opened its REPL: nothing is held here
