@@ -16,6 +16,7 @@ from rlm_mcp.service.parts import RunsOpener, ServiceParts
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.sessions import SessionManager
+from rlm_mcp.service.team_sessions import team_sessions_for
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.factory import embedded_stores, team_stores
 
@@ -93,6 +94,7 @@ def _parts(
         loader=ContextLoader(settings, stores.contexts, allow_loopback_urls=(transport == "stdio")),
         sessions=sessions,
         open_runs=open_runs,
+        team_sessions=team_sessions_for(settings, stores),
     )
 
 

@@ -1,4 +1,5 @@
-"""`rlm-mcp sessions list|close`: the kept sessions stored in the data dir (service/session_files.py)."""
+"""`rlm-mcp sessions list|close`: the kept sessions stored in the data dir (service/session_files.py);
+in team mode (RLM_MCP_DATABASE_URL), the CLI's own sessions in the team database."""
 
 from __future__ import annotations
 
@@ -9,15 +10,42 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import NotFoundError
-from rlm_mcp.owners import EVERY_OWNER
+from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.service import session_files
+from rlm_mcp.service.team_sessions import team_sessions_for
 from rlm_mcp.service.views import session_usage
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.usage import Usage
 from rlm_mcp.visible import visible_line
 
 
+async def _team_list(settings: Settings) -> int:
+    async with make_stores(settings) as stores:
+        team = team_sessions_for(settings, stores)
+        assert team is not None
+        listed = await team.list(owner=LOCAL_OWNER)
+    if not listed:
+        print("No kept sessions open. Keep one with `rlm-mcp run --keep-session ...`.")
+    for s in listed:
+        started = datetime.fromtimestamp(float(str(s["created_at"]))).strftime("%Y-%m-%d %H:%M:%S")
+        runs, contexts = len(s["runs"]), s["contexts_bound"]  # type: ignore[arg-type]
+        snapshot = f"{s['snapshot_bytes']:,} bytes" if s["snapshot_bytes"] is not None else "no snapshot yet"
+        print(visible_line(f"{s['session_id']}  {started}  {runs} runs  {contexts} contexts  {snapshot}"))
+    return 0
+
+
+async def _team_close(settings: Settings, session_id: str) -> int:
+    async with make_stores(settings) as stores:
+        team = team_sessions_for(settings, stores)
+        assert team is not None
+        await team.close(session_id, owner=LOCAL_OWNER)
+    print(f"closed {session_id}")
+    return 0
+
+
 async def sessions_list(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.deployment.team:
+        return await _team_list(settings)
     records = await anyio.to_thread.run_sync(session_files.peek, settings.data_dir)
     if not records:
         print("No kept sessions stored. Keep one with `rlm-mcp run --keep-session ...`.")
@@ -45,6 +73,8 @@ def _usage_text(usage: Usage) -> str:
 
 async def sessions_close(args: argparse.Namespace, settings: Settings) -> int:
     session_id = args.session_id
+    if settings.deployment.team:
+        return await _team_close(settings, session_id)
     if not await anyio.to_thread.run_sync(session_files.discard, settings.data_dir, session_id):
         raise NotFoundError(f"No stored session '{session_id}'.", "List them with `rlm-mcp sessions list`.")
     print(f"closed {session_id}")

@@ -54,4 +54,16 @@ class SessionSettings(BaseModel):
         ge=0,
         description="Snapshot bytes one owner's kept sessions may hold together; a snapshot past it is not kept.",
     )
+    session_prefer_worker_s: float = Field(
+        2.0,
+        ge=0,
+        description="Team mode: how long a kept session's follow-up waits for the worker that holds its live "
+        "sandbox before any worker may take it (restoring the session from its snapshot).",
+    )
+    session_snapshot_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="Team mode: how long a follow-up waits for the snapshot taken after the session's previous "
+        "run (in the background, once its result was out) before it goes on without it.",
+    )
     max_sessions_per_owner: int = Field(4, ge=0, description="Kept sessions one owner (token) may hold open at once.")

@@ -161,14 +161,8 @@ class RLMEngine:
                                 await sandbox.execute(store_history_code(index, messages), _no_bridge)
                             restarted_note = msg.session_restarted_note()
                     elif session is not None and session.restorable:
-                        # Its sandbox was released: a fresh one, every context reloaded by id,
-                        # the namespace restored from the snapshot (inside the sandbox).
-                        opening = self.sandboxes([*session.contexts, *contexts], levels_below=levels_below, kept=True)
-                        sandbox = await stack.enter_async_context(opening)
-                        session.keep(sandbox, stack.pop_all())
-                        assert session.snapshot is not None
-                        restored_lost = await restore_snapshot(
-                            sandbox, session.snapshot, chunk_chars=snapshot_chunk(self.settings)
+                        sandbox, restored_lost, restarted_note = await self._restore(
+                            stack, session, contexts, levels_below
                         )
                     else:
                         opening = (
@@ -240,6 +234,24 @@ class RLMEngine:
             duration_s=round(duration, 4),
             sub_calls=tree.progress.sub_calls,
         )
+
+    async def _restore(
+        self, stack: AsyncExitStack, session: SessionSandbox, contexts: Sequence[ContextSpec], levels_below: int
+    ) -> tuple[Sandbox, list[str] | None, str | None]:
+        """A session whose sandbox was released: a fresh one, every context reloaded by id, the
+        namespace restored from the snapshot (inside the sandbox). The sandbox, the names that
+        could not be restored, and the note for a restore that misses runs (team mode)."""
+        opening = self.sandboxes([*session.contexts, *contexts], levels_below=levels_below, kept=True)
+        sandbox = await stack.enter_async_context(opening)
+        session.keep(sandbox, stack.pop_all())
+        lost = None
+        if session.snapshot is not None:
+            lost = await restore_snapshot(sandbox, session.snapshot, chunk_chars=snapshot_chunk(self.settings))
+        if not session.partial:
+            return sandbox, lost, None
+        for index, messages in enumerate(session.histories):  # those the snapshot missed come back
+            await sandbox.execute(store_history_code(index, messages), _no_bridge)
+        return sandbox, lost, msg.session_partial_note(session.snapshot_runs if session.snapshot else 0)
 
     async def _store_history(
         self, ctx: RunContext, sandbox: Sandbox, status: RunStatus, session: SessionSandbox

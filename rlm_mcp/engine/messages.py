@@ -106,6 +106,20 @@ def session_restarted_note() -> str:
     )
 
 
+def session_partial_note(runs_kept: int | None) -> str:
+    """A kept session was restored from a snapshot older than its last run (team mode: the worker
+    holding it was lost, or its REPL stopped, before a newer one was stored), or with none at all."""
+    if not runs_kept:
+        return (
+            "Note: this session's REPL was restored in a fresh sandbox, but no snapshot of its variables was "
+            "stored: the variables of earlier runs are gone. The contexts and the histories are all there."
+        )
+    return (
+        f"Note: this session's REPL was restored in a fresh sandbox from the snapshot stored after its first "
+        f"{runs_kept} run(s); variables set after them are gone. The contexts and the histories are all there."
+    )
+
+
 def restored_lost_note(names: Sequence[str]) -> str:
     """A kept session's REPL was restored in a fresh sandbox, and some names could not be saved."""
     shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")

@@ -62,10 +62,23 @@ class SessionSandbox:
     # next run restores it in a fresh sandbox.
     snapshot: Snapshot | None = None
     snapshot_error: str | None = None  # why the last attempt left no snapshot
+    # Team mode: the runs the snapshot covers, when it was taken before the last runs ended (their
+    # worker was lost before it stored a newer one); None: it covers every run.
+    snapshot_runs: int | None = None
+    # Team mode: the session is continued from the database even without a snapshot (its worker
+    # was lost before it stored one): the contexts and histories come back, the variables do not
+    # (the first output says so). Embedded mode ends a session that has no snapshot instead.
+    restore_bare: bool = False
 
     @property
     def restorable(self) -> bool:
-        return self.sandbox is None and self.snapshot is not None and self.runs > 0
+        """A fresh sandbox can continue the session: it ran before and its REPL is gone."""
+        return self.sandbox is None and self.runs > 0 and (self.snapshot is not None or self.restore_bare)
+
+    @property
+    def partial(self) -> bool:
+        """A restore brings back fewer runs' variables than the session has had."""
+        return self.snapshot is None or (self.snapshot_runs is not None and self.snapshot_runs < self.runs)
 
     @property
     def live(self) -> bool:

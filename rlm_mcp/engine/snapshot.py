@@ -10,7 +10,8 @@ What is saved: every name the model can see except the helpers, `answer` (reset 
 and the contexts (`context`, `context_i`: a restore reloads them by id, so they are never copied
 into the blob). Each value is serialized on its own: one that cannot be (a thread, an open
 socket, a generator) is left out and named, never fails the snapshot. A module bound to a name
-is saved by its name and imported again.
+is saved by its name and imported again. A name bound to the same object as an earlier one
+(`history` and `history_0`) is saved as that alias, so it is the same object after a restore.
 """
 
 from __future__ import annotations
@@ -32,10 +33,14 @@ def _rlm_take(limit):
         return "NO-DILL"
     skip = {"llm_query", "llm_query_batched", "rlm_query", "rlm_query_batched", "SHOW_VARS", "FINAL",
             "FINAL_VAR", "answer", "__builtins__", "__name__"}
-    parts, lost = {}, []
+    parts, lost, seen = {}, [], {}
     for name, value in list(globals().items()):
         if type(name) is not str or name.startswith("_") or name in skip or re.fullmatch(r"context(_[0-9]+)?", name):
             continue
+        if id(value) in seen:
+            parts[name] = ("alias", seen[id(value)])
+            continue
+        seen[id(value)] = name
         if isinstance(value, types.ModuleType):
             parts[name] = ("module", value.__name__)
             continue
@@ -58,10 +63,18 @@ def _rlm_restore(text):
     import dill
     parts, lost = pickle.loads(base64.b64decode(text))
     for name, (kind, data) in parts.items():
+        if kind == "alias":
+            continue
         try:
             globals()[name] = importlib.import_module(data) if kind == "module" else dill.loads(data)
         except BaseException:
             lost.append(name)
+    for name, (kind, data) in parts.items():
+        if kind == "alias":
+            if data in globals() and data not in lost:
+                globals()[name] = globals()[data]
+            else:
+                lost.append(name)
     return lost
 _rlm_lost = _rlm_restore("".join(_rlm_in))
 del _rlm_restore, _rlm_in
@@ -79,6 +92,11 @@ class SnapshotUnavailable(Exception):
     """The sandbox could not make a snapshot; `str()` says why (no dill in the image, too big)."""
 
 
+class ReplRestarted(SnapshotUnavailable):
+    """The REPL had stopped (a cancelled cell, a crash) and came back empty: there is nothing to
+    save, and the caller must not take the live REPL for the session's namespace any more."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The blob, never deserialized on the host (the names left out are inside it)."""
@@ -92,7 +110,9 @@ async def _quiet_bridge(request: LMRequest) -> list[str]:
 
 async def _cell(sandbox: Sandbox, code: str) -> CellResult:
     result = await sandbox.execute(code, _quiet_bridge)
-    if result.error or result.restarted:
+    if result.restarted:
+        raise ReplRestarted("the REPL had stopped since the run and was started again, empty")
+    if result.error:
         raise SnapshotUnavailable(f"the snapshot cell failed: {(result.error or result.notice or '')[:300]}")
     return result
 

@@ -13,6 +13,7 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.sessions import SessionManager
+from rlm_mcp.service.team_sessions import TeamSessions
 from rlm_mcp.store.bundle import Stores
 
 # Opens where runs execute on the service's exit stack (closed with it), once the stores and the
@@ -30,3 +31,4 @@ class ServiceParts:
     loader: ContextLoader
     sessions: SessionManager  # closed before the runs: a session's REPL goes back to its sandboxes
     open_runs: RunsOpener
+    team_sessions: TeamSessions | None = None  # team mode: kept sessions in the database

@@ -81,6 +81,9 @@ class ActiveRun:
     # the run's record is written (service/sessions.py).
     repl: SessionSandbox | None = None
     on_end: Callable[[ActiveRun], Awaitable[None]] | None = None
+    # Team mode: told before the run's final record is written (the session is free again by the
+    # time a caller sees the result).
+    on_result: Callable[[ActiveRun], Awaitable[None]] | None = None
     # Began executing (held a slot and started its engine): counted by the running-runs gauge.
     began: bool = False
 
@@ -184,15 +187,21 @@ class RunManager:
         log: RunLogPort,
         *,
         fence: Callable[[], Awaitable[bool]] | None = None,
+        repl: SessionSandbox | None = None,
+        on_result: Callable[[ActiveRun], Awaitable[None]] | None = None,
+        on_end: Callable[[ActiveRun], Awaitable[None]] | None = None,
     ) -> ActiveRun:
         """Execute a run whose record already exists (a team-mode worker claimed it from the
-        queue): the same execution as `start`, without the queue bound and the new record."""
+        queue): the same execution as `start`, without the queue bound and the new record.
+        `repl`, `on_result`, `on_end`: the run continues a kept session (service/queue/sessions.py)."""
         if self._tg is None:
             raise RuntimeError("RunManager used outside its context")
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress, shared=False, fence=fence)
+        run = ActiveRun(
+            run_id, request, progress, shared=False, fence=fence, repl=repl, on_result=on_result, on_end=on_end
+        )
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log)
         return run
@@ -272,6 +281,11 @@ class RunManager:
                     metrics.run_finished(
                         result.status, result.duration_s, result.iterations, result.sub_calls, started=run.began
                     )
+                    if run.on_result is not None:
+                        try:
+                            await run.on_result(run)
+                        except Exception:
+                            logger.exception("the session of run %s could not record its end", run.run_id)
                     await self._finish_record(run, log)
                     if run.on_end is not None:
                         try:

@@ -36,6 +36,7 @@ from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.parts import ServiceParts
 from rlm_mcp.service.profile import choose_profile
 from rlm_mcp.service.progress import ProgressValues, describe
+from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.runs import ActiveRun, RunManager, unique_ids, wait_with_heartbeat
 from rlm_mcp.service.sessions import SAVING, KeptSession
 from rlm_mcp.service.views import RunSnapshot, with_session_usage
@@ -69,6 +70,7 @@ class RlmService:
         self._runs: RunBackend | None = None
         self._open_runs = parts.open_runs
         self.sessions = parts.sessions
+        self.team_sessions = parts.team_sessions  # team mode: sessions in the database
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> RlmService:
@@ -221,16 +223,19 @@ class RlmService:
         elif context_id is not None:
             check_texts("context_id", context_id)
         ids = unique_ids(context_id or [])
-        session = await self.sessions.find(session_id, owner=owner) if session_id else None
-        if not ids and session is None:
+        runs = self.runs
+        # Team mode: the session is in the database (service/team_sessions.py), for any replica.
+        team = self.team_sessions if isinstance(runs, QueueFront) else None
+        if team is not None and session_id:
+            await team.find(session_id, owner=owner, free=True)  # unknown, ended or busy: said first
+        session = await self.sessions.find(session_id, owner=owner) if session_id and team is None else None
+        if not ids and session is None and not (team is not None and session_id):
             raise BadArgumentError(
                 "No context id given.", "Load a context with rlm_load_context and pass its context_id."
             )
-        runs = self.runs
-        if (keep_session or session is not None) and not isinstance(runs, RunManager):
+        if (keep_session or session_id) and not isinstance(runs, RunManager) and team is None:
             raise BadArgumentError(
-                "Kept sessions run in the embedded server only; this server queues runs for a team "
-                "(RLM_MCP_DATABASE_URL).",
+                "Kept sessions need the run backend of this server, which has none for them.",
                 "Ask without keep_session/session_id: each run then starts from a fresh sandbox.",
             )
         if session is not None:
@@ -244,7 +249,7 @@ class RlmService:
             if keep_session or session is not None:
                 await self.sandboxes.check_snapshots()  # an image without dill cannot keep one
         await self._check_lm()
-        if session is None and keep_session:
+        if session is None and keep_session and team is None:
             session = self.sessions.open(owner)
         request = RunRequest(
             query=query,
@@ -252,9 +257,12 @@ class RlmService:
             limits=overrides.limits(self.settings),
             owner=owner,
             model=self.settings.model,
-            session_id=session.session_id if session is not None else None,
+            session_id=session.session_id if session is not None else (session_id or None) if team else None,
             trace_context=tracing.carrier(),  # the MCP call's span: the run's span is its child anywhere
         )
+        if team is not None and (keep_session or session_id):
+            assert isinstance(runs, QueueFront)
+            return await team.start(runs, request)
         if session is None:
             return await runs.start(request, engine)
         assert isinstance(runs, RunManager)
@@ -333,20 +341,30 @@ class RlmService:
     # --- kept sessions ---------------------------------------------------------------------
 
     async def list_sessions(self, *, owner: OwnerScope) -> list[dict[str, object]]:
-        """Live sessions, then those stored in the data dir (taken back on their next follow-up),
-        each with the usage of its runs."""
+        """Live sessions, then those stored in the data dir (taken back on their next follow-up);
+        in team mode, the open sessions in the database. Each with the usage of its runs."""
         return [await self._with_usage(d, owner) for d in await self._sessions_of(owner)]
 
     async def _sessions_of(self, owner: OwnerScope) -> list[dict[str, object]]:
+        if self.team_sessions is not None:
+            return await self.team_sessions.list(owner=owner)
         return [s.describe() for s in self.sessions.list(owner=owner)] + await self.sessions.stored(owner=owner)
 
     async def session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
         check_text("session_id", session_id)
-        return await self._with_usage((await self.sessions.find(session_id, owner=owner)).describe(), owner)
+        if self.team_sessions is not None:
+            described = await self.team_sessions.describe(session_id, owner=owner)
+        else:
+            described = (await self.sessions.find(session_id, owner=owner)).describe()
+        return await self._with_usage(described, owner)
 
     async def close_session(self, session_id: str, *, owner: Owner) -> dict[str, object]:
         check_text("session_id", session_id)
-        return await self._with_usage((await self.sessions.close(session_id, owner=owner)).describe(), owner)
+        if self.team_sessions is not None:
+            described = await self.team_sessions.close(session_id, owner=owner)
+        else:
+            described = (await self.sessions.close(session_id, owner=owner)).describe()
+        return await self._with_usage(described, owner)
 
     async def session_state(self, session_id: str, *, owner: OwnerScope) -> dict[str, object] | None:
         """What the viewer shows of a session beside its runs: `state` (running, saving, live,

@@ -180,15 +180,29 @@ async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> N
     assert "FIRST-Q" in conversations[0][1]["content"] and "SECOND-Q" in conversations[1][1]["content"]
 
 
-async def test_team_mode_refuses_kept_sessions_clearly(tmp_path: Path, pg_migrated_url: str) -> None:
+async def test_team_mode_keeps_sessions_in_the_database(tmp_path: Path, pg_migrated_url: str) -> None:
+    # One process in team mode (front and worker): the session is a row of the database
+    # (tests/e2e/test_team_sessions.py takes one across replicas and a killed worker).
     with ScriptedLM(SCRIPT) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, database_url=pg_migrated_url)
         async with Client(build_server(settings)) as client:
-            ctx = await call(client, "rlm_load_context", text="alpha beta")
-            error = await call_error(
-                client, "rlm_complete", query="FIRST-Q", context_id=ctx["context_id"], keep_session=True
+            first_ctx = await call(client, "rlm_load_context", text="alpha beta alpha gamma")
+            second_ctx = await call(client, "rlm_load_context", text="second context body")
+            one = await call(
+                client, "rlm_complete", query="FIRST-Q", context_id=first_ctx["context_id"], keep_session=True
             )
-            assert "Kept sessions run in the embedded server only" in error and "without keep_session" in error
+            assert one["status"] == "completed" and one["session_id"].startswith("ses_")
+            two = await call(
+                client,
+                "rlm_complete",
+                query="SECOND-Q",
+                context_id=second_ctx["context_id"],
+                session_id=one["session_id"],
+            )
+            assert two["answer"] == "2|second|6|True" and two["session_id"] == one["session_id"]
+            shown = json.loads(resource_text(await client.read_resource(f"rlm://sessions/{one['session_id']}")))
+            assert shown["runs"] == [one["run_id"], two["run_id"]] and shown["histories"] == 2
+            assert shown["usage"]["total"]["calls"] == 4
             error = await call_error(client, "rlm_complete", query="FIRST-Q", session_id="ses_0123456789abcdef0123")
             assert "Unknown session id 'ses_0123456789abcdef0123'" in error
 

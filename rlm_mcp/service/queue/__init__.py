@@ -4,6 +4,7 @@
   every statement on run and worker state (claim, heartbeat, requeue, finish, sweeps).
 - `front.py`: enqueue, follow a run through the database (progress, status, result), cancel.
 - `wakeups.py`: one LISTEN connection per process that wakes the tasks following runs.
+- `sessions.py`: a worker's kept sessions: the live sandboxes it holds, restores, snapshots.
 - `worker.py`: claim a run when slots allow, execute it with the local `RunManager`, report,
   fenced by the claim's attempt.
 - `sweeper.py`: leases: lost workers' runs and sandboxes, runs no worker takes.
@@ -39,6 +40,7 @@ from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.store.pg.sessions import PgSessionStore
 
 __all__ = ["CLOCK_SKEW_WARN_S", "QueueFront", "QueueWorker", "open_queue", "warn_of_clock_skew"]
 
@@ -77,7 +79,18 @@ async def open_queue(
     tg.start_soon(sample_forever, queue)  # the queue gauges of /metrics
     if executes:
         manager = await stack.enter_async_context(RunManager(settings, stores.contexts, run_store))
-        await stack.enter_async_context(QueueWorker(settings, queue, url, run_store, manager, sandboxes, engine))
+        worker = QueueWorker(
+            settings,
+            queue,
+            url,
+            run_store,
+            manager,
+            sandboxes,
+            engine,
+            session_store=PgSessionStore(db),
+            contexts=stores.contexts,
+        )
+        await stack.enter_async_context(worker)
     return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(url)))
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlm_mcp.ports.runs import Notice, RunRecord, RunRequest, RunStatus
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.ports.runs import Notice, NotStarted, RunRecord, RunRequest, RunStatus
 
 
 def request_of(summary: dict[str, Any]) -> RunRequest:
@@ -27,3 +28,10 @@ def final_summary(summary: dict[str, Any], status: RunStatus, reason: str | Noti
     notice = reason if isinstance(reason, Notice) else None
     text = reason.render() if isinstance(reason, Notice) else reason
     return RunRecord.from_stored(summary).ended(status, text, notice=notice)
+
+
+def not_started(summary: dict[str, Any], cause: RlmMcpError) -> RunRecord:
+    """The final record of a claimed run that could not start (its kept session ended): its
+    waiting `rlm_complete` raises `cause` as a tool error."""
+    record = RunRecord.from_stored(summary).ended("error", str(cause))
+    return record.model_copy(update={"not_started": NotStarted(cause=cause.cause, fix=cause.fix)})

@@ -31,6 +31,10 @@ from rlm_mcp.service.runs import FINISHED_RUNS_KEPT, ActiveRun
 log = logging.getLogger("rlm_mcp.queue")
 
 
+def new_run_id() -> str:
+    return f"run_{uuid.uuid4().hex[:20]}"
+
+
 def ended(run: ActiveRun, status: RunStatus, reason: str) -> RunRecord:
     """The final record of a run that ends without its worker (cancelled while queued, lost)."""
     record = run.record().ended(status, reason)
@@ -90,16 +94,26 @@ class QueueFront:
         tg.cancel_scope.cancel()  # stops following; the runs go on on their workers
         await tg.__aexit__(None, None, None)
 
-    async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
+    async def start(
+        self,
+        request: RunRequest,
+        engine: RLMEngine | None,
+        *,
+        run_id: str | None = None,
+        prefer_worker: int | None = None,
+        prefer_s: float = 0.0,
+    ) -> ActiveRun:
+        """`run_id`: chosen by the caller (a kept session names its run before it is queued);
+        `prefer_worker`: the worker that alone may claim it for `prefer_s` seconds."""
         if self._tg is None:
             raise RuntimeError("QueueFront used outside its context")
-        run_id = f"run_{uuid.uuid4().hex[:20]}"
+        run_id = run_id or new_run_id()
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         run = ActiveRun(run_id, request, progress)
         # Refused (BusyError) when a waiting bound is reached, counted with the insert under one lock.
-        await self._queue.enqueue(run.record(), need_of(request))
+        await self._queue.enqueue(run.record(), need_of(request), prefer_worker=prefer_worker, prefer_s=prefer_s)
         self._follow(run, known=True)
         return run
 

@@ -13,6 +13,8 @@ here, so that no other module needs to know them:
 - Fencing: a worker's writes (`requeue`, `finish` with `attempt`, and its run log's flushes,
   `store.pg.runs.PgRunLog`) match `(run_id, attempt, state = 'running')`; False means the run
   is no longer this worker's.
+- Preference: a run may name a worker (`prefer_worker`, the one holding a kept session's live
+  sandbox) that alone may claim it until `prefer_until`, unless that worker is gone or silent.
 - The waiting bound (`enqueue`): counted and inserted in one transaction under an advisory
   lock, so concurrent starts on any number of replicas never overshoot it.
 - Sweeps: each lost run and each timed-out queued run in its own transaction, its row locked
@@ -90,9 +92,13 @@ class PgRunQueue:
 
     # --- fronts -----------------------------------------------------------------------------
 
-    async def enqueue(self, record: RunRecord, need: int) -> None:
+    async def enqueue(
+        self, record: RunRecord, need: int, *, prefer_worker: int | None = None, prefer_s: float = 0.0
+    ) -> None:
         """Insert the queued run unless a waiting bound is reached (raises `BusyError`), and wake
-        the workers. Counted and inserted under one lock: concurrent starts never overshoot."""
+        the workers. Counted and inserted under one lock: concurrent starts never overshoot.
+        `prefer_worker`: for `prefer_s` seconds only that worker may claim the run (a kept
+        session's follow-up waits for the worker that holds its live sandbox), unless it is lost."""
         settings = self._settings
         run_id, owner = record.run_id, str(record.request.owner)
         async with self._db.transaction() as conn:
@@ -103,9 +109,10 @@ class PgRunQueue:
             cur = await conn.execute(
                 "WITH c AS (SELECT count(*) AS total, count(*) FILTER (WHERE owner = %(owner)s) AS mine "
                 "  FROM rlm_runs WHERE state = 'queued'), "
-                "ins AS (INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary, need, queued_at) "
+                "ins AS (INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary, need, queued_at, "
+                "  prefer_worker, prefer_until) "
                 f"  SELECT %(run_id)s, %(owner)s, %(created_at)s, {_NOW}, 'queued', %(summary)s, %(need)s, "
-                "  clock_timestamp() FROM c WHERE c.total < %(max_total)s AND c.mine < %(max_mine)s RETURNING run_id) "
+                "  clock_timestamp(), %(prefer)s, clock_timestamp() + make_interval(secs => %(prefer_s)s) FROM c WHERE c.total < %(max_total)s AND c.mine < %(max_mine)s RETURNING run_id) "
                 "SELECT c.total, c.mine, (SELECT count(*) FROM ins) AS inserted, "
                 "  (SELECT pg_notify(%(channel)s, 'queued') FROM ins) AS woken FROM c",
                 {
@@ -117,6 +124,8 @@ class PgRunQueue:
                     "max_total": settings.run_max_queued,
                     "max_mine": settings.run_max_queued_per_owner,
                     "channel": QUEUE_CHANNEL,
+                    "prefer": prefer_worker,
+                    "prefer_s": prefer_s if prefer_worker is not None else 0.0,
                 },
             )
             row = await cur.fetchone()
@@ -240,12 +249,21 @@ class PgRunQueue:
                 "pick AS (SELECT r.run_id FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
                 "  WHERE r.state = 'queued' AND least(r.need, %(cap)s) <= %(free)s "
                 "  AND coalesce(b.n, 0) < %(share)s "
+                "  AND (r.prefer_worker IS NULL OR r.prefer_worker = %(worker)s OR r.prefer_until <= now() "
+                "    OR NOT EXISTS (SELECT 1 FROM rlm_workers w WHERE w.worker_id = r.prefer_worker "
+                "      AND w.gone_at IS NULL AND w.heartbeat_at > now() - make_interval(secs => %(lease)s))) "
                 "  ORDER BY coalesce(b.n, 0), r.queued_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED) "
                 "UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
                 f"  claimed_at = now(), cancel_requested = false, updated_at = {_NOW} "
                 f"FROM pick WHERE r.run_id = pick.run_id RETURNING {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))}, "
                 "extract(epoch FROM now() - r.queued_at) AS waited_s",
-                {"free": free_sandboxes, "cap": max_sandboxes, "share": share, "worker": worker_id},
+                {
+                    "free": free_sandboxes,
+                    "cap": max_sandboxes,
+                    "share": share,
+                    "worker": worker_id,
+                    "lease": self._lease,
+                },
             )
             row = await cur.fetchone()
         if row is None:

@@ -22,6 +22,11 @@ judge any lease, and this worker heartbeats well within it).
 Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
 run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
 
+Kept sessions (`sessions.WorkerSessions`): a run that continues one gets the session's live REPL
+when this worker holds it, else a fresh one restored from the database; the session's end is
+recorded before the run's final record, its snapshot taken after it. Idle sessions' sandboxes
+count as free slots for a claim: a run that needs one takes it (least recently used first).
+
 Stopping (SIGTERM): runs that have had no LM reply yet are handed back to the queue (once, as
 the sweepers would after a crash) with their log detached, so another worker starts them from
 scratch; the others end `cancelled`, naming this worker.
@@ -42,13 +47,16 @@ from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service.queue.ends import request_of
+from rlm_mcp.service.queue.ends import not_started, request_of
 from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
+from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.queue.state import QUEUE_CHANNEL
 from rlm_mcp.service.queue.wakeups import listen_forever
 from rlm_mcp.service.runs import ActiveRun, RunManager
 from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.store.pg.sessions import PgSessionStore
+from rlm_mcp.store.ports import ContextStorePort
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -67,7 +75,11 @@ class QueueWorker:
         runs: RunManager,
         sandboxes: SandboxManager,
         engine: Callable[[], Awaitable[RLMEngine]],
+        *,
+        session_store: PgSessionStore | None = None,
+        contexts: ContextStorePort | None = None,
     ) -> None:
+        """`session_store`, `contexts`: where kept sessions live (None: this worker runs none)."""
         self._settings = settings
         self._queue = queue
         self._url = url
@@ -85,6 +97,10 @@ class QueueWorker:
         self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
         self._tg: anyio.abc.TaskGroup | None = None
         self.worker_id: int | None = None
+        self.sessions: WorkerSessions | None = None
+        if session_store is not None and contexts is not None:
+            self.sessions = WorkerSessions(settings, session_store, contexts, lambda: self.worker_id)
+            sandboxes.reclaim = self.sessions.reclaim  # idle sessions yield their slots to runs
 
     @property
     def ref(self) -> WorkerRef:
@@ -97,6 +113,8 @@ class QueueWorker:
 
     async def __aenter__(self) -> QueueWorker:
         await self._register()
+        if self.sessions is not None:
+            await self.sessions.__aenter__()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         for task in (self._heartbeat, self._listen, self._poll_cancels, self._claim_forever):
@@ -115,6 +133,8 @@ class QueueWorker:
                 self._handing_back.add(run_id)
         tg.cancel_scope.cancel()  # each run records `cancelled` (or is handed back)
         await tg.__aexit__(None, None, None)
+        if self.sessions is not None:
+            await self.sessions.__aexit__(None, None, None)  # their sandboxes go; the sessions stay in the database
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             try:
                 if self.worker_id is not None:
@@ -245,12 +265,17 @@ class QueueWorker:
                 continue
             self._tg.start_soon(self._process, row)
 
+    @property
+    def _free_sandboxes(self) -> int:
+        """Sandbox slots a claimed run may use: the free ones and those idle sessions hold."""
+        return self._sandboxes.free_slots + (self.sessions.reclaimable if self.sessions is not None else 0)
+
     async def _claim(self) -> RunRow | None:
-        while self._sandboxes.free_slots < 1 or self._lease_lapsed():  # noqa: ASYNC110 (no event to wait on)
+        while self._free_sandboxes < 1 or self._lease_lapsed():  # noqa: ASYNC110 (no event to wait on)
             await anyio.sleep(0.1)  # a sandbox closes within a run's lifetime: cheap to look
         try:
             assert self.worker_id is not None
-            return await self._queue.claim(self.worker_id, self._sandboxes.free_slots, self._sandboxes.max_slots)
+            return await self._queue.claim(self.worker_id, self._free_sandboxes, self._sandboxes.max_slots)
         except Exception as exc:
             log.info("could not claim a run: %s", exc)
             await anyio.sleep(RETRY_S)
@@ -286,7 +311,27 @@ class QueueWorker:
         run_log = QueueRunLog(await self._run_store.reopen(run_id, attempt=attempt), hand_back=hand_back)
         if row.requeues == 0:
             self._fresh.add(run_id)
-        run = await self._runs.adopt(run_id, request, engine, run_log, fence=lambda: self._must_stop(run_id, run_log))
+        sessions = self.sessions if request.session_id is not None else None
+        try:
+            repl = await sessions.prepare(request) if sessions is not None else None
+        except RlmMcpError as exc:  # its session cannot go on: a tool error for its caller
+            with anyio.CancelScope(shield=True):
+                await self._queue.finish(run_id, not_started(row.summary, exc), attempt=attempt)
+            return
+
+        def leaving() -> bool:  # no longer this worker's, or back to the queue (same session, elsewhere)
+            return run_id in self._stopped or run_log.unrecorded or run_id in self._handing_back or hand_back()
+
+        run = await self._runs.adopt(
+            run_id,
+            request,
+            engine,
+            run_log,
+            fence=lambda: self._must_stop(run_id, run_log),
+            repl=repl,
+            on_result=sessions.on_result(leaving) if sessions is not None else None,
+            on_end=sessions.ended if sessions is not None else None,
+        )
         run.notice = Notice(kind=NoticeKind.RUNNING_ON, worker=self.ref)
         self._running[run_id] = (attempt, run, run_log)
         try:

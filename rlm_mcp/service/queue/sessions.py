@@ -1,0 +1,369 @@
+"""A worker's side of team-mode kept sessions: the live sandboxes it holds between runs.
+
+A session's state lives in the database (`store.pg.sessions`): its contexts, its conversations,
+its usage and its snapshot. A worker that ran one of its runs keeps the sandbox alive and is
+named as its holder; a follow-up prefers that worker for RLM_MCP_SESSION_PREFER_WORKER_S
+(`state.PgRunQueue.claim`) and reuses the live REPL (the warm path). Any other worker restores
+the session from the database: a fresh sandbox, the contexts reloaded by id, the snapshot loaded
+inside the sandbox (never on this host).
+
+After every run the snapshot is taken in the background, once the run's result is out (the result
+never waits for it); a follow-up that reaches this worker meanwhile waits for it (at most
+RLM_MCP_SESSION_SNAPSHOT_WAIT_S), then reuses the live sandbox. So a worker killed between two
+runs loses nothing once that snapshot is stored; killed before, the next run restores the one
+before it, says so in its first output, and binds every history again.
+
+This worker lets a live sandbox go when the database says another worker moved the session on,
+when the session ended, after RLM_MCP_SESSION_IDLE_S without a run, when a run needs its slot
+(least recently used first), and at shutdown; the session lives on in the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+
+import anyio
+
+from rlm_mcp.config import Settings
+from rlm_mcp.engine.session import SessionSandbox
+from rlm_mcp.engine.snapshot import ReplRestarted, Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
+from rlm_mcp.errors import NotFoundError, RlmMcpError
+from rlm_mcp.owners import Owner
+from rlm_mcp.ports.runs import RunRequest
+from rlm_mcp.service.runs import ActiveRun
+from rlm_mcp.store.pg.sessions import PgSessionStore, SessionRow
+from rlm_mcp.store.ports import ContextStorePort
+from rlm_mcp.usage import Usage
+
+log = logging.getLogger("rlm_mcp.queue")
+
+SWEEP_EVERY_S = 5.0
+LOOK_EVERY_S = 0.2  # while waiting for another worker's snapshot
+
+
+@dataclass
+class Held:
+    """A session whose sandbox this worker holds (or is about to run)."""
+
+    repl: SessionSandbox
+    owner: Owner
+    generation: int  # the session's runs recorded when this REPL was last in step with the database
+    usage: Usage = field(default_factory=Usage)
+    last_used: float = field(default_factory=time.monotonic)
+    busy: bool = False  # a run uses the REPL
+    saving: anyio.Event | None = None  # set when the snapshot after the last run is stored (or failed)
+    # The session's contexts, pinned against eviction (and in this host's cache) while this
+    # worker holds its sandbox.
+    pins: AsyncExitStack = field(default_factory=AsyncExitStack)
+    pinned: set[str] = field(default_factory=set)
+
+    @property
+    def idle(self) -> bool:
+        return not self.busy and self.saving is None and self.repl.live
+
+
+class WorkerSessions:
+    """The kept sessions whose sandboxes this worker holds; enter it before the worker."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: PgSessionStore,
+        contexts: ContextStorePort,
+        worker_id: Callable[[], int | None],
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._contexts = contexts
+        self._worker_id = worker_id
+        self._held: dict[str, Held] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> WorkerSessions:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._sweep_forever)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        tg, self._tg = self._tg, None
+        try:
+            with anyio.CancelScope(shield=True):
+                # Snapshots under way are let finish (bounded): the session then loses nothing.
+                with anyio.move_on_after(self._settings.session_snapshot_wait_s):
+                    for held in list(self._held.values()):
+                        if held.saving is not None:
+                            await held.saving.wait()
+                for session_id in list(self._held):
+                    await self._drop(session_id, "this worker is stopping")
+        finally:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+
+    # --- what the worker asks ---------------------------------------------------------------
+
+    @property
+    def reclaimable(self) -> int:
+        """Sandboxes held by idle sessions: a run may take their slots (`reclaim`)."""
+        return sum(1 for held in self._held.values() if held.idle)
+
+    async def reclaim(self) -> bool:
+        """A sandbox must open and no slot is free: the least recently used idle session gives
+        its sandbox back (its snapshot is in the database). False when none is idle."""
+        idle = [(held.last_used, sid) for sid, held in self._held.items() if held.idle]
+        if not idle:
+            return False
+        await self._drop(min(idle)[1], "its slot was needed by another run")
+        return True
+
+    async def prepare(self, request: RunRequest) -> SessionSandbox:
+        """The REPL a session's run continues: the live one when this worker holds the session
+        as the database has it, else a fresh one to restore. Raises an RlmMcpError when the
+        session cannot go on (the run then ends without starting)."""
+        session_id = request.session_id
+        assert session_id is not None
+        held = self._held.get(session_id)
+        if held is not None and held.saving is not None:
+            # The snapshot after the previous run is being taken in this very sandbox.
+            with anyio.move_on_after(self._settings.session_snapshot_wait_s):
+                await held.saving.wait()
+        row = await self._store.read(session_id)
+        if row is None or row.owner != request.owner or row.state != "open":
+            raise NotFoundError(
+                f"Session {session_id} ended before this run started.",
+                "Start a new session: call rlm_complete (or rlm_start) with keep_session=true.",
+            )
+        held = self._held.get(session_id)
+        if held is not None and held.repl.live and held.generation == row.generation and held.saving is None:
+            held.busy = True
+            log.info("session %s: warm follow-up in the live sandbox", session_id)
+            return held.repl
+        if held is not None:
+            await self._drop(session_id, "the session went on without it")
+        row = await self._await_snapshot(row)
+        repl = SessionSandbox(session_id)
+        owner = Owner(row.owner)
+        pins = AsyncExitStack()
+        unique = list(dict.fromkeys(row.context_ids))
+        try:  # pinned and fetched into this host's cache: the fresh sandbox loads each by id
+            infos = await pins.enter_async_context(self._contexts.in_use(unique, owner=owner))
+        except RlmMcpError as exc:
+            await pins.aclose()
+            raise NotFoundError(
+                f"Session {session_id} cannot go on: one of its contexts is gone ({exc.cause}).",
+                "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s).",
+            ) from exc
+        except BaseException:
+            await pins.aclose()
+            raise
+        by_id = {info.context_id: info for info in infos}
+        repl.contexts = [self._contexts.spec(by_id[cid]) for cid in row.context_ids]
+        repl.context_count = len(repl.contexts)
+        repl.histories = [list(h) for h in row.histories]
+        repl.history_count = len(repl.histories)
+        repl.runs = row.generation
+        repl.restore_bare = True
+        stored = await self._store.read_snapshot(session_id) if row.generation else None
+        if stored is not None:
+            taken_after, blob = stored
+            repl.snapshot = Snapshot(blob=blob)
+            repl.snapshot_runs = taken_after if taken_after < row.generation else None
+        self._held[session_id] = Held(
+            repl=repl,
+            owner=owner,
+            generation=row.generation,
+            usage=Usage.of(row.usage),
+            busy=True,
+            pins=pins,
+            pinned=set(unique),
+        )
+        if row.generation:
+            log.info("session %s: restoring on this worker (generation %d)", session_id, row.generation)
+        return repl
+
+    async def _await_snapshot(self, row: SessionRow) -> SessionRow:
+        """Another worker still taking the snapshot after the last run: wait for it, bounded."""
+        with anyio.move_on_after(self._settings.session_snapshot_wait_s):
+            while row.generation and row.snapshot_gen != row.generation and row.snapshot_error is None:
+                if row.worker_id is None or row.worker_id == self._worker_id():
+                    break
+                await anyio.sleep(LOOK_EVERY_S)
+                fresh = await self._store.read(row.session_id)
+                if fresh is None:
+                    break
+                row = fresh
+        return row
+
+    def on_result(self, leaving: Callable[[], bool]) -> Callable[[ActiveRun], Awaitable[None]]:
+        """The hook a session's run calls before its final record: `recorded`, unless the run is
+        `leaving` this worker (no longer its own, or back to the queue: it runs again elsewhere,
+        in the same session), then `forget_run`."""
+
+        async def hook(run: ActiveRun) -> None:
+            await (self.forget_run(run) if leaving() else self.recorded(run))
+
+        return hook
+
+    async def recorded(self, run: ActiveRun) -> None:
+        """Before the run's final record: the session's state as the REPL has it now, in the
+        database; this worker holds its sandbox. The snapshot is started by `ended`."""
+        session_id = run.request.session_id
+        held = self._held.get(session_id or "")
+        if session_id is None or held is None:
+            return
+        repl = held.repl
+        if run.result is not None:
+            held.usage.merge(run.result.usage)
+        try:
+            generation = await self._store.finish_run(
+                session_id,
+                run.run_id,
+                worker_id=self._worker_id() if repl.live else None,
+                context_ids=[spec.context_id or "" for spec in repl.contexts],
+                histories=repl.histories,
+                usage=held.usage.to_dict(),
+                began=run.began,
+            )
+        except BaseException:
+            # Not recorded (the database is away): this REPL is no longer the session's as the
+            # database has it; the next run restores the last snapshot stored.
+            with anyio.CancelScope(shield=True):
+                await self._drop(session_id, "its run's end could not be recorded")
+            raise
+        held.busy = False
+        held.last_used = time.monotonic()
+        if not repl.live:  # the run never opened its REPL: nothing is held here
+            await self._drop(session_id, "its run did not open it")
+            return
+        if generation is None:  # the session moved on without this run (another attempt took it)
+            await self._drop(session_id, "the session moved on")
+            return
+        held.generation = generation
+        if run.began:
+            held.saving = anyio.Event()  # a follow-up arriving now waits for the snapshot
+
+    async def _pin(self, session_id: str, held: Held) -> None:
+        """Pin the contexts this run added, for as long as this worker holds the session."""
+        new = [spec.context_id for spec in held.repl.contexts if spec.context_id and spec.context_id not in held.pinned]
+        if not new:
+            return
+        try:
+            await held.pins.enter_async_context(self._contexts.in_use(list(dict.fromkeys(new)), owner=held.owner))
+            held.pinned.update(new)
+        except RlmMcpError as exc:  # deleted meanwhile: a restore will say so
+            log.info("session %s: could not pin its new contexts: %s", session_id, exc)
+
+    async def ended(self, run: ActiveRun) -> None:
+        """After the run's final record (its result is out): the snapshot, in the background."""
+        session_id = run.request.session_id or ""
+        held = self._held.get(session_id)
+        if held is None or held.saving is None or self._tg is None:
+            return
+        self._tg.start_soon(self._snapshot, session_id, held)
+
+    async def forget_run(self, run: ActiveRun) -> None:
+        """The run is no longer this worker's, or goes back to the queue: its REPL is not the
+        session's any more (the session's row is left as it was)."""
+        held = self._held.get(run.request.session_id or "")
+        if held is not None:
+            held.busy = False
+            await self._drop(run.request.session_id or "", "its run left this worker")
+
+    # --- snapshots and release --------------------------------------------------------------
+
+    async def _snapshot(self, session_id: str, held: Held) -> None:
+        saving, generation = held.saving, held.generation
+        settings = self._settings
+        try:
+            await self._pin(session_id, held)
+            sandbox = held.repl.sandbox
+            if settings.session_snapshot_max_bytes <= 0:
+                raise SnapshotUnavailable("snapshots are off (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES=0)")
+            if sandbox is None:
+                raise SnapshotUnavailable("the session's sandbox was gone")
+            started = time.monotonic()
+            snapshot = await take_snapshot(
+                sandbox, max_bytes=settings.session_snapshot_max_bytes, chunk_chars=snapshot_chunk(settings)
+            )
+            why = await self._store.save_snapshot(
+                session_id, generation, snapshot.blob, owner_cap=settings.session_snapshot_bytes_per_owner
+            )
+            held.repl.snapshot_error = why
+            log.info(
+                "session %s: snapshot after run %d %s (%d bytes, %.2f s)",
+                session_id,
+                generation,
+                "stored" if why is None else f"not stored: {why}",
+                len(snapshot.blob),
+                time.monotonic() - started,
+            )
+        except ReplRestarted as exc:
+            # The live REPL lost the namespace: the next run restores the last snapshot stored
+            # (and rebinds every history) rather than going on in an empty REPL.
+            log.warning("session %s: %s; its sandbox is let go", session_id, exc)
+            held.saving = None
+            await self._drop(session_id, str(exc))
+        except (SnapshotUnavailable, RlmMcpError) as exc:
+            held.repl.snapshot_error = str(exc)
+            log.warning("session %s: no snapshot after run %d (%s)", session_id, generation, exc)
+            try:
+                await self._store.snapshot_failed(session_id, generation, str(exc))
+            except RlmMcpError as failed:
+                log.info("could not record why session %s has no snapshot: %s", session_id, failed)
+        except Exception:
+            log.exception("the snapshot of session %s failed", session_id)
+        finally:
+            held.saving = None
+            if saving is not None:
+                saving.set()
+
+    async def _drop(self, session_id: str, why: str) -> None:
+        """Let the session's sandbox go (the session itself lives on in the database)."""
+        held = self._held.pop(session_id, None)
+        if held is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await held.repl.release()
+            except Exception:
+                log.exception("releasing the sandbox of session %s failed", session_id)
+            try:
+                await held.pins.aclose()
+            except Exception:
+                log.exception("unpinning the contexts of session %s failed", session_id)
+            worker_id = self._worker_id()
+            if worker_id is not None:
+                try:
+                    await self._store.let_go(session_id, worker_id)
+                except RlmMcpError as exc:
+                    log.info("could not record that session %s's sandbox was released: %s", session_id, exc)
+        log.info("session %s: sandbox released on this worker (%s)", session_id, why)
+
+    async def sweep(self) -> None:
+        """Let go of sandboxes whose sessions moved on, ended or idled out; expire old sessions."""
+        settings = self._settings
+        await self._store.expire(max_age_s=settings.session_max_age_s)
+        idle = {sid: held for sid, held in self._held.items() if held.idle}
+        states = await self._store.holders(list(idle))
+        me, now = self._worker_id(), time.monotonic()
+        for sid, held in idle.items():
+            state = states.get(sid)
+            if state is None or state[0] != "open":
+                await self._drop(sid, "the session ended")
+            elif state[1] != me or state[2] != held.generation:
+                await self._drop(sid, "the session went on elsewhere")
+            elif now - held.last_used >= settings.session_idle_s:
+                await self._drop(sid, "idle past RLM_MCP_SESSION_IDLE_S")
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await anyio.sleep(min(SWEEP_EVERY_S, self._settings.session_idle_s / 4))
+            try:
+                await self.sweep()
+            except Exception:  # housekeeping must never take the worker down
+                log.exception("sweeping the kept sessions' sandboxes failed")
