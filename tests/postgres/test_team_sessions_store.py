@@ -8,6 +8,7 @@ database's clock) expires; the CLI lists and closes its own team sessions."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rlm_mcp.cli_sessions import sessions_close, sessions_list
+from rlm_mcp.cli.sessions import sessions_close, sessions_list
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError, NotFoundError
 from rlm_mcp.service.queue.state import PgRunQueue
@@ -165,12 +166,12 @@ async def test_the_cli_lists_and_closes_its_team_sessions(
         await store.open("ses_other", "alice", "run_alice", cap=4, max_age_s=DAY)
         await queue.enqueue(summary("run_cli", owner="local"), 1)
         await queue.finish("run_cli", final("run_cli"))
-        assert await sessions_list(settings) == 0
+        assert await sessions_list(argparse.Namespace(), settings) == 0
         listed = capsys.readouterr().out
         assert "ses_cli" in listed and "1 runs" in listed and "ses_other" not in listed
-        assert await sessions_close(settings, "ses_cli") == 0
+        assert await sessions_close(argparse.Namespace(session_id="ses_cli"), settings) == 0
         assert "closed ses_cli" in capsys.readouterr().out
         with pytest.raises(NotFoundError, match="was closed"):
-            await sessions_close(settings, "ses_cli")
+            await sessions_close(argparse.Namespace(session_id="ses_cli"), settings)
         with pytest.raises(NotFoundError, match="Unknown session id 'ses_other'"):
-            await sessions_close(settings, "ses_other")
+            await sessions_close(argparse.Namespace(session_id="ses_other"), settings)
