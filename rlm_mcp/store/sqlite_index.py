@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -39,7 +40,7 @@ __all__ = ["ContextStore", "SqliteContextIndex", "SqliteContextTx"]
 
 class SqliteContextTx(SqliteTx):
     def __init__(self, index: SqliteContextIndex, *, write: bool) -> None:
-        super().__init__(index.db_path, write=write)
+        super().__init__(index.db_path, write=write, clock=index.clock)
         self._index = index
 
     async def lock_context(self, context_id: str) -> None:
@@ -90,6 +91,7 @@ class SqliteContextIndex:
         self.db_path = self.root / "index.sqlite3"
         self.blobs = self.root / "contexts"
         self.tmp_dir = self.root / "tmp"
+        self.clock: Callable[[], float] = time.time  # the transactions' `now`: every process here shares it
 
     def prepare(self) -> None:
         # 0700, also when made beforehand: contexts are often private documents (blobs are 0600;

@@ -12,14 +12,14 @@ the store, so consecutive chunks may land on different servers. The protocol:
   given (on mismatch, or any failure, the mark is cleared and the upload stays, so the caller
   can resend the final chunk), and deleted;
 * unfinished uploads count against the owner's share and RLM_MCP_STORE_MAX_BYTES;
-* uploads untouched for UPLOAD_TTL_S are removed, finished ones included.
+* uploads untouched for UPLOAD_TTL_S are removed, finished ones included; ages are by the
+  transaction's `now` (`store.index`: the database's clock in team mode).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,6 @@ class Uploads:
         final: bool,
         owner: Owner,
     ) -> Row:
-        now = time.time()
         fresh = upload_id is None
         if upload_id is None:
             if index != 0:
@@ -107,6 +106,7 @@ class Uploads:
         staged = await self._index.stage(data)
         try:
             async with self._index.write() as tx:
+                now = await tx.now()
                 await tx.expire(now - UPLOAD_TTL_S)
                 if fresh:
                     await self._start(tx, staged, len(data), upload_id, chunk_sha, name, format, owner, now)
@@ -229,7 +229,7 @@ class Uploads:
                 return await self._state(row, owner)
             raise
         async with self._index.write() as tx:
-            await tx.execute(self._sql.upload_done, (info.context_id, time.time(), upload_id))
+            await tx.execute(self._sql.upload_done, (info.context_id, await tx.now(), upload_id))
             done_row = await tx.one(self._sql.upload_row, (upload_id,))
             assert done_row is not None  # written in this transaction
         await self._index.finished(upload_id)

@@ -128,6 +128,20 @@ async def _put(contexts: ContextStore, data: bytes, owner: Owner = ALICE) -> str
     return info.context_id
 
 
+async def test_the_sqlite_index_stamps_and_ages_by_its_clock(tmp_path: Path) -> None:
+    """SQLite's transactions take their `now` from the index's clock (this process's): the
+    times written, the grace period and the age cap all follow it."""
+    contexts, uploads = _stores(tmp_path, store_max_age_days=1.0)
+    contexts.files.clock = lambda: 1_000_000.0
+    cid = await _put(contexts, b"old")
+    assert (await contexts.get(cid, owner=ALICE)).created_at == 1_000_000.0
+    started = await _chunk(uploads, b"part", 0)
+    contexts.files.clock = lambda: 1_000_000.0 + 2 * 86400
+    assert await contexts.evict() == [cid]
+    with pytest.raises(NotFoundError, match="expire"):
+        await _chunk(uploads, b"more", 1, started.upload_id)
+
+
 async def test_a_share_releases_the_owners_least_recently_used_context(tmp_path: Path) -> None:
     contexts, _ = _stores(tmp_path, store_max_bytes_per_owner=10, context_grace_s=0)
     old = await _put(contexts, b"a" * 4)

@@ -57,8 +57,8 @@ class PgUploadIndex:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[PgUploadTx]:
-        async with self._db.transaction() as conn:
-            yield PgUploadTx(conn)
+        async with self._db.clocked_transaction() as (conn, now):
+            yield PgUploadTx(conn, now)
 
     async def stage(self, data: bytes) -> bytes:
         return data  # sent with the chunk's insert
