@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
@@ -55,8 +55,8 @@ def unknown_context(context_id: str) -> UnknownIdError:
 class Contexts:
     """Stored contexts over `index`. Safe to use from every process sharing the index."""
 
-    def __init__(self, settings: Settings, index: ContextIndex) -> None:
-        self._settings = settings
+    def __init__(self, settings: StoreSettings, index: ContextIndex) -> None:
+        self.settings = settings
         self.index = index
         self.tmp_dir = index.tmp_dir
         self._sql = index.sql
@@ -66,8 +66,8 @@ class Contexts:
     async def put_bytes(
         self, data: bytes, *, name: str, format: ContextFormat, source: dict[str, Any], owner: Owner
     ) -> ContextInfo:
-        if len(data) > self._settings.max_context_bytes:
-            raise context_too_large(self._settings.max_context_bytes)
+        if len(data) > self.settings.max_context_bytes:
+            raise context_too_large(self.settings.max_context_bytes)
         chunks = (data[i : i + CHUNK] for i in range(0, len(data), CHUNK))
         return await self.put_chunks(chunks, name=name, format=format, source=source, owner=owner)
 
@@ -93,14 +93,14 @@ class Contexts:
                 size = path.stat().st_size
             except FileNotFoundError:
                 raise BadArgumentError(f"File '{path}' does not exist.", "Check the path and load it again.") from None
-            if size > self._settings.max_context_bytes:
-                raise context_too_large(self._settings.max_context_bytes)
+            if size > self.settings.max_context_bytes:
+                raise context_too_large(self.settings.max_context_bytes)
             same_fs = consume and path.stat().st_dev == self.tmp_dir.stat().st_dev
             return ingest(
                 read_file_chunks(path),
                 tmp_dir=self.tmp_dir,
                 format=format,
-                max_bytes=self._settings.max_context_bytes,
+                max_bytes=self.settings.max_context_bytes,
                 expected_sha256=expected_sha256,
                 write=not same_fs,
                 existing=path if same_fs else None,
@@ -127,7 +127,7 @@ class Contexts:
                 chunks,
                 tmp_dir=self.tmp_dir,
                 format=format,
-                max_bytes=self._settings.max_context_bytes,
+                max_bytes=self.settings.max_context_bytes,
                 expected_sha256=expected_sha256,
             )
 
@@ -166,13 +166,13 @@ class Contexts:
         """Release `owner`'s least recently used contexts so the new one fits its share of the
         store (`owner_caps.release_for_share`), or refuse it. One owner's stores queue on a
         lock of that owner's, so two writers cannot both spend the same room."""
-        if store_share(self._settings) is None:
+        if store_share(self.settings) is None:
             return
         await tx.lock_owner(owner)
         pins = await tx.live_pins(now)
         rows = await tx.all(self._sql.owner_contexts, (owner,))
         released = releases_in_share(
-            self._settings, rows, pins, owner=owner, adding_sha256=ing.sha256, adding_bytes=ing.bytes, now=now
+            self.settings, rows, pins, owner=owner, adding_sha256=ing.sha256, adding_bytes=ing.bytes, now=now
         )
         for r in released:  # as the owner's delete: the bytes go when nobody holds or runs on them
             await tx.execute(self._sql.delete_ownership, (r.context_id, owner))
@@ -308,7 +308,7 @@ class Contexts:
             for o in await tx.all(self._sql.all_ownerships):
                 owners[o["context_id"]].add(o["owner"])
             planned = plan_eviction(
-                rows, owners, settings=self._settings, loader=loader, pinned=pinned, keep=set(keep), now=now
+                rows, owners, settings=self.settings, loader=loader, pinned=pinned, keep=set(keep), now=now
             )
             for e in planned:
                 await self._drop(tx, e.context_id)

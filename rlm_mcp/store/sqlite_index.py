@@ -23,7 +23,7 @@ from pathlib import Path
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import Ingested
 from rlm_mcp.store.blob_check import check_blob
@@ -121,7 +121,7 @@ class SqliteContextIndex:
 class ContextStore(Contexts):
     """The embedded store: the SQLite index and blob files under `settings.data_dir`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StoreSettings) -> None:
         self.files = SqliteContextIndex(Path(settings.data_dir))
         super().__init__(settings, self.files)
         self.db_path = self.files.db_path

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.store import _db
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.sqlite_index import ContextStore, SqliteContextIndex
@@ -141,5 +141,5 @@ class SqliteUploadIndex:
 class UploadStore(Uploads):
     """The embedded store's uploads: rows in the data dir's SQLite index, chunks in files."""
 
-    def __init__(self, settings: Settings, contexts: ContextStore) -> None:
+    def __init__(self, settings: StoreSettings, contexts: ContextStore) -> None:
         super().__init__(settings, contexts, SqliteUploadIndex(contexts.files))

@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, context_too_large, uploads_over_store_cap
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
@@ -48,8 +48,8 @@ log = logging.getLogger("rlm_mcp.store")
 
 
 class Uploads:
-    def __init__(self, settings: Settings, contexts: Contexts, index: UploadIndex) -> None:
-        self._settings = settings
+    def __init__(self, settings: StoreSettings, contexts: Contexts, index: UploadIndex) -> None:
+        self.settings = settings
         self._contexts = contexts
         self._index = index
         self._sql = index.sql
@@ -180,8 +180,8 @@ class Uploads:
         return False
 
     def _check_total(self, total: int) -> None:
-        if total > self._settings.max_context_bytes:
-            raise context_too_large(self._settings.max_context_bytes)
+        if total > self.settings.max_context_bytes:
+            raise context_too_large(self.settings.max_context_bytes)
 
     async def _check_store_room(self, tx: UploadTx, adding: int, owner: Owner) -> None:
         """Unfinished uploads count against RLM_MCP_STORE_MAX_BYTES: unlike stored contexts they
@@ -190,10 +190,10 @@ class Uploads:
         chunks queue on a lock of that owner's, so two writers cannot both spend the same room."""
         await tx.lock_owner(owner)
         own = await tx.one(self._sql.pending_own, (owner,))
-        check_pending_uploads(self._settings, int(own["n"]) if own else 0, adding)
+        check_pending_uploads(self.settings, int(own["n"]) if own else 0, adding)
         every = await tx.one(self._sql.pending_all)
         pending = int(every["n"]) if every else 0
-        cap = self._settings.store_max_bytes
+        cap = self.settings.store_max_bytes
         if pending + adding > cap:
             raise uploads_over_store_cap(pending, adding, cap)
 

@@ -30,8 +30,8 @@ DEADLINE_S = 30.0
 
 
 def _stores(tmp_path: Path, **overrides: Any) -> tuple[ContextStore, UploadStore]:
-    contexts = ContextStore(make_settings(tmp_path, **overrides))
-    return contexts, UploadStore(contexts._settings, contexts)
+    contexts = ContextStore(make_settings(tmp_path, **overrides).store)
+    return contexts, UploadStore(contexts.settings, contexts)
 
 
 async def _chunk(

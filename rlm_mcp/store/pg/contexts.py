@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import CHUNK, Ingested
 from rlm_mcp.store.context_model import PIN_TTL_S, ContextInfo
@@ -160,7 +160,7 @@ class PgContextIndex:
 class PgContextStore(Contexts):
     """Stored contexts in PostgreSQL, cached per replica under `data_dir/cache`."""
 
-    def __init__(self, settings: Settings, db: Database) -> None:
+    def __init__(self, settings: StoreSettings, db: Database) -> None:
         self.rows = PgContextIndex(Path(settings.data_dir), db)
         super().__init__(settings, self.rows)
         self.cache = self.rows.cache

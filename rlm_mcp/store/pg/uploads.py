@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg.contexts import PgContextIndex, PgContextStore, PgTx
 from rlm_mcp.store.pg.db import Database
@@ -98,5 +98,5 @@ class PgUploadIndex:
 
 
 class PgUploadStore(Uploads):
-    def __init__(self, settings: Settings, contexts: PgContextStore, db: Database) -> None:
+    def __init__(self, settings: StoreSettings, contexts: PgContextStore, db: Database) -> None:
         super().__init__(settings, contexts, PgUploadIndex(contexts.rows, db))
