@@ -2,7 +2,7 @@
 database) where one replica's own clock is off by more than a day (its instances' `clock`,
 not the test's global time). Contexts' times (eviction by age, LRU order, grace), unfinished
 uploads' ages and spent codes' expiry are judged by the database's clock, so the skewed replica
-and the other agree. Run records' ages: test_store_pg.py (pruned by the database's clock)."""
+and the other agree; run records are aged by it too."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import pytest
 from rlm_mcp.owners import Owner
 from rlm_mcp.store.factory import Stores, make_stores
 from rlm_mcp.store.pg.contexts import PgContextStore
+from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.spent_codes import SpentCodes
 from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_store import run_record
 
 pytestmark = pytest.mark.anyio
 
@@ -125,3 +127,36 @@ async def test_a_spent_code_stays_spent_on_both_replicas(
         assert await a.spent_codes.spend("code-one", expires) is False
         assert await b.spent_codes.spend("code-one", expires) is False
         assert await a.spent_codes.spend("code-two", expires) is False
+
+
+@pytest.mark.parametrize("skew", [-SKEW_S, SKEW_S], ids=["behind", "ahead"])
+async def test_run_records_from_a_skewed_replica_are_not_pruned_early(tmp_path: Path, pg_url: str, skew: float) -> None:
+    """A record whose creation the skewed replica stamped by its own clock is aged by the
+    database's: neither replica prunes it a day early. (Already so before the store's clock
+    moved to the database: record ages were the database's.)"""
+    async with _replica(tmp_path, "a", pg_url) as a, _replica(tmp_path, "b", pg_url) as b:
+        done = {"status": "completed", "owner": ALICE, "result": {"status": "completed"}}
+        log = await b.runs.create(run_record("run_skewed_000000001", {"owner": ALICE}, created_at=time.time() + skew))
+        await log.write_summary(run_record("run_skewed_000000001", done, created_at=time.time() + skew))
+        assert await a.runs.prune(max_records=100, max_age_days=1.0) == []
+        assert await b.runs.prune(max_records=100, max_age_days=1.0) == []
+        assert [r.run_id for r in await a.runs.list(owner=ALICE)] == ["run_skewed_000000001"]
+
+
+async def test_a_clocked_transaction_reads_one_time_and_rolls_back_when_it_raises(tmp_path: Path, pg_url: str) -> None:
+    """The database's time comes with the BEGIN and holds for the whole transaction; a block that
+    raises leaves nothing behind and gives back a connection the next transaction can use."""
+    async with _replica(tmp_path, "a", pg_url) as a:
+        db = a.lifecycle
+        assert isinstance(db, Database)
+        with pytest.raises(RuntimeError, match="refused"):
+            async with db.clocked_transaction() as (conn, now):
+                await conn.execute("INSERT INTO rlm_spent_codes VALUES ('left-behind', 0)")
+                cur = await conn.execute("SELECT extract(epoch FROM now())::float8 AS t")
+                assert (await cur.fetchone() or {})["t"] == now
+                assert abs(now - time.time()) < 600
+                raise RuntimeError("refused")
+        for _ in range(2):  # the connections given back are clean
+            async with db.clocked_transaction() as (conn, _now):
+                cur = await conn.execute("SELECT count(*) AS n FROM rlm_spent_codes WHERE code_sha256 = 'left-behind'")
+                assert (await cur.fetchone() or {})["n"] == 0
