@@ -67,6 +67,26 @@ async def test_contexts_loaded_on_either_replica_are_not_evicted_by_age(
         assert abs(on_b.created_at - on_a.created_at) < 600  # both stamped by the one clock
 
 
+@pytest.mark.parametrize("skew", [-SKEW_S, SKEW_S], ids=["behind", "ahead"])
+async def test_contexts_within_the_grace_period_stay_whichever_replica_stored_them(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch, skew: float
+) -> None:
+    """Over the cap, a context stored within RLM_MCP_CONTEXT_GRACE_S is kept (the store may go
+    over its cap a while): on either replica, whichever stored it."""
+    async with (
+        _replica(tmp_path, "a", pg_url, store_max_bytes=150) as a,
+        _replica(tmp_path, "b", pg_url, store_max_bytes=150) as b,
+    ):
+        _skew(b, skew, monkeypatch)
+        stored = []
+        for n, stores in enumerate([a, b, a]):
+            info = await stores.contexts.put_bytes(
+                bytes([65 + n]) * 100, name=str(n), format="text", source={}, owner=ALICE
+            )
+            stored.append(info.context_id)
+        assert await _ids(a) == set(stored)
+
+
 # A clock behind makes what the skewed replica stores look older, one ahead newer: it stores
 # the context that looks older (behind: the second) or newer (ahead: the first) than it is.
 @pytest.mark.parametrize(("skew", "stored_on_b"), [(-SKEW_S, 1), (SKEW_S, 0)], ids=["behind", "ahead"])
