@@ -176,6 +176,9 @@ async def test_a_clocked_transaction_reads_one_time_and_rolls_back_when_it_raise
                 assert (await cur.fetchone() or {})["t"] == now
                 assert abs(now - time.time()) < 600
                 raise RuntimeError("refused")
+        assert isinstance(a.contexts, PgContextStore)
+        async with a.contexts.index.read() as tx:  # a read asks when it needs the time
+            assert abs(await tx.now() - now) < 600
         for _ in range(2):  # the connections given back are clean
             async with db.clocked_transaction() as (conn, _now):
                 cur = await conn.execute("SELECT count(*) AS n FROM rlm_spent_codes WHERE code_sha256 = 'left-behind'")

@@ -29,7 +29,7 @@ from rlm_mcp.store.contexts import Contexts
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg import blobs
 from rlm_mcp.store.pg.cache import BlobCache
-from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
+from rlm_mcp.store.pg.db import NOW, REPLICA_TTL_S, Conn, Database, read_now
 from rlm_mcp.store.statements import POSTGRES
 
 __all__ = ["EVICT_LOCK_KEY", "OWNER_LOCK_CLASS", "PgContextIndex", "PgContextStore", "PgTx"]
@@ -65,10 +65,8 @@ class PgTx:
         await self.conn.execute(sql, params)
 
     async def now(self) -> float:
-        if self._now is None:
-            row = await self.one("SELECT extract(epoch FROM now())::float8 AS now")
-            assert row is not None  # SELECT without FROM: one row
-            self._now = float(row["now"])
+        if self._now is None:  # a read: one more statement (a write's came with its BEGIN)
+            self._now = await read_now(await self.conn.execute(NOW))
         return self._now
 
     async def lock_owner(self, owner: Owner) -> None:

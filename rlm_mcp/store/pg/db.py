@@ -64,8 +64,18 @@ FAULT_HOLD_S = 30.0  # after a disk-full (or out-of-memory) refusal, the health 
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 
+# The database's clock, which every replica shares: the one time the store's rules compare in
+# team mode (`now()`: the transaction's start, the same for each of its statements).
+NOW = "SELECT extract(epoch FROM now())::float8 AS now"
 # Several statements without parameters go in one simple-protocol message: one round trip.
-_BEGIN_AT = "BEGIN; SELECT extract(epoch FROM now())::float8 AS now"
+_BEGIN_AT = "BEGIN; " + NOW
+
+
+async def read_now(cur: psycopg.AsyncCursor[dict[str, Any]]) -> float:
+    """The time `NOW` answered on `cur`."""
+    row = await cur.fetchone()
+    assert row is not None  # SELECT without FROM: one row
+    return float(row["now"])
 
 
 def describe(url: str) -> str:
@@ -233,10 +243,9 @@ class Database:
         async with self.connection() as conn:
             cur = await conn.execute(_BEGIN_AT)
             cur.nextset()  # the BEGIN's result, then the SELECT's
-            row = await cur.fetchone()
-            assert row is not None  # SELECT without FROM: one row
+            now = await read_now(cur)
             try:
-                yield conn, float(row["now"])
+                yield conn, now
             except BaseException:
                 # A broken connection cannot roll back: the pool discards it on its return.
                 with anyio.CancelScope(shield=True), contextlib.suppress(psycopg.Error):
