@@ -162,7 +162,7 @@ def bounded_runs(stores: Stores, settings: Settings, *, max_event_bytes: int, ma
         return RunStore(settings, max_event_bytes=max_event_bytes, max_log_bytes=max_log_bytes)
     from rlm_mcp.store.pg.runs import PgRunStore
 
-    return PgRunStore(settings, _db(stores), max_event_bytes=max_event_bytes, max_log_bytes=max_log_bytes)
+    return PgRunStore(_db(stores), max_event_bytes=max_event_bytes, max_log_bytes=max_log_bytes)
 
 
 async def event_lines(stores: Stores, settings: Settings, run_id: str) -> list[bytes]:

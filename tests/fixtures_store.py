@@ -8,13 +8,23 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LoadSettings, Settings, StoreSettings
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
+
+
+class LoadSections(TypedDict):
+    loads: LoadSettings
+    store: StoreSettings
+
+
+def sections(settings: Settings) -> LoadSections:
+    """The two sections a loader reads: `load_path(path, **sections(settings))`."""
+    return {"loads": settings.loads, "store": settings.store}
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ def service_parts(settings: Settings, *, transport: Transport, stores: Stores | 
 
 def embedded(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
     """One process: SQLite and files, runs executed here by the local `RunManager`."""
-    stores = stores if stores is not None else embedded_stores(settings)
+    stores = stores if stores is not None else embedded_stores(settings.store)
     own = stores
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
@@ -70,7 +70,7 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None) -> Se
     from rlm_mcp.service.queue import open_queue
     from rlm_mcp.service.queue.liveness import LeaseLiveness
 
-    stores = stores if stores is not None else team_stores(settings, replica=True)
+    stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True)
     own = stores
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
     sandboxes = SandboxManager(settings.sandbox, liveness=LeaseLiveness())
@@ -91,7 +91,9 @@ def _parts(
         lm=LMClient(settings.lm),
         sandboxes=sandboxes,
         # Over stdio the client is the machine's own user: loopback URLs are theirs to load.
-        loader=ContextLoader(settings, stores.contexts, allow_loopback_urls=(transport == "stdio")),
+        loader=ContextLoader(
+            stores.contexts, loads=settings.loads, store=settings.store, allow_loopback_urls=(transport == "stdio")
+        ),
         sessions=sessions,
         open_runs=open_runs,
         team_sessions=team_sessions_for(settings, stores),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LoadSettings, StoreSettings
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
@@ -13,15 +13,20 @@ from rlm_mcp.store.ports import ContextStorePort
 
 
 class ContextLoader:
-    def __init__(self, settings: Settings, store: ContextStorePort, *, allow_loopback_urls: bool) -> None:
-        self._settings = settings
-        self._store = store
+    """Loads into `contexts`; `loads`: what a load may read, `store`: temp files and the largest context."""
+
+    def __init__(
+        self, contexts: ContextStorePort, *, loads: LoadSettings, store: StoreSettings, allow_loopback_urls: bool
+    ) -> None:
+        self.loads = loads
+        self.store = store
+        self._contexts = contexts
         # In stdio mode the caller already runs on this machine, so loopback URLs reveal
         # nothing new; over HTTP they could reach services the caller cannot.
         self._allow_private = AddressPolicy(
             allow_all=allow_loopback_urls,
-            private=settings.allow_private_urls,
-            listed=tuple(parse_networks(settings.allowed_url_addresses)),
+            private=loads.allow_private_urls,
+            listed=tuple(parse_networks(loads.allowed_url_addresses)),
         )
 
     async def load(
@@ -49,16 +54,16 @@ class ContextLoader:
             raise BadArgumentError("include/exclude apply to folders and globs only.", "Drop them for text.")
         if text is not None:
             data = text.encode("utf-8")
-            return await self._store.put_bytes(
+            return await self._contexts.put_bytes(
                 data, name=name or "text", format=format, source={"type": "text", "bytes": len(data)}, owner=owner
             )
         if path is not None:
-            loaded = await load_path(path, self._settings, include=include, exclude=exclude)
+            loaded = await load_path(path, loads=self.loads, store=self.store, include=include, exclude=exclude)
         elif glob is not None:
-            loaded = await load_glob(glob, self._settings, include=include, exclude=exclude)
+            loaded = await load_glob(glob, loads=self.loads, store=self.store, include=include, exclude=exclude)
         else:
             assert url is not None
-            loaded = await fetch_url(url, self._settings, allow_private=self._allow_private)
+            loaded = await fetch_url(url, loads=self.loads, store=self.store, allow_private=self._allow_private)
         return await self._store_loaded(loaded, name=name, format=format, owner=owner)
 
     async def _store_loaded(
@@ -68,11 +73,11 @@ class ContextLoader:
         try:
             if loaded.path is None:
                 assert loaded.data is not None
-                return await self._store.put_bytes(
+                return await self._contexts.put_bytes(
                     loaded.data, name=final_name, format=format, source=loaded.source, owner=owner
                 )
             # The loader's temp file (never the user's own file) moves into the store.
-            return await self._store.put_file(
+            return await self._contexts.put_file(
                 loaded.path, name=final_name, format=format, source=loaded.source, consume=True, owner=owner
             )
         finally:

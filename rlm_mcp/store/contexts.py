@@ -14,7 +14,8 @@ pin is left (a row orphaned while pinned goes at the next eviction).
 Protection from eviction, in every process sharing the index: contexts pinned by a live run
 (the index judges which pins live), and contexts stored or used within `context_grace_s`
 (their `last_used_at`), which covers the gap between storing a context and the run that names
-it. Which contexts an eviction removes: `eviction.plan_eviction`; what an owner's share
+it. Every time written or compared is the transaction's `now` (`store.index`: the database's
+clock in team mode, so replicas with skewed clocks agree on ages). Which contexts an eviction removes: `eviction.plan_eviction`; what an owner's share
 releases: `owner_caps.releases_in_share`.
 """
 
@@ -24,7 +25,6 @@ import builtins
 import json
 import logging
 import secrets
-import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
@@ -55,8 +55,8 @@ def unknown_context(context_id: str) -> UnknownIdError:
 class Contexts:
     """Stored contexts over `index`. Safe to use from every process sharing the index."""
 
-    def __init__(self, settings: Settings, index: ContextIndex) -> None:
-        self._settings = settings
+    def __init__(self, settings: StoreSettings, index: ContextIndex) -> None:
+        self.settings = settings
         self.index = index
         self.tmp_dir = index.tmp_dir
         self._sql = index.sql
@@ -66,8 +66,8 @@ class Contexts:
     async def put_bytes(
         self, data: bytes, *, name: str, format: ContextFormat, source: dict[str, Any], owner: Owner
     ) -> ContextInfo:
-        if len(data) > self._settings.max_context_bytes:
-            raise context_too_large(self._settings.max_context_bytes)
+        if len(data) > self.settings.max_context_bytes:
+            raise context_too_large(self.settings.max_context_bytes)
         chunks = (data[i : i + CHUNK] for i in range(0, len(data), CHUNK))
         return await self.put_chunks(chunks, name=name, format=format, source=source, owner=owner)
 
@@ -93,14 +93,14 @@ class Contexts:
                 size = path.stat().st_size
             except FileNotFoundError:
                 raise BadArgumentError(f"File '{path}' does not exist.", "Check the path and load it again.") from None
-            if size > self._settings.max_context_bytes:
-                raise context_too_large(self._settings.max_context_bytes)
+            if size > self.settings.max_context_bytes:
+                raise context_too_large(self.settings.max_context_bytes)
             same_fs = consume and path.stat().st_dev == self.tmp_dir.stat().st_dev
             return ingest(
                 read_file_chunks(path),
                 tmp_dir=self.tmp_dir,
                 format=format,
-                max_bytes=self._settings.max_context_bytes,
+                max_bytes=self.settings.max_context_bytes,
                 expected_sha256=expected_sha256,
                 write=not same_fs,
                 existing=path if same_fs else None,
@@ -127,7 +127,7 @@ class Contexts:
                 chunks,
                 tmp_dir=self.tmp_dir,
                 format=format,
-                max_bytes=self._settings.max_context_bytes,
+                max_bytes=self.settings.max_context_bytes,
                 expected_sha256=expected_sha256,
             )
 
@@ -149,9 +149,9 @@ class Contexts:
         self, ing: Ingested, *, name: str, format: ContextFormat, source: dict[str, Any], owner: Owner
     ) -> ContextInfo:
         cid = context_id_for(ing.sha256, format)
-        now = time.time()
         described = json.dumps(source)
         async with self.index.write() as tx:
+            now = await tx.now()
             await self._make_room_in_share(tx, owner, ing, now)  # before the bytes: a refusal leaves nothing
             await tx.put_blob(ing, owner)
             context = (cid, ing.sha256, name, ing.bytes, format, ing.kind, ing.chars, now, now, described)
@@ -166,13 +166,13 @@ class Contexts:
         """Release `owner`'s least recently used contexts so the new one fits its share of the
         store (`owner_caps.release_for_share`), or refuse it. One owner's stores queue on a
         lock of that owner's, so two writers cannot both spend the same room."""
-        if store_share(self._settings) is None:
+        if store_share(self.settings) is None:
             return
         await tx.lock_owner(owner)
         pins = await tx.live_pins(now)
         rows = await tx.all(self._sql.owner_contexts, (owner,))
         released = releases_in_share(
-            self._settings, rows, pins, owner=owner, adding_sha256=ing.sha256, adding_bytes=ing.bytes, now=now
+            self.settings, rows, pins, owner=owner, adding_sha256=ing.sha256, adding_bytes=ing.bytes, now=now
         )
         for r in released:  # as the owner's delete: the bytes go when nobody holds or runs on them
             await tx.execute(self._sql.delete_ownership, (r.context_id, owner))
@@ -224,13 +224,12 @@ class Contexts:
     async def delete(self, context_id: str, *, owner: OwnerScope) -> bool:
         """False when `owner` has no context by this id. A context a live run of the same owner
         is using cannot be deleted (runs of other owners keep only the bytes alive, unseen)."""
-        now = time.time()
         async with self.index.write() as tx:
             row = await self._select(tx, context_id, owner)
             if row is None:
                 return False
             await tx.lock_context(context_id)
-            pins = await tx.live_pins(now)
+            pins = await tx.live_pins(await tx.now())
             if any(cid == context_id and (owner is EVERY_OWNER or pin_owner == owner) for cid, pin_owner in pins):
                 raise BadArgumentError(
                     f"Context '{context_id}' is in use by a running run.",
@@ -279,9 +278,9 @@ class Contexts:
                     await tx.execute(self._sql.remove_pin, (pin_id,))
 
     async def _pin(self, context_ids: builtins.list[str], pin_id: str, owner: Owner) -> builtins.list[ContextInfo]:
-        now = time.time()
         infos = []
         async with self.index.write() as tx:
+            now = await tx.now()
             for cid in context_ids:
                 row = await self._select(tx, cid, owner)
                 if row is None or not await tx.blob_intact(row):
@@ -300,8 +299,8 @@ class Contexts:
         (who just stored), that owner's own contexts go first. Returns the evicted ids."""
         if not await self.index.present():
             return []
-        now = time.time()
         async with self.index.write() as tx:
+            now = await tx.now()
             await tx.lock_eviction()
             pinned = {cid for cid, _ in await tx.live_pins(now)}
             rows = await tx.all(self._sql.eviction_rows)
@@ -309,12 +308,12 @@ class Contexts:
             for o in await tx.all(self._sql.all_ownerships):
                 owners[o["context_id"]].add(o["owner"])
             planned = plan_eviction(
-                rows, owners, settings=self._settings, loader=loader, pinned=pinned, keep=set(keep), now=now
+                rows, owners, settings=self.settings, loader=loader, pinned=pinned, keep=set(keep), now=now
             )
             for e in planned:
                 await self._drop(tx, e.context_id)
                 await tx.release_blob(e.sha256)
-        await anyio.to_thread.run_sync(clean_stale_tmp, self.tmp_dir, now)
+        await anyio.to_thread.run_sync(clean_stale_tmp, self.tmp_dir, self.index.clock())  # the host's files
         evicted = [e.context_id for e in planned]
         if evicted:
             log.info("evicted %d context(s): %s", len(evicted), ", ".join(evicted))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.observability import metrics
 from rlm_mcp.store.owner_caps import loader_first
 
@@ -41,7 +41,7 @@ def plan_eviction(
     rows: Sequence[Any],
     owners: dict[str, set[str]],
     *,
-    settings: Settings,
+    settings: StoreSettings,
     loader: str | None,
     pinned: Collection[str],
     keep: Collection[str],

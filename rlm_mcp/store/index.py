@@ -8,11 +8,18 @@ Two implementations: SQLite and files in the data dir (`store.sqlite_index`,
 `store.sqlite_uploads`) and PostgreSQL (`store.pg.index`, `store.pg.upload_index`).
 
 A row is indexed by column name (`sqlite3.Row` or psycopg's dict row).
+
+The clock: every time a rule writes or compares (contexts' times, hence grace, eviction by age
+and LRU order; uploads' ages) is the transaction's `now`, decided in one place per dialect:
+SQLite's transaction reads this process's clock (`clock`, every process on a data dir shares
+the host's), PostgreSQL's reads the database's with its BEGIN (`Database.clocked_transaction`),
+so replicas whose own clocks disagree still agree on every age. An index's `clock` (this
+process's) is left for what is local to the host: temp files' ages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +42,10 @@ class IndexTx(Protocol):
     async def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    async def now(self) -> float:
+        """The time (Unix seconds) by the index's clock, the same for the whole transaction."""
+        ...
 
     async def lock_owner(self, owner: Owner) -> None:
         """Until the transaction ends, one writer at a time spends `owner`'s share."""
@@ -70,6 +81,7 @@ class ContextTx(IndexTx, Protocol):
 class ContextIndex(Protocol):
     sql: Statements
     tmp_dir: Path
+    clock: Callable[[], float]  # this process's clock: for the host's own files
 
     def prepare(self) -> None:
         """Make the data dir (private) and its temp folder; blocking."""

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import owner_share_full, owner_uploads_full
 
 _Row = TypeVar("_Row", bound=Any)
@@ -70,7 +70,7 @@ def loader_first(rows: Sequence[_Row], owners: dict[str, set[str]], loader: str 
     return own + [r for r in rows if owners.get(r["context_id"]) != {loader}]
 
 
-def derived_share(settings: Settings, tokens: int) -> tuple[int | None, str]:
+def derived_share(settings: StoreSettings, tokens: int) -> tuple[int | None, str]:
     """Each owner's share with `tokens` accepted tokens, and where it comes from (said in the
     start log and by `doctor`). A share set on purpose stands; with several tokens and none set,
     the store's cap divided among them, so that all shares together fit the cap: an owner's
@@ -96,7 +96,7 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def store_share(settings: Settings) -> int | None:
+def store_share(settings: StoreSettings) -> int | None:
     """Each owner's share of the store in bytes, or None when no share is set."""
     return settings.store_max_bytes_per_owner
 
@@ -152,7 +152,7 @@ class Release:
 
 
 def releases_in_share(
-    settings: Settings,
+    settings: StoreSettings,
     rows: Iterable[Any],
     pins: Iterable[tuple[str, str | None]],
     *,
@@ -192,7 +192,7 @@ def may_continue_upload(recorded: str | None, caller: str) -> bool:
     return recorded is None or recorded == caller
 
 
-def check_pending_uploads(settings: Settings, own_pending: int, adding: int) -> None:
+def check_pending_uploads(settings: StoreSettings, own_pending: int, adding: int) -> None:
     """Refuse a chunk that would put the caller's unfinished uploads past its share."""
     share = store_share(settings)
     if share is not None and own_pending + adding > share:

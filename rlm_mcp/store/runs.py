@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
 from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import OwnerScope, sees
@@ -181,7 +181,7 @@ def read_record(path: Path) -> RunRecord | None:
 
 class RunStore:
     def __init__(
-        self, settings: Settings, *, max_event_bytes: int = MAX_EVENT_BYTES, max_log_bytes: int = MAX_LOG_BYTES
+        self, settings: StoreSettings, *, max_event_bytes: int = MAX_EVENT_BYTES, max_log_bytes: int = MAX_LOG_BYTES
     ) -> None:
         self._dir = Path(settings.data_dir) / "runs"
         self._max_event = max_event_bytes

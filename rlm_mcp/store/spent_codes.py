@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = ["MAX_LOCAL", "CodeBook", "LocalSpentCodes", "SpentCodes", "SpentCodesPort", "code_digest"]
@@ -32,7 +33,9 @@ class SpentCodesPort(Protocol):
 
 class CodeBook(Protocol):
     async def add_if_new(self, digest: str, expires_at: float, now: float) -> bool:
-        """Record a spent code's digest; False when it was there (or cannot be recorded)."""
+        """Record a spent code's digest; False when it was there (or cannot be recorded). `now`
+        is this process's clock, for a book of this process; a shared book forgets expired
+        codes by the clock its processes share (PostgreSQL: the database's)."""
         ...
 
 
@@ -41,9 +44,10 @@ class SpentCodes:
 
     def __init__(self, book: CodeBook) -> None:
         self._book = book
+        self.clock: Callable[[], float] = time.time  # this process's
 
     async def spend(self, code: str, expires_at: float) -> bool:
-        return await self._book.add_if_new(code_digest(code), expires_at, time.time())
+        return await self._book.add_if_new(code_digest(code), expires_at, self.clock())
 
 
 class MemoryCodeBook:

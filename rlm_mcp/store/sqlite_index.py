@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import Ingested
 from rlm_mcp.store.blob_check import check_blob
@@ -39,7 +40,7 @@ __all__ = ["ContextStore", "SqliteContextIndex", "SqliteContextTx"]
 
 class SqliteContextTx(SqliteTx):
     def __init__(self, index: SqliteContextIndex, *, write: bool) -> None:
-        super().__init__(index.db_path, write=write)
+        super().__init__(index.db_path, write=write, clock=index.clock)
         self._index = index
 
     async def lock_context(self, context_id: str) -> None:
@@ -90,6 +91,7 @@ class SqliteContextIndex:
         self.db_path = self.root / "index.sqlite3"
         self.blobs = self.root / "contexts"
         self.tmp_dir = self.root / "tmp"
+        self.clock: Callable[[], float] = time.time  # the transactions' `now`: every process here shares it
 
     def prepare(self) -> None:
         # 0700, also when made beforehand: contexts are often private documents (blobs are 0600;
@@ -119,7 +121,7 @@ class SqliteContextIndex:
 class ContextStore(Contexts):
     """The embedded store: the SQLite index and blob files under `settings.data_dir`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StoreSettings) -> None:
         self.files = SqliteContextIndex(Path(settings.data_dir))
         super().__init__(settings, self.files)
         self.db_path = self.files.db_path

@@ -10,6 +10,9 @@ more than the statements, so a transaction takes as few as it can:
   COMMIT; the later steps run on threads of the transaction's own (a private capacity limiter),
   so writers queued on the lock can never starve the holder of threads.
 
+The transaction's `now` is this process's clock (`clock`), read once: every process on the data
+dir shares the host's clock.
+
 Leaving the block commits (or, when it raises, rolls back) and gives the connection back,
 shielded from cancellation; a step already in a thread always runs to its end.
 """
@@ -17,6 +20,7 @@ shielded from cancellation; a step already in a thread always runs to its end.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
@@ -41,7 +45,9 @@ def _nothing(conn: sqlite3.Connection) -> None:
 class SqliteTx:
     """The steps of one transaction on the index at `db_path` (see the module's docstring)."""
 
-    def __init__(self, db_path: Path, *, write: bool) -> None:
+    def __init__(self, db_path: Path, *, write: bool, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._now: float | None = None
         self._cm: AbstractContextManager[sqlite3.Connection] = _db.write_txn(db_path) if write else _db.connect(db_path)
         self._conn: sqlite3.Connection | None = None
         self._pending: list[tuple[str, Sequence[Any]]] = []
@@ -69,6 +75,11 @@ class SqliteTx:
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._pending.append((sql, tuple(params)))  # sent with the next step
+
+    async def now(self) -> float:
+        if self._now is None:
+            self._now = self._clock()
+        return self._now
 
     async def lock_owner(self, owner: Owner) -> None:
         return None  # the write transaction already excludes every other writer

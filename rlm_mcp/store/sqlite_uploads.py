@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.store import _db
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.sqlite_index import ContextStore, SqliteContextIndex
@@ -37,7 +37,7 @@ log = logging.getLogger("rlm_mcp.store")
 
 class SqliteUploadTx(SqliteTx):
     def __init__(self, index: SqliteUploadIndex, *, write: bool) -> None:
-        super().__init__(index.db_path, write=write)
+        super().__init__(index.db_path, write=write, clock=index.clock)
         self._index = index
 
     async def expire(self, cutoff: float) -> None:
@@ -66,6 +66,10 @@ class SqliteUploadIndex:
         self._contexts = contexts
         self.root = contexts.root / "uploads"
         self.db_path = contexts.db_path
+
+    def clock(self) -> float:
+        """This process's clock, the context index's (one clock per data dir)."""
+        return self._contexts.clock()
 
     def dir_of(self, upload_id: str) -> Path:
         return self.root / upload_id
@@ -137,5 +141,5 @@ class SqliteUploadIndex:
 class UploadStore(Uploads):
     """The embedded store's uploads: rows in the data dir's SQLite index, chunks in files."""
 
-    def __init__(self, settings: Settings, contexts: ContextStore) -> None:
+    def __init__(self, settings: StoreSettings, contexts: ContextStore) -> None:
         super().__init__(settings, contexts, SqliteUploadIndex(contexts.files))

@@ -12,20 +12,20 @@ the store, so consecutive chunks may land on different servers. The protocol:
   given (on mismatch, or any failure, the mark is cleared and the upload stays, so the caller
   can resend the final chunk), and deleted;
 * unfinished uploads count against the owner's share and RLM_MCP_STORE_MAX_BYTES;
-* uploads untouched for UPLOAD_TTL_S are removed, finished ones included.
+* uploads untouched for UPLOAD_TTL_S are removed, finished ones included; ages are by the
+  transaction's `now` (`store.index`: the database's clock in team mode).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, context_too_large, uploads_over_store_cap
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
@@ -48,8 +48,8 @@ log = logging.getLogger("rlm_mcp.store")
 
 
 class Uploads:
-    def __init__(self, settings: Settings, contexts: Contexts, index: UploadIndex) -> None:
-        self._settings = settings
+    def __init__(self, settings: StoreSettings, contexts: Contexts, index: UploadIndex) -> None:
+        self.settings = settings
         self._contexts = contexts
         self._index = index
         self._sql = index.sql
@@ -92,7 +92,6 @@ class Uploads:
         final: bool,
         owner: Owner,
     ) -> Row:
-        now = time.time()
         fresh = upload_id is None
         if upload_id is None:
             if index != 0:
@@ -107,6 +106,7 @@ class Uploads:
         staged = await self._index.stage(data)
         try:
             async with self._index.write() as tx:
+                now = await tx.now()
                 await tx.expire(now - UPLOAD_TTL_S)
                 if fresh:
                     await self._start(tx, staged, len(data), upload_id, chunk_sha, name, format, owner, now)
@@ -180,8 +180,8 @@ class Uploads:
         return False
 
     def _check_total(self, total: int) -> None:
-        if total > self._settings.max_context_bytes:
-            raise context_too_large(self._settings.max_context_bytes)
+        if total > self.settings.max_context_bytes:
+            raise context_too_large(self.settings.max_context_bytes)
 
     async def _check_store_room(self, tx: UploadTx, adding: int, owner: Owner) -> None:
         """Unfinished uploads count against RLM_MCP_STORE_MAX_BYTES: unlike stored contexts they
@@ -190,10 +190,10 @@ class Uploads:
         chunks queue on a lock of that owner's, so two writers cannot both spend the same room."""
         await tx.lock_owner(owner)
         own = await tx.one(self._sql.pending_own, (owner,))
-        check_pending_uploads(self._settings, int(own["n"]) if own else 0, adding)
+        check_pending_uploads(self.settings, int(own["n"]) if own else 0, adding)
         every = await tx.one(self._sql.pending_all)
         pending = int(every["n"]) if every else 0
-        cap = self._settings.store_max_bytes
+        cap = self.settings.store_max_bytes
         if pending + adding > cap:
             raise uploads_over_store_cap(pending, adding, cap)
 
@@ -229,7 +229,7 @@ class Uploads:
                 return await self._state(row, owner)
             raise
         async with self._index.write() as tx:
-            await tx.execute(self._sql.upload_done, (info.context_id, time.time(), upload_id))
+            await tx.execute(self._sql.upload_done, (info.context_id, await tx.now(), upload_id))
             done_row = await tx.one(self._sql.upload_row, (upload_id,))
             assert done_row is not None  # written in this transaction
         await self._index.finished(upload_id)

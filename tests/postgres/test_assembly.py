@@ -10,8 +10,10 @@ import anyio
 import pytest
 
 from rlm_mcp import assembly
-from rlm_mcp.config import LMSettings, SandboxSettings, Settings
+from rlm_mcp.config import LMSettings, LoadSettings, SandboxSettings, Settings, StoreSettings
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.store.contexts import Contexts
+from rlm_mcp.store.uploads import Uploads
 from rlm_mcp.testing.settings import make_settings
 
 
@@ -24,11 +26,16 @@ def test_front_and_worker_refuse_the_embedded_deployment(tmp_path: Path) -> None
 
 
 def test_each_component_takes_its_own_section(store_settings: Callable[..., Settings]) -> None:
-    settings = store_settings(max_sandboxes=3, model="root-m")
+    settings = store_settings(max_sandboxes=3, model="root-m", max_files=7, store_max_bytes=12345)
     parts = assembly.service_parts(settings, transport="stdio")
     assert type(parts.lm.settings) is LMSettings and parts.lm.settings.model == "root-m"
     assert type(parts.sandboxes.settings) is SandboxSettings and parts.sandboxes.settings.max_sandboxes == 3
     assert parts.stores.kind == ("sqlite" if settings.deployment.embedded else "postgresql")
+    for rules in (parts.stores.contexts, parts.stores.uploads):
+        assert isinstance(rules, Contexts | Uploads) and type(rules.settings) is StoreSettings
+        assert rules.settings.max_context_bytes == settings.max_context_bytes > 0  # derived from the sandbox's memory
+    assert type(parts.loader.loads) is LoadSettings and parts.loader.loads.max_files == 7
+    assert type(parts.loader.store) is StoreSettings and parts.loader.store.store_max_bytes == 12345
     # Idle kept sessions yield their sandbox slots to runs: the one hook between two parts.
     assert parts.sandboxes.reclaim == parts.sessions.reclaim
 

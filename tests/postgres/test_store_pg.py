@@ -132,7 +132,7 @@ async def test_run_log_is_capped_like_the_file_log(tmp_path: Path, pg_url: str) 
     from rlm_mcp.store.pg.runs import PgRunStore
 
     async with make_stores(settings) as stores:
-        runs = PgRunStore(settings, _db(stores), max_event_bytes=200, max_log_bytes=600)
+        runs = PgRunStore(_db(stores), max_event_bytes=200, max_log_bytes=600)
         log = await runs.create(run_record("run_cap", {"owner": ALICE}))
         for i in range(20):
             await log.append(_cell(i, "y" * 1000))

@@ -132,7 +132,7 @@ async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: 
         await queue.enqueue(summary("run_nul_query0000001", query="a\x00b"), 1)
         claimed = await queue.claim(worker, 8, 8)
         assert claimed is not None and claimed.summary["query"] == "a\x00b"
-        store = PgRunStore(settings, db)
+        store = PgRunStore(db)
         log = await store.reopen(claimed.run_id, attempt=claimed.attempt)
         log.stage(TurnStart(run_id=claimed.run_id, iteration=1, max_iterations=5, depth=0))
         assert await log.flush()  # its log holds an event (the former sweeps cast every line to jsonb)
@@ -187,7 +187,7 @@ async def test_a_worker_resumed_after_its_run_was_claimed_again_writes_nothing(t
     """Fencing: the first attempt's log flushes, summaries, requeue and finish match nothing
     once the run is another attempt's; the second attempt's rows and end stand."""
     async with team(tmp_path, pg_url) as (db, queue, settings):
-        store = PgRunStore(settings, db)
+        store = PgRunStore(db)
         first_worker = await queue.register_worker("owner-frozen", 4)
         await queue.enqueue(summary("run_fenced0000000001"), 1)
         first = await queue.claim(first_worker, 8, 8)
@@ -321,7 +321,7 @@ async def test_the_next_sweep_comes_when_a_lease_can_next_end(tmp_path: Path, pg
 async def test_pruning_removes_finished_runs_only_by_the_databases_clock(tmp_path: Path, pg_url: str) -> None:
     """Old finished records go; a live run's record stays however old its row looks."""
     async with team(tmp_path, pg_url) as (db, queue, settings):
-        store = PgRunStore(settings, db)
+        store = PgRunStore(db)
         await queue.enqueue(summary("run_live_old00000001"), 1)
         await queue.enqueue(summary("run_done_old00000001"), 1)
         await queue.cancel("run_done_old00000001", final("run_done_old00000001"))

@@ -12,6 +12,7 @@ from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.server.app import for_mcp
 from rlm_mcp.store import ContextStore, RunStore
 from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_store import sections
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +49,7 @@ async def test_every_loader_over_the_context_cap_names_the_same_setting(tmp_path
     with pytest.raises(TooLargeError) as stored:
         await ContextStore(settings).put_bytes(b"x" * 11, name="big", format="text", source={}, owner=LOCAL_OWNER)
     with pytest.raises(TooLargeError) as loaded:
-        await load_path(str(big), settings)
+        await load_path(str(big), **sections(settings))
     for err in (stored.value, loaded.value):
         assert err.cause.endswith("is larger than RLM_MCP_MAX_CONTEXT_BYTES (10 bytes).")
         assert err.fix is not None and err.fix.endswith("or raise RLM_MCP_MAX_CONTEXT_BYTES.")

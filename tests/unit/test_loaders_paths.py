@@ -12,6 +12,7 @@ from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.loaders import load_glob, load_path
 from rlm_mcp.service.loaders.patterns import matches
 from rlm_mcp.store import ContextStore
+from tests.fixtures_store import sections
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +45,7 @@ def _read(loaded) -> str:
 
 async def test_single_file(settings, root) -> None:
     (root / "notes.txt").write_text("hello\n")
-    loaded = await load_path(str(root / "notes.txt"), settings)
+    loaded = await load_path(str(root / "notes.txt"), **sections(settings))
     assert loaded.name == "notes.txt" and loaded.source["type"] == "path" and loaded.source["bytes"] == 6
     store = ContextStore(settings)
     assert loaded.path is not None
@@ -57,7 +58,7 @@ async def test_single_file(settings, root) -> None:
 
 async def test_folder_format_and_skips(settings, root, tmp_path) -> None:
     proj = _tree(root, tmp_path / "outside")
-    loaded = await load_path(str(proj), settings)
+    loaded = await load_path(str(proj), **sections(settings))
     src = loaded.source
     text = _read(loaded)
     assert text == (
@@ -79,11 +80,11 @@ async def test_folder_format_and_skips(settings, root, tmp_path) -> None:
 
 async def test_include_exclude(settings, root, tmp_path) -> None:
     proj = _tree(root, tmp_path / "outside")
-    only_py = await load_path(str(proj), settings, include=["*.py"])
+    only_py = await load_path(str(proj), **sections(settings), include=["*.py"])
     assert _read(only_py).count("==> ") == 2
-    no_pkg = await load_path(str(proj), settings, include=["src/**"], exclude=["pkg"])
+    no_pkg = await load_path(str(proj), **sections(settings), include=["src/**"], exclude=["pkg"])
     assert "==> src/a.py <==" in _read(no_pkg) and no_pkg.source["skipped"]["excluded folder"] == 1
-    deep = await load_path(str(proj), settings, include=["src/**/*.py"])
+    deep = await load_path(str(proj), **sections(settings), include=["src/**/*.py"])
     assert _read(deep).count("==> src/") == 2
     assert (
         matches("**/*.py", "a.py")
@@ -95,31 +96,31 @@ async def test_include_exclude(settings, root, tmp_path) -> None:
 async def test_max_files_and_bytes(settings_factory, root, tmp_path) -> None:
     proj = _tree(root, tmp_path / "outside")
     with pytest.raises(TooLargeError, match="RLM_MCP_MAX_FILES"):
-        await load_path(str(proj), settings_factory(max_files=2))
+        await load_path(str(proj), **sections(settings_factory(max_files=2)))
     with pytest.raises(TooLargeError, match="RLM_MCP_MAX_CONTEXT_BYTES"):
-        await load_path(str(proj), settings_factory(max_context_bytes=40))
+        await load_path(str(proj), **sections(settings_factory(max_context_bytes=40)))
     assert list((tmp_path / "data" / "tmp").iterdir()) == []  # the partial temp file is gone
 
 
 async def test_access_rules(settings, root, tmp_path) -> None:
     proj = _tree(root, tmp_path / "outside")
     with pytest.raises(AccessDeniedError, match="outside the allowed roots.*RLM_MCP_ALLOWED_ROOTS"):
-        await load_path(str(tmp_path / "outside" / "secret.txt"), settings)
+        await load_path(str(tmp_path / "outside" / "secret.txt"), **sections(settings))
     with pytest.raises(AccessDeniedError, match="outside the allowed roots"):
-        await load_path(str(proj / "escape.txt"), settings)  # the symlink is resolved first
+        await load_path(str(proj / "escape.txt"), **sections(settings))  # the symlink is resolved first
     with pytest.raises(AccessDeniedError, match="outside"):
-        await load_path(str(tmp_path / "outside" / "missing.txt"), settings)  # no existence oracle
+        await load_path(str(tmp_path / "outside" / "missing.txt"), **sections(settings))  # no existence oracle
     with pytest.raises(AccessDeniedError, match="hidden"):
-        await load_path(str(proj / ".env"), settings)
+        await load_path(str(proj / ".env"), **sections(settings))
     with pytest.raises(AccessDeniedError, match="hidden"):
-        await load_path(str(proj / ".git" / "config"), settings)
+        await load_path(str(proj / ".git" / "config"), **sections(settings))
     with pytest.raises(BadArgumentError, match="does not exist"):
-        await load_path(str(root / "missing.txt"), settings)
+        await load_path(str(root / "missing.txt"), **sections(settings))
     with pytest.raises(BadArgumentError, match="relative"):
-        await load_path("proj/README.md", settings)
+        await load_path("proj/README.md", **sections(settings))
     with pytest.raises(BadArgumentError, match="No text file"):
         (root / "empty").mkdir()
-        await load_path(str(root / "empty"), settings)
+        await load_path(str(root / "empty"), **sections(settings))
 
 
 async def test_hidden_root_opts_in(settings_factory, root) -> None:
@@ -127,24 +128,24 @@ async def test_hidden_root_opts_in(settings_factory, root) -> None:
     notes.mkdir()
     (notes / "n.txt").write_text("note\n")
     s = settings_factory(allowed_roots=[root, notes])
-    assert _read(await load_path(str(notes / "n.txt"), s)) == "note\n"
-    assert "==> n.txt <==" in _read(await load_path(str(notes), s))
+    assert _read(await load_path(str(notes / "n.txt"), **sections(s))) == "note\n"
+    assert "==> n.txt <==" in _read(await load_path(str(notes), **sections(s)))
 
 
 async def test_tilde_expansion(settings_factory, root, monkeypatch) -> None:
     monkeypatch.setenv("HOME", str(root))
     (root / "t.txt").write_text("tilde\n")
-    assert _read(await load_path("~/t.txt", settings_factory())) == "tilde\n"
+    assert _read(await load_path("~/t.txt", **sections(settings_factory()))) == "tilde\n"
 
 
 async def test_glob(settings, root, tmp_path) -> None:
     proj = _tree(root, tmp_path / "outside")
-    loaded = await load_glob(str(proj / "**" / "*.py"), settings)
+    loaded = await load_glob(str(proj / "**" / "*.py"), **sections(settings))
     assert loaded.source["type"] == "glob" and loaded.source["files"] == 2
     assert _read(loaded).startswith("==> src/a.py <==\n")
-    top = await load_glob(str(proj / "src" / "*.py"), settings)
+    top = await load_glob(str(proj / "src" / "*.py"), **sections(settings))
     assert _read(top) == "==> a.py <==\nprint('a')\n\n"
     with pytest.raises(BadArgumentError, match="No file matches"):
-        await load_glob(str(proj / "*.rs"), settings)
+        await load_glob(str(proj / "*.rs"), **sections(settings))
     with pytest.raises(AccessDeniedError):
-        await load_glob(str(tmp_path / "outside" / "*.txt"), settings)
+        await load_glob(str(tmp_path / "outside" / "*.txt"), **sections(settings))

@@ -17,6 +17,7 @@ from rlm_mcp.server.app import build_server
 from rlm_mcp.service.loaders import load_path
 from rlm_mcp.service.loaders.patterns import MAX_PATTERN_CHARS, MAX_PATTERNS, Glob, check_patterns, compile_glob
 from tests.e2e.test_server_surface import make_settings
+from tests.fixtures_store import sections
 
 EVIL = "*?" * 12 + "Z"
 
@@ -100,7 +101,7 @@ async def test_evil_include_on_a_real_folder_answers(tmp_path: Path) -> None:
     for k in range(50):
         (folder / f"an_ordinary_file_name_{k}.txt").write_text("x\n")
     with pytest.raises(BadArgumentError, match="No text file"):
-        await load_path(str(folder), settings_, include=["*?" * 30 + "Z"])
+        await load_path(str(folder), **sections(settings_), include=["*?" * 30 + "Z"])
 
 
 @pytest.mark.anyio

@@ -62,11 +62,11 @@ async def test_folder_file_swapped_after_the_walk_is_skipped(settings, root, tmp
     (proj / "sub").mkdir(parents=True)
     (proj / "a.txt").write_text("kept\n")
     (proj / "sub" / "b.txt").write_text("swapped\n")
-    walked = walk(proj, settings, shown=str(proj))
+    walked = walk(proj, settings.loads, shown=str(proj))
     assert [f.rel for f in walked.files] == ["a.txt", "sub/b.txt"]
     swap(proj / "sub" / "b.txt", secret)
     with anyio.fail_after(DEADLINE_S):  # the worker thread returns: nothing waits on the FIFO
-        tmp, taken, _size = await anyio.to_thread.run_sync(lambda: pack(walked, settings, shown=str(proj)))
+        tmp, taken, _size = await anyio.to_thread.run_sync(lambda: pack(walked, settings.store, shown=str(proj)))
     try:
         text = tmp.read_text()
     finally:
@@ -81,11 +81,11 @@ async def test_folder_swapped_for_a_link_after_the_walk_is_not_entered(settings,
     proj = root / "proj"
     (proj / "sub").mkdir(parents=True)
     (proj / "sub" / "secret.txt").write_text("inside\n")
-    walked = walk(proj, settings, shown=str(proj))
+    walked = walk(proj, settings.loads, shown=str(proj))
     (proj / "sub" / "secret.txt").unlink()
     (proj / "sub").rmdir()
     os.symlink(secret.parent, proj / "sub")  # same relative path now leads outside the roots
-    tmp, taken, _ = pack(walked, settings, shown=str(proj))
+    tmp, taken, _ = pack(walked, settings.store, shown=str(proj))
     try:
         assert taken == 0 and "TOP SECRET" not in tmp.read_text()
     finally:

@@ -14,13 +14,14 @@ from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.store import ContextStore
 from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_store import sections
 
 pytestmark = pytest.mark.anyio
 
 
 async def _load(tmp_path: Any, url: str, *, stdio: bool = False, **overrides: Any) -> str:
     settings = make_settings(tmp_path, **overrides)
-    loader = ContextLoader(settings, ContextStore(settings), allow_loopback_urls=stdio)
+    loader = ContextLoader(ContextStore(settings.store), **sections(settings), allow_loopback_urls=stdio)
     info = await loader.load(
         text=None,
         path=None,

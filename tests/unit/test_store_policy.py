@@ -30,8 +30,8 @@ DEADLINE_S = 30.0
 
 
 def _stores(tmp_path: Path, **overrides: Any) -> tuple[ContextStore, UploadStore]:
-    contexts = ContextStore(make_settings(tmp_path, **overrides))
-    return contexts, UploadStore(contexts._settings, contexts)
+    contexts = ContextStore(make_settings(tmp_path, **overrides).store)
+    return contexts, UploadStore(contexts.settings, contexts)
 
 
 async def _chunk(
@@ -126,6 +126,20 @@ async def test_unfinished_uploads_count_against_the_owners_share(tmp_path: Path)
 async def _put(contexts: ContextStore, data: bytes, owner: Owner = ALICE) -> str:
     info = await contexts.put_bytes(data, name="n", format="text", source={}, owner=owner)
     return info.context_id
+
+
+async def test_the_sqlite_index_stamps_and_ages_by_its_clock(tmp_path: Path) -> None:
+    """SQLite's transactions take their `now` from the index's clock (this process's): the
+    times written, the grace period and the age cap all follow it."""
+    contexts, uploads = _stores(tmp_path, store_max_age_days=1.0)
+    contexts.files.clock = lambda: 1_000_000.0
+    cid = await _put(contexts, b"old")
+    assert (await contexts.get(cid, owner=ALICE)).created_at == 1_000_000.0
+    started = await _chunk(uploads, b"part", 0)
+    contexts.files.clock = lambda: 1_000_000.0 + 2 * 86400
+    assert await contexts.evict() == [cid]
+    with pytest.raises(NotFoundError, match="expire"):
+        await _chunk(uploads, b"more", 1, started.upload_id)
 
 
 async def test_a_share_releases_the_owners_least_recently_used_context(tmp_path: Path) -> None:

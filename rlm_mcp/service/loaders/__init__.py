@@ -1,6 +1,6 @@
 """Turning a path, folder, glob or URL into context bytes (a temp file the caller stores).
 
-loaded = await load_path("~/notes", settings)
+loaded = await load_path("~/notes", loads=settings.loads, store=settings.store)
 try:
     info = await store.put_file(loaded.path, name=loaded.name, format="text",
                                 source=loaded.source, consume=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LoadSettings, StoreSettings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError
 
 
@@ -28,18 +28,18 @@ class Loaded:
             self.path.unlink(missing_ok=True)
 
 
-def temp_file(settings: Settings) -> tuple[int, Path]:
+def temp_file(store: StoreSettings) -> tuple[int, Path]:
     """A temp file in the data dir (not /tmp): it may be large, /tmp is often RAM-backed, and
     on the store's filesystem `put_file(consume=True)` can rename it instead of copying."""
-    tmp_dir = Path(settings.data_dir) / "tmp"
+    tmp_dir = Path(store.data_dir) / "tmp"
     tmp_dir.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=tmp_dir, prefix="load-", suffix=".tmp")
     return fd, Path(name)
 
 
-def resolved_roots(settings: Settings) -> list[Path]:
+def resolved_roots(loads: LoadSettings) -> list[Path]:
     roots = []
-    for root in settings.allowed_roots:
+    for root in loads.allowed_roots:
         try:
             roots.append(Path(root).expanduser().resolve(strict=False))
         except (OSError, RuntimeError):
@@ -113,12 +113,12 @@ def absolute(path: str) -> Path:
     return expanded
 
 
-def resolve_allowed(path: str, settings: Settings) -> tuple[Path, Path]:
+def resolve_allowed(path: str, loads: LoadSettings) -> tuple[Path, Path]:
     """(resolved path, its allowed root). Symlinks are resolved before the roots check. A
     missing path outside the roots is reported as outside, so the error does not reveal
     which paths exist there."""
     given = absolute(path)
-    roots = resolved_roots(settings)
+    roots = resolved_roots(loads)
     try:
         resolved = given.resolve(strict=True)
     except FileNotFoundError:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LoadSettings, StoreSettings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError, context_too_large, too_many_files
 from rlm_mcp.service.loaders.common import check_allowed, resolved_roots, temp_file
 from rlm_mcp.service.loaders.patterns import any_match, prunes_folder
@@ -61,7 +61,7 @@ class Walk:
 
 def walk(
     base: Path,
-    settings: Settings,
+    loads: LoadSettings,
     *,
     shown: str,
     select: Callable[[str], bool] | None = None,
@@ -71,9 +71,9 @@ def walk(
 ) -> Walk:
     """Collect the files under `base` (already resolved and allowed). `select` is a glob's own
     test: files it rejects are simply not part of the load, so they are not counted."""
-    roots = resolved_roots(settings)
+    roots = resolved_roots(loads)
     result = Walk()
-    max_files = settings.max_files
+    max_files = loads.max_files
     stack: list[tuple[Path, str, int]] = [(base, "", 0)]
     while stack:
         folder, prefix, depth = stack.pop()
@@ -161,10 +161,10 @@ def _classify(path: Path, lstat: os.stat_result | None, roots: list[Path]) -> tu
     raise _Skip("not a regular file")
 
 
-def pack(walked: Walk, settings: Settings, *, shown: str) -> tuple[Path, int, int]:
+def pack(walked: Walk, store: StoreSettings, *, shown: str) -> tuple[Path, int, int]:
     """Write the files into one temp file in the format above: (temp path, files taken, bytes)."""
-    fd, tmp = temp_file(settings)
-    limit = settings.max_context_bytes
+    fd, tmp = temp_file(store)
+    limit = store.max_context_bytes
     taken = 0
     try:
         with os.fdopen(fd, "wb") as out, FileOpener() as opener:

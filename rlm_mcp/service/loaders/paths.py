@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LoadSettings, StoreSettings
 from rlm_mcp.errors import BadArgumentError, TooLargeError, context_too_large
 from rlm_mcp.service.loaders.common import Loaded, absolute, resolve_allowed, temp_file
 from rlm_mcp.service.loaders.folders import folder_source, no_files, pack, walk
@@ -19,21 +19,29 @@ CHUNK = 1 << 20
 
 
 async def load_path(
-    path: str, settings: Settings, *, include: list[str] | None = None, exclude: list[str] | None = None
+    path: str,
+    *,
+    loads: LoadSettings,
+    store: StoreSettings,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
 ) -> Loaded:
-    """A file (its bytes, as they are) or a folder (its text files, see `folders`)."""
-    return await anyio.to_thread.run_sync(lambda: _load_path(path, settings, include, exclude))
+    """A file (its bytes, as they are) or a folder (its text files, see `folders`). `loads`:
+    what may be read; `store`: where the temp file goes and the largest context."""
+    return await anyio.to_thread.run_sync(lambda: _load_path(path, loads, store, include, exclude))
 
 
-def _load_path(path: str, settings: Settings, include: list[str] | None, exclude: list[str] | None) -> Loaded:
+def _load_path(
+    path: str, loads: LoadSettings, store: StoreSettings, include: list[str] | None, exclude: list[str] | None
+) -> Loaded:
     check_patterns(include, "include")
     check_patterns(exclude, "exclude")
-    resolved, _root = resolve_allowed(path, settings)
+    resolved, _root = resolve_allowed(path, loads)
     if resolved.is_dir():
-        walked = walk(resolved, settings, shown=path, include=include, exclude=exclude)
+        walked = walk(resolved, loads, shown=path, include=include, exclude=exclude)
         if not walked.files:
             raise no_files(path, walked)
-        tmp, taken, size = pack(walked, settings, shown=path)
+        tmp, taken, size = pack(walked, store, shown=path)
         if taken == 0:
             tmp.unlink(missing_ok=True)
             raise no_files(path, walked)
@@ -42,7 +50,7 @@ def _load_path(path: str, settings: Settings, include: list[str] | None, exclude
     checked = resolved.stat()
     if not stat.S_ISREG(checked.st_mode):
         raise _not_regular(path)
-    tmp, size = _copy_file(resolved, identity(checked), settings)
+    tmp, size = _copy_file(resolved, identity(checked), store)
     source = {"type": "path", "path": str(resolved), "bytes": size, "summary": f"1 file ({size} bytes)."}
     return Loaded(name=resolved.name, source=source, path=tmp)
 
@@ -53,11 +61,11 @@ def _not_regular(path: str | Path) -> BadArgumentError:
     )
 
 
-def _copy_file(src: Path, expected: Identity, settings: Settings) -> tuple[Path, int]:
+def _copy_file(src: Path, expected: Identity, store: StoreSettings) -> tuple[Path, int]:
     """Copy to a temp file the caller owns, so the store never renames or deletes a user's file
     and the bytes stored are the bytes checked (the original may change meanwhile). `src` is
     opened without following links or blocking, and must still be the inode `expected`."""
-    limit = settings.max_context_bytes
+    limit = store.max_context_bytes
     try:
         with FileOpener() as opener:
             src_fd = opener.open(src, expected)
@@ -74,7 +82,7 @@ def _copy_file(src: Path, expected: Identity, settings: Settings) -> tuple[Path,
     with os.fdopen(src_fd, "rb") as fh:
         if os.fstat(fh.fileno()).st_size > limit:
             raise _file_too_large(src, limit)
-        fd, tmp = temp_file(settings)
+        fd, tmp = temp_file(store)
         try:
             with os.fdopen(fd, "wb") as out:
                 while block := fh.read(CHUNK):
@@ -98,17 +106,24 @@ def _file_too_large(src: Path, limit: int) -> TooLargeError:
 
 
 async def load_glob(
-    pattern: str, settings: Settings, *, include: list[str] | None = None, exclude: list[str] | None = None
+    pattern: str,
+    *,
+    loads: LoadSettings,
+    store: StoreSettings,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
 ) -> Loaded:
     """Files matching an absolute glob (`~/src/**/*.py`), as one text context like a folder.
 
     The part before the first component with a glob character is the base folder (checked
     against the allowed roots); the rest is matched against paths relative to it, with `**`
     spanning folders. Headers show paths relative to the base folder."""
-    return await anyio.to_thread.run_sync(lambda: _load_glob(pattern, settings, include, exclude))
+    return await anyio.to_thread.run_sync(lambda: _load_glob(pattern, loads, store, include, exclude))
 
 
-def _load_glob(pattern: str, settings: Settings, include: list[str] | None, exclude: list[str] | None) -> Loaded:
+def _load_glob(
+    pattern: str, loads: LoadSettings, store: StoreSettings, include: list[str] | None, exclude: list[str] | None
+) -> Loaded:
     check_patterns(include, "include")
     check_patterns(exclude, "exclude")
     expanded = absolute(pattern)
@@ -117,17 +132,17 @@ def _load_glob(pattern: str, settings: Settings, include: list[str] | None, excl
     while fixed < len(parts) and not has_magic(parts[fixed]):
         fixed += 1
     if fixed == len(parts):
-        return _load_path(pattern, settings, include, exclude)  # nothing to expand
+        return _load_path(pattern, loads, store, include, exclude)  # nothing to expand
     base = Path(*parts[:fixed])
     rest = "/".join(parts[fixed:])
-    resolved, _root = resolve_allowed(str(base), settings)
+    resolved, _root = resolve_allowed(str(base), loads)
     if not resolved.is_dir():
         raise BadArgumentError(f"'{base}' (the folder of the glob) is not a folder.", "Check the pattern.")
     selected = compile_glob(rest)
     max_depth = None if "**" in rest else rest.count("/") + 1
     walked = walk(
         resolved,
-        settings,
+        loads,
         shown=pattern,
         select=selected.match,
         include=include,
@@ -144,7 +159,7 @@ def _load_glob(pattern: str, settings: Settings, include: list[str] | None, excl
             ),
             "Check the pattern (absolute; `**` spans folders; hidden and binary files are never loaded).",
         )
-    tmp, taken, size = pack(walked, settings, shown=pattern)
+    tmp, taken, size = pack(walked, store, shown=pattern)
     if taken == 0:
         tmp.unlink(missing_ok=True)
         raise no_files(pattern, walked)

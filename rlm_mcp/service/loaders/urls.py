@@ -29,7 +29,7 @@ from urllib.parse import unquote
 import anyio
 import httpx
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import LoadSettings, StoreSettings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError, context_too_large
 from rlm_mcp.service.loaders.addresses import AddressPolicy
 from rlm_mcp.service.loaders.common import Loaded, temp_file
@@ -141,16 +141,19 @@ def _media_type(response: httpx.Response, url: str) -> tuple[str, str | None]:
     return mime, response.charset_encoding
 
 
-async def fetch_url(url: str, settings: Settings, *, allow_private: bool | AddressPolicy) -> Loaded:
-    """`allow_private`: True reaches any address (stdio), False public ones only, or a policy."""
+async def fetch_url(
+    url: str, *, loads: LoadSettings, store: StoreSettings, allow_private: bool | AddressPolicy
+) -> Loaded:
+    """`allow_private`: True reaches any address (stdio), False public ones only, or a policy.
+    `loads`: the fetch's timeout and redirects; `store`: where the temp file goes, the largest context."""
     current = _parse(url)
-    max_redirects = settings.url_max_redirects
-    fd, tmp = await anyio.to_thread.run_sync(lambda: temp_file(settings))
+    max_redirects = loads.url_max_redirects
+    fd, tmp = await anyio.to_thread.run_sync(lambda: temp_file(store))
     os.close(fd)  # reopened below in the worker threads that write it
     try:
-        with anyio.fail_after(settings.url_timeout_s * 10):
+        with anyio.fail_after(loads.url_timeout_s * 10):
             async with httpx.AsyncClient(
-                timeout=httpx.Timeout(settings.url_timeout_s), follow_redirects=False, trust_env=False
+                timeout=httpx.Timeout(loads.url_timeout_s), follow_redirects=False, trust_env=False
             ) as client:
                 redirects = 0
                 while True:
@@ -172,16 +175,16 @@ async def fetch_url(url: str, settings: Settings, *, allow_private: bool | Addre
                         if response.status_code >= 400:
                             raise _fetch_error(url, f"the server answered HTTP {response.status_code}")
                         mime, charset = _media_type(response, url)
-                        raw = await _stream_text(response, tmp, settings, url, mime, charset)
+                        raw = await _stream_text(response, tmp, store, url, mime, charset)
                     finally:
                         await response.aclose()
                     break
     except TimeoutError:
         tmp.unlink(missing_ok=True)
-        raise _fetch_error(url, f"it took longer than {settings.url_timeout_s * 10:g} s") from None
+        raise _fetch_error(url, f"it took longer than {loads.url_timeout_s * 10:g} s") from None
     except httpx.TimeoutException:
         tmp.unlink(missing_ok=True)
-        raise _fetch_error(url, f"no answer within {settings.url_timeout_s:g} s (RLM_MCP_URL_TIMEOUT_S)") from None
+        raise _fetch_error(url, f"no answer within {loads.url_timeout_s:g} s (RLM_MCP_URL_TIMEOUT_S)") from None
     except httpx.HTTPError as exc:
         tmp.unlink(missing_ok=True)
         raise _fetch_error(url, f"{type(exc).__name__}: {exc}") from None
@@ -207,10 +210,10 @@ async def fetch_url(url: str, settings: Settings, *, allow_private: bool | Addre
 
 
 async def _stream_text(
-    response: httpx.Response, tmp: Path, settings: Settings, url: str, mime: str, charset: str | None
+    response: httpx.Response, tmp: Path, store: StoreSettings, url: str, mime: str, charset: str | None
 ) -> int:
     """Write the body to `tmp` as UTF-8; return the bytes received."""
-    limit = settings.max_context_bytes
+    limit = store.max_context_bytes
     too_large = context_too_large(limit, url, narrow="Load a smaller resource")
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:

@@ -9,7 +9,7 @@ Needs the `team` extra (psycopg 3).
 
 from __future__ import annotations
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings, TeamSettings
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.db import Database, DatabaseUnavailableError, SchemaError
@@ -20,15 +20,16 @@ from rlm_mcp.store.pg.uploads import PgUploadStore
 __all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "make_pg_stores"]
 
 
-def make_pg_stores(settings: Settings, *, replica: bool) -> Stores:
-    db = Database(settings.database_dsn(), replica=replica)
-    contexts = PgContextStore(settings, db)
+def make_pg_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> Stores:
+    """The stores on the database `team` names; `store`: their caps and this replica's data dir."""
+    db = Database(team.database_dsn(), replica=replica)
+    contexts = PgContextStore(store, db)
     if replica:
         db.on_heartbeat.append(lambda: contexts.cache.sweep(db))
     return Stores(
         contexts=contexts,
-        uploads=PgUploadStore(settings, contexts, db),
-        runs=PgRunStore(settings, db),
+        uploads=PgUploadStore(store, contexts, db),
+        runs=PgRunStore(db),
         kind="postgresql",
         lifecycle=db,
         spent_codes=PgSpentCodes(db),

@@ -7,20 +7,21 @@ from a local temp file chunk by chunk and read back the same way into this repli
 has its own copy of the rows (`blobs`): deduplication is within an owner only, so a load's cost
 never tells one token that another stored the same bytes. A pin is live while its replica's
 heartbeat is recent; pins and heartbeats are stamped and judged by the database's clock
-(replicas' own clocks may differ).
+(replicas' own clocks may differ), and so is every time the rules write or compare: a write
+transaction's `now` is the database's, read with its BEGIN (`Database.clocked_transaction`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import CHUNK, Ingested
 from rlm_mcp.store.context_model import PIN_TTL_S, ContextInfo
@@ -28,7 +29,7 @@ from rlm_mcp.store.contexts import Contexts
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg import blobs
 from rlm_mcp.store.pg.cache import BlobCache
-from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
+from rlm_mcp.store.pg.db import NOW, REPLICA_TTL_S, Conn, Database, read_now
 from rlm_mcp.store.statements import POSTGRES
 
 __all__ = ["EVICT_LOCK_KEY", "OWNER_LOCK_CLASS", "PgContextIndex", "PgContextStore", "PgTx"]
@@ -44,10 +45,12 @@ _ADD_PIN = "INSERT INTO rlm_pins VALUES (%s, %s, %s, %s, extract(epoch FROM now(
 
 
 class PgTx:
-    """Statements on one pooled connection inside a transaction."""
+    """Statements on one pooled connection inside a transaction; `now`: the database's clock at
+    its start (None for the one-statement transactions of a read: asked for when needed)."""
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, now: float | None = None) -> None:
         self.conn = conn
+        self._now = now
 
     async def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         cur = await self.conn.execute(sql, params)
@@ -61,13 +64,18 @@ class PgTx:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         await self.conn.execute(sql, params)
 
+    async def now(self) -> float:
+        if self._now is None:  # a read: one more statement (a write's came with its BEGIN)
+            self._now = await read_now(await self.conn.execute(NOW))
+        return self._now
+
     async def lock_owner(self, owner: Owner) -> None:
         await self.conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCK_CLASS, owner))
 
 
 class PgContextTx(PgTx):
-    def __init__(self, conn: Conn, replica_id: str) -> None:
-        super().__init__(conn)
+    def __init__(self, conn: Conn, replica_id: str, now: float | None = None) -> None:
+        super().__init__(conn, now)
         self._replica_id = replica_id
         self.gone: list[str] = []  # blobs removed: dropped from this replica's cache after the commit
 
@@ -88,8 +96,9 @@ class PgContextTx(PgTx):
     async def put_blob(self, ing: Ingested, owner: Owner) -> None:
         chunks = -(-ing.bytes // CHUNK)
         new = await self.one(
-            "INSERT INTO rlm_blobs VALUES (%s, %s, %s, %s) ON CONFLICT (sha256) DO NOTHING RETURNING sha256",
-            (ing.sha256, ing.bytes, chunks, time.time()),
+            "INSERT INTO rlm_blobs VALUES (%s, %s, %s, extract(epoch FROM now())) "
+            "ON CONFLICT (sha256) DO NOTHING RETURNING sha256",
+            (ing.sha256, ing.bytes, chunks),
         )
         # New content is streamed in (another writer waits on the key). An owner that does not
         # hold these bytes yet writes a copy of its own: a load costs the same whether or not
@@ -114,6 +123,7 @@ class PgContextIndex:
         self._db = db
         self.tmp_dir = data_dir / "tmp"
         self.cache = BlobCache(data_dir / "cache", self.tmp_dir)
+        self.clock: Callable[[], float] = time.time  # this host's: its temp files' ages only
 
     def prepare(self) -> None:
         self.cache.prepare()
@@ -128,8 +138,8 @@ class PgContextIndex:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[PgContextTx]:
-        async with self._db.transaction() as conn:
-            tx = PgContextTx(conn, self._db.replica_id)
+        async with self._db.clocked_transaction() as (conn, now):
+            tx = PgContextTx(conn, self._db.replica_id, now)
             yield tx
         if tx.gone:
             await anyio.to_thread.run_sync(self.cache.drop, tx.gone)
@@ -148,7 +158,7 @@ class PgContextIndex:
 class PgContextStore(Contexts):
     """Stored contexts in PostgreSQL, cached per replica under `data_dir/cache`."""
 
-    def __init__(self, settings: Settings, db: Database) -> None:
+    def __init__(self, settings: StoreSettings, db: Database) -> None:
         self.rows = PgContextIndex(Path(settings.data_dir), db)
         super().__init__(settings, self.rows)
         self.cache = self.rows.cache

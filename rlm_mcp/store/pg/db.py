@@ -12,6 +12,7 @@ database not encoded in UTF8 and a role that may not create the tables it still 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -62,6 +63,19 @@ REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
 FAULT_HOLD_S = 30.0  # after a disk-full (or out-of-memory) refusal, the health route reports it this long
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
+
+# The database's clock, which every replica shares: the one time the store's rules compare in
+# team mode (`now()`: the transaction's start, the same for each of its statements).
+NOW = "SELECT extract(epoch FROM now())::float8 AS now"
+# Several statements without parameters go in one simple-protocol message: one round trip.
+_BEGIN_AT = "BEGIN; " + NOW
+
+
+async def read_now(cur: psycopg.AsyncCursor[dict[str, Any]]) -> float:
+    """The time `NOW` answered on `cur`."""
+    row = await cur.fetchone()
+    assert row is not None  # SELECT without FROM: one row
+    return float(row["now"])
 
 
 def describe(url: str) -> str:
@@ -219,6 +233,25 @@ class Database:
     async def transaction(self) -> AsyncIterator[Conn]:
         async with self.connection() as conn, conn.transaction():
             yield conn
+
+    @asynccontextmanager
+    async def clocked_transaction(self) -> AsyncIterator[tuple[Conn, float]]:
+        """A transaction and the database's clock at its start (Unix seconds): the store's rules
+        judge ages and grace by the clock every replica shares, never a host's own. The time
+        (`now()`, the same for every statement of the transaction) comes back with the BEGIN,
+        in one round trip; the block commits when it ends and rolls back when it raises."""
+        async with self.connection() as conn:
+            cur = await conn.execute(_BEGIN_AT)
+            cur.nextset()  # the BEGIN's result, then the SELECT's
+            now = await read_now(cur)
+            try:
+                yield conn, now
+            except BaseException:
+                # A broken connection cannot roll back: the pool discards it on its return.
+                with anyio.CancelScope(shield=True), contextlib.suppress(psycopg.Error):
+                    await conn.rollback()
+                raise
+            await conn.commit()
 
     async def shared_key(self, name: str) -> bytes:
         """A random 32-byte key, made by whichever replica asks first, the same for all."""

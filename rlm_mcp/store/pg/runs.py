@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 import psycopg
 
-from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
@@ -209,7 +208,6 @@ class PgRunLog:
 class PgRunStore:
     def __init__(
         self,
-        settings: Settings,
         db: Database,
         *,
         max_event_bytes: int = MAX_EVENT_BYTES,

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import StoreSettings
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg.contexts import PgContextIndex, PgContextStore, PgTx
 from rlm_mcp.store.pg.db import Database
@@ -57,8 +57,8 @@ class PgUploadIndex:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[PgUploadTx]:
-        async with self._db.transaction() as conn:
-            yield PgUploadTx(conn)
+        async with self._db.clocked_transaction() as (conn, now):
+            yield PgUploadTx(conn, now)
 
     async def stage(self, data: bytes) -> bytes:
         return data  # sent with the chunk's insert
@@ -98,5 +98,5 @@ class PgUploadIndex:
 
 
 class PgUploadStore(Uploads):
-    def __init__(self, settings: Settings, contexts: PgContextStore, db: Database) -> None:
+    def __init__(self, settings: StoreSettings, contexts: PgContextStore, db: Database) -> None:
         super().__init__(settings, contexts, PgUploadIndex(contexts.rows, db))
