@@ -14,6 +14,7 @@ import pytest
 
 from rlm_mcp.assembly import build_service
 from rlm_mcp.owners import LOCAL_OWNER, Owner
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
@@ -79,30 +80,29 @@ async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) 
     with ScriptedLM(SCRIPT) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=30)
         async with build_service(settings) as service:
-            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
-            second = await service.load_context(text="more text", owner=LOCAL_OWNER)
-            one, sid = await service.complete_in_session(
-                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            local = Caller(service, LOCAL_OWNER)
+            first = await local.load_context(text="alpha beta alpha gamma alpha")
+            second = await local.load_context(text="more text")
+            one, sid = await local.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert one.answer == "alpha" and sid is not None
-            assert (await service.session(sid, owner=LOCAL_OWNER))["snapshot_bytes"] is None  # none while live
+            assert (await local.session(sid))["snapshot_bytes"] is None  # none while live
 
             # Another run needs the only sandbox slot: the idle session gives it back as a snapshot.
-            plain = await service.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER)
+            plain = await local.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet)
             assert plain.answer == "plain"
-            described = await service.session(sid, owner=LOCAL_OWNER)
+            described = await local.session(sid)
             assert described["snapshot_error"] is None, described
             assert described["sandbox_live"] is False
             assert isinstance(described["snapshot_bytes"], int) and described["snapshot_bytes"] > 0
 
-            two, _ = await service.complete_in_session(
-                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
+            two, _ = await local.complete_in_session(
+                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, session_id=sid
             )
             assert two.status == "completed"
             assert two.answer == "3|alpha|6|more|False"  # restored: counts, a function, history; gen could not be
-            three, _ = await service.complete_in_session(
-                "THIRD-Q", None, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
-            )
+            three, _ = await local.complete_in_session("THIRD-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert three.answer == "1|6"  # the warm path again, with the second conversation stored
 
         outputs = [m["content"] for r in lm.requests_by_role("root") for m in r["body"]["messages"]]
@@ -123,24 +123,26 @@ async def test_a_snapshot_past_the_owners_cap_is_not_kept(tmp_path: Path) -> Non
             session_snapshot_bytes_per_owner=16,
         )
         async with build_service(settings) as service:
-            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
-            _, sid = await service.complete_in_session(
-                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            local = Caller(service, LOCAL_OWNER)
+            first = await local.load_context(text="alpha beta alpha gamma alpha")
+            _, sid = await local.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
             assert await service.sessions.reclaim()  # its sandbox is given back: the snapshot is over the cap
             with pytest.raises(Exception, match="could not be saved .*RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER=16"):
-                await service.start_run("AGAIN-Q", None, RunOverrides(), owner=LOCAL_OWNER, session_id=sid)
+                await local.start_run("AGAIN-Q", None, RunOverrides(), session_id=sid)
 
 
 async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_path: Path) -> None:
     with ScriptedLM(SCRIPT) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0)
         async with build_service(settings) as service:
-            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
-            second = await service.load_context(text="more text", owner=LOCAL_OWNER)
-            _, sid = await service.complete_in_session(
-                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            local = Caller(service, LOCAL_OWNER)
+            first = await local.load_context(text="alpha beta alpha gamma alpha")
+            second = await local.load_context(text="more text")
+            _, sid = await local.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
         # The server stopped: the session was snapshotted into the data dir, owner-private.
@@ -150,13 +152,14 @@ async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_p
 
         assert settings.instance_id is not None  # make_settings names the instance: its sandboxes are found by it
         async with build_service(settings.model_copy(update={"instance_id": settings.instance_id + "b"})) as service:
-            listed = await service.list_sessions(owner=LOCAL_OWNER)
+            local, mallory = Caller(service, LOCAL_OWNER), Caller(service, Owner("mallory"))
+            listed = await local.list_sessions()
             assert [(s["session_id"], s["stored"]) for s in listed] == [(sid, True)]
-            assert await service.list_sessions(owner=Owner("mallory")) == []
+            assert await mallory.list_sessions() == []
             with pytest.raises(Exception, match=f"Unknown session id '{sid}'"):
-                await service.start_run("AGAIN-Q", None, RunOverrides(), owner=Owner("mallory"), session_id=sid)
-            two, _ = await service.complete_in_session(
-                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
+                await mallory.start_run("AGAIN-Q", None, RunOverrides(), session_id=sid)
+            two, _ = await local.complete_in_session(
+                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, session_id=sid
             )
             assert two.status == "completed"
             assert two.answer == "3|alpha|6|more|False"  # counts, top() and history_0 came back; context_1 is new

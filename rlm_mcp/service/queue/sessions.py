@@ -34,7 +34,7 @@ from rlm_mcp.engine.snapshot import ReplRestarted, Snapshot, SnapshotUnavailable
 from rlm_mcp.errors import NotFoundError, RlmMcpError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunRequest
-from rlm_mcp.service.runs import ActiveRun
+from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.store.pg.sessions import PgSessionStore, SessionRow
 from rlm_mcp.store.ports import ContextStorePort
 from rlm_mcp.usage import Usage

@@ -47,13 +47,14 @@ from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.ends import not_started, request_of
 from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.queue.state import QUEUE_CHANNEL
 from rlm_mcp.service.queue.wakeups import listen_forever
-from rlm_mcp.service.runs import ActiveRun, RunManager
+from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.store.pg.sessions import PgSessionStore
 from rlm_mcp.store.ports import ContextStorePort
