@@ -11,6 +11,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from prometheus_client import REGISTRY
 
 from rlm_mcp.assembly import build_service
 from rlm_mcp.owners import LOCAL_OWNER, Owner
@@ -76,6 +77,27 @@ async def _quiet(progress: float, total: float | None, message: str) -> None:
     return None
 
 
+def _metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _session_metrics() -> dict[str, float]:
+    """The kept-session series of this process's /metrics (counters only grow: compare deltas)."""
+    return {
+        "warm": _metric("rlm_mcp_session_followups_total", how="warm"),
+        "restored": _metric("rlm_mcp_session_followups_total", how="restored"),
+        "snapshots": _metric("rlm_mcp_session_snapshot_bytes_count"),
+        "snapshot_bytes": _metric("rlm_mcp_session_snapshot_bytes_sum"),
+        "snapshot_s": _metric("rlm_mcp_session_snapshot_seconds_count"),
+        "live": _metric("rlm_mcp_sessions_open", mode="embedded", state="live"),
+        "released": _metric("rlm_mcp_sessions_open", mode="embedded", state="released"),
+    }
+
+
+def _grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in before}
+
+
 async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) -> None:
     with ScriptedLM(SCRIPT) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=30)
@@ -83,11 +105,14 @@ async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) 
             local = Caller(service, LOCAL_OWNER)
             first = await local.load_context(text="alpha beta alpha gamma alpha")
             second = await local.load_context(text="more text")
+            at_start = _session_metrics()
             one, sid = await local.complete_in_session(
                 "BUILD-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert one.answer == "alpha" and sid is not None
             assert (await local.session(sid))["snapshot_bytes"] is None  # none while live
+            opened = _grew(at_start, _session_metrics())
+            assert (opened["live"], opened["released"], opened["warm"], opened["restored"]) == (1, 0, 0, 0), opened
 
             # Another run needs the only sandbox slot: the idle session gives it back as a snapshot.
             plain = await local.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet)
@@ -96,6 +121,9 @@ async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) 
             assert described["snapshot_error"] is None, described
             assert described["sandbox_live"] is False
             assert isinstance(described["snapshot_bytes"], int) and described["snapshot_bytes"] > 0
+            released = _grew(at_start, _session_metrics())
+            assert (released["live"], released["released"], released["snapshots"]) == (0, 1, 1), released
+            assert released["snapshot_bytes"] == described["snapshot_bytes"] and released["snapshot_s"] == 1
 
             two, _ = await local.complete_in_session(
                 "AGAIN-Q", second.context_id, RunOverrides(), _quiet, session_id=sid
@@ -104,6 +132,9 @@ async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) 
             assert two.answer == "3|alpha|6|more|False"  # restored: counts, a function, history; gen could not be
             three, _ = await local.complete_in_session("THIRD-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert three.answer == "1|6"  # the warm path again, with the second conversation stored
+            # /metrics: one follow-up restored from the snapshot, one warm; the session live again.
+            followed = _grew(at_start, _session_metrics())
+            assert (followed["restored"], followed["warm"], followed["live"], followed["released"]) == (1, 1, 1, 0)
 
         outputs = [m["content"] for r in lm.requests_by_role("root") for m in r["body"]["messages"]]
         lost = [o for o in outputs if "could not be saved" in o]

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from prometheus_client import REGISTRY
 
 from rlm_mcp.assembly import build_service
 from rlm_mcp.owners import Owner
@@ -38,6 +39,25 @@ from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_repl
 pytestmark = pytest.mark.anyio
 
 ALICE, BOB = "alice-session-token", "bob-session-token"
+
+
+def _team_metrics() -> tuple[float, float, float, float, float]:
+    """(warm follow-ups, restored follow-ups, snapshots taken, their bytes, sessions live on this worker)."""
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    return (
+        value("rlm_mcp_session_followups_total", how="warm"),
+        value("rlm_mcp_session_followups_total", how="restored"),
+        value("rlm_mcp_session_snapshot_bytes_count"),
+        value("rlm_mcp_session_snapshot_bytes_sum"),
+        value("rlm_mcp_sessions_open", mode="team", state="live"),
+    )
+
+
+def _grew(before: tuple[float, ...], after: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(b - a for a, b in zip(before, after, strict=True))
 
 
 def _cell(code: str) -> str:
@@ -272,22 +292,28 @@ async def test_an_idle_sessions_sandbox_yields_its_slot_to_a_run_and_comes_back(
         async with build_service(settings) as service:
             caller = Caller(service, owner)
             ctx = await caller.load_context(text="alpha beta")
+            at_start = _team_metrics()
             _, sid = await caller.complete_in_session(
                 "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
             await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 1, within_s=60, what="snap 1")
             assert len(sandbox_container_ids(instance)) == 1  # the session's, idle
+            warm, back, snapshots, snapshot_bytes, live = _grew(at_start, _team_metrics())
+            assert (warm, back, snapshots, live) == (0, 0, 1, 1) and snapshot_bytes > 0  # /metrics
 
             plain = await caller.complete("another question", ctx.context_id, RunOverrides(), _quiet)
             assert plain.status == "completed" and plain.answer == "plain"
             assert session_row(pg_migrated_url, sid)["holder"] is None  # let go, kept in the database
+            assert _grew(at_start, _team_metrics())[4] == 0  # no session live on this worker now
 
             lm.reset_log()
             after, _ = await caller.complete_in_session("BACK-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert after.status == "completed" and after.answer == "ok"
             restored = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
             assert "2 True" in restored and "restored in a fresh sandbox" not in restored  # nothing lost
+            warm, back, _, _, live = _grew(at_start, _team_metrics())
+            assert (warm, back, live) == (0, 1, 1)  # /metrics: one follow-up, restored; live here again
 
 
 async def test_a_run_cancelled_mid_cell_leaves_the_session_its_last_snapshot(
