@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.service.caller import Caller
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service and runs
 from bench.run import DONE, bench_service, timed_run
@@ -36,7 +37,8 @@ async def bench(delay: float, limit: int, repeat: int) -> None:
     ideal = (len(replies) + sub_rounds) * delay
     script = {"root": replies, "sub_default": "ok", "delay_s": delay, "max_model_len": 65536}
     async with bench_service(script, max_concurrent_lm_calls=limit) as service:
-        context = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
+        local = Caller(service, LOCAL_OWNER)
+        context = await local.load_context(text="hello " * 1000)
         # The first run warms the pool and model discovery up.
         walls = [await timed_run(service, "latency", context.context_id, gap_s=0) for _ in range(repeat + 1)][1:]
     median = statistics.median(walls)

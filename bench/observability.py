@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.chat import CallRecord
+from rlm_mcp.service.caller import Caller
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's whole-run loop
 from bench.run import bench_service, timed_run
@@ -114,7 +115,8 @@ def hook_cost_us(mode: str, n: int = 20_000) -> tuple[float, float]:
 async def whole_runs(repeat: int) -> dict[str, dict[str, list[float]]]:
     times: dict[str, dict[str, list[float]]] = {m: {"one": [], "ten": [], "batch": []} for m in MODES}
     async with bench_service() as service:
-        ctx = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
+        local = Caller(service, LOCAL_OWNER)
+        ctx = await local.load_context(text="hello " * 1000)
         await timed_run(service, "one-turn warm-up", ctx.context_id, GAP_S)
         for _ in range(repeat):
             for mode in MODES:

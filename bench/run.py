@@ -29,6 +29,7 @@ import anyio
 from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.testing import scripted_lm_process
@@ -75,7 +76,7 @@ async def timed_run(service: RlmService, query: str, context_id: str, gap_s: flo
     """Seconds of one completed run, after `gap_s` of idle."""
     await anyio.sleep(gap_s)
     start = time.perf_counter()
-    result = await service.complete(query, context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
+    result = await Caller(service, LOCAL_OWNER).complete(query, context_id, RunOverrides(), quiet)
     assert result.status == "completed", result
     return time.perf_counter() - start
 
@@ -90,10 +91,9 @@ def show(name: str, values: list[float], unit: float, label: str, reference: str
 
 async def bench(repeat: int) -> None:
     async with bench_service() as service:
-        small = await service.load_context(text="hello " * 1000, owner=LOCAL_OWNER)
-        big = await service.load_context(
-            text=("0123456789abcdef" * 64 + "\n") * (50 * 1024 * 1024 // 1025), owner=LOCAL_OWNER
-        )
+        local = Caller(service, LOCAL_OWNER)
+        small = await local.load_context(text="hello " * 1000)
+        big = await local.load_context(text=("0123456789abcdef" * 64 + "\n") * (50 * 1024 * 1024 // 1025))
 
         async def timed(query: str, context_id: str, n: int) -> list[float]:
             return [await timed_run(service, query, context_id) for _ in range(n)]

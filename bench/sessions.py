@@ -35,6 +35,7 @@ from rlm_mcp.engine.snapshot import restore_snapshot, take_snapshot
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.testing import scripted_lm_process
 
@@ -114,19 +115,20 @@ async def bench(mib: int, delay: float, repeat: int, image: str | None) -> None:
             image,
         )
         async with build_service(settings) as service:
-            ctx = await service.load_context(text=text, owner=LOCAL_OWNER)
+            local = Caller(service, LOCAL_OWNER)
+            ctx = await local.load_context(text=text)
             cid = ctx.context_id
-            await service.complete("BUILD-THEN-ANSWER warm-up", cid, RunOverrides(), quiet, owner=LOCAL_OWNER)
+            await local.complete("BUILD-THEN-ANSWER warm-up", cid, RunOverrides(), quiet)
             fresh, opened, warm, restored = [], [], [], []
             memory: list[float] = []
             for _ in range(repeat):
                 t = time.perf_counter()
-                r = await service.complete("BUILD-THEN-ANSWER", cid, RunOverrides(), quiet, owner=LOCAL_OWNER)
+                r = await local.complete("BUILD-THEN-ANSWER", cid, RunOverrides(), quiet)
                 fresh.append(time.perf_counter() - t)
                 assert r.status == "completed", r
                 t = time.perf_counter()
-                r, sid = await service.complete_in_session(
-                    "BUILD-THEN-ANSWER", cid, RunOverrides(), quiet, owner=LOCAL_OWNER, keep_session=True
+                r, sid = await local.complete_in_session(
+                    "BUILD-THEN-ANSWER", cid, RunOverrides(), quiet, keep_session=True
                 )
                 opened.append(time.perf_counter() - t)
                 assert r.status == "completed" and sid is not None, r
@@ -134,19 +136,17 @@ async def bench(mib: int, delay: float, repeat: int, image: str | None) -> None:
                 if channel is not None:
                     memory.append(await anyio.to_thread.run_sync(idle_memory, channel.name))
                 t = time.perf_counter()
-                r, _ = await service.complete_in_session(
-                    "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, owner=LOCAL_OWNER, session_id=sid
-                )
+                r, _ = await local.complete_in_session("ANSWER-FROM-INDEX", None, RunOverrides(), quiet, session_id=sid)
                 warm.append(time.perf_counter() - t)
                 assert r.status == "completed", r
                 if await service.sessions.reclaim() and service.sessions.list(owner=LOCAL_OWNER):
                     t = time.perf_counter()  # its sandbox was given back, its snapshot kept
-                    r, _ = await service.complete_in_session(
-                        "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, owner=LOCAL_OWNER, session_id=sid
+                    r, _ = await local.complete_in_session(
+                        "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, session_id=sid
                     )
                     restored.append(time.perf_counter() - t)
                     assert r.status == "completed", r
-                    await service.close_session(sid, owner=LOCAL_OWNER)
+                    await local.close_session(sid)
 
     def row(name: str, walls: list[float]) -> str:
         return f"{name:<34} median {statistics.median(walls):7.3f} s  [{min(walls):.3f}, {max(walls):.3f}]"

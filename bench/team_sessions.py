@@ -39,6 +39,7 @@ import psycopg
 from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import Owner
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.testing import scripted_lm_process
 
@@ -106,51 +107,52 @@ async def bench(url: str, mib: int, delay: float, repeat: int) -> None:
             queue_poll_s=0.2,
         )
         async with build_service(settings, mode="http") as service:
-            cid = (await service.load_context(text=text, owner=OWNER)).context_id
-            await service.complete("BUILD-THEN-ANSWER warm-up", cid, RunOverrides(), quiet, owner=OWNER)
+            caller = Caller(service, OWNER)
+            cid = (await caller.load_context(text=text)).context_id
+            await caller.complete("BUILD-THEN-ANSWER warm-up", cid, RunOverrides(), quiet)
             for _ in range(repeat):
                 t = time.perf_counter()
-                r = await service.complete("BUILD-THEN-ANSWER", cid, RunOverrides(), quiet, owner=OWNER)
+                r = await caller.complete("BUILD-THEN-ANSWER", cid, RunOverrides(), quiet)
                 results["fresh"].append(time.perf_counter() - t)
                 assert r.status == "completed", r
 
                 t = time.perf_counter()
-                r, sid = await service.complete_in_session(
-                    "BUILD-THEN-ANSWER", cid, RunOverrides(), quiet, owner=OWNER, keep_session=True
+                r, sid = await caller.complete_in_session(
+                    "BUILD-THEN-ANSWER", cid, RunOverrides(), quiet, keep_session=True
                 )
                 answered = time.perf_counter()
                 results["opened"].append(answered - t)
                 assert r.status == "completed" and sid is not None, r
-                r, _ = await service.complete_in_session(
-                    "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, owner=OWNER, session_id=sid
+                r, _ = await caller.complete_in_session(
+                    "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, session_id=sid
                 )
                 results["at_once"].append(time.perf_counter() - answered)
                 assert r.status == "completed", r
 
                 await wait_for("s.snapshot_gen = s.generation", url, sid)
                 t = time.perf_counter()
-                r, _ = await service.complete_in_session(
-                    "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, owner=OWNER, session_id=sid
+                r, _ = await caller.complete_in_session(
+                    "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, session_id=sid
                 )
                 answered = time.perf_counter()
                 results["warm"].append(answered - t)
                 assert r.status == "completed", r
                 await wait_for("s.snapshot_gen = s.generation", url, sid)
                 results["stored_after"].append(time.perf_counter() - answered)
-                shown = await service.session(sid, owner=OWNER)
+                shown = await caller.session(sid)
                 results["snapshot_mib"].append(float(shown["snapshot_bytes"] or 0) / 2**20)  # type: ignore[arg-type]
                 await let_go(url, sid)
                 with anyio.fail_after(60):
                     while await anyio.to_thread.run_sync(containers, instance):
                         await anyio.sleep(0.1)
                 t = time.perf_counter()
-                r, _ = await service.complete_in_session(
-                    "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, owner=OWNER, session_id=sid
+                r, _ = await caller.complete_in_session(
+                    "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, session_id=sid
                 )
                 results["restored"].append(time.perf_counter() - t)
                 assert r.status == "completed", r
                 await wait_for("s.snapshot_gen = s.generation", url, sid)
-                await service.close_session(sid, owner=OWNER)
+                await caller.close_session(sid)
 
     def row(name: str, walls: list[float]) -> str:
         return f"{name:<40} median {statistics.median(walls):7.3f} s  [{min(walls):.3f}, {max(walls):.3f}]"

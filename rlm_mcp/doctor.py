@@ -260,7 +260,48 @@ async def _team(settings: Settings) -> list[Check]:
         workers = "; ".join(status.workers) if status.workers else "none alive"
         checks.append(Check("workers", True, workers, warn=not status.workers and status.queued > 0))
         checks.append(Check("queue", True, f"{status.queued} run{'s' if status.queued != 1 else ''} waiting"))
+    if status.schema_version >= _SESSIONS_SCHEMA:
+        checks.append(await _sessions(settings))
     return checks
+
+
+_SESSIONS_SCHEMA = 7  # store/migrations/postgres/0007_sessions.sql: the kept sessions' tables
+
+
+def _size(n: int) -> str:
+    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
+
+
+async def _sessions(settings: Settings) -> Check:
+    """Team mode's kept sessions, read from the database: how many are open, how many a run
+    holds now, and the snapshots' bytes (what restoring them costs the database). Reads only:
+    the pool is opened without the store's migration (the schema check above read the version)."""
+    import psycopg
+
+    from rlm_mcp.store.pg.db import Database
+    from rlm_mcp.store.pg.sessions import PgSessionStore
+
+    db = Database(settings.database_dsn(), replica=False, max_size=1)
+    try:
+        await db.pool.open(wait=True)
+        rows = await PgSessionStore(db).list_open(None, max_age_s=settings.session_max_age_s)
+    except (psycopg.Error, RlmMcpError) as exc:
+        detail = exc.cause if isinstance(exc, RlmMcpError) else type(exc).__name__
+        return Check("sessions", True, f"not read ({detail})", warn=True)
+    finally:
+        await db.pool.close()
+    if not rows:
+        return Check("sessions", True, "none open")
+    snapshots = [r.snapshot_bytes for r in rows if r.snapshot_bytes is not None]
+    busy = sum(1 for r in rows if not r.free)
+    failed = [r.snapshot_error for r in rows if r.snapshot_error]
+    detail = (
+        f"{len(rows)} open ({busy} running a run now); {len(snapshots)} with a snapshot, "
+        f"{_size(sum(snapshots))} in all, the largest {_size(max(snapshots, default=0))}"
+    )
+    if failed:
+        detail += f"; {len(failed)} without a current snapshot: {failed[0]}"
+    return Check("sessions", True, detail, warn=bool(failed))
 
 
 async def _owner_share(settings: Settings) -> Check:

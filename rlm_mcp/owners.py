@@ -6,9 +6,10 @@ Every stored context and every run belongs to an owner, a short opaque string ty
 - over HTTP with tokens each token is its own owner (`access.owner_of_token`): what one
   token stored or started, another token cannot see, use, cancel or delete ("not found").
 
-Every store and service entry point that reads or writes owned data takes the owner as a
-required keyword argument (no default): a forgotten owner is a type error, never a silent
-read as the local user or as everyone. Writes take an `Owner`; reads take an `OwnerScope`,
+Every store entry point that reads or writes owned data takes the owner as a required keyword
+argument (no default): a forgotten owner is a type error, never a silent read as the local user
+or as everyone. The service's tool-level operations take it once, when the `Caller` that holds
+them is made (`service.caller.Caller(service, owner)`). Writes take an `Owner`; reads take an `OwnerScope`,
 which is an `Owner` or `EVERY_OWNER` (the operator's CLI and local viewer only), spelled out
 at each call that means it.
 

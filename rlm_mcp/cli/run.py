@@ -73,6 +73,7 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.assembly import build_service
     from rlm_mcp.cli.options import overrides_of
     from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
+    from rlm_mcp.service.caller import Caller
 
     settings = for_one_off_command(settings)
     # A relative --path means relative to where the command was typed; the path typed is what
@@ -82,23 +83,23 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
         settings = opening_local_paths(settings, [Path(path)])
     with ProgressDisplay() as display:
         async with build_service(settings, mode="stdio") as service:
+            local = Caller(service, LOCAL_OWNER)
             context_id: str | None = None
             if args.context_id:
                 context_id = args.context_id
             elif path or args.url:
-                info = await service.load_context(path=path, url=args.url, owner=LOCAL_OWNER)
+                info = await local.load_context(path=path, url=args.url)
                 context_id = info.context_id
             elif not args.session:
                 raise BadArgumentError(
                     "No context given.", "Pass --path, --url or --context-id (or --session to continue a kept session)."
                 )
             overrides = overrides_of(args)
-            result, session_id = await service.complete_in_session(
+            result, session_id = await local.complete_in_session(
                 args.query,
                 context_id,
                 overrides,
                 display.report,
-                owner=LOCAL_OWNER,
                 keep_session=args.keep_session,
                 session_id=args.session,
             )

@@ -12,7 +12,6 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.service import session_files
-from rlm_mcp.service.team_sessions import team_sessions_for
 from rlm_mcp.service.views import session_usage
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.usage import Usage
@@ -20,6 +19,8 @@ from rlm_mcp.visible import visible_line
 
 
 async def _team_list(settings: Settings) -> int:
+    from rlm_mcp.service.team_sessions import team_sessions_for  # team mode only: needs the team extra
+
     async with make_stores(settings) as stores:
         team = team_sessions_for(settings, stores)
         assert team is not None
@@ -35,6 +36,8 @@ async def _team_list(settings: Settings) -> int:
 
 
 async def _team_close(settings: Settings, session_id: str) -> int:
+    from rlm_mcp.service.team_sessions import team_sessions_for  # team mode only: needs the team extra
+
     async with make_stores(settings) as stores:
         team = team_sessions_for(settings, stores)
         assert team is not None

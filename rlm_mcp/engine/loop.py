@@ -40,7 +40,7 @@ from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
-from rlm_mcp.observability import tracing
+from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, LMRequest, Sandbox, SandboxFactory
 from rlm_mcp.resource_errors import unexpected_failure
 
@@ -154,6 +154,7 @@ class RLMEngine:
                     restarted_note: str | None = None
                     if session is not None and session.sandbox is not None:
                         sandbox = session.sandbox  # the warm path: the session's live REPL
+                        metrics.session_followup("warm")
                         await sandbox.add_contexts(contexts)
                         reset = await sandbox.execute(RESET_ANSWER, _no_bridge)
                         if reset.restarted:  # it had died since the last run (a cancelled cell, a crash)
@@ -164,6 +165,7 @@ class RLMEngine:
                         sandbox, restored_lost, restarted_note = await self._restore(
                             stack, session, contexts, levels_below
                         )
+                        metrics.session_followup("restored")
                     else:
                         opening = (
                             self.sandboxes(contexts, levels_below=levels_below, kept=True)

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 from dataclasses import dataclass
 
 from rlm_mcp.config import Settings
+from rlm_mcp.observability import metrics
 from rlm_mcp.ports import CellResult, LMRequest, Sandbox
 
 # Names prefixed `_rlm_` are the host's scratch; `_`-names are never listed to the model.
@@ -119,6 +121,7 @@ async def _cell(sandbox: Sandbox, code: str) -> CellResult:
 
 async def take_snapshot(sandbox: Sandbox, *, max_bytes: int, chunk_chars: int) -> Snapshot:
     """Serialize the sandbox's namespace inside it; the blob back, in chunks of `chunk_chars`."""
+    started = time.monotonic()
     limit = (max_bytes * 4) // 3 + 4  # base64 of max_bytes
     first = await _cell(sandbox, _TAKE.replace("LIMIT", str(limit)))
     try:
@@ -147,6 +150,7 @@ async def take_snapshot(sandbox: Sandbox, *, max_bytes: int, chunk_chars: int) -
         blob = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise SnapshotUnavailable(f"the snapshot is not base64 ({exc})") from None
+    metrics.session_snapshot(len(blob), time.monotonic() - started)
     return Snapshot(blob=blob)
 
 

@@ -27,6 +27,7 @@ from rlm_mcp.eval.scorers import LENIENT, SCORERS
 from rlm_mcp.eval.tasks import Task
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
 
@@ -69,7 +70,7 @@ class ContextCache:
     """Each distinct context goes into the store once per eval, however many tasks share it."""
 
     def __init__(self, service: RlmService, task_file: Path) -> None:
-        self._service = service
+        self._local = Caller(service, LOCAL_OWNER)
         self._task_file = task_file
         self._ids: dict[str, str] = {}
         self._locks: dict[str, anyio.Lock] = {}
@@ -84,11 +85,9 @@ class ContextCache:
         async with lock:
             if key not in self._ids:
                 if path is not None:
-                    info = await self._service.load_context(path=str(path), name=path.name, owner=LOCAL_OWNER)
+                    info = await self._local.load_context(path=str(path), name=path.name)
                 else:
-                    info = await self._service.load_context(
-                        text=task.context, name=f"task {task.id}", owner=LOCAL_OWNER
-                    )
+                    info = await self._local.load_context(text=task.context, name=f"task {task.id}")
                 self._ids[key] = info.context_id
             return self._ids[key]
 
@@ -120,7 +119,7 @@ async def _rlm_result(
 
     try:
         context_id = await contexts.context_id(task)
-        run = await service.complete(task.query, context_id, overrides, report, owner=LOCAL_OWNER)
+        run = await Caller(service, LOCAL_OWNER).complete(task.query, context_id, overrides, report)
     except RlmMcpError as exc:  # the run never started (or its start failed): a 0, with the reason
         return TaskResult(
             id=task.id,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import Literal, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
@@ -21,6 +21,7 @@ from prometheus_client.registry import REGISTRY, Collector
 
 __all__ = [
     "SandboxCounts",
+    "SessionCounts",
     "cell_finished",
     "context_store",
     "lm_call",
@@ -30,7 +31,10 @@ __all__ = [
     "run_finished",
     "run_started",
     "sandbox_start",
+    "session_followup",
+    "session_snapshot",
     "watch_sandboxes",
+    "watch_sessions",
     "watch_team",
 ]
 
@@ -47,6 +51,9 @@ _LM_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 _CELL_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _START_S = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60)
 _CLAIM_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+# A kept session's snapshot: a few KiB (a dict of counts) to the cap (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES).
+_SNAPSHOT_BYTES = tuple(float(2**k) for k in range(10, 31, 2))  # 1 KiB .. 1 GiB, by 4
+_SNAPSHOT_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 RUNS_STARTED = Counter(f"{_P}_runs_started", "Runs that began executing in this process.")
 RUNS_FINISHED = Counter(f"{_P}_runs_finished", "Runs that ended in this process, by final status.", ["status"])
@@ -100,6 +107,21 @@ CELL_TIMEOUTS = Counter(f"{_P}_cell_timeouts", "Cells interrupted at their time 
 
 CONTEXT_BYTES = Gauge(f"{_P}_context_store_bytes", "Bytes of stored contexts (each blob once), as last measured.")
 CONTEXT_EVICTIONS = Counter(f"{_P}_context_evictions", "Stored contexts evicted (age, size cap, orphans).")
+
+SESSION_FOLLOWUPS = Counter(
+    f"{_P}_session_followups",
+    "Runs that continued a kept session, by how they found its REPL: warm (its live sandbox) or "
+    "restored (a fresh sandbox, its namespace loaded from the snapshot).",
+    ["how"],
+)
+SESSION_SNAPSHOT_BYTES = Histogram(
+    f"{_P}_session_snapshot_bytes", "Size of each kept session's snapshot taken.", buckets=_SNAPSHOT_BYTES
+)
+SESSION_SNAPSHOT_S = Histogram(
+    f"{_P}_session_snapshot_seconds",
+    "Time to take one kept session's snapshot (serialized in its sandbox and brought out).",
+    buckets=_SNAPSHOT_S,
+)
 
 CLAIM_LATENCY = Histogram(
     f"{_P}_queue_claim_latency_seconds",
@@ -209,6 +231,16 @@ def claim_latency(seconds: float) -> None:
     CLAIM_LATENCY.observe(max(0.0, seconds))
 
 
+def session_followup(how: Literal["warm", "restored"]) -> None:
+    SESSION_FOLLOWUPS.labels(how).inc()
+
+
+def session_snapshot(size_bytes: int, seconds: float) -> None:
+    """A kept session's snapshot was taken (whether or not it could then be kept)."""
+    SESSION_SNAPSHOT_BYTES.observe(size_bytes)
+    SESSION_SNAPSHOT_S.observe(max(0.0, seconds))
+
+
 # --- gauges read when scraped ---------------------------------------------------------------
 
 
@@ -218,7 +250,14 @@ class SandboxCounts(Protocol):
         ...
 
 
+class SessionCounts(Protocol):
+    def session_counts(self) -> tuple[int, int]:
+        """(live: its REPL in a sandbox of this process, released: kept here as a snapshot only)."""
+        ...
+
+
 _sandbox_sources: weakref.WeakSet[SandboxCounts] = weakref.WeakSet()
+_session_sources: weakref.WeakKeyDictionary[SessionCounts, str] = weakref.WeakKeyDictionary()
 # Team mode: a function giving (queue depth, oldest queued age in seconds, workers alive), read
 # from the last snapshot the process took (scrapes never wait on the database).
 _team_source: list[Callable[[], tuple[int, float, int] | None]] = []
@@ -227,6 +266,11 @@ _team_source: list[Callable[[], tuple[int, float, int] | None]] = []
 def watch_sandboxes(source: SandboxCounts) -> None:
     """Report `source`'s sandboxes (a sandbox manager) while it lives."""
     _sandbox_sources.add(source)
+
+
+def watch_sessions(source: SessionCounts, mode: Literal["embedded", "team"]) -> None:
+    """Report `source`'s kept sessions (a session manager) while it lives."""
+    _session_sources[source] = mode
 
 
 def watch_team(snapshot: Callable[[], tuple[int, float, int] | None]) -> Callable[[], None]:
@@ -253,6 +297,7 @@ class _Sampled(Collector):
         for state, n in zip(("running", "warm", "starting"), totals, strict=True):
             family.add_metric([state], n)
         yield family
+        yield self._sessions()
         snapshot = _team_source[-1]() if _team_source else None
         if snapshot is None:
             return
@@ -262,6 +307,22 @@ class _Sampled(Collector):
             f"{_P}_queue_oldest_age_seconds", "Team mode: age of the oldest queued run (0 when none).", value=oldest
         )
         yield GaugeMetricFamily(f"{_P}_workers_alive", "Team mode: workers with a live heartbeat.", value=alive)
+
+    @staticmethod
+    def _sessions() -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            f"{_P}_sessions_open",
+            "Kept sessions this process holds, by mode (embedded, team: a worker's) and state (live: "
+            "its REPL in a sandbox here; released: kept as a snapshot only, restored by its next run).",
+            labels=["mode", "state"],
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for source, mode in list(_session_sources.items()):
+            for state, n in zip(("live", "released"), source.session_counts(), strict=True):
+                counts[mode, state] = counts.get((mode, state), 0) + n
+        for (mode, state), n in sorted(counts.items()):
+            family.add_metric([mode, state], n)
+        return family
 
 
 REGISTRY.register(_Sampled())

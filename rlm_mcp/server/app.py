@@ -37,10 +37,10 @@ from rlm_mcp.server.schemas import (
     UploadProgress,
 )
 from rlm_mcp.server.trace_header import HttpTraceContext
-from rlm_mcp.service.caller import Caller
+from rlm_mcp.service.caller import Caller, ChunkEncoding
 from rlm_mcp.service.limits import RunOverrides, WaitS
 from rlm_mcp.service.progress import HEARTBEAT_S
-from rlm_mcp.service.service import ChunkEncoding, Mode, RlmService
+from rlm_mcp.service.service import Mode, RlmService
 from rlm_mcp.service.views import RunSnapshot
 from rlm_mcp.store.factory import Stores
 

@@ -1,4 +1,7 @@
-"""The service layer: what each tool call means, independent of MCP (`RlmService`).
+"""The service layer: what each tool call means, independent of MCP.
+
+`RlmService` holds the process's parts and their lifecycle; `Caller(service, owner)` is every
+tool-level operation as one owner sees it (the owner bound once).
 
 Owns resolving contexts (loaders), starting, tracking and cancelling runs, the per-run limits
 callers may override (`RunOverrides`), mapping run events to progress lines, and the choice of

@@ -12,7 +12,7 @@ surrogates.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from rlm_mcp.errors import BadArgumentError
 
@@ -42,3 +42,12 @@ def check_texts(argument: str, values: Iterable[str] | None) -> None:
     """`check_text` for each item of a list argument (its index named in the refusal)."""
     for index, value in enumerate(values or ()):
         check_text(f"{argument}[{index}]", value)
+
+
+def unique_ids(ids: str | Sequence[str]) -> list[str]:
+    """Context ids as given, stripped, each once, in their first order; blanks dropped."""
+    items = [ids] if isinstance(ids, str) else list(ids)
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item.strip(), None)
+    return [i for i in seen if i]

@@ -16,7 +16,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import OwnerScope
 from rlm_mcp.ports.runs import RunRequest
-from rlm_mcp.service.runs import ActiveRun
+from rlm_mcp.service.active_run import ActiveRun
 
 
 class RunBackend(Protocol):

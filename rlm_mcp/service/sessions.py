@@ -31,6 +31,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
+from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.service import session_files
 from rlm_mcp.store.ports import ContextStorePort
@@ -109,6 +110,7 @@ class SessionManager:
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> SessionManager:
+        metrics.watch_sessions(self, "embedded")
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._sweep_forever)
@@ -126,6 +128,11 @@ class SessionManager:
             if tg is not None:
                 tg.cancel_scope.cancel()
                 await tg.__aexit__(None, None, None)
+
+    def session_counts(self) -> tuple[int, int]:
+        """For /metrics: (live: its REPL in a sandbox here, released: kept as a snapshot only)."""
+        live = sum(1 for s in self._live.values() if s.repl.sandbox is not None)
+        return live, len(self._live) - live
 
     # -- what the service asks ---------------------------------------------------------------
     def open(self, owner: Owner) -> KeptSession:

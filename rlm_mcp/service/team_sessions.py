@@ -19,8 +19,8 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRequest
+from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.front import QueueFront, new_run_id
-from rlm_mcp.service.runs import ActiveRun
 from rlm_mcp.service.sessions import START_AGAIN
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.db import Database

@@ -1,6 +1,6 @@
 """Test support shipped with the package: the scripted OpenAI-compatible LM server.
 
-See `rlm_mcp.testing.scripted_lm` for the script format.
+See `rlm_mcp.testing.script` for the script format, `rlm_mcp.testing.scripted_lm` for the server.
 """
 
 from __future__ import annotations

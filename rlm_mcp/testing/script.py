@@ -1,7 +1,47 @@
 """The script of a `ScriptedLM`: what it replies, which faults it injects, how it counts tokens.
 
-The format is documented in `rlm_mcp.testing.scripted_lm` (the module other tests read).
-Everything here is pure: no sockets, so the decision logic is testable and reusable.
+Everything here is pure: no sockets, so the decision logic is testable and reusable. The server
+that plays it is `rlm_mcp.testing.scripted_lm`.
+
+The script: a JSON object, every key optional (the Python model is `Script`, below)::
+
+    model            "rlm-v0.1"       adapter name; listed with parent=base_model, max_model_len null
+    base_model       "Qwen/Qwen3-30B-A3B-Instruct-2507"   listed with max_model_len
+    extra_models     []               more adapter names served
+    max_model_len    16384            the window every model has
+    tokenize         true             false: POST /tokenize answers 404
+    models_endpoint  true             false: GET /v1/models answers 404
+    health           true             false: GET /health answers 404
+    root             ["reply turn 1", "reply turn 2", ...]
+    root_by_query    [{"match": REGEX, "replies": [...]}]   first whose REGEX is found in the
+                     first user message (the metadata, which holds the query) replaces `root`;
+                     this scripts child runs (depth 2), whose query is a sub-prompt
+    root_default     null             reply after the turns run out; null repeats the last one
+    sub              [{"match": REGEX, "reply": "..."}]   first rule found in the user message;
+                     the reply may use {prompt} (the whole prompt) and \\1 or \\g<name> (groups)
+    sub_default      "ok"             reply when no rule matches ({prompt} allowed)
+    faults           [{"when": "root"|"sub"|"any", "turn": K, "match": REGEX, "status": 500,
+                       "times": 1 (0 = forever), "body": "message" | {...raw JSON...},
+                       (status defaults to 500, except for faults that only shape a reply)
+                       "retry_after": S, "malformed": true|"json"|"no_choices",
+                       "no_usage": false, "reasoning_only": false, "drop": false,
+                       "delay_s": 0}]    first matching fault with uses left applies
+    delay_s          0 | {"root": S, "sub": S}   delay before each chat reply
+    finish_reason    null             forces this finish_reason on every reply
+    usage            true             false: replies carry no `usage`
+    reasoning_content false           true: content "" and the reply in `reasoning_content`
+    session_token    null             root replies carry `x-session-token: <this>` (llm-d style)
+    server_header    null             every reply carries `x-served-by: <this>`
+
+In Python, `Script(root_fn=lambda messages, turn: ..., sub_fn=lambda prompt: ...)` replace the
+tables (they run on the server thread; keep them quick).
+
+Routing: a chat request is a *root* request when its first message has role ``system``; its
+turn is the number of ``assistant`` messages + 1. Any other request is a *sub* request.
+
+Tokens (the same count everywhere: /tokenize, window checks, usage): a text is
+ceil(utf-8 bytes / 4) tokens; a prompt is the sum over messages of (4 + its text's tokens),
+plus 3 for the generation prompt. See `count_prompt_tokens`.
 """
 
 from __future__ import annotations

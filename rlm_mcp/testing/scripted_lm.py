@@ -20,52 +20,12 @@ prints its base URL (``http://127.0.0.1:PORT/v1``) as the one line on stdout and
 ``--port-file``, writes the same URL to F (atomically, so a poller never reads half of it).
 It stops on SIGTERM/SIGINT.
 
-Script (JSON object; every key optional; the Python model is `rlm_mcp.testing.script.Script`)::
+The script (a JSON object, or `rlm_mcp.testing.script.Script` in Python) says what it replies,
+which faults it injects and how it behaves: its format is documented in
+`rlm_mcp.testing.script`.
 
-    model            "rlm-v0.1"       adapter name; listed with parent=base_model, max_model_len null
-    base_model       "Qwen/Qwen3-30B-A3B-Instruct-2507"   listed with max_model_len
-    extra_models     []               more adapter names served
-    max_model_len    16384            the window every model has
-    tokenize         true             false: POST /tokenize answers 404
-    models_endpoint  true             false: GET /v1/models answers 404
-    health           true             false: GET /health answers 404
-    root             ["reply turn 1", "reply turn 2", ...]
-    root_by_query    [{"match": REGEX, "replies": [...]}]   first whose REGEX is found in the
-                     first user message (the metadata, which holds the query) replaces `root`;
-                     this scripts child runs (depth 2), whose query is a sub-prompt
-    root_default     null             reply after the turns run out; null repeats the last one
-    sub              [{"match": REGEX, "reply": "..."}]   first rule found in the user message;
-                     the reply may use {prompt} (the whole prompt) and \\1 or \\g<name> (groups)
-    sub_default      "ok"             reply when no rule matches ({prompt} allowed)
-    faults           [{"when": "root"|"sub"|"any", "turn": K, "match": REGEX, "status": 500,
-                       "times": 1 (0 = forever), "body": "message" | {...raw JSON...},
-                       (status defaults to 500, except for faults that only shape a reply)
-                       "retry_after": S, "malformed": true|"json"|"no_choices",
-                       "no_usage": false, "reasoning_only": false, "drop": false,
-                       "delay_s": 0}]    first matching fault with uses left applies
-    delay_s          0 | {"root": S, "sub": S}   delay before each chat reply
-    finish_reason    null             forces this finish_reason on every reply
-    usage            true             false: replies carry no `usage`
-    reasoning_content false           true: content "" and the reply in `reasoning_content`
-    session_token    null             root replies carry `x-session-token: <this>` (llm-d style)
-    server_header    null             every reply carries `x-served-by: <this>`
-
-In Python, `Script(root_fn=lambda messages, turn: ..., sub_fn=lambda prompt: ...)` replace the
-tables (they run on the server thread; keep them quick).
-
-Routing: a chat request is a *root* request when its first message has role ``system``; its
-turn is the number of ``assistant`` messages + 1. Any other request is a *sub* request.
-
-Tokens (the same count everywhere: /tokenize, window checks, usage): a text is
-ceil(utf-8 bytes / 4) tokens; a prompt is the sum over messages of (4 + its text's tokens),
-plus 3 for the generation prompt. See `count_prompt_tokens`.
-
-Window, as vLLM 0.33: a prompt over max_model_len is a 400 ("This model's maximum context
-length is N tokens. However, your prompt contains M input tokens, ..."); max_tokens over
-max_model_len is a 400 ("max_tokens=X cannot be greater than max_model_len=N. ..."); when
-prompt + max_tokens overflows, max_tokens is clamped to what is left, and a reply longer than
-the (clamped) max_tokens is cut, with finish_reason "length". An unknown model is a 404
-("The model `X` does not exist.").
+Routing and token counts are the script's (`rlm_mcp.testing.script`); the window's rules and
+every reply's shape are vLLM's (`rlm_mcp.testing.vllm_replies`).
 
 Request log: each chat request appends ``{"role", "turn", "model", "received" (epoch s),
 "body" (the request JSON), "status", "disconnected", "headers" (as received, lower-case
@@ -114,13 +74,20 @@ from rlm_mcp.testing._http import (
 from rlm_mcp.testing.endpoints import Endpoint
 from rlm_mcp.testing.prefix import PrefixLedger
 from rlm_mcp.testing.script import (
-    Fault,
     Replier,
     Script,
     classify,
     count_prompt_tokens,
     count_text_tokens,
     cut_to_tokens,
+)
+from rlm_mcp.testing.vllm_replies import (
+    completion,
+    faulted,
+    model_cards,
+    tokenize,
+    unknown_model,
+    window_refusal,
 )
 
 log = logging.getLogger("rlm_mcp.testing.scripted_lm")
@@ -281,47 +248,14 @@ class ScriptedLM:
             return await self._chat(body, headers, reader, buf)
         if path == "/v1/models" and method == "GET" and s.models_endpoint:
             cards = self.endpoint.model_cards(s) if self.endpoint is not None else None
-            return json_response(200, {"object": "list", "data": self._model_cards() if cards is None else cards})
+            return json_response(200, {"object": "list", "data": model_cards(s) if cards is None else cards})
         if path == "/tokenize" and method == "POST" and s.tokenize:
-            return self._tokenize(body)
+            return tokenize(self.script, self.endpoint, body)
         if path == "/health" and method == "GET" and s.health:
             return 200, b"", {}
         return json_response(404, {"detail": "Not Found"})
 
     # --- endpoints --------------------------------------------------------------------------
-    def _model_cards(self) -> list[dict[str, Any]]:
-        s, now = self.script, int(time.time())
-        card = {"object": "model", "created": now, "owned_by": "vllm", "permission": []}
-        base = {**card, "id": s.base_model, "root": s.base_model, "parent": None, "max_model_len": s.max_model_len}
-        adapters = [
-            {**card, "id": name, "root": f"/adapters/{name}", "parent": s.base_model, "max_model_len": None}
-            for name in [s.model, *s.extra_models]
-            if name != s.base_model
-        ]
-        return [base, *adapters]
-
-    def _unknown_model(self, model: Any) -> Response | None:
-        if model is None or model in self.script.served_models() or (self.endpoint and not self.endpoint.checks_model):
-            return None
-        return error_response(
-            404, f"The model `{model}` does not exist. Valid aliases: {[self.script.base_model]}.", "model"
-        )
-
-    def _tokenize(self, body: bytes) -> Response:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return error_response(400, "invalid JSON body")
-        if (missing := self._unknown_model(data.get("model"))) is not None:
-            return missing
-        if isinstance(data.get("messages"), list):
-            count = count_prompt_tokens(data["messages"], bool(data.get("add_generation_prompt", True)))
-        else:
-            count = count_text_tokens(str(data.get("prompt", "")))
-        return json_response(
-            200, {"count": count, "max_model_len": self.script.max_model_len, "tokens": list(range(count))}
-        )
-
     async def _chat(
         self, body: bytes, headers: dict[str, str], reader: asyncio.StreamReader, buf: bytearray
     ) -> Response | None:
@@ -364,18 +298,6 @@ class ScriptedLM:
                         fh.write(json.dumps(record) + "\n")
         return outcome if isinstance(outcome, tuple) else None
 
-    def _faulted(self, fault: Fault) -> Response | str | None:
-        """What a scripted fault sends instead of a completion (None: the fault only delays)."""
-        if fault.drop:
-            return "dropped"
-        if fault.malformed:
-            if fault.malformed == "no_choices":
-                return json_response(200, {"id": "chatcmpl-x", "object": "chat.completion"})
-            return 200, b'{"id": "chatcmpl-x", "choices": [', {"Content-Type": "application/json"}
-        if (status := fault.error_status()) is not None:
-            return self._fault_response(fault, status)
-        return None
-
     async def _chat_response(
         self,
         data: dict[str, Any],
@@ -388,14 +310,14 @@ class ScriptedLM:
     ) -> Response | str:
         """The response, or "disconnected" / "dropped" when none is to be sent."""
         s = self.script
-        if (missing := self._unknown_model(data.get("model"))) is not None:
+        if (missing := unknown_model(self.script, self.endpoint, data.get("model"))) is not None:
             return missing
         fault = self._replier.take_fault(messages, role, turn)
         delay = s.delay_for(role) + (fault.delay_s if fault else 0.0)
         if delay > 0 and await wait_or_disconnect(delay, reader, buf):
             return "disconnected"
-        if fault is not None and (faulted := self._faulted(fault)) is not None:
-            return faulted
+        if fault is not None and (fault_reply := faulted(fault)) is not None:
+            return fault_reply
         window = s.max_model_len
         prompt_tokens = count_prompt_tokens(messages)
         field = "max_tokens" if "max_tokens" in data else "max_completion_tokens"
@@ -405,21 +327,8 @@ class ScriptedLM:
             return admitted
         if admitted is not None:
             prompt_tokens, max_tokens = admitted.prompt_tokens, admitted.max_tokens
-        elif prompt_tokens > window:
-            return error_response(
-                400,
-                f"This model's maximum context length is {window} tokens. However, your prompt "
-                f"contains {prompt_tokens} input tokens, which exceeds this limit even without any "
-                "output tokens. Please reduce the length of the input prompt.",
-                "input_tokens",
-            )
-        elif isinstance(max_tokens, int) and max_tokens > window:
-            return error_response(
-                400,
-                f"{field}={max_tokens} cannot be greater than max_model_len={window}. "
-                "Please request fewer output tokens.",
-                field,
-            )
+        elif (refused := window_refusal(window, prompt_tokens, field, max_tokens)) is not None:
+            return refused
         allowed = window - prompt_tokens
         if isinstance(max_tokens, int):
             allowed = min(allowed, max(max_tokens, 0))
@@ -431,7 +340,12 @@ class ScriptedLM:
         finish = "stop"
         if count_text_tokens(text) > allowed:
             text, finish = cut_to_tokens(text, allowed), "length"
-        response = self._completion(data, text, s.finish_reason or finish, prompt_tokens, fault)
+        with self._lock:
+            self._ids += 1
+            ident = self._ids
+        response = completion(
+            s, data, text, ident=ident, finish=s.finish_reason or finish, prompt_tokens=prompt_tokens, fault=fault
+        )
         usage = json.loads(response[1]).get("usage")
         record["usage"] = usage
         if role == "root":
@@ -440,41 +354,6 @@ class ScriptedLM:
             if s.session_token:
                 response = (*response[:2], {**response[2], "x-session-token": s.session_token})
         return response
-
-    def _fault_response(self, fault: Fault, status: int) -> Response:
-        headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
-        if isinstance(fault.body, dict):
-            return json_response(status, fault.body, headers)
-        message = fault.body or {404: "Not Found", 429: "Too many requests"}.get(
-            status, "The server had an error while processing your request."
-        )
-        status, payload, base = error_response(status, message)
-        return status, payload, {**base, **headers}
-
-    def _completion(
-        self, data: dict[str, Any], text: str, finish: str, prompt_tokens: int, fault: Fault | None
-    ) -> Response:
-        with self._lock:
-            self._ids += 1
-            ident = self._ids
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if self.script.reasoning_content or (fault is not None and fault.reasoning_only):
-            message = {"role": "assistant", "content": "", "reasoning_content": text}
-        completion_tokens = count_text_tokens(text)
-        out: dict[str, Any] = {
-            "id": f"chatcmpl-{ident}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": data.get("model") or self.script.base_model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        }
-        if self.script.usage and not (fault is not None and fault.no_usage):
-            out["usage"] = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            }
-        return json_response(200, out)
 
 
 # `--demo`: the root LM's one reply measures the context in the sandbox and answers with that, so

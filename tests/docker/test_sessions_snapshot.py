@@ -11,9 +11,11 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from prometheus_client import REGISTRY
 
 from rlm_mcp.assembly import build_service
 from rlm_mcp.owners import LOCAL_OWNER, Owner
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
@@ -75,35 +77,64 @@ async def _quiet(progress: float, total: float | None, message: str) -> None:
     return None
 
 
+def _metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def _session_metrics() -> dict[str, float]:
+    """The kept-session series of this process's /metrics (counters only grow: compare deltas)."""
+    return {
+        "warm": _metric("rlm_mcp_session_followups_total", how="warm"),
+        "restored": _metric("rlm_mcp_session_followups_total", how="restored"),
+        "snapshots": _metric("rlm_mcp_session_snapshot_bytes_count"),
+        "snapshot_bytes": _metric("rlm_mcp_session_snapshot_bytes_sum"),
+        "snapshot_s": _metric("rlm_mcp_session_snapshot_seconds_count"),
+        "live": _metric("rlm_mcp_sessions_open", mode="embedded", state="live"),
+        "released": _metric("rlm_mcp_sessions_open", mode="embedded", state="released"),
+    }
+
+
+def _grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in before}
+
+
 async def test_a_released_session_is_restored_from_its_snapshot(tmp_path: Path) -> None:
     with ScriptedLM(SCRIPT) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=30)
         async with build_service(settings) as service:
-            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
-            second = await service.load_context(text="more text", owner=LOCAL_OWNER)
-            one, sid = await service.complete_in_session(
-                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            local = Caller(service, LOCAL_OWNER)
+            first = await local.load_context(text="alpha beta alpha gamma alpha")
+            second = await local.load_context(text="more text")
+            at_start = _session_metrics()
+            one, sid = await local.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert one.answer == "alpha" and sid is not None
-            assert (await service.session(sid, owner=LOCAL_OWNER))["snapshot_bytes"] is None  # none while live
+            assert (await local.session(sid))["snapshot_bytes"] is None  # none while live
+            opened = _grew(at_start, _session_metrics())
+            assert (opened["live"], opened["released"], opened["warm"], opened["restored"]) == (1, 0, 0, 0), opened
 
             # Another run needs the only sandbox slot: the idle session gives it back as a snapshot.
-            plain = await service.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER)
+            plain = await local.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet)
             assert plain.answer == "plain"
-            described = await service.session(sid, owner=LOCAL_OWNER)
+            described = await local.session(sid)
             assert described["snapshot_error"] is None, described
             assert described["sandbox_live"] is False
             assert isinstance(described["snapshot_bytes"], int) and described["snapshot_bytes"] > 0
+            released = _grew(at_start, _session_metrics())
+            assert (released["live"], released["released"], released["snapshots"]) == (0, 1, 1), released
+            assert released["snapshot_bytes"] == described["snapshot_bytes"] and released["snapshot_s"] == 1
 
-            two, _ = await service.complete_in_session(
-                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
+            two, _ = await local.complete_in_session(
+                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, session_id=sid
             )
             assert two.status == "completed"
             assert two.answer == "3|alpha|6|more|False"  # restored: counts, a function, history; gen could not be
-            three, _ = await service.complete_in_session(
-                "THIRD-Q", None, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
-            )
+            three, _ = await local.complete_in_session("THIRD-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert three.answer == "1|6"  # the warm path again, with the second conversation stored
+            # /metrics: one follow-up restored from the snapshot, one warm; the session live again.
+            followed = _grew(at_start, _session_metrics())
+            assert (followed["restored"], followed["warm"], followed["live"], followed["released"]) == (1, 1, 1, 0)
 
         outputs = [m["content"] for r in lm.requests_by_role("root") for m in r["body"]["messages"]]
         lost = [o for o in outputs if "could not be saved" in o]
@@ -123,24 +154,26 @@ async def test_a_snapshot_past_the_owners_cap_is_not_kept(tmp_path: Path) -> Non
             session_snapshot_bytes_per_owner=16,
         )
         async with build_service(settings) as service:
-            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
-            _, sid = await service.complete_in_session(
-                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            local = Caller(service, LOCAL_OWNER)
+            first = await local.load_context(text="alpha beta alpha gamma alpha")
+            _, sid = await local.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
             assert await service.sessions.reclaim()  # its sandbox is given back: the snapshot is over the cap
             with pytest.raises(Exception, match="could not be saved .*RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER=16"):
-                await service.start_run("AGAIN-Q", None, RunOverrides(), owner=LOCAL_OWNER, session_id=sid)
+                await local.start_run("AGAIN-Q", None, RunOverrides(), session_id=sid)
 
 
 async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_path: Path) -> None:
     with ScriptedLM(SCRIPT) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0)
         async with build_service(settings) as service:
-            first = await service.load_context(text="alpha beta alpha gamma alpha", owner=LOCAL_OWNER)
-            second = await service.load_context(text="more text", owner=LOCAL_OWNER)
-            _, sid = await service.complete_in_session(
-                "BUILD-Q", first.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, keep_session=True
+            local = Caller(service, LOCAL_OWNER)
+            first = await local.load_context(text="alpha beta alpha gamma alpha")
+            second = await local.load_context(text="more text")
+            _, sid = await local.complete_in_session(
+                "BUILD-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
         # The server stopped: the session was snapshotted into the data dir, owner-private.
@@ -150,13 +183,14 @@ async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_p
 
         assert settings.instance_id is not None  # make_settings names the instance: its sandboxes are found by it
         async with build_service(settings.model_copy(update={"instance_id": settings.instance_id + "b"})) as service:
-            listed = await service.list_sessions(owner=LOCAL_OWNER)
+            local, mallory = Caller(service, LOCAL_OWNER), Caller(service, Owner("mallory"))
+            listed = await local.list_sessions()
             assert [(s["session_id"], s["stored"]) for s in listed] == [(sid, True)]
-            assert await service.list_sessions(owner=Owner("mallory")) == []
+            assert await mallory.list_sessions() == []
             with pytest.raises(Exception, match=f"Unknown session id '{sid}'"):
-                await service.start_run("AGAIN-Q", None, RunOverrides(), owner=Owner("mallory"), session_id=sid)
-            two, _ = await service.complete_in_session(
-                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, owner=LOCAL_OWNER, session_id=sid
+                await mallory.start_run("AGAIN-Q", None, RunOverrides(), session_id=sid)
+            two, _ = await local.complete_in_session(
+                "AGAIN-Q", second.context_id, RunOverrides(), _quiet, session_id=sid
             )
             assert two.status == "completed"
             assert two.answer == "3|alpha|6|more|False"  # counts, top() and history_0 came back; context_1 is new

@@ -19,6 +19,7 @@ from mcp.types import ReadResourceResult, TextResourceContents
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.server.app import build_server
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
@@ -365,15 +366,15 @@ async def test_complete_progress_values_strictly_increase(tmp_path: Path, monkey
     # MCP: "The progress value MUST increase with each notification". The start line, the
     # queued/turn events and the heartbeats must not repeat a value (they used to repeat the
     # turn number: 0.0 for "started" and again for turn 0, then turn k at every heartbeat).
-    import rlm_mcp.service.runs as runs_module
-    import rlm_mcp.service.service as service_module
+    import rlm_mcp.service.active_run as active_run_module
+    import rlm_mcp.service.caller as caller_module
 
-    original = runs_module.wait_with_heartbeat
+    original = active_run_module.wait_with_heartbeat
 
     async def fast_heartbeat(run: Any, report: Any, *, heartbeat_s: float = 5.0) -> Any:
         return await original(run, report, heartbeat_s=0.1)
 
-    monkeypatch.setattr(service_module, "wait_with_heartbeat", fast_heartbeat)
+    monkeypatch.setattr(caller_module, "wait_with_heartbeat", fast_heartbeat)
     slow = '```repl\nimport time\ntime.sleep(0.6)\nprint("step")\n```'
     values: list[float] = []
 
@@ -397,7 +398,7 @@ async def test_an_event_during_a_progress_report_is_not_lost() -> None:
     # reported at once, not at the next heartbeat.
     from rlm_mcp.engine import RunLimits, RunProgress
     from rlm_mcp.ports.runs import RunRequest
-    from rlm_mcp.service.runs import ActiveRun, wait_with_heartbeat
+    from rlm_mcp.service.active_run import ActiveRun, wait_with_heartbeat
 
     limits = RunLimits(max_iterations=3, max_depth=1, timeout_s=60, token_budget=None, max_errors=5)
     run = ActiveRun(
@@ -466,9 +467,10 @@ async def test_finished_runs_beyond_the_cap_leave_memory(
     monkeypatch.setattr(front_module, "FINISHED_RUNS_KEPT", 1)  # team mode's runs are followed there
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
         async with build_service(make_settings(tmp_path, lm.base_url, database_url=database_url)) as service:
-            ctx = await service.load_context(text="c", owner=LOCAL_OWNER)
-            first = await service.complete("one", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
-            second = await service.complete("two", ctx.context_id, RunOverrides(), quiet, owner=LOCAL_OWNER)
+            local = Caller(service, LOCAL_OWNER)
+            ctx = await local.load_context(text="c")
+            first = await local.complete("one", ctx.context_id, RunOverrides(), quiet)
+            second = await local.complete("two", ctx.context_id, RunOverrides(), quiet)
             assert service.runs.get(first.run_id, owner=LOCAL_OWNER) is None
             assert service.runs.get(second.run_id, owner=LOCAL_OWNER) is not None
-            assert (await service.status(first.run_id, owner=LOCAL_OWNER)).status == "completed"
+            assert (await local.status(first.run_id)).status == "completed"

@@ -15,6 +15,7 @@ from mcp import Client
 from rlm_mcp.assembly import build_service
 from rlm_mcp.owners import Owner
 from rlm_mcp.server.app import build_server
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
@@ -114,23 +115,24 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
         instance = settings.instance_id
         assert instance is not None
         async with build_service(settings) as service:
-            info = await service.load_context(text="alpha beta", owner=alice)
-            result, session_id = await service.complete_in_session(
-                "FIRST-Q", info.context_id, RunOverrides(), _quiet, owner=alice, keep_session=True
+            as_alice, as_bob = Caller(service, alice), Caller(service, bob)
+            info = await as_alice.load_context(text="alpha beta")
+            result, session_id = await as_alice.complete_in_session(
+                "FIRST-Q", info.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert result.status == "completed" and session_id is not None
             with pytest.raises(Exception, match=f"Unknown session id '{session_id}'"):
-                await service.start_run("SECOND-Q", None, RunOverrides(), owner=bob, session_id=session_id)
-            assert await service.list_sessions(owner=bob) == []
+                await as_bob.start_run("SECOND-Q", None, RunOverrides(), session_id=session_id)
+            assert await as_bob.list_sessions() == []
             with pytest.raises(Exception, match="Unknown session id"):
-                await service.close_session(session_id, owner=bob)
+                await as_bob.close_session(session_id)
 
             # Idle past RLM_MCP_SESSION_IDLE_S: the sweep ends it and releases its sandbox.
             service.sessions._settings = settings.model_copy(update={"session_idle_s": 0.001})
             await service.sessions.sweep()
             await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox released")
             with pytest.raises(Exception, match="ended after RLM_MCP_SESSION_IDLE_S") as caught:
-                await service.start_run("SECOND-Q", None, RunOverrides(), owner=alice, session_id=session_id)
+                await as_alice.start_run("SECOND-Q", None, RunOverrides(), session_id=session_id)
             assert "keep_session=true" in str(caught.value) and "snapshots are off" in str(caught.value)
 
 
@@ -141,17 +143,18 @@ async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) 
             tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=20, session_snapshot_max_bytes=0
         )  # snapshots off: the evicted session ends (kept as a snapshot: tests/docker/test_sessions_snapshot.py)
         async with build_service(settings) as service:
-            info = await service.load_context(text="alpha beta", owner=Owner("local"))
-            _, session_id = await service.complete_in_session(
-                "FIRST-Q", info.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            local = Caller(service, Owner("local"))
+            info = await local.load_context(text="alpha beta")
+            _, session_id = await local.complete_in_session(
+                "FIRST-Q", info.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert session_id is not None
             assert service.sandboxes.free_slots == 0  # the idle session holds the only slot
             # A run without a session needs that slot: the idle session gives it back.
-            other = await service.complete("OTHER-Q", info.context_id, RunOverrides(), _quiet, owner=Owner("local"))
+            other = await local.complete("OTHER-Q", info.context_id, RunOverrides(), _quiet)
             assert other.status == "completed" and other.answer == "plain"
             with pytest.raises(Exception, match="was ended while idle to free its sandbox") as caught:
-                await service.start_run("SECOND-Q", None, RunOverrides(), owner=Owner("local"), session_id=session_id)
+                await local.start_run("SECOND-Q", None, RunOverrides(), session_id=session_id)
             assert "keep_session=true" in str(caught.value) and "snapshots are off" in str(caught.value)
 
 
@@ -159,18 +162,19 @@ async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> N
     with ScriptedLM(Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0)
         async with build_service(settings) as service:
-            first = await service.load_context(text="alpha beta alpha", owner=Owner("local"))
-            second = await service.load_context(text="second context", owner=Owner("local"))
-            _, sid = await service.complete_in_session(
-                "FIRST-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            local = Caller(service, Owner("local"))
+            first = await local.load_context(text="alpha beta alpha")
+            second = await local.load_context(text="second context")
+            _, sid = await local.complete_in_session(
+                "FIRST-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
-            await service.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"))
-            two, _ = await service.complete_in_session(
-                "SECOND-Q", second.context_id, RunOverrides(), _quiet, owner=Owner("local"), session_id=sid
+            await local.complete("OTHER-Q", first.context_id, RunOverrides(), _quiet)
+            two, _ = await local.complete_in_session(
+                "SECOND-Q", second.context_id, RunOverrides(), _quiet, session_id=sid
             )
             # The viewer's models name the session (the index numbers its runs into a chain).
-            record = await service.run_record(two.run_id, owner=Owner("local"))
-            assert build_run(record, await service.run_events(two.run_id, owner=Owner("local")))["session_id"] == sid
+            record = await local.run_record(two.run_id)
+            assert build_run(record, await local.run_events(two.run_id))["session_id"] == sid
             assert index_entry(record)["session_id"] == sid
     assert sid is not None
     proc = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "runs", "export", sid, "--format", "chat"))
@@ -218,10 +222,11 @@ async def test_a_session_whose_sandbox_died_between_runs_goes_on_and_says_so(tmp
     with ScriptedLM(script) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0)
         async with build_service(settings) as service:
-            first = await service.load_context(text="alpha beta alpha", owner=Owner("local"))
-            second = await service.load_context(text="second context", owner=Owner("local"))
-            _, sid = await service.complete_in_session(
-                "FIRST-Q", first.context_id, RunOverrides(), _quiet, owner=Owner("local"), keep_session=True
+            local = Caller(service, Owner("local"))
+            first = await local.load_context(text="alpha beta alpha")
+            second = await local.load_context(text="second context")
+            _, sid = await local.complete_in_session(
+                "FIRST-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
             channel = getattr(service.sessions.get(sid, owner=Owner("local")).repl.sandbox, "container", None)
@@ -231,8 +236,8 @@ async def test_a_session_whose_sandbox_died_between_runs_goes_on_and_says_so(tmp
                 await anyio.to_thread.run_sync(lambda: client.api.kill(channel.name))
             finally:
                 client.close()
-            result, _ = await service.complete_in_session(
-                "AFTER-Q", second.context_id, RunOverrides(), _quiet, owner=Owner("local"), session_id=sid
+            result, _ = await local.complete_in_session(
+                "AFTER-Q", second.context_id, RunOverrides(), _quiet, session_id=sid
             )
         assert result.status == "completed" and result.answer == "6"  # the history was bound again
         last = lm.requests_by_role("root")[-1]["body"]["messages"]

@@ -22,9 +22,11 @@ import psycopg
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from prometheus_client import REGISTRY
 
 from rlm_mcp.assembly import build_service
 from rlm_mcp.owners import Owner
+from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
@@ -37,6 +39,25 @@ from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_repl
 pytestmark = pytest.mark.anyio
 
 ALICE, BOB = "alice-session-token", "bob-session-token"
+
+
+def _team_metrics() -> tuple[float, float, float, float, float]:
+    """(warm follow-ups, restored follow-ups, snapshots taken, their bytes, sessions live on this worker)."""
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    return (
+        value("rlm_mcp_session_followups_total", how="warm"),
+        value("rlm_mcp_session_followups_total", how="restored"),
+        value("rlm_mcp_session_snapshot_bytes_count"),
+        value("rlm_mcp_session_snapshot_bytes_sum"),
+        value("rlm_mcp_sessions_open", mode="team", state="live"),
+    )
+
+
+def _grew(before: tuple[float, ...], after: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(b - a for a, b in zip(before, after, strict=True))
 
 
 def _cell(code: str) -> str:
@@ -210,16 +231,15 @@ async def test_a_worker_lost_before_its_last_snapshot_restores_the_one_before_an
         instance = settings.instance_id
         assert instance is not None
         async with build_service(settings) as service:
-            ctx = await service.load_context(text="alpha beta", owner=owner)
-            _, sid = await service.complete_in_session(
-                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, owner=owner, keep_session=True
+            caller = Caller(service, owner)
+            ctx = await caller.load_context(text="alpha beta")
+            _, sid = await caller.complete_in_session(
+                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
             await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 1, within_s=60, what="snap 1")
             first_snapshot = snapshot_chunks(pg_migrated_url, sid)
-            extra, _ = await service.complete_in_session(
-                "EXTRA-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
-            )
+            extra, _ = await caller.complete_in_session("EXTRA-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert extra.answer == "5"
             await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 2, within_s=60, what="snap 2")
             with psycopg.connect(pg_migrated_url, autocommit=True) as conn:
@@ -231,9 +251,7 @@ async def test_a_worker_lost_before_its_last_snapshot_restores_the_one_before_an
             await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox let go")
 
             lm.reset_log()
-            after, _ = await service.complete_in_session(
-                "AFTER-LOSS-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
-            )
+            after, _ = await caller.complete_in_session("AFTER-LOSS-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert after.status == "completed" and after.answer == "done"
             second_call = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
             assert "2 False True" in second_call  # counts from run 1, no `extra`, history_1 rebound
@@ -272,25 +290,30 @@ async def test_an_idle_sessions_sandbox_yields_its_slot_to_a_run_and_comes_back(
         instance = settings.instance_id
         assert instance is not None
         async with build_service(settings) as service:
-            ctx = await service.load_context(text="alpha beta", owner=owner)
-            _, sid = await service.complete_in_session(
-                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, owner=owner, keep_session=True
+            caller = Caller(service, owner)
+            ctx = await caller.load_context(text="alpha beta")
+            at_start = _team_metrics()
+            _, sid = await caller.complete_in_session(
+                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
             await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 1, within_s=60, what="snap 1")
             assert len(sandbox_container_ids(instance)) == 1  # the session's, idle
+            warm, back, snapshots, snapshot_bytes, live = _grew(at_start, _team_metrics())
+            assert (warm, back, snapshots, live) == (0, 0, 1, 1) and snapshot_bytes > 0  # /metrics
 
-            plain = await service.complete("another question", ctx.context_id, RunOverrides(), _quiet, owner=owner)
+            plain = await caller.complete("another question", ctx.context_id, RunOverrides(), _quiet)
             assert plain.status == "completed" and plain.answer == "plain"
             assert session_row(pg_migrated_url, sid)["holder"] is None  # let go, kept in the database
+            assert _grew(at_start, _team_metrics())[4] == 0  # no session live on this worker now
 
             lm.reset_log()
-            after, _ = await service.complete_in_session(
-                "BACK-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
-            )
+            after, _ = await caller.complete_in_session("BACK-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert after.status == "completed" and after.answer == "ok"
             restored = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
             assert "2 True" in restored and "restored in a fresh sandbox" not in restored  # nothing lost
+            warm, back, _, _, live = _grew(at_start, _team_metrics())
+            assert (warm, back, live) == (0, 1, 1)  # /metrics: one follow-up, restored; live here again
 
 
 async def test_a_run_cancelled_mid_cell_leaves_the_session_its_last_snapshot(
@@ -304,24 +327,23 @@ async def test_a_run_cancelled_mid_cell_leaves_the_session_its_last_snapshot(
     with ScriptedLM(Script(root_by_query=[*PARTIAL.root_by_query, stuck, back])) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, database_url=pg_migrated_url)
         async with build_service(settings) as service:
-            ctx = await service.load_context(text="alpha beta", owner=owner)
-            _, sid = await service.complete_in_session(
-                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, owner=owner, keep_session=True
+            caller = Caller(service, owner)
+            ctx = await caller.load_context(text="alpha beta")
+            _, sid = await caller.complete_in_session(
+                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
             await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 1, within_s=60, what="snap 1")
-            run = await service.start_run("STUCK-Q", None, RunOverrides(), owner=owner, session_id=sid)
+            run = await caller.start_run("STUCK-Q", None, RunOverrides(), session_id=sid)
 
             await wait_until(lambda: cell_started(pg_migrated_url, run.run_id), within_s=60, what="the stuck cell")
-            await service.cancel(run.run_id, owner=owner)
+            await caller.cancel(run.run_id)
             await wait_until(
                 lambda: session_row(pg_migrated_url, sid)["generation"] == 2, within_s=60, what="the run's end"
             )
 
             lm.reset_log()
-            after, _ = await service.complete_in_session(
-                "BACK-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
-            )
+            after, _ = await caller.complete_in_session("BACK-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert after.status == "completed" and after.answer == "ok", after
             output = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
             assert "2 True" in output and "snapshot stored after its first 1 run(s)" in output
@@ -348,23 +370,22 @@ async def test_a_session_without_a_snapshot_comes_back_with_its_contexts_and_his
             session_snapshot_max_bytes=0,
         )
         async with build_service(settings) as service:
-            ctx = await service.load_context(text="alpha beta", owner=owner)
-            _, sid = await service.complete_in_session(
-                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, owner=owner, keep_session=True
+            caller = Caller(service, owner)
+            ctx = await caller.load_context(text="alpha beta")
+            _, sid = await caller.complete_in_session(
+                "BUILD-Q", ctx.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
 
             async def said_why() -> bool:
-                return "snapshots are off" in str((await service.session(sid, owner=owner))["snapshot_error"])
+                return "snapshots are off" in str((await caller.session(sid))["snapshot_error"])
 
             await wait_until(said_why, within_s=60, what="the snapshot refused")
-            plain = await service.complete("another question", ctx.context_id, RunOverrides(), _quiet, owner=owner)
+            plain = await caller.complete("another question", ctx.context_id, RunOverrides(), _quiet)
             assert plain.answer == "plain"
 
             lm.reset_log()
-            after, _ = await service.complete_in_session(
-                "LOOK-Q", None, RunOverrides(), _quiet, owner=owner, session_id=sid
-            )
+            after, _ = await caller.complete_in_session("LOOK-Q", None, RunOverrides(), _quiet, session_id=sid)
             assert after.status == "completed" and after.answer == "ok"
             output = json.dumps(lm.requests_by_role("root")[1]["body"]["messages"][-3:])
             assert "False True alpha" in output and "no snapshot of its variables was stored" in output

@@ -16,7 +16,8 @@ from rlm_mcp.events import Cell, LLMCall, TurnStart
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import decode_live
 from rlm_mcp.service.queue.runlog import QueueRunLog
-from rlm_mcp.service.queue.state import CHANNEL, PgRunQueue
+from rlm_mcp.service.queue.sql import CHANNEL
+from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError
 from rlm_mcp.store.pg.runs import PgRunStore

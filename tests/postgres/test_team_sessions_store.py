@@ -175,3 +175,38 @@ async def test_the_cli_lists_and_closes_its_team_sessions(
             await sessions_close(argparse.Namespace(session_id="ses_cli"), settings)
         with pytest.raises(NotFoundError, match="Unknown session id 'ses_other'"):
             await sessions_close(argparse.Namespace(session_id="ses_other"), settings)
+
+
+async def test_doctor_counts_the_open_sessions_and_their_snapshot_bytes(tmp_path: Path, pg_url: str) -> None:
+    """`rlm-mcp doctor` in team mode: the open sessions, those a run holds now, the snapshots'
+    bytes, and why a session has no current snapshot (read from the database, changing nothing)."""
+    from rlm_mcp.doctor import _team
+
+    async def shown() -> tuple[str, bool]:
+        settings = Settings(database_url=pg_url, data_dir=tmp_path / "doctor")
+        [check] = [c for c in await _team(settings) if c.name == "sessions"]
+        assert check.ok
+        return check.detail, check.warn
+
+    async with replica(tmp_path, pg_url, "a") as (store, queue):
+        assert await shown() == ("none open", False)
+        await store.open("ses_doc1", "alice", "run_doc1", cap=4, max_age_s=DAY)
+        await queue.enqueue(summary("run_doc1", owner="alice"), 1)
+        await queue.finish("run_doc1", final("run_doc1"))
+        generation = await store.finish_run(
+            "ses_doc1", "run_doc1", worker_id=None, context_ids=[], histories=[], usage={}, began=True
+        )
+        assert generation == 1
+        assert await store.save_snapshot("ses_doc1", 1, b"x" * 3072, owner_cap=2**20) is None
+        await store.open("ses_doc2", "bob", "run_doc2", cap=4, max_age_s=DAY)
+        await queue.enqueue(summary("run_doc2", owner="bob"), 1)  # still queued: the session is busy
+        assert await shown() == (
+            "2 open (1 running a run now); 1 with a snapshot, 3.0 KiB in all, the largest 3.0 KiB",
+            False,
+        )
+
+        await store.snapshot_failed("ses_doc1", 1, "the namespace is larger than RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES")
+        detail, warn = await shown()
+        assert warn and detail.endswith(
+            "; 1 without a current snapshot: the namespace is larger than RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES"
+        ), detail

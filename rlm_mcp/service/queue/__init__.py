@@ -1,12 +1,15 @@
 """Team mode's run queue on PostgreSQL: fronts enqueue runs, workers claim and execute them.
 
 - `port.py`: the queue's port and a run's state machine; `state.py`: its one implementation,
-  every statement on run and worker state (claim, heartbeat, requeue, finish, sweeps).
+  every statement on run state (enqueue, claim, requeue, finish, sweeps), over `registry.py`,
+  every statement on worker state (register, heartbeat, leases); `sql.py`: what they share
+  (the NOTIFY channels, the database's clock).
 - `front.py`: enqueue, follow a run through the database (progress, status, result), cancel.
 - `wakeups.py`: one LISTEN connection per process that wakes the tasks following runs.
 - `sessions.py`: a worker's kept sessions: the live sandboxes it holds, restores, snapshots.
 - `worker.py`: claim a run when slots allow, execute it with the local `RunManager`, report,
-  fenced by the claim's attempt.
+  fenced by the claim's attempt; `final_writes.py`: how it writes a run's end through an outage
+  (handed back, stopped unrecorded, the final record retried).
 - `sweeper.py`: leases: lost workers' runs and sandboxes, runs no worker takes.
 - `liveness.py`: which sandbox owners are gone, by the workers' leases.
 - `gauges.py`: the queue's depth, oldest age and live workers, sampled for /metrics.

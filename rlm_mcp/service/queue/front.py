@@ -23,10 +23,11 @@ from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus
+from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.ends import need_of
 from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.wakeups import Wakeups
-from rlm_mcp.service.runs import FINISHED_RUNS_KEPT, ActiveRun
+from rlm_mcp.service.runs import FINISHED_RUNS_KEPT
 
 log = logging.getLogger("rlm_mcp.queue")
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import LLMCall, RunEvent
 from rlm_mcp.ports.runs import RunRecord
-from rlm_mcp.service.queue.state import CHANNEL
+from rlm_mcp.service.queue.sql import CHANNEL
 from rlm_mcp.store.pg.runs import PgRunLog
 
 log = logging.getLogger("rlm_mcp.queue")

@@ -32,9 +32,10 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.engine.snapshot import ReplRestarted, Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
 from rlm_mcp.errors import NotFoundError, RlmMcpError
+from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunRequest
-from rlm_mcp.service.runs import ActiveRun
+from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.store.pg.sessions import PgSessionStore, SessionRow
 from rlm_mcp.store.ports import ContextStorePort
 from rlm_mcp.usage import Usage
@@ -84,6 +85,7 @@ class WorkerSessions:
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> WorkerSessions:
+        metrics.watch_sessions(self, "team")
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._sweep_forever)
@@ -104,6 +106,11 @@ class WorkerSessions:
             if tg is not None:
                 tg.cancel_scope.cancel()
                 await tg.__aexit__(None, None, None)
+
+    def session_counts(self) -> tuple[int, int]:
+        """For /metrics: (live: the sessions whose sandbox this worker holds, released: none, as
+        a released team session is kept in the database, for any worker)."""
+        return sum(1 for held in self._held.values() if held.repl.sandbox is not None), 0
 
     # --- what the worker asks ---------------------------------------------------------------
 

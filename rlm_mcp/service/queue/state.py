@@ -1,4 +1,5 @@
-"""Every statement on team-mode run state and worker state (`port.RunQueuePort`), on PostgreSQL.
+"""Every statement on team-mode run state (`port.RunQueuePort`), on PostgreSQL; the worker
+statements it inherits are in `registry.py`.
 
 A run's row in `rlm_runs` is its one state machine (drawn in `port.py` and docs/architecture.md);
 `rlm_workers` holds the workers, each with a heartbeat set by the database's `now()`. Rules kept
@@ -27,34 +28,27 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
-import time
-from collections.abc import Callable
 from typing import Any
 
-from rlm_mcp.config import Settings
 from rlm_mcp.observability import metrics
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord
 from rlm_mcp.service.queue.ends import final_summary
-from rlm_mcp.service.queue.port import Beat, LostWorker, RunRow
+from rlm_mcp.service.queue.port import RunRow
+from rlm_mcp.service.queue.registry import PgWorkerRegistry
+from rlm_mcp.service.queue.sql import CHANNEL, NOW, QUEUE_CHANNEL
 from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
-from rlm_mcp.store.pg.db import Conn, Database
+from rlm_mcp.store.pg.db import Conn
 from rlm_mcp.store.pg.migrations import ADVISORY_LOCK_KEY
 
 log = logging.getLogger("rlm_mcp.queue")
 
-CHANNEL = "rlm_run_progress"  # payload: a run id, optionally a space and its live summary
-QUEUE_CHANNEL = "rlm_run_queue"  # payload: "queued", or "cancel RUN_ID"
 CLAIM_LOCK_KEY = ADVISORY_LOCK_KEY + 2
 ENQUEUE_LOCK_KEY = ADVISORY_LOCK_KEY + 3
-FORGET_AFTER_S = 86400.0
 
 _COLUMNS = (
     "run_id, owner, state, attempt, summary, worker_id, lm_called, requeues, next_seq, log_bytes, created_at, "
     "cancel_requested"
 )
-_NOW = "extract(epoch FROM now())"  # the database's clock as Unix seconds (the float columns)
 # A worker is lost when its row is gone, it said it is gone, or its heartbeat is older than the lease.
 _LOST = "(w.worker_id IS NULL OR w.gone_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => %s))"
 
@@ -80,15 +74,9 @@ def _dump(record: RunRecord) -> str:
     return json.dumps(record.to_stored(), ensure_ascii=False)
 
 
-class PgRunQueue:
-    """`port.RunQueuePort` on the team database."""
-
-    def __init__(self, settings: Settings, db: Database, *, clock: Callable[[], float] = time.time) -> None:
-        """`clock`: this process's clock, compared with the database's only to warn of a skew."""
-        self._clock = clock
-        self._settings = settings
-        self._db = db
-        self._lease = settings.worker_lease_s
+class PgRunQueue(PgWorkerRegistry):
+    """`port.RunQueuePort` on the team database: the run statements here, the worker statements
+    from `registry.PgWorkerRegistry`."""
 
     # --- fronts -----------------------------------------------------------------------------
 
@@ -111,7 +99,7 @@ class PgRunQueue:
                 "  FROM rlm_runs WHERE state = 'queued'), "
                 "ins AS (INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary, need, queued_at, "
                 "  prefer_worker, prefer_until) "
-                f"  SELECT %(run_id)s, %(owner)s, %(created_at)s, {_NOW}, 'queued', %(summary)s, %(need)s, "
+                f"  SELECT %(run_id)s, %(owner)s, %(created_at)s, {NOW}, 'queued', %(summary)s, %(need)s, "
                 "  clock_timestamp(), %(prefer)s, clock_timestamp() + make_interval(secs => %(prefer_s)s) FROM c WHERE c.total < %(max_total)s AND c.mine < %(max_mine)s RETURNING run_id) "
                 "SELECT c.total, c.mine, (SELECT count(*) FROM ins) AS inserted, "
                 "  (SELECT pg_notify(%(channel)s, 'queued') FROM ins) AS woken FROM c",
@@ -147,7 +135,7 @@ class PgRunQueue:
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 "WITH up AS (UPDATE rlm_runs SET state = 'done', summary = %s, updated_at = "
-                f"{_NOW} WHERE run_id = %s AND state = 'queued' RETURNING run_id) "
+                f"{NOW} WHERE run_id = %s AND state = 'queued' RETURNING run_id) "
                 "SELECT (SELECT count(*) FROM up) AS ended, pg_notify(%s, %s)",
                 (_dump(summary_if_queued), run_id, CHANNEL, run_id),
             )
@@ -185,51 +173,7 @@ class PgRunQueue:
         assert row is not None
         return int(row["depth"]), max(0.0, float(row["oldest"])), int(row["alive"])
 
-    async def live_workers(self) -> int:
-        async with self._db.connection() as conn:
-            cur = await conn.execute(
-                "SELECT count(*) AS n FROM rlm_workers WHERE gone_at IS NULL "
-                "AND heartbeat_at > now() - make_interval(secs => %s)",
-                (self._lease,),
-            )
-            row = await cur.fetchone()
-        return int(row["n"]) if row else 0
-
-    # --- workers ----------------------------------------------------------------------------
-
-    async def register_worker(self, owner_id: str, slots: int) -> int:
-        async with self._db.transaction() as conn:
-            # This owner's earlier registrations (declared lost during an outage) are over: their
-            # sandboxes are this process's own and must not be reaped as a lost worker's.
-            await conn.execute(
-                f"UPDATE rlm_workers SET gone_at = {_NOW} WHERE owner_id = %s AND gone_at IS NULL", (owner_id,)
-            )
-            cur = await conn.execute(
-                "INSERT INTO rlm_workers (owner_id, host, pid, started_at, heartbeat_at, slots) "
-                f"VALUES (%s, %s, %s, {_NOW}, now(), %s) RETURNING worker_id",
-                (owner_id, socket.gethostname(), os.getpid(), slots),
-            )
-            row = await cur.fetchone()
-            assert row is not None
-            await conn.execute("SELECT pg_notify(%s, 'queued')", (QUEUE_CHANNEL,))  # more slots: look again
-        return int(row["worker_id"])
-
-    async def unregister_worker(self, worker_id: int) -> None:
-        await self.mark_gone(worker_id)
-
-    async def heartbeat(self, worker_id: int) -> Beat:
-        async with self._db.connection() as conn:
-            cur = await conn.execute(
-                "WITH beat AS (UPDATE rlm_workers SET heartbeat_at = now() WHERE worker_id = %s AND gone_at IS NULL "
-                "RETURNING worker_id) SELECT EXISTS (SELECT 1 FROM beat) AS registered, "
-                "(SELECT coalesce(json_agg(json_build_array(run_id, attempt, cancel_requested)), '[]'::json) "
-                " FROM rlm_runs WHERE state = 'running' AND worker_id = %s) AS held",
-                (worker_id, worker_id),
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        held = row["held"] if not isinstance(row["held"], str) else json.loads(row["held"])
-        return Beat(bool(row["registered"]), {str(r[0]): (int(r[1]), bool(r[2])) for r in held})
+    # --- workers' runs ----------------------------------------------------------------------
 
     async def claim(self, worker_id: int, free_sandboxes: int, max_sandboxes: int) -> RunRow | None:
         """The next run for this worker (see the module's docstring), now `running` under a new
@@ -254,7 +198,7 @@ class PgRunQueue:
                 "      AND w.gone_at IS NULL AND w.heartbeat_at > now() - make_interval(secs => %(lease)s))) "
                 "  ORDER BY coalesce(b.n, 0), r.queued_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED) "
                 "UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
-                f"  claimed_at = now(), cancel_requested = false, updated_at = {_NOW} "
+                f"  claimed_at = now(), cancel_requested = false, updated_at = {NOW} "
                 f"FROM pick WHERE r.run_id = pick.run_id RETURNING {', '.join('r.' + c.strip() for c in _COLUMNS.split(','))}, "
                 "extract(epoch FROM now() - r.queued_at) AS waited_s",
                 {
@@ -290,7 +234,7 @@ class PgRunQueue:
         params: tuple[Any, ...] = (_dump(summary), run_id) + (() if attempt is None else (attempt,))
         cur = await conn.execute(
             "WITH up AS (UPDATE rlm_runs SET state = 'queued', worker_id = NULL, requeues = requeues + 1, "
-            f"summary = %s, queued_at = now(), updated_at = {_NOW} WHERE run_id = %s AND state = 'running'{fence} "
+            f"summary = %s, queued_at = now(), updated_at = {NOW} WHERE run_id = %s AND state = 'running'{fence} "
             "RETURNING run_id) SELECT (SELECT count(*) FROM up) AS n, pg_notify(%s, %s), pg_notify(%s, 'queued')",
             (*params, CHANNEL, run_id, QUEUE_CHANNEL),
         )
@@ -307,7 +251,7 @@ class PgRunQueue:
         fence = "state <> 'done'" if attempt is None else "state = 'running' AND attempt = %s"
         params: tuple[Any, ...] = (_dump(summary), run_id) + (() if attempt is None else (attempt,))
         cur = await conn.execute(
-            f"WITH up AS (UPDATE rlm_runs SET summary = %s, state = 'done', updated_at = {_NOW} "
+            f"WITH up AS (UPDATE rlm_runs SET summary = %s, state = 'done', updated_at = {NOW} "
             f"WHERE run_id = %s AND {fence} RETURNING run_id) SELECT (SELECT count(*) FROM up) AS ended, "
             "pg_notify(%s, %s)",
             (*params, CHANNEL, run_id),
@@ -315,36 +259,7 @@ class PgRunQueue:
         row = await cur.fetchone()
         return bool(row and row["ended"])
 
-    async def worker_ref(self, worker_id: int | None) -> WorkerRef:
-        """A worker as notices name it: its id, host and pid (its id alone when its row is gone)."""
-        async with self._db.connection() as conn:
-            return await self._worker_ref(conn, worker_id)
-
-    async def _worker_ref(self, conn: Conn, worker_id: int | None) -> WorkerRef:
-        if worker_id is None:
-            return WorkerRef()
-        cur = await conn.execute("SELECT host, pid FROM rlm_workers WHERE worker_id = %s", (worker_id,))
-        row = await cur.fetchone()
-        if row is None:
-            return WorkerRef(worker_id=worker_id)
-        return WorkerRef(worker_id=worker_id, host=row["host"], pid=row["pid"])
-
     # --- sweepers ---------------------------------------------------------------------------
-
-    async def sweep_plan(self) -> tuple[float | None, float]:
-        """(seconds until the oldest live worker's lease ends, or None; seconds since the
-        database started, by its own clock)."""
-        async with self._db.connection() as conn:
-            cur = await conn.execute(
-                "SELECT (SELECT extract(epoch FROM min(heartbeat_at) - now()) FROM rlm_workers WHERE gone_at IS NULL "
-                " AND heartbeat_at > now() - make_interval(secs => %s)) AS oldest_s, "
-                "extract(epoch FROM now() - pg_postmaster_start_time()) AS up_s",
-                (self._lease,),
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        oldest = None if row["oldest_s"] is None else float(row["oldest_s"])
-        return oldest, float(row["up_s"])
 
     async def lost_runs(self) -> list[str]:
         async with self._db.connection() as conn:
@@ -406,40 +321,3 @@ class PgRunQueue:
                 return False
             summary = final_summary(json.loads(row["summary"]), "error", reason)
             return await self._finish(conn, run_id, summary, attempt=None)
-
-    async def forget_old_workers(self) -> None:
-        """Keep `rlm_workers` small: workers gone or silent for a day, with no run left."""
-        async with self._db.connection() as conn:
-            await conn.execute(
-                f"DELETE FROM rlm_workers w WHERE (w.gone_at < {_NOW} - %s OR w.heartbeat_at < now() - "
-                "make_interval(secs => %s)) AND NOT EXISTS (SELECT 1 FROM rlm_runs r WHERE r.state = 'running' "
-                "AND r.worker_id = w.worker_id)",
-                (FORGET_AFTER_S, FORGET_AFTER_S),
-            )
-
-    async def workers(self) -> tuple[list[LostWorker], set[str]]:
-        """The registered workers past their lease, and the owner ids of those within it."""
-        async with self._db.connection() as conn:
-            cur = await conn.execute(
-                "SELECT worker_id, owner_id, host, heartbeat_at > now() - make_interval(secs => %s) AS live "
-                "FROM rlm_workers WHERE gone_at IS NULL",
-                (self._lease,),
-            )
-            rows = await cur.fetchall()
-        live = {r["owner_id"] for r in rows if r["live"]}
-        lost = [LostWorker(r["worker_id"], r["owner_id"], r["host"]) for r in rows if r["owner_id"] not in live]
-        return lost, live
-
-    async def mark_gone(self, worker_id: int) -> None:
-        async with self._db.connection() as conn:
-            await conn.execute(f"UPDATE rlm_workers SET gone_at = {_NOW} WHERE worker_id = %s", (worker_id,))
-
-    async def clock_skew_s(self) -> float:
-        """This process's clock minus the database's (seconds), halfway through the round trip."""
-        async with self._db.connection() as conn:
-            before = self._clock()
-            cur = await conn.execute("SELECT extract(epoch FROM clock_timestamp()) AS t")
-            row = await cur.fetchone()
-            after = self._clock()
-        assert row is not None
-        return (before + after) / 2 - float(row["t"])

@@ -1,4 +1,4 @@
-"""One LISTEN connection per process that wakes the tasks waiting on a run (`state.CHANNEL`).
+"""One LISTEN connection per process that wakes the tasks waiting on a run (`sql.CHANNEL`).
 
 A notification's payload is the run id, or the run's live summary when a worker publishes one
 (its one encoding: `ports.runs.encode_live` / `decode_live`): the follower applies that summary
@@ -20,7 +20,7 @@ import anyio
 import psycopg
 
 from rlm_mcp.ports.runs import LiveSummary, decode_live
-from rlm_mcp.service.queue.state import CHANNEL
+from rlm_mcp.service.queue.sql import CHANNEL
 
 log = logging.getLogger("rlm_mcp.queue")
 

@@ -45,24 +45,25 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
+from rlm_mcp.ports.runs import Notice, NoticeKind, WorkerRef
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.service.queue import final_writes
 from rlm_mcp.service.queue.ends import not_started, request_of
+from rlm_mcp.service.queue.final_writes import RETRY_S
 from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
-from rlm_mcp.service.queue.state import QUEUE_CHANNEL
+from rlm_mcp.service.queue.sql import QUEUE_CHANNEL
 from rlm_mcp.service.queue.wakeups import listen_forever
-from rlm_mcp.service.runs import ActiveRun, RunManager
+from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.store.pg.sessions import PgSessionStore
 from rlm_mcp.store.ports import ContextStorePort
 
 log = logging.getLogger("rlm_mcp.queue")
 
-RETRY_S = 1.0  # after a database error, before the next try
 SPREAD_S = 0.05  # per run already executing here, before claiming a newly queued one
-FINAL_WRITE_S = 600.0  # how long a run's final record is retried through a database outage
 
 
 class QueueWorker:
@@ -163,7 +164,7 @@ class QueueWorker:
             beaten = self._beaten
             await beaten.wait()
         if run_log.unrecorded:
-            run_log.detach()  # its end is written by `_end_unrecorded`, not as `cancelled`
+            run_log.detach()  # its end is written by `final_writes.end_unrecorded`, not as `cancelled`
             return True
         if run_id in self._stopped:
             return True
@@ -345,67 +346,11 @@ class QueueWorker:
                 if run_id in self._stopped:
                     pass  # no longer this worker's: nothing more is written
                 elif run_id in self._handing_back:
-                    await self._hand_back(run, run_log, attempt)
+                    await final_writes.hand_back(self._queue, run, run_log, attempt, self.ref)
                 elif run_log.unrecorded:
-                    await self._end_unrecorded(run, run_log, attempt, fresh=row.requeues == 0)
+                    await final_writes.end_unrecorded(self._queue, run, attempt, self.ref, fresh=row.requeues == 0)
                 else:
-                    await self._ensure_final(run, run_log, attempt)
-
-    async def _hand_back(self, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
-        """Queue the run again for another worker; if this fails, the sweepers queue it again
-        once this worker's lease ends."""
-        summary = self._requeued(run, Notice(kind=NoticeKind.REQUEUED_WORKER_SHUTDOWN, worker=self.ref))
-        try:
-            await run_log.flush()  # the events staged before the log was detached
-            if await self._queue.requeue(run.run_id, attempt, summary):
-                log.info("run %s handed back to the queue", run.run_id)
-        except Exception as exc:
-            log.info("could not hand run %s back (the sweepers will): %s", run.run_id, exc)
-
-    async def _end_unrecorded(self, run: ActiveRun, run_log: QueueRunLog, attempt: int, *, fresh: bool) -> None:
-        """A run stopped because its first answered LM call could not be recorded: queued again
-        (once, as after a lost worker: no answer was recorded) or ended `error`, retried until
-        the database answers (fenced, so never over another attempt)."""
-        why = "its first answered LM call could not be recorded (the database was unreachable)"
-        with anyio.move_on_after(FINAL_WRITE_S):
-            while True:
-                try:
-                    if fresh:
-                        notice = Notice.of_text(f"{why}; it was queued again")
-                        await self._queue.requeue(run.run_id, attempt, self._requeued(run, notice))
-                    else:
-                        reason = f"The run was stopped on {self.name}: {why}. Start it again with rlm_start."
-                        await self._queue.finish(run.run_id, run.record().ended("error", reason), attempt=attempt)
-                    return
-                except Exception as exc:  # PostgreSQL still away: try again
-                    log.info("could not record the stop of run %s yet: %s", run.run_id, exc)
-                    await anyio.sleep(RETRY_S)
-
-    @staticmethod
-    def _requeued(run: ActiveRun, notice: Notice) -> RunRecord:
-        """The run's record as it goes back to the queue."""
-        return run.record().model_copy(
-            update={"result": None, "not_started": None, "status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
-        )
-
-    async def _ensure_final(self, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
-        """The run's final record, whatever happened to the database meanwhile: `RunManager`
-        writes it once (with the staged events and the NOTIFY) and only logs a failure; then
-        it (and any event still staged) is written here again until it lands (fenced: never
-        over another attempt, never over a final record), and announced."""
-        if run_log.final_written:  # by `RunManager`, announced with it: the usual case
-            return
-        summary = run.record()
-        with anyio.move_on_after(FINAL_WRITE_S):
-            while True:
-                try:
-                    await run_log.flush()
-                    await self._queue.finish(run.run_id, summary, attempt=attempt)
-                    return
-                except Exception as exc:  # PostgreSQL restarting: try again
-                    log.info("could not record the end of run %s yet: %s", run.run_id, exc)
-                    await anyio.sleep(RETRY_S)
-        log.error("the end of run %s could not be recorded within %.0f s", run.run_id, FINAL_WRITE_S)
+                    await final_writes.ensure_final(self._queue, run, run_log, attempt)
 
     async def _report_until_done(self, run: ActiveRun, run_log: QueueRunLog) -> None:
         """Publish the run's live summary, with the events staged since the last flush, on each

@@ -1,0 +1,136 @@
+"""One run from the moment it is accepted until its record is written (`ActiveRun`), and how a
+caller waits on it.
+
+An `ActiveRun` is what every run backend hands back: the local `RunManager` (service/runs.py)
+executes it in this process; a team-mode front (service/queue/front.py) mirrors a run that a
+worker executes. Its state is the engine's `RunProgress` plus what a waiter needs (a change
+counter, the result or why it never started, notices, the team worker's fence, a kept
+session's hooks); `snapshot()` and `record()` are its two read views.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from rlm_mcp.engine import RunProgress, RunResult
+from rlm_mcp.engine.session import SessionSandbox
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.ports.runs import Notice, NotStarted, RunRecord, RunRequest, render_notices
+from rlm_mcp.service.progress import HEARTBEAT_S
+from rlm_mcp.service.views import RunSnapshot
+
+
+@dataclass
+class ActiveRun:
+    """A run from the moment it is accepted until its record is written."""
+
+    run_id: str
+    request: RunRequest
+    progress: RunProgress
+    created: float = field(default_factory=time.time)
+    result: RunResult | None = None
+    # Why the run never started (no slot, Docker gone, the LM endpoint unreachable at the
+    # first call; see `RunNotStarted`): a waiting `rlm_complete` raises it as a tool error.
+    not_started: RlmMcpError | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    scope: anyio.CancelScope | None = None
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+    last_event: str | None = None
+    # Counts notifications, so a waiter that was busy (sending progress) when one happened
+    # still sees it: the Event alone is replaced on every notify and would lose it.
+    seq: int = 0
+    # Team mode: where the run executes, or why it went back to the queue (the record's notice)...
+    notice: Notice | None = None
+    # ... and the front's own, never stored: no live worker to take it. rlm_status shows both.
+    waiting: Notice | None = None
+    # Ended because its server shut down (cancelled from outside its own scope), set before
+    # its final record is written (a team worker may hand such a run back instead).
+    shut_down: bool = False
+    # Team mode: awaited before each LM call and each cell (on the events that precede them);
+    # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
+    fence: Callable[[], Awaitable[bool]] | None = None
+    # Holds one of the process's run slots (from the moment the slot gate hands it one).
+    slotted: bool = False
+    # Whether its owner's share of the slots applies here (a team worker's runs were claimed
+    # within it already).
+    shared: bool = True
+    # A kept session's run: the session's REPL it continues, and what to tell the session once
+    # the run's record is written (service/sessions.py).
+    repl: SessionSandbox | None = None
+    on_end: Callable[[ActiveRun], Awaitable[None]] | None = None
+    # Team mode: told before the run's final record is written (the session is free again by the
+    # time a caller sees the result).
+    on_result: Callable[[ActiveRun], Awaitable[None]] | None = None
+    # Began executing (held a slot and started its engine): counted by the running-runs gauge.
+    began: bool = False
+
+    def notify(self, event_type: str) -> None:
+        self.last_event = event_type
+        self.seq += 1
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_change(self, within_s: float, *, since: int | None = None) -> bool:
+        """True if something happened within `within_s` seconds (or since notification `since`)."""
+        if since is not None and self.seq != since:
+            return True
+        changed = self._changed
+        with anyio.move_on_after(within_s):
+            await changed.wait()
+            return True
+        return False
+
+    def snapshot(self) -> RunSnapshot:
+        p = self.progress
+        return RunSnapshot(
+            run_id=self.run_id,
+            status=p.status,
+            iterations=p.iterations,
+            max_iterations=p.max_iterations,
+            sub_calls=p.sub_calls,
+            usage=p.usage.copy_of(),
+            elapsed_s=round(time.monotonic() - p.started, 3),
+            notice=render_notices(self.notice, self.waiting),
+            reason=self.result.reason if self.result is not None else None,
+        )
+
+    def record(self) -> RunRecord:
+        """The run's record now: its request, its live state and, once it ended, its result."""
+        p = self.progress
+        cause = self.not_started
+        return RunRecord(
+            run_id=self.run_id,
+            created_at=self.created,
+            request=self.request,
+            status=p.status,
+            phase=p.phase,
+            iterations=p.iterations,
+            max_iterations=p.max_iterations,
+            sub_calls=p.sub_calls,
+            usage=p.usage.copy_of(),
+            elapsed_s=round(time.monotonic() - p.started, 3),
+            notice=self.notice,
+            last_event=self.last_event,
+            result=self.result,
+            not_started=NotStarted(cause=cause.cause, fix=cause.fix) if cause is not None else None,
+        )
+
+
+async def wait_with_heartbeat(
+    run: ActiveRun, report: Callable[[str | None], Awaitable[None]], *, heartbeat_s: float = HEARTBEAT_S
+) -> RunResult:
+    """Wait for `run` to end, calling `report` on every progress event and at least every
+    `heartbeat_s` seconds (clients that reset their timeout on progress need this)."""
+    seen = run.seq
+    while not run.done.is_set():
+        changed = await run.wait_change(heartbeat_s, since=seen)
+        seen = run.seq
+        if run.done.is_set():
+            break
+        await report(run.last_event if changed else None)
+    assert run.result is not None
+    return run.result
