@@ -13,11 +13,9 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class AccountedCall(Protocol):
-    """What `Usage.add_call` reads of one LM call's record."""
+class Accounted(Protocol):
+    """The counts of one LM call or of a bucket of them (a record, a `TokenCount`)."""
 
-    @property
-    def model(self) -> str: ...
     @property
     def prompt_tokens(self) -> int: ...
     @property
@@ -26,6 +24,13 @@ class AccountedCall(Protocol):
     def cached_prompt_tokens(self) -> int: ...
     @property
     def cost_usd(self) -> float | None: ...
+
+
+class AccountedCall(Accounted, Protocol):
+    """What `Usage.add_call` reads of one LM call's record: its counts and its model."""
+
+    @property
+    def model(self) -> str: ...
 
 
 class TokenCount(BaseModel):
@@ -49,21 +54,14 @@ class TokenCount(BaseModel):
     def total(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def add(
-        self,
-        prompt_tokens: int,
-        completion_tokens: int,
-        *,
-        calls: int = 1,
-        cached_prompt_tokens: int = 0,
-        cost_usd: float | None = None,
-    ) -> None:
-        self.prompt_tokens += prompt_tokens
-        self.completion_tokens += completion_tokens
-        self.calls += calls
-        self.cached_prompt_tokens += cached_prompt_tokens
-        if cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + cost_usd
+    def absorb(self, other: TokenCount) -> None:
+        """Add `other`'s counts to these (a cost stays None while neither side has one)."""
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.calls += other.calls
+        self.cached_prompt_tokens += other.cached_prompt_tokens
+        if other.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
 
     @pydantic.model_serializer(mode="wrap")
     def _omit_unused(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -99,17 +97,24 @@ class Usage(BaseModel):
         cost_usd: float | None = None,
     ) -> None:
         """Count one LM call (or `calls` of them) of `model`; `cost_usd`: None when unpriced."""
-        bucket = self.by_model.get(model)
-        if bucket is None:
-            bucket = self.by_model[model] = TokenCount()
-        for counts in (self.total, bucket):
-            counts.add(
-                prompt_tokens,
-                completion_tokens,
+        self._count(
+            model,
+            TokenCount(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
                 calls=calls,
                 cached_prompt_tokens=cached_prompt_tokens,
                 cost_usd=cost_usd,
-            )
+            ),
+        )
+
+    def _count(self, model: str, counts: TokenCount) -> None:
+        """Add `counts` to the total and to `model`'s bucket."""
+        bucket = self.by_model.get(model)
+        if bucket is None:
+            bucket = self.by_model[model] = TokenCount()
+        self.total.absorb(counts)
+        bucket.absorb(counts)
 
     def add_call(self, call: AccountedCall) -> None:
         """Count one LM call as its record accounts it (`rlm_mcp.ports.chat.CallRecord`)."""
@@ -123,15 +128,8 @@ class Usage(BaseModel):
 
     def merge(self, other: Usage) -> None:
         """Add another tree's usage to this one."""
-        for model, c in other.by_model.items():
-            self.add(
-                model,
-                c.prompt_tokens,
-                c.completion_tokens,
-                calls=c.calls,
-                cached_prompt_tokens=c.cached_prompt_tokens,
-                cost_usd=c.cost_usd,
-            )
+        for model, counts in other.by_model.items():
+            self._count(model, counts)
 
     def copy_of(self) -> Usage:
         """An independent copy (a record or event keeps the counts of one moment)."""
@@ -153,4 +151,4 @@ class Usage(BaseModel):
             return cls()
 
 
-__all__ = ["AccountedCall", "TokenCount", "Usage"]
+__all__ = ["Accounted", "AccountedCall", "TokenCount", "Usage"]

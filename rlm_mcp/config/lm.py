@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_settings import NoDecode
 
-from rlm_mcp.config.values import SECTION_CONFIG, comma_list, json_object, server_of
+from rlm_mcp.config.values import SECTION_CONFIG, CommaList, json_object, server_of
 from rlm_mcp.config_check import check_endpoint_url
 
 # Which field carries a request's completion budget (lm/length_field.py applies it).
@@ -52,7 +52,7 @@ class LMSettings(BaseModel):
     lm_retries: int = Field(3, description="Retries of one LM request on 429/5xx/connection errors.")
     max_concurrent_lm_calls: int = Field(16, description="Concurrent LM requests across all runs and depths.")
     max_sub_calls_per_run: int = Field(2000, description="Sub-LM calls one run tree may make.")
-    allowed_sub_models: Annotated[list[str], NoDecode] = Field(
+    allowed_sub_models: CommaList = Field(
         default_factory=list,
         description="Comma-separated extra models code may name in llm_query(model=...); others fall back to the "
         "sub model. The sub model may always be named, the root model too unless RLM_MCP_SUB_BASE_URL is another "
@@ -86,11 +86,6 @@ class LMSettings(BaseModel):
         default_factory=dict,
         description='Prices per model, USD per million tokens: {"model": {"input": 3, "cached_input": 0.3, "output": 15}}.',
     )
-
-    @field_validator("allowed_sub_models", mode="before")
-    @classmethod
-    def _split_models(cls, value: Any) -> Any:
-        return comma_list(value)
 
     @field_validator("model_prices", mode="before")
     @classmethod

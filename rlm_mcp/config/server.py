@@ -4,13 +4,12 @@ logs and exposes to an operator."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
-from pydantic_settings import NoDecode
 
-from rlm_mcp.config.values import SECTION_CONFIG, comma_list
+from rlm_mcp.config.values import SECTION_CONFIG, CommaList
 
 # How MCP clients reach the server.
 Transport = Literal["stdio", "http"]
@@ -25,14 +24,14 @@ class ServerSettings(BaseModel):
     host: str = Field("127.0.0.1", description="HTTP bind address.")
     port: int = Field(8765, description="HTTP port.")
     auth_token: str | None = Field(None, description="Bearer token required by the HTTP transport.")
-    auth_tokens: Annotated[list[str], NoDecode] = Field(
+    auth_tokens: CommaList = Field(
         default_factory=list, description="More accepted tokens, comma-separated; each one owns its contexts and runs."
     )
     auth_tokens_file: Path | None = Field(None, description="File of accepted tokens, one per line ('#' comments).")
-    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+    allowed_hosts: CommaList = Field(
         default_factory=list, description="Extra Host header values accepted over HTTP (e.g. a proxy's name)."
     )
-    allowed_origins: Annotated[list[str], NoDecode] = Field(
+    allowed_origins: CommaList = Field(
         default_factory=list, description="Extra browser origins allowed over HTTP (e.g. http://localhost:3000)."
     )
     public_url: str | None = Field(
@@ -55,11 +54,6 @@ class ServerSettings(BaseModel):
     metrics_public: bool = Field(
         False, description="GET /metrics answers without the bearer token (a scraper on a private network)."
     )
-
-    @field_validator("auth_tokens", "allowed_hosts", "allowed_origins", mode="before")
-    @classmethod
-    def _split_lists(cls, value: Any) -> Any:
-        return comma_list(value)
 
     @field_validator("public_url", mode="after")
     @classmethod

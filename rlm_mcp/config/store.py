@@ -12,7 +12,7 @@ import platformdirs
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import NoDecode
 
-from rlm_mcp.config.values import SECTION_CONFIG, comma_list
+from rlm_mcp.config.values import SECTION_CONFIG, CommaList
 
 
 def _default_data_dir() -> Path:
@@ -70,7 +70,7 @@ class LoadSettings(BaseModel):
     allow_private_urls: bool = Field(
         False, description="Over HTTP, allow URLs on private networks (never loopback or link-local unless listed)."
     )
-    allowed_url_addresses: Annotated[list[str], NoDecode] = Field(
+    allowed_url_addresses: CommaList = Field(
         default_factory=list, description="Comma-separated addresses or networks URL loads may always reach."
     )
 
@@ -80,11 +80,6 @@ class LoadSettings(BaseModel):
         if isinstance(value, str):
             return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
         return value
-
-    @field_validator("allowed_url_addresses", mode="before")
-    @classmethod
-    def _split_addresses(cls, value: Any) -> Any:
-        return comma_list(value)
 
     @field_validator("allowed_url_addresses", mode="after")
     @classmethod

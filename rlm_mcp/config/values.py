@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import ConfigDict
+from pydantic import BeforeValidator, ConfigDict
+from pydantic_settings import NoDecode
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -30,6 +31,10 @@ def comma_list(value: Any) -> Any:
     if isinstance(value, str):
         return [m.strip() for m in value.split(",") if m.strip()]
     return value
+
+
+# A list setting written as one comma-separated string (`a,b`), or given as a list.
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(comma_list)]
 
 
 def json_object(value: Any, name: str, *, empty: Any) -> Any:

@@ -16,6 +16,7 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
+from rlm_mcp.engine.turn import RunContext
 from rlm_mcp.events import SubCalls
 from rlm_mcp.observability import tracing
 from rlm_mcp.ports import ChatModel, LMBridge, LMRequest
@@ -33,17 +34,11 @@ _MIN_SUB_COMPLETION = 256
 ChildRunner = Callable[[str, int], Awaitable[str]]
 
 
-def make_bridge(
-    *,
-    settings: Settings,
-    lm: ChatModel,
-    tree: RunTree,
-    depth: int,
-    run_id: str,
-    run_child: ChildRunner,
-) -> LMBridge:
-    """The bridge one run hands to `sandbox.execute` (depth = that run's depth)."""
-    return SubCallBridge(settings=settings, lm=lm, tree=tree, depth=depth, run_id=run_id, run_child=run_child)
+def make_bridge(ctx: RunContext, *, run_child: ChildRunner) -> LMBridge:
+    """The bridge the run of `ctx` hands to `sandbox.execute` (its settings, LM, tree, depth and id)."""
+    return SubCallBridge(
+        settings=ctx.settings, lm=ctx.lm, tree=ctx.tree, depth=ctx.depth, run_id=ctx.run_id, run_child=run_child
+    )
 
 
 class SubCallBridge:

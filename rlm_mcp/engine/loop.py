@@ -178,14 +178,7 @@ class RLMEngine:
                             session.context_count = session.history_count = 0
                             session.contexts.clear()
                             session.histories.clear()
-                    bridge = make_bridge(
-                        settings=self.settings,
-                        lm=self.lm,
-                        tree=tree,
-                        depth=depth,
-                        run_id=run_id,
-                        run_child=self._child_runner(tree, run_id),
-                    )
+                    bridge = make_bridge(ctx, run_child=self._child_runner(tree, run_id))
                     status, reason = await self._loop(
                         ctx, sandbox, bridge, query, contexts, session, restored_lost, restarted_note
                     )

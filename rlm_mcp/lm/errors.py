@@ -95,22 +95,22 @@ def unreadable(url: str, model: str, detail: str, setting: str) -> LMMalformedRe
     )
 
 
-def not_json(url: str, status: int, body: str, setting: str) -> LMMalformedResponseError:
+def _not_openai(url: str, status: int, answered: str, setting: str) -> LMMalformedResponseError:
+    """The server answered, but not as an OpenAI-compatible /v1 endpoint does."""
     return LMMalformedResponseError(
-        f"{url} answered HTTP {status} with a body that is not JSON: {body[:200]!r}",
+        f"{url} answered {answered}",
         f"Check that {setting} is the /v1 URL of an OpenAI-compatible server.",
         endpoint=url,
         status=status,
     )
+
+
+def not_json(url: str, status: int, body: str, setting: str) -> LMMalformedResponseError:
+    return _not_openai(url, status, f"HTTP {status} with a body that is not JSON: {body[:200]!r}", setting)
 
 
 def no_choices(url: str, status: int, data: object, setting: str) -> LMMalformedResponseError:
-    return LMMalformedResponseError(
-        f"{url} answered without `choices`: {str(data)[:200]}",
-        f"Check that {setting} is the /v1 URL of an OpenAI-compatible server.",
-        endpoint=url,
-        status=status,
-    )
+    return _not_openai(url, status, f"without `choices`: {str(data)[:200]}", setting)
 
 
 def server_busy(url: str, status: int, model: str, attempts: int, message: str) -> LMServerError:

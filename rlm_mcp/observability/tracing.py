@@ -22,12 +22,14 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.util.types import AttributeValue
+
+from rlm_mcp.usage import Accounted
 
 log = logging.getLogger("rlm_mcp.observability")
 
@@ -56,17 +58,6 @@ def _active() -> trace.Tracer | None:
     if _tracer is None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         _tracer = trace.get_tracer("rlm_mcp")
     return _tracer
-
-
-class _Accounted(Protocol):
-    @property
-    def prompt_tokens(self) -> int: ...
-    @property
-    def completion_tokens(self) -> int: ...
-    @property
-    def cached_prompt_tokens(self) -> int: ...
-    @property
-    def cost_usd(self) -> float | None: ...
 
 
 def wants_traces(environ: Mapping[str, str] | None = None) -> bool:
@@ -205,7 +196,7 @@ def lm_span(*, model: str, role: str, endpoint: str, max_tokens: int) -> Iterato
         yield current
 
 
-def lm_span_done(current: Span, record: _Accounted, finish_reason: str | None) -> None:
+def lm_span_done(current: Span, record: Accounted, finish_reason: str | None) -> None:
     if not current.is_recording():
         return
     current.set_attribute("gen_ai.usage.input_tokens", record.prompt_tokens)
@@ -224,7 +215,7 @@ def lm_span_failed(current: Span, kind: str) -> None:
         current.set_status(StatusCode.ERROR)
 
 
-def run_span_done(current: Span, status: str, turns: int, sub_calls: int, usage: _Accounted) -> None:
+def run_span_done(current: Span, status: str, turns: int, sub_calls: int, usage: Accounted) -> None:
     if not current.is_recording():
         return
     current.set_attribute("rlm.run.status", status)

@@ -212,6 +212,23 @@ class _State(BaseModel):
     notice: Notice | None = None
     last_event: str | None = None  # the event that caused the latest change (team mode)
 
+    def state_json(self) -> dict[str, Any]:
+        """The live state as the stored record's keys hold it, in their order (the record and
+        the live announcement both encode it here)."""
+        notice = self.notice
+        return {
+            "status": self.status,
+            "iterations": self.iterations,
+            "max_iterations": self.max_iterations,
+            "sub_calls": self.sub_calls,
+            "usage": self.usage.to_dict(),
+            "elapsed_s": self.elapsed_s,
+            "notice": notice.render() if notice is not None else None,
+            "notice_facts": notice.model_dump(mode="json", exclude_none=True) if notice is not None else None,
+            "phase": str(self.phase) if self.phase is not None else None,
+            "last_event": self.last_event,
+        }
+
 
 class LiveSummary(_State):
     """The part of a record a worker announces on each progress event (NOTIFY), applied by
@@ -287,16 +304,7 @@ class RunRecord(_State):
             "model": r.model,
             "session_id": r.session_id,
             "trace_context": r.trace_context,
-            "status": self.status,
-            "iterations": self.iterations,
-            "max_iterations": self.max_iterations,
-            "sub_calls": self.sub_calls,
-            "usage": self.usage.to_dict(),
-            "elapsed_s": self.elapsed_s,
-            "notice": self.notice.render() if self.notice is not None else None,
-            "notice_facts": self.notice.model_dump(mode="json", exclude_none=True) if self.notice else None,
-            "phase": str(self.phase) if self.phase is not None else None,
-            "last_event": self.last_event,
+            **self.state_json(),
             "result": self.result.model_dump(mode="json") if self.result is not None else None,
             "not_started": self.not_started.model_dump() if self.not_started is not None else None,
             "version": RECORD_VERSION,  # the writer's: a record is written in this version's shape
@@ -456,19 +464,7 @@ def decode_live(payload: str) -> tuple[str, LiveSummary | None]:
 
 
 def _live_json(live: LiveSummary) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "status": live.status,
-        "phase": str(live.phase) if live.phase is not None else None,
-        "iterations": live.iterations,
-        "max_iterations": live.max_iterations,
-        "sub_calls": live.sub_calls,
-        "usage": live.usage.to_dict(),
-        "elapsed_s": live.elapsed_s,
-        "notice": live.notice.render() if live.notice is not None else None,
-        "notice_facts": live.notice.model_dump(mode="json", exclude_none=True) if live.notice else None,
-        "last_event": live.last_event,
-        "version": live.version,
-    }
+    data = {**live.state_json(), "version": live.version}
     return {k: v for k, v in data.items() if v is not None}
 
 

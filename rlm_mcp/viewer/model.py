@@ -44,6 +44,17 @@ def _start(ts: float | None, took: float | None) -> float | None:
     return ts - took if took is not None else ts
 
 
+def _entry(items: list[Json], key: str, value: object, **fresh: Any) -> Json:
+    """The item of `items` whose `key` is `value`; when there is none, a new one (`key` first,
+    then `fresh`) appended to them."""
+    for item in items:
+        if item[key] == value:
+            return item
+    added: Json = {key: value, **fresh}
+    items.append(added)
+    return added
+
+
 class _Builder:
     def __init__(self, root_id: str) -> None:
         self.root_id = root_id
@@ -74,45 +85,35 @@ class _Builder:
         return found
 
     def turn(self, run_id: str, iteration: int | None) -> Json:
-        run = self.run(run_id)
-        turns: list[Json] = run["turns"]
-        for turn in turns:
-            if turn["iteration"] == iteration:
-                return turn
-        turn = {
-            "iteration": iteration,
-            "start": None,
-            "end": None,
-            "reply": None,
-            "messages": [],
-            "root_calls": [],
-            "cells": [],
-            "elided": None,
-        }
-        run["turns"].append(turn)
-        return turn
+        return _entry(
+            self.run(run_id)["turns"],
+            "iteration",
+            iteration,
+            start=None,
+            end=None,
+            reply=None,
+            messages=[],
+            root_calls=[],
+            cells=[],
+            elided=None,
+        )
 
     def cell(self, run_id: str, iteration: int, block: int) -> Json:
-        turn = self.turn(run_id, iteration)
-        cells: list[Json] = turn["cells"]
-        for cell in cells:
-            if cell["block"] == block:
-                return cell
-        cell = {
-            "block": block,
-            "start": None,
-            "end": None,
-            "code": None,
-            "output": None,
-            "error": None,
-            "timed_out": False,
-            "restarted": False,
-            "duration_s": None,
-            "batches": [],
-            "children": [],
-        }
-        turn["cells"].append(cell)
-        return cell
+        return _entry(
+            self.turn(run_id, iteration)["cells"],
+            "block",
+            block,
+            start=None,
+            end=None,
+            code=None,
+            output=None,
+            error=None,
+            timed_out=False,
+            restarted=False,
+            duration_s=None,
+            batches=[],
+            children=[],
+        )
 
     def batch(self, run_id: str, number: int, iteration: int | None, block: int | None) -> Json:
         key = (run_id, number)

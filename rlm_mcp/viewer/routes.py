@@ -139,6 +139,10 @@ class _Pages:
         return JSONResponse({"version": version, "data": entries}, headers=_HEADERS)
 
     async def _model(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
+        """The asked run's (or session's) view model and its version; a refusal when the asker
+        may not see it (the one check of both the page and the API)."""
+        if (refused := self.denied(request)) is not None:
+            return refused
         run_id = request.path_params["run_id"]
         if is_session_id(run_id):
             return await self._session(request, run_id)
@@ -170,8 +174,6 @@ class _Pages:
         return version, ({} if request.query_params.get("since") == version else model)
 
     async def run_page(self, request: Request) -> Response:
-        if (refused := self.denied(request)) is not None:
-            return refused
         found = await self._model(request)
         if isinstance(found, Response):
             return found
@@ -190,8 +192,6 @@ class _Pages:
         return HTMLResponse(page, headers=_HEADERS)
 
     async def run_api(self, request: Request) -> Response:
-        if (refused := self.denied(request)) is not None:
-            return refused
         found = await self._model(request)
         if isinstance(found, Response):
             return found
