@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
 
 from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine
@@ -16,9 +17,11 @@ from rlm_mcp.service.parts import RunsOpener, ServiceParts
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.sessions import SessionManager
-from rlm_mcp.service.team_sessions import team_sessions_for
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.factory import embedded_stores, team_stores
+
+if TYPE_CHECKING:
+    from rlm_mcp.service.team_sessions import TeamSessions  # team mode only: it needs the team extra
 
 __all__ = ["build_service", "embedded", "front", "service_parts", "worker"]
 
@@ -69,6 +72,7 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None) -> Se
     _require_team(settings)
     from rlm_mcp.service.queue import open_queue
     from rlm_mcp.service.queue.liveness import LeaseLiveness
+    from rlm_mcp.service.team_sessions import team_sessions_for
 
     stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True)
     own = stores
@@ -78,11 +82,16 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None) -> Se
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         return await open_queue(stack, settings, own, sandboxes, engine)
 
-    return _parts(settings, transport, stores, sandboxes, open_runs)
+    return _parts(settings, transport, stores, sandboxes, open_runs, team_sessions_for(settings, stores))
 
 
 def _parts(
-    settings: Settings, transport: Transport, stores: Stores, sandboxes: SandboxManager, open_runs: RunsOpener
+    settings: Settings,
+    transport: Transport,
+    stores: Stores,
+    sandboxes: SandboxManager,
+    open_runs: RunsOpener,
+    team_sessions: TeamSessions | None = None,
 ) -> ServiceParts:
     sessions = SessionManager(settings, stores.contexts)
     sandboxes.reclaim = sessions.reclaim  # idle sessions yield their slots to runs
@@ -96,7 +105,7 @@ def _parts(
         ),
         sessions=sessions,
         open_runs=open_runs,
-        team_sessions=team_sessions_for(settings, stores),
+        team_sessions=team_sessions,
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import anyio
 
@@ -29,11 +29,13 @@ from rlm_mcp.service.active_run import ActiveRun, wait_with_heartbeat
 from rlm_mcp.service.arguments import check_text, check_texts, unique_ids
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.progress import ProgressValues, describe
-from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.views import RunSnapshot, with_session_usage
 from rlm_mcp.store import ContextInfo, UploadState
+
+if TYPE_CHECKING:
+    from rlm_mcp.service.queue.front import QueueFront  # team mode only: it needs the team extra
 
 ProgressReport = Callable[[float, float | None, str], Awaitable[None]]
 # How an upload chunk's `data` string is encoded on the wire.
@@ -152,7 +154,7 @@ class Caller:
         ids = unique_ids(context_id or [])
         runs = self.service.runs
         # Team mode: the session is in the database (service/team_sessions.py), for any replica.
-        team = self.service.team_sessions if isinstance(runs, QueueFront) else None
+        team = self.service.team_sessions if not runs.local else None
         if team is not None and session_id:
             await team.find(session_id, owner=self.owner, free=True)  # unknown, ended or busy: said first
         session = (
@@ -190,8 +192,7 @@ class Caller:
             trace_context=tracing.carrier(),  # the MCP call's span: the run's span is its child anywhere
         )
         if team is not None and (keep_session or session_id):
-            assert isinstance(runs, QueueFront)
-            return await team.start(runs, request)
+            return await team.start(cast("QueueFront", runs), request)
         if session is None:
             return await runs.start(request, engine)
         assert isinstance(runs, RunManager)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.lm.client import LMClient
@@ -13,8 +14,10 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.sessions import SessionManager
-from rlm_mcp.service.team_sessions import TeamSessions
 from rlm_mcp.store.bundle import Stores
+
+if TYPE_CHECKING:
+    from rlm_mcp.service.team_sessions import TeamSessions  # team mode only: it needs the team extra
 
 # Opens where runs execute on the service's exit stack (closed with it), once the stores and the
 # sandboxes are open; the engine is built at the first run that needs one.
