@@ -118,6 +118,7 @@ def test_the_plan_starts_after_the_applied_version_and_stops_at_the_target() -> 
 # index's version (before it asks for the write lock), so the test can hold the lock until every
 # process has read it.
 _OPEN = """
+import os
 import sys
 from pathlib import Path
 
@@ -133,7 +134,7 @@ first_read = _db._pending
 
 def marking(*args):
     steps = first_read(*args)
-    (marks / str(len(list(marks.iterdir())))).touch()
+    (marks / str(os.getpid())).touch()  # one name per process: two counting at once would collide
     _db._pending = first_read
     return steps
 
@@ -174,7 +175,8 @@ def test_processes_opening_an_index_of_0_1_together_migrate_it_once(tmp_path: Pa
         for _ in range(4)
     ]
     try:
-        deadline = time.monotonic() + 60
+        # Below the busy timeout (30 s): the processes waiting on this lock never give up first.
+        deadline = time.monotonic() + 25
         while len(list(marks.iterdir())) < 4 and time.monotonic() < deadline and all(p.poll() is None for p in procs):
             time.sleep(0.01)
     finally:
