@@ -272,6 +272,16 @@ def repl(code: str, prose: str = "Let me look.") -> str:
     return f"{prose}\n```repl\n{code}\n```"
 
 
+def cell(code: str) -> str:
+    """A reply that is one ```repl block and nothing else."""
+    return f"```repl\n{code}\n```"
+
+
+def submit(expr: str) -> str:
+    """A reply whose one block sets the answer to `expr` and ends the run."""
+    return cell(f'answer["content"] = {expr}\nanswer["ready"] = True')
+
+
 def make_context(tmp_path: Path, text: str = "The magic number is 42. " * 10, name: str = "ctx") -> ContextSpec:
     path = tmp_path / f"{name}.txt"
     path.write_text(text, encoding="utf-8")

@@ -21,6 +21,7 @@ from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from tests.e2e.test_cli import cli
 from tests.e2e.test_server_surface import make_settings
+from tests.fixtures_engine import cell, submit
 from tests.fixtures_sandbox import docker_image
 
 __all__ = ["docker_image"]
@@ -44,31 +45,23 @@ def dill_image(docker_image: str) -> str:
     return docker_image
 
 
-def _cell(code: str) -> str:
-    return f"```repl\n{code}\n```"
-
-
-def _submit(expr: str) -> str:
-    return _cell(f'answer["content"] = {expr}\nanswer["ready"] = True')
-
-
 BUILD = (
     "import collections\ncounts = collections.Counter(context.split())\n"
     "def top(n):\n    return [w for w, _ in counts.most_common(n)]\n"
     "gen = (i for i in range(3))\nprint(top(1))"
 )
 SCRIPT = Script(
-    root=[_submit('"plain"')],
+    root=[submit('"plain"')],
     root_by_query=[
-        RootScript(match="BUILD-Q", replies=[_cell(BUILD), _submit("top(1)[0]")]),
+        RootScript(match="BUILD-Q", replies=[cell(BUILD), submit("top(1)[0]")]),
         RootScript(
             match="AGAIN-Q",
             replies=[
-                _cell("print(counts['alpha'], top(1), len(history), context_1[:4])"),
-                _submit("f\"{counts['alpha']}|{top(1)[0]}|{len(history_0)}|{context_1[:4]}|{'gen' in globals()}\""),
+                cell("print(counts['alpha'], top(1), len(history), context_1[:4])"),
+                submit("f\"{counts['alpha']}|{top(1)[0]}|{len(history_0)}|{context_1[:4]}|{'gen' in globals()}\""),
             ],
         ),
-        RootScript(match="THIRD-Q", replies=[_submit("f\"{counts['beta']}|{len(history_1)}\"")]),
+        RootScript(match="THIRD-Q", replies=[submit("f\"{counts['beta']}|{len(history_1)}\"")]),
     ],
 )
 

@@ -24,16 +24,9 @@ from rlm_mcp.viewer.model import build_run, index_entry
 from tests.e2e.test_cli import cli
 from tests.e2e.test_server_surface import call, call_error, make_settings, resource_text
 from tests.fixtures_e2e import sandbox_container_ids
+from tests.fixtures_engine import cell, submit
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("docker_image")]
-
-
-def _cell(code: str) -> str:
-    return f"```repl\n{code}\n```"
-
-
-def _submit(expr: str) -> str:
-    return _cell(f'answer["content"] = {expr}\nanswer["ready"] = True')
 
 
 SCRIPT = Script(
@@ -41,15 +34,15 @@ SCRIPT = Script(
         RootScript(
             match="FIRST-Q",
             replies=[
-                _cell("counts = {w: context.count(w) for w in set(context.split())}\nprint(len(counts))"),
-                _submit('"built"'),
+                cell("counts = {w: context.count(w) for w in set(context.split())}\nprint(len(counts))"),
+                submit('"built"'),
             ],
         ),
         RootScript(
             match="SECOND-Q",
             replies=[
-                _cell("print(len(counts), context_1[:6], history[0]['role'])"),
-                _submit("f\"{counts['alpha']}|{context_1[:6]}|{len(history_0)}|{context is context_0}\""),
+                cell("print(len(counts), context_1[:6], history[0]['role'])"),
+                submit("f\"{counts['alpha']}|{context_1[:6]}|{len(history_0)}|{context is context_0}\""),
             ],
         ),
     ]
@@ -137,7 +130,7 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
 
 
 async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) -> None:
-    plain = Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)
+    plain = Script(root=[submit('"plain"')], root_by_query=SCRIPT.root_by_query)
     with ScriptedLM(plain) as lm:
         settings = make_settings(
             tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, run_queue_timeout_s=20, session_snapshot_max_bytes=0
@@ -159,7 +152,7 @@ async def test_an_idle_session_yields_its_sandbox_slot_to_a_run(tmp_path: Path) 
 
 
 async def test_chat_export_of_a_session_keeps_its_run_order(tmp_path: Path) -> None:
-    with ScriptedLM(Script(root=[_submit('"plain"')], root_by_query=SCRIPT.root_by_query)) as lm:
+    with ScriptedLM(Script(root=[submit('"plain"')], root_by_query=SCRIPT.root_by_query)) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0)
         async with build_service(settings) as service:
             local = Caller(service, Owner("local"))
@@ -216,7 +209,7 @@ async def test_a_session_whose_sandbox_died_between_runs_goes_on_and_says_so(tmp
     script = Script(
         root_by_query=[
             SCRIPT.root_by_query[0],
-            RootScript(match="AFTER-Q", replies=[_cell(names), _submit("str(len(history_0))")]),
+            RootScript(match="AFTER-Q", replies=[cell(names), submit("str(len(history_0))")]),
         ]
     )
     with ScriptedLM(script) as lm:

@@ -34,6 +34,7 @@ from rlm_mcp.testing.waiting import wait_until
 from tests.e2e.test_server_surface import call, call_error, make_settings, resource_text
 from tests.e2e.test_team_queue import cell_started
 from tests.fixtures_e2e import sandbox_container_ids
+from tests.fixtures_engine import cell, submit
 from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
 
 pytestmark = pytest.mark.anyio
@@ -60,32 +61,24 @@ def _grew(before: tuple[float, ...], after: tuple[float, ...]) -> tuple[float, .
     return tuple(b - a for a, b in zip(before, after, strict=True))
 
 
-def _cell(code: str) -> str:
-    return f"```repl\n{code}\n```"
-
-
-def _submit(expr: str) -> str:
-    return _cell(f'answer["content"] = {expr}\nanswer["ready"] = True')
-
-
 SCRIPT = Script(
     root_by_query=[
         RootScript(
             match="FIRST-Q",
             replies=[
-                _cell("counts = {w: context.count(w) for w in set(context.split())}\nprint(len(counts))"),
-                _submit('"built"'),
+                cell("counts = {w: context.count(w) for w in set(context.split())}\nprint(len(counts))"),
+                submit('"built"'),
             ],
         ),
-        RootScript(match="SECOND-Q", replies=[_submit("f\"{counts['alpha']}|{context_1[:6]}|{history[0]['role']}\"")]),
+        RootScript(match="SECOND-Q", replies=[submit("f\"{counts['alpha']}|{context_1[:6]}|{history[0]['role']}\"")]),
         RootScript(
             match="SLOW-Q",
-            replies=[_cell("import time\ntime.sleep(4)\ntotal = sum(counts.values())"), _submit("str(total)")],
+            replies=[cell("import time\ntime.sleep(4)\ntotal = sum(counts.values())"), submit("str(total)")],
         ),
         RootScript(
             match="THIRD-Q",
             replies=[
-                _submit("f\"{counts['alpha']}|{context_1[:6]}|{total}|{len(history_2) > 0}|{history is history_0}\"")
+                submit("f\"{counts['alpha']}|{context_1[:6]}|{total}|{len(history_2) > 0}|{history is history_0}\"")
             ],
         ),
     ]
@@ -205,13 +198,13 @@ async def test_a_session_continues_on_another_replica_and_after_its_worker_is_ki
 
 PARTIAL = Script(
     root_by_query=[
-        RootScript(match="BUILD-Q", replies=[_submit("str(len(counts := {'alpha': 2}))")]),
-        RootScript(match="EXTRA-Q", replies=[_submit("str(extra := 5)")]),
+        RootScript(match="BUILD-Q", replies=[submit("str(len(counts := {'alpha': 2}))")]),
+        RootScript(match="EXTRA-Q", replies=[submit("str(extra := 5)")]),
         RootScript(
             match="AFTER-LOSS-Q",
             replies=[
-                _cell("print(counts['alpha'], 'extra' in globals(), len(history_1) > 0)"),
-                _submit('"done"'),
+                cell("print(counts['alpha'], 'extra' in globals(), len(history_1) > 0)"),
+                submit('"done"'),
             ],
         ),
     ]
@@ -278,10 +271,8 @@ async def test_an_idle_sessions_sandbox_yields_its_slot_to_a_run_and_comes_back(
     # One sandbox slot on the only worker: the idle session holds it, a plain run needs it. The
     # worker claims the run (an idle session's slot counts as free), the session gives its sandbox
     # back (its snapshot is in the database), and its next run restores it.
-    back_again = RootScript(
-        match="BACK-Q", replies=[_cell("print(counts['alpha'], len(history) > 0)"), _submit('"ok"')]
-    )
-    script = Script(root=[_submit('"plain"')], root_by_query=[*PARTIAL.root_by_query, back_again])
+    back_again = RootScript(match="BACK-Q", replies=[cell("print(counts['alpha'], len(history) > 0)"), submit('"ok"')])
+    script = Script(root=[submit('"plain"')], root_by_query=[*PARTIAL.root_by_query, back_again])
     owner = Owner("local")
     with ScriptedLM(script) as lm:
         settings = make_settings(
@@ -321,8 +312,8 @@ async def test_a_run_cancelled_mid_cell_leaves_the_session_its_last_snapshot(
 ) -> None:
     # Cancelling a cell ends the REPL it ran in: the worker lets that sandbox go instead of
     # snapshotting an empty REPL over the session's last snapshot, and the next run restores it.
-    stuck = RootScript(match="STUCK-Q", replies=[_cell("import time\nwhile True:\n    time.sleep(0.2)")])
-    back = RootScript(match="BACK-Q", replies=[_cell("print(counts['alpha'], len(history) > 0)"), _submit('"ok"')])
+    stuck = RootScript(match="STUCK-Q", replies=[cell("import time\nwhile True:\n    time.sleep(0.2)")])
+    back = RootScript(match="BACK-Q", replies=[cell("print(counts['alpha'], len(history) > 0)"), submit('"ok"')])
     owner = Owner("local")
     with ScriptedLM(Script(root_by_query=[*PARTIAL.root_by_query, stuck, back])) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, database_url=pg_migrated_url)
@@ -356,9 +347,9 @@ async def test_a_session_without_a_snapshot_comes_back_with_its_contexts_and_his
     # the next run starts a fresh REPL with the session's contexts and histories, and says the
     # variables are gone.
     look = RootScript(
-        match="LOOK-Q", replies=[_cell("print('counts' in globals(), len(history) > 0, context[:5])"), _submit('"ok"')]
+        match="LOOK-Q", replies=[cell("print('counts' in globals(), len(history) > 0, context[:5])"), submit('"ok"')]
     )
-    script = Script(root=[_submit('"plain"')], root_by_query=[*PARTIAL.root_by_query, look])
+    script = Script(root=[submit('"plain"')], root_by_query=[*PARTIAL.root_by_query, look])
     owner = Owner("local")
     with ScriptedLM(script) as lm:
         settings = make_settings(
