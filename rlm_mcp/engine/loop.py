@@ -33,15 +33,23 @@ from rlm_mcp.engine.bridge import ChildRunner, make_bridge
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
-from rlm_mcp.engine.session import RESET_ANSWER, SessionSandbox, store_history_code
-from rlm_mcp.engine.snapshot import restore_snapshot, snapshot_chunk
+from rlm_mcp.engine.session import (
+    ONE_RUN,
+    Opened,
+    Opening,
+    SandboxSource,
+    SessionSandbox,
+    no_bridge,
+    store_history_code,
+)
+from rlm_mcp.engine.snapshot import snapshot_chunk
 from rlm_mcp.engine.tree import RunTree, usage_record
 from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
-from rlm_mcp.observability import metrics, tracing
-from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, LMRequest, Sandbox, SandboxFactory
+from rlm_mcp.observability import tracing
+from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
 from rlm_mcp.resource_errors import unexpected_failure
 
 log = logging.getLogger("rlm_mcp.engine")
@@ -149,39 +157,13 @@ class RLMEngine:
                 try:
                     progress.phase = RunPhase.SANDBOX
                     levels_below = max(limits.max_depth - 1 - depth, 0)  # child runs this one may nest
-                    sandbox: Sandbox
-                    restored_lost: list[str] | None = None
-                    restarted_note: str | None = None
-                    if session is not None and session.sandbox is not None:
-                        sandbox = session.sandbox  # the warm path: the session's live REPL
-                        metrics.session_followup("warm")
-                        await sandbox.add_contexts(contexts)
-                        reset = await sandbox.execute(RESET_ANSWER, _no_bridge)
-                        if reset.restarted:  # it had died since the last run (a cancelled cell, a crash)
-                            for index, messages in enumerate(session.histories):
-                                await sandbox.execute(store_history_code(index, messages), _no_bridge)
-                            restarted_note = msg.session_restarted_note()
-                    elif session is not None and session.restorable:
-                        sandbox, restored_lost, restarted_note = await self._restore(
-                            stack, session, contexts, levels_below
-                        )
-                        metrics.session_followup("restored")
-                    else:
-                        opening = (
-                            self.sandboxes(contexts, levels_below=levels_below, kept=True)
-                            if session is not None
-                            else self.sandboxes(contexts, levels_below=levels_below)
-                        )
-                        sandbox = await stack.enter_async_context(opening)
-                        if session is not None:
-                            session.keep(sandbox, stack.pop_all())  # outlives this run
-                            session.context_count = session.history_count = 0
-                            session.contexts.clear()
-                            session.histories.clear()
-                    bridge = make_bridge(ctx, run_child=self._child_runner(tree, run_id))
-                    status, reason = await self._loop(
-                        ctx, sandbox, bridge, query, contexts, session, restored_lost, restarted_note
+                    source: SandboxSource = session if session is not None else ONE_RUN
+                    opened = await source.open(
+                        Opening(self.sandboxes, stack, contexts, levels_below, snapshot_chunk(self.settings))
                     )
+                    sandbox = opened.sandbox
+                    bridge = make_bridge(ctx, run_child=self._child_runner(tree, run_id))
+                    status, reason = await self._loop(ctx, sandbox, bridge, query, contexts, session, opened)
                     if session is not None:
                         await self._store_history(ctx, sandbox, status, session)
                 except StopRun as stop:
@@ -230,24 +212,6 @@ class RLMEngine:
             sub_calls=tree.progress.sub_calls,
         )
 
-    async def _restore(
-        self, stack: AsyncExitStack, session: SessionSandbox, contexts: Sequence[ContextSpec], levels_below: int
-    ) -> tuple[Sandbox, list[str] | None, str | None]:
-        """A session whose sandbox was released: a fresh one, every context reloaded by id, the
-        namespace restored from the snapshot (inside the sandbox). The sandbox, the names that
-        could not be restored, and the note for a restore that misses runs (team mode)."""
-        opening = self.sandboxes([*session.contexts, *contexts], levels_below=levels_below, kept=True)
-        sandbox = await stack.enter_async_context(opening)
-        session.keep(sandbox, stack.pop_all())
-        lost = None
-        if session.snapshot is not None:
-            lost = await restore_snapshot(sandbox, session.snapshot, chunk_chars=snapshot_chunk(self.settings))
-        if not session.partial:
-            return sandbox, lost, None
-        for index, messages in enumerate(session.histories):  # those the snapshot missed come back
-            await sandbox.execute(store_history_code(index, messages), _no_bridge)
-        return sandbox, lost, msg.session_partial_note(session.snapshot_runs if session.snapshot else 0)
-
     async def _store_history(
         self, ctx: RunContext, sandbox: Sandbox, status: RunStatus, session: SessionSandbox
     ) -> None:
@@ -258,7 +222,7 @@ class RLMEngine:
             last_reply = max((i for i, e in enumerate(ctx.history.entries) if e.kind == "assistant"), default=None)
             if last_reply is not None:
                 messages = messages[:last_reply]
-        await sandbox.execute(store_history_code(session.history_count, messages), _no_bridge)
+        await sandbox.execute(store_history_code(session.history_count, messages), no_bridge)
         session.histories.append(messages)
         session.history_count += 1
 
@@ -270,8 +234,7 @@ class RLMEngine:
         query: str | None,
         contexts: Sequence[ContextSpec],
         session: SessionSandbox | None = None,
-        restored_lost: list[str] | None = None,
-        restarted_note: str | None = None,
+        opened: Opened | None = None,
     ) -> tuple[RunStatus, str | None]:
         settings = self.settings
         ctx.window = await self.lm.window(settings.model)
@@ -297,10 +260,10 @@ class RLMEngine:
             session.contexts.extend(contexts)
             session.runs += 1
         runner = TurnRunner(ctx, sandbox, bridge, context_count=context_count, profile=self.profile)
-        if restored_lost:
-            runner.pending_notice = msg.restored_lost_note(restored_lost)
-        if restarted_note:
-            runner.pending_notice = restarted_note
+        if opened is not None and opened.restored_lost:
+            runner.pending_notice = msg.restored_lost_note(opened.restored_lost)
+        if opened is not None and opened.note:
+            runner.pending_notice = opened.note
         max_iterations = ctx.limits.max_iterations
         for iteration in range(1, max_iterations + 1):
             text = self.profile.turn(iteration, max_iterations, context_count, histories)
@@ -374,11 +337,6 @@ class RLMEngine:
             return f"Error: the recursive RLM call ended with status {result.status}: {result.reason or 'no answer'}"
 
         return run_child
-
-
-async def _no_bridge(request: LMRequest) -> list[str]:
-    """The bridge of the engine's own cells between runs: they make no sub-calls."""
-    return ["Error: no sub-calls here."] * len(request.prompts)
 
 
 def _write_temp_context(data: bytes) -> Path:

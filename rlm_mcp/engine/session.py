@@ -7,6 +7,12 @@ Every variable the model built in earlier runs is still there. Each run's root c
 starts afresh (system, metadata of this run's context, `Turn 1/N:` ...), and its turn messages
 say how many contexts and earlier conversations the REPL holds.
 
+How a run gets its sandbox (`SandboxSource`) is decided by whoever owns the REPL's state, never
+by the engine: a new session opens a fresh sandbox and keeps it; a kept sandbox makes the next run
+warm (it continues in it); a released one makes it a restore (a fresh sandbox, the contexts
+reloaded, the namespace loaded from the snapshot), unless a team worker decides otherwise against
+the database (`service/queue/sessions.py`). The engine only opens what it is given.
+
 Two things the reference does not do, both invisible to the model's conversation:
 - `answer` is reset to `{"content": "", "ready": False}` before a follow-up's first cell (the
   answer protocol here reads `answer` at the end of each cell, so a ready answer left by the
@@ -18,13 +24,17 @@ Two things the reference does not do, both invisible to the model's conversation
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 import anyio
 
-from rlm_mcp.engine.snapshot import Snapshot
-from rlm_mcp.ports import ContextSpec, Sandbox
+from rlm_mcp.engine import messages as msg
+from rlm_mcp.engine.snapshot import Snapshot, restore_snapshot
+from rlm_mcp.observability import metrics
+from rlm_mcp.ports import ContextSpec, LMRequest, Sandbox, SandboxFactory
 
 # Code the engine runs in the REPL between runs (never shown to the model). It binds no other
 # name (no `import json` left behind: the REPL's variable listing must stay the reference's).
@@ -38,6 +48,54 @@ def store_history_code(index: int, messages: list[dict[str, str]]) -> str:
     if index == 0:
         code += "\nhistory = history_0"
     return code
+
+
+async def no_bridge(request: LMRequest) -> list[str]:
+    """The bridge of the engine's own cells between runs: they make no sub-calls."""
+    return ["Error: no sub-calls here."] * len(request.prompts)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a run's sandbox is opened with: the engine's factory, the run's exit stack (a sandbox
+    left on it closes with the run), this run's contexts, the child levels it may still start."""
+
+    factory: SandboxFactory
+    stack: AsyncExitStack
+    contexts: Sequence[ContextSpec]
+    levels_below: int
+    chunk_chars: int  # per cell when a snapshot crosses into the sandbox
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A run's sandbox, the names a restore could not bring back, and the note the model gets
+    first when the REPL is not what the session had (restarted, or restored from an older run)."""
+
+    sandbox: Sandbox
+    restored_lost: list[str] | None = None
+    note: str | None = None
+
+
+class SandboxSource(Protocol):
+    """Where a run's sandbox comes from, already decided (warm, restored or fresh)."""
+
+    async def open(self, opening: Opening) -> Opened: ...
+
+
+class OneRunSandbox:
+    """A run outside any session (or a child run): its own sandbox, closed with the run."""
+
+    async def open(self, opening: Opening) -> Opened:
+        factory = opening.factory(opening.contexts, levels_below=opening.levels_below)
+        return Opened(await opening.stack.enter_async_context(factory))
+
+
+ONE_RUN = OneRunSandbox()
+
+# How the session's next run gets its sandbox: `fresh` (a new session), `warm` (its live REPL),
+# `restore` (a fresh sandbox loaded from the snapshot and the histories).
+NextRun = Literal["fresh", "warm", "restore"]
 
 
 @dataclass
@@ -65,15 +123,12 @@ class SessionSandbox:
     # Team mode: the runs the snapshot covers, when it was taken before the last runs ended (their
     # worker was lost before it stored a newer one); None: it covers every run.
     snapshot_runs: int | None = None
-    # Team mode: the session is continued from the database even without a snapshot (its worker
-    # was lost before it stored one): the contexts and histories come back, the variables do not
-    # (the first output says so). Embedded mode ends a session that has no snapshot instead.
-    restore_bare: bool = False
-
-    @property
-    def restorable(self) -> bool:
-        """A fresh sandbox can continue the session: it ran before and its REPL is gone."""
-        return self.sandbox is None and self.runs > 0 and (self.snapshot is not None or self.restore_bare)
+    # Decided where the REPL's state changes (`keep`, `release`) or by a team worker against the
+    # database; the engine opens the sandbox this way (`open`) and never looks at the REPL itself.
+    # A team session is restored even without a snapshot (its worker was lost before it stored
+    # one): the contexts and histories come back, the variables do not (the first output says
+    # so); embedded mode ends a session that has no snapshot instead.
+    next_run: NextRun = "fresh"
 
     @property
     def partial(self) -> bool:
@@ -85,13 +140,71 @@ class SessionSandbox:
         return self.sandbox is not None
 
     def keep(self, sandbox: Sandbox, stack: AsyncExitStack) -> None:
-        """Take over an open sandbox (and what closes it) at the end of a run."""
+        """Take over an open sandbox (and what closes it) at the end of a run: the next run
+        continues in it."""
         self.sandbox = sandbox
         self.stack = stack
+        self.next_run = "warm"
 
     async def release(self) -> None:
-        """Close the kept sandbox (idempotent; shielded: it runs at cancellation and shutdown)."""
+        """Close the kept sandbox (idempotent; shielded: it runs at cancellation and shutdown). A
+        session that has run is restored by its next run (from its snapshot, when one is kept)."""
         stack, self.stack, self.sandbox = self.stack, None, None
+        if self.runs > 0:
+            self.next_run = "restore"
         if stack is not None:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
+
+    # --- the session as a sandbox source (`SandboxSource`) ----------------------------------
+
+    async def open(self, opening: Opening) -> Opened:
+        """This run's sandbox, the way `next_run` says."""
+        if self.next_run == "warm":
+            return await self._warm(opening)
+        if self.next_run == "restore":
+            opened = await self._restore(opening)
+            metrics.session_followup("restored")
+            return opened
+        return await self._fresh(opening)
+
+    async def _warm(self, opening: Opening) -> Opened:
+        """The session's live REPL, this run's contexts added, `answer` reset."""
+        sandbox = self.sandbox
+        if sandbox is None:  # `keep` and `release` set both: never without a bug
+            raise RuntimeError(f"session {self.session_id}: a warm run without a live sandbox")
+        metrics.session_followup("warm")
+        await sandbox.add_contexts(opening.contexts)
+        reset = await sandbox.execute(RESET_ANSWER, no_bridge)
+        if not reset.restarted:
+            return Opened(sandbox)
+        # It had died since the last run (a cancelled cell, a crash): the histories come back.
+        for index, messages in enumerate(self.histories):
+            await sandbox.execute(store_history_code(index, messages), no_bridge)
+        return Opened(sandbox, note=msg.session_restarted_note())
+
+    async def _fresh(self, opening: Opening) -> Opened:
+        """A new session's sandbox, kept past the run."""
+        factory = opening.factory(opening.contexts, levels_below=opening.levels_below, kept=True)
+        sandbox = await opening.stack.enter_async_context(factory)
+        self.keep(sandbox, opening.stack.pop_all())  # outlives this run
+        self.context_count = self.history_count = 0
+        self.contexts.clear()
+        self.histories.clear()
+        return Opened(sandbox)
+
+    async def _restore(self, opening: Opening) -> Opened:
+        """A session whose sandbox was released: a fresh one, every context reloaded by id, the
+        namespace restored from the snapshot (inside the sandbox), and the note for a restore that
+        misses runs (team mode)."""
+        factory = opening.factory([*self.contexts, *opening.contexts], levels_below=opening.levels_below, kept=True)
+        sandbox = await opening.stack.enter_async_context(factory)
+        self.keep(sandbox, opening.stack.pop_all())
+        lost = None
+        if self.snapshot is not None:
+            lost = await restore_snapshot(sandbox, self.snapshot, chunk_chars=opening.chunk_chars)
+        if not self.partial:
+            return Opened(sandbox, lost)
+        for index, messages in enumerate(self.histories):  # those the snapshot missed come back
+            await sandbox.execute(store_history_code(index, messages), no_bridge)
+        return Opened(sandbox, lost, msg.session_partial_note(self.snapshot_runs if self.snapshot else 0))

@@ -174,7 +174,9 @@ class WorkerSessions:
         repl.histories = [list(h) for h in row.histories]
         repl.history_count = len(repl.histories)
         repl.runs = row.generation
-        repl.restore_bare = True
+        # Decided here, once: a session that has run is restored (from its snapshot when one is
+        # stored, else its contexts and histories alone); a new one opens a fresh sandbox.
+        repl.next_run = "restore" if row.generation else "fresh"
         stored = await self._store.read_snapshot(session_id) if row.generation else None
         if stored is not None:
             taken_after, blob = stored
