@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 import anyio
 import docker
@@ -37,6 +38,7 @@ from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.sessions import SessionManager
 from rlm_mcp.testing import scripted_lm_process
 
 BUILD = "```repl\nindex = {}\nfor i, w in enumerate(context.split()):\n    index.setdefault(w, []).append(i)\nprint(len(index))\n```"
@@ -132,14 +134,16 @@ async def bench(mib: int, delay: float, repeat: int, image: str | None) -> None:
                 )
                 opened.append(time.perf_counter() - t)
                 assert r.status == "completed" and sid is not None, r
-                channel = getattr(service.sessions.get(sid, owner=LOCAL_OWNER).repl.sandbox, "container", None)
+                channel = getattr(
+                    cast(SessionManager, service.sessions).get(sid, owner=LOCAL_OWNER).repl.sandbox, "container", None
+                )
                 if channel is not None:
                     memory.append(await anyio.to_thread.run_sync(idle_memory, channel.name))
                 t = time.perf_counter()
                 r, _ = await local.complete_in_session("ANSWER-FROM-INDEX", None, RunOverrides(), quiet, session_id=sid)
                 warm.append(time.perf_counter() - t)
                 assert r.status == "completed", r
-                if await service.sessions.reclaim() and service.sessions.list(owner=LOCAL_OWNER):
+                if await service.sessions.reclaim() and await service.sessions.list(owner=LOCAL_OWNER):
                     t = time.perf_counter()  # its sandbox was given back, its snapshot kept
                     r, _ = await local.complete_in_session(
                         "ANSWER-FROM-INDEX", None, RunOverrides(), quiet, session_id=sid

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING
 
 from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine
@@ -13,15 +12,12 @@ from rlm_mcp.lm.client import LMClient
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
-from rlm_mcp.service.parts import RunsOpener, ServiceParts
+from rlm_mcp.service.parts import RunsOpener, ServiceParts, Sessions
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.sessions import SessionManager
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.factory import embedded_stores, team_stores
-
-if TYPE_CHECKING:
-    from rlm_mcp.service.team_sessions import TeamSessions  # team mode only: it needs the team extra
 
 __all__ = ["build_service", "embedded", "front", "service_parts", "worker"]
 
@@ -44,14 +40,17 @@ def service_parts(settings: Settings, *, transport: Transport, stores: Stores | 
 
 
 def embedded(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
-    """One process: SQLite and files, runs executed here by the local `RunManager`."""
+    """One process: SQLite and files, runs executed here by the local `RunManager`, kept sessions
+    held here (`SessionManager`)."""
     stores = stores if stores is not None else embedded_stores(settings.store)
-    own = stores
+    sandboxes = SandboxManager(settings.sandbox)
+    runs = RunManager(settings, stores.contexts, stores.runs)
+    sessions = SessionManager(settings, stores.contexts, sandboxes, runs)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
-        return await stack.enter_async_context(RunManager(settings, own.contexts, own.runs))
+        return await stack.enter_async_context(runs)
 
-    return _parts(settings, transport, stores, SandboxManager(settings.sandbox), open_runs)
+    return _parts(settings, transport, stores, sandboxes, open_runs, sessions)
 
 
 def front(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
@@ -72,17 +71,29 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None) -> Se
     _require_team(settings)
     from rlm_mcp.service.queue import open_queue
     from rlm_mcp.service.queue.liveness import LeaseLiveness
-    from rlm_mcp.service.team_sessions import team_sessions_for
+    from rlm_mcp.service.queue.sessions import WorkerSessions
+    from rlm_mcp.service.team_sessions import TeamSessions
+    from rlm_mcp.store.pg.db import Database
+    from rlm_mcp.store.pg.sessions import PgSessionStore
 
     stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True)
     own = stores
+    if not isinstance(stores.lifecycle, Database):
+        raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
     sandboxes = SandboxManager(settings.sandbox, liveness=LeaseLiveness())
+    session_store = PgSessionStore(stores.lifecycle)
+    # The sessions whose sandboxes this process holds between runs, where it executes runs (the
+    # worker enters them); the database holds every session's state for any replica.
+    held = WorkerSessions(settings, session_store, stores.contexts) if settings.deployment.executes_runs else None
+    sessions = TeamSessions(settings, session_store, held)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
-        return await open_queue(stack, settings, own, sandboxes, engine)
+        front = await open_queue(stack, settings, own, sandboxes, engine, held)
+        sessions.queue_through(front)
+        return front
 
-    return _parts(settings, transport, stores, sandboxes, open_runs, team_sessions_for(settings, stores))
+    return _parts(settings, transport, stores, sandboxes, open_runs, sessions)
 
 
 def _parts(
@@ -91,10 +102,9 @@ def _parts(
     stores: Stores,
     sandboxes: SandboxManager,
     open_runs: RunsOpener,
-    team_sessions: TeamSessions | None = None,
+    sessions: Sessions,
 ) -> ServiceParts:
-    sessions = SessionManager(settings, stores.contexts)
-    sandboxes.reclaim = sessions.reclaim  # idle sessions yield their slots to runs
+    sandboxes.reclaim = sessions.reclaim  # idle sessions yield their slots to runs (the one place it is set)
     return ServiceParts(
         stores=stores,
         lm=LMClient(settings.lm),
@@ -105,7 +115,6 @@ def _parts(
         ),
         sessions=sessions,
         open_runs=open_runs,
-        team_sessions=team_sessions,
     )
 
 

@@ -28,10 +28,10 @@ async def _team_list(settings: Settings) -> int:
     if not listed:
         print("No kept sessions open. Keep one with `rlm-mcp run --keep-session ...`.")
     for s in listed:
-        started = datetime.fromtimestamp(float(str(s["created_at"]))).strftime("%Y-%m-%d %H:%M:%S")
-        runs, contexts = len(s["runs"]), s["contexts_bound"]  # type: ignore[arg-type]
-        snapshot = f"{s['snapshot_bytes']:,} bytes" if s["snapshot_bytes"] is not None else "no snapshot yet"
-        print(visible_line(f"{s['session_id']}  {started}  {runs} runs  {contexts} contexts  {snapshot}"))
+        started = datetime.fromtimestamp(float(s.created_at or 0)).strftime("%Y-%m-%d %H:%M:%S")
+        runs, contexts = len(s.runs), s.contexts_bound
+        snapshot = f"{s.snapshot_bytes:,} bytes" if s.snapshot_bytes is not None else "no snapshot yet"
+        print(visible_line(f"{s.session_id}  {started}  {runs} runs  {contexts} contexts  {snapshot}"))
     return 0
 
 

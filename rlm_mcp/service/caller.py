@@ -7,6 +7,9 @@ starting, following and cancelling runs, kept sessions. The owner is given once,
 forget it or take another's. The server makes one `Caller` per MCP request from the owner the
 HTTP guard recorded (the local user over stdio); the CLI, eval and the benchmarks make one for
 `LOCAL_OWNER`. Nothing in the server layer passes an owner by hand.
+
+Runs go through the service's run backend and kept sessions through its session backend
+(`ports/sessions.py`), whichever the assembly chose for this role: nothing here asks which.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Literal, cast
+from typing import Literal
 
 import anyio
 
@@ -25,17 +28,14 @@ from rlm_mcp.observability import tracing
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.ports.runs import RunRecord, RunRequest
+from rlm_mcp.ports.sessions import SessionView
 from rlm_mcp.service.active_run import ActiveRun, wait_with_heartbeat
 from rlm_mcp.service.arguments import check_text, check_texts, unique_ids
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.progress import ProgressValues, describe
-from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.views import RunSnapshot, with_session_usage
 from rlm_mcp.store import ContextInfo, UploadState
-
-if TYPE_CHECKING:
-    from rlm_mcp.service.queue.front import QueueFront  # team mode only: it needs the team extra
 
 ProgressReport = Callable[[float, float | None, str], Awaitable[None]]
 # How an upload chunk's `data` string is encoded on the wire.
@@ -152,51 +152,33 @@ class Caller:
         elif context_id is not None:
             check_texts("context_id", context_id)
         ids = unique_ids(context_id or [])
-        runs = self.service.runs
-        # Team mode: the session is in the database (service/team_sessions.py), for any replica.
-        team = self.service.team_sessions if not runs.local else None
-        if team is not None and session_id:
-            await team.find(session_id, owner=self.owner, free=True)  # unknown, ended or busy: said first
-        session = (
-            await self.service.sessions.find(session_id, owner=self.owner) if session_id and team is None else None
-        )
-        if not ids and session is None and not (team is not None and session_id):
+        service, sessions = self.service, self.service.sessions
+        follow_up = await sessions.find(session_id, owner=self.owner) if session_id else None  # why not, first
+        if not ids and follow_up is None:
             raise BadArgumentError(
                 "No context id given.", "Load a context with rlm_load_context and pass its context_id."
             )
-        if (keep_session or session_id) and not isinstance(runs, RunManager) and team is None:
-            raise BadArgumentError(
-                "Kept sessions need the run backend of this server, which has none for them.",
-                "Ask without keep_session/session_id: each run then starts from a fresh sandbox.",
-            )
-        if session is not None:
-            self.service.sessions.check_idle(session)
-        engine = await self.service.engine() if runs.local else None
-        infos = [await self.service.contexts.get(cid, owner=self.owner) for cid in ids]
-        specs = [self.service.contexts.spec(i) for i in infos]
-        self.service.sandboxes.check_fits([*(session.repl.contexts if session is not None else []), *specs])
-        if runs.local:  # a team-mode front runs nothing: its workers check their own Docker
-            await self.service.sandboxes.ensure_ready()
-            if keep_session or session is not None:
-                await self.service.sandboxes.check_snapshots()  # an image without dill cannot keep one
-        await self.service.check_lm()
-        if session is None and keep_session and team is None:
-            session = self.service.sessions.open(self.owner)
+        engine = await service.engine_for_runs()
+        infos = [await service.contexts.get(cid, owner=self.owner) for cid in ids]
+        specs = [service.contexts.spec(i) for i in infos]
+        service.sandboxes.check_fits([*(follow_up.bound if follow_up is not None else ()), *specs])
+        await service.check_ready_to_run()
+        kept = keep_session or follow_up is not None
+        if kept:
+            await sessions.check_can_keep()
+        await service.check_lm()
         request = RunRequest(
             query=query,
             context_ids=ids,
-            limits=overrides.limits(self.service.settings),
+            limits=overrides.limits(service.settings),
             owner=self.owner,
-            model=self.service.settings.model,
-            session_id=session.session_id if session is not None else (session_id or None) if team else None,
+            model=service.settings.model,
+            session_id=follow_up.session_id if follow_up is not None else None,  # a new session's: its backend's
             trace_context=tracing.carrier(),  # the MCP call's span: the run's span is its child anywhere
         )
-        if team is not None and (keep_session or session_id):
-            return await team.start(cast("QueueFront", runs), request)
-        if session is None:
-            return await runs.start(request, engine)
-        assert isinstance(runs, RunManager)
-        return await self.service.start_in_session(runs, request, engine, session)
+        if kept:  # claimed there: a session ended since `find` is refused, saying why
+            return await sessions.start(request, engine)
+        return await service.runs.start(request, engine)
 
     async def complete(
         self,
@@ -246,26 +228,18 @@ class Caller:
     async def list_sessions(self) -> list[dict[str, object]]:
         """Live sessions, then those stored in the data dir (taken back on their next follow-up);
         in team mode, the open sessions in the database. Each with the usage of its runs."""
-        return [await self._with_usage(d) for d in await self.service.sessions_of(self.owner)]
+        return [await self._with_usage(v) for v in await self.service.sessions_of(self.owner)]
 
     async def session(self, session_id: str) -> dict[str, object]:
         check_text("session_id", session_id)
-        if self.service.team_sessions is not None:
-            described = await self.service.team_sessions.describe(session_id, owner=self.owner)
-        else:
-            described = (await self.service.sessions.find(session_id, owner=self.owner)).describe()
-        return await self._with_usage(described)
+        return await self._with_usage(await self.service.sessions.describe(session_id, owner=self.owner))
 
     async def close_session(self, session_id: str) -> dict[str, object]:
         check_text("session_id", session_id)
-        if self.service.team_sessions is not None:
-            described = await self.service.team_sessions.close(session_id, owner=self.owner)
-        else:
-            described = (await self.service.sessions.close(session_id, owner=self.owner)).describe()
-        return await self._with_usage(described)
+        return await self._with_usage(await self.service.sessions.close(session_id, owner=self.owner))
 
-    async def _with_usage(self, described: dict[str, object]) -> dict[str, object]:
-        return await with_session_usage(described, self.run_record)
+    async def _with_usage(self, view: SessionView) -> dict[str, object]:
+        return await with_session_usage(view.to_dict(), self.run_record)
 
     async def status(self, run_id: str) -> RunSnapshot:
         check_text("run_id", run_id)

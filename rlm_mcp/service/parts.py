@@ -6,19 +6,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.ports.sessions import SessionBackend
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
-from rlm_mcp.service.sessions import SessionManager
 from rlm_mcp.store.bundle import Stores
 
-if TYPE_CHECKING:
-    from rlm_mcp.service.team_sessions import TeamSessions  # team mode only: it needs the team extra
-
+# Kept sessions as the service sees them, in either mode (ports/sessions.py).
+Sessions = SessionBackend[ActiveRun, RLMEngine]
 # Opens where runs execute on the service's exit stack (closed with it), once the stores and the
 # sandboxes are open; the engine is built at the first run that needs one.
 RunsOpener = Callable[[AsyncExitStack, Callable[[], Awaitable[RLMEngine]]], Awaitable[RunBackend]]
@@ -32,6 +31,5 @@ class ServiceParts:
     lm: LMClient
     sandboxes: SandboxManager
     loader: ContextLoader
-    sessions: SessionManager  # closed before the runs: a session's REPL goes back to its sandboxes
+    sessions: Sessions  # closed before the runs: a session's REPL goes back to its sandboxes
     open_runs: RunsOpener
-    team_sessions: TeamSessions | None = None  # team mode: kept sessions in the database

@@ -22,13 +22,10 @@ import anyio
 from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import OwnerScope
-from rlm_mcp.ports.runs import RunRequest
-from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.ports.sessions import SessionView
 from rlm_mcp.service.backends import RunBackend
-from rlm_mcp.service.parts import ServiceParts
+from rlm_mcp.service.parts import ServiceParts, Sessions
 from rlm_mcp.service.profile import choose_profile
-from rlm_mcp.service.runs import RunManager
-from rlm_mcp.service.sessions import SAVING, KeptSession
 
 logger = logging.getLogger("rlm_mcp.service")
 
@@ -54,8 +51,7 @@ class RlmService:
         self._lm_checked_at = float("-inf")
         self._runs: RunBackend | None = None
         self._open_runs = parts.open_runs
-        self.sessions = parts.sessions
-        self.team_sessions = parts.team_sessions  # team mode: sessions in the database
+        self.sessions: Sessions = parts.sessions  # kept sessions, wherever this role keeps them
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> RlmService:
@@ -102,47 +98,30 @@ class RlmService:
             raise RuntimeError("RlmService used outside `async with`")
         return self._runs
 
-    async def start_in_session(
-        self, runs: RunManager, request: RunRequest, engine: RLMEngine | None, session: KeptSession
-    ) -> ActiveRun:
-        """Start a kept session's run: one at a time per session, its contexts pinned for the
-        session's life, the session told when the run has ended."""
-        self.sessions.claim(session, "starting")  # no await since check_idle: two follow-ups cannot both pass
-        run: ActiveRun | None = None
-        try:
-            await self.sessions.pin(session, request.context_ids)
+    async def engine_for_runs(self) -> RLMEngine | None:
+        """The engine, where runs execute in this process (None: a team front runs nothing)."""
+        return await self.engine() if self.runs.local else None
 
-            async def ended(done: ActiveRun) -> None:
-                usage = done.result.usage if done.result is not None else None
-                await self.sessions.finished(session, done.run_id, started=done.not_started is None, usage=usage)
-
-            run = await runs.start(request, engine, repl=session.repl, on_end=ended)
-            if session.running == "starting":
-                session.running = run.run_id
-            return run
-        finally:
-            if run is None:
-                await self.sessions.finished(session, "starting", started=False)
+    async def check_ready_to_run(self) -> None:
+        """Where runs execute here, the sandbox backend must be up (a team front's workers check
+        their own)."""
+        if self.runs.local:
+            await self.sandboxes.ensure_ready()
 
     # --- helpers that take the owner scope they are given (the viewer's) -------------------
 
-    async def sessions_of(self, owner: OwnerScope) -> list[dict[str, object]]:
-        """The sessions `owner` sees, as each store describes them (without their usage)."""
-        if self.team_sessions is not None:
-            return await self.team_sessions.list(owner=owner)
-        return [s.describe() for s in self.sessions.list(owner=owner)] + await self.sessions.stored(owner=owner)
+    async def sessions_of(self, owner: OwnerScope) -> list[SessionView]:
+        """The sessions `owner` sees (without the usage summed from their runs' records)."""
+        return await self.sessions.list(owner=owner)
 
     async def session_state(self, session_id: str, *, owner: OwnerScope) -> dict[str, object] | None:
         """What the viewer shows of a session beside its runs: `state` (running, saving, live,
         stored, ended) and its size and age, read without taking back a stored session; None when this
         process knows nothing of it. The caller has checked that `owner` sees the session's runs
         (why an ended session ended is kept without a way to ask whose it was)."""
-        for described in await self.sessions_of(owner):  # the viewer sums the usage from the records it reads
-            if described.get("session_id") == session_id:
-                running = described.get("running")
-                state = "saving" if running == SAVING else "running" if running else "live"
-                state = "stored" if described.get("stored") else state
-                return {**described, "state": state}
+        for view in await self.sessions_of(owner):  # the viewer sums the usage from the records it reads
+            if view.session_id == session_id:
+                return {**view.to_dict(), "state": view.state}
         why = self.sessions.why_ended(session_id)
         return {"session_id": session_id, "state": "ended", "why": why} if why is not None else None
 

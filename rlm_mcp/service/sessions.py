@@ -13,10 +13,16 @@ it in a fresh sandbox; one whose namespace cannot be saved (no dill in the image
 The snapshot is taken when the sandbox is given back, not after every run: serializing a big
 namespace costs seconds that no follow-up should wait for (bench/sessions.py).
 An ended session is remembered (briefly, bounded) so that a follow-up says why it cannot go on.
+
+`SessionManager` is the embedded implementation of the session port (`ports/sessions.py`): a
+follow-up claims its session in `start` with no await between the look-up and the claim, and
+`close` and the sweep end only a session no run has claimed, so an ended session never gets a run
+(nor a sandbox nobody would release).
 """
 
 from __future__ import annotations
 
+import builtins
 import logging
 import secrets
 import time
@@ -28,19 +34,24 @@ from typing import Literal
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.engine import RLMEngine
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner, OwnerScope, sees
+from rlm_mcp.ports.runs import RunRequest
+from rlm_mcp.ports.sessions import SAVING, FollowUp, SessionView
+from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service import session_files
+from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.ports import ContextStorePort
 from rlm_mcp.usage import Usage
 
 logger = logging.getLogger("rlm_mcp.service")
 
 EndReason = Literal["closed", "idle", "expired", "shutdown", "failed", "evicted"]
-SAVING = "(saving)"  # `running` while an idle session's namespace is snapshotted
 ENDED_KEPT = 256  # ended sessions remembered, to say why a follow-up cannot continue
 SWEEP_EVERY_S = 5.0
 
@@ -79,32 +90,37 @@ class KeptSession:
     def __post_init__(self) -> None:
         self.repl = SessionSandbox(self.session_id)
 
-    def describe(self) -> dict[str, object]:
+    def view(self) -> SessionView:
         """The session as `rlm_list_sessions` and its resource show it."""
-        return {
-            "session_id": self.session_id,
-            "runs": list(self.run_ids),
-            "running": self.running,
-            "context_ids": list(self.context_ids),
-            "contexts_bound": self.repl.context_count,
-            "histories": self.repl.history_count,
-            "context_bytes": sum(spec.bytes for spec in self.repl.contexts),
-            "sandbox_live": self.repl.live,
-            "snapshot_bytes": len(self.repl.snapshot.blob) if self.repl.snapshot is not None else None,
-            "snapshot_error": self.repl.snapshot_error,
-            "usage": self.usage.to_dict(),
-            "created_at": self.created_at,
-            "age_s": round(time.monotonic() - self.started, 3),
-            "idle_s": 0.0 if self.running else round(time.monotonic() - self.last_used, 3),
-        }
+        return SessionView(
+            session_id=self.session_id,
+            runs=list(self.run_ids),
+            running=self.running,
+            context_ids=list(self.context_ids),
+            contexts_bound=self.repl.context_count,
+            histories=self.repl.history_count,
+            context_bytes=sum(spec.bytes for spec in self.repl.contexts),
+            sandbox_live=self.repl.live,
+            snapshot_bytes=len(self.repl.snapshot.blob) if self.repl.snapshot is not None else None,
+            snapshot_error=self.repl.snapshot_error,
+            usage=self.usage.to_dict(),
+            created_at=self.created_at,
+            age_s=round(time.monotonic() - self.started, 3),
+            idle_s=0.0 if self.running else round(time.monotonic() - self.last_used, 3),
+        )
 
 
 class SessionManager:
-    """Owns every kept session of this process; enter it in the service's exit stack."""
+    """Owns every kept session of this process; enter it in the service's exit stack (after the
+    runs: it is closed first, and a session's REPL goes back to the sandboxes it came from)."""
 
-    def __init__(self, settings: Settings, contexts: ContextStorePort) -> None:
+    def __init__(
+        self, settings: Settings, contexts: ContextStorePort, sandboxes: SandboxManager, runs: RunManager
+    ) -> None:
         self._settings = settings
         self._contexts = contexts
+        self._sandboxes = sandboxes
+        self._runs = runs
         self._live: dict[str, KeptSession] = {}
         self._ended: OrderedDict[str, tuple[Owner, str]] = OrderedDict()  # owner, why (said to a follow-up)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -134,7 +150,62 @@ class SessionManager:
         live = sum(1 for s in self._live.values() if s.repl.sandbox is not None)
         return live, len(self._live) - live
 
-    # -- what the service asks ---------------------------------------------------------------
+    # -- the session port (ports/sessions.py) -----------------------------------------------
+    async def find(self, session_id: str, *, owner: OwnerScope) -> FollowUp:
+        session = await self._find(session_id, owner=owner)
+        if session.running is not None:
+            self.claim(session, "")  # raises the BusyError
+        return FollowUp(session.session_id, bound=list(session.repl.contexts))
+
+    async def check_can_keep(self) -> None:
+        await self._sandboxes.check_snapshots()  # an image without dill cannot keep one
+
+    async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
+        """Start a kept session's run: one at a time per session, its contexts pinned for the
+        session's life, the session told when the run has ended. The session is looked up and
+        claimed with no await in between: one that `close` or the sweep ended since the caller's
+        `find` is refused with why, and nothing is opened for it."""
+        if request.session_id is None:
+            session = self.open(request.owner)
+            request = request.model_copy(update={"session_id": session.session_id})
+        else:
+            session = self.get(request.session_id, owner=request.owner)
+        self.claim(session, "starting")
+        run: ActiveRun | None = None
+        try:
+            await self.pin(session, request.context_ids)
+
+            async def ended(done: ActiveRun) -> None:
+                usage = done.result.usage if done.result is not None else None
+                await self.finished(session, done.run_id, started=done.not_started is None, usage=usage)
+
+            run = await self._runs.start(request, engine, repl=session.repl, on_end=ended)
+            if session.running == "starting":
+                session.running = run.run_id
+            return run
+        finally:
+            if run is None:
+                await self.finished(session, "starting", started=False)
+
+    async def list(self, *, owner: OwnerScope) -> builtins.list[SessionView]:
+        """Live sessions, then those stored in the data dir (taken back on their next follow-up)."""
+        live = [s.view() for s in self._live.values() if sees(owner, s.owner)]
+        return live + await self.stored(owner=owner)
+
+    async def describe(self, session_id: str, *, owner: OwnerScope) -> SessionView:
+        return (await self._find(session_id, owner=owner)).view()
+
+    async def close(self, session_id: str, *, owner: OwnerScope) -> SessionView:
+        session = await self._find(session_id, owner=owner)
+        if session.running is not None:
+            raise BusyError(
+                f"Session {session_id} is answering run {session.running}.",
+                f"Cancel it first (rlm_cancel with run_id={session.running}) or wait for it to end.",
+            )
+        await self._end(session, "closed")
+        return session.view()
+
+    # -- the parts of a session's life -------------------------------------------------------
     def open(self, owner: Owner) -> KeptSession:
         """A new session for `owner` (refused past RLM_MCP_MAX_SESSIONS_PER_OWNER)."""
         cap = self._settings.max_sessions_per_owner
@@ -149,7 +220,7 @@ class SessionManager:
         self._live[session.session_id] = session
         return session
 
-    async def find(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
+    async def _find(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
         """`get`, taking back a session that a stopped process stored in the data dir."""
         if session_id not in self._live and session_id not in self._ended:
             data_dir = self._settings.data_dir
@@ -177,6 +248,7 @@ class SessionManager:
         repl.history_count = len(repl.histories)
         repl.runs = len(stored.run_ids)
         repl.snapshot = Snapshot(blob=stored.snapshot)
+        repl.next_run = "restore"  # its REPL is gone: the next run loads the snapshot in a fresh sandbox
         self._live[session.session_id] = session
         await self.pin(session, list(dict.fromkeys(stored.bound_context_ids)))
         logger.info("session %s taken back from the data dir", session.session_id)
@@ -244,12 +316,7 @@ class SessionManager:
             )
         session.running = run_id
 
-    def check_idle(self, session: KeptSession) -> None:
-        """Refuse a follow-up while the session's previous run is still going."""
-        if session.running is not None:
-            self.claim(session, "")  # raises the BusyError
-
-    async def pin(self, session: KeptSession, context_ids: list[str]) -> None:
+    async def pin(self, session: KeptSession, context_ids: builtins.list[str]) -> None:
         """Keep the session's contexts from eviction while it lives (a restart reloads them)."""
         new = [cid for cid in context_ids if cid not in session.context_ids]
         if new:
@@ -263,41 +330,31 @@ class SessionManager:
         if usage is not None:
             session.usage.merge(usage)
         session.last_used = time.monotonic()
-        if session.ended is None:
-            session.run_ids.append(run_id)
-            if not started and not session.repl.live and session.repl.runs == 0:
-                await self._end(session, "failed")
+        if session.ended is not None:
+            # Ended while the run went on (the server stopping): the sandbox the run kept goes too.
+            await session.repl.release()
+            return
+        session.run_ids.append(run_id)
+        if not started and not session.repl.live and session.repl.runs == 0:
+            await self._end(session, "failed")
 
-    async def stored(self, *, owner: OwnerScope) -> list[dict[str, object]]:
-        """The sessions a stopped process stored in the data dir, as `describe` shows them."""
+    async def stored(self, *, owner: OwnerScope) -> builtins.list[SessionView]:
+        """The sessions a stopped process stored in the data dir, as `list` shows them."""
         records = await anyio.to_thread.run_sync(session_files.peek, self._settings.data_dir)
         return [
-            {
-                "session_id": r["session_id"],
-                "runs": r.get("run_ids") or [],
-                "running": None,
-                "contexts_bound": len(r.get("bound_context_ids") or []),
-                "sandbox_live": False,
-                "stored": True,
-                "snapshot_bytes": r.get("snapshot_bytes"),
-                "created_at": r.get("created_at"),
-            }
+            SessionView(
+                session_id=r["session_id"],
+                runs=r.get("run_ids") or [],
+                running=None,
+                contexts_bound=len(r.get("bound_context_ids") or []),
+                sandbox_live=False,
+                stored=True,
+                snapshot_bytes=r.get("snapshot_bytes"),
+                created_at=r.get("created_at"),
+            )
             for r in records
             if sees(owner, str(r.get("owner"))) and r.get("session_id") not in self._live
         ]
-
-    def list(self, *, owner: OwnerScope) -> list[KeptSession]:
-        return [s for s in self._live.values() if sees(owner, s.owner)]
-
-    async def close(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
-        session = await self.find(session_id, owner=owner)
-        if session.running is not None:
-            raise BusyError(
-                f"Session {session_id} is answering run {session.running}.",
-                f"Cancel it first (rlm_cancel with run_id={session.running}) or wait for it to end.",
-            )
-        await self._end(session, "closed")
-        return session
 
     # -- ending ------------------------------------------------------------------------------
     async def _end(self, session: KeptSession, why: EndReason) -> None:

@@ -7,20 +7,30 @@ sent together, on any replicas, one runs and the other is refused with a BusyErr
 to wait for (rlm_result), as in embedded mode. The follow-up is queued preferring the worker that
 holds the session's live sandbox (`queue.sessions.WorkerSessions` runs it there, or restores it
 on another worker). A session is its owner's alone: another token gets "unknown session".
+
+`TeamSessions` is the team implementation of the session port (`ports/sessions.py`). The claim
+is the database's: `close` and the expiry end only a session whose run is over, and a follow-up's
+claim takes only an open, unexpired, free session, so an ended session never gets a run. In a
+process that executes runs it also answers the sandboxes' `reclaim` for the sessions whose
+sandboxes this worker holds (`queue.sessions.WorkerSessions`, which the worker enters).
 """
 
 from __future__ import annotations
 
 import secrets
+from typing import Self
 
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRequest
+from rlm_mcp.ports.sessions import FollowUp, SessionView
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.front import QueueFront, new_run_id
+from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.sessions import START_AGAIN
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.db import Database
@@ -29,42 +39,69 @@ from rlm_mcp.usage import Usage
 
 
 def team_sessions_for(settings: Settings, stores: Stores) -> TeamSessions | None:
-    """The team-mode sessions of this process; None in embedded mode."""
+    """The team-mode sessions of this process, for the CLI's read-only commands; None in
+    embedded mode."""
     if settings.deployment.embedded or not isinstance(stores.lifecycle, Database):
         return None
     return TeamSessions(settings, PgSessionStore(stores.lifecycle))
 
 
-def describe(row: SessionRow) -> dict[str, object]:
-    """A session as `rlm_list_sessions` and its resource show it (the shape embedded mode uses)."""
+def view(row: SessionRow) -> SessionView:
+    """A session as `rlm_list_sessions` and its resource show it."""
     running = None if row.free else row.running_run
-    return {
-        "session_id": row.session_id,
-        "runs": list(row.run_ids),
-        "running": running,
-        "context_ids": list(dict.fromkeys(row.context_ids)),
-        "contexts_bound": len(row.context_ids),
-        "histories": len(row.histories),
-        "sandbox_live": row.worker_id is not None,
-        "worker_id": row.worker_id,
-        "snapshot_bytes": row.snapshot_bytes,
-        "snapshot_runs": row.snapshot_gen,
-        "snapshot_error": row.snapshot_error,
-        "usage": Usage.of(row.usage).to_dict(),  # the shape embedded mode shows, empty before a run ends
-        "created_at": row.created_at,
-        "age_s": round(row.age_s, 3),
-        "idle_s": 0.0 if running else round(row.idle_s, 3),
-    }
+    return SessionView(
+        session_id=row.session_id,
+        runs=list(row.run_ids),
+        running=running,
+        context_ids=list(dict.fromkeys(row.context_ids)),
+        contexts_bound=len(row.context_ids),
+        histories=len(row.histories),
+        sandbox_live=row.worker_id is not None,
+        worker_id=row.worker_id,
+        snapshot_bytes=row.snapshot_bytes,
+        snapshot_runs=row.snapshot_gen,
+        snapshot_error=row.snapshot_error,
+        usage=Usage.of(row.usage).to_dict(),  # the shape embedded mode shows, empty before a run ends
+        created_at=row.created_at,
+        age_s=round(row.age_s, 3),
+        idle_s=0.0 if running else round(row.idle_s, 3),
+    )
 
 
 class TeamSessions:
-    """Open, continue, list and close team-mode sessions (the front's side)."""
+    """Open, continue, list and close team-mode sessions (the front's side); `worker`: the
+    sessions whose sandboxes this process holds, where it executes runs."""
 
-    def __init__(self, settings: Settings, store: PgSessionStore) -> None:
+    def __init__(self, settings: Settings, store: PgSessionStore, worker: WorkerSessions | None = None) -> None:
         self._settings = settings
         self.store = store
+        self._worker = worker
+        self._front: QueueFront | None = None
 
-    async def find(self, session_id: str, *, owner: OwnerScope, free: bool = False) -> SessionRow:
+    def queue_through(self, front: QueueFront) -> None:
+        """The queue front that runs go through (opened with the service, after this is built)."""
+        self._front = front
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None  # the worker's sessions are the worker's to close (their sandboxes go with it)
+
+    async def find(self, session_id: str, *, owner: OwnerScope) -> FollowUp:
+        await self._row(session_id, owner=owner, free=True)  # unknown, ended or busy: said first
+        return FollowUp(session_id)
+
+    async def check_can_keep(self) -> None:
+        return None  # a worker checks its own image before it runs a session's run
+
+    def why_ended(self, session_id: str) -> str | None:
+        return None  # a follow-up reads why from the database (`find`)
+
+    async def reclaim(self) -> bool:
+        return await self._worker.reclaim() if self._worker is not None else False
+
+    async def _row(self, session_id: str, *, owner: OwnerScope, free: bool = False) -> SessionRow:
         """The open session; a tool error that says why otherwise ("unknown" for another owner's).
         `free`: also refuse (BusyError) while one of its runs is going."""
         row = await self.store.read(session_id)
@@ -83,8 +120,11 @@ class TeamSessions:
             )
         return row
 
-    async def start(self, front: QueueFront, request: RunRequest) -> ActiveRun:
+    async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun:
         """Queue a run in its session (a new one when `request.session_id` is None)."""
+        front = self._front
+        if front is None:
+            raise RuntimeError("TeamSessions used before the service opened its queue")
         settings, owner = self._settings, str(request.owner)
         run_id = new_run_id()
         session_id, prefer = request.session_id, None
@@ -102,7 +142,7 @@ class TeamSessions:
         else:
             row = await self.store.claim(session_id, owner, run_id, max_age_s=settings.session_max_age_s)
             if row is None:  # taken by another follow-up, or ended, since it was looked at
-                await self.find(session_id, owner=request.owner, free=True)
+                await self._row(session_id, owner=request.owner, free=True)
                 raise BusyError(f"Session {session_id} is busy.", "Ask again in a moment.")
             prefer, new = row.worker_id, False
         try:
@@ -116,16 +156,16 @@ class TeamSessions:
                     await self.store.close(session_id)
             raise
 
-    async def list(self, *, owner: OwnerScope) -> list[dict[str, object]]:
+    async def list(self, *, owner: OwnerScope) -> list[SessionView]:
         scope = owner if isinstance(owner, str) else None
         rows = await self.store.list_open(scope, max_age_s=self._settings.session_max_age_s)
-        return [describe(row) for row in rows if sees(owner, row.owner)]
+        return [view(row) for row in rows if sees(owner, row.owner)]
 
-    async def describe(self, session_id: str, *, owner: OwnerScope) -> dict[str, object]:
-        return describe(await self.find(session_id, owner=owner))
+    async def describe(self, session_id: str, *, owner: OwnerScope) -> SessionView:
+        return view(await self._row(session_id, owner=owner))
 
-    async def close(self, session_id: str, *, owner: OwnerScope) -> dict[str, object]:
-        row = await self.find(session_id, owner=owner)
+    async def close(self, session_id: str, *, owner: OwnerScope) -> SessionView:
+        row = await self._row(session_id, owner=owner)
         if not row.free or not await self.store.close(session_id):
             fresh = await self.store.read(session_id)
             running = fresh.running_run if fresh is not None else row.running_run
@@ -136,4 +176,4 @@ class TeamSessions:
         closed = await self.store.read(session_id)
         if closed is None:
             raise RlmMcpError(f"Session {session_id} vanished while it was closed.")
-        return describe(closed)
+        return view(closed)

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.ports.runs import RunRecord, RunStatus, Usage, render_notices, summed_usage
-from rlm_mcp.service.sessions import SAVING
+from rlm_mcp.ports.sessions import SAVING
 
 
 class RunSnapshot(BaseModel):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import anyio
 import docker
@@ -17,6 +18,7 @@ from rlm_mcp.owners import Owner
 from rlm_mcp.server.app import build_server
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.service.sessions import SessionManager
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
@@ -121,8 +123,9 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
                 await as_bob.close_session(session_id)
 
             # Idle past RLM_MCP_SESSION_IDLE_S: the sweep ends it and releases its sandbox.
-            service.sessions._settings = settings.model_copy(update={"session_idle_s": 0.001})
-            await service.sessions.sweep()
+            embedded = cast(SessionManager, service.sessions)  # the embedded backend's own sweep
+            embedded._settings = settings.model_copy(update={"session_idle_s": 0.001})
+            await embedded.sweep()
             await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox released")
             with pytest.raises(Exception, match="ended after RLM_MCP_SESSION_IDLE_S") as caught:
                 await as_alice.start_run("SECOND-Q", None, RunOverrides(), session_id=session_id)
@@ -222,7 +225,9 @@ async def test_a_session_whose_sandbox_died_between_runs_goes_on_and_says_so(tmp
                 "FIRST-Q", first.context_id, RunOverrides(), _quiet, keep_session=True
             )
             assert sid is not None
-            channel = getattr(service.sessions.get(sid, owner=Owner("local")).repl.sandbox, "container", None)
+            channel = getattr(
+                cast(SessionManager, service.sessions).get(sid, owner=Owner("local")).repl.sandbox, "container", None
+            )
             assert channel is not None
             client = docker.from_env()
             try:

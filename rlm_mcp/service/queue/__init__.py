@@ -35,6 +35,7 @@ from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.gauges import sample_forever
 from rlm_mcp.service.queue.liveness import LeaseLiveness
 from rlm_mcp.service.queue.port import RunQueuePort
+from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
@@ -43,7 +44,6 @@ from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.runs import PgRunStore
-from rlm_mcp.store.pg.sessions import PgSessionStore
 
 __all__ = ["CLOCK_SKEW_WARN_S", "QueueFront", "QueueWorker", "open_queue", "warn_of_clock_skew"]
 
@@ -59,9 +59,11 @@ async def open_queue(
     stores: Stores,
     sandboxes: SandboxManager,
     engine: Callable[[], Awaitable[RLMEngine]],
+    sessions: WorkerSessions | None = None,
 ) -> QueueFront:
     """Open the queue's parts for this process's role on `stack`; returns its front (a worker's
-    front is only used by the CLI's one-off calls)."""
+    front is only used by the CLI's one-off calls). `sessions`: the kept sessions' sandboxes a
+    worker holds (built by the assembly; the worker enters them)."""
     db, run_store = stores.lifecycle, stores.runs
     if not isinstance(db, Database) or not isinstance(run_store, PgRunStore) or settings.deployment.embedded:
         raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
@@ -90,8 +92,7 @@ async def open_queue(
             manager,
             sandboxes,
             engine,
-            session_store=PgSessionStore(db),
-            contexts=stores.contexts,
+            sessions=sessions,
         )
         await stack.enter_async_context(worker)
     return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(url)))

@@ -70,17 +70,12 @@ class Held:
 class WorkerSessions:
     """The kept sessions whose sandboxes this worker holds; enter it before the worker."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: PgSessionStore,
-        contexts: ContextStorePort,
-        worker_id: Callable[[], int | None],
-    ) -> None:
+    def __init__(self, settings: Settings, store: PgSessionStore, contexts: ContextStorePort) -> None:
         self._settings = settings
         self._store = store
         self._contexts = contexts
-        self._worker_id = worker_id
+        # This worker's id once registered (set by the worker that enters these sessions).
+        self.worker_id: Callable[[], int | None] = lambda: None
         self._held: dict[str, Held] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -199,7 +194,7 @@ class WorkerSessions:
         """Another worker still taking the snapshot after the last run: wait for it, bounded."""
         with anyio.move_on_after(self._settings.session_snapshot_wait_s):
             while row.generation and row.snapshot_gen != row.generation and row.snapshot_error is None:
-                if row.worker_id is None or row.worker_id == self._worker_id():
+                if row.worker_id is None or row.worker_id == self.worker_id():
                     break
                 await anyio.sleep(LOOK_EVERY_S)
                 fresh = await self._store.read(row.session_id)
@@ -232,7 +227,7 @@ class WorkerSessions:
             generation = await self._store.finish_run(
                 session_id,
                 run.run_id,
-                worker_id=self._worker_id() if repl.live else None,
+                worker_id=self.worker_id() if repl.live else None,
                 context_ids=[spec.context_id or "" for spec in repl.contexts],
                 histories=repl.histories,
                 usage=held.usage.to_dict(),
@@ -345,7 +340,7 @@ class WorkerSessions:
                 await held.pins.aclose()
             except Exception:
                 log.exception("unpinning the contexts of session %s failed", session_id)
-            worker_id = self._worker_id()
+            worker_id = self.worker_id()
             if worker_id is not None:
                 try:
                     await self._store.let_go(session_id, worker_id)
@@ -359,7 +354,7 @@ class WorkerSessions:
         await self._store.expire(max_age_s=settings.session_max_age_s)
         idle = {sid: held for sid, held in self._held.items() if held.idle}
         states = await self._store.holders(list(idle))
-        me, now = self._worker_id(), time.monotonic()
+        me, now = self.worker_id(), time.monotonic()
         for sid, held in idle.items():
             state = states.get(sid)
             if state is None or state[0] != "open":

@@ -58,8 +58,6 @@ from rlm_mcp.service.queue.sql import QUEUE_CHANNEL
 from rlm_mcp.service.queue.wakeups import listen_forever
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.pg.runs import PgRunStore
-from rlm_mcp.store.pg.sessions import PgSessionStore
-from rlm_mcp.store.ports import ContextStorePort
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -77,10 +75,11 @@ class QueueWorker:
         sandboxes: SandboxManager,
         engine: Callable[[], Awaitable[RLMEngine]],
         *,
-        session_store: PgSessionStore | None = None,
-        contexts: ContextStorePort | None = None,
+        sessions: WorkerSessions | None = None,
     ) -> None:
-        """`session_store`, `contexts`: where kept sessions live (None: this worker runs none)."""
+        """`sessions`: the kept sessions' sandboxes this worker holds between runs, built by the
+        assembly (which also made them the sandboxes' `reclaim`); entered and closed here, around
+        the runs (None: this worker runs none)."""
         self._settings = settings
         self._queue = queue
         self._url = url
@@ -98,10 +97,9 @@ class QueueWorker:
         self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
         self._tg: anyio.abc.TaskGroup | None = None
         self.worker_id: int | None = None
-        self.sessions: WorkerSessions | None = None
-        if session_store is not None and contexts is not None:
-            self.sessions = WorkerSessions(settings, session_store, contexts, lambda: self.worker_id)
-            sandboxes.reclaim = self.sessions.reclaim  # idle sessions yield their slots to runs
+        self.sessions = sessions
+        if sessions is not None:
+            sessions.worker_id = lambda: self.worker_id  # the holder the database names
 
     @property
     def ref(self) -> WorkerRef:
