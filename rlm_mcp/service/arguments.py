@@ -44,6 +44,22 @@ def check_texts(argument: str, values: Iterable[str] | None) -> None:
         check_text(f"{argument}[{index}]", value)
 
 
+def check_query(query: object) -> None:
+    """A run's question: a non-blank string, and text (`check_text`)."""
+    if not isinstance(query, str) or not query.strip():
+        raise BadArgumentError("The query is empty.", "Pass the question to answer about the context as `query`.")
+    check_text("query", query)
+
+
+def checked_context_ids(context_id: str | Sequence[str] | None) -> list[str]:
+    """A run's context id(s), one or a list, each checked (`check_text`), as `unique_ids` has them."""
+    if isinstance(context_id, str):
+        check_text("context_id", context_id)
+    elif context_id is not None:
+        check_texts("context_id", context_id)
+    return unique_ids(context_id or [])
+
+
 def unique_ids(ids: str | Sequence[str]) -> list[str]:
     """Context ids as given, stripped, each once, in their first order; blanks dropped."""
     items = [ids] if isinstance(ids, str) else list(ids)

@@ -30,7 +30,7 @@ from rlm_mcp.ports import ContextFormat
 from rlm_mcp.ports.runs import RunRecord, RunRequest
 from rlm_mcp.ports.sessions import SessionView
 from rlm_mcp.service.active_run import ActiveRun, wait_with_heartbeat
-from rlm_mcp.service.arguments import check_text, check_texts, unique_ids
+from rlm_mcp.service.arguments import check_query, check_text, check_texts, checked_context_ids
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.service import RlmService
@@ -143,15 +143,9 @@ class Caller:
 
         `keep_session`: the run opens a kept session (its REPL stays for follow-ups); `session_id`:
         the run continues that session (its context ids, if any, become the next context_i)."""
-        if not isinstance(query, str) or not query.strip():
-            raise BadArgumentError("The query is empty.", "Pass the question to answer about the context as `query`.")
-        check_text("query", query)
+        check_query(query)
         check_text("session_id", session_id)
-        if isinstance(context_id, str):
-            check_text("context_id", context_id)
-        elif context_id is not None:
-            check_texts("context_id", context_id)
-        ids = unique_ids(context_id or [])
+        ids = checked_context_ids(context_id)
         service, sessions = self.service, self.service.sessions
         follow_up = await sessions.find(session_id, owner=self.owner) if session_id else None  # why not, first
         if not ids and follow_up is None:

@@ -27,15 +27,11 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import Literal
 
 import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
-from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.observability import metrics
@@ -45,69 +41,15 @@ from rlm_mcp.ports.sessions import SAVING, FollowUp, SessionView
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service import session_files
 from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.service.kept import END_TEXT, START_AGAIN, EndReason, KeptSession
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.ports import ContextStorePort
 from rlm_mcp.usage import Usage
 
 logger = logging.getLogger("rlm_mcp.service")
 
-EndReason = Literal["closed", "idle", "expired", "shutdown", "failed", "evicted"]
 ENDED_KEPT = 256  # ended sessions remembered, to say why a follow-up cannot continue
 SWEEP_EVERY_S = 5.0
-
-_END_TEXT: dict[EndReason, str] = {
-    "closed": "was closed",
-    "idle": "ended after RLM_MCP_SESSION_IDLE_S without a run (its sandbox was released and its namespace "
-    "could not be saved)",
-    "expired": "reached its maximum age (RLM_MCP_SESSION_MAX_AGE_S)",
-    "shutdown": "ended when the server stopped",
-    "failed": "ended because its first run never started",
-    "evicted": "was ended while idle to free its sandbox for another run (all RLM_MCP_MAX_SANDBOXES were in use) "
-    "and its namespace could not be saved",
-}
-START_AGAIN = (
-    "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s) to use."
-)
-
-
-@dataclass
-class KeptSession:
-    """One session: its owner, its runs and contexts, its REPL (`repl`), and its own lock."""
-
-    session_id: str
-    owner: Owner
-    created_at: float = field(default_factory=time.time)
-    last_used: float = field(default_factory=time.monotonic)
-    started: float = field(default_factory=time.monotonic)
-    run_ids: list[str] = field(default_factory=list)
-    context_ids: list[str] = field(default_factory=list)
-    repl: SessionSandbox = field(init=False)
-    running: str | None = None  # the run now using the REPL
-    pins: AsyncExitStack = field(default_factory=AsyncExitStack)
-    ended: EndReason | None = None
-    usage: Usage = field(default_factory=Usage)  # the session's runs together
-
-    def __post_init__(self) -> None:
-        self.repl = SessionSandbox(self.session_id)
-
-    def view(self) -> SessionView:
-        """The session as `rlm_list_sessions` and its resource show it."""
-        return SessionView(
-            session_id=self.session_id,
-            runs=list(self.run_ids),
-            running=self.running,
-            context_ids=list(self.context_ids),
-            contexts_bound=self.repl.context_count,
-            histories=self.repl.history_count,
-            context_bytes=sum(spec.bytes for spec in self.repl.contexts),
-            sandbox_live=self.repl.live,
-            snapshot_bytes=len(self.repl.snapshot.blob) if self.repl.snapshot is not None else None,
-            snapshot_error=self.repl.snapshot_error,
-            usage=self.usage.to_dict(),
-            created_at=self.created_at,
-            age_s=round(time.monotonic() - self.started, 3),
-            idle_s=0.0 if self.running else round(time.monotonic() - self.last_used, 3),
-        )
 
 
 class SessionManager:
@@ -362,7 +304,7 @@ class SessionManager:
             return
         session.ended = why
         self._live.pop(session.session_id, None)
-        text = _END_TEXT[why]
+        text = END_TEXT[why]
         if why in ("idle", "evicted", "shutdown") and session.repl.snapshot_error:
             text += f" ({session.repl.snapshot_error})"
         self._remember(session, text)

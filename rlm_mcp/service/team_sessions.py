@@ -29,9 +29,9 @@ from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.ports.sessions import FollowUp, SessionView
 from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.service.kept import START_AGAIN
 from rlm_mcp.service.queue.front import QueueFront, new_run_id
 from rlm_mcp.service.queue.sessions import WorkerSessions
-from rlm_mcp.service.sessions import START_AGAIN
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.sessions import PgSessionStore, SessionRow

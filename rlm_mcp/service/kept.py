@@ -1,0 +1,70 @@
+"""One embedded kept session (`KeptSession`), and the words a follow-up is told when its session
+ended (`END_TEXT`, `START_AGAIN`); `sessions.SessionManager` holds them."""
+
+from __future__ import annotations
+
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlm_mcp.engine.session import SessionSandbox
+from rlm_mcp.owners import Owner
+from rlm_mcp.ports.sessions import SessionView
+from rlm_mcp.usage import Usage
+
+EndReason = Literal["closed", "idle", "expired", "shutdown", "failed", "evicted"]
+
+END_TEXT: dict[EndReason, str] = {
+    "closed": "was closed",
+    "idle": "ended after RLM_MCP_SESSION_IDLE_S without a run (its sandbox was released and its namespace "
+    "could not be saved)",
+    "expired": "reached its maximum age (RLM_MCP_SESSION_MAX_AGE_S)",
+    "shutdown": "ended when the server stopped",
+    "failed": "ended because its first run never started",
+    "evicted": "was ended while idle to free its sandbox for another run (all RLM_MCP_MAX_SANDBOXES were in use) "
+    "and its namespace could not be saved",
+}
+START_AGAIN = (
+    "Start a new session: call rlm_complete (or rlm_start) with keep_session=true and the context_id(s) to use."
+)
+
+
+@dataclass
+class KeptSession:
+    """One session: its owner, its runs and contexts, its REPL (`repl`), and its own lock."""
+
+    session_id: str
+    owner: Owner
+    created_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)
+    run_ids: list[str] = field(default_factory=list)
+    context_ids: list[str] = field(default_factory=list)
+    repl: SessionSandbox = field(init=False)
+    running: str | None = None  # the run now using the REPL
+    pins: AsyncExitStack = field(default_factory=AsyncExitStack)
+    ended: EndReason | None = None
+    usage: Usage = field(default_factory=Usage)  # the session's runs together
+
+    def __post_init__(self) -> None:
+        self.repl = SessionSandbox(self.session_id)
+
+    def view(self) -> SessionView:
+        """The session as `rlm_list_sessions` and its resource show it."""
+        return SessionView(
+            session_id=self.session_id,
+            runs=list(self.run_ids),
+            running=self.running,
+            context_ids=list(self.context_ids),
+            contexts_bound=self.repl.context_count,
+            histories=self.repl.history_count,
+            context_bytes=sum(spec.bytes for spec in self.repl.contexts),
+            sandbox_live=self.repl.live,
+            snapshot_bytes=len(self.repl.snapshot.blob) if self.repl.snapshot is not None else None,
+            snapshot_error=self.repl.snapshot_error,
+            usage=self.usage.to_dict(),
+            created_at=self.created_at,
+            age_s=round(time.monotonic() - self.started, 3),
+            idle_s=0.0 if self.running else round(time.monotonic() - self.last_used, 3),
+        )
