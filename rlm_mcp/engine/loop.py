@@ -131,26 +131,7 @@ class RLMEngine:
         )
         status: RunStatus = "error"
         reason: str | None = None
-        await tree.emit(
-            RunStart(
-                run_id=run_id,
-                depth=depth,
-                query=query,
-                contexts=[
-                    ContextRecord(context_id=c.context_id, name=c.name, kind=c.kind, chars=c.chars) for c in contexts
-                ],
-                limits=LimitsRecord(
-                    max_iterations=limits.max_iterations,
-                    max_depth=limits.max_depth,
-                    timeout_s=limits.timeout_s,
-                    token_budget=limits.token_budget,
-                    max_errors=limits.max_errors,
-                ),
-                model=self.settings.model,
-                sub_model=self.settings.effective_sub_model,
-                prompt_profile=self.profile.name,
-            )
-        )
+        await tree.emit(self._run_start(run_id, depth, query, contexts, limits))
         stack = AsyncExitStack()
         try:
             with anyio.CancelScope(deadline=tree.deadline) as scope:
@@ -210,6 +191,29 @@ class RLMEngine:
             usage=usage_record(tree.usage),
             duration_s=round(duration, 4),
             sub_calls=tree.progress.sub_calls,
+        )
+
+    def _run_start(
+        self, run_id: str, depth: int, query: str | None, contexts: Sequence[ContextSpec], limits: RunLimits
+    ) -> RunStart:
+        """The event that opens a run's log: what it was asked, over which contexts, within which limits."""
+        return RunStart(
+            run_id=run_id,
+            depth=depth,
+            query=query,
+            contexts=[
+                ContextRecord(context_id=c.context_id, name=c.name, kind=c.kind, chars=c.chars) for c in contexts
+            ],
+            limits=LimitsRecord(
+                max_iterations=limits.max_iterations,
+                max_depth=limits.max_depth,
+                timeout_s=limits.timeout_s,
+                token_budget=limits.token_budget,
+                max_errors=limits.max_errors,
+            ),
+            model=self.settings.model,
+            sub_model=self.settings.effective_sub_model,
+            prompt_profile=self.profile.name,
         )
 
     async def _store_history(
