@@ -167,7 +167,7 @@ class Caller:
             limits=overrides.limits(service.settings),
             owner=self.owner,
             model=service.settings.model,
-            session_id=follow_up.session_id if follow_up is not None else None,  # a new session's: its backend's
+            session_id=follow_up.session_id if follow_up is not None else None,  # a new one: its backend names it
             trace_context=tracing.carrier(),  # the MCP call's span: the run's span is its child anywhere
         )
         if kept:  # claimed there: a session ended since `find` is refused, saying why
