@@ -19,25 +19,14 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
-from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.runs import PgRunStore
-from tests.fixtures_store import run_record
+from tests.fixtures_store import final, summary
 
 pytestmark = pytest.mark.anyio
-
-
-def summary(run_id: str, owner: str = "local", query: str = "q", **fields: Any) -> RunRecord:
-    limits = {"max_iterations": 5, "max_depth": 1, "timeout_s": 60.0, "token_budget": None, "max_errors": 3}
-    stored = {"query": query, "context_ids": ["c"], "owner": owner, "limits": limits, "status": "queued"}
-    return run_record(run_id, stored | fields)
-
-
-def final(run_id: str) -> RunRecord:
-    return summary(run_id, status="completed", result={"status": "completed"})
 
 
 class Clock:
