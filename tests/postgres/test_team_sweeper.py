@@ -321,18 +321,14 @@ async def test_pruning_removes_finished_runs_only_by_the_databases_clock(tmp_pat
         assert await queue.read("run_live_old00000001") is not None
 
 
-async def test_a_front_whose_clock_is_behind_does_not_shorten_the_queue_timeout(
-    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_front_whose_clock_is_behind_does_not_shorten_the_queue_timeout(tmp_path: Path, pg_url: str) -> None:
     """Queue times are the database's: a run queued by a front two minutes behind is not timed out
     at once under a 60 s queue timeout; aged past it by the database's clock, it is."""
     import time
 
-    real = time.time
-    async with team(tmp_path, pg_url, run_queue_timeout_s=60.0) as (db, queue, _settings):
-        monkeypatch.setattr(time, "time", lambda: real() - 120)
-        await queue.enqueue(summary("run_behind0000000001"), 1)
-        monkeypatch.setattr(time, "time", real)
+    async with team(tmp_path, pg_url, run_queue_timeout_s=60.0) as (db, queue, settings):
+        behind = PgRunQueue(settings, db, clock=lambda: time.time() - 120)  # the front's queue, its clock behind
+        await behind.enqueue(summary("run_behind0000000001"), 1)
         assert await queue.stale_queued() == []
         async with db.connection() as conn:  # positive control: really older than the timeout
             await conn.execute("UPDATE rlm_runs SET queued_at = now() - interval '61 seconds'")
