@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -68,6 +69,12 @@ def cli_env(root: Path, **extra: str) -> dict[str, str]:
         **coverage_env(),
         **extra,
     }
+
+
+def cli(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """One `rlm-mcp ARGS` command with `cli_env(root, **env)`: its exit status and output."""
+    full_env = cli_env(root, **env)
+    return subprocess.run([str(SERVER_SCRIPT), *args], env=full_env, capture_output=True, text=True, timeout=120)
 
 
 def minimal_env(base_url: str, data_dir: Path, roots: list[Path], **extra: str) -> dict[str, str]:

@@ -3,7 +3,7 @@
 It is installed once, pinned, into a virtual environment of its own under the user's cache
 directory (not into the test environment: it brings FastAPI, uvicorn and more that nothing else
 needs, and its own pins must not move ours). Installing needs the package index, as
-`uv sync --extra test` does; a failed install fails the tests that need it, with the command.
+`uv sync --group test` does; a failed install fails the tests that need it, with the command.
 """
 
 from __future__ import annotations

@@ -20,6 +20,24 @@ from rlm_mcp.sandbox.docker.engine import EngineInfo
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.testing.settings import make_settings
 
+# What Docker 20.10 and Podman 4.3 answer on /version and /info (the fields rlm-mcp reads), as
+# sent on this project's CI machine kind (tests/unit/test_engine_detection.py, test_engine_start_check.py).
+DOCKER_VERSION = {"Version": "20.10.24+dfsg1", "Components": [{"Name": "Engine", "Version": "20.10.24+dfsg1"}]}
+PODMAN_VERSION = {
+    "Platform": {"Name": "linux/amd64/debian-12"},
+    "Version": "4.3.1",
+    "Components": [{"Name": "Podman Engine", "Version": "4.3.1"}, {"Name": "Conmon"}],
+}
+LIMITS = {"MemoryLimit": True, "PidsLimit": True, "CpuCfsQuota": True}
+DOCKER_INFO = {
+    **LIMITS,
+    "CgroupVersion": "1",
+    "Runtimes": {"runc": {}, "runsc": {"path": "/usr/bin/runsc"}},
+    "DefaultRuntime": "runc",
+    "SecurityOptions": ["name=seccomp,profile=default"],
+}
+PODMAN_INFO = {**LIMITS, "CgroupVersion": "1", "Rootless": False, "Runtimes": {"crun": {}, "runc": {}}}
+
 TEST_RUNTIME_VAR = "RLM_TEST_SANDBOX_RUNTIME"  # the sandbox tests' runtime (not an RLM_MCP_* setting)
 
 

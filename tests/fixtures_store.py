@@ -125,3 +125,15 @@ def run_record(run_id: str, fields: dict[str, Any] | None = None, *, created_at:
         defaults = {"status": "completed", "answer": None, "reason": None, "run_id": run_id, "iterations": 0}
         data["result"] = defaults | {"usage": {}, "duration_s": 0.0, "sub_calls": 0} | result
     return RunRecord.from_stored(data)
+
+
+def summary(run_id: str, owner: str = "local", query: str = "q", **fields: Any) -> RunRecord:
+    """A queued run's record for the queue's tests (one context, small limits); `fields` override."""
+    limits = {"max_iterations": 5, "max_depth": 1, "timeout_s": 60.0, "token_budget": None, "max_errors": 3}
+    stored = {"query": query, "context_ids": ["c"], "owner": owner, "limits": limits, "status": "queued"}
+    return run_record(run_id, stored | fields)
+
+
+def final(run_id: str) -> RunRecord:
+    """`summary` of a run that has completed."""
+    return summary(run_id, status="completed", result={"status": "completed"})

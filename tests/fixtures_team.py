@@ -5,18 +5,24 @@ one by one, tests/fixtures_haproxy.py puts several behind HAProxy.
 Each replica has its own folder (data dir, allowed root) and log (`server.log`: stderr and
 uvicorn's access lines, which say which replica answered), its own sandbox owner label, and is
 stopped (SIGTERM, then SIGKILL) on exit unless the test killed it first.
+
+The queue tests' shorthands (`replica`, `client`: one token, short leases) and their looks at a
+run's row in the database (`row`, `in_cell`, `cell_started`) are here too.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx2
+import psycopg
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -30,6 +36,8 @@ SHORT_LEASES = {
     "RLM_MCP_QUEUE_POLL_S": "0.5",
     "RLM_MCP_CELL_TIMEOUT_S": "300",
 }
+# The token of the replicas `replica` starts (tests/e2e/test_team_queue.py, test_team_fencing.py).
+QUEUE_TOKEN = "queue-team-token"
 _ACCESS = re.compile(r'"(GET|POST|DELETE) /mcp HTTP/[0-9.]+"')
 
 
@@ -103,3 +111,51 @@ async def replica_client(replica: Replica, token: str) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=180)
     async with http, Client(streamable_http_client(f"{replica.base}/mcp", http_client=http)) as client:
         yield client
+
+
+def replica(
+    tmp_path: Path, name: str, db: str, lm_url: str, role: str, **extra: str
+) -> AbstractContextManager[Replica]:
+    """A replica (`team_replica`) in `tmp_path / name`, with the queue tests' token and short leases."""
+    return team_replica(
+        tmp_path / name, role=role, database_url=db, lm_url=lm_url, tokens=[QUEUE_TOKEN], env={**SHORT_LEASES, **extra}
+    )
+
+
+def client(r: Replica) -> AbstractAsyncContextManager[Client]:
+    """An MCP client of `r` (a `replica`) with the queue tests' token."""
+    return replica_client(r, QUEUE_TOKEN)
+
+
+def row(db: str, run_id: str) -> dict[str, Any]:
+    """A run's queue row (summary decoded) and the worker that holds it, read from the database."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT r.summary, r.done, r.worker_id, r.requeues, w.pid, w.owner_id FROM rlm_runs r "
+            "LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id WHERE r.run_id = %s",
+            (run_id,),
+        ).fetchone()
+    assert found is not None
+    summary, done, worker_id, requeues, pid, owner = found
+    return {
+        "summary": json.loads(summary),
+        "done": done,
+        "worker_id": worker_id,
+        "requeues": requeues,
+        "pid": pid,
+        "owner": owner,
+    }
+
+
+def in_cell(db: str, run_id: str) -> bool:
+    """The run's published summary says a cell is running."""
+    return row(db, run_id)["summary"].get("phase") == "cell"
+
+
+def cell_started(db: str, run_id: str) -> bool:
+    """The run's log has its first cell: the LM answered (the published summary may lag)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM rlm_run_events WHERE run_id = %s AND line::jsonb ->> 'type' = 'cell_start'", (run_id,)
+        ).fetchone()
+    return found is not None

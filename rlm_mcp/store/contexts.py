@@ -261,7 +261,7 @@ class Contexts:
         lifetime and make sure their bytes are at `spec`'s path on this host.
 
         Pins are rows in the shared index, so eviction in another process skips them too. A pin
-        whose process died is ignored (the index judges: `store.pins`, `store.pg.index`)."""
+        whose process died is ignored (the index judges: `store.pins`, `store.pg.contexts`)."""
         return self._in_use(builtins.list(context_ids), owner)
 
     @asynccontextmanager

@@ -5,7 +5,7 @@ machine, every error text) are written once, in `store.contexts` and `store.uplo
 their statements (`store.statements`, rendered per dialect) inside a transaction of an index
 and ask it only for what a dialect does its own way: locks, live pins, where bytes live.
 Two implementations: SQLite and files in the data dir (`store.sqlite_index`,
-`store.sqlite_uploads`) and PostgreSQL (`store.pg.index`, `store.pg.upload_index`).
+`store.sqlite_uploads`) and PostgreSQL (`store.pg.contexts`, `store.pg.uploads`).
 
 A row is indexed by column name (`sqlite3.Row` or psycopg's dict row).
 

@@ -7,7 +7,7 @@ placeholders. `render` turns them into one `Statements` per dialect when the mod
 PostgreSQL's tables carry the `rlm_` prefix and psycopg's `%s` placeholders. A statement only
 one dialect can say (PostgreSQL's row locks and its finalizing mark) is an override of that
 dialect's, next to the neutral one; what has no counterpart at all (pins judged by pid, blob
-files, advisory locks) lives in that dialect's index (`store.sqlite_index`, `store.pg.index`).
+files, advisory locks) lives in that dialect's index (`store.sqlite_index`, `store.pg.contexts`).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from mcp import Client
 from rlm_mcp.server.app import build_server
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from tests.e2e.test_server_surface import call, call_error, make_settings
 from tests.fixtures_sandbox import docker_image
+from tests.fixtures_surface import call, call_error, make_settings
 
 __all__ = ["docker_image"]
 

@@ -19,10 +19,10 @@ from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from tests.e2e.test_cli import cli
-from tests.e2e.test_server_surface import make_settings
+from tests.fixtures_e2e import cli
 from tests.fixtures_engine import cell, submit
 from tests.fixtures_sandbox import docker_image
+from tests.fixtures_surface import make_settings
 
 __all__ = ["docker_image"]
 

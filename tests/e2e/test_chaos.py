@@ -23,9 +23,9 @@ from rlm_mcp.server.app import build_server
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port
-from tests.e2e.test_server_surface import call, make_settings
 from tests.fixtures_chaos import CuttableDockerSocket
 from tests.fixtures_e2e import sandbox_container_ids
+from tests.fixtures_surface import call, make_settings
 
 pytestmark = pytest.mark.anyio
 

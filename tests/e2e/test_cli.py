@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
+from tests.fixtures_e2e import cli
 from tests.fixtures_reference import reference_wheel, seed_data_dir
 
 __all__ = ["reference_wheel"]
 
 ANSWER = '```repl\nanswer["content"] = "cli:" + context.strip()\nanswer["ready"] = True\n```'
-
-
-def cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full_env = cli_env(tmp_path, **env)
-    return subprocess.run([str(SERVER_SCRIPT), *args], env=full_env, capture_output=True, text=True, timeout=120)
 
 
 def test_doctor_passes_when_everything_is_there(tmp_path: Path, reference_wheel: Path) -> None:

@@ -11,10 +11,6 @@ exception is shown as training showed it (the reference's inference REPL prints 
 
 from __future__ import annotations
 
-import difflib
-import json
-import subprocess
-import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,19 +21,21 @@ import pytest
 
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from tests.fixtures_e2e import minimal_env, stdio_client
-from tests.fixtures_reference import reference_python, reference_wheel, seed_data_dir
-from tests.paths import TESTS
+from tests.fixtures_reference import (
+    MAX_ITERATIONS,
+    first_difference,
+    load_args,
+    reference_python,
+    reference_wheel,
+    repl,
+    root_conversations,
+    run_reference,
+    seed_data_dir,
+)
 
 __all__ = ["reference_python", "reference_wheel"]
 
 pytestmark = pytest.mark.anyio
-
-RUNNER = TESTS / "reference_runner.py"
-MAX_ITERATIONS = 20  # the adapter card's and rlm-mcp's default
-
-
-def repl(*blocks: str, prose: str = "Next step.") -> str:
-    return prose + "".join(f"\n```repl\n{code}\n```" for code in blocks)
 
 
 @dataclass
@@ -153,36 +151,6 @@ def _as_training(messages: list[dict[str, Any]], case: Case) -> list[dict[str, A
     return out
 
 
-def _root_conversations(lm: ScriptedLM) -> list[list[dict[str, Any]]]:
-    return [
-        [{"role": m["role"], "content": m["content"]} for m in r["body"]["messages"]]
-        for r in lm.requests_by_role("root")
-    ]
-
-
-def run_reference(python: Path, job: dict[str, Any]) -> dict[str, Any]:
-    """Run `job` with the reference library itself (tests/reference_runner.py, in the reference's
-    venv, in an empty directory): what it printed, {"answer": ...} or, for a session, {"answers": [...]}."""
-    with tempfile.TemporaryDirectory() as cwd:  # no stray .env for the reference to load
-        proc = subprocess.run(
-            [str(python), str(RUNNER)],
-            input=json.dumps(job),
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            timeout=300,
-            check=False,
-            env={"PATH": "/usr/bin:/bin", "HOME": cwd},
-        )
-    assert proc.returncode == 0, f"the reference run failed:\n{proc.stderr[-3000:]}"
-    return dict(json.loads(proc.stdout))
-
-
-def load_args(context: Any) -> dict[str, Any]:
-    """rlm_load_context's arguments for a case's context: a string as text, anything else as JSON."""
-    return {"text": context} if isinstance(context, str) else {"text": json.dumps(context), "format": "json"}
-
-
 def _run_reference(python: Path, lm: ScriptedLM, case: Case) -> None:
     job = {
         "model": "rlm-v0.1",
@@ -208,42 +176,19 @@ async def _run_rlm_mcp(lm: ScriptedLM, case: Case, tmp_path: Path, wheel: Path) 
         return dict(result.structured_content)
 
 
-def _first_difference(expected: list[list[dict[str, Any]]], got: list[list[dict[str, Any]]]) -> str | None:
-    if len(expected) != len(got):
-        return f"{len(expected)} root requests from the reference, {len(got)} from rlm-mcp"
-    for turn, (want, have) in enumerate(zip(expected, got, strict=True), start=1):
-        for index in range(max(len(want), len(have))):
-            a = want[index] if index < len(want) else None
-            b = have[index] if index < len(have) else None
-            if a == b:
-                continue
-            diff = "\n".join(
-                difflib.unified_diff(
-                    json.dumps(a, indent=0).splitlines() if a is None else a["content"].splitlines(),
-                    json.dumps(b, indent=0).splitlines() if b is None else b["content"].splitlines(),
-                    "training (reference)",
-                    "rlm-mcp canonical",
-                    lineterm="",
-                )
-            )
-            role = (a or b or {}).get("role")
-            return f"root request {turn}, message {index} ({role}) differs:\n{diff}\n{a!r}\n{b!r}"
-    return None
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 async def test_canonical_is_the_training_conversation(
     case: Case, tmp_path: Path, reference_python: Path, reference_wheel: Path
 ) -> None:
     with ScriptedLM(_script(case)) as lm:
         await anyio.to_thread.run_sync(_run_reference, reference_python, lm, case)
-        expected = [_as_training(c, case) for c in _root_conversations(lm)]
+        expected = [_as_training(c, case) for c in root_conversations(lm)]
         lm.reset_log()
         outcome = await _run_rlm_mcp(lm, case, tmp_path, reference_wheel)
-        got = _root_conversations(lm)
+        got = root_conversations(lm)
     assert outcome["status"] == "completed", outcome
     assert len(expected) == len(case.replies)
-    difference = _first_difference(expected, got)
+    difference = first_difference(expected, got)
     assert difference is None, difference
     final = got[-1]
     print(f"[fidelity] {case.name}: {len(final)}/{len(expected[-1])} root messages identical, {len(got)} root requests")

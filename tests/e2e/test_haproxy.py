@@ -30,13 +30,13 @@ from mcp.client.streamable_http import streamable_http_client
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import ANSWER_NOW, STUCK, call
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_haproxy import CONFIG, Balanced, balanced_replicas, haproxy_path, make_certificate, render
+from tests.fixtures_http import INIT, MCP_HEADERS
 from tests.fixtures_postgres import Cluster
+from tests.fixtures_surface import ANSWER_NOW, STUCK, call
 from tests.fixtures_team import SHORT_LEASES, replica_client
 from tests.readme_blocks import DOCS, blocks
-from tests.unit.test_http_guard import INIT, MCP_HEADERS
 
 pytestmark = pytest.mark.anyio
 

@@ -6,37 +6,20 @@ streamable HTTP, real Docker for the run, the scripted LM."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port
-from tests.e2e.test_server_surface import STUCK, call, call_error, make_settings, resource_text
 from tests.fixtures_e2e import sandbox_container_ids
-from tests.unit.test_http_guard import serving
+from tests.fixtures_http import as_token, resource_error, serving
+from tests.fixtures_surface import STUCK, call, call_error, make_settings, resource_text
 
 pytestmark = pytest.mark.anyio
-
-
-@asynccontextmanager
-async def as_token(url: str, token: str) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    async with http, Client(streamable_http_client(url, http_client=http)) as client:
-        yield client
-
-
-async def resource_error(client: Client, uri: str) -> str:
-    with pytest.raises(Exception) as err:  # the SDK raises its own error type
-        await client.read_resource(uri)
-    return str(err.value)
 
 
 async def names(client: Client) -> dict[str, str]:

@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import ANSWER_NOW, call
 from tests.fixtures_phoenix import Phoenix
 from tests.fixtures_prometheus import prometheus_server
+from tests.fixtures_surface import ANSWER_NOW, call
 from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.postgres]

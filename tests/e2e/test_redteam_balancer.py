@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.fixtures_haproxy import balanced_replicas
-from tests.unit.test_http_guard import INIT, MCP_HEADERS
+from tests.fixtures_http import INIT, MCP_HEADERS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

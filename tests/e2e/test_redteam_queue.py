@@ -13,7 +13,7 @@ from rlm_mcp.server.app import build_server
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import STUCK, call, call_error, make_settings
+from tests.fixtures_surface import STUCK, call, call_error, make_settings
 
 pytestmark = pytest.mark.anyio
 

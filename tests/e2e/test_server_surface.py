@@ -14,83 +14,23 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.types import ReadResourceResult, TextResourceContents
 
-from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.server.app import build_server
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_e2e import new_instance_id, sandbox_container_ids
+from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_store import LoopbackServer
+from tests.fixtures_surface import ALL_TOOLS, ANSWER_NOW, PARENT, STUCK, call, call_error, make_settings, resource_text
 
 pytestmark = pytest.mark.anyio
-
-ANSWER_NOW = """```repl
-answer["content"] = "forty-two"
-answer["ready"] = True
-```"""
-
-STUCK = """```repl
-import time
-while True:
-    time.sleep(0.2)
-```"""
-
-ALL_TOOLS = {
-    "rlm_load_context",
-    "rlm_upload_context",
-    "rlm_list_contexts",
-    "rlm_delete_context",
-    "rlm_complete",
-    "rlm_start",
-    "rlm_status",
-    "rlm_result",
-    "rlm_cancel",
-}
-
 
 FIRST_RELEASE_RUN_KEYS = frozenset(
     {"run_id", "query", "context_ids", "owner", "limits", "created_at", "model", "status", "iterations"}
     | {"max_iterations", "sub_calls", "usage", "elapsed_s", "result"}
 )
-
-
-def make_settings(tmp_path: Path, base_url: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "base_url": base_url,
-        "data_dir": tmp_path / "data",
-        "allowed_roots": [tmp_path / "root"],
-        "pool_size": 1,
-        "sandbox_memory": "512m",
-        "cell_timeout_s": 30,
-        "instance_id": new_instance_id(),
-    }
-    values.update(overrides)
-    (tmp_path / "root").mkdir(exist_ok=True)
-    return Settings(**values)
-
-
-async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, args)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-async def call_error(client: Client, tool: str, **args: Any) -> str:
-    result = await client.call_tool(tool, args)
-    assert result.is_error, result.structured_content
-    return " ".join(getattr(c, "text", "") for c in result.content)
-
-
-def resource_text(result: ReadResourceResult) -> str:
-    """The text of a resource read (every rlm:// resource is one text part)."""
-    part = result.contents[0]
-    assert isinstance(part, TextResourceContents), part
-    return part.text
 
 
 async def test_tools_are_declared_with_honest_annotations(tmp_path: Path) -> None:
@@ -301,13 +241,6 @@ async def test_too_many_runs_is_refused_clearly(tmp_path: Path, database_url: st
             assert status["status"] == ended["status"] == "cancelled"
             assert status["reason"] and status["reason"] == ended["reason"]
 
-
-PARENT = """```repl
-reply = rlm_query("Summarise this: the launch code is OWL-9.")
-print(reply)
-answer["content"] = "child said: " + reply
-answer["ready"] = True
-```"""
 
 CHILD = """```repl
 import re

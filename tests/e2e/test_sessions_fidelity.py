@@ -18,16 +18,18 @@ import anyio
 import pytest
 
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from tests.e2e.test_fidelity_reference import (
-    MAX_ITERATIONS,
-    _first_difference,
-    _root_conversations,
-    load_args,
-    repl,
-    run_reference,
-)
 from tests.fixtures_e2e import minimal_env, stdio_client
-from tests.fixtures_reference import reference_python, reference_wheel, seed_data_dir
+from tests.fixtures_reference import (
+    MAX_ITERATIONS,
+    first_difference,
+    load_args,
+    reference_python,
+    reference_wheel,
+    repl,
+    root_conversations,
+    run_reference,
+    seed_data_dir,
+)
 
 __all__ = ["reference_python", "reference_wheel"]
 
@@ -117,13 +119,13 @@ async def test_a_kept_session_is_the_reference_persistent_conversation(
     steps = SESSIONS[name]
     with ScriptedLM(_script(steps)) as lm:
         expected_answers = await anyio.to_thread.run_sync(_run_reference, reference_python, lm, steps)
-        expected = _root_conversations(lm)
+        expected = root_conversations(lm)
         lm.reset_log()
         answers = await _run_rlm_mcp(lm, steps, tmp_path, reference_wheel)
-        got = _root_conversations(lm)
+        got = root_conversations(lm)
     assert len(expected) == sum(len(s.replies) for s in steps)
     assert answers == expected_answers
-    difference = _first_difference(expected, got)
+    difference = first_difference(expected, got)
     assert difference is None, difference
     # The later runs did see the notes (so the comparison covered them).
     assert any("prior conversation histor" in m["content"] for c in got for m in c)

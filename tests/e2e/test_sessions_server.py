@@ -23,32 +23,11 @@ from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from rlm_mcp.viewer.model import build_run, index_entry
-from tests.e2e.test_cli import cli
-from tests.e2e.test_server_surface import call, call_error, make_settings, resource_text
-from tests.fixtures_e2e import sandbox_container_ids
+from tests.fixtures_e2e import cli, sandbox_container_ids
 from tests.fixtures_engine import cell, submit
+from tests.fixtures_surface import SCRIPT, call, call_error, make_settings, resource_text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("docker_image")]
-
-
-SCRIPT = Script(
-    root_by_query=[
-        RootScript(
-            match="FIRST-Q",
-            replies=[
-                cell("counts = {w: context.count(w) for w in set(context.split())}\nprint(len(counts))"),
-                submit('"built"'),
-            ],
-        ),
-        RootScript(
-            match="SECOND-Q",
-            replies=[
-                cell("print(len(counts), context_1[:6], history[0]['role'])"),
-                submit("f\"{counts['alpha']}|{context_1[:6]}|{len(history_0)}|{context is context_0}\""),
-            ],
-        ),
-    ]
-)
 
 
 async def _quiet(progress: float, total: float | None, message: str) -> None:

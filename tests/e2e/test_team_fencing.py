@@ -18,10 +18,10 @@ import pytest
 from rlm_mcp.testing.script import Fault, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import ANSWER_NOW, call
-from tests.e2e.test_team_queue import client, in_cell, replica, row
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_postgres import Cluster
+from tests.fixtures_surface import ANSWER_NOW, call
+from tests.fixtures_team import client, in_cell, replica, row
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.postgres]
 

@@ -13,28 +13,26 @@ mid-run ends in a final status. Leases are short here (RLM_MCP_WORKER_LEASE_S=6)
 from __future__ import annotations
 
 import json
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, ExitStack
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
-from mcp import Client
 
 from rlm_mcp.config import Settings
 from rlm_mcp.doctor import _team
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import ANSWER_NOW, PARENT, STUCK, call
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_postgres import Cluster
-from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
+from tests.fixtures_surface import ANSWER_NOW, PARENT, STUCK, call
+from tests.fixtures_team import cell_started, client, in_cell, replica, row
 
 pytestmark = pytest.mark.anyio
 
-TOKEN = "queue-team-token"
 # A first turn whose cell runs for a while, then the answer.
 SLOW_THEN_ANSWER = """```repl
 import time
@@ -43,55 +41,10 @@ print("slept")
 ```"""
 
 
-def replica(
-    tmp_path: Path, name: str, db: str, lm_url: str, role: str, **extra: str
-) -> AbstractContextManager[Replica]:
-    """A replica (tests/fixtures_team.py) with this module's token and short leases."""
-    return team_replica(
-        tmp_path / name, role=role, database_url=db, lm_url=lm_url, tokens=[TOKEN], env={**SHORT_LEASES, **extra}
-    )
-
-
-def client(r: Replica) -> AbstractAsyncContextManager[Client]:
-    return replica_client(r, TOKEN)
-
-
-def row(db: str, run_id: str) -> dict[str, Any]:
-    with psycopg.connect(db, autocommit=True) as conn:
-        found = conn.execute(
-            "SELECT r.summary, r.done, r.worker_id, r.requeues, w.pid, w.owner_id FROM rlm_runs r "
-            "LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id WHERE r.run_id = %s",
-            (run_id,),
-        ).fetchone()
-    assert found is not None
-    summary, done, worker_id, requeues, pid, owner = found
-    return {
-        "summary": json.loads(summary),
-        "done": done,
-        "worker_id": worker_id,
-        "requeues": requeues,
-        "pid": pid,
-        "owner": owner,
-    }
-
-
 async def doctor(tmp_path: Path, db: str) -> dict[str, str]:
     """What `rlm-mcp doctor`'s team checks say, by check name."""
     settings = Settings(database_url=db, data_dir=tmp_path / "doctor")
     return {c.name: c.detail for c in await _team(settings)}
-
-
-def in_cell(db: str, run_id: str) -> bool:
-    return row(db, run_id)["summary"].get("phase") == "cell"
-
-
-def cell_started(db: str, run_id: str) -> bool:
-    """The run's log has its first cell: the LM answered (the published summary may lag)."""
-    with psycopg.connect(db, autocommit=True) as conn:
-        found = conn.execute(
-            "SELECT 1 FROM rlm_run_events WHERE run_id = %s AND line::jsonb ->> 'type' = 'cell_start'", (run_id,)
-        ).fetchone()
-    return found is not None
 
 
 def run_events(db: str, run_id: str) -> list[dict[str, Any]]:

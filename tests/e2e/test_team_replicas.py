@@ -22,8 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import ANSWER_NOW, call, call_error
 from tests.fixtures_postgres import PASSWORD
+from tests.fixtures_surface import ANSWER_NOW, call, call_error
 from tests.fixtures_team import team_replica
 
 pytestmark = pytest.mark.anyio

@@ -31,11 +31,10 @@ from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import call, call_error, make_settings, resource_text
-from tests.e2e.test_team_queue import cell_started
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_engine import cell, submit
-from tests.fixtures_team import SHORT_LEASES, Replica, replica_client, team_replica
+from tests.fixtures_surface import call, call_error, make_settings, resource_text
+from tests.fixtures_team import SHORT_LEASES, Replica, cell_started, replica_client, team_replica
 
 pytestmark = pytest.mark.anyio
 

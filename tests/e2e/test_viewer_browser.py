@@ -40,9 +40,9 @@ from rlm_mcp.usage import TokenCount, Usage
 from rlm_mcp.viewer import render_index_html, render_run_html
 from tests.chromium import Browser
 from tests.fixtures_e2e import SERVER_SCRIPT
+from tests.fixtures_http import TOKEN, server_env
 from tests.fixtures_store import run_record
 from tests.fixtures_viewer import HOSTILE, record_big_run, record_run
-from tests.unit.test_http_transport import TOKEN, server_env
 
 SHOTS = os.environ.get("RLM_MCP_SCREENSHOTS")
 

@@ -18,11 +18,9 @@ import pytest
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port
 from tests.chromium import Browser
-from tests.e2e.test_cli import cli
-from tests.e2e.test_http_owners import as_token, resource_error
-from tests.e2e.test_server_surface import call, call_error, make_settings, resource_text
-from tests.e2e.test_sessions_server import SCRIPT
-from tests.unit.test_http_guard import serving
+from tests.fixtures_e2e import cli
+from tests.fixtures_http import as_token, resource_error, serving
+from tests.fixtures_surface import SCRIPT, call, call_error, make_settings, resource_text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 

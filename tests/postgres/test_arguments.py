@@ -13,7 +13,7 @@ from mcp import Client
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.server.app import build_server
 from rlm_mcp.service.arguments import check_text, check_texts
-from tests.e2e.test_server_surface import call, call_error, make_settings
+from tests.fixtures_surface import call, call_error, make_settings
 
 pytestmark = pytest.mark.anyio
 

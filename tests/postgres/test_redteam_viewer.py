@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from rlm_mcp.viewer.auth import SESSION_TTL_S
-from tests.unit.test_http_guard import http_settings, serving
+from tests.fixtures_http import http_settings, serving
 
 pytestmark = pytest.mark.anyio
 

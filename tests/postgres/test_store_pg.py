@@ -351,22 +351,18 @@ async def test_a_database_of_the_former_release_migrates_with_its_runs_in_flight
         assert claimed is not None and claimed.run_id == "run_old_queued000001" and claimed.attempt == 1
 
 
-async def test_replicas_with_skewed_clocks_keep_each_others_pins_and_live_runs(
-    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_replicas_with_skewed_clocks_keep_each_others_pins_and_live_runs(tmp_path: Path, pg_url: str) -> None:
     """Pins, replica heartbeats and record ages are judged by the database's clock: a replica two
     minutes behind keeps its pin against another replica's delete, and one 31 days ahead prunes
     no live run and no recent record (both broke when each replica used its own clock)."""
     import time
 
-    real = time.time
     async with _replica(tmp_path, "a", pg_url) as a, _replica(tmp_path, "b", pg_url) as b:
         info = await a.contexts.put_bytes(b"pinned text", name="p", format="text", source={}, owner=ALICE)
-        monkeypatch.setattr(time, "time", lambda: real() - 120)  # replica b's clock is behind
+        _contexts(b).index.clock = lambda: time.time() - 120  # replica b's clock is behind
         assert isinstance(b.lifecycle, Database)
         await b.lifecycle._beat()
         async with b.contexts.in_use([info.context_id], owner=ALICE):
-            monkeypatch.setattr(time, "time", real)
             with pytest.raises(BadArgumentError, match="in use by a running run"):
                 await a.contexts.delete(info.context_id, owner=EVERY_OWNER)
         await a.runs.create(run_record("run_live_skew0000001", {"status": "running", "owner": ALICE}))
@@ -376,7 +372,7 @@ async def test_replicas_with_skewed_clocks_keep_each_others_pins_and_live_runs(
                 "run_done_skew0000001", {"status": "completed", "owner": ALICE, "result": {"status": "completed"}}
             )
         )
-        monkeypatch.setattr(time, "time", lambda: real() + 31 * 86400)  # replica b's clock is far ahead
+        # Replica b's clock is far ahead (its run store reads no clock of its own: prune ages by the database's).
+        _contexts(b).index.clock = lambda: time.time() + 31 * 86400
         assert await b.runs.prune(max_records=1000, max_age_days=30) == []
-        monkeypatch.setattr(time, "time", real)
         assert {r.run_id for r in await a.runs.list(owner=ALICE)} == {"run_live_skew0000001", "run_done_skew0000001"}

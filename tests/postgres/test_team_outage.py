@@ -21,8 +21,8 @@ from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.testing.waiting import wait_until
-from tests.e2e.test_server_surface import ANSWER_NOW, call
 from tests.fixtures_postgres import PASSWORD, Cluster
+from tests.fixtures_surface import ANSWER_NOW, call
 
 pytestmark = pytest.mark.anyio
 

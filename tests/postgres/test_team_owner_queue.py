@@ -17,7 +17,7 @@ from mcp import Client
 
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from tests.e2e.test_server_surface import ANSWER_NOW, call
+from tests.fixtures_surface import ANSWER_NOW, call
 from tests.fixtures_team import SHORT_LEASES, replica_client, team_replica
 
 pytestmark = pytest.mark.anyio

@@ -23,7 +23,7 @@ from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.sessions import PgSessionStore
-from tests.postgres.test_team_sweeper import final, summary
+from tests.fixtures_store import final, summary
 
 pytestmark = pytest.mark.anyio
 

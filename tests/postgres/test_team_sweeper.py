@@ -19,25 +19,14 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
-from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.runs import PgRunStore
-from tests.fixtures_store import run_record
+from tests.fixtures_store import final, summary
 
 pytestmark = pytest.mark.anyio
-
-
-def summary(run_id: str, owner: str = "local", query: str = "q", **fields: Any) -> RunRecord:
-    limits = {"max_iterations": 5, "max_depth": 1, "timeout_s": 60.0, "token_budget": None, "max_errors": 3}
-    stored = {"query": query, "context_ids": ["c"], "owner": owner, "limits": limits, "status": "queued"}
-    return run_record(run_id, stored | fields)
-
-
-def final(run_id: str) -> RunRecord:
-    return summary(run_id, status="completed", result={"status": "completed"})
 
 
 class Clock:
@@ -332,18 +321,14 @@ async def test_pruning_removes_finished_runs_only_by_the_databases_clock(tmp_pat
         assert await queue.read("run_live_old00000001") is not None
 
 
-async def test_a_front_whose_clock_is_behind_does_not_shorten_the_queue_timeout(
-    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_front_whose_clock_is_behind_does_not_shorten_the_queue_timeout(tmp_path: Path, pg_url: str) -> None:
     """Queue times are the database's: a run queued by a front two minutes behind is not timed out
     at once under a 60 s queue timeout; aged past it by the database's clock, it is."""
     import time
 
-    real = time.time
-    async with team(tmp_path, pg_url, run_queue_timeout_s=60.0) as (db, queue, _settings):
-        monkeypatch.setattr(time, "time", lambda: real() - 120)
-        await queue.enqueue(summary("run_behind0000000001"), 1)
-        monkeypatch.setattr(time, "time", real)
+    async with team(tmp_path, pg_url, run_queue_timeout_s=60.0) as (db, queue, settings):
+        behind = PgRunQueue(settings, db, clock=lambda: time.time() - 120)  # the front's queue, its clock behind
+        await behind.enqueue(summary("run_behind0000000001"), 1)
         assert await queue.stale_queued() == []
         async with db.connection() as conn:  # positive control: really older than the timeout
             await conn.execute("UPDATE rlm_runs SET queued_at = now() - interval '61 seconds'")

@@ -1,8 +1,8 @@
 """Issue 24: what the engine behind DOCKER_HOST can do, read from its /version and /info answers.
 
-The answers below are the fields Docker 20.10 and Podman 4.3 really send (checked on this
-project's CI machine kind); the rootless cgroup v1 ones are what those engines send when run as
-a user there, which CI (root) cannot be. The real engines are probed in test_sandbox_gvisor.py.
+The answers (tests/fixtures_sandbox.py) are the fields Docker 20.10 and Podman 4.3 really send
+(checked on this project's CI machine kind); the rootless cgroup v1 ones are what those engines
+send when run as a user there, which CI (root) cannot be. The real engines are probed in test_sandbox_gvisor.py.
 """
 
 from __future__ import annotations
@@ -25,22 +25,7 @@ from rlm_mcp.sandbox.docker.engine import (
 from rlm_mcp.sandbox.docker.faults import stopped_while_removed, update_unsupported
 from rlm_mcp.sandbox.docker.hardening import create_kwargs
 from rlm_mcp.testing.settings import make_settings
-
-DOCKER_VERSION = {"Version": "20.10.24+dfsg1", "Components": [{"Name": "Engine", "Version": "20.10.24+dfsg1"}]}
-PODMAN_VERSION = {
-    "Platform": {"Name": "linux/amd64/debian-12"},
-    "Version": "4.3.1",
-    "Components": [{"Name": "Podman Engine", "Version": "4.3.1"}, {"Name": "Conmon"}],
-}
-LIMITS = {"MemoryLimit": True, "PidsLimit": True, "CpuCfsQuota": True}
-DOCKER_INFO = {
-    **LIMITS,
-    "CgroupVersion": "1",
-    "Runtimes": {"runc": {}, "runsc": {"path": "/usr/bin/runsc"}},
-    "DefaultRuntime": "runc",
-    "SecurityOptions": ["name=seccomp,profile=default"],
-}
-PODMAN_INFO = {**LIMITS, "CgroupVersion": "1", "Rootless": False, "Runtimes": {"crun": {}, "runc": {}}}
+from tests.fixtures_sandbox import DOCKER_INFO, DOCKER_VERSION, PODMAN_INFO, PODMAN_VERSION
 
 
 def test_docker_and_podman_are_told_apart_and_described() -> None:

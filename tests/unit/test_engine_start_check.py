@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
-from tests.unit.test_engine_detection import PODMAN_INFO, PODMAN_VERSION
+from tests.fixtures_sandbox import PODMAN_INFO, PODMAN_VERSION
 
 
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from rlm_mcp.server.app import build_server
-from tests.e2e.test_server_surface import ALL_TOOLS, make_settings
+from tests.fixtures_surface import ALL_TOOLS, make_settings
 
 FUZZ = settings(
     max_examples=int(os.environ.get("RLM_MCP_FUZZ_EXAMPLES", "25")),

@@ -4,53 +4,17 @@ loopback addresses, raw HTTP requests."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import anyio
 import httpx
 import pytest
-import uvicorn
 
 from rlm_mcp.access import HostPolicy
-from rlm_mcp.config import Settings
-from rlm_mcp.server.http import build_http_app
-from rlm_mcp.testing.servers import free_port
-from tests.e2e.test_server_surface import make_settings
+from tests.fixtures_http import INIT, MCP_HEADERS, http_settings, serving
 
 pytestmark = pytest.mark.anyio
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-}
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-
-
-def http_settings(tmp_path: Path, host: str, **overrides: Any) -> Settings:
-    return make_settings(tmp_path, "http://127.0.0.1:9/v1", host=host, port=free_port(host), **overrides)
-
-
-@asynccontextmanager
-async def serving(settings: Settings) -> AsyncIterator[str]:
-    server = uvicorn.Server(
-        uvicorn.Config(build_http_app(settings), host=settings.host, port=settings.port, log_level="warning")
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(30):
-            while not server.started:
-                await anyio.sleep(0.05)
-        shown = f"[{settings.host}]" if ":" in settings.host else settings.host
-        try:
-            yield f"http://{shown}:{settings.port}/mcp"
-        finally:
-            server.should_exit = True
 
 
 async def initialize(client: httpx.AsyncClient, url: str, **headers: str) -> httpx.Response:

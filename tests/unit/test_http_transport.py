@@ -3,7 +3,6 @@ token. The server is the real console script in a subprocess."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,22 +15,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.testing.servers import free_port, server_process
-from tests.fixtures_e2e import SERVER_SCRIPT, coverage_env
-
-TOKEN = "s3cret-token-for-tests"
-
-
-def server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "HOME": os.environ.get("HOME", "/root"),
-        "PATH": os.environ.get("PATH", ""),
-        "RLM_MCP_DATA_DIR": str(tmp_path / "data"),
-        "RLM_MCP_ALLOWED_ROOTS": str(tmp_path),
-        "RLM_MCP_LOG_LEVEL": "WARNING",
-        **coverage_env(),
-    }
-    env.update(extra)
-    return env
+from tests.fixtures_e2e import SERVER_SCRIPT
+from tests.fixtures_http import TOKEN, server_env
 
 
 @pytest.fixture

@@ -12,21 +12,16 @@ from typing import Any
 
 import pytest
 
-from rlm_mcp.config import Settings
-from rlm_mcp.engine import RLMEngine, RunProgress, RunResult
-from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
-from rlm_mcp.events import RunEvent
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.routing import AFFINITY_HEADERS
 from rlm_mcp.ports.chat import LMConnectionError, LMModelNotFoundError
 from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.settings import make_settings
-from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, repl, run_engine
-from tests.fixtures_lm import ROOT_MESSAGES, lm_settings, sub_messages
+from tests.fixtures_engine import FakeChatModel, repl, run_engine
+from tests.fixtures_lm import FAST, ROOT_MESSAGES, lm_settings, run_with_client, sub_messages
 
 pytestmark = pytest.mark.anyio
 
-FAST = 0.01
 AFFINITY = {h.lower() for h in AFFINITY_HEADERS}
 
 
@@ -78,22 +73,6 @@ async def test_a_child_rlm_root_turns_carry_the_child_run_id(tmp_path: Path) -> 
     assert all(c.session is None for c in lm.sub_calls)
 
 
-async def _run(settings: Settings, client: LMClient, tmp_path: Path, code: str) -> RunResult:
-    async def sink(event: RunEvent) -> None:
-        pass
-
-    engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
-    limits = make_limits(settings, max_iterations=3)
-    return await engine.run(
-        run_id="two",
-        query="Where do the calls go?",
-        contexts=[make_context(tmp_path)],
-        limits=limits,
-        progress=RunProgress(run_id="two", max_iterations=limits.max_iterations),
-        emit=sink,
-    )
-
-
 async def test_root_and_sub_calls_on_two_endpoints(tmp_path: Path) -> None:
     code = (
         "a = llm_query_batched(['p1', 'p2'])\n"
@@ -118,7 +97,7 @@ async def test_root_and_sub_calls_on_two_endpoints(tmp_path: Path) -> None:
             assert await client.window("small", role="sub") == 4096  # each endpoint's own window
             assert await client.window("rlm-v0.1") == 8192
             await client.check_model()
-            result = await _run(settings, client, tmp_path, code)
+            result = await run_with_client(settings, client, tmp_path, code)
         assert result.status == "completed", result.reason
         assert result.answer == "sub:p1|sub:p2|root:p3|sub:p4"
         assert [r["role"] for r in root.requests] == ["root", "sub"]  # the root turn and the 'big' call

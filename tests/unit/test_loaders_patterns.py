@@ -16,8 +16,8 @@ from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.server.app import build_server
 from rlm_mcp.service.loaders import load_path
 from rlm_mcp.service.loaders.patterns import MAX_PATTERN_CHARS, MAX_PATTERNS, Glob, check_patterns, compile_glob
-from tests.e2e.test_server_surface import make_settings
 from tests.fixtures_store import sections
+from tests.fixtures_surface import make_settings
 
 EVIL = "*?" * 12 + "Z"
 

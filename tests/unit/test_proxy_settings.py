@@ -13,7 +13,7 @@ import pytest
 from rlm_mcp.access import host_policy
 from rlm_mcp.config_check import SettingsError
 from rlm_mcp.testing.settings import make_settings
-from tests.unit.test_http_guard import INIT, MCP_HEADERS, http_settings, serving
+from tests.fixtures_http import INIT, MCP_HEADERS, http_settings, serving
 
 pytestmark = pytest.mark.anyio
 

@@ -13,9 +13,8 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.server.http import build_http_app
 from rlm_mcp.testing.servers import free_port
-from tests.e2e.test_http_owners import as_token
-from tests.e2e.test_server_surface import call, call_error
-from tests.unit.test_http_guard import serving
+from tests.fixtures_http import as_token, serving
+from tests.fixtures_surface import call, call_error
 
 pytestmark = pytest.mark.anyio
 

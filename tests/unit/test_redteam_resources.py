@@ -22,9 +22,9 @@ from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.app import build_server
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.factory import make_stores
-from tests.e2e.test_server_surface import call, call_error, make_settings
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits
 from tests.fixtures_engine import make_settings as make_engine_settings
+from tests.fixtures_surface import call, call_error, make_settings
 
 pytestmark = pytest.mark.anyio
 

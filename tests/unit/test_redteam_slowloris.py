@@ -23,8 +23,7 @@ from rlm_mcp.server.http import build_http_app
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import SERVER_SCRIPT
-from tests.unit.test_http_guard import INIT, MCP_HEADERS
-from tests.unit.test_http_transport import server_env
+from tests.fixtures_http import INIT, MCP_HEADERS, server_env
 
 pytestmark = pytest.mark.anyio
 

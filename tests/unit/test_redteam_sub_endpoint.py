@@ -20,8 +20,7 @@ from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_e2e import cli_env
 from tests.fixtures_engine import repl
-from tests.fixtures_lm import lm_settings
-from tests.unit.test_lm_routing import FAST, _run
+from tests.fixtures_lm import FAST, lm_settings, run_with_client
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +43,7 @@ async def test_another_server_gets_no_root_key_and_no_root_model_calls(tmp_path:
     async with ScriptedLM(root_script) as root, ScriptedLM(sub_script) as sub:
         settings = lm_settings(root, api_key=ROOT_KEY, sub_base_url=sub.base_url, sub_model="small")
         async with LMClient(settings, backoff_base_s=FAST) as client:
-            result = await _run(settings, client, tmp_path, CODE)
+            result = await run_with_client(settings, client, tmp_path, CODE)
         assert result.status == "completed", result.reason
         assert result.answer == "sub:p1|sub:p2"  # the root model's name fell back to the sub model
         assert [r["role"] for r in root.requests] == ["root"]  # no sub-call reached the root's server
@@ -67,7 +66,7 @@ async def test_positive_controls_a_listed_root_model_and_a_sub_key(tmp_path: Pat
             allowed_sub_models=["rlm-v0.1"],
         )
         async with LMClient(settings, backoff_base_s=FAST) as client:
-            result = await _run(settings, client, tmp_path, CODE)
+            result = await run_with_client(settings, client, tmp_path, CODE)
         assert result.answer == "sub:p1|root:p2"  # listed: the root model answers on the root's server
         assert [r["role"] for r in root.requests] == ["root", "sub"]
         assert all(r["headers"]["authorization"] == f"Bearer {ROOT_KEY}" for r in root.requests)
