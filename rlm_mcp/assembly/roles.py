@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["build_service", "embedded", "front", "service_parts", "worker"]
 
+QUEUE_POOL_SIZE = 4  # the run queue's own connections (team mode)
+
 
 def build_service(settings: Settings, *, mode: Transport = "stdio", stores: Stores | None = None) -> RlmService:
     """The service of this process's role, its parts built (nothing opened yet: `async with`).
@@ -67,20 +69,37 @@ def worker(settings: Settings, *, stores: Stores | None = None) -> ServiceParts:
 
 
 def _team(settings: Settings, transport: Transport, stores: Stores | None) -> ServiceParts:
-    """The shared store and the run queue; `settings.deployment.executes_runs` says whether this
-    process claims runs (service/queue)."""
+    """The shared store and the run queue on PostgreSQL (service/queue); this process claims and
+    executes runs when `settings.deployment.executes_runs` says so."""
     _require_team(settings)
-    from rlm_mcp.service.queue import open_queue
+    from rlm_mcp.service.queue import WorkerParts, open_queue, queue_rules
     from rlm_mcp.service.queue.liveness import LeaseLiveness
     from rlm_mcp.service.team_sessions import team_sessions_for
+    from rlm_mcp.store.pg.db import Database
+    from rlm_mcp.store.pg.queue import PgRunQueue
+    from rlm_mcp.store.pg.runs import PgRunStore
+    from rlm_mcp.store.pg.sessions import PgSessionStore
 
     stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True)
     own = stores
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
-    sandboxes = SandboxManager(settings.sandbox, liveness=LeaseLiveness())
+    liveness = LeaseLiveness()
+    sandboxes = SandboxManager(settings.sandbox, liveness=liveness)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
-        return await open_queue(stack, settings, own, sandboxes, engine)
+        db, run_store = own.lifecycle, own.runs
+        if not isinstance(db, Database) or not isinstance(run_store, PgRunStore):
+            raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
+        # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
+        # on the store's pool (a heartbeat starved past the lease would pause every run here).
+        queue_db = Database(settings.database_dsn(), replica=False, max_size=QUEUE_POOL_SIZE)
+        await queue_db.open()
+        stack.push_async_callback(queue_db.close)
+        queue = PgRunQueue(queue_rules(settings), queue_db)
+        worker = None
+        if settings.deployment.executes_runs:
+            worker = WorkerParts(own.contexts, run_store, run_store, PgSessionStore(db))
+        return await open_queue(stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness)
 
     return _parts(settings, transport, stores, sandboxes, open_runs, team_sessions_for(settings, stores))
 

@@ -1,0 +1,68 @@
+"""The run queue's rules (tests/fixtures_queue_rules.py) over PostgreSQL (`store.pg.queue`):
+the same bodies the fast tier runs over the in-memory queue (tests/unit/test_queue_rules.py).
+A silent worker and an aged queue are set in the tables; time passes as time does."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rlm_mcp.config import Settings
+from rlm_mcp.service.queue.rules import queue_rules
+from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.queue import PgRunQueue
+from rlm_mcp.store.pg.runs import PgRunStore
+from tests.fixtures_queue_rules import RULE_IDS, RULES, OpenTeam, Team
+
+pytestmark = pytest.mark.anyio
+
+
+def pg_team(tmp_path: Path, url: str) -> OpenTeam:
+    @asynccontextmanager
+    async def open_team(**overrides: Any) -> AsyncIterator[Team]:
+        settings = Settings(database_url=url, data_dir=tmp_path / "data", **({"worker_lease_s": 5.0} | overrides))
+        async with make_stores(settings) as stores:
+            db = stores.lifecycle
+            assert isinstance(db, Database)
+            async with db.connection() as conn:  # each rule starts from an empty queue
+                await conn.execute("DELETE FROM rlm_runs")
+                await conn.execute("DELETE FROM rlm_workers")
+
+            async def silence(worker: int) -> None:
+                async with db.connection() as conn:
+                    await conn.execute(
+                        "UPDATE rlm_workers SET heartbeat_at = now() - interval '1 hour' WHERE worker_id = %s",
+                        (worker,),
+                    )
+
+            async def set_lm_called(run_id: str, value: bool) -> None:
+                async with db.connection() as conn:
+                    await conn.execute("UPDATE rlm_runs SET lm_called = %s WHERE run_id = %s", (value, run_id))
+
+            async def age_queued(seconds: float) -> None:
+                async with db.connection() as conn:
+                    await conn.execute(
+                        "UPDATE rlm_runs SET queued_at = queued_at - make_interval(secs => %s) WHERE state = 'queued'",
+                        (seconds,),
+                    )
+
+            async def event_attempts(run_id: str) -> list[int]:
+                async with db.connection() as conn:
+                    cur = await conn.execute("SELECT attempt FROM rlm_run_events WHERE run_id = %s", (run_id,))
+                    return [r["attempt"] for r in await cur.fetchall()]
+
+            queue = PgRunQueue(queue_rules(settings), db)
+            yield Team(queue, PgRunStore(db), settings, silence, set_lm_called, age_queued, event_attempts, anyio.sleep)
+
+    return open_team
+
+
+@pytest.mark.parametrize("rule", RULES, ids=RULE_IDS)
+async def test_queue_rule(rule: Callable[[OpenTeam], Awaitable[None]], tmp_path: Path, pg_url: str) -> None:
+    await rule(pg_team(tmp_path, pg_url))
