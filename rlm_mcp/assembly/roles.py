@@ -59,18 +59,19 @@ def embedded(settings: Settings, *, transport: Transport, stores: Stores | None 
 def front(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
     """Team mode's MCP replica: runs go through the queue on PostgreSQL (with `--role both`, this
     process also claims and executes them)."""
-    return _team(settings, transport, stores)
+    return _team(settings, transport, stores, follows=True)
 
 
 def worker(settings: Settings, *, stores: Stores | None = None) -> ServiceParts:
     """Team mode's worker: claims queued runs and executes them. It answers no MCP client, so the
-    HTTP rules apply to what it loads."""
-    return _team(settings, "http", stores)
+    HTTP rules apply to what it loads. It builds no front: nothing here follows a run."""
+    return _team(settings, "http", stores, follows=False)
 
 
-def _team(settings: Settings, transport: Transport, stores: Stores | None) -> ServiceParts:
+def _team(settings: Settings, transport: Transport, stores: Stores | None, *, follows: bool) -> ServiceParts:
     """The shared store and the run queue on PostgreSQL (service/queue); this process claims and
-    executes runs when `settings.deployment.executes_runs` says so."""
+    executes runs when `settings.deployment.executes_runs` says so, and enqueues and follows runs
+    when `follows` (a front)."""
     _require_team(settings)
     from rlm_mcp.service.queue import WorkerParts, open_queue, queue_rules
     from rlm_mcp.service.queue.liveness import LeaseLiveness
@@ -99,7 +100,9 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None) -> Se
         worker = None
         if settings.deployment.executes_runs:
             worker = WorkerParts(own.contexts, run_store, run_store, PgSessionStore(db))
-        return await open_queue(stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness)
+        return await open_queue(
+            stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness, follows=follows
+        )
 
     return _parts(settings, transport, stores, sandboxes, open_runs, team_sessions_for(settings, stores))
 

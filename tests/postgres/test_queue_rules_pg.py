@@ -58,7 +58,8 @@ def pg_team(tmp_path: Path, url: str) -> OpenTeam:
                     return [r["attempt"] for r in await cur.fetchall()]
 
             queue = PgRunQueue(queue_rules(settings), db)
-            yield Team(queue, PgRunStore(db), settings, silence, set_lm_called, age_queued, event_attempts, anyio.sleep)
+            logs = PgRunStore(db)
+            yield Team(queue, logs, settings, silence, set_lm_called, age_queued, event_attempts, anyio.sleep, stores)
 
     return open_team
 
@@ -66,3 +67,18 @@ def pg_team(tmp_path: Path, url: str) -> OpenTeam:
 @pytest.mark.parametrize("rule", RULES, ids=RULE_IDS)
 async def test_queue_rule(rule: Callable[[OpenTeam], Awaitable[None]], tmp_path: Path, pg_url: str) -> None:
     await rule(pg_team(tmp_path, pg_url))
+
+
+async def test_a_worker_only_process_builds_no_front_and_a_front_does(tmp_path: Path, pg_url: str) -> None:
+    """The assembly hands the queue down per role: a worker executes runs here (its backend is
+    the local `RunManager` of the runs it claims) and follows none; a front follows them."""
+    from rlm_mcp import assembly
+    from rlm_mcp.service.queue.front import QueueFront
+    from rlm_mcp.service.runs import RunManager
+    from rlm_mcp.testing.settings import make_settings
+
+    for role, backend in (("worker", RunManager), ("front", QueueFront)):
+        (tmp_path / role).mkdir()
+        settings = make_settings(tmp_path / role, database_url=pg_url, role=role)
+        async with assembly.build_service(settings, mode="http") as service:
+            assert type(service.runs) is backend

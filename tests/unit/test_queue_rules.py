@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rlm_mcp.service.queue.rules import queue_rules
+from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.memory_queue import MemoryRunQueue
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_queue_rules import RULE_IDS, RULES, OpenTeam, Team
@@ -51,7 +52,8 @@ def memory_team(tmp_path: Path) -> OpenTeam:
         async def pass_time(seconds: float) -> None:
             clock.now += seconds
 
-        yield Team(queue, queue, settings, silence, set_lm_called, age_queued, event_attempts, pass_time)
+        async with make_stores(settings) as stores:  # embedded: SQLite and files
+            yield Team(queue, queue, settings, silence, set_lm_called, age_queued, event_attempts, pass_time, stores)
 
     return open_team
 

@@ -32,6 +32,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.ports.queue import FencedRunStore, RunQueuePort
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.gauges import sample_forever
 from rlm_mcp.service.queue.liveness import LeaseLiveness
@@ -78,10 +79,15 @@ async def open_queue(
     *,
     worker: WorkerParts | None,
     liveness: LeaseLiveness | None = None,
-) -> QueueFront:
+    follows: bool = True,
+) -> RunBackend:
     """Open the queue's parts on `stack`: the sweeper and the gauges always, the worker when
-    `worker` is given (this process executes runs); returns the front (a worker's front is only
-    used by the CLI's one-off calls). `queue`: opened by the assembly, closed by its stack."""
+    `worker` is given (this process executes runs), the front when `follows` (this process
+    enqueues and follows runs: a front, or `both`). Returns the front; a worker-only process
+    (`follows` False) answers no MCP client and gets its local `RunManager` instead, the runs it
+    executes. `queue`: opened by the assembly, closed by its stack."""
+    if not follows and worker is None:
+        raise ValueError("a queue process that neither follows nor executes runs has nothing to do")
     await warn_of_clock_skew(queue)
     sweeper = Sweeper(settings, queue, sandboxes if worker is not None else None, liveness)
     tg = await stack.enter_async_context(anyio.create_task_group())
@@ -101,6 +107,8 @@ async def open_queue(
             contexts=worker.contexts,
         )
         await stack.enter_async_context(executor)
+        if not follows:
+            return manager
     return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(queue)))
 
 

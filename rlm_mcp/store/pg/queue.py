@@ -35,13 +35,22 @@ __all__ = ["PgRunQueue"]
 log = logging.getLogger("rlm_mcp.queue")
 
 
+def _record(row: dict[str, Any]) -> RunRecord:
+    """The row's record; the row's own run id where the stored JSON lacks one (a former
+    release's row: the id column is the run's)."""
+    stored = json.loads(row["summary"])
+    if isinstance(stored, dict):
+        stored.setdefault("run_id", row["run_id"])
+    return RunRecord.from_stored(stored)
+
+
 def _row(row: dict[str, Any]) -> RunRow:
     return RunRow(
         run_id=row["run_id"],
         owner=row["owner"],
         state=RunState(row["state"]),
         attempt=int(row["attempt"]),
-        summary=RunRecord.from_stored(json.loads(row["summary"])),
+        summary=_record(row),
         worker_id=row["worker_id"],
         lm_called=bool(row["lm_called"]),
         requeues=int(row["requeues"]),
@@ -240,5 +249,5 @@ class PgRunQueue(PgWorkerRegistry):
             row = await cur.fetchone()
             if row is None:
                 return False
-            summary = RunRecord.from_stored(json.loads(row["summary"])).ended("error", reason)
+            summary = _record(row).ended("error", reason)
             return await self._finish(conn, run_id, summary, attempt=None)

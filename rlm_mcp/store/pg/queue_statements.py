@@ -120,7 +120,7 @@ STALE_QUEUED = (
     "AND queued_at < now() - make_interval(secs => %(timeout)s) ORDER BY queued_at"
 )
 STALE_QUEUED_LOCKED = (
-    "SELECT summary FROM rlm_runs WHERE run_id = %(run_id)s AND state = 'queued' "
+    "SELECT run_id, summary FROM rlm_runs WHERE run_id = %(run_id)s AND state = 'queued' "
     "AND queued_at < now() - make_interval(secs => %(timeout)s) FOR UPDATE SKIP LOCKED"
 )
 
