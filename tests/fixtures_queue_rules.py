@@ -29,6 +29,7 @@ from rlm_mcp.ports.queue import FencedRunStore, RunQueuePort, RunState
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
+from rlm_mcp.service.queue.liveness import LeaseLiveness
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
@@ -74,7 +75,7 @@ class Clock:
         return self.now
 
 
-async def connected_sweeper(team: Team) -> Sweeper:
+async def connected_sweeper(team: Team, liveness: LeaseLiveness | None = None) -> Sweeper:
     """A sweeper connected for a full lease (it may judge leases), once the database itself has
     been up that long."""
     lease = team.settings.worker_lease_s
@@ -82,7 +83,7 @@ async def connected_sweeper(team: Team) -> Sweeper:
         while (await team.queue.sweep_plan())[1] < lease:
             await team.pass_time(0.2)
     clock = Clock()
-    sweeper = Sweeper(team.settings, team.queue, clock=clock)
+    sweeper = Sweeper(team.settings, team.queue, None, liveness, clock=clock)
     await sweeper.sweep_once()
     clock.now += lease + 1
     return sweeper
@@ -336,11 +337,13 @@ async def rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end(open_tea
         assert worker.worker_id is not None and row.worker_id == worker.worker_id
 
 
-async def _running_on(q: RunQueuePort, run_id: str) -> None:
-    """Wait (polling the queue under a deadline) until a worker holds the run."""
+async def _waiting_on_the_model(q: RunQueuePort, run_id: str, lm: FakeChatModel) -> None:
+    """Wait (polling under a deadline) until a worker runs the run and waits on its model."""
     with anyio.fail_after(30):
-        while (row := await q.read(run_id)) is None or row.state is not RunState.RUNNING:
+        while not lm.root_calls:
             await anyio.sleep(0.05)
+    row = await q.read(run_id)
+    assert row is not None and row.state is RunState.RUNNING
 
 
 async def rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once(open_team: OpenTeam) -> None:
@@ -350,7 +353,7 @@ async def rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once(open_tea
         lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)  # the model never answers in time
         await q.enqueue(record.model_copy(update={"run_id": "run_handback00000001"}), 1)
         async with worker_on(team, lm):
-            await _running_on(q, "run_handback00000001")
+            await _waiting_on_the_model(q, "run_handback00000001", lm)
         row = await q.read("run_handback00000001")
         assert row is not None and row.state is RunState.QUEUED and row.requeues == 1 and row.worker_id is None
         assert not row.lm_called and "queued again" in row.summary.to_stored()["notice"]
@@ -365,7 +368,7 @@ async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing
         lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)
         await q.enqueue(record.model_copy(update={"run_id": "run_takenaway000001"}), 1)
         async with worker_on(team, lm) as worker:
-            await _running_on(q, "run_takenaway000001")
+            await _waiting_on_the_model(q, "run_takenaway000001", lm)
             row = await q.read("run_takenaway000001")
             assert row is not None
             assert await q.finish(row.run_id, row.summary.ended("error", "ended elsewhere"), attempt=row.attempt)
@@ -375,6 +378,28 @@ async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing
         row = await q.read("run_takenaway000001")
         assert row is not None and row.done and row.attempt == 1
         assert row.summary.result is not None and row.summary.result.reason == "ended elsewhere"  # nothing over it
+
+
+async def rule_the_gauges_and_the_sweeps_see_live_and_lost_workers(open_team: OpenTeam) -> None:
+    """The /metrics gauges (depth, live workers) and the sweeper's view of the workers, which
+    `LeaseLiveness` hands the sandbox reaper: a silent worker's owner is lost, a live one's not."""
+    async with open_team() as team:
+        q = team.queue
+        live, silent = await q.register_worker("owner-live", 2), await q.register_worker("owner-silent", 2)
+        for i in range(2):
+            await q.enqueue(summary(f"run_gauge{i:011d}"), 1)
+        depth, oldest, alive = await q.gauges()
+        assert (depth, alive) == (2, 2) and oldest >= 0.0
+        await team.silence(silent)
+        assert await q.live_workers() == 1
+        liveness = LeaseLiveness()
+        sweeper = await connected_sweeper(team, liveness)
+        await q.heartbeat(live)  # connecting took a lease: the live worker beats, the silent one not
+        await team.silence(silent)
+        await sweeper.sweep_once()
+        assert liveness.live == {"owner-live"} and liveness.lost == {"owner-silent"}
+        lost, _ = await q.workers()
+        assert [w.worker_id for w in lost] == [silent] and live != silent
 
 
 RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
@@ -388,6 +413,7 @@ RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_run_no_worker_takes_ends_at_the_queue_timeout,
     rule_a_front_follows_a_run_to_its_end_and_cancels_a_queued_one,
     rule_a_cancel_reaches_the_worker_of_a_running_run,
+    rule_the_gauges_and_the_sweeps_see_live_and_lost_workers,
     rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end,
     rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once,
     rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,

@@ -400,8 +400,8 @@ class MemoryRunQueue:
         if attempt is not None and (run.row.state is not RunState.RUNNING or run.row.attempt != attempt):
             return False
         log = self.events.setdefault(run_id, [])
-        written = {s for _, s, _ in log}
-        log.extend((attempt or 0, s, line) for s, line in lines if s not in written)
+        written = {(a, s) for a, s, _ in log}  # keyed as PostgreSQL's rows are: a retried flush adds none twice
+        log.extend((attempt or 0, s, line) for s, line in lines if (attempt or 0, s) not in written)
         changes: dict[str, object] = {"next_seq": max(run.row.next_seq, seq)}
         if summary is not None and run.row.state is not RunState.DONE:
             changes["summary"] = summary
