@@ -2,92 +2,31 @@
 in-memory queue in the fast tier (tests/unit/test_queue_rules.py, a clock the test moves) and
 PostgreSQL (tests/postgres/test_queue_rules_pg.py). Each rule reaches the parts that apply it:
 the port (enqueue bounds, fair claims, fencing), the `Sweeper` (lost workers, queue timeouts,
-a full lease connected before judging) and the `QueueFront` (follow a run to its end, cancel).
+a full lease connected before judging), the `QueueFront` (follow a run to its end, cancel) and
+the `QueueWorker` (tests/fixtures_queue_worker_rules.py).
 
 A rule is an async function of `open_team`, which opens a fresh queue with settings overrides
-and yields a `Team`: the queue, its fenced run logs, and what a test does to the state from
-outside (a worker falls silent, queued runs age, time passes).
+and yields a `Team` (tests/fixtures_queue_team.py).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
 
-from rlm_mcp.config import Settings
-from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
-from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
-from rlm_mcp.ports.queue import FencedRunStore, RunQueuePort, RunState
-from rlm_mcp.ports.runs import RunRecord
-from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.owners import EVERY_OWNER
+from rlm_mcp.ports.queue import RunState
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.liveness import LeaseLiveness
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
-from rlm_mcp.service.queue.worker import QueueWorker
-from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.bundle import Stores
-from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, submit
-from tests.fixtures_store import run_record
-
-
-@dataclass
-class Team:
-    queue: RunQueuePort
-    logs: FencedRunStore
-    settings: Settings
-    silence: Callable[[int], Awaitable[None]]  # the worker's heartbeat an hour old
-    set_lm_called: Callable[[str, bool], Awaitable[None]]
-    age_queued: Callable[[float], Awaitable[None]]  # every queued run waited this much longer
-    event_attempts: Callable[[str], Awaitable[list[int]]]  # the attempt of each logged event
-    pass_time: Callable[[float], Awaitable[None]]  # the queue's clock moves on (PostgreSQL: a sleep)
-    stores: Stores  # the contexts and run records a worker executes runs with
-
-
-OpenTeam = Callable[..., AbstractAsyncContextManager[Team]]
-
-
-def summary(run_id: str, owner: str = "local", query: str = "q", **fields: Any) -> RunRecord:
-    limits = {"max_iterations": 5, "max_depth": 1, "timeout_s": 60.0, "token_budget": None, "max_errors": 3}
-    stored = {"query": query, "context_ids": ["c"], "owner": owner, "limits": limits, "status": "queued"}
-    return run_record(run_id, stored | fields)
-
-
-def final(run_id: str) -> RunRecord:
-    return summary(run_id, status="completed", result={"status": "completed"})
-
-
-class Clock:
-    """A monotonic clock the test moves (the sweeper's view of how long it has been connected)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def connected_sweeper(team: Team, liveness: LeaseLiveness | None = None) -> Sweeper:
-    """A sweeper connected for a full lease (it may judge leases), once the database itself has
-    been up that long."""
-    lease = team.settings.worker_lease_s
-    with anyio.fail_after(lease + 30):
-        while (await team.queue.sweep_plan())[1] < lease:
-            await team.pass_time(0.2)
-    clock = Clock()
-    sweeper = Sweeper(team.settings, team.queue, None, liveness, clock=clock)
-    await sweeper.sweep_once()
-    clock.now += lease + 1
-    return sweeper
-
+from tests.fixtures_queue_team import Clock, OpenTeam, connected_sweeper, final, summary
+from tests.fixtures_queue_worker_rules import WORKER_RULES
 
 # --- the rules ---------------------------------------------------------------------------------
 
@@ -297,89 +236,6 @@ async def rule_a_cancel_reaches_the_worker_of_a_running_run(open_team: OpenTeam)
         assert row is not None and row.state is RunState.RUNNING  # its worker writes the end
 
 
-@asynccontextmanager
-async def worker_on(team: Team, lm: FakeChatModel) -> AsyncIterator[QueueWorker]:
-    """A `QueueWorker` over the team's queue, executing runs here with `lm` and in-process
-    sandboxes (tests/fixtures_engine.py): no Docker."""
-    settings = team.settings
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
-
-    async def engine_of() -> RLMEngine:
-        return engine
-
-    sandboxes = SandboxManager(settings.sandbox)
-    runs = RunManager(settings, team.stores.contexts, team.stores.runs)
-    async with runs, QueueWorker(settings, team.queue, team.logs, runs, sandboxes, engine_of) as worker:
-        yield worker
-
-
-async def _request_with_context(team: Team, run_id: str) -> RunRecord:
-    info = await team.stores.contexts.put_bytes(
-        b"The magic number is 42. " * 10, name="ctx", format="text", source={}, owner=LOCAL_OWNER
-    )
-    return summary(run_id, context_ids=[info.context_id])
-
-
-async def rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end(open_team: OpenTeam) -> None:
-    async with open_team(queue_poll_s=0.2) as team:
-        q = team.queue
-        record = await _request_with_context(team, "run_unused0000000000")
-        lm = FakeChatModel(root=[submit("'42'")])
-        async with QueueFront(team.settings, q, Wakeups(q)) as front:
-            run = await front.start(record.request, None, run_id="run_worker0000000001")
-            async with worker_on(team, lm) as worker:
-                with anyio.fail_after(30):
-                    await run.done.wait()
-        assert run.result is not None and run.result.status == "completed" and run.result.answer == "42"
-        row = await q.read(run.run_id)
-        assert row is not None and row.done and row.attempt == 1 and row.lm_called and row.requeues == 0
-        assert row.summary.result is not None and row.summary.result.answer == "42"
-        assert worker.worker_id is not None and row.worker_id == worker.worker_id
-
-
-async def _waiting_on_the_model(q: RunQueuePort, run_id: str, lm: FakeChatModel) -> None:
-    """Wait (polling under a deadline) until a worker runs the run and waits on its model."""
-    with anyio.fail_after(30):
-        while not lm.root_calls:
-            await anyio.sleep(0.05)
-    row = await q.read(run_id)
-    assert row is not None and row.state is RunState.RUNNING
-
-
-async def rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once(open_team: OpenTeam) -> None:
-    async with open_team(queue_poll_s=0.2) as team:
-        q = team.queue
-        record = await _request_with_context(team, "run_unused0000000000")
-        lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)  # the model never answers in time
-        await q.enqueue(record.model_copy(update={"run_id": "run_handback00000001"}), 1)
-        async with worker_on(team, lm):
-            await _waiting_on_the_model(q, "run_handback00000001", lm)
-        row = await q.read("run_handback00000001")
-        assert row is not None and row.state is RunState.QUEUED and row.requeues == 1 and row.worker_id is None
-        assert not row.lm_called and "queued again" in row.summary.to_stored()["notice"]
-
-
-async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing(open_team: OpenTeam) -> None:
-    """Fencing in the worker: the run is ended behind its back (as a sweeper ends the run of a
-    worker it judged lost); the next heartbeat stops it, and nothing more is written for it."""
-    async with open_team(queue_poll_s=0.2, worker_lease_s=1.5) as team:
-        q = team.queue
-        record = await _request_with_context(team, "run_unused0000000000")
-        lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)
-        await q.enqueue(record.model_copy(update={"run_id": "run_takenaway000001"}), 1)
-        async with worker_on(team, lm) as worker:
-            await _waiting_on_the_model(q, "run_takenaway000001", lm)
-            row = await q.read("run_takenaway000001")
-            assert row is not None
-            assert await q.finish(row.run_id, row.summary.ended("error", "ended elsewhere"), attempt=row.attempt)
-            with anyio.fail_after(30):
-                while worker._running:  # the heartbeat's verdict stops it
-                    await anyio.sleep(0.05)
-        row = await q.read("run_takenaway000001")
-        assert row is not None and row.done and row.attempt == 1
-        assert row.summary.result is not None and row.summary.result.reason == "ended elsewhere"  # nothing over it
-
-
 async def rule_the_gauges_and_the_sweeps_see_live_and_lost_workers(open_team: OpenTeam) -> None:
     """The /metrics gauges (depth, live workers) and the sweeper's view of the workers, which
     `LeaseLiveness` hands the sandbox reaper: a silent worker's owner is lost, a live one's not."""
@@ -414,10 +270,8 @@ RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_front_follows_a_run_to_its_end_and_cancels_a_queued_one,
     rule_a_cancel_reaches_the_worker_of_a_running_run,
     rule_the_gauges_and_the_sweeps_see_live_and_lost_workers,
-    rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end,
-    rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once,
-    rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,
+    *WORKER_RULES,
 ]
 RULE_IDS = [rule.__name__.removeprefix("rule_") for rule in RULES]
 
-__all__ = ["RULES", "RULE_IDS", "Clock", "OpenTeam", "Team", "final", "summary"]
+__all__ = ["RULES", "RULE_IDS"]

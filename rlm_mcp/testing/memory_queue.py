@@ -13,7 +13,7 @@ listeners of `listen_runs` and `listen_queue` (PostgreSQL's NOTIFY at commit).
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import socket
 import time
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 
 import anyio
 
-from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules, RunRow, RunState
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef, encode_live
+from rlm_mcp.testing.memory_runlog import MemoryRunLog
 
-__all__ = ["MemoryRunLog", "MemoryRunQueue"]
+__all__ = ["MemoryRunQueue"]
 
 FORGET_AFTER_S = 86400.0
 
@@ -382,7 +382,7 @@ class MemoryRunQueue:
     async def reopen(self, run_id: str, *, attempt: int | None = None) -> MemoryRunLog:
         await anyio.lowlevel.checkpoint()
         run = self._runs[run_id]
-        return MemoryRunLog(self, run_id, attempt, run.row.next_seq)
+        return MemoryRunLog(functools.partial(self._flush, run_id, attempt), run_id, run.row.next_seq)
 
     def _flush(
         self,
@@ -415,54 +415,3 @@ class MemoryRunQueue:
             still = self._runs[run_id].row.state is not RunState.DONE
             self._notify_run(encode_live(run_id, summary.live()) if still and summary is not None else run_id)
         return live and self._runs[run_id].row.state is not RunState.DONE
-
-
-class MemoryRunLog:
-    """`ports.queue.FencedRunLog` over a `MemoryRunQueue`'s run."""
-
-    def __init__(self, queue: MemoryRunQueue, run_id: str, attempt: int | None, seq: int) -> None:
-        self._queue = queue
-        self._run_id = run_id
-        self._attempt = attempt
-        self._seq = seq
-        self._staged: list[tuple[int, str]] = []
-        self._closed = False
-        self._detached = False
-
-    @property
-    def run_id(self) -> str:
-        return self._run_id
-
-    @property
-    def staged(self) -> int:
-        return len(self._staged)
-
-    @property
-    def detached(self) -> bool:
-        return self._detached
-
-    async def open(self) -> None:
-        await anyio.lowlevel.checkpoint()
-
-    def stage(self, event: RunEvent) -> None:
-        if self._closed:
-            return
-        self._staged.append((self._seq, json.dumps(to_json(event, ts=time.time()))))
-        self._seq += 1
-
-    async def flush(
-        self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, announce: bool = False
-    ) -> bool:
-        await anyio.lowlevel.checkpoint()
-        if self._detached:
-            summary = None
-        rows, self._staged = self._staged, []
-        return self._queue._flush(self._run_id, self._attempt, rows, self._seq, summary, mark_lm_called, announce)
-
-    async def aclose(self) -> None:
-        self._closed = True
-        await self.flush()
-
-    def detach(self) -> None:
-        self._closed = True
-        self._detached = True

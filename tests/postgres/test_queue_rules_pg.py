@@ -18,7 +18,8 @@ from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore
-from tests.fixtures_queue_rules import RULE_IDS, RULES, OpenTeam, Team
+from tests.fixtures_queue_rules import RULE_IDS, RULES
+from tests.fixtures_queue_team import OpenTeam, Team
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,8 @@ from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.memory_queue import MemoryRunQueue
 from rlm_mcp.testing.settings import make_settings
-from tests.fixtures_queue_rules import RULE_IDS, RULES, OpenTeam, Team
+from tests.fixtures_queue_rules import RULE_IDS, RULES
+from tests.fixtures_queue_team import OpenTeam, Team
 
 pytestmark = pytest.mark.anyio
 
