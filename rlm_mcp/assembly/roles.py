@@ -21,6 +21,8 @@ from rlm_mcp.store.factory import embedded_stores, team_stores
 
 __all__ = ["build_service", "embedded", "front", "service_parts", "worker"]
 
+QUEUE_POOL_SIZE = 4  # the run queue's own connections (team mode)
+
 
 def build_service(settings: Settings, *, mode: Transport = "stdio", stores: Stores | None = None) -> RlmService:
     """The service of this process's role, its parts built (nothing opened yet: `async with`).
@@ -56,42 +58,57 @@ def embedded(settings: Settings, *, transport: Transport, stores: Stores | None 
 def front(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
     """Team mode's MCP replica: runs go through the queue on PostgreSQL (with `--role both`, this
     process also claims and executes them)."""
-    return _team(settings, transport, stores)
+    return _team(settings, transport, stores, follows=True)
 
 
 def worker(settings: Settings, *, stores: Stores | None = None) -> ServiceParts:
     """Team mode's worker: claims queued runs and executes them. It answers no MCP client, so the
-    HTTP rules apply to what it loads."""
-    return _team(settings, "http", stores)
+    HTTP rules apply to what it loads. It builds no front: nothing here follows a run."""
+    return _team(settings, "http", stores, follows=False)
 
 
-def _team(settings: Settings, transport: Transport, stores: Stores | None) -> ServiceParts:
-    """The shared store and the run queue; `settings.deployment.executes_runs` says whether this
-    process claims runs (service/queue)."""
+def _team(settings: Settings, transport: Transport, stores: Stores | None, *, follows: bool) -> ServiceParts:
+    """The shared store and the run queue on PostgreSQL (service/queue); this process claims and
+    executes runs when `settings.deployment.executes_runs` says so, and enqueues and follows runs
+    when `follows` (a front)."""
     _require_team(settings)
-    from rlm_mcp.service.queue import open_queue
+    from rlm_mcp.service.queue import WorkerParts, open_front, open_queue, queue_rules
     from rlm_mcp.service.queue.liveness import LeaseLiveness
     from rlm_mcp.service.queue.sessions import WorkerSessions
     from rlm_mcp.service.team_sessions import TeamSessions
     from rlm_mcp.store.pg.db import Database
+    from rlm_mcp.store.pg.queue import PgRunQueue
+    from rlm_mcp.store.pg.runs import PgRunStore
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
     stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True)
     own = stores
-    if not isinstance(stores.lifecycle, Database):
+    db, run_store = stores.lifecycle, stores.runs
+    if not isinstance(db, Database) or not isinstance(run_store, PgRunStore):
         raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
-    sandboxes = SandboxManager(settings.sandbox, liveness=LeaseLiveness())
-    session_store = PgSessionStore(stores.lifecycle)
+    liveness = LeaseLiveness()
+    sandboxes = SandboxManager(settings.sandbox, liveness=liveness)
+    session_store = PgSessionStore(db)
     # The sessions whose sandboxes this process holds between runs, where it executes runs (the
     # worker enters them); the database holds every session's state for any replica.
     held = WorkerSessions(settings, session_store, stores.contexts) if settings.deployment.executes_runs else None
     sessions = TeamSessions(settings, session_store, held)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
-        front = await open_queue(stack, settings, own, sandboxes, engine, held)
-        sessions.queue_through(front)
-        return front
+        # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
+        # on the store's pool (a heartbeat starved past the lease would pause every run here).
+        queue_db = Database(settings.database_dsn(), replica=False, max_size=QUEUE_POOL_SIZE)
+        await queue_db.open()
+        stack.push_async_callback(queue_db.close)
+        queue = PgRunQueue(queue_rules(settings), queue_db)
+        worker = WorkerParts(own.contexts, run_store, run_store, held) if held is not None else None
+        executed = await open_queue(stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness)
+        if follows or executed is None:
+            front = await open_front(stack, settings, queue)
+            sessions.queue_through(front)
+            return front
+        return executed  # a worker-only process: nothing here follows a run
 
     return _parts(settings, transport, stores, sandboxes, open_runs, sessions)
 

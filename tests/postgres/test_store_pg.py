@@ -250,7 +250,8 @@ async def test_a_host_clock_off_the_databases_is_shown_by_doctor_and_warned_of_a
 
     from rlm_mcp.doctor import _clock
     from rlm_mcp.service.queue import warn_of_clock_skew
-    from rlm_mcp.service.queue.state import PgRunQueue
+    from rlm_mcp.service.queue.rules import queue_rules
+    from rlm_mcp.store.pg.queue import PgRunQueue
     from rlm_mcp.store.pg.status import team_status
 
     def ahead() -> float:
@@ -266,9 +267,9 @@ async def test_a_host_clock_off_the_databases_is_shown_by_doctor_and_warned_of_a
     async with make_stores(settings) as stores:
         assert isinstance(stores.lifecycle, Database)
         with caplog.at_level(logging.WARNING, logger="rlm_mcp.queue"):
-            await warn_of_clock_skew(PgRunQueue(settings, stores.lifecycle))
+            await warn_of_clock_skew(PgRunQueue(queue_rules(settings), stores.lifecycle))
             assert not caplog.records
-            skew = await warn_of_clock_skew(PgRunQueue(settings, stores.lifecycle, clock=ahead))
+            skew = await warn_of_clock_skew(PgRunQueue(queue_rules(settings), stores.lifecycle, clock=ahead))
         assert skew is not None and skew > 100
         assert "120" in caplog.text or "119" in caplog.text or "121" in caplog.text
 
@@ -295,8 +296,9 @@ async def test_a_database_of_the_former_release_migrates_with_its_runs_in_flight
     worker cannot heartbeat the new table: the sweepers end it one lease later), a summary
     holding a NUL does not stop the migration, the former queue's tables, functions and types
     are gone, and the waiting bound and claims work on the result."""
-    from rlm_mcp.service.queue.state import PgRunQueue
+    from rlm_mcp.service.queue.rules import queue_rules
     from rlm_mcp.store.migrations import migrations
+    from rlm_mcp.store.pg.queue import PgRunQueue
 
     limits = '"limits": {"max_iterations": 5, "max_depth": %d, "timeout_s": 60.0}'
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
@@ -343,7 +345,7 @@ async def test_a_database_of_the_former_release_migrates_with_its_runs_in_flight
             "run_old_running00001": ("running", 1, 1, 1, 41),
         }
         assert left == 0
-        queue = PgRunQueue(settings, db)
+        queue = PgRunQueue(queue_rules(settings), db)
         worker = await queue.register_worker("owner-new", 4)
         assert worker > 41
         assert await queue.claim(worker, free_sandboxes=2, max_sandboxes=8) is None  # needs 3 sandboxes

@@ -13,11 +13,12 @@ from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunLimits, RunRequest
 from rlm_mcp.service.queue.front import QueueFront
-from rlm_mcp.service.queue.state import PgRunQueue
+from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.team_sessions import TeamSessions
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.sessions import PgSessionStore
 from rlm_mcp.testing.settings import make_settings
 
@@ -37,7 +38,8 @@ async def test_a_follow_up_racing_the_end_of_its_team_session_queues_nothing(
         assert isinstance(db, Database)
         store = PgSessionStore(db)
         sessions = TeamSessions(settings, store)
-        async with QueueFront(settings, PgRunQueue(settings, db), Wakeups(settings.database_dsn())) as front:
+        queue = PgRunQueue(queue_rules(settings), db)
+        async with QueueFront(settings, queue, Wakeups(queue)) as front:
             sessions.queue_through(front)
             await store.open("ses_1", "alice", "run_first", cap=4, max_age_s=DAY)
             # Its first run ended on a worker: the session is free for a follow-up.

@@ -19,9 +19,10 @@ import pytest
 from rlm_mcp.cli.sessions import sessions_close, sessions_list
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError, NotFoundError
-from rlm_mcp.service.queue.state import PgRunQueue
+from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.sessions import PgSessionStore
 from tests.fixtures_store import final, summary
 
@@ -36,7 +37,7 @@ async def replica(tmp_path: Path, url: str, name: str) -> AsyncIterator[tuple[Pg
     async with make_stores(settings) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database)
-        yield PgSessionStore(db), PgRunQueue(settings, db)
+        yield PgSessionStore(db), PgRunQueue(queue_rules(settings), db)
 
 
 async def test_of_many_follow_ups_exactly_one_takes_the_session(tmp_path: Path, pg_url: str) -> None:

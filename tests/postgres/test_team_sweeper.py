@@ -19,10 +19,11 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
-from rlm_mcp.service.queue.state import PgRunQueue
+from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore
 from tests.fixtures_store import final, summary
 
@@ -45,7 +46,7 @@ async def team(tmp_path: Path, url: str, **overrides: Any) -> AsyncIterator[tupl
     async with make_stores(settings) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database)
-        yield db, PgRunQueue(settings, db), settings
+        yield db, PgRunQueue(queue_rules(settings), db), settings
 
 
 async def silence(db: Database, worker: int) -> None:
@@ -95,13 +96,13 @@ async def test_concurrent_sweepers_end_a_lost_run_once_and_requeue_a_fresh_one_o
 
         lost = await queue.read("run_swept_lost0000001")
         assert lost is not None and lost.done
-        assert lost.summary["result"]["status"] == "error"
-        reason = lost.summary["result"]["reason"]
+        assert lost.summary.to_stored()["result"]["status"] == "error"
+        reason = lost.summary.to_stored()["result"]["reason"]
         assert f"worker {worker} (host " in reason and f"pid {os.getpid()})" in reason and "rlm_start" in reason
 
         fresh = await queue.read("run_swept_fresh000001")
         assert fresh is not None and fresh.state == "queued" and fresh.requeues == 1 and fresh.worker_id is None
-        assert fresh.summary["status"] == "queued" and "queued again" in fresh.summary["notice"]
+        assert fresh.summary.to_stored()["status"] == "queued" and "queued again" in fresh.summary.to_stored()["notice"]
 
         # Taken again by a worker that is lost too: this time it ends (once is the limit).
         again = await queue.claim(worker, 8, 8)
@@ -110,7 +111,7 @@ async def test_concurrent_sweepers_end_a_lost_run_once_and_requeue_a_fresh_one_o
         await sweep_together(sweepers)
         ended = await queue.read("run_swept_fresh000001")
         assert ended is not None and ended.done and ended.requeues == 1
-        assert ended.summary["result"]["status"] == "error"
+        assert ended.summary.to_stored()["result"]["status"] == "error"
 
 
 async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: str) -> None:
@@ -120,7 +121,7 @@ async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: 
         worker = await queue.register_worker("owner-nul", 4)
         await queue.enqueue(summary("run_nul_query0000001", query="a\x00b"), 1)
         claimed = await queue.claim(worker, 8, 8)
-        assert claimed is not None and claimed.summary["query"] == "a\x00b"
+        assert claimed is not None and claimed.summary.to_stored()["query"] == "a\x00b"
         store = PgRunStore(db)
         log = await store.reopen(claimed.run_id, attempt=claimed.attempt)
         log.stage(TurnStart(run_id=claimed.run_id, iteration=1, max_iterations=5, depth=0))
@@ -135,7 +136,7 @@ async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: 
         await silence(db, worker)
         await sweeper.sweep_once()
         row = await queue.read("run_nul_query0000001")
-        assert row is not None and row.done and row.summary["query"] == "a\x00b"
+        assert row is not None and row.done and row.summary.to_stored()["query"] == "a\x00b"
         # Later sweeps still work: a run no worker takes ends at the queue timeout.
         await queue.enqueue(summary("run_after_nul0000001"), 1)
         async with db.connection() as conn:
@@ -143,7 +144,11 @@ async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: 
         sweeper._housekept_at = float("-inf")
         await sweeper.sweep_once()
         timed_out = await queue.read("run_after_nul0000001")
-        assert timed_out is not None and timed_out.done and "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in timed_out.summary["notice"]
+        assert (
+            timed_out is not None
+            and timed_out.done
+            and "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in timed_out.summary.to_stored()["notice"]
+        )
 
 
 async def test_a_sweeper_judges_leases_only_after_a_full_lease_connected(tmp_path: Path, pg_url: str) -> None:
@@ -206,7 +211,12 @@ async def test_a_worker_resumed_after_its_run_was_claimed_again_writes_nothing(t
             attempts = [r["attempt"] for r in await cur.fetchall()]
         row = await queue.read(first.run_id)
         assert attempts == [second.attempt]
-        assert row is not None and row.summary["iterations"] == 1 and not row.lm_called and row.state == "running"
+        assert (
+            row is not None
+            and row.summary.to_stored()["iterations"] == 1
+            and not row.lm_called
+            and row.state == "running"
+        )
         assert await queue.finish(first.run_id, final(first.run_id), attempt=second.attempt)
 
 
@@ -253,7 +263,7 @@ async def test_the_waiting_bound_holds_under_concurrent_starts_on_two_replicas(t
     other = Settings(database_url=pg_url, data_dir=tmp_path / "b", run_max_queued_per_owner=20)
     async with make_stores(settings) as one, make_stores(other) as two:
         assert isinstance(one.lifecycle, Database) and isinstance(two.lifecycle, Database)
-        queues = [PgRunQueue(settings, one.lifecycle), PgRunQueue(other, two.lifecycle)]
+        queues = [PgRunQueue(queue_rules(settings), one.lifecycle), PgRunQueue(queue_rules(other), two.lifecycle)]
         accepted, refused = [], []
 
         async def start(i: int) -> None:
@@ -327,8 +337,8 @@ async def test_a_front_whose_clock_is_behind_does_not_shorten_the_queue_timeout(
     import time
 
     async with team(tmp_path, pg_url, run_queue_timeout_s=60.0) as (db, queue, settings):
-        behind = PgRunQueue(settings, db, clock=lambda: time.time() - 120)  # the front's queue, its clock behind
-        await behind.enqueue(summary("run_behind0000000001"), 1)
+        # The front's own times (the record it writes) are two minutes behind the database's.
+        await queue.enqueue(summary("run_behind0000000001", created_at=time.time() - 120), 1)
         assert await queue.stale_queued() == []
         async with db.connection() as conn:  # positive control: really older than the timeout
             await conn.execute("UPDATE rlm_runs SET queued_at = now() - interval '61 seconds'")

@@ -7,13 +7,16 @@ from __future__ import annotations
 import pytest
 
 from rlm_mcp.ports.runs import LiveSummary
+from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import READ_ROW, Wakeups
+from rlm_mcp.testing.memory_queue import MemoryRunQueue
+from rlm_mcp.testing.settings import make_settings
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_a_wake_up_while_the_follower_is_busy_is_kept_and_the_latest_wins() -> None:
-    wakeups = Wakeups("postgresql://unused")
+    wakeups = Wakeups(MemoryRunQueue(queue_rules(make_settings())))
     wakeups.wake("run_a", LiveSummary(iterations=1))  # not followed here: nothing is kept
     assert await wakeups.wait("run_a", 0) == (False, READ_ROW)
 

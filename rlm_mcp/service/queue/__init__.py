@@ -1,11 +1,10 @@
-"""Team mode's run queue on PostgreSQL: fronts enqueue runs, workers claim and execute them.
+"""Team mode's run queue: fronts enqueue runs, workers claim and execute them.
 
-- `port.py`: the queue's port and a run's state machine; `state.py`: its one implementation,
-  every statement on run state (enqueue, claim, requeue, finish, sweeps), over `registry.py`,
-  every statement on worker state (register, heartbeat, leases); `sql.py`: what they share
-  (the NOTIFY channels, the database's clock).
-- `front.py`: enqueue, follow a run through the database (progress, status, result), cancel.
-- `wakeups.py`: one LISTEN connection per process that wakes the tasks following runs.
+The queue's port and a run's state machine are `ports.queue`; its implementations hold every
+statement on run and worker state: `store.pg.queue.PgRunQueue` (team mode, built by the
+assembly) and `testing.memory_queue.MemoryRunQueue` (the fast tier's). Here, over the port:
+- `front.py`: enqueue, follow a run (progress, status, result), cancel.
+- `wakeups.py`: one listener per process that wakes the tasks following runs.
 - `sessions.py`: a worker's kept sessions: the live sandboxes it holds, restores, snapshots.
 - `worker.py`: claim a run when slots allow, execute it with the local `RunManager`, report,
   fenced by the claim's attempt; `final_writes.py`: how it writes a run's end through an outage
@@ -13,7 +12,8 @@
 - `sweeper.py`: leases: lost workers' runs and sandboxes, runs no worker takes.
 - `liveness.py`: which sandbox owners are gone, by the workers' leases.
 - `gauges.py`: the queue's depth, oldest age and live workers, sampled for /metrics.
-- `ends.py`: a run's request, sandbox need and final summary; each owner's share of the slots.
+- `ends.py`: a run's sandbox need and its record when it could not start; `rules.py`: the
+  queue's rules from the settings (bounds, lease, each owner's share of the slots).
 
 Roles (RLM_MCP_ROLE): `front` follows and enqueues, `worker` executes, `both` does both; even in
 `both` a run goes through the queue, so any replica's worker may take it.
@@ -24,78 +24,85 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
 import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
-from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.ports.queue import FencedRunStore, RunQueuePort
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.gauges import sample_forever
 from rlm_mcp.service.queue.liveness import LeaseLiveness
-from rlm_mcp.service.queue.port import RunQueuePort
+from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.sessions import WorkerSessions
-from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.bundle import Stores
-from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.store.ports import ContextStorePort, RunStorePort
 
-__all__ = ["CLOCK_SKEW_WARN_S", "QueueFront", "QueueWorker", "open_queue", "warn_of_clock_skew"]
+__all__ = [
+    "CLOCK_SKEW_WARN_S",
+    "QueueFront",
+    "QueueWorker",
+    "WorkerParts",
+    "open_front",
+    "open_queue",
+    "queue_rules",
+    "warn_of_clock_skew",
+]
 
 log = logging.getLogger("rlm_mcp.queue")
 
 CLOCK_SKEW_WARN_S = 2.0
-QUEUE_POOL_SIZE = 4
+
+
+@dataclass(frozen=True)
+class WorkerParts:
+    """What a worker executes runs with, besides the queue: the contexts, the run records (their
+    fenced logs: `run_log`, the same store seen by the queue's port), the kept sessions' sandboxes
+    it holds between runs (built by the assembly, which made them the sandboxes' `reclaim`)."""
+
+    contexts: ContextStorePort
+    runs: RunStorePort
+    run_log: FencedRunStore
+    sessions: WorkerSessions | None = None
 
 
 async def open_queue(
     stack: AsyncExitStack,
     settings: Settings,
-    stores: Stores,
+    queue: RunQueuePort,
     sandboxes: SandboxManager,
     engine: Callable[[], Awaitable[RLMEngine]],
-    sessions: WorkerSessions | None = None,
-) -> QueueFront:
-    """Open the queue's parts for this process's role on `stack`; returns its front (a worker's
-    front is only used by the CLI's one-off calls). `sessions`: the kept sessions' sandboxes a
-    worker holds (built by the assembly; the worker enters them)."""
-    db, run_store = stores.lifecycle, stores.runs
-    if not isinstance(db, Database) or not isinstance(run_store, PgRunStore) or settings.deployment.embedded:
-        raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
-    url = settings.database_dsn()
-    # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
-    # on the store's pool (a heartbeat starved past the lease would pause every run here).
-    queue_db = Database(url, replica=False, max_size=QUEUE_POOL_SIZE)
-    await queue_db.open()
-    stack.push_async_callback(queue_db.close)
-    queue = PgRunQueue(settings, queue_db)
+    *,
+    worker: WorkerParts | None,
+    liveness: LeaseLiveness | None = None,
+) -> RunManager | None:
+    """Open the queue's parts that every team process runs on `stack`: the sweeper and the
+    gauges always, the worker when `worker` is given (this process executes runs). Returns the
+    worker's local `RunManager` (the runs it executes), None without one. `queue`: opened by the
+    assembly, closed by its stack."""
     await warn_of_clock_skew(queue)
-    liveness = sandboxes.liveness if isinstance(sandboxes.liveness, LeaseLiveness) else None
-    executes = settings.deployment.executes_runs
-    sweeper = Sweeper(settings, queue, sandboxes if executes else None, liveness)
+    sweeper = Sweeper(settings, queue, sandboxes if worker is not None else None, liveness)
     tg = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(tg.cancel_scope.cancel)  # runs before the group exits (callbacks unwind in reverse)
     tg.start_soon(sweeper.run_forever)
     tg.start_soon(sample_forever, queue)  # the queue gauges of /metrics
-    if executes:
-        manager = await stack.enter_async_context(RunManager(settings, stores.contexts, run_store))
-        worker = QueueWorker(
-            settings,
-            queue,
-            url,
-            run_store,
-            manager,
-            sandboxes,
-            engine,
-            sessions=sessions,
-        )
-        await stack.enter_async_context(worker)
-    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(url)))
+    if worker is None:
+        return None
+    manager = await stack.enter_async_context(RunManager(settings, worker.contexts, worker.runs))
+    executor = QueueWorker(settings, queue, worker.run_log, manager, sandboxes, engine, sessions=worker.sessions)
+    await stack.enter_async_context(executor)
+    return manager
+
+
+async def open_front(stack: AsyncExitStack, settings: Settings, queue: RunQueuePort) -> QueueFront:
+    """A front's part of the queue on `stack`: enqueue runs and follow them (a front, or `both`;
+    a worker-only process answers no MCP client and opens none)."""
+    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(queue)))
 
 
 async def warn_of_clock_skew(queue: RunQueuePort) -> float | None:

@@ -18,9 +18,9 @@ import logging
 
 import anyio
 
+from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
 from rlm_mcp.service.active_run import ActiveRun
-from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.runlog import QueueRunLog
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -70,7 +70,7 @@ async def end_unrecorded(queue: RunQueuePort, run: ActiveRun, attempt: int, work
 
 async def ensure_final(queue: RunQueuePort, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
     """The run's final record, whatever happened to the database meanwhile: `RunManager`
-    writes it once (with the staged events and the NOTIFY) and only logs a failure; then
+    writes it once (with the staged events and the wake-up) and only logs a failure; then
     it (and any event still staged) is written here again until it lands (fenced: never
     over another attempt, never over a final record), and announced."""
     if run_log.final_written:  # by `RunManager`, announced with it: the usual case

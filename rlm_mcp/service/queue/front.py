@@ -2,8 +2,8 @@
 
 `QueueFront` has the interface of the local `RunManager` (`service.backends.RunBackend`), so
 `RlmService` and `rlm_complete`'s progress reporting do not know where a run executes. Each run
-this process follows is an `ActiveRun` mirror, refreshed whenever its NOTIFY arrives
-(`wakeups.Wakeups`: from the live summary the NOTIFY carries, else from the run's row) and from
+this process follows is an `ActiveRun` mirror, refreshed whenever its wake-up arrives
+(`wakeups.Wakeups`: from the live summary the wake-up carries, else from the run's row) and from
 the row at least every RLM_MCP_QUEUE_POLL_S. Any replica follows any run
 (`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
 """
@@ -22,10 +22,10 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
+from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.ends import need_of
-from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.runs import FINISHED_RUNS_KEPT
 
@@ -131,7 +131,7 @@ class QueueFront:
         row = await self._queue.read(run_id)
         if row is None or row.done or not sees(owner, row.owner) or self._tg is None:
             return None
-        record = RunRecord.from_stored(row.summary)
+        record = row.summary
         progress = RunProgress(run_id=run_id, max_iterations=record.request.limits.max_iterations, status="queued")
         run = ActiveRun(run_id, record.request, progress, created=record.created_at or row.created_at)
         apply(run, record)
@@ -141,7 +141,7 @@ class QueueFront:
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
         run = self._mirrors[run_id]
         # A queued run ends here (nobody else will write its end); a running one is cancelled
-        # by its worker, which the database tells (NOTIFY, and its poll).
+        # by its worker, which the queue tells (a wake-up, and its poll).
         reason = "cancelled by the caller before a worker took it"
         await self._queue.cancel(run_id, run.record().ended("cancelled", reason))
         self._wakeups.wake(run_id)
@@ -183,7 +183,7 @@ class QueueFront:
             run.done.set()
             run.notify("run_end")
             return False
-        apply(run, RunRecord.from_stored(row.summary))
+        apply(run, row.summary)
         return True
 
     async def _watch(self, run: ActiveRun, *, known: bool = False) -> None:

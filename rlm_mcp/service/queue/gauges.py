@@ -9,7 +9,7 @@ import logging
 import anyio
 
 from rlm_mcp.observability import metrics
-from rlm_mcp.service.queue.port import RunQueuePort
+from rlm_mcp.ports.queue import RunQueuePort
 
 log = logging.getLogger("rlm_mcp.queue")
 

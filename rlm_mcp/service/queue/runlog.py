@@ -1,4 +1,4 @@
-"""A worker's run log: the PostgreSQL log, written in batches, and the run's `lm_called` mark.
+"""A worker's run log: the fenced log (PostgreSQL's in team mode), written in batches, and the run's `lm_called` mark.
 
 Events are staged and written in one statement per flush (`PgRunLog.flush`), at these moments:
 - the first answered LM call (`LLMCall` without an error): its row and the `lm_called` mark are
@@ -7,7 +7,7 @@ Events are staged and written in one statement per flush (`PgRunLog.flush`), at 
   delay in between; a run whose first answer cannot be recorded stops (`must_stop`) before it
   runs any code, as a sweeper could otherwise queue it again while it goes on;
 - each live summary the worker publishes (`publish`: the staged events, the summary and the
-  NOTIFY together, on each progress event), and every RLM_MCP_QUEUE_POLL_S while events are
+  wake-up together, on each progress event), and every RLM_MCP_QUEUE_POLL_S while events are
   staged (`QueueWorker._report_until_done`);
 - the final summary (`write_summary`), `aclose`, and the worker's own final write.
 
@@ -25,17 +25,17 @@ from collections.abc import Callable
 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import LLMCall, RunEvent
+from rlm_mcp.ports.queue import FencedRunLog
 from rlm_mcp.ports.runs import RunRecord
-from rlm_mcp.service.queue.sql import CHANNEL
-from rlm_mcp.store.pg.runs import PgRunLog
 
 log = logging.getLogger("rlm_mcp.queue")
 
 
 class QueueRunLog:
-    """`store.ports.RunLogPort` over a `PgRunLog`, staging events between flushes."""
+    """`store.ports.RunLogPort` over a fenced log (`ports.queue.FencedRunLog`: PostgreSQL's
+    `PgRunLog` in team mode), staging events between flushes."""
 
-    def __init__(self, inner: PgRunLog, *, hand_back: Callable[[], bool] | None = None) -> None:
+    def __init__(self, inner: FencedRunLog, *, hand_back: Callable[[], bool] | None = None) -> None:
         """`hand_back`: asked before the final summary is written; True: the run goes back to
         the queue instead (the log detaches and writes no summary)."""
         self._inner = inner
@@ -73,7 +73,7 @@ class QueueRunLog:
         """The staged events, the live summary and the wake-up in one statement; False when the
         run had already ended elsewhere (a sweeper declared its worker lost): the summary is
         not written then."""
-        live = await self._inner.flush(summary=summary, mark_lm_called=lm_called, notify=CHANNEL)
+        live = await self._inner.flush(summary=summary, mark_lm_called=lm_called, announce=True)
         if not live:
             self.must_stop = self.must_stop or "the run is no longer this worker's"
         return live
@@ -82,14 +82,14 @@ class QueueRunLog:
         await self._inner.flush()
 
     async def write_summary(self, summary: RunRecord) -> None:
-        """The staged events and the summary, announced (the NOTIFY carries the run id alone
+        """The staged events and the summary, announced (the wake-up carries the run id alone
         for a final summary: the followers read the row)."""
         if summary.done and self._hand_back is not None and self._hand_back():
             self.detach()
         if self._inner.detached:  # handed back to the queue: the requeue announces it
             await self._inner.flush()
             return
-        await self._inner.flush(summary=summary, notify=CHANNEL)
+        await self._inner.flush(summary=summary, announce=True)
         if summary.done:
             self.final_written = True  # written now, or the run had ended elsewhere already
 

@@ -3,7 +3,7 @@
 A session's state lives in the database (`store.pg.sessions`): its contexts, its conversations,
 its usage and its snapshot. A worker that ran one of its runs keeps the sandbox alive and is
 named as its holder; a follow-up prefers that worker for RLM_MCP_SESSION_PREFER_WORKER_S
-(`state.PgRunQueue.claim`) and reuses the live REPL (the warm path). Any other worker restores
+(`store.pg.queue.PgRunQueue.claim`) and reuses the live REPL (the warm path). Any other worker restores
 the session from the database: a fresh sandbox, the contexts reloaded by id, the snapshot loaded
 inside the sandbox (never on this host).
 

@@ -1,6 +1,6 @@
 """Leases: what happens to runs whose worker was lost, and to runs no worker takes.
 
-Every team-mode process sweeps; every write a sweep makes is conditional (`state.PgRunQueue`: a
+Every team-mode process sweeps; every write a sweep makes is conditional (`store.pg.queue.PgRunQueue`: a
 row locked with SKIP LOCKED and its condition checked again), so concurrent sweepers act once.
 Each run is handled in its own transaction, and a failure on one run is logged and the sweep goes
 on with the next: no run can stall the sweeps.
@@ -36,9 +36,9 @@ from collections.abc import Callable
 import anyio
 
 from rlm_mcp.config import Settings
+from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.liveness import LeaseLiveness
-from rlm_mcp.service.queue.port import RunQueuePort
 
 log = logging.getLogger("rlm_mcp.queue")
 

@@ -1,4 +1,5 @@
-"""One LISTEN connection per process that wakes the tasks waiting on a run (`sql.CHANNEL`).
+"""One listener per process that wakes the tasks waiting on a run (`RunQueuePort.listen_runs`:
+a listening connection on PostgreSQL).
 
 A notification's payload is the run id, or the run's live summary when a worker publishes one
 (its one encoding: `ports.runs.encode_live` / `decode_live`): the follower applies that summary
@@ -13,27 +14,17 @@ for the follower's next `wait`, never dropped.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-
 import anyio
-import psycopg
 
+from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.ports.runs import LiveSummary, decode_live
-from rlm_mcp.service.queue.sql import CHANNEL
-
-log = logging.getLogger("rlm_mcp.queue")
-
-RECONNECT_S = 1.0
-KEEPALIVE_S = 10.0
-CONNECT_TIMEOUT_S = 10
 
 READ_ROW = None  # what `wait` returns when the follower must read the row
 
 
 class Wakeups:
-    def __init__(self, url: str) -> None:
-        self._url = url
+    def __init__(self, queue: RunQueuePort) -> None:
+        self._queue = queue
         self._events: dict[str, anyio.Event] = {}  # by followed run id
         # A wake-up not yet taken by its follower: the latest live summary, or READ_ROW.
         self._pending: dict[str, LiveSummary | None] = {}
@@ -75,32 +66,11 @@ class Wakeups:
             self.wake(run_id)
 
     async def listen_forever(self) -> None:
-        """Keep one LISTEN connection open, reconnecting after any failure."""
+        """Keep listening, reconnecting after any failure (the queue's `listen_runs`)."""
 
         def on_note(payload: str) -> None:
             run_id, live = decode_live(payload)
             self.wake(run_id, live)
 
         # What was sent while the connection was down is lost: every follower looks again.
-        await listen_forever(self._url, CHANNEL, on_note, on_connect=self.wake_all)
-
-
-async def listen_forever(
-    url: str, channel: str, on_note: Callable[[str], None], *, on_connect: Callable[[], object]
-) -> None:
-    """LISTEN on `channel` over one connection of its own, calling `on_note` with each payload
-    and `on_connect` after each (re)connect; never returns."""
-    while True:
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-            ) as conn:
-                await conn.execute(f"LISTEN {channel}")
-                on_connect()
-                while True:
-                    async for note in conn.notifies(timeout=KEEPALIVE_S):
-                        on_note(note.payload)
-                    await conn.execute("SELECT 1")  # notices a dead connection
-        except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
-            log.info("the %s listener lost its connection (%s); reconnecting", channel, type(exc).__name__)
-        await anyio.sleep(RECONNECT_S)
+        await self._queue.listen_runs(on_note, on_connect=self.wake_all)

@@ -1,6 +1,6 @@
 """The worker's side of the run queue: claim a queued run, execute it here, report as it goes.
 
-Claims (`state.PgRunQueue.claim`) are gated inside their statement: a worker claims only while it
+Claims (`RunQueuePort.claim`) are gated inside their statement: a worker claims only while it
 has a free run slot (RLM_MCP_MAX_RUNS) and only a run whose sandbox need (its max_depth, the
 no-deadlock rule of `sandbox/slots.py`) fits the sandbox slots free here; the per-owner share and
 the fair order are the claim's too. A run's child RLMs (`rlm_query`) run inside the root run's
@@ -45,19 +45,16 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.ports.queue import FencedRunStore, RunQueuePort, RunRow
 from rlm_mcp.ports.runs import Notice, NoticeKind, WorkerRef
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
-from rlm_mcp.service.queue.ends import not_started, request_of
+from rlm_mcp.service.queue.ends import not_started
 from rlm_mcp.service.queue.final_writes import RETRY_S
-from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
-from rlm_mcp.service.queue.sql import QUEUE_CHANNEL
-from rlm_mcp.service.queue.wakeups import listen_forever
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.pg.runs import PgRunStore
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -69,8 +66,7 @@ class QueueWorker:
         self,
         settings: Settings,
         queue: RunQueuePort,
-        url: str,
-        run_store: PgRunStore,
+        run_store: FencedRunStore,
         runs: RunManager,
         sandboxes: SandboxManager,
         engine: Callable[[], Awaitable[RLMEngine]],
@@ -82,7 +78,6 @@ class QueueWorker:
         the runs (None: this worker runs none)."""
         self._settings = settings
         self._queue = queue
-        self._url = url
         self._run_store = run_store
         self._runs = runs
         self._sandboxes = sandboxes
@@ -220,10 +215,10 @@ class QueueWorker:
             elif payload.startswith("cancel "):
                 self._cancel(payload.removeprefix("cancel "))
 
-        await listen_forever(self._url, QUEUE_CHANNEL, on_note, on_connect=self._wake.set)
+        await self._queue.listen_queue(on_note, on_connect=self._wake.set)
 
     async def _poll_cancels(self) -> None:
-        """NOTIFY is lost across reconnects: the cancels asked for are read every poll interval."""
+        """Wake-ups are lost across reconnects: the cancels asked for are read every poll interval."""
         while True:
             await anyio.sleep(self._settings.queue_poll_s)
             if not self._running or self.worker_id is None:
@@ -294,7 +289,7 @@ class QueueWorker:
 
     async def _execute(self, row: RunRow) -> None:
         run_id, attempt = row.run_id, row.attempt
-        request = request_of(row.summary)
+        request = row.summary.request
         engine = await self._engine()
         run: ActiveRun | None = None
 

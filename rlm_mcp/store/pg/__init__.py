@@ -3,7 +3,9 @@
 `RLM_MCP_DATABASE_URL=postgresql://...` selects it (`settings.deployment`; `rlm_mcp.store.factory`). Contexts (their
 bytes chunked in the database, cached per replica), uploads, run records and events, and the
 viewer's spent login codes live in one database every replica shares; each replica keeps only
-its cache and temp files in its data dir.
+its cache and temp files in its data dir. The run queue's state (`queue.py`, `workers.py`, every
+statement in `queue_statements.py`) is built by the assembly for team roles, not by
+`make_pg_stores`; every advisory-lock key is in `locks.py`.
 Needs the `team` extra (psycopg 3).
 """
 

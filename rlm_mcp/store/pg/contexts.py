@@ -30,12 +30,11 @@ from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg import blobs
 from rlm_mcp.store.pg.cache import BlobCache
 from rlm_mcp.store.pg.db import NOW, REPLICA_TTL_S, Conn, Database, read_now
+from rlm_mcp.store.pg.locks import EVICT_LOCK_KEY, OWNER_LOCK_CLASS
 from rlm_mcp.store.statements import POSTGRES
 
 __all__ = ["EVICT_LOCK_KEY", "OWNER_LOCK_CLASS", "PgContextIndex", "PgContextStore", "PgTx"]
 
-EVICT_LOCK_KEY = 0x726C6D2D657663  # one evictor at a time across replicas
-OWNER_LOCK_CLASS = 0x726C6D6F  # with hashtext(owner): one owner's share is spent by one writer at a time
 
 _LAPSED_PINS = (
     "DELETE FROM rlm_pins p WHERE p.expires_at < extract(epoch FROM now()) OR NOT EXISTS "

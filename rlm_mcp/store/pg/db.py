@@ -127,6 +127,11 @@ class Database:
         self._returned_at: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
         self._fault: tuple[str, float] | None = None  # the last resource refusal and when
 
+    @property
+    def url(self) -> str:
+        """The database's URL (the queue's listeners open connections of their own to it)."""
+        return self._url
+
     async def _returned(self, conn: Conn) -> None:
         self._returned_at[conn] = time.monotonic()
 

@@ -14,8 +14,7 @@ from typing import Any
 import psycopg
 
 from rlm_mcp.store.migrations import SchemaError, latest, pending
-
-ADVISORY_LOCK_KEY = 0x726C6D2D6D6370  # "rlm-mcp"
+from rlm_mcp.store.pg.locks import MIGRATION_LOCK_KEY
 
 LATEST = latest("postgres")
 
@@ -25,7 +24,7 @@ _NEWER_FIX = "Upgrade rlm-mcp on this replica to the version the other replicas 
 async def migrate(conn: psycopg.AsyncConnection[Any], *, target: int | None = None) -> int:
     """Bring the schema to LATEST (or to `target`, for tests of a former release's database) on an
     autocommit connection; returns the version now in place."""
-    await conn.execute("SELECT pg_advisory_lock(%s)", (ADVISORY_LOCK_KEY,))
+    await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
     try:
         await conn.execute("CREATE TABLE IF NOT EXISTS rlm_schema (version integer NOT NULL, applied_at timestamptz)")
         cur = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM rlm_schema")
@@ -41,7 +40,7 @@ async def migrate(conn: psycopg.AsyncConnection[Any], *, target: int | None = No
             current = step.version
         return current
     finally:
-        await conn.execute("SELECT pg_advisory_unlock(%s)", (ADVISORY_LOCK_KEY,))
+        await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
 
 
-__all__ = ["ADVISORY_LOCK_KEY", "LATEST", "SchemaError", "migrate"]
+__all__ = ["LATEST", "SchemaError", "migrate"]

@@ -22,6 +22,7 @@ from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
 from rlm_mcp.ports.runs import RunRecord, encode_live
+from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event, unknown_run
 
@@ -122,10 +123,10 @@ class PgRunLog:
         self._written += len(line)
 
     async def flush(
-        self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, notify: str | None = None
+        self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, announce: bool = False
     ) -> bool:
         """Write the staged events, with the record `summary` (never over a final one), the
-        `lm_called` mark and a NOTIFY on channel `notify`, in one statement. The NOTIFY's
+        `lm_called` mark and (`announce`) a NOTIFY on the runs' channel, in one statement. The NOTIFY's
         payload is the record's live summary (`ports.runs.encode_live`: bounded) while the run
         is live, else the run id alone. False when the run has ended (a summary written over an
         ended run is dropped, the events and counters are written), its record is gone, or (with
@@ -136,7 +137,7 @@ class PgRunLog:
             rows = list(self._staged)
             if self._detached:
                 summary = None
-            if not rows and summary is None and not mark_lm_called and notify is None:
+            if not rows and summary is None and not mark_lm_called and not announce:
                 return True
             params: list[Any] = []
             ctes = []
@@ -147,7 +148,7 @@ class PgRunLog:
                     params += [self._run_id, attempt, seq, line]
                 fence = ""
                 if self._attempt is not None:  # nothing lands once the run is not this attempt's
-                    fence = " WHERE EXISTS (SELECT 1 FROM rlm_runs WHERE run_id = %s AND attempt = %s AND state = 'running')"
+                    fence = queue_sql.EVENTS_FENCE
                     params += [self._run_id, self._attempt]
                 ctes.append(
                     "ev AS (INSERT INTO rlm_run_events (run_id, attempt, seq, line) SELECT * FROM "
@@ -162,12 +163,8 @@ class PgRunLog:
             params += [self._seq, self._written]
             payload = self._run_id
             if summary is not None:
-                # Never over a final summary: in team mode another process may have ended the
-                # run first (a cancel while queued, a sweeper that found its worker lost).
-                sets += [
-                    "summary = CASE WHEN state = 'done' THEN summary ELSE %s END",
-                    "state = CASE WHEN %s THEN 'done' ELSE state END",
-                ]
+                # Never over a final summary (`queue_statements.SET_SUMMARY`, the one writer of state).
+                sets += list(queue_sql.SET_SUMMARY)
                 params += [_dump(summary), summary.done]
                 if not summary.done:
                     payload = encode_live(self._run_id, summary.live())
@@ -176,15 +173,15 @@ class PgRunLog:
             where = "run_id = %s"
             params.append(self._run_id)
             if self._attempt is not None:
-                where += " AND attempt = %s AND state = 'running'"
+                where += queue_sql.ROW_FENCE
                 params.append(self._attempt)
             ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE {where} RETURNING done)")
             select = "SELECT live"
-            if notify is not None:
+            if announce:
                 # The summary rides along only while the run is live (a run that ended
                 # elsewhere is announced by its id alone: its follower reads the final row).
                 select += ", pg_notify(%s, CASE WHEN live THEN %s ELSE %s END)"
-                params += [notify, payload, self._run_id]
+                params += [queue_sql.CHANNEL, payload, self._run_id]
             select += " FROM (SELECT coalesce((SELECT NOT done FROM up), false) AS live) AS s"
             try:
                 async with self._db.connection() as conn:
@@ -222,11 +219,8 @@ class PgRunStore:
         created_at = record.created_at
         async with self._db.connection() as conn:
             cur = await conn.execute(
-                # A run executed by the process that creates it (not through the team queue): no
-                # worker, so no sweeper treats it as a lost worker's.
-                "INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary) "
-                "VALUES (%s, %s, %s, extract(epoch FROM now()), %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                (run_id, str(record.request.owner), created_at, "done" if record.done else "running", _dump(record)),
+                queue_sql.CREATE_LOCAL_RUN,
+                (run_id, str(record.request.owner), created_at, queue_sql.local_state(record.done), _dump(record)),
             )
             if await cur.fetchone() is None:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.")

@@ -23,9 +23,8 @@ from typing import Any
 
 from rlm_mcp.errors import BusyError
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.pg.migrations import ADVISORY_LOCK_KEY
+from rlm_mcp.store.pg.locks import SESSION_LOCK_KEY
 
-SESSION_LOCK_KEY = ADVISORY_LOCK_KEY + 5  # the per-owner session cap, counted and inserted under it
 SNAPSHOT_CHUNK = 1 << 20
 ORPHAN_CLAIM_S = 60.0  # a claim whose run was never queued (its front died) lapses after this
 FORGET_ENDED_S = 86400.0  # an ended session is remembered this long (a follow-up says why)

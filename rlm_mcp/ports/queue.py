@@ -1,0 +1,166 @@
+"""The run queue's port: every operation on a team-mode run's state and its workers' state.
+
+Two implementations keep the same rules: `store.pg.queue.PgRunQueue` (team mode: every
+statement on `rlm_runs`' state and on `rlm_workers`, in `store/pg/`) and
+`testing.memory_queue.MemoryRunQueue` (the fast tier's, with a clock the test moves). The front,
+the worker and the sweeper (`service/queue/`) use only this. A run's states (`RunState`):
+
+    queued --claim (attempt + 1, worker, claimed_at)--> running --finish--> done
+      ^                                                   |
+      +-- requeue (the worker hands it back, or its worker was lost before any answered LM
+          call; once) ------------------------------------+
+    queued --cancel, queue timeout--> done
+
+Every write a worker makes for a run names the attempt it claimed (`attempt`): one that matches
+nothing means the run is no longer this worker's (ended elsewhere, or claimed again after this
+worker was declared lost), and the worker stops it at once. The worker's run log
+(`FencedRunLog`) is fenced the same way.
+
+Wake-ups: `listen_runs` delivers each run's announcements (a run id, or a run id and its live
+summary: `ports.runs.encode_live`), `listen_queue` the workers' ("queued", or "cancel RUN_ID").
+Both may lose what was sent while disconnected, so every listener also polls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from rlm_mcp.errors import BusyError
+from rlm_mcp.events import RunEvent
+from rlm_mcp.ports.runs import RunRecord, WorkerRef
+
+__all__ = [
+    "Beat",
+    "FencedRunLog",
+    "FencedRunStore",
+    "LostWorker",
+    "QueueRules",
+    "RunQueuePort",
+    "RunRow",
+    "RunState",
+]
+
+
+class RunState(StrEnum):
+    """A run's state in the queue (the values are the database's `rlm_runs.state`)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run's row as the queue sees it; `summary` is its record, decoded once when read."""
+
+    run_id: str
+    owner: str
+    state: RunState
+    attempt: int
+    summary: RunRecord
+    worker_id: int | None
+    lm_called: bool
+    requeues: int
+    next_seq: int
+    log_bytes: int
+    created_at: float
+    cancel_requested: bool
+
+    @property
+    def done(self) -> bool:
+        return self.state is RunState.DONE
+
+
+@dataclass(frozen=True)
+class Beat:
+    """A worker's heartbeat: whether its registration stands, and the runs the queue says it
+    holds now, each with the attempt it claimed and whether a cancel was asked for."""
+
+    registered: bool
+    held: dict[str, tuple[int, bool]]
+
+
+@dataclass(frozen=True)
+class LostWorker:
+    worker_id: int
+    owner_id: str
+    host: str
+
+
+@dataclass(frozen=True)
+class QueueRules:
+    """What the queue's implementations apply, derived from the settings by the service
+    (`service.queue.rules.queue_rules`): the lease, the queue timeout, the waiting bounds (and
+    the error for one run over them), each owner's share of the live workers' run slots."""
+
+    lease_s: float
+    queue_timeout_s: float
+    max_queued: int
+    max_queued_per_owner: int
+    share: Callable[[int], int]  # an owner's share of `slots` live run slots
+    refusal: Callable[[int, int], BusyError | None]  # (queued, queued by the owner) -> the error, or None
+
+
+class RunQueuePort(Protocol):
+    # --- fronts
+    async def enqueue(
+        self, record: RunRecord, need: int, *, prefer_worker: int | None = None, prefer_s: float = 0.0
+    ) -> None: ...
+    async def read(self, run_id: str) -> RunRow | None: ...
+    async def cancel(self, run_id: str, summary_if_queued: RunRecord) -> bool: ...
+    async def queued_counts(self, owner: str) -> tuple[int, int]: ...
+    async def live_workers(self) -> int: ...
+    async def gauges(self) -> tuple[int, float, int]: ...
+
+    # --- workers
+    async def register_worker(self, owner_id: str, slots: int) -> int: ...
+    async def unregister_worker(self, worker_id: int) -> None: ...
+    async def heartbeat(self, worker_id: int) -> Beat: ...
+    async def claim(self, worker_id: int, free_sandboxes: int, max_sandboxes: int) -> RunRow | None: ...
+    async def cancels(self, worker_id: int) -> list[str]: ...
+    async def requeue(self, run_id: str, attempt: int, summary: RunRecord) -> bool: ...
+    async def finish(self, run_id: str, summary: RunRecord, *, attempt: int | None = None) -> bool: ...
+    async def worker_ref(self, worker_id: int | None) -> WorkerRef: ...
+
+    # --- sweepers
+    async def sweep_plan(self) -> tuple[float | None, float]: ...
+    async def lost_runs(self) -> list[str]: ...
+    async def end_or_requeue_lost(self, run_id: str) -> str | None: ...
+    async def stale_queued(self) -> list[str]: ...
+    async def time_out(self, run_id: str, reason: str) -> bool: ...
+    async def forget_old_workers(self) -> None: ...
+    async def workers(self) -> tuple[list[LostWorker], set[str]]: ...
+    async def mark_gone(self, worker_id: int) -> None: ...
+    async def clock_skew_s(self) -> float: ...
+
+    # --- wake-ups (never return; reconnect after a failure, calling `on_connect` each time)
+    async def listen_runs(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None: ...
+    async def listen_queue(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None: ...
+
+
+class FencedRunLog(Protocol):
+    """A worker's log of one run, written under the claim's attempt: every flush writes only
+    while the run is still `running` under it (False otherwise, and nothing is written)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def staged(self) -> int: ...
+    @property
+    def detached(self) -> bool: ...
+    async def open(self) -> None: ...
+    def stage(self, event: RunEvent) -> None: ...
+    async def flush(
+        self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, announce: bool = False
+    ) -> bool: ...
+    async def aclose(self) -> None: ...
+    def detach(self) -> None: ...
+
+
+class FencedRunStore(Protocol):
+    """Where a worker reopens the log of a run it claimed (`attempt`: the claim's)."""
+
+    async def reopen(self, run_id: str, *, attempt: int | None = None) -> FencedRunLog: ...

@@ -1,0 +1,23 @@
+"""The queue's rules from the settings (`ports.queue.QueueRules`): what both implementations of
+the queue port apply, with the waiting bounds' error and each owner's share written once
+(`service.run_queue`, the rules embedded mode applies to its own slots)."""
+
+from __future__ import annotations
+
+from rlm_mcp.config import Settings
+from rlm_mcp.ports.queue import QueueRules
+from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
+
+__all__ = ["queue_rules"]
+
+
+def queue_rules(settings: Settings) -> QueueRules:
+    return QueueRules(
+        lease_s=settings.worker_lease_s,
+        queue_timeout_s=settings.run_queue_timeout_s,
+        max_queued=settings.run_max_queued,
+        max_queued_per_owner=settings.run_max_queued_per_owner,
+        # Asked per claim, as before: the tokens file may change while the team runs.
+        share=lambda slots: owner_run_share(settings, slots=slots),
+        refusal=lambda queued, mine: queue_refusal(settings, queued=queued, queued_by_owner=mine),
+    )

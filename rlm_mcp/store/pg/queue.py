@@ -1,0 +1,253 @@
+"""`ports.queue.RunQueuePort` on PostgreSQL: every operation on team-mode run state; the worker
+operations it inherits are in `workers.py`, every statement in `queue_statements.py`.
+
+A run's row in `rlm_runs` is its one state machine (drawn in `ports/queue.py` and
+docs/architecture.md); `rlm_workers` holds the workers. How the rules hold across replicas:
+
+- Claims (`claim`): one transaction under an advisory lock, so the per-owner share and the
+  order are exact across workers; the claim bumps `attempt` and names the worker.
+- Fencing: a worker's writes (`requeue`, `finish` with `attempt`, and its run log's flushes,
+  `runs.PgRunLog`) match `(run_id, attempt, state = 'running')`; False means the run is no
+  longer this worker's.
+- The waiting bound (`enqueue`): counted and inserted in one transaction under an advisory
+  lock, so concurrent starts on any number of replicas never overshoot it.
+- Sweeps: each lost run and each timed-out queued run in its own transaction, its row locked
+  with SKIP LOCKED and its condition checked again, so concurrent sweepers act once, and one
+  run's failure never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from rlm_mcp.observability import metrics
+from rlm_mcp.ports.queue import RunRow, RunState
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord
+from rlm_mcp.store.pg import queue_statements as sql
+from rlm_mcp.store.pg.db import Conn
+from rlm_mcp.store.pg.locks import CLAIM_LOCK_KEY, ENQUEUE_LOCK_KEY
+from rlm_mcp.store.pg.workers import PgWorkerRegistry
+
+__all__ = ["PgRunQueue"]
+
+log = logging.getLogger("rlm_mcp.queue")
+
+
+def _record(row: dict[str, Any]) -> RunRecord:
+    """The row's record; the row's own run id where the stored JSON lacks one (a former
+    release's row: the id column is the run's)."""
+    stored = json.loads(row["summary"])
+    if isinstance(stored, dict):
+        stored.setdefault("run_id", row["run_id"])
+    return RunRecord.from_stored(stored)
+
+
+def _row(row: dict[str, Any]) -> RunRow:
+    return RunRow(
+        run_id=row["run_id"],
+        owner=row["owner"],
+        state=RunState(row["state"]),
+        attempt=int(row["attempt"]),
+        summary=_record(row),
+        worker_id=row["worker_id"],
+        lm_called=bool(row["lm_called"]),
+        requeues=int(row["requeues"]),
+        next_seq=int(row["next_seq"]),
+        log_bytes=int(row["log_bytes"]),
+        created_at=float(row["created_at"]),
+        cancel_requested=bool(row["cancel_requested"]),
+    )
+
+
+def _dump(record: RunRecord) -> str:
+    return json.dumps(record.to_stored(), ensure_ascii=False)
+
+
+class PgRunQueue(PgWorkerRegistry):
+    """The run statements here, the worker statements from `workers.PgWorkerRegistry`."""
+
+    # --- fronts -----------------------------------------------------------------------------
+
+    async def enqueue(
+        self, record: RunRecord, need: int, *, prefer_worker: int | None = None, prefer_s: float = 0.0
+    ) -> None:
+        """Insert the queued run unless a waiting bound is reached (raises `BusyError`), and wake
+        the workers. Counted and inserted under one lock: concurrent starts never overshoot.
+        `prefer_worker`: for `prefer_s` seconds only that worker may claim the run (a kept
+        session's follow-up waits for the worker that holds its live sandbox), unless it is lost."""
+        rules = self._rules
+        async with self._db.transaction() as conn:
+            # The lock first, in a statement of its own: the count must see every run inserted by
+            # the starts that held it before (a statement's snapshot is taken when it begins).
+            await conn.execute(sql.XACT_LOCK, {"key": ENQUEUE_LOCK_KEY})
+            cur = await conn.execute(
+                sql.ENQUEUE,
+                {
+                    "owner": str(record.request.owner),
+                    "run_id": record.run_id,
+                    "created_at": record.created_at,
+                    "summary": _dump(record),
+                    "need": max(1, need),
+                    "max_total": rules.max_queued,
+                    "max_mine": rules.max_queued_per_owner,
+                    "queue_channel": sql.QUEUE_CHANNEL,
+                    "prefer": prefer_worker,
+                    "prefer_s": prefer_s if prefer_worker is not None else 0.0,
+                },
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        if not row["inserted"]:
+            busy = rules.refusal(int(row["total"]), int(row["mine"]))
+            assert busy is not None  # the statement's bounds are the refusal's
+            raise busy
+
+    async def read(self, run_id: str) -> RunRow | None:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.READ_RUN, {"run_id": run_id})
+            row = await cur.fetchone()
+        return _row(row) if row is not None else None
+
+    async def cancel(self, run_id: str, summary_if_queued: RunRecord) -> bool:
+        """End a queued run with `summary_if_queued` (True), or ask the worker of a running one
+        to cancel it (False: its worker writes the end)."""
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                sql.CANCEL_QUEUED, {"summary": _dump(summary_if_queued), "run_id": run_id, "channel": sql.CHANNEL}
+            )
+            row = await cur.fetchone()
+            if row is not None and row["ended"]:
+                return True
+            await conn.execute(sql.ASK_CANCEL, {"run_id": run_id, "queue_channel": sql.QUEUE_CHANNEL})
+        return False
+
+    async def queued_counts(self, owner: str) -> tuple[int, int]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.QUEUED_COUNTS, {"owner": owner})
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row["total"]), int(row["mine"])
+
+    async def gauges(self) -> tuple[int, float, int]:
+        """(runs queued, seconds the oldest has waited, live workers), in one statement."""
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.GAUGES, {"lease": self._lease})
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row["depth"]), max(0.0, float(row["oldest"])), int(row["alive"])
+
+    # --- workers' runs ----------------------------------------------------------------------
+
+    async def claim(self, worker_id: int, free_sandboxes: int, max_sandboxes: int) -> RunRow | None:
+        """The next run for this worker (`queue_statements.CLAIM`), now `running` under a new
+        attempt; None when no queued run fits."""
+        async with self._db.transaction() as conn:
+            cur = await conn.execute(sql.CLAIM_LOCK_AND_SLOTS, {"key": CLAIM_LOCK_KEY, "lease": self._lease})
+            live = await cur.fetchone()
+            # Each owner's share of every live worker's run slots (the rule embedded mode applies
+            # to its own slots); this worker is live, so there is at least one slot.
+            share = self._rules.share(max(1, int(live["slots"]) if live else 1))
+            cur = await conn.execute(
+                sql.CLAIM,
+                {
+                    "free": free_sandboxes,
+                    "cap": max_sandboxes,
+                    "share": share,
+                    "worker": worker_id,
+                    "lease": self._lease,
+                },
+            )
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        metrics.claim_latency(float(row["waited_s"]))  # queued (or queued again) to claimed, both the database's clock
+        return _row(row)
+
+    async def cancels(self, worker_id: int) -> list[str]:
+        """The runs this worker holds whose cancel was asked for."""
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.CANCELS, {"worker": worker_id})
+            return [r["run_id"] for r in await cur.fetchall()]
+
+    async def requeue(self, run_id: str, attempt: int, summary: RunRecord) -> bool:
+        """Hand the run back to the queue (fenced); False when it is no longer this attempt's."""
+        async with self._db.connection() as conn:
+            return await self._requeue(conn, run_id, summary, attempt=attempt)
+
+    async def _requeue(self, conn: Conn, run_id: str, summary: RunRecord, *, attempt: int) -> bool:
+        cur = await conn.execute(
+            sql.REQUEUE,
+            {
+                "summary": _dump(summary),
+                "run_id": run_id,
+                "attempt": attempt,
+                "channel": sql.CHANNEL,
+                "queue_channel": sql.QUEUE_CHANNEL,
+            },
+        )
+        row = await cur.fetchone()
+        return bool(row and row["n"])
+
+    async def finish(self, run_id: str, summary: RunRecord, *, attempt: int | None = None) -> bool:
+        """Write the final summary unless the run already ended (or, with `attempt`, is no longer
+        that attempt's); True if this call ended it."""
+        async with self._db.connection() as conn:
+            return await self._finish(conn, run_id, summary, attempt=attempt)
+
+    async def _finish(self, conn: Conn, run_id: str, summary: RunRecord, *, attempt: int | None) -> bool:
+        params = {"summary": _dump(summary), "run_id": run_id, "attempt": attempt, "channel": sql.CHANNEL}
+        cur = await conn.execute(sql.FINISH_ANY if attempt is None else sql.FINISH_ATTEMPT, params)
+        row = await cur.fetchone()
+        return bool(row and row["ended"])
+
+    # --- sweepers ---------------------------------------------------------------------------
+
+    async def lost_runs(self) -> list[str]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.LOST_RUNS, {"lease": self._lease})
+            return [r["run_id"] for r in await cur.fetchall()]
+
+    async def end_or_requeue_lost(self, run_id: str) -> str | None:
+        """In its own transaction: a lost worker's run is queued again when it had no answered LM
+        call and was never queued again before, else it ends `error` naming the worker. Returns
+        "requeued", "ended", or None when another sweeper (or the worker) got there first."""
+        async with self._db.transaction() as conn:
+            cur = await conn.execute(sql.LOST_RUN_LOCKED, {"run_id": run_id, "lease": self._lease})
+            found = await cur.fetchone()
+            if found is None:
+                return None
+            row = _row(found)
+            who = await self._worker_ref(conn, row.worker_id)
+            if not row.lm_called and row.requeues == 0:
+                notice = Notice(kind=NoticeKind.REQUEUED_WORKER_LOST, worker=who)
+                summary = row.summary.model_copy(
+                    update={"status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
+                )
+                await self._requeue(conn, run_id, summary, attempt=row.attempt)
+                log.warning("run %s: %s lost before its first LM call; queued again", run_id, who.render())
+                return "requeued"
+            lost = Notice(kind=NoticeKind.WORKER_LOST, worker=who, lease_s=self._lease)
+            await self._finish(
+                conn, run_id, row.summary.ended("error", lost.render(), notice=lost), attempt=row.attempt
+            )
+            log.warning("run %s ended: %s lost", run_id, who.render())
+            return "ended"
+
+    async def stale_queued(self) -> list[str]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.STALE_QUEUED, {"timeout": self._rules.queue_timeout_s})
+            return [r["run_id"] for r in await cur.fetchall()]
+
+    async def time_out(self, run_id: str, reason: str) -> bool:
+        """In its own transaction: end a run still queued past the queue timeout."""
+        async with self._db.transaction() as conn:
+            cur = await conn.execute(
+                sql.STALE_QUEUED_LOCKED, {"run_id": run_id, "timeout": self._rules.queue_timeout_s}
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return False
+            summary = _record(row).ended("error", reason)
+            return await self._finish(conn, run_id, summary, attempt=None)

@@ -1,0 +1,184 @@
+"""Every SQL statement on team-mode run state and worker state, by name: the only module that
+writes `rlm_runs.state` (`queue.PgRunQueue` runs the queue's; `runs.PgRunLog` and
+`runs.PgRunStore.create` take their state-writing parts from here).
+
+The form: named module constants, PostgreSQL's text as psycopg runs it (`%(name)s` parameters
+where a statement has several, `%s` in the fragments `runs.py` composes). Not a `.sql` file of
+named queries: one dialect only, so there is nothing to render (unlike `store/statements.py`,
+whose dataclass exists to render each statement for two dialects), and a constant is checked by
+the linters and the type checker at its every use, where a name looked up in a file is not.
+Not a dataclass either: no dialect overrides a statement here.
+
+Rules kept here (docs/architecture.md, "Team mode"):
+
+- One clock: every time another replica compares (heartbeats, leases, queue timeouts, claim
+  times, record ages) is the database's; no statement compares this process's `time.time()`.
+- Claims (`CLAIM`) run under `locks.CLAIM_LOCK_KEY`: of the queued runs whose sandbox need fits
+  the worker's free sandbox slots and whose owner runs fewer than its share, the oldest run of
+  the owner with the fewest running runs; a run preferring another worker is left to it until
+  `prefer_until`, unless that worker is gone or silent.
+- Fencing: a worker's writes match `(run_id, attempt, state = 'running')`.
+- No statement parses a run's summary or log as JSON in SQL (a NUL character in a query would
+  make PostgreSQL's jsonb refuse it).
+"""
+
+from __future__ import annotations
+
+CHANNEL = "rlm_run_progress"  # payload: a run id, optionally a space and its live summary
+QUEUE_CHANNEL = "rlm_run_queue"  # payload: "queued", or "cancel RUN_ID"
+NOW = "extract(epoch FROM now())"  # the database's clock as Unix seconds (the float columns)
+
+COLUMNS = (
+    "run_id, owner, state, attempt, summary, worker_id, lm_called, requeues, next_seq, log_bytes, created_at, "
+    "cancel_requested"
+)
+_R_COLUMNS = ", ".join("r." + c.strip() for c in COLUMNS.split(","))
+# A worker is lost when its row is gone, it said it is gone, or its heartbeat is older than the lease.
+_LOST = "(w.worker_id IS NULL OR w.gone_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => %(lease)s))"
+_LIVE = "gone_at IS NULL AND heartbeat_at > now() - make_interval(secs => %(lease)s)"
+
+XACT_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
+
+# --- fronts -----------------------------------------------------------------------------------
+# Count, insert and wake the workers in one statement (after XACT_LOCK in a statement of its own:
+# the count must see every run inserted by the starts that held the lock before).
+ENQUEUE = (
+    "WITH c AS (SELECT count(*) AS total, count(*) FILTER (WHERE owner = %(owner)s) AS mine "
+    "  FROM rlm_runs WHERE state = 'queued'), "
+    "ins AS (INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary, need, queued_at, "
+    "  prefer_worker, prefer_until) "
+    f"  SELECT %(run_id)s, %(owner)s, %(created_at)s, {NOW}, 'queued', %(summary)s, %(need)s, "
+    "  clock_timestamp(), %(prefer)s, clock_timestamp() + make_interval(secs => %(prefer_s)s) FROM c "
+    "  WHERE c.total < %(max_total)s AND c.mine < %(max_mine)s RETURNING run_id) "
+    "SELECT c.total, c.mine, (SELECT count(*) FROM ins) AS inserted, "
+    "  (SELECT pg_notify(%(queue_channel)s, 'queued') FROM ins) AS woken FROM c"
+)
+READ_RUN = f"SELECT {COLUMNS} FROM rlm_runs WHERE run_id = %(run_id)s"
+CANCEL_QUEUED = (
+    "WITH up AS (UPDATE rlm_runs SET state = 'done', summary = %(summary)s, updated_at = "
+    f"{NOW} WHERE run_id = %(run_id)s AND state = 'queued' RETURNING run_id) "
+    "SELECT (SELECT count(*) FROM up) AS ended, pg_notify(%(channel)s, %(run_id)s)"
+)
+ASK_CANCEL = (
+    "WITH up AS (UPDATE rlm_runs SET cancel_requested = true WHERE run_id = %(run_id)s AND state = 'running' "
+    "RETURNING run_id) SELECT pg_notify(%(queue_channel)s, 'cancel ' || run_id) FROM up"
+)
+QUEUED_COUNTS = (
+    "SELECT count(*) AS total, count(*) FILTER (WHERE owner = %(owner)s) AS mine FROM rlm_runs WHERE state = 'queued'"
+)
+GAUGES = (
+    "SELECT count(*) AS depth, coalesce(extract(epoch FROM now() - min(queued_at)), 0) AS oldest, "
+    f"(SELECT count(*) FROM rlm_workers WHERE {_LIVE}) AS alive "
+    "FROM rlm_runs WHERE state = 'queued'"
+)
+
+# --- workers' runs ----------------------------------------------------------------------------
+CLAIM_LOCK_AND_SLOTS = (
+    f"SELECT pg_advisory_xact_lock(%(key)s), (SELECT coalesce(sum(slots), 0) FROM rlm_workers WHERE {_LIVE}) AS slots"
+)
+CLAIM = (
+    "WITH busy AS (SELECT owner, count(*) AS n FROM rlm_runs WHERE state = 'running' GROUP BY owner), "
+    "pick AS (SELECT r.run_id FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
+    "  WHERE r.state = 'queued' AND least(r.need, %(cap)s) <= %(free)s "
+    "  AND coalesce(b.n, 0) < %(share)s "
+    "  AND (r.prefer_worker IS NULL OR r.prefer_worker = %(worker)s OR r.prefer_until <= now() "
+    "    OR NOT EXISTS (SELECT 1 FROM rlm_workers w WHERE w.worker_id = r.prefer_worker "
+    "      AND w.gone_at IS NULL AND w.heartbeat_at > now() - make_interval(secs => %(lease)s))) "
+    "  ORDER BY coalesce(b.n, 0), r.queued_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED) "
+    "UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
+    f"  claimed_at = now(), cancel_requested = false, updated_at = {NOW} "
+    f"FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, "
+    "extract(epoch FROM now() - r.queued_at) AS waited_s"
+)
+CANCELS = "SELECT run_id FROM rlm_runs WHERE state = 'running' AND worker_id = %(worker)s AND cancel_requested"
+REQUEUE = (
+    "WITH up AS (UPDATE rlm_runs SET state = 'queued', worker_id = NULL, requeues = requeues + 1, "
+    f"summary = %(summary)s, queued_at = now(), updated_at = {NOW} WHERE run_id = %(run_id)s "
+    "AND state = 'running' AND attempt = %(attempt)s RETURNING run_id) "
+    "SELECT (SELECT count(*) FROM up) AS n, pg_notify(%(channel)s, %(run_id)s), pg_notify(%(queue_channel)s, 'queued')"
+)
+_FINISH = (
+    f"WITH up AS (UPDATE rlm_runs SET summary = %(summary)s, state = 'done', updated_at = {NOW} "
+    "WHERE run_id = %(run_id)s AND {fence} RETURNING run_id) SELECT (SELECT count(*) FROM up) AS ended, "
+    "pg_notify(%(channel)s, %(run_id)s)"
+)
+FINISH_ATTEMPT = _FINISH.format(fence="state = 'running' AND attempt = %(attempt)s")
+FINISH_ANY = _FINISH.format(fence="state <> 'done'")
+
+# --- sweepers ---------------------------------------------------------------------------------
+LOST_RUNS = (
+    "SELECT r.run_id FROM rlm_runs r LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id "
+    f"WHERE r.state = 'running' AND r.worker_id IS NOT NULL AND {_LOST} ORDER BY r.run_id"
+)
+LOST_RUN_LOCKED = (
+    f"SELECT {_R_COLUMNS} FROM rlm_runs r "
+    "LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id WHERE r.run_id = %(run_id)s AND r.state = 'running' "
+    f"AND {_LOST} FOR UPDATE OF r SKIP LOCKED"
+)
+STALE_QUEUED = (
+    "SELECT run_id FROM rlm_runs WHERE state = 'queued' "
+    "AND queued_at < now() - make_interval(secs => %(timeout)s) ORDER BY queued_at"
+)
+STALE_QUEUED_LOCKED = (
+    "SELECT run_id, summary FROM rlm_runs WHERE run_id = %(run_id)s AND state = 'queued' "
+    "AND queued_at < now() - make_interval(secs => %(timeout)s) FOR UPDATE SKIP LOCKED"
+)
+
+# --- workers ----------------------------------------------------------------------------------
+LIVE_WORKERS = f"SELECT count(*) AS n FROM rlm_workers WHERE {_LIVE}"
+# This owner's earlier registrations (declared lost during an outage) are over.
+RETIRE_OWNER = f"UPDATE rlm_workers SET gone_at = {NOW} WHERE owner_id = %(owner_id)s AND gone_at IS NULL"
+REGISTER = (
+    "INSERT INTO rlm_workers (owner_id, host, pid, started_at, heartbeat_at, slots) "
+    f"VALUES (%(owner_id)s, %(host)s, %(pid)s, {NOW}, now(), %(slots)s) RETURNING worker_id"
+)
+NOTIFY_QUEUED = "SELECT pg_notify(%(queue_channel)s, 'queued')"
+HEARTBEAT = (
+    "WITH beat AS (UPDATE rlm_workers SET heartbeat_at = now() WHERE worker_id = %(worker)s AND gone_at IS NULL "
+    "RETURNING worker_id) SELECT EXISTS (SELECT 1 FROM beat) AS registered, "
+    "(SELECT coalesce(json_agg(json_build_array(run_id, attempt, cancel_requested)), '[]'::json) "
+    " FROM rlm_runs WHERE state = 'running' AND worker_id = %(worker)s) AS held"
+)
+WORKER_ROW = "SELECT host, pid FROM rlm_workers WHERE worker_id = %(worker)s"
+SWEEP_PLAN = (
+    "SELECT (SELECT extract(epoch FROM min(heartbeat_at) - now()) FROM rlm_workers WHERE "
+    f"{_LIVE}) AS oldest_s, extract(epoch FROM now() - pg_postmaster_start_time()) AS up_s"
+)
+FORGET_WORKERS = (
+    f"DELETE FROM rlm_workers w WHERE (w.gone_at < {NOW} - %(after)s OR w.heartbeat_at < now() - "
+    "make_interval(secs => %(after)s)) AND NOT EXISTS (SELECT 1 FROM rlm_runs r WHERE r.state = 'running' "
+    "AND r.worker_id = w.worker_id)"
+)
+WORKERS = (
+    "SELECT worker_id, owner_id, host, heartbeat_at > now() - make_interval(secs => %(lease)s) AS live "
+    "FROM rlm_workers WHERE gone_at IS NULL"
+)
+MARK_GONE = f"UPDATE rlm_workers SET gone_at = {NOW} WHERE worker_id = %(worker)s"
+DB_CLOCK = "SELECT extract(epoch FROM clock_timestamp()) AS t"
+
+# --- wake-ups ---------------------------------------------------------------------------------
+LISTEN = "LISTEN {channel}"  # a channel name above, never a value from outside
+PING = "SELECT 1"
+
+# --- the run log's parts (`runs.py`), the only other writes of `state` -------------------------
+# A run executed by the process that creates it (not through the team queue): no worker, so no
+# sweeper treats it as a lost worker's; its state is `done` or `running` by its record.
+CREATE_LOCAL_RUN = (
+    "INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary) "
+    "VALUES (%s, %s, %s, extract(epoch FROM now()), %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id"
+)
+# A flush's record: never over a final summary (in team mode another process may have ended the
+# run first: a cancel while queued, a sweeper that found its worker lost); parameters: the
+# summary, then whether it is final.
+SET_SUMMARY = (
+    "summary = CASE WHEN state = 'done' THEN summary ELSE %s END",
+    "state = CASE WHEN %s THEN 'done' ELSE state END",
+)
+# A fenced flush writes nothing once the run is not this attempt's; parameters: run id, attempt.
+EVENTS_FENCE = " WHERE EXISTS (SELECT 1 FROM rlm_runs WHERE run_id = %s AND attempt = %s AND state = 'running')"
+ROW_FENCE = " AND attempt = %s AND state = 'running'"  # parameter: the attempt
+
+
+def local_state(done: bool) -> str:
+    """The state a run executed outside the queue is created in (`CREATE_LOCAL_RUN`)."""
+    return "done" if done else "running"

@@ -1,0 +1,114 @@
+"""The queue's worker rules (part of tests/fixtures_queue_rules.py's `RULES`): a `QueueWorker`
+over either queue, executing runs with the in-process sandboxes and scripted model of
+tests/fixtures_engine.py (no Docker), fenced by its claim's attempt."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+
+from rlm_mcp.engine import RLMEngine
+from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.ports.queue import RunQueuePort, RunState
+from rlm_mcp.ports.runs import RunRecord
+from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.queue.front import QueueFront
+from rlm_mcp.service.queue.wakeups import Wakeups
+from rlm_mcp.service.queue.worker import QueueWorker
+from rlm_mcp.service.runs import RunManager
+from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, submit
+from tests.fixtures_queue_team import OpenTeam, Team, summary
+
+
+@asynccontextmanager
+async def worker_on(team: Team, lm: FakeChatModel) -> AsyncIterator[QueueWorker]:
+    """A `QueueWorker` over the team's queue, executing runs here with `lm` and in-process
+    sandboxes (tests/fixtures_engine.py): no Docker."""
+    settings = team.settings
+    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
+
+    async def engine_of() -> RLMEngine:
+        return engine
+
+    sandboxes = SandboxManager(settings.sandbox)
+    runs = RunManager(settings, team.stores.contexts, team.stores.runs)
+    async with runs, QueueWorker(settings, team.queue, team.logs, runs, sandboxes, engine_of) as worker:
+        yield worker
+
+
+async def _request_with_context(team: Team, run_id: str) -> RunRecord:
+    info = await team.stores.contexts.put_bytes(
+        b"The magic number is 42. " * 10, name="ctx", format="text", source={}, owner=LOCAL_OWNER
+    )
+    return summary(run_id, context_ids=[info.context_id])
+
+
+async def rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end(open_team: OpenTeam) -> None:
+    async with open_team(queue_poll_s=0.2) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        lm = FakeChatModel(root=[submit("'42'")])
+        async with QueueFront(team.settings, q, Wakeups(q)) as front:
+            run = await front.start(record.request, None, run_id="run_worker0000000001")
+            async with worker_on(team, lm) as worker:
+                with anyio.fail_after(30):
+                    await run.done.wait()
+        assert run.result is not None and run.result.status == "completed" and run.result.answer == "42"
+        row = await q.read(run.run_id)
+        assert row is not None and row.done and row.attempt == 1 and row.lm_called and row.requeues == 0
+        assert row.summary.result is not None and row.summary.result.answer == "42"
+        assert worker.worker_id is not None and row.worker_id == worker.worker_id
+
+
+async def _waiting_on_the_model(q: RunQueuePort, run_id: str, lm: FakeChatModel) -> None:
+    """Wait (polling under a deadline) until a worker runs the run and waits on its model."""
+    with anyio.fail_after(30):
+        while not lm.root_calls:
+            await anyio.sleep(0.05)
+    row = await q.read(run_id)
+    assert row is not None and row.state is RunState.RUNNING
+
+
+async def rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once(open_team: OpenTeam) -> None:
+    async with open_team(queue_poll_s=0.2) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)  # the model never answers in time
+        await q.enqueue(record.model_copy(update={"run_id": "run_handback00000001"}), 1)
+        async with worker_on(team, lm):
+            await _waiting_on_the_model(q, "run_handback00000001", lm)
+        row = await q.read("run_handback00000001")
+        assert row is not None and row.state is RunState.QUEUED and row.requeues == 1 and row.worker_id is None
+        assert not row.lm_called and "queued again" in row.summary.to_stored()["notice"]
+
+
+async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing(open_team: OpenTeam) -> None:
+    """Fencing in the worker: the run is ended behind its back (as a sweeper ends the run of a
+    worker it judged lost); the next heartbeat stops it, and nothing more is written for it."""
+    async with open_team(queue_poll_s=0.2, worker_lease_s=1.5) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)
+        await q.enqueue(record.model_copy(update={"run_id": "run_takenaway000001"}), 1)
+        async with worker_on(team, lm) as worker:
+            await _waiting_on_the_model(q, "run_takenaway000001", lm)
+            row = await q.read("run_takenaway000001")
+            assert row is not None
+            assert await q.finish(row.run_id, row.summary.ended("error", "ended elsewhere"), attempt=row.attempt)
+            with anyio.fail_after(30):
+                while worker._running:  # the heartbeat's verdict stops it
+                    await anyio.sleep(0.05)
+        row = await q.read("run_takenaway000001")
+        assert row is not None and row.done and row.attempt == 1
+        assert row.summary.result is not None and row.summary.result.reason == "ended elsewhere"  # nothing over it
+
+
+WORKER_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
+    rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end,
+    rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once,
+    rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,
+]
+
+__all__ = ["WORKER_RULES"]
