@@ -111,8 +111,10 @@ class QueueWorker:
             await self.sessions.__aenter__()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        for task in (self._heartbeat, self._listen, self._poll_cancels, self._claim_forever):
+        for task in (self._heartbeat, self._listen, self._poll_cancels):
             self._tg.start_soon(task)
+        # Handed its group: a worker stopped at once may exit (clearing `_tg`) before this starts.
+        self._tg.start_soon(self._claim_forever, self._tg)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -236,8 +238,7 @@ class QueueWorker:
 
     # --- claims ---------------------------------------------------------------------------
 
-    async def _claim_forever(self) -> None:
-        assert self._tg is not None
+    async def _claim_forever(self, tg: anyio.abc.TaskGroup) -> None:
         waited = False
         while True:
             await self._slots.acquire()
@@ -257,7 +258,7 @@ class QueueWorker:
                 with anyio.move_on_after(self._settings.queue_poll_s):
                     await self._wake.wait()
                 continue
-            self._tg.start_soon(self._process, row)
+            tg.start_soon(self._process, row)
 
     @property
     def _free_sandboxes(self) -> int:
