@@ -120,14 +120,23 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
+def cost_text(usage: Usage) -> str | None:
+    """What a run cost by the price table (RLM_MCP_MODEL_PRICES), or None when no model it
+    called has a price there (no cost is ever guessed)."""
+    cost = usage.total.cost_usd
+    return f"${cost:.4f}" if cost is not None else None
+
+
 def status_line(result: Any) -> str:
-    """`run`'s last line: status, turns, sub-calls, tokens (prompt + completion), time, id, reason."""
-    tokens = Usage.of(result.usage).total.total
+    """`run`'s last line: status, turns, sub-calls, tokens (prompt + completion), cost where
+    priced, time, id, reason."""
+    usage = Usage.of(result.usage)
     parts = [
         str(result.status),
         _count(result.iterations, "turn"),
         _count(result.sub_calls, "sub-call"),
-        _count(tokens, "token"),
+        _count(usage.total.total, "token"),
+        *filter(None, [cost_text(usage)]),
         f"{result.duration_s or 0:.1f} s",
         f"run {result.run_id}",
     ]
@@ -137,17 +146,20 @@ def status_line(result: Any) -> str:
 
 
 def runs_table(records: list[RunRecord]) -> list[str]:
-    """`runs list`: a header row, then id, start time, duration, status, query per run."""
+    """`runs list`: a header row, then id, start time, duration, cost ("-" when unpriced),
+    status, query per run."""
     width = max((len(visible_line(r.run_id)) for r in records), default=6)
-    lines = [f"{'RUN ID':<{width}}  {'STARTED':<19}  {'DURATION':>9}  {'STATUS':<15} QUERY"]
+    lines = [f"{'RUN ID':<{width}}  {'STARTED':<19}  {'DURATION':>9}  {'COST':>9}  {'STATUS':<15} QUERY"]
     for r in records:
         started = datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "?"
         duration = r.result.duration_s if r.result is not None else r.elapsed_s
         took = f"{duration:.1f} s" if duration is not None else "?"
+        cost = cost_text(r.spent) or "-"
         query = " ".join(r.request.query.split())
         query = query if len(query) <= 60 else query[:59] + "…"
         status = visible_line(r.status)
-        lines.append(f"{visible_line(r.run_id):<{width}}  {started:<19}  {took:>9}  {status:<15} {visible_line(query)}")
+        row = f"{visible_line(r.run_id):<{width}}  {started:<19}  {took:>9}  {cost:>9}  {status:<15}"
+        lines.append(f"{row} {visible_line(query)}")
     return lines
 
 

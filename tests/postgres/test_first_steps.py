@@ -78,7 +78,7 @@ def test_listings_start_with_a_header_row(data_env: Path, capsys: pytest.Capture
     assert main(["contexts", "list"]) == 0
     assert capsys.readouterr().out.split() == ["CONTEXT", "ID", "BYTES", "FORMAT", "NAME"]
     assert main(["runs", "list"]) == 0
-    assert capsys.readouterr().out.split() == ["RUN", "ID", "STARTED", "DURATION", "STATUS", "QUERY"]
+    assert capsys.readouterr().out.split() == ["RUN", "ID", "STARTED", "DURATION", "COST", "STATUS", "QUERY"]
 
 
 class ClosedPipe(io.TextIOBase):
