@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import BadArgumentError
+from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.runs import RunRecord, Usage
 from rlm_mcp.visible import visible, visible_line
@@ -95,14 +95,17 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
                     "No context given.", "Pass --path, --url or --context-id (or --session to continue a kept session)."
                 )
             overrides = overrides_of(args)
-            result, session_id = await local.complete_in_session(
-                args.query,
-                context_id,
-                overrides,
-                display.report,
-                keep_session=args.keep_session,
-                session_id=args.session,
-            )
+            try:
+                result, session_id = await local.complete_in_session(
+                    args.query,
+                    context_id,
+                    overrides,
+                    display.report,
+                    keep_session=args.keep_session,
+                    session_id=args.session,
+                )
+            except NotFoundError as exc:
+                raise _session_phrased(exc, args.session, settings) from None
     if args.json:
         print(json.dumps(result.model_dump() | {"session_id": session_id}, indent=2))
     else:
@@ -114,6 +117,24 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     elif session_id:
         print(visible_line(f"session {session_id} could not be kept: it {ended}"), file=sys.stderr)
     return 0 if result.status == "completed" else 1
+
+
+# How a shell user starts again when a session cannot go on (MCP clients are told keep_session=true).
+CLI_START_AGAIN = "Start a new one: rlm-mcp run QUESTION --path FILE --keep-session (or --context-id ID)."
+
+
+def _session_phrased(exc: NotFoundError, session_id: str | None, settings: Settings) -> NotFoundError:
+    """A session that cannot go on, said as a server says it over MCP ("Session ... was closed"
+    for one `rlm-mcp sessions close` ended), with the fix in the CLI's terms."""
+    from rlm_mcp.service import session_files
+    from rlm_mcp.service.sessions import START_AGAIN
+
+    if session_id is None or exc.fix != START_AGAIN:
+        return exc
+    cause = exc.cause
+    if cause.startswith("Unknown session id") and session_files.closed_by(settings.data_dir, session_id) is not None:
+        cause = f"Session {session_id} was closed."
+    return NotFoundError(cause, CLI_START_AGAIN)
 
 
 def _count(n: int, noun: str) -> str:
