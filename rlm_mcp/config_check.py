@@ -9,6 +9,7 @@ setting, the value and the expected form.
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 import types
 import typing
@@ -123,5 +124,8 @@ def describe_validation_error(exc: ValidationError, fields: Mapping[str, FieldIn
             shown = "(hidden: it may hold a password)"
         message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
         expected = f"; expected {expected_form(field)}" if field is not None else ""
-        lines.append(f"{env_name(name)}={shown}: {message}{expected}")
+        # A value inside a JSON setting (a model's price) is named by its keys, not blamed on
+        # the whole setting: RLM_MCP_MODEL_PRICES["m"]["input"]=-1.
+        keys = "".join(f"[{json.dumps(str(k))}]" for k in error["loc"][1:])
+        lines.append(f"{env_name(name)}{keys}={shown}: {message}{expected}")
     return "\n".join(lines)

@@ -52,17 +52,42 @@ class TooLargeError(RlmMcpError):
     cap is phrased in one place whichever loader or store meets it."""
 
 
+class ContextTooLargeError(TooLargeError):
+    """Over RLM_MCP_MAX_CONTEXT_BYTES; it keeps what it was built from, so that the layer that
+    knows where the limit came from can name the setting to change (`following_memory`)."""
+
+    def __init__(self, limit: int, source: str | None, reached_at: str | None, narrow: str) -> None:
+        self.limit, self.source, self.reached_at, self.narrow = limit, source, reached_at, narrow
+        super().__init__(
+            f"{self._what} is larger than RLM_MCP_MAX_CONTEXT_BYTES ({limit} bytes){self._where}.",
+            f"{narrow}, or raise RLM_MCP_MAX_CONTEXT_BYTES.",
+        )
+
+    @property
+    def _what(self) -> str:
+        return f"'{self.source}'" if self.source else "The context"
+
+    @property
+    def _where(self) -> str:
+        return f" (reached while adding '{self.reached_at}')" if self.reached_at else ""
+
+    def following_memory(self, memory: str) -> TooLargeError:
+        """The same refusal when the limit is derived from the sandbox's memory (the default):
+        RLM_MCP_SANDBOX_MEMORY is the setting that raises it (and lets the sandbox hold it)."""
+        return TooLargeError(
+            f"{self._what} is larger than the largest context a sandbox of RLM_MCP_SANDBOX_MEMORY={memory} "
+            f"holds ({self.limit} bytes){self._where}.",
+            f"{self.narrow}, or raise RLM_MCP_SANDBOX_MEMORY (e.g. RLM_MCP_SANDBOX_MEMORY=4g), which raises "
+            "this limit with it.",
+        )
+
+
 def context_too_large(
     limit: int, source: str | None = None, *, reached_at: str | None = None, narrow: str = "Load a smaller part of it"
-) -> TooLargeError:
+) -> ContextTooLargeError:
     """Over RLM_MCP_MAX_CONTEXT_BYTES. `source`: what was being loaded (a path, folder or URL) when
     known; `reached_at`: the file a folder's text passed the cap at; `narrow`: how to load less."""
-    what = f"'{source}'" if source else "The context"
-    where = f" (reached while adding '{reached_at}')" if reached_at else ""
-    return TooLargeError(
-        f"{what} is larger than RLM_MCP_MAX_CONTEXT_BYTES ({limit} bytes){where}.",
-        f"{narrow}, or raise RLM_MCP_MAX_CONTEXT_BYTES.",
-    )
+    return ContextTooLargeError(limit, source, reached_at, narrow)
 
 
 def too_many_files(folder: str, max_files: int) -> TooLargeError:

@@ -10,7 +10,11 @@ A page asks for generated text with a marker line, replaced at build time:
 - `<!-- include: CONTRIBUTING.md -->`, `<!-- include: README.md -->`: a file of the repository.
 
 Links that leave `docs/` (`../deploy/...`, or `docs/x.md` in an included top-level file) are
-rewritten so that they work on the site as they do on GitHub. The tests call the same functions.
+rewritten so that they work on the site as they do in the repository: a file of the repository a
+page links is published with the site, under `REPO_FILES/` (the configuration a page describes,
+a benchmark's result file, the license), so no page links a repository host. The repository's
+address is a setting of the build, once: the theme's `repo_url`, set here from pyproject.toml's
+`Repository` (the one place it is written). The tests call the same functions.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
+
 REPO = Path(__file__).resolve().parents[1]
+REPO_FILES = "repository"  # where the site publishes the repository's files its pages link
 MARKER = re.compile(r"^<!-- (generated|include): (\S+) -->$", re.MULTILINE)
 # Defaults computed on the reader's machine, said in words rather than as this machine's value.
 COMPUTED_DEFAULTS = {
@@ -211,11 +219,41 @@ def expand(markdown: str) -> str:
     return MARKER.sub(one, markdown)
 
 
+OUTSIDE_LINK = re.compile(r"\]\(\.\./([^)\s#]+)(#[^)\s]*)?\)")
+
+
 def outside_links(markdown: str) -> str:
-    """`](../path)` links to files of the repository outside docs/ point at the repository."""
-    return re.sub(r"\]\(\.\./([^)\s]+)\)", lambda m: f"]({repository_url()}/blob/main/{m[1]})", markdown)
+    """`](../path)` links to files of the repository outside docs/ point at the copy the site
+    publishes (`REPO_FILES/path`; every page is at the top of docs/)."""
+    return OUTSIDE_LINK.sub(lambda m: f"]({REPO_FILES}/{m[1]}{m[2] or ''})", markdown)
+
+
+def linked_repository_files() -> list[str]:
+    """The repository's files (relative paths) that some page links outside docs/."""
+    found: set[str] = set()
+    for page in sorted((REPO / "docs").glob("*.md")):
+        found |= {m[1] for m in OUTSIDE_LINK.finditer(expand(page.read_text(encoding="utf-8")))}
+    for relative in found:
+        if not (REPO / relative).resolve().is_relative_to(REPO) or not (REPO / relative).is_file():
+            raise ValueError(f"a page links ../{relative}, which is not a file of the repository")
+    return sorted(found)
+
+
+def on_config(config: MkDocsConfig, **_: Any) -> MkDocsConfig:
+    """MkDocs hook: the repository's address, from its one place, as the theme's link in every
+    page's header. No edit links: each would be one more address to keep right."""
+    config.repo_url = repository_url()
+    config.edit_uri = ""
+    return config
+
+
+def on_files(files: Files, *, config: MkDocsConfig, **_: Any) -> Files:
+    """MkDocs hook: the repository files the pages link, published with the site."""
+    for relative in linked_repository_files():
+        files.append(File.generated(config, f"{REPO_FILES}/{relative}", abs_src_path=str(REPO / relative)))
+    return files
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """MkDocs hook: generated parts in, links out of docs/ made absolute."""
+    """MkDocs hook: generated parts in, links out of docs/ made to the published copies."""
     return outside_links(expand(markdown))

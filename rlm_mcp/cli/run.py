@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import anyio
 
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import BadArgumentError
+from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.runs import RunRecord, Usage
 from rlm_mcp.visible import visible, visible_line
@@ -95,14 +95,17 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
                     "No context given.", "Pass --path, --url or --context-id (or --session to continue a kept session)."
                 )
             overrides = overrides_of(args)
-            result, session_id = await local.complete_in_session(
-                args.query,
-                context_id,
-                overrides,
-                display.report,
-                keep_session=args.keep_session,
-                session_id=args.session,
-            )
+            try:
+                result, session_id = await local.complete_in_session(
+                    args.query,
+                    context_id,
+                    overrides,
+                    display.report,
+                    keep_session=args.keep_session,
+                    session_id=args.session,
+                )
+            except NotFoundError as exc:
+                raise _session_phrased(exc, args.session, settings) from None
     if args.json:
         print(json.dumps(result.model_dump() | {"session_id": session_id}, indent=2))
     else:
@@ -116,18 +119,45 @@ async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if result.status == "completed" else 1
 
 
+# How a shell user starts again when a session cannot go on (MCP clients are told keep_session=true).
+CLI_START_AGAIN = "Start a new one: rlm-mcp run QUESTION --path FILE --keep-session (or --context-id ID)."
+
+
+def _session_phrased(exc: NotFoundError, session_id: str | None, settings: Settings) -> NotFoundError:
+    """A session that cannot go on, said as a server says it over MCP ("Session ... was closed"
+    for one `rlm-mcp sessions close` ended), with the fix in the CLI's terms."""
+    from rlm_mcp.service import session_files
+    from rlm_mcp.service.kept import START_AGAIN
+
+    if session_id is None or exc.fix != START_AGAIN:
+        return exc
+    cause = exc.cause
+    if cause.startswith("Unknown session id") and session_files.closed_by(settings.data_dir, session_id) is not None:
+        cause = f"Session {session_id} was closed."
+    return NotFoundError(cause, CLI_START_AGAIN)
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
+def cost_text(usage: Usage) -> str | None:
+    """What a run cost by the price table (RLM_MCP_MODEL_PRICES), or None when no model it
+    called has a price there (no cost is ever guessed)."""
+    cost = usage.total.cost_usd
+    return f"${cost:.4f}" if cost is not None else None
+
+
 def status_line(result: Any) -> str:
-    """`run`'s last line: status, turns, sub-calls, tokens (prompt + completion), time, id, reason."""
-    tokens = Usage.of(result.usage).total.total
+    """`run`'s last line: status, turns, sub-calls, tokens (prompt + completion), cost where
+    priced, time, id, reason."""
+    usage = Usage.of(result.usage)
     parts = [
         str(result.status),
         _count(result.iterations, "turn"),
         _count(result.sub_calls, "sub-call"),
-        _count(tokens, "token"),
+        _count(usage.total.total, "token"),
+        *filter(None, [cost_text(usage)]),
         f"{result.duration_s or 0:.1f} s",
         f"run {result.run_id}",
     ]
@@ -137,17 +167,20 @@ def status_line(result: Any) -> str:
 
 
 def runs_table(records: list[RunRecord]) -> list[str]:
-    """`runs list`: a header row, then id, start time, duration, status, query per run."""
+    """`runs list`: a header row, then id, start time, duration, cost ("-" when unpriced),
+    status, query per run."""
     width = max((len(visible_line(r.run_id)) for r in records), default=6)
-    lines = [f"{'RUN ID':<{width}}  {'STARTED':<19}  {'DURATION':>9}  {'STATUS':<15} QUERY"]
+    lines = [f"{'RUN ID':<{width}}  {'STARTED':<19}  {'DURATION':>9}  {'COST':>9}  {'STATUS':<15} QUERY"]
     for r in records:
         started = datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "?"
         duration = r.result.duration_s if r.result is not None else r.elapsed_s
         took = f"{duration:.1f} s" if duration is not None else "?"
+        cost = cost_text(r.spent) or "-"
         query = " ".join(r.request.query.split())
         query = query if len(query) <= 60 else query[:59] + "…"
         status = visible_line(r.status)
-        lines.append(f"{visible_line(r.run_id):<{width}}  {started:<19}  {took:>9}  {status:<15} {visible_line(query)}")
+        row = f"{visible_line(r.run_id):<{width}}  {started:<19}  {took:>9}  {cost:>9}  {status:<15}"
+        lines.append(f"{row} {visible_line(query)}")
     return lines
 
 

@@ -31,6 +31,10 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
             "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
             "(docs/team.md), or serve with --role both (the default).",
         )
+    if not deployment.serves_mcp:  # a worker's listener off loopback without tokens: refused first
+        from rlm_mcp.server.start_checks import checked_tokens, refuse_open_bind
+
+        refuse_open_bind(settings, checked_tokens(settings), serves_mcp=False)
     if deployment.team:  # a misconfigured database: one line, before anything starts
         anyio.run(_database_ready, settings)
     if deployment.executes_runs:  # this process runs sandboxes: never without their limits
@@ -58,11 +62,8 @@ async def _serve_worker(settings: Settings) -> None:
     """A team-mode worker: executes queued runs and serves only the unauthenticated health route
     (`GET /healthz`, for a balancer or systemd) and its metrics (`GET /metrics`) on
     RLM_MCP_HOST:RLM_MCP_PORT; no MCP, no viewer."""
-    from rlm_mcp.access import load_tokens
     from rlm_mcp.assembly import build_service
-    from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
-    from rlm_mcp.server.health import health_app, store_readiness
-    from rlm_mcp.server.http import serve_http
+    from rlm_mcp.server.http import build_worker_app, serve_http
     from rlm_mcp.server.listen import bind_listener
 
     closed = threading.Event()
@@ -72,9 +73,7 @@ async def _serve_worker(settings: Settings) -> None:
         try:
             async with build_service(settings, mode="http") as service:
                 logging.getLogger("rlm_mcp").info("team worker: executing queued runs; health on /healthz")
-                health = health_app(store_readiness(service.stores), role="worker")
-                scrape = metrics_endpoint(load_tokens(settings), public=settings.metrics_public)
-                await serve_http(settings, with_metrics(health, scrape), listener)
+                await serve_http(settings, build_worker_app(settings, service.stores), listener)
         finally:
             closed.set()
 

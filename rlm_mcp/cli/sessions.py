@@ -78,7 +78,7 @@ async def sessions_close(args: argparse.Namespace, settings: Settings) -> int:
     session_id = args.session_id
     if settings.deployment.team:
         return await _team_close(settings, session_id)
-    if not await anyio.to_thread.run_sync(session_files.discard, settings.data_dir, session_id):
+    if not await anyio.to_thread.run_sync(session_files.close, settings.data_dir, session_id, str(LOCAL_OWNER)):
         raise NotFoundError(f"No stored session '{session_id}'.", "List them with `rlm-mcp sessions list`.")
     print(f"closed {session_id}")
     return 0

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import BaseModel, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
@@ -85,12 +85,26 @@ class Settings(
 
     model_config = SettingsConfigDict(env_prefix="RLM_MCP_", extra="ignore", validate_default=True)
 
+    # Whether RLM_MCP_MAX_CONTEXT_BYTES was derived from RLM_MCP_SANDBOX_MEMORY (left at 0): a
+    # refusal then names the memory, the setting to change.
+    _context_limit_follows_memory: bool = PrivateAttr(default=False)
+
     @model_validator(mode="after")
     def _derive_max_context_bytes(self) -> Settings:
         # Across two sections: the store's largest context follows the sandbox's memory.
         if self.max_context_bytes == 0:
-            self.max_context_bytes = max(sandbox_usable_bytes(self.sandbox_memory) // TEXT_MEMORY_FACTOR, 1 << 20)
+            self.max_context_bytes = self._memory_context_limit()
+            self._context_limit_follows_memory = True
         return self
+
+    def _memory_context_limit(self) -> int:
+        return max(sandbox_usable_bytes(self.sandbox_memory) // TEXT_MEMORY_FACTOR, 1 << 20)
+
+    @property
+    def context_limit_follows_memory(self) -> bool:
+        """RLM_MCP_MAX_CONTEXT_BYTES is the one RLM_MCP_SANDBOX_MEMORY gives (it was left at 0;
+        and no copy has set another since)."""
+        return self._context_limit_follows_memory and self.max_context_bytes == self._memory_context_limit()
 
     def _section(self, section: type[_Section]) -> _Section:
         # The values are this model's, already validated: the section is built without checks.

@@ -1,8 +1,10 @@
 """Streamable HTTP transport with bearer-token auth.
 
-Rules (docs/security.md): binding a non-loopback address without a token is refused; whenever tokens
-are set, every HTTP request on every address must carry one; Host and Origin are checked against
-the actual bind on every bind (`guard`); sessions are capped per owner (`sessions`).
+Rules (docs/security.md): binding a non-loopback address without a token is refused (a worker's
+listener too); whenever tokens are set, every HTTP request on every address must carry one
+(`/metrics` checks its own, unless RLM_MCP_METRICS_PUBLIC); Host and Origin are checked against
+the actual bind on every bind and every route but `/healthz` (`guard`); sessions are capped per
+owner (`sessions`).
 """
 
 from __future__ import annotations
@@ -15,19 +17,19 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
-from rlm_mcp.access import host_policy, is_loopback_host
+from rlm_mcp.access import host_policy
 from rlm_mcp.config import Settings
-from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
 from rlm_mcp.owners import OwnerScope
 from rlm_mcp.server.app import build_server
 from rlm_mcp.server.connections import uvicorn_config
-from rlm_mcp.server.guard import RequestGuard
-from rlm_mcp.server.health import health_endpoint, store_readiness, with_health
+from rlm_mcp.server.guard import HostGuard, RequestGuard
+from rlm_mcp.server.health import health_app, health_endpoint, store_readiness, with_health
 from rlm_mcp.server.oversize import OversizeExplained
 from rlm_mcp.server.sessions import SessionLimiter
-from rlm_mcp.server.start_checks import checked_tokens, roots_for_owners, shares_for_owners
+from rlm_mcp.server.start_checks import checked_tokens, refuse_open_bind, roots_for_owners, shares_for_owners
 from rlm_mcp.service.service import RlmService
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.path_key import deployment_key, path_key_from
@@ -41,11 +43,7 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     token, owner) — the guard wraps every route the app serves but the health route (`health`)."""
     tokens = checked_tokens(settings)
     settings = shares_for_owners(roots_for_owners(settings, tokens), tokens)
-    if not is_loopback_host(settings.host) and not tokens:
-        raise AccessDeniedError(
-            f"Refusing to serve HTTP on {settings.host} without a token: anyone who can reach it could run code.",
-            "Set RLM_MCP_AUTH_TOKEN (clients then send Authorization: Bearer <token>), or bind 127.0.0.1.",
-        )
+    refuse_open_bind(settings, tokens, serves_mcp=True)
     stores = make_stores(settings, replica=True)  # opened and closed by the service's lifespan
     holder: dict[str, RlmService] = {}  # the service while the server runs
     mcp = build_server(settings, mode="http", on_closed=on_closed, stores=stores, holder=holder)
@@ -85,25 +83,41 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     deployment = settings.deployment
     role = deployment.role if deployment.team else None
     health = health_endpoint(store_readiness(stores), role=role)
-    # /metrics is in front of the guard too (a scraper knows no Host name); it checks the token
-    # itself unless RLM_MCP_METRICS_PUBLIC opens it.
-    scrape = metrics_endpoint(tokens, public=settings.metrics_public)
+    # /metrics checks the token itself (unless RLM_MCP_METRICS_PUBLIC opens it), behind the Host
+    # and Origin half of the guard: a scraper names the address it scrapes, which the policy accepts.
+    scrape = HostGuard(metrics_endpoint(tokens, public=settings.metrics_public), policy)
     return with_metrics(
         with_health(mount_viewer(RequestGuard(OversizeExplained(app), policy, tokens), viewer), health), scrape
     )
 
 
+def build_worker_app(settings: Settings, stores: Stores) -> ASGIApp:
+    """A team worker's listener: `/healthz` (unguarded, for probes) and `/metrics` (behind the
+    Host and Origin guard, its own token check); 404 elsewhere. Off loopback it needs tokens."""
+    tokens = checked_tokens(settings)
+    refuse_open_bind(settings, tokens, serves_mcp=False)
+    health = health_app(store_readiness(stores), role="worker")
+    scrape = HostGuard(metrics_endpoint(tokens, public=settings.metrics_public), host_policy(settings))
+    return with_metrics(health, scrape)
+
+
 async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socket.socket | None = None) -> None:
     """Serve until stopped; `sock` is a listener bound beforehand (`server.listen.bind_listener`),
-    so that a port in use is reported before anything starts. Without `app`, the MCP app; with one
-    (a worker's health route), only that, and the log says so rather than naming /mcp. uvicorn
+    so that a port in use is reported before anything starts. Without `app`, the MCP app; with one,
+    that app. The start line names what this process's role serves (`served_routes`). uvicorn
     prints one access line per request at INFO (which replica answered what)."""
-    serves_mcp = app is None
     app = app or build_http_app(settings)
     owners = len(checked_tokens(settings))
     config = uvicorn_config(settings, app, owners=owners, log_level=settings.log_level.lower(), lifespan="on")
-    if serves_mcp:
-        logger.info("rlm-mcp serving streamable HTTP on http://%s:%d/mcp", settings.host, settings.port)
-    else:
-        logger.info("rlm-mcp serving only its health check on http://%s:%d/healthz", settings.host, settings.port)
+    logger.info("rlm-mcp serving %s", served_routes(settings))
     await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)
+
+
+def served_routes(settings: Settings) -> str:
+    """What this process answers over HTTP, for its start line: a worker only its health and
+    metrics routes; a front or `both` MCP, the viewer, health and metrics."""
+    shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+    base = f"http://{shown}:{settings.port}"
+    if not settings.deployment.serves_mcp:
+        return f"only {base}/healthz and {base}/metrics (a team worker: no MCP, no viewer)"
+    return f"MCP (streamable HTTP) on {base}/mcp, the viewer on {base}/runs/, {base}/healthz and {base}/metrics"

@@ -1,5 +1,10 @@
 """What the HTTP server checks before it listens.
 
+- A listener off loopback without a token is refused, whatever it serves: MCP runs code, and a
+  worker's `/metrics` tells anyone who reaches it about every owner's runs (a worker without
+  tokens binds loopback by default; one told RLM_MCP_HOST=0.0.0.0, often by an environment file
+  meant for the fronts, stops with the fix rather than quietly binding another address, which a
+  remote probe would then fail to reach with no word why).
 - A token source that is configured but yields no token (a tokens file holding only blank or
   comment lines: a rotation in progress, a truncated write; a blank RLM_MCP_AUTH_TOKEN; an
   RLM_MCP_AUTH_TOKENS of only commas and blanks) stops the start with one line naming the setting:
@@ -16,12 +21,12 @@ from __future__ import annotations
 
 import logging
 
-from rlm_mcp.access import load_tokens
+from rlm_mcp.access import is_loopback_host, load_tokens
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError
 from rlm_mcp.store.owner_caps import derived_share
 
-__all__ = ["checked_tokens", "roots_for_owners", "shares_for_owners"]
+__all__ = ["checked_tokens", "refuse_open_bind", "roots_for_owners", "shares_for_owners"]
 
 log = logging.getLogger("rlm_mcp.server")
 
@@ -52,6 +57,23 @@ def checked_tokens(settings: Settings) -> list[str]:
             "Put one token per line in it (RLM_MCP_AUTH_TOKENS_FILE), or unset RLM_MCP_AUTH_TOKENS_FILE.",
         )
     return tokens
+
+
+def refuse_open_bind(settings: Settings, tokens: list[str], *, serves_mcp: bool) -> None:
+    """Raise, with the fix, when this listener would serve off loopback with no token to check."""
+    if tokens or is_loopback_host(settings.host):
+        return
+    if serves_mcp:
+        raise AccessDeniedError(
+            f"Refusing to serve HTTP on {settings.host} without a token: anyone who can reach it could run code.",
+            "Set RLM_MCP_AUTH_TOKEN (clients then send Authorization: Bearer <token>), or bind 127.0.0.1.",
+        )
+    raise AccessDeniedError(
+        f"Refusing to serve the worker's /metrics on {settings.host} without a token: anyone who can reach it "
+        "would read every owner's run counts, tokens and cost.",
+        "Set RLM_MCP_AUTH_TOKENS to the fronts' tokens (scrapers then send Authorization: Bearer <token>), or "
+        "bind loopback with --host 127.0.0.1 (as deploy/systemd/rlm-mcp-worker.service does).",
+    )
 
 
 def _other_tokens(settings: Settings) -> set[str]:

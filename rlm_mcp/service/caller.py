@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Literal
 
 import anyio
 
 from rlm_mcp.engine import RunResult
-from rlm_mcp.errors import BadArgumentError, NotFoundError
+from rlm_mcp.errors import BadArgumentError, ContextTooLargeError, NotFoundError
 from rlm_mcp.events import LoggedEvent
 from rlm_mcp.observability import tracing
 from rlm_mcp.owners import Owner
@@ -68,17 +69,30 @@ class Caller:
             check_text(argument, value)
         check_texts("include", include)
         check_texts("exclude", exclude)
-        return await self.service.loader.load(
-            text=text,
-            path=path,
-            glob=glob,
-            url=url,
-            name=name,
-            format=format,
-            include=include,
-            exclude=exclude,
-            owner=self.owner,
-        )
+        with self._context_limit_named():
+            return await self.service.loader.load(
+                text=text,
+                path=path,
+                glob=glob,
+                url=url,
+                name=name,
+                format=format,
+                include=include,
+                exclude=exclude,
+                owner=self.owner,
+            )
+
+    @contextmanager
+    def _context_limit_named(self) -> Iterator[None]:
+        """A context over the limit names the setting to change: RLM_MCP_SANDBOX_MEMORY when the
+        limit follows it (the default), else RLM_MCP_MAX_CONTEXT_BYTES."""
+        try:
+            yield
+        except ContextTooLargeError as exc:
+            settings = self.service.settings
+            if not settings.context_limit_follows_memory:
+                raise
+            raise exc.following_memory(settings.sandbox_memory) from None
 
     async def upload_chunk(
         self,
@@ -104,16 +118,17 @@ class Caller:
         else:
             check_text("data", data, nul_ok=True)  # a body: stored as bytes
             raw = data.encode("utf-8")
-        return await self.service.uploads.put_chunk(
-            data=raw,
-            index=index,
-            upload_id=upload_id,
-            final=final,
-            sha256=sha256,
-            name=name,
-            format=format,
-            owner=self.owner,
-        )
+        with self._context_limit_named():
+            return await self.service.uploads.put_chunk(
+                data=raw,
+                index=index,
+                upload_id=upload_id,
+                final=final,
+                sha256=sha256,
+                name=name,
+                format=format,
+                owner=self.owner,
+            )
 
     async def list_contexts(self) -> list[ContextInfo]:
         return await self.service.contexts.list(owner=self.owner)

@@ -6,6 +6,10 @@ context ids in binding order, the stored conversations) and `sessions/<id>.snap`
 snapshot, never deserialized on the host), both 0600 in a 0700 folder. Any later process on the
 same data dir takes a session back on its next follow-up: it claims the record by renaming it
 (atomic: of two processes, one wins), then restores the snapshot in a fresh sandbox.
+
+`rlm-mcp sessions close` removes both and leaves `sessions/<id>.closed` (the owner, a few bytes),
+so that a later follow-up says the session "was closed", as a server says for one closed over
+MCP, rather than calling it unknown; the marker goes with the session's maximum age.
 """
 
 from __future__ import annotations
@@ -131,11 +135,45 @@ def peek(data_dir: Path) -> list[dict[str, Any]]:
 
 
 def drop_older_than(data_dir: Path, max_age_s: float) -> None:
-    """Remove stored sessions past their maximum age (never taken back)."""
+    """Remove stored sessions past their maximum age (never taken back), and closed markers."""
     now = time.time()
     for record in peek(data_dir):
         if now - float(record.get("created_at") or 0) >= max_age_s:
             discard(data_dir, str(record["session_id"]))
+    try:
+        markers = [e for e in os.scandir(_folder(data_dir)) if e.name.endswith(CLOSED)]
+    except OSError:
+        return
+    for entry in markers:
+        try:
+            if now - entry.stat().st_mtime >= max_age_s:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+CLOSED = ".closed"
+
+
+def close(data_dir: Path, session_id: str, owner: str) -> bool:
+    """Remove a stored session and mark it closed by `owner`; whether there was one."""
+    if not discard(data_dir, session_id):
+        return False
+    try:
+        _write(_folder(data_dir) / f"{session_id}{CLOSED}", owner.encode("utf-8"))
+    except OSError:  # the marker only improves a later message: the session is closed anyway
+        pass
+    return True
+
+
+def closed_by(data_dir: Path, session_id: str) -> str | None:
+    """The owner who closed a stored session with `close`, or None when it was not."""
+    if not _ID.match(session_id):
+        return None
+    try:
+        return (_folder(data_dir) / f"{session_id}{CLOSED}").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def discard(data_dir: Path, session_id: str) -> bool:

@@ -98,6 +98,27 @@ def test_python_snippet_completes_a_run(lm: ScriptedLM, project_env: Path, tmp_p
     assert proc.stdout.strip() == "completed snippet:alpha\nbeta\ngamma", proc.stdout
 
 
+def test_python_snippet_shows_a_tool_error_when_the_lm_is_down(
+    lm: ScriptedLM, project_env: Path, tmp_path: Path
+) -> None:
+    # A reader's first run often has no endpoint yet: the snippet prints why, not a TypeError.
+    script = tmp_path / "client.py"
+    script.write_text(snippet("python").text.replace(PLACEHOLDER, str(REPO)))
+    env = {**env_for(lm, project_env, tmp_path), "RLM_MCP_BASE_URL": "http://127.0.0.1:9/v1"}  # nothing listens
+    proc = subprocess.run(
+        [uv_path(), "run", "--project", str(REPO), "python", str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.startswith("error: ") and "127.0.0.1:9" in proc.stdout, proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("client", ["claude-desktop", "cursor", "windsurf", "vscode", "claude-code"])
 async def test_snippet_command_serves_mcp(client: str, lm: ScriptedLM, project_env: Path, tmp_path: Path) -> None:

@@ -208,4 +208,6 @@ def test_the_cli_keeps_a_session_between_commands(tmp_path: Path, dill_image: st
         closed = cli(tmp_path, "sessions", "close", sid, **env)
         assert closed.returncode == 0 and f"closed {sid}" in closed.stdout
         again = cli(tmp_path, "run", "AGAIN-Q", "--session", sid, **env)
-        assert again.returncode != 0 and f"Unknown session id '{sid}'" in again.stderr
+        # As a server says it over MCP ("was closed"), with the fix in the CLI's terms.
+        assert again.returncode != 0 and f"Session {sid} was closed." in again.stderr, again.stderr
+        assert "--keep-session" in again.stderr and "keep_session=true" not in again.stderr

@@ -63,10 +63,11 @@ def test_runs_list_and_html(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     run_id = json.loads(run.stdout)["run_id"]
     listed = cli(tmp_path, "runs", "list").stdout.splitlines()
-    assert re.fullmatch(r"RUN ID +STARTED +DURATION  STATUS +QUERY", listed[0]), listed  # a header row first
+    assert re.fullmatch(r"RUN ID +STARTED +DURATION +COST  STATUS +QUERY", listed[0]), listed  # a header row first
     assert re.fullmatch(
-        rf"{run_id}  \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d +[\d.]+ s  completed +A question spread over lines", listed[1]
-    ), listed
+        rf"{run_id}  \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d +[\d.]+ s +-  completed +A question spread over lines",
+        listed[1],
+    ), listed  # no price table: no cost, a dash
     assert listed[0].index("STATUS") == listed[1].index("completed"), listed  # the columns line up
     page = cli(tmp_path, "runs", "html", run_id)
     written = tmp_path / f"rlm-run-{run_id}.html"

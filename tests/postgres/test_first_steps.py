@@ -78,7 +78,7 @@ def test_listings_start_with_a_header_row(data_env: Path, capsys: pytest.Capture
     assert main(["contexts", "list"]) == 0
     assert capsys.readouterr().out.split() == ["CONTEXT", "ID", "BYTES", "FORMAT", "NAME"]
     assert main(["runs", "list"]) == 0
-    assert capsys.readouterr().out.split() == ["RUN", "ID", "STARTED", "DURATION", "STATUS", "QUERY"]
+    assert capsys.readouterr().out.split() == ["RUN", "ID", "STARTED", "DURATION", "COST", "STATUS", "QUERY"]
 
 
 class ClosedPipe(io.TextIOBase):
@@ -185,7 +185,7 @@ async def test_a_worker_says_it_serves_its_health_check_not_mcp(
     async def ready() -> Readiness:
         return Readiness(ready=True)
 
-    settings = make_settings(tmp_path, port=free_port(), log_level="INFO")
+    settings = make_settings(tmp_path, port=free_port(), log_level="INFO", role="worker")
     caplog.set_level(logging.INFO, logger="rlm_mcp.server")
     # The test owns the listener: cancelled right after its "serving" line, the server may not
     # have taken the socket over yet.
@@ -194,5 +194,6 @@ async def test_a_worker_says_it_serves_its_health_check_not_mcp(
             tg.start_soon(serve_http, settings, health_app(ready, role="worker"), listener)
             await wait_until(lambda: "serving" in caplog.text, within_s=60, what="the worker's serving line")
             tg.cancel_scope.cancel()
-    assert f"health check on http://127.0.0.1:{settings.port}/healthz" in caplog.text
+    base = f"http://127.0.0.1:{settings.port}"
+    assert f"serving only {base}/healthz and {base}/metrics" in caplog.text  # what a worker answers
     assert "/mcp" not in caplog.text

@@ -30,6 +30,18 @@ def test_the_recipe_is_ten_lines_and_installs_from_a_checkout() -> None:
     assert any(line.startswith("openssl req -x509") for line in lines)
 
 
+def test_the_recipe_assumes_no_sudo() -> None:
+    # Root in a container has no sudo; a user has no write access to /etc nor ports below 1024.
+    lines = recipe()
+    (chooser,) = [line for line in lines if "sudo" in line]
+    assert "runuser -u postgres" in chooser and '[ "$(id -u)" = 0 ]' in chooser, chooser
+    assert not any(line.lstrip().startswith("sudo") for line in lines)
+    assert all(line.startswith("$PG ") for line in lines if "psql" in line or "pg_ctlcluster" in line)
+    assert not any(re.search(r"(>|install\b.*)\s*/etc/", line) for line in lines)
+    binds = re.findall(r"s\|[^|]*\|:(\d+) ssl crt", "\n".join(lines))  # what the bind line becomes
+    assert binds and all(int(port) > 1024 for port in binds), binds
+
+
 def test_the_serve_lines_are_one_per_role_each_with_its_own_data_dir_and_port() -> None:
     serves = [line for line in recipe() if " rlm-mcp serve " in line]
     roles, ports, dirs = [], set(), set()

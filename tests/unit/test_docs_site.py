@@ -74,6 +74,14 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
     assert "rlm-mcp runs view" in cli and "--no-open" in cli
     assert (site / "viewer-run.png").exists()
+    # A file of the repository a page links is published with the site; no page links a
+    # repository host for it (the repository's address is one setting: the theme's repo_url).
+    team = (site / "team" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../repository/deploy/haproxy/haproxy.cfg"' in team
+    assert (site / "repository" / "deploy" / "haproxy" / "haproxy.cfg").read_bytes() == (
+        REPO / "deploy" / "haproxy" / "haproxy.cfg"
+    ).read_bytes()
+    assert not [p for p in site.rglob("*.html") if "/blob/main/" in p.read_text(encoding="utf-8")]
 
 
 def test_a_benchmark_run_records_what_the_page_shows(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import httpx
 import pytest
 
 from rlm_mcp.access import HostPolicy
+from rlm_mcp.server.http import build_worker_app
+from rlm_mcp.store.factory import make_stores
 from tests.fixtures_http import INIT, MCP_HEADERS, http_settings, serving
 
 pytestmark = pytest.mark.anyio
@@ -48,6 +50,44 @@ async def test_rebinding_requests_are_refused_on_every_loopback_bind(tmp_path: P
         assert other_local.status_code == 403
         fine = await initialize(client, url)
         assert fine.status_code == 200 and fine.headers.get("mcp-session-id")
+
+
+async def test_metrics_are_behind_the_host_and_origin_check(tmp_path: Path) -> None:
+    # The default local set-up (loopback, no token): a page that rebound its name to 127.0.0.1
+    # must not read /metrics, on an MCP server or a team worker's listener.
+    settings = http_settings(tmp_path, "127.0.0.1")
+    base = f"http://127.0.0.1:{settings.port}"
+    async with serving(settings), httpx.AsyncClient(timeout=30) as client:
+        rebound = await client.get(f"{base}/metrics", headers={"host": f"evil.example:{settings.port}"})
+        assert rebound.status_code == 421 and "rlm_mcp_" not in rebound.text
+        framed = await client.get(f"{base}/metrics", headers={"origin": "http://evil.example"})
+        assert framed.status_code == 403 and "rlm_mcp_" not in framed.text
+        scraped = await client.get(f"{base}/metrics")  # a scraper names the address it scrapes
+        assert scraped.status_code == 200 and "rlm_mcp_" in scraped.text
+    worker = build_worker_app(settings, make_stores(settings))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=worker), base_url=base) as client:
+        rebound = await client.get("/metrics", headers={"host": "evil.example"})
+        assert rebound.status_code == 421 and "rlm_mcp_" not in rebound.text
+        assert (await client.get("/metrics")).status_code == 200
+
+
+async def test_a_misdirected_request_names_the_setting_that_fixes_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Behind a balancer that forwards the public name, the replica's 421 and its log say what to set.
+    settings = http_settings(tmp_path, "127.0.0.1")
+    async with serving(settings) as url, httpx.AsyncClient(timeout=30) as client:
+        with caplog.at_level("WARNING", logger="rlm_mcp.server"):
+            for _ in range(3):
+                refused = await initialize(client, url, host="rlm.example.com")
+                assert refused.status_code == 421
+        assert "RLM_MCP_PUBLIC_URL=https://" in refused.json()["detail"]
+        logged = [r.getMessage() for r in caplog.records if "421" in r.getMessage()]
+        assert len(logged) == 1, logged  # once per name, however many requests
+        assert "RLM_MCP_PUBLIC_URL=https://rlm.example.com" in logged[0]
+    public = http_settings(tmp_path, "127.0.0.1", public_url="https://rlm.example.com")
+    async with serving(public) as url, httpx.AsyncClient(timeout=30) as client:
+        assert (await initialize(client, url, host="rlm.example.com")).status_code == 200
 
 
 async def test_a_session_flood_displaces_only_the_flooders_own_sessions(tmp_path: Path) -> None:

@@ -61,6 +61,30 @@ def test_binding_off_loopback_without_a_token_is_refused(tmp_path: Path) -> None
     assert proc.stdout == ""
 
 
+def test_a_worker_off_loopback_without_a_token_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    # Its /metrics would tell anyone who reaches it about every owner's runs; the refusal comes
+    # before the database is asked (nothing listens on this one).
+    argv = [str(SERVER_SCRIPT), "serve", "--transport", "http", "--role", "worker", "--host", "0.0.0.0"]
+    env = server_env(tmp_path, RLM_MCP_DATABASE_URL="postgresql://rlm:pw@127.0.0.1:9/rlm")
+    proc = subprocess.run([*argv, "--port", str(free_port())], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "/metrics on 0.0.0.0 without a token" in proc.stderr and "--host 127.0.0.1" in proc.stderr, proc.stderr
+    assert "RLM_MCP_AUTH_TOKENS" in proc.stderr and "unreachable" not in proc.stderr
+
+
+def test_the_start_line_names_what_the_server_answers(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "server.log"
+    env = server_env(tmp_path, RLM_MCP_LOG_LEVEL="INFO")
+    with server_process(
+        [str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], port=port, env=env, log=log
+    ):
+        pass
+    text = log.read_text()
+    assert f"serving MCP (streamable HTTP) on http://127.0.0.1:{port}/mcp, the viewer on" in text, text
+    assert "only its health check" not in text and "serving only" not in text
+
+
 def test_stdio_mode_prints_nothing_but_protocol(tmp_path: Path) -> None:
     # stdin closed at once: the server must exit cleanly without writing to stdout.
     proc = subprocess.run([str(SERVER_SCRIPT)], env=server_env(tmp_path), input=b"", capture_output=True, timeout=60)
