@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from rlm_mcp.ports.kernel import ExecResultFrame
 from rlm_mcp.sandbox import frames
 from rlm_mcp.sandbox.frames import (
     FrameDecoder,
@@ -113,7 +114,7 @@ def test_every_string_from_the_sandbox_is_valid_text() -> None:
         b'"variables":["x\\udfff"],"variables_at_start":["\\ud800"],"duration":0.1,"trained_error":"\\ud800"}'
     )
     frame = frames.decode_kernel_frame(exec_result, max_frame_strings(512))[0]
-    assert isinstance(frame, frames.ExecResultFrame)
+    assert isinstance(frame, ExecResultFrame)
     assert frame.answer == {"content": "half \ufffd an emoji, whole \U0001f600", "ready": True}
     assert (frame.stdout, frame.stderr, frame.error) == ("out \ufffd", "\ufffderr", "E: \ufffd")
     assert frame.variables == ["x\ufffd"] and frame.variables_at_start == ["\ufffd"]
