@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlm_mcp.config import SettingsError, load_settings
+from rlm_mcp.config import load_settings
+from rlm_mcp.config_check import SettingsError
 from rlm_mcp.engine import RLMEngine, RunProgress
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.tokens import MAX_REPORTED_TOKENS
