@@ -125,15 +125,31 @@ def use_tracer_provider(provider: trace.TracerProvider | None) -> None:
     _tracer = provider.get_tracer("rlm_mcp") if provider is not None else None
 
 
-def shutdown() -> None:
-    """Flush and stop the exporter (at the end of the process)."""
+# How long the process's end waits for the spans still batched to go out. A collector that
+# accepts the connection and never answers held the SDK's shutdown for its export timeout and
+# retries (18 s after SIGTERM, where a service manager may be about to SIGKILL): a healthy one
+# takes milliseconds, so a few seconds lose nothing but a stuck collector's spans.
+SHUTDOWN_S = 3.0
+
+
+def shutdown(within_s: float = SHUTDOWN_S) -> None:
+    """Flush and stop the exporter (at the end of the process), waiting at most `within_s`."""
     # The signal path's exit thread and the main thread's `finally` may both get here: the
     # second waits for the first's flush, so neither exits the process halfway through it.
     with _shutdown_lock:
         providers = list(_configured)
         _configured.clear()
-        for provider in providers:
-            provider.shutdown()
+        if not providers:
+            return
+        # The SDK's shutdown cannot be told a deadline: it runs on a daemon thread, which the
+        # process does not wait for once this gives up on it.
+        flusher = threading.Thread(
+            target=lambda: [p.shutdown() for p in providers], name="rlm-mcp-trace-shutdown", daemon=True
+        )
+        flusher.start()
+        flusher.join(within_s)
+        if flusher.is_alive():
+            log.warning("tracing: the trace collector did not take the last spans within %.0f s; exiting", within_s)
 
 
 def capture_content() -> bool:
