@@ -15,6 +15,7 @@ import pytest
 
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.migrations import MigrationError
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.migrations import LATEST, migrate
 from tests.data.migrations.make_dumps import ALICE, CONTEXTS, PART, RUN_ID, UPLOADED
@@ -126,3 +127,25 @@ async def test_a_step_that_fails_leaves_neither_its_changes_nor_its_version(
 
 async def _done(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("CREATE TABLE rlm_half_done (x integer)")
+
+
+async def test_a_step_the_schema_refuses_is_named_with_its_fix_not_as_an_outage(pg_url: str) -> None:
+    """A database whose schema holds what a pending step creates (a migration of an earlier release
+    cut off half way, or a change by hand) was reported as "unreachable" (issue 41): the start
+    now names the step, the version the schema stays at, and what to do."""
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        assert await migrate(conn, target=6) == 6
+        await conn.execute("CREATE TABLE rlm_sessions (session_id text)")  # what step 7 creates
+    db = Database(pg_url, replica=False)
+    try:
+        with pytest.raises(MigrationError) as caught:
+            await db.prepare()
+    finally:
+        await db.close()
+    text = str(caught.value)
+    assert f"could not be migrated from schema version 6 to {LATEST}: step 7 (0007_sessions.sql)" in text
+    assert 'relation "rlm_sessions" already exists' in text and "unreachable" not in text
+    assert "drop or rename what 0007_sessions.sql" in (caught.value.fix or "")
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT max(version) FROM rlm_schema")
+        assert await cur.fetchone() == (6,)

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from rlm_mcp.store.migrations import SchemaError, latest, pending
+from rlm_mcp.store.migrations import SchemaError, latest, pending, step_refused
 
 ADVISORY_LOCK_KEY = 0x726C6D2D6D6370  # "rlm-mcp"
 
@@ -22,9 +22,12 @@ LATEST = latest("postgres")
 _NEWER_FIX = "Upgrade rlm-mcp on this replica to the version the other replicas run."
 
 
-async def migrate(conn: psycopg.AsyncConnection[Any], *, target: int | None = None) -> int:
+async def migrate(
+    conn: psycopg.AsyncConnection[Any], *, target: int | None = None, where: str = "database of RLM_MCP_DATABASE_URL"
+) -> int:
     """Bring the schema to LATEST (or to `target`, for tests of a former release's database) on an
-    autocommit connection; returns the version now in place."""
+    autocommit connection; returns the version now in place. A step the database refuses for
+    what the schema holds is a `MigrationError` (`where` names the database), not an outage."""
     await conn.execute("SELECT pg_advisory_lock(%s)", (ADVISORY_LOCK_KEY,))
     try:
         await conn.execute("CREATE TABLE IF NOT EXISTS rlm_schema (version integer NOT NULL, applied_at timestamptz)")
@@ -32,12 +35,19 @@ async def migrate(conn: psycopg.AsyncConnection[Any], *, target: int | None = No
         row = await cur.fetchone()
         current = int(row[0]) if row else 0
         for step in pending("postgres", current, where="database schema", fix=_NEWER_FIX, target=target):
-            async with conn.transaction():
-                if step.sql is not None:
-                    await conn.execute(step.sql.encode())  # trusted DDL, ours; bytes: no placeholders
-                elif step.function is not None:
-                    await step.function(conn)
-                await conn.execute("INSERT INTO rlm_schema VALUES (%s, now())", (step.version,))
+            try:
+                async with conn.transaction():
+                    if step.sql is not None:
+                        await conn.execute(step.sql.encode())  # trusted DDL, ours; bytes: no placeholders
+                    elif step.function is not None:
+                        await step.function(conn)
+                    await conn.execute("INSERT INTO rlm_schema VALUES (%s, now())", (step.version,))
+            except psycopg.Error as exc:
+                # The connection failing, or a role without CREATE (the caller phrases those).
+                if isinstance(exc, psycopg.OperationalError) or exc.sqlstate == "42501":
+                    raise
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise step_refused("postgres", step, current, where, f"SQLSTATE {exc.sqlstate}: {first}") from None
             current = step.version
         return current
     finally:
