@@ -311,7 +311,7 @@ class RunManager:
             except Exception as exc:
                 if store_unreachable(exc):
                     raise
-                # Refused for what it holds (issue 41): recorded `error`, saying why, and the
+                # Refused for what it holds (it would be refused again): recorded `error`, saying why, and the
                 # caller is told the same (service/unrecordable.py).
                 logger.exception("the store refused the record of run %s; recording it `error`", run.run_id)
                 ended = unrecordable(run.record(), exc)
