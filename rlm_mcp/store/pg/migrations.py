@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from rlm_mcp.store.migrations import SchemaError, latest, pending, step_refused
+from rlm_mcp.store.migrations import MigrationError, SchemaError, latest, pending, step_refused
 
 ADVISORY_LOCK_KEY = 0x726C6D2D6D6370  # "rlm-mcp"
 
@@ -46,12 +46,46 @@ async def migrate(
                 # The connection failing, or a role without CREATE (the caller phrases those).
                 if isinstance(exc, psycopg.OperationalError) or exc.sqlstate == "42501":
                     raise
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise step_refused("postgres", step, current, where, f"SQLSTATE {exc.sqlstate}: {first}") from None
+                raise step_refused("postgres", step, current, where, _detail(exc)) from None
             current = step.version
         return current
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (ADVISORY_LOCK_KEY,))
 
 
-__all__ = ["ADVISORY_LOCK_KEY", "LATEST", "SchemaError", "migrate"]
+async def rehearse(conn: psycopg.AsyncConnection[Any], *, where: str) -> MigrationError | None:
+    """The refusal the pending steps would meet (None: they apply, or none is pending), for
+    `doctor`: tried in one transaction that is always rolled back, so nothing changes. A lock it
+    would wait for (a busy table) or a missing privilege is not a refusal (doctor says those)."""
+    cur = await conn.execute("SELECT to_regclass('rlm_schema') IS NOT NULL")
+    row = await cur.fetchone()
+    current = 0
+    if row and row[0]:
+        cur = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM rlm_schema")
+        row = await cur.fetchone()
+        current = int(row[0]) if row else 0
+    steps = pending("postgres", current, where="database schema", fix=_NEWER_FIX)
+    if not steps:
+        return None
+    async with conn.transaction(force_rollback=True):
+        await conn.execute("SET LOCAL lock_timeout = '2s'")
+        for step in steps:
+            try:
+                async with conn.transaction():  # a savepoint: the refusal is read, then rolled back
+                    if step.sql is not None:
+                        await conn.execute(step.sql.encode())
+                    elif step.function is not None:
+                        await step.function(conn)
+            except psycopg.Error as exc:
+                if isinstance(exc, psycopg.OperationalError) or exc.sqlstate in ("42501", "55P03"):
+                    return None
+                return step_refused("postgres", step, current, where, _detail(exc))
+    return None
+
+
+def _detail(exc: psycopg.Error) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"SQLSTATE {exc.sqlstate}: {first}"
+
+
+__all__ = ["ADVISORY_LOCK_KEY", "LATEST", "SchemaError", "migrate", "rehearse"]
