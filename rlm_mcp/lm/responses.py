@@ -9,7 +9,7 @@ from typing import Any
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.errors import no_choices, not_json
 from rlm_mcp.lm.http import HttpReply
-from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens, reported_count
+from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens, reported_count, valid_text
 from rlm_mcp.ports.chat import CallRecord, Completion
 
 log = logging.getLogger("rlm_mcp.lm")
@@ -61,6 +61,7 @@ def parse_completion(
             if isinstance(value, str) and value:
                 text = value
                 break
+    text = valid_text(text)
     usage = data.get("usage")
     reported = (usage.get("prompt_tokens"), usage.get("completion_tokens")) if isinstance(usage, dict) else (None, None)
     prompt_tokens, completion_tokens = reported_count(reported[0]), reported_count(reported[1])

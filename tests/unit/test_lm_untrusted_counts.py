@@ -2,18 +2,22 @@
 (issue 41, lows): an infinite, NaN or negative price is refused when the settings load, in one line
 naming RLM_MCP_MODEL_PRICES (an infinite one made the viewer's run API answer 500 and the cost
 counter NaN); a negative or 400-digit token count in a reply is not a count (it ended the run
-"internal error"): the call's counts are estimated, as for a reply without usage."""
+"internal error"): the call's counts are estimated, as for a reply without usage; and a reply's
+text is valid text (half a character becomes U+FFFD)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from rlm_mcp.config import load_settings
 from rlm_mcp.config_check import SettingsError
 from rlm_mcp.engine import RLMEngine, RunProgress
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.lm.http import HttpReply
+from rlm_mcp.lm.responses import parse_completion
 from rlm_mcp.lm.tokens import MAX_REPORTED_TOKENS
 from rlm_mcp.testing.script import Fault, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
@@ -61,3 +65,15 @@ async def test_token_counts_that_are_not_counts_are_estimated_and_the_run_goes_o
     assert 0 < total.prompt_tokens <= 2 * MAX_REPORTED_TOKENS and 0 < total.completion_tokens <= 2 * MAX_REPORTED_TOKENS
     assert total.cached_prompt_tokens == 0
     assert total.cost_usd is not None and 0 < total.cost_usd < 1
+
+
+def test_a_reply_holding_half_a_character_is_read_as_valid_text() -> None:
+    """An endpoint may escape half a character (`\\ud83d`) in its JSON: the reply's text is kept
+    and sent on (to the sandbox, into records), where a lone surrogate cannot be encoded."""
+    body = (
+        b'{"choices": [{"message": {"content": "FINAL(half \\ud83d, whole \\ud83d\\ude00)"}, "finish_reason": "stop"}]}'
+    )
+    reply = HttpReply("http://lm/v1/chat/completions", 200, CIMultiDictProxy(CIMultiDict()), body)
+    completion = parse_completion(reply, [{"role": "user", "content": "q"}], "m", "root", 0.0, 0.0)
+    assert completion.text == "FINAL(half \ufffd, whole \U0001f600)"
+    completion.text.encode("utf-8")
