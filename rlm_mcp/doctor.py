@@ -22,6 +22,7 @@ from rlm_mcp.lm.endpoint import key_note
 from rlm_mcp.ports import LMRequest
 from rlm_mcp.sandbox.backends import backend_for
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.store.migrations import MigrationError
 
 
 @dataclass
@@ -210,6 +211,20 @@ def _clock(skew_s: float) -> Check:
     )
 
 
+async def _rehearsed(url: str, where: str) -> MigrationError | None:
+    """The `MigrationError` the pending migrations would meet at the next start, tried in a
+    transaction rolled back (nothing changes); None when they apply or this cannot tell."""
+    import psycopg
+
+    from rlm_mcp.store.pg.migrations import rehearse
+
+    try:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
+            return await rehearse(conn, where=f"database {where}")
+    except psycopg.Error:  # unreachable meanwhile, or not allowed: the other rows say so
+        return None
+
+
 async def _team(settings: Settings) -> list[Check]:
     """Team mode (RLM_MCP_DATABASE_URL): the database, its schema version, the replicas seen."""
     if settings.deployment.embedded:
@@ -246,6 +261,8 @@ async def _team(settings: Settings) -> list[Check]:
                 "Upgrade rlm-mcp here to the version the other replicas run.",
             )
         )
+    elif status.schema_version < LATEST and (refused := await _rehearsed(url, status.where)) is not None:
+        checks.append(Check("schema", False, refused.cause, refused.fix or ""))  # the start would fail so
     elif status.schema_version < LATEST:
         detail = f"version {status.schema_version or 'none'}; the first server start migrates it to {LATEST}"
         checks.append(Check("schema", True, detail, warn=status.schema_version > 0))

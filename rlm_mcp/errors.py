@@ -167,6 +167,11 @@ class AccessDeniedError(RlmMcpError):
     """A path outside the allowed roots, a hidden entry, or a refused URL."""
 
 
+class StoreUnreachableError(RlmMcpError):
+    """The store cannot be reached now (its database restarting, out of connections): the same
+    write may land later, unlike one the store refused for what it holds."""
+
+
 class BackendUnavailableError(RlmMcpError):
     """The sandbox backend (a Docker engine, a cluster) cannot be reached."""
 

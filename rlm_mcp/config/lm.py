@@ -22,9 +22,11 @@ class ModelPrice(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cached_input: float | None = Field(None, ge=0)
+    # Finite: an infinite price (JSON's Infinity, or 1e999) made every cost infinite or NaN, which
+    # the run records, the viewer's JSON and the cost counter cannot hold.
+    input: float = Field(ge=0, allow_inf_nan=False)
+    output: float = Field(ge=0, allow_inf_nan=False)
+    cached_input: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class LMSettings(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any
 from rlm_mcp.lm.catalog import DISCOVERY_TIMEOUT_S
 from rlm_mcp.lm.endpoint import Endpoint
 from rlm_mcp.lm.http import HttpError, encode_json
-from rlm_mcp.lm.tokens import estimate_tokens
+from rlm_mcp.lm.tokens import estimate_tokens, reported_count
 
 log = logging.getLogger("rlm_mcp.lm")
 
@@ -43,10 +43,10 @@ class TokenCounter:
                     self.served = False
                 elif response.status_code == 200:
                     try:
-                        count = response.json().get("count")
+                        count = reported_count(response.json().get("count"))
                     except (ValueError, AttributeError):
                         count = None
-                    if isinstance(count, int):
+                    if count is not None:
                         self.served = True
                         return count
         return estimate_tokens(messages)

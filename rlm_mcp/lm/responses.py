@@ -9,7 +9,7 @@ from typing import Any
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.errors import no_choices, not_json
 from rlm_mcp.lm.http import HttpReply
-from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens
+from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens, reported_count, valid_text
 from rlm_mcp.ports.chat import CallRecord, Completion
 
 log = logging.getLogger("rlm_mcp.lm")
@@ -61,12 +61,17 @@ def parse_completion(
             if isinstance(value, str) and value:
                 text = value
                 break
+    text = valid_text(text)
     usage = data.get("usage")
-    prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    estimated = not (isinstance(prompt_tokens, int) and isinstance(completion_tokens, int))
-    if not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
-        log.debug("no usage in the response of %s: estimating", url)
+    reported = (usage.get("prompt_tokens"), usage.get("completion_tokens")) if isinstance(usage, dict) else (None, None)
+    prompt_tokens, completion_tokens = reported_count(reported[0]), reported_count(reported[1])
+    estimated = prompt_tokens is None or completion_tokens is None
+    if prompt_tokens is None or completion_tokens is None:
+        if reported != (None, None):  # a server that counts wrong: said once per reply, never trusted
+            shown = ", ".join(f"{str(v)[:20]}{'...' if len(str(v)) > 20 else ''}" for v in reported)
+            log.warning("%s reported token counts that are not counts (%s): estimating them", url, shown)
+        else:
+            log.debug("no usage in the response of %s: estimating", url)
         prompt_tokens, completion_tokens = estimate_tokens(messages), estimate_text_tokens(text)
     finish = choice.get("finish_reason")
     record = CallRecord(
@@ -87,5 +92,5 @@ def cached_tokens(usage: object) -> int:
     """The prompt tokens the server answered from its prefix cache (OpenAI's and vLLM's
     `usage.prompt_tokens_details.cached_tokens`); 0 when it does not say."""
     details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0 else 0
+    cached = reported_count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return cached or 0

@@ -10,9 +10,14 @@ markers with room to spare.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 BYTES_PER_TOKEN = 3
+# The most tokens a server may say one request or reply holds: far past any model's window, far
+# below what a record, a metric (a float) or a database column (a bigint) can hold. A count the
+# server reports past it, or below 0, is not a count: the reply is read as one without usage.
+MAX_REPORTED_TOKENS = 1 << 31
 MESSAGE_OVERHEAD = 8
 PROMPT_OVERHEAD = 8  # generation prompt and BOS-like markers
 
@@ -24,6 +29,23 @@ def content_text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return "" if content is None else str(content)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """`text` with every lone UTF-16 surrogate (a JSON `\\udXXX` escape of half a character in a
+    reply) replaced by U+FFFD: a reply's text is kept and sent on, and could not be encoded."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def reported_count(value: Any) -> int | None:
+    """A token count as a server reported it, or None when it is none: absent, not an integer
+    (a bool is not one), negative, or past MAX_REPORTED_TOKENS."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED_TOKENS:
+        return value
+    return None
 
 
 def estimate_text_tokens(text: str) -> int:

@@ -5,11 +5,18 @@ span is the API's non-recording one, a few microseconds. `configure_from_env` in
 and an OTLP/HTTP exporter when the standard variables ask for traces (`OTEL_TRACES_EXPORTER=otlp`
 or an `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`), and never when `OTEL_SDK_DISABLED=true`.
 
-Where spans hang: the `mcp` SDK opens a server span per inbound message (its default
-`OpenTelemetryMiddleware`, continuing a caller's `params._meta.traceparent`). A run started by a
-tool call captures that context (`carrier`) into its record's `trace_context`, so the run's span
-is its child wherever the run executes: in this process, or on a team worker that claimed it.
-LM requests carry the context on as a `traceparent` header (vLLM continues it when traced).
+Where spans hang: the server opens a server span per inbound message (`server_span`, from
+`server/trace_header.py` in place of the SDK's `OpenTelemetryMiddleware`, named only with
+method and tool names the server defines), continuing a caller's `params._meta.traceparent`. A
+run started by a tool call captures that context (`carrier`) into its record's `trace_context`,
+so the run's span is its child wherever the run executes: in this process, or on a team worker
+that claimed it. LM requests carry the context on as a `traceparent` header (vLLM continues it
+when traced).
+
+A caller's trace context is taken as a parent only: its `traceparent`, never its `tracestate` or
+baggage (neither reaches the LM endpoint nor a stored record), and not its sampled flag either:
+whether rlm-mcp records a trace is its own sampler's decision (`sampling.py`, from
+OTEL_TRACES_SAMPLER), so a client sending an unsampled `traceparent` cannot switch tracing off.
 
 Prompt and completion text are recorded only when
 `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` (the GenAI conventions' setting).
@@ -17,6 +24,7 @@ Prompt and completion text are recorded only when
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -36,12 +44,15 @@ log = logging.getLogger("rlm_mcp.observability")
 __all__ = [
     "capture_content",
     "carrier",
+    "caller_context",
     "configure_from_env",
+    "enabled",
     "inject_headers",
     "lm_span",
     "lm_span_done",
     "lm_span_failed",
     "run_span",
+    "server_span",
     "span",
     "use_tracer_provider",
     "wants_traces",
@@ -87,6 +98,8 @@ def configure_from_env(service_name: str = "rlm-mcp") -> bool:
         from opentelemetry.sdk.resources import OTELResourceDetector, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from rlm_mcp.observability.sampling import operator_sampler
     except ImportError:
         log.warning(
             "OTEL_* variables ask for traces, but the OpenTelemetry SDK is not installed: no spans are exported. "
@@ -96,7 +109,7 @@ def configure_from_env(service_name: str = "rlm-mcp") -> bool:
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service_name}).merge(
         OTELResourceDetector().detect()
     )
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, sampler=operator_sampler())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     _configured.append(provider)
@@ -112,15 +125,31 @@ def use_tracer_provider(provider: trace.TracerProvider | None) -> None:
     _tracer = provider.get_tracer("rlm_mcp") if provider is not None else None
 
 
-def shutdown() -> None:
-    """Flush and stop the exporter (at the end of the process)."""
+# How long the process's end waits for the spans still batched to go out. A collector that
+# accepts the connection and never answers held the SDK's shutdown for its export timeout and
+# retries (18 s after SIGTERM, where a service manager may be about to SIGKILL): a healthy one
+# takes milliseconds, so a few seconds lose nothing but a stuck collector's spans.
+SHUTDOWN_S = 3.0
+
+
+def shutdown(within_s: float = SHUTDOWN_S) -> None:
+    """Flush and stop the exporter (at the end of the process), waiting at most `within_s`."""
     # The signal path's exit thread and the main thread's `finally` may both get here: the
     # second waits for the first's flush, so neither exits the process halfway through it.
     with _shutdown_lock:
         providers = list(_configured)
         _configured.clear()
-        for provider in providers:
-            provider.shutdown()
+        if not providers:
+            return
+        # The SDK's shutdown cannot be told a deadline: it runs on a daemon thread, which the
+        # process does not wait for once this gives up on it.
+        flusher = threading.Thread(
+            target=lambda: [p.shutdown() for p in providers], name="rlm-mcp-trace-shutdown", daemon=True
+        )
+        flusher.start()
+        flusher.join(within_s)
+        if flusher.is_alive():
+            log.warning("tracing: the trace collector did not take the last spans within %.0f s; exiting", within_s)
 
 
 def capture_content() -> bool:
@@ -128,21 +157,64 @@ def capture_content() -> bool:
     return value.strip().lower() == "true"
 
 
-def carrier() -> dict[str, str] | None:
-    """The current trace context as W3C headers (`traceparent`, `tracestate`), for a run record;
-    None outside a sampled span."""
-    if _active() is None or not trace.get_current_span().get_span_context().is_valid:
-        return None
+def enabled() -> bool:
+    """Whether spans are recorded (a tracer provider is installed)."""
+    return _active() is not None
+
+
+def _traceparent() -> dict[str, str]:
+    """The current span's `traceparent` alone: never a `tracestate` (or baggage) a caller sent,
+    which is theirs to give their own vendors, not our LM endpoint or our stored records."""
     out: dict[str, str] = {}
     propagate.inject(out)
-    return out or None
+    return {"traceparent": out["traceparent"]} if "traceparent" in out else {}
+
+
+def carrier() -> dict[str, str] | None:
+    """The current trace context as a W3C `traceparent`, for a run record; None outside a
+    sampled span."""
+    if _active() is None or not trace.get_current_span().get_span_context().is_valid:
+        return None
+    return _traceparent() or None
 
 
 def inject_headers(headers: dict[str, str]) -> dict[str, str]:
     """`headers` with the current span's `traceparent` added (unchanged outside a span)."""
     if _active() is not None and trace.get_current_span().get_span_context().is_valid:
-        propagate.inject(headers)
+        headers.update(_traceparent())
     return headers
+
+
+def caller_context(meta: Mapping[str, Any] | None) -> otel_context.Context | None:
+    """The trace context a caller's `_meta` names by its `traceparent` (only: its `tracestate`
+    and baggage are not taken in), or None when it names none that is valid."""
+    parent = meta.get("traceparent") if meta else None
+    if not isinstance(parent, str):
+        return None
+    try:
+        found = propagate.extract({"traceparent": parent})
+    except (ValueError, TypeError):
+        return None
+    return found if trace.get_current_span(found).get_span_context().is_valid else None
+
+
+@contextmanager
+def server_span(name: str, attributes: Mapping[str, AttributeValue], meta: Mapping[str, Any] | None) -> Iterator[Span]:
+    """The server span of one inbound MCP message, a child of the caller's trace when its
+    `_meta` carries one. Exceptions are not recorded: their text may be the caller's."""
+    tracer = _active()
+    if tracer is None:
+        yield trace.INVALID_SPAN
+        return
+    with tracer.start_as_current_span(
+        name,
+        context=caller_context(meta),
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as current:
+        yield current
 
 
 @contextmanager
@@ -168,7 +240,7 @@ def run_span(
     if tracer is None:
         yield trace.INVALID_SPAN
         return
-    parent = propagate.extract(dict(trace_context)) if trace_context else None
+    parent = caller_context(trace_context)
     token = otel_context.attach(parent) if parent is not None else None
     try:
         with tracer.start_as_current_span(name, attributes=attributes) as current:
@@ -235,7 +307,22 @@ def cell_done(current: Span, *, error: str | None, timed_out: bool, restarted: b
     current.set_attribute("rlm.cell.timed_out", timed_out)
     current.set_attribute("rlm.cell.restarted", restarted)
     if error:
-        current.set_attribute("error.type", error.split(":", 1)[0][:80])
+        current.set_attribute("error.type", cell_error_type(error))
+
+
+# A cell's error names its exception class first ("ValueError: ..."). The model's code may define
+# its own class and name it anything: with message capture off no text the code chose may reach
+# the trace store, so only builtin exception names (and the host's own) pass.
+_BUILTIN_ERRORS = frozenset(
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+) | {"SandboxRestarted"}
+OTHER_ERROR = "_OTHER"  # the OpenTelemetry conventions' value for an error.type not on the list
+
+
+def cell_error_type(error: str) -> str:
+    """The `error.type` of a cell's error: its builtin exception name, else `OTHER_ERROR`."""
+    name = error.split(":", 1)[0].strip()
+    return name if name in _BUILTIN_ERRORS else OTHER_ERROR
 
 
 def lm_content(current: Span, messages: list[dict[str, str]], reply: str | None) -> None:

@@ -136,8 +136,13 @@ class NoticeKind(StrEnum):
     NO_WORKER = "no_worker"  # wait_s: queued, and no live worker to take it
     WORKER_LOST = "worker_lost"  # worker, lease_s: ended, its worker stopped heartbeating
     SHUT_DOWN = "shut_down"  # worker (None: this server): cancelled by its server's shutdown
+    REQUEUED_UNRECORDED = "requeued_unrecorded"  # worker: its first LM reply could not be recorded
+    STOPPED_UNRECORDED = "stopped_unrecorded"  # worker: ended, its first LM reply could not be recorded
+    RECORD_REFUSED = "record_refused"  # text: ended `error`, the store refused its final record (why)
     TEXT = "text"  # text: a sentence as a record of the first release wrote it
 
+
+_UNRECORDED = "its first answered LM call could not be recorded (the database was unreachable)"
 
 # How long a notice's free text may be (a first-release sentence; it rides in NOTIFY).
 NOTICE_TEXT_MAX = 500
@@ -181,6 +186,15 @@ class Notice(BaseModel):
                 if self.worker is None:
                     return "the server shut down"
                 return f"the {who} running it shut down; start it again with rlm_start"
+            case NoticeKind.REQUEUED_UNRECORDED:
+                return f"{_UNRECORDED}; it was queued again"
+            case NoticeKind.STOPPED_UNRECORDED:
+                return f"The run was stopped on {who}: {_UNRECORDED}. Start it again with rlm_start."
+            case NoticeKind.RECORD_REFUSED:
+                return (
+                    f"The store refused the run's final record ({self.text or 'no reason given'}), so the run "
+                    "ended with an error and its answer was not kept. Start it again."
+                )
             case NoticeKind.TEXT:
                 return self.text or ""
 

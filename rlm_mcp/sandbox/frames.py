@@ -2,9 +2,12 @@
 
 A frame is a 4-byte big-endian length followed by a UTF-8 JSON object with `type` and `id`.
 Everything that comes out of a sandbox is hostile input: sizes are capped before anything is
-buffered, and each frame is schema-checked before the session acts on it. The host handles
-frames as the typed dataclasses of `rlm_mcp.ports.kernel` (`encode_frame`, `decode_kernel_frame`);
-the JSON on the wire is unchanged.
+buffered, each frame is schema-checked before the session acts on it, and every string in it
+is made valid text here (a lone UTF-16 surrogate, which a JSON `\\udXXX` escape can carry,
+becomes U+FFFD): no answer, name, prompt or output the host keeps can fail to encode later (an
+unwritable run record, a tool reply that cannot be sent). The host handles frames as the typed
+dataclasses of `rlm_mcp.ports.kernel` (`encode_frame`, `decode_kernel_frame`); the JSON on the
+wire is unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from rlm_mcp.ports.kernel import (
 _HEADER = struct.Struct(">I")
 KERNEL_FRAME_TYPES = frozenset({"ready", "exec_result", "lm_request", "log", "context_loaded"})
 _STRING = re.compile(rb'"[^"]*"')
+# A JSON escape of a UTF-16 surrogate (D800-DFFF): only then can the parsed frame hold a lone one
+# (strict UTF-8 decoding refuses encoded surrogates; json.loads joins an escaped pair into one
+# character). An escaped backslash before "ud800" matches too: that only costs a needless walk.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
 
 
 class ProtocolViolation(Exception):
@@ -196,6 +205,8 @@ def parse_kernel_frame_sized(payload: bytes | bytearray, max_strings: int) -> tu
         raise ProtocolViolation(f"a frame that is not UTF-8 JSON ({type(exc).__name__})") from None
     if not isinstance(obj, dict):
         raise ProtocolViolation("a frame that is not a JSON object")
+    if _SURROGATE_ESCAPE.search(payload) is not None:
+        obj = mend_text(obj)
     kind = obj.get("type")
     if kind not in KERNEL_FRAME_TYPES:
         raise ProtocolViolation(f"an unknown frame type {str(kind)[:40]!r}")
@@ -210,6 +221,48 @@ def parse_kernel_frame_sized(payload: bytes | bytearray, max_strings: int) -> tu
     if problem:
         raise ProtocolViolation(f"a malformed {kind} frame ({problem})")
     return obj, cost
+
+
+def valid_text(text: str) -> str:
+    """`text` with every lone UTF-16 surrogate replaced by U+FFFD (it is valid UTF-8 then)."""
+    return _LONE_SURROGATE.sub(REPLACEMENT, text)
+
+
+def mend_text(obj: dict[str, Any]) -> dict[str, Any]:
+    """A parsed frame with `valid_text` applied to every string in it, keys included.
+
+    Walked with an explicit stack, not recursion: how deep a frame nests is the sandbox's choice.
+    Lists and dicts are mended in place (they are the frame's own, fresh from json.loads)."""
+    root = _mended_dict(obj)
+    stack: list[dict[str, Any] | list[Any]] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                node[key] = _mended(value, stack)
+        else:
+            for index, value in enumerate(node):
+                node[index] = _mended(value, stack)
+    return root
+
+
+def _mended(value: Any, stack: list[dict[str, Any] | list[Any]]) -> Any:
+    """A string mended, a container pushed to be walked (a dict first gets valid keys)."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        value = _mended_dict(value)
+        stack.append(value)
+    elif isinstance(value, list):
+        stack.append(value)
+    return value
+
+
+def _mended_dict(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` itself, or a copy whose keys are valid text when one of them was not."""
+    if all(_LONE_SURROGATE.search(key) is None for key in obj):
+        return obj
+    return {valid_text(key): value for key, value in obj.items()}
 
 
 def decode_kernel_frame(payload: bytes | bytearray, max_strings: int) -> tuple[KernelFrame, int]:

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, TypeVar
 
 import anyio
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ToolAnnotations
@@ -36,7 +37,7 @@ from rlm_mcp.server.schemas import (
     SessionList,
     UploadProgress,
 )
-from rlm_mcp.server.trace_header import HttpTraceContext
+from rlm_mcp.server.trace_header import HttpTraceContext, ServerSpans
 from rlm_mcp.service.caller import Caller, ChunkEncoding
 from rlm_mcp.service.limits import RunOverrides, WaitS
 from rlm_mcp.service.progress import HEARTBEAT_S
@@ -157,13 +158,19 @@ def build_server(
         return Caller(service, request_owner(ctx, mode))
 
     mcp = MCPServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
-    # Before the SDK's OpenTelemetry middleware: an HTTP traceparent header becomes the _meta it continues.
-    mcp.middleware.insert(0, HttpTraceContext())
+    # The SDK's span per message named it with whatever the client sent: ours names it with the
+    # server's own names (server/trace_header.py), after an HTTP traceparent header became _meta.
+    mcp.middleware[:] = [m for m in mcp.middleware if not isinstance(m, OpenTelemetryMiddleware)]
+    mcp.middleware[:0] = [HttpTraceContext(), ServerSpans(lambda: _tool_names(mcp))]
 
     _add_context_tools(mcp, svc)
     _add_run_tools(mcp, svc, settings)
     _add_resources(mcp, svc)
     return mcp
+
+
+async def _tool_names(mcp: MCPServer[RlmService]) -> list[str]:
+    return [tool.name for tool in await mcp.list_tools()]
 
 
 def request_owner(ctx: Context, mode: Mode) -> Owner:

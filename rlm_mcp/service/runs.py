@@ -29,6 +29,7 @@ from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
 from rlm_mcp.service.slots import SlotGate
+from rlm_mcp.service.unrecordable import store_unreachable, unrecordable
 from rlm_mcp.store import ContextInfo
 from rlm_mcp.store.ports import ContextStorePort, RunLogPort, RunStorePort
 
@@ -305,7 +306,17 @@ class RunManager:
 
     async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> None:
         try:
-            await log.write_summary(run.record())
+            try:
+                await log.write_summary(run.record())
+            except Exception as exc:
+                if store_unreachable(exc):
+                    raise
+                # Refused for what it holds (it would be refused again): recorded `error`, saying why, and the
+                # caller is told the same (service/unrecordable.py).
+                logger.exception("the store refused the record of run %s; recording it `error`", run.run_id)
+                ended = unrecordable(run.record(), exc)
+                run.result, run.notice, run.progress.status = ended.result, ended.notice, "error"
+                await log.write_summary(run.record())
             await log.aclose()
         except Exception:
             logger.exception("could not write the record of run %s", run.run_id)

@@ -24,7 +24,8 @@ The script: a JSON object, every key optional (the Python model is `Script`, bel
                        "times": 1 (0 = forever), "body": "message" | {...raw JSON...},
                        (status defaults to 500, except for faults that only shape a reply)
                        "retry_after": S, "malformed": true|"json"|"no_choices",
-                       "no_usage": false, "reasoning_only": false, "drop": false,
+                       "no_usage": false, "usage": {...reported instead...},
+                       "reasoning_only": false, "drop": false,
                        "delay_s": 0}]    first matching fault with uses left applies
     delay_s          0 | {"root": S, "sub": S}   delay before each chat reply
     finish_reason    null             forces this finish_reason on every reply
@@ -139,6 +140,7 @@ class Fault(BaseModel):
     retry_after: float | None = None  # sent as a Retry-After header
     malformed: bool | Literal["json", "no_choices"] = False  # answer 200 with a broken body
     no_usage: bool = False  # a normal reply without `usage`
+    usage: dict[str, Any] | None = None  # a normal reply reporting this `usage` (a server that counts wrong)
     reasoning_only: bool = False  # content "" and the reply in `reasoning_content`
     drop: bool = False  # close the connection without answering
     delay_s: float = 0.0  # extra delay before this fault's answer
@@ -147,7 +149,7 @@ class Fault(BaseModel):
         """The HTTP error this fault answers with; None when it answers a (shaped) reply."""
         if self.status is not None:
             return None if self.status == 200 else self.status
-        return None if (self.no_usage or self.reasoning_only or self.delay_s) else 500
+        return None if (self.no_usage or self.usage is not None or self.reasoning_only or self.delay_s) else 500
 
 
 class Script(BaseModel):

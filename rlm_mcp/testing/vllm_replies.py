@@ -131,4 +131,6 @@ def completion(
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
+        if fault is not None and fault.usage is not None:
+            out["usage"] = fault.usage
     return json_response(200, out)

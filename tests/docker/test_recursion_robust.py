@@ -165,7 +165,7 @@ async def test_a_depth_the_cap_can_never_hold_is_refused_at_once() -> None:
 
 
 @pytest.mark.usefixtures("docker_image")
-async def test_a_lone_surrogate_fails_only_its_prompt_and_leaves_no_temp_file(
+async def test_a_lone_surrogate_in_a_prompt_reaches_the_child_as_valid_text_and_leaves_no_temp_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tempfile
@@ -198,7 +198,7 @@ answer["ready"] = True
                 emit=sink,
             )
     assert result.status == "completed", result.reason
-    first, bad, second = (result.answer or "").split(" | ")
-    assert (first, second) == ("leaf:fine one", "leaf:fine two")
-    assert bad.startswith("Error: this rlm_query prompt is not valid text")
+    # The host's frame parser makes every string from the sandbox valid text (U+FFFD for the lone
+    # surrogate), so the prompt runs like the others instead of failing.
+    assert (result.answer or "").split(" | ") == ["leaf:fine one", "leaf:bad \ufffd one", "leaf:fine two"]
     assert list(temp_dir.iterdir()) == []

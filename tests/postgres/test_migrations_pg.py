@@ -5,19 +5,23 @@ version with its contexts, uploads and runs, and in the schema a new database ge
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.migrations import MigrationError
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.migrations import LATEST, migrate
 from tests.data.migrations.make_dumps import ALICE, CONTEXTS, PART, RUN_ID, UPLOADED
+from tests.fixtures_e2e import cli_env
 from tests.fixtures_store import make_settings
 from tests.paths import REPO
 
@@ -126,3 +130,36 @@ async def test_a_step_that_fails_leaves_neither_its_changes_nor_its_version(
 
 async def _done(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("CREATE TABLE rlm_half_done (x integer)")
+
+
+async def test_a_step_the_schema_refuses_is_named_with_its_fix_not_as_an_outage(tmp_path: Path, pg_url: str) -> None:
+    """A database whose schema holds what a pending step creates (a migration of an earlier release
+    cut off half way, or a change by hand) was reported as "unreachable" (issue 41): the start
+    now names the step, the version the schema stays at, and what to do."""
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        assert await migrate(conn, target=6) == 6
+        await conn.execute("CREATE TABLE rlm_sessions (session_id text)")  # what step 7 creates
+    db = Database(pg_url, replica=False)
+    try:
+        with pytest.raises(MigrationError) as caught:
+            await db.prepare()
+    finally:
+        await db.close()
+    text = str(caught.value)
+    assert f"could not be migrated from schema version 6 to {LATEST}: step 7 (0007_sessions.sql)" in text
+    assert 'relation "rlm_sessions" already exists' in text and "unreachable" not in text
+    assert "drop or rename what 0007_sessions.sql" in (caught.value.fix or "")
+    # `doctor` says the same before any start, from a rehearsal it rolls back.
+    done = await anyio.run_process(
+        [sys.executable, "-m", "rlm_mcp", "doctor"],
+        env=cli_env(tmp_path, RLM_MCP_BASE_URL="http://127.0.0.1:9/v1", RLM_MCP_DATABASE_URL=pg_url),
+        check=False,
+    )
+    rows = (done.stdout + done.stderr).decode(errors="replace").splitlines()
+    schema = [row for row in rows if row.startswith("FAIL  schema")]
+    assert len(schema) == 1 and "step 7 (0007_sessions.sql) was refused" in schema[0], rows
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT (SELECT max(version) FROM rlm_schema), to_regclass('rlm_session_snapshots') IS NULL"
+        )
+        assert await cur.fetchone() == (6, True)  # neither the start nor doctor changed anything

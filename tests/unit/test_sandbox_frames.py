@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from rlm_mcp.ports.kernel import ExecResultFrame
 from rlm_mcp.sandbox import frames
 from rlm_mcp.sandbox.frames import (
     FrameDecoder,
@@ -101,3 +102,32 @@ def test_small_frame_types_are_capped_from_their_first_bytes() -> None:
     # Several small frames in one read come out whole, in order.
     frames = [{"type": "log", "id": 0, "message": str(i)} for i in range(3)]
     assert [parse_kernel_frame(p) for p in FrameDecoder(CAP).feed(b"".join(encode(f) for f in frames))] == frames
+
+
+def test_every_string_from_the_sandbox_is_valid_text() -> None:
+    """A lone UTF-16 surrogate (one line of model code, or half an emoji copied from a JSON context)
+    arrives as a JSON escape: the frame parser turns it into U+FFFD in every string it hands on, so
+    no answer, name, prompt or output can fail to encode in a run record or a tool reply."""
+    exec_result = (
+        b'{"type":"exec_result","id":3,"stdout":"out \\ud83d","stderr":"\\udc00err","error":"E: \\uD800",'
+        b'"answer":{"content":"half \\ud83d an emoji, whole \\ud83d\\ude00","ready":true},'
+        b'"variables":["x\\udfff"],"variables_at_start":["\\ud800"],"duration":0.1,"trained_error":"\\ud800"}'
+    )
+    frame = frames.decode_kernel_frame(exec_result, max_frame_strings(512))[0]
+    assert isinstance(frame, ExecResultFrame)
+    assert frame.answer == {"content": "half \ufffd an emoji, whole \U0001f600", "ready": True}
+    assert (frame.stdout, frame.stderr, frame.error) == ("out \ufffd", "\ufffderr", "E: \ufffd")
+    assert frame.variables == ["x\ufffd"] and frame.variables_at_start == ["\ufffd"]
+    assert frame.trained_error == "\ufffd"
+    request = b'{"type":"lm_request","id":4,"kind":"llm","prompts":["ok","bad \\udc00 one"],"model":"m\\ud800"}'
+    parsed = parse_kernel_frame(request)
+    assert parsed["prompts"] == ["ok", "bad \ufffd one"] and parsed["model"] == "m\ufffd"
+    log = b'{"type":"log","id":null,"message":"\\ud800","extra":{"\\ud800":[["\\udbff"]]}}'
+    assert parse_kernel_frame(log) == {
+        "type": "log",
+        "id": None,
+        "message": "\ufffd",
+        "extra": {"\ufffd": [["\ufffd"]]},
+    }
+    for payload in (exec_result, request, log):  # everything the parser hands on encodes as UTF-8
+        json.dumps(parse_kernel_frame(payload), ensure_ascii=False).encode("utf-8")

@@ -9,7 +9,12 @@ over a final record):
   queued again (once) or ends `error`;
 - `ensure_final`: the run's final record, retried through a database outage until it lands.
 
-The last two retry for up to FINAL_WRITE_S; the worker (`worker.py`) picks which applies.
+The last two retry for up to FINAL_WRITE_S, and only while the database is out of reach
+(`StoreUnreachableError`): a write it refused for what it holds would be refused again every
+second, the run `running` for good and its slot held. Then `ensure_final` records the run
+`error` instead, saying why (`service/unrecordable.py`), and `end_unrecorded` gives up at once
+(its record holds no answer: a refusal there is a bug, logged). The worker (`worker.py`) picks
+which applies.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import logging
 
 import anyio
 
+from rlm_mcp.errors import StoreUnreachableError
 from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.runlog import QueueRunLog
+from rlm_mcp.service.unrecordable import unrecordable
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -52,37 +59,50 @@ async def end_unrecorded(queue: RunQueuePort, run: ActiveRun, attempt: int, work
     """A run stopped because its first answered LM call could not be recorded: queued again
     (once, as after a lost worker: no answer was recorded) or ended `error`, retried until
     the database answers (fenced, so never over another attempt)."""
-    why = "its first answered LM call could not be recorded (the database was unreachable)"
     with anyio.move_on_after(FINAL_WRITE_S):
         while True:
             try:
                 if fresh:
-                    notice = Notice.of_text(f"{why}; it was queued again")
+                    notice = Notice(kind=NoticeKind.REQUEUED_UNRECORDED, worker=worker)
                     await queue.requeue(run.run_id, attempt, requeued(run, notice))
                 else:
-                    reason = f"The run was stopped on {worker.render()}: {why}. Start it again with rlm_start."
-                    await queue.finish(run.run_id, run.record().ended("error", reason), attempt=attempt)
+                    stopped = Notice(kind=NoticeKind.STOPPED_UNRECORDED, worker=worker)
+                    ended = run.record().ended("error", stopped.render(), notice=stopped)
+                    await queue.finish(run.run_id, ended, attempt=attempt)
                 return
-            except Exception as exc:  # PostgreSQL still away: try again
+            except StoreUnreachableError as exc:  # PostgreSQL still away: try again
                 log.info("could not record the stop of run %s yet: %s", run.run_id, exc)
                 await anyio.sleep(RETRY_S)
+            except Exception:  # refused for what it holds: it would be refused again
+                log.exception("the database refused the stop of run %s; not retried", run.run_id)
+                return
 
 
 async def ensure_final(queue: RunQueuePort, run: ActiveRun, run_log: QueueRunLog, attempt: int) -> None:
     """The run's final record, whatever happened to the database meanwhile: `RunManager`
     writes it once (with the staged events and the wake-up) and only logs a failure; then
     it (and any event still staged) is written here again until it lands (fenced: never
-    over another attempt, never over a final record), and announced."""
+    over another attempt, never over a final record), and announced. A record the database
+    refuses for what it holds is replaced by the run ended `error`, saying why."""
     if run_log.final_written:  # by `RunManager`, announced with it: the usual case
         return
     summary = run.record()
+    refused = False
     with anyio.move_on_after(FINAL_WRITE_S):
         while True:
             try:
-                await run_log.flush()
+                if not refused:  # after a refusal, only the record: the staged events may be what it was about
+                    await run_log.flush()
                 await queue.finish(run.run_id, summary, attempt=attempt)
                 return
-            except Exception as exc:  # PostgreSQL restarting: try again
+            except StoreUnreachableError as exc:  # PostgreSQL restarting: try again
                 log.info("could not record the end of run %s yet: %s", run.run_id, exc)
                 await anyio.sleep(RETRY_S)
+            except Exception as exc:
+                if refused:
+                    log.exception("the database refused the error record of run %s too; not retried", run.run_id)
+                    return
+                log.error("the database refused the final record of run %s; recording it `error`: %s", run.run_id, exc)
+                refused = True
+                summary = unrecordable(summary, exc)
     log.error("the end of run %s could not be recorded within %.0f s", run.run_id, FINAL_WRITE_S)

@@ -37,6 +37,26 @@ class SchemaError(RlmMcpError):
     """The database's schema is newer than this version of rlm-mcp knows."""
 
 
+class MigrationError(RlmMcpError):
+    """A migration step the database refused: its schema is not what the step expects."""
+
+
+def step_refused(dialect: Dialect, step: Migration, current: int, where: str, detail: str) -> MigrationError:
+    """The one phrasing of a step the database refused (a table it creates already exists, a
+    column it reads is missing): not an outage, and not fixed by starting again. The step was
+    rolled back whole (each runs in one transaction with its version), so the schema is still
+    `current`; what the step met was left by a migration cut off half way in an earlier release,
+    or made by hand."""
+    return MigrationError(
+        f"The {where} could not be migrated from schema version {current} to {latest(dialect)}: step "
+        f"{step.version} ({step.name}) was refused ({detail}), so nothing of it was applied. The schema "
+        "holds something that step does not expect: a migration cut off half way, or a change made by hand.",
+        f"Make the database match schema version {current} (drop or rename what {step.name} of rlm-mcp's "
+        f"store/migrations/{dialect}/ creates; or restore a backup taken before), then start again; "
+        "`rlm-mcp doctor` shows the schema version.",
+    )
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -88,4 +108,14 @@ def pending(dialect: Dialect, current: int, *, where: str, fix: str, target: int
     return [m for m in migrations(dialect) if current < m.version <= stop]
 
 
-__all__ = ["Dialect", "Migration", "SchemaError", "latest", "migrations", "pending", "read_folder"]
+__all__ = [
+    "Dialect",
+    "Migration",
+    "MigrationError",
+    "SchemaError",
+    "latest",
+    "migrations",
+    "pending",
+    "read_folder",
+    "step_refused",
+]

@@ -197,7 +197,7 @@ class Database:
         allowed, role, schema = await may_create_tables(conn)
         if not allowed:
             raise privilege_error(self.where, role, schema)
-        return await migrate(conn)
+        return await migrate(conn, where=f"database {self.where}")
 
     async def _role(self) -> tuple[str, str]:
         """(role, schema) of a fresh connection, for the privilege error; placeholders if that fails."""

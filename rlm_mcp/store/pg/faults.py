@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from rlm_mcp.database_url import redact
-from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.errors import RlmMcpError, StoreUnreachableError
 
 __all__ = [
     "DatabaseResourceError",
@@ -41,7 +41,7 @@ VOLUME = (
 )
 
 
-class DatabaseUnavailableError(RlmMcpError):
+class DatabaseUnavailableError(StoreUnreachableError):
     """PostgreSQL cannot be reached or refused the connection."""
 
 
