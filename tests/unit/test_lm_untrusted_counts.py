@@ -32,7 +32,7 @@ def test_a_price_that_is_not_a_finite_amount_is_refused_naming_the_setting(price
     with pytest.raises(SettingsError) as caught:
         load_settings(model_prices=f'{{"m": {{"input": 1, "cached_input": 0.5, "output": {price}}}}}')
     lines = str(caught.value).splitlines()
-    assert len(lines) == 1 and lines[0].startswith("RLM_MCP_MODEL_PRICES=")
+    assert len(lines) == 1 and lines[0].startswith('RLM_MCP_MODEL_PRICES["m"]["output"]=')  # the key named
 
 
 @pytest.mark.parametrize(
