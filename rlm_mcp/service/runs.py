@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
@@ -24,9 +24,10 @@ from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.owners import OwnerScope, sees
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunRequest
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunRecord, RunRequest, new_run_id
 from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
 from rlm_mcp.service.slots import SlotGate
 from rlm_mcp.store import ContextInfo
@@ -41,11 +42,40 @@ PRUNE_EVERY_S = 300.0
 PROGRESS_EVENTS = (TurnStart, SubCalls, ChildStart, ChildEnd, RunEnd)
 
 
+# What a kept session hangs on its run's end (service/sessions.py, service/queue/sessions.py).
+SessionHook = Callable[[ActiveRun], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    """What the caller of `start` / `adopt` hangs on one run's execution: kept with the task
+    that executes it, not on the `ActiveRun` that readers see."""
+
+    # Team mode: awaited before each LM call and each cell (on the events that precede them);
+    # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
+    fence: Callable[[], Awaitable[bool]] | None = None
+    # A kept session's run: the session's REPL it continues...
+    repl: SessionSandbox | None = None
+    # ... what to tell the session before the run's final record is written (team mode: the
+    # session is free again by the time a caller sees the result) ...
+    on_result: SessionHook | None = None
+    # ... and once it is written.
+    on_end: SessionHook | None = None
+    # Whether this manager tells the run-end hook (runs it started; a team worker's runs are
+    # told by the queue's end write, `service.queue.ends.EndReporting`).
+    tells_end: bool = True
+
+
 class RunManager:
     """Starts, tracks and cancels runs; owns their task group."""
 
-    def __init__(self, settings: Settings, contexts: ContextStorePort, records: RunStorePort) -> None:
+    def __init__(
+        self, settings: Settings, contexts: ContextStorePort, records: RunStorePort, *, ends: RunEnds | None = None
+    ) -> None:
+        """`ends`: the run-end hook's registry, told of each run this manager started once its
+        final record is written."""
         self._settings = settings
+        self._ends = ends if ends is not None else RunEnds()
         self._contexts = contexts
         self._records = records
         self._runs: dict[str, ActiveRun] = {}
@@ -90,8 +120,8 @@ class RunManager:
         *,
         fence: Callable[[], Awaitable[bool]] | None = None,
         repl: SessionSandbox | None = None,
-        on_result: Callable[[ActiveRun], Awaitable[None]] | None = None,
-        on_end: Callable[[ActiveRun], Awaitable[None]] | None = None,
+        on_result: SessionHook | None = None,
+        on_end: SessionHook | None = None,
     ) -> ActiveRun:
         """Execute a run whose record already exists (a team-mode worker claimed it from the
         queue): the same execution as `start`, without the queue bound and the new record.
@@ -101,11 +131,10 @@ class RunManager:
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(
-            run_id, request, progress, shared=False, fence=fence, repl=repl, on_result=on_result, on_end=on_end
-        )
+        run = ActiveRun(run_id, request, progress, shared=False)
+        hooks = _Hooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, tells_end=False)
         self._runs[run_id] = run
-        await self._tg.start(self._execute, run, engine, log)
+        await self._tg.start(self._execute, run, engine, log, hooks)
         return run
 
     async def start(
@@ -114,7 +143,7 @@ class RunManager:
         engine: RLMEngine | None,
         *,
         repl: SessionSandbox | None = None,
-        on_end: Callable[[ActiveRun], Awaitable[None]] | None = None,
+        on_end: SessionHook | None = None,
     ) -> ActiveRun:
         """`repl` and `on_end`: the run continues a kept session (embedded mode only)."""
         if self._tg is None or engine is None:
@@ -131,18 +160,18 @@ class RunManager:
         )
         if busy is not None:
             raise busy
-        run_id = f"run_{uuid.uuid4().hex[:20]}"
+        run_id = new_run_id()
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress, repl=repl, on_end=on_end)
+        run = ActiveRun(run_id, request, progress)
         self._runs[run_id] = run
         try:
             log = await self._records.create(run.record())
         except BaseException:
             del self._runs[run_id]
             raise
-        await self._tg.start(self._execute, run, engine, log)
+        await self._tg.start(self._execute, run, engine, log, _Hooks(repl=repl, on_end=on_end))
         return run
 
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
@@ -153,7 +182,13 @@ class RunManager:
             await run.done.wait()
 
     async def _execute(
-        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, *, task_status: anyio.abc.TaskStatus[None]
+        self,
+        run: ActiveRun,
+        engine: RLMEngine,
+        log: RunLogPort,
+        hooks: _Hooks,
+        *,
+        task_status: anyio.abc.TaskStatus[None],
     ) -> None:
         result: RunResult | None = None
         # The contexts' pins only guard against eviction: released last, once the result is out
@@ -163,7 +198,7 @@ class RunManager:
                 with anyio.CancelScope() as scope:
                     run.scope = scope
                     task_status.started()
-                    result = await self._run_in_slot(run, engine, log, pins)
+                    result = await self._run_in_slot(run, engine, log, pins, hooks)
                 if result is None:  # the scope was cancelled: rlm_cancel, client cancel, shutdown
                     result = self._ended(run, "cancelled", "cancelled by the caller")
             except RunNotStarted as exc:
@@ -183,17 +218,20 @@ class RunManager:
                     metrics.run_finished(
                         result.status, result.duration_s, result.iterations, result.sub_calls, started=run.began
                     )
-                    if run.on_result is not None:
+                    if hooks.on_result is not None:
                         try:
-                            await run.on_result(run)
+                            await hooks.on_result(run)
                         except Exception:
                             logger.exception("the session of run %s could not record its end", run.run_id)
-                    await self._finish_record(run, log)
-                    if run.on_end is not None:
+                    final = run.record()
+                    await self._finish_record(final, log)
+                    if hooks.on_end is not None:
                         try:
-                            await run.on_end(run)
+                            await hooks.on_end(run)
                         except Exception:
                             logger.exception("the session of run %s could not take its end", run.run_id)
+                    if hooks.tells_end:
+                        await self._ends.ended(final)
                     run.done.set()
                     run.notify("run_end")
                     self._forget_old_runs()
@@ -219,7 +257,9 @@ class RunManager:
         for run in finished[: max(0, len(finished) - FINISHED_RUNS_KEPT)]:
             del self._runs[run.run_id]
 
-    async def _run_in_slot(self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack) -> RunResult:
+    async def _run_in_slot(
+        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack, hooks: _Hooks
+    ) -> RunResult:
         """Pin the contexts (onto `pins`, which the caller releases) and run once a slot is free."""
         # Pinned while queued too: eviction (here or in another process) must not take the
         # contexts while the run waits for a slot.
@@ -231,7 +271,7 @@ class RunManager:
             raise RunNotStarted(exc) from exc
         await self._acquire_slot(run)
         try:
-            return await self._run_pinned(run, engine, log, infos)
+            return await self._run_pinned(run, engine, log, infos, hooks)
         finally:
             self._gate.release(run.request.owner)
 
@@ -261,7 +301,7 @@ class RunManager:
         )
 
     async def _run_pinned(
-        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, infos: list[ContextInfo]
+        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, infos: list[ContextInfo], hooks: _Hooks
     ) -> RunResult:
         run.progress.status = "running"
         run.progress.phase = RunPhase.STARTING
@@ -280,7 +320,7 @@ class RunManager:
                 logger.exception("could not append to the log of run %s", run.run_id)
             if isinstance(event, PROGRESS_EVENTS):
                 run.notify(event.type)
-            if run.fence is not None and run.scope is not None and await run.fence():
+            if hooks.fence is not None and run.scope is not None and await hooks.fence():
                 run.scope.cancel()  # before the LM call or the cell the event announces
                 await anyio.lowlevel.checkpoint()
 
@@ -293,7 +333,7 @@ class RunManager:
                 limits=run.request.limits,
                 progress=run.progress,
                 emit=emit,
-                session=run.repl,
+                session=hooks.repl,
             )
             tracing.run_span_done(span, result.status, result.iterations, result.sub_calls, result.usage.total)
             return result
@@ -303,9 +343,9 @@ class RunManager:
         assert result is not None
         return result
 
-    async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> None:
+    async def _finish_record(self, final: RunRecord, log: RunLogPort) -> None:
         try:
-            await log.write_summary(run.record())
+            await log.write_summary(final)
             await log.aclose()
         except Exception:
-            logger.exception("could not write the record of run %s", run.run_id)
+            logger.exception("could not write the record of run %s", final.run_id)

@@ -14,7 +14,6 @@ import collections
 import functools
 import logging
 import time
-import uuid
 
 import anyio
 
@@ -22,7 +21,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
-from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus
+from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus, new_run_id
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.ends import need_of
 from rlm_mcp.service.queue.port import RunQueuePort
@@ -31,9 +30,7 @@ from rlm_mcp.service.runs import FINISHED_RUNS_KEPT
 
 log = logging.getLogger("rlm_mcp.queue")
 
-
-def new_run_id() -> str:
-    return f"run_{uuid.uuid4().hex[:20]}"
+__all__ = ["QueueFront", "apply", "ended", "new_run_id"]  # new_run_id: the one source, `ports.runs`
 
 
 def ended(run: ActiveRun, status: RunStatus, reason: str) -> RunRecord:

@@ -31,7 +31,7 @@ import logging
 from typing import Any
 
 from rlm_mcp.observability import metrics
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, may_requeue
 from rlm_mcp.service.queue.ends import final_summary
 from rlm_mcp.service.queue.port import RunRow
 from rlm_mcp.service.queue.registry import PgWorkerRegistry
@@ -286,7 +286,7 @@ class PgRunQueue(PgWorkerRegistry):
                 return None
             row = _row(found)
             who = await self._worker_ref(conn, row.worker_id)
-            if not row.lm_called and row.requeues == 0:
+            if may_requeue(lm_called=row.lm_called, requeues=row.requeues):
                 notice = Notice(kind=NoticeKind.REQUEUED_WORKER_LOST, worker=who)
                 summary = RunRecord.from_stored(row.summary).model_copy(
                     update={"status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
