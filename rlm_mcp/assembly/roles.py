@@ -14,6 +14,7 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.parts import RunsOpener, ServiceParts
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.sessions import SessionManager
@@ -48,8 +49,10 @@ def embedded(settings: Settings, *, transport: Transport, stores: Stores | None 
     stores = stores if stores is not None else embedded_stores(settings.store)
     own = stores
 
+    ends = run_ends()
+
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
-        return await stack.enter_async_context(RunManager(settings, own.contexts, own.runs))
+        return await stack.enter_async_context(RunManager(settings, own.contexts, own.runs, ends=ends))
 
     return _parts(settings, transport, stores, SandboxManager(settings.sandbox), open_runs)
 
@@ -79,8 +82,10 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None) -> Se
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
     sandboxes = SandboxManager(settings.sandbox, liveness=LeaseLiveness())
 
+    ends = run_ends()
+
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
-        return await open_queue(stack, settings, own, sandboxes, engine)
+        return await open_queue(stack, settings, own, sandboxes, engine, ends=ends)
 
     return _parts(settings, transport, stores, sandboxes, open_runs, team_sessions_for(settings, stores))
 
@@ -107,6 +112,14 @@ def _parts(
         open_runs=open_runs,
         team_sessions=team_sessions,
     )
+
+
+def run_ends() -> RunEnds:
+    """The run-end hook's registry of this process (`service.run_ends`): the work hung on every
+    run's end subscribes here. None yet: the kept sessions still take their runs' ends through
+    the run manager's session hooks; the router's finish-session call, webhooks and MCP task
+    state are the next subscribers."""
+    return RunEnds()
 
 
 def _require_team(settings: Settings) -> None:

@@ -29,6 +29,12 @@ class RunEnds:
     def subscribe(self, hook: RunEndHook) -> None:
         self._hooks.append(hook)
 
+    @property
+    def listened(self) -> bool:
+        """Whether any hook is subscribed (a team end that must read its record first skips
+        the read when none is)."""
+        return bool(self._hooks)
+
     async def ended(self, record: RunRecord) -> None:
         """Tell every subscriber that the run of `record` (its final record, written) ended.
         Shielded: a run ended by a cancellation is still told; a subscriber that fails is logged

@@ -37,8 +37,8 @@ class Recorder:
         self.stored: list[RunRecord] = []
 
     async def __call__(self, ended: RunEnded) -> None:
-        self.told.append(ended)
         self.stored.append(await self._records.read_summary(ended.run_id, owner=EVERY_OWNER))
+        self.told.append(ended)
 
 
 @asynccontextmanager

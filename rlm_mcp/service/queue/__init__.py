@@ -39,6 +39,7 @@ from rlm_mcp.service.queue.state import PgRunQueue
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.db import Database
@@ -59,9 +60,12 @@ async def open_queue(
     stores: Stores,
     sandboxes: SandboxManager,
     engine: Callable[[], Awaitable[RLMEngine]],
+    *,
+    ends: RunEnds | None = None,
 ) -> QueueFront:
     """Open the queue's parts for this process's role on `stack`; returns its front (a worker's
-    front is only used by the CLI's one-off calls)."""
+    front is only used by the CLI's one-off calls). `ends`: the run-end hook, told by whichever
+    part's write ends a run."""
     db, run_store = stores.lifecycle, stores.runs
     if not isinstance(db, Database) or not isinstance(run_store, PgRunStore) or settings.deployment.embedded:
         raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
@@ -75,13 +79,13 @@ async def open_queue(
     await warn_of_clock_skew(queue)
     liveness = sandboxes.liveness if isinstance(sandboxes.liveness, LeaseLiveness) else None
     executes = settings.deployment.executes_runs
-    sweeper = Sweeper(settings, queue, sandboxes if executes else None, liveness)
+    sweeper = Sweeper(settings, queue, sandboxes if executes else None, liveness, ends=ends)
     tg = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(tg.cancel_scope.cancel)  # runs before the group exits (callbacks unwind in reverse)
     tg.start_soon(sweeper.run_forever)
     tg.start_soon(sample_forever, queue)  # the queue gauges of /metrics
     if executes:
-        manager = await stack.enter_async_context(RunManager(settings, stores.contexts, run_store))
+        manager = await stack.enter_async_context(RunManager(settings, stores.contexts, run_store, ends=ends))
         worker = QueueWorker(
             settings,
             queue,
@@ -92,9 +96,10 @@ async def open_queue(
             engine,
             session_store=PgSessionStore(db),
             contexts=stores.contexts,
+            ends=ends,
         )
         await stack.enter_async_context(worker)
-    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(url)))
+    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(url), ends=ends))
 
 
 async def warn_of_clock_skew(queue: RunQueuePort) -> float | None:

@@ -23,9 +23,10 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus, new_run_id
 from rlm_mcp.service.active_run import ActiveRun
-from rlm_mcp.service.queue.ends import need_of
+from rlm_mcp.service.queue.ends import EndReporting, need_of
 from rlm_mcp.service.queue.port import RunQueuePort
 from rlm_mcp.service.queue.wakeups import Wakeups
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import FINISHED_RUNS_KEPT
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -70,9 +71,12 @@ class QueueFront:
 
     local = False
 
-    def __init__(self, settings: Settings, queue: RunQueuePort, wakeups: Wakeups) -> None:
+    def __init__(
+        self, settings: Settings, queue: RunQueuePort, wakeups: Wakeups, *, ends: RunEnds | None = None
+    ) -> None:
+        """`ends`: the run-end hook, told when this front ends a run (cancelled while queued)."""
         self._settings = settings
-        self._queue = queue
+        self._queue: RunQueuePort = EndReporting(queue, ends if ends is not None else RunEnds())
         self._wakeups = wakeups
         self._mirrors: dict[str, ActiveRun] = {}
         self._finished: collections.deque[str] = collections.deque()

@@ -45,17 +45,18 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.ports.runs import Notice, NoticeKind, WorkerRef
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunRecord, WorkerRef, may_requeue
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
-from rlm_mcp.service.queue.ends import not_started, request_of
+from rlm_mcp.service.queue.ends import EndReporting, not_started, request_of
 from rlm_mcp.service.queue.final_writes import RETRY_S
 from rlm_mcp.service.queue.port import RunQueuePort, RunRow
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.queue.sql import QUEUE_CHANNEL
 from rlm_mcp.service.queue.wakeups import listen_forever
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.store.pg.sessions import PgSessionStore
@@ -79,10 +80,14 @@ class QueueWorker:
         *,
         session_store: PgSessionStore | None = None,
         contexts: ContextStorePort | None = None,
+        ends: RunEnds | None = None,
     ) -> None:
-        """`session_store`, `contexts`: where kept sessions live (None: this worker runs none)."""
+        """`session_store`, `contexts`: where kept sessions live (None: this worker runs none);
+        `ends`: the run-end hook, told of each run end this worker's write makes."""
         self._settings = settings
-        self._queue = queue
+        # Every end this worker writes (the final record, a run that could not start or was
+        # stopped unrecorded) goes through the queue's `finish`, which tells the run-end hook.
+        self._queue: RunQueuePort = EndReporting(queue, ends if ends is not None else RunEnds())
         self._url = url
         self._run_store = run_store
         self._runs = runs
@@ -93,7 +98,7 @@ class QueueWorker:
         self._running: dict[str, tuple[int, ActiveRun, QueueRunLog]] = {}  # run id -> (attempt, run, log)
         self._stopped: dict[str, str] = {}  # run id -> why this worker stopped it (fenced)
         self._handing_back: set[str] = set()  # runs given back to the queue at shutdown
-        self._fresh: set[str] = set()  # runs never queued again before (may be, once)
+        self._requeues: dict[str, int] = {}  # run id -> how often it was queued again before
         self._beat_at = time.monotonic()  # the start of the last successful heartbeat
         self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
         self._tg: anyio.abc.TaskGroup | None = None
@@ -129,7 +134,7 @@ class QueueWorker:
         # Runs that have had no LM reply yet go back to the queue (once) instead of ending:
         # another worker starts them from scratch and nothing was spent.
         for run_id, (_, run, run_log) in list(self._running.items()):
-            if run_id in self._fresh and run.progress.usage.total.calls == 0:
+            if may_requeue(lm_called=_lm_called(run), requeues=self._requeues.get(run_id, 1)):
                 run_log.detach()
                 self._handing_back.add(run_id)
         tg.cancel_scope.cancel()  # each run records `cancelled` (or is handed back)
@@ -290,7 +295,7 @@ class QueueWorker:
         finally:
             self._running.pop(row.run_id, None)
             self._stopped.pop(row.run_id, None)
-            self._fresh.discard(row.run_id)
+            self._requeues.pop(row.run_id, None)
             self._handing_back.discard(row.run_id)
             self._slots.release()
 
@@ -304,14 +309,16 @@ class QueueWorker:
             """At the run's end: a run ended by this process's shutdown before any LM reply goes
             back to the queue (decided here too, as the shutdown's cancellation may reach the
             run before `__aexit__` does)."""
-            if run is None or not run.shut_down or row.requeues or run.progress.usage.total.calls:
+            if run is None or not run.shut_down or not may_requeue(lm_called=_lm_called(run), requeues=row.requeues):
                 return False
             self._handing_back.add(run_id)
             return True
 
-        run_log = QueueRunLog(await self._run_store.reopen(run_id, attempt=attempt), hand_back=hand_back)
-        if row.requeues == 0:
-            self._fresh.add(run_id)
+        async def finish(final: RunRecord) -> bool:
+            return await self._queue.finish(run_id, final, attempt=attempt)
+
+        run_log = QueueRunLog(await self._run_store.reopen(run_id, attempt=attempt), hand_back=hand_back, finish=finish)
+        self._requeues[run_id] = row.requeues
         sessions = self.sessions if request.session_id is not None else None
         try:
             repl = await sessions.prepare(request) if sessions is not None else None
@@ -348,7 +355,9 @@ class QueueWorker:
                 elif run_id in self._handing_back:
                     await final_writes.hand_back(self._queue, run, run_log, attempt, self.ref)
                 elif run_log.unrecorded:
-                    await final_writes.end_unrecorded(self._queue, run, attempt, self.ref, fresh=row.requeues == 0)
+                    # Its first LM reply was not recorded: the database says no answered call.
+                    fresh = may_requeue(lm_called=False, requeues=row.requeues)
+                    await final_writes.end_unrecorded(self._queue, run, attempt, self.ref, fresh=fresh)
                 else:
                     await final_writes.ensure_final(self._queue, run, run_log, attempt)
 
@@ -381,3 +390,8 @@ class QueueWorker:
                 except RlmMcpError as exc:
                     log.info("could not write the events of run %s: %s", run.run_id, exc)
             await run.wait_change(self._settings.queue_poll_s, since=seen)
+
+
+def _lm_called(run: ActiveRun) -> bool:
+    """Whether the run has had an LM call (its reply came): what `rlm_runs.lm_called` records."""
+    return run.progress.usage.total.calls > 0
