@@ -173,7 +173,8 @@ async def test_concurrent_sweepers_tell_each_end_once_after_its_record(tmp_path:
         assert [t.run_id for t in told.told] == ["run_ends_lost0000001", "run_ends_stale000001"]
         stale, stale_row = told.told[1], told.rows[1]
         assert stale_row is not None and stale_row.done and RunRecord.from_stored(stale_row.summary) == stale.record
-        assert stale.status == "error" and "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in (stale.record.result.reason or "")
+        assert stale.status == "error" and stale.record.result is not None
+        assert "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in (stale.record.result.reason or "")
 
 
 async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: str) -> None:
