@@ -102,13 +102,35 @@ class RunRecord(LiveState):
         """What the run used: its result's usage once it ended, the live count before."""
         return self.result.usage if self.result is not None else self.usage
 
+    @classmethod
+    def of_live(
+        cls,
+        live: LiveState,
+        *,
+        run_id: str,
+        created_at: float,
+        request: RunRequest,
+        result: RunResult | None = None,
+        not_started: NotStarted | None = None,
+    ) -> RunRecord:
+        """A run's record from its live state (an executing or followed run's)."""
+        return cls.model_validate(
+            {
+                **live_fields(live),
+                "run_id": run_id,
+                "created_at": created_at,
+                "request": request,
+                "result": result,
+                "not_started": not_started,
+            }
+        )
+
     def live(self) -> LiveSummary:
-        state = {name: getattr(self, name) for name in LiveState.model_fields}
-        return LiveSummary.model_validate({**state, "usage": self.usage.copy_of()})
+        return LiveSummary.model_validate({**live_fields(self), "usage": self.usage.copy_of()})
 
     def with_live(self, live: LiveState) -> RunRecord:
         """This record with `live`'s state (a follower applying an announcement)."""
-        return self.model_copy(update={name: getattr(live, name) for name in LiveState.model_fields})
+        return self.model_copy(update=live_fields(live))
 
     def ended(
         self, status: RunStatus, reason: str, *, duration_s: float | None = None, notice: Notice | None = None
@@ -172,6 +194,11 @@ class RunRecord(LiveState):
             not_started=not_started_of(obj.get("not_started")),
         )
         return cls.model_validate(data)
+
+
+def live_fields(state: LiveState) -> dict[str, Any]:
+    """The live state's fields of `state` (a record, an announcement, a live state), by name."""
+    return {name: getattr(state, name) for name in LiveState.model_fields}
 
 
 def summed_usage(records: Iterable[RunRecord]) -> Usage:
@@ -239,6 +266,7 @@ __all__ = [
     "WorkerRef",
     "decode_live",
     "encode_live",
+    "live_fields",
     "may_requeue",
     "new_run_id",
     "render_notices",

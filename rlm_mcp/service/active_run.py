@@ -20,7 +20,7 @@ import anyio
 
 from rlm_mcp.engine import RunProgress, RunResult
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.ports.runs import Notice, NotStarted, RunRecord, RunRequest, render_notices
+from rlm_mcp.ports.runs import LiveState, Notice, NotStarted, RunRecord, RunRequest
 from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.views import RunSnapshot
 
@@ -75,37 +75,22 @@ class ActiveRun:
             return True
         return False
 
+    def live(self) -> LiveState:
+        """The run's live state now: the engine's counters with the record's notice."""
+        return self.progress.live(notice=self.notice, last_event=self.last_event)
+
     def snapshot(self) -> RunSnapshot:
-        p = self.progress
-        return RunSnapshot(
-            run_id=self.run_id,
-            status=p.status,
-            iterations=p.iterations,
-            max_iterations=p.max_iterations,
-            sub_calls=p.sub_calls,
-            usage=p.usage.copy_of(),
-            elapsed_s=round(time.monotonic() - p.started, 3),
-            notice=render_notices(self.notice, self.waiting),
-            reason=self.result.reason if self.result is not None else None,
-        )
+        """The run's status now (with the front's own notice, `waiting`, after the record's)."""
+        return RunSnapshot.of(self.run_id, self.live(), self.result, waiting=self.waiting)
 
     def record(self) -> RunRecord:
         """The run's record now: its request, its live state and, once it ended, its result."""
-        p = self.progress
         cause = self.not_started
-        return RunRecord(
+        return RunRecord.of_live(
+            self.live(),
             run_id=self.run_id,
             created_at=self.created,
             request=self.request,
-            status=p.status,
-            phase=p.phase,
-            iterations=p.iterations,
-            max_iterations=p.max_iterations,
-            sub_calls=p.sub_calls,
-            usage=p.usage.copy_of(),
-            elapsed_s=round(time.monotonic() - p.started, 3),
-            notice=self.notice,
-            last_event=self.last_event,
             result=self.result,
             not_started=NotStarted(cause=cause.cause, fix=cause.fix) if cause is not None else None,
         )

@@ -47,14 +47,7 @@ def apply(run: ActiveRun, state: LiveSummary | RunRecord) -> None:
     something changed."""
     p = run.progress
     before = (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total)
-    p.status = state.status
-    p.iterations = state.iterations
-    p.sub_calls = state.sub_calls
-    p.usage = state.usage.copy_of()
-    if state.phase is not None:
-        p.phase = state.phase
-    if state.elapsed_s is not None and p.status != "queued":
-        p.started = time.monotonic() - state.elapsed_s
+    p.apply(state)
     run.notice = state.notice
     if isinstance(state, RunRecord) and state.done and not run.done.is_set():
         run.result = state.result
