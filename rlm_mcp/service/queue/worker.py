@@ -9,7 +9,7 @@ engine here, never through the queue.
 Fencing. Each claim is a new attempt; every write for the run names it, and one that matches
 nothing (`QueueRunLog.must_stop`) stops the run at once: its scope is cancelled, which removes its
 sandbox, and nothing more is written. The run's engine asks `_must_stop` before each LM call and
-each cell (`ActiveRun.fence`). The heartbeat (the database's `now()`) also returns the runs the
+each cell (the `fence` it hands `RunManager.adopt`). The heartbeat (the database's `now()`) also returns the runs the
 database says this worker holds: a run missing from it is stopped, a cancel asked for is applied.
 A worker whose own monotonic clock says its last successful heartbeat is older than the lease (it
 was frozen, or cut off, or the database is away) lets none of its runs go on to an LM call or a
