@@ -55,8 +55,9 @@ class RunProgress:
 
     def live(self, *, notice: Notice | None = None, last_event: str | None = None) -> LiveState:
         """The run's live state now (`notice`, `last_event`: what the service says beside the
-        engine's counters)."""
-        return LiveState(
+        engine's counters). Built without validation: every value is already of its type, and
+        it is read on each progress report."""
+        return LiveState.model_construct(
             status=self.status,
             phase=self.phase,
             iterations=self.iterations,
