@@ -18,7 +18,6 @@ import pydantic
 
 from rlm_mcp.owners import LOCAL_OWNER, Owner
 from rlm_mcp.ports.run_values import (
-    RECORD_VERSION,
     LiveState,
     LiveSummary,
     Notice,
@@ -190,7 +189,6 @@ def _live_json(live: LiveSummary) -> dict[str, Any]:
 
 __all__ = [
     "LIVE_MAX_BYTES",
-    "RECORD_VERSION",
     "decode_live",
     "encode_live",
     "float_of",

@@ -133,3 +133,14 @@ async def test_runs_ended_by_the_shutdown_are_told_once_after_their_records(tmp_
         ended = assert_told_once_after_the_record(recorder, run, "cancelled")
         assert ended.record.notice is not None and ended.record.notice.render() == "the server shut down"
     assert len(recorder.told) == 2
+
+
+def test_the_team_end_writes_it_wraps_are_the_queue_ports_own() -> None:
+    """`EndReporting` hands every other call through to the queue: each end write it tells the
+    hook of must still be a method of the port (a renamed one would silently never tell)."""
+    from rlm_mcp.service.queue.ends import EndReporting
+    from rlm_mcp.service.queue.port import RunQueuePort
+
+    wrapped = {name for name in vars(EndReporting) if not name.startswith("_")}
+    assert wrapped == {"finish", "cancel", "end_or_requeue_lost", "time_out"}
+    assert wrapped <= {name for name in dir(RunQueuePort) if not name.startswith("_")}
