@@ -1,6 +1,6 @@
 """The run-end hook in team mode, in process over a real PostgreSQL: a worker's run that
 completes, one cancelled while it runs, one cancelled by a front while still queued, and one
-whose kept session cannot go on (it never starts) each tell the hook exactly once, in the
+whose kept session has ended (it never starts) each tell the hook exactly once, in the
 process whose write ended the run, after the final record is written. (The sweeper's ends, a
 lost worker's run and a run no worker took, are in test_team_sweeper.py.) No Docker: the engine
 runs on the fake model and sandboxes of tests/fixtures_engine.py."""
@@ -29,6 +29,7 @@ from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.store.pg.sessions import PgSessionStore
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits, submit
@@ -67,6 +68,7 @@ class Slots:
     owner_id = "owner-ends"
     free_slots = 4
     max_slots = 4
+    reclaim = None  # set by a worker that keeps sessions
 
 
 @asynccontextmanager
@@ -121,3 +123,40 @@ async def test_worker_and_front_ends_are_told_once_after_their_records(tmp_path:
                 await wait_until(lambda: any(t.run_id == running.run_id for t in recorder.told), within_s=30)
                 recorder.once(running.run_id, "cancelled")
         assert sorted(t.run_id for t in recorder.told) == sorted([queued.run_id, done.run_id, running.run_id])
+
+
+async def test_a_run_whose_session_ended_is_told_once_as_never_started(tmp_path: Path, pg_url: str) -> None:
+    async with team(tmp_path, pg_url) as ((settings, stores), queue, recorder, ctx):
+        ends = RunEnds([recorder])
+
+        async def engine() -> RLMEngine:
+            return RLMEngine(settings, FakeChatModel(root=[submit("'42'")]), FakeSandboxFactory())
+
+        sandboxes = cast(SandboxManager, Slots())
+        async with (
+            QueueFront(settings, queue, Wakeups(pg_url), ends=ends) as front,
+            RunManager(settings, stores.contexts, stores.runs, ends=ends) as runs,
+            QueueWorker(
+                settings,
+                queue,
+                pg_url,
+                stores.runs,
+                runs,
+                sandboxes,
+                engine,
+                session_store=PgSessionStore(stores.lifecycle),
+                contexts=stores.contexts,
+                ends=ends,
+            ),
+        ):
+            run = await front.start(request(settings, ctx, session_id="sess_ended_before_run"), None)
+            with anyio.fail_after(60):
+                await run.done.wait()
+            await wait_until(lambda: any(t.run_id == run.run_id for t in recorder.told), within_s=30)
+            ended = recorder.once(run.run_id, "error")
+            assert ended.session_id == "sess_ended_before_run"
+            assert (
+                ended.record.not_started is not None
+                and "ended before this run started" in ended.record.not_started.cause
+            )
+        assert [t.run_id for t in recorder.told] == [run.run_id]
