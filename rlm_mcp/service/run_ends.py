@@ -6,6 +6,9 @@ started; in team mode the queue's conditional end writes do (`service.queue.ends
 a worker's final record or its not-started end, a front's cancel of a queued run, a sweeper's
 end of a lost worker's run or of one no worker took), so the writer whose write ended the run
 is the one that tells. The assembly builds one registry per process and subscribes the hooks.
+
+Subscribers are awaited in turn (embedded mode: before the run's waiters wake), so one whose work
+is slow (a webhook) hands it to a task of its own rather than holding up the run's end.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ cancel scope, its run log and its pinned contexts.
 
 `rlm_complete` and `rlm_start` both start a run here; `rlm_complete` then waits on it and
 turns its events into progress notifications. A run never outlives the service: on shutdown
-the task group is cancelled and every run records `cancelled`.
+the task group is cancelled and every run records `cancelled`. Each run started here tells the
+run-end hook (`service.run_ends`) once its final record is written, before its waiters wake.
 """
 
 from __future__ import annotations

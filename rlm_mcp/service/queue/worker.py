@@ -9,8 +9,9 @@ engine here, never through the queue.
 Fencing. Each claim is a new attempt; every write for the run names it, and one that matches
 nothing (`QueueRunLog.must_stop`) stops the run at once: its scope is cancelled, which removes its
 sandbox, and nothing more is written. The run's engine asks `_must_stop` before each LM call and
-each cell (the `fence` it hands `RunManager.adopt`). The heartbeat (the database's `now()`) also returns the runs the
-database says this worker holds: a run missing from it is stopped, a cancel asked for is applied.
+each cell (the `fence` handed to `RunManager.adopt`). The heartbeat (the database's `now()`) also
+returns the runs the database says this worker holds: a run missing from it is stopped, a cancel
+asked for is applied.
 A worker whose own monotonic clock says its last successful heartbeat is older than the lease (it
 was frozen, or cut off, or the database is away) lets none of its runs go on to an LM call or a
 cell, and claims nothing, until a heartbeat answers again: then the runs the database no longer
