@@ -53,9 +53,6 @@ class ActiveRun:
     shut_down: bool = False
     # Holds one of the process's run slots (from the moment the slot gate hands it one).
     slotted: bool = False
-    # Whether its owner's share of the slots applies here (a team worker's runs were claimed
-    # within it already).
-    shared: bool = True
     # Began executing (held a slot and started its engine): counted by the running-runs gauge.
     began: bool = False
 

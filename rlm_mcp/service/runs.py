@@ -62,6 +62,9 @@ class _Hooks:
     on_result: SessionHook | None = None
     # ... and once it is written.
     on_end: SessionHook | None = None
+    # Whether its owner's share of the slots applies here (a team worker's runs were claimed
+    # within it already).
+    shared: bool = True
     # Whether this manager tells the run-end hook (runs it started; a team worker's runs are
     # told by the queue's end write, `service.queue.ends.EndReporting`).
     tells_end: bool = True
@@ -132,8 +135,8 @@ class RunManager:
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress, shared=False)
-        hooks = _Hooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, tells_end=False)
+        run = ActiveRun(run_id, request, progress)
+        hooks = _Hooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, shared=False, tells_end=False)
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log, hooks)
         return run
@@ -270,18 +273,18 @@ class RunManager:
             )
         except RlmMcpError as exc:  # a context deleted since the call was checked
             raise RunNotStarted(exc) from exc
-        await self._acquire_slot(run)
+        await self._acquire_slot(run, hooks)
         try:
             return await self._run_pinned(run, engine, log, infos, hooks)
         finally:
             self._gate.release(run.request.owner)
 
-    async def _acquire_slot(self, run: ActiveRun) -> None:
+    async def _acquire_slot(self, run: ActiveRun, hooks: _Hooks) -> None:
         timeout = self._settings.run_queue_timeout_s
         owner = run.request.owner
         run.notify("queued")
         with anyio.move_on_after(timeout) as waited:
-            await self._gate.acquire(owner, run, shared=run.shared)
+            await self._gate.acquire(owner, run, shared=hooks.shared)
         if not waited.cancelled_caught:
             return
         gate = self._gate
