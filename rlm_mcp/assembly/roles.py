@@ -13,6 +13,7 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.parts import RunsOpener, ServiceParts, Sessions
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.sessions import SessionManager
@@ -46,7 +47,7 @@ def embedded(settings: Settings, *, transport: Transport, stores: Stores | None 
     held here (`SessionManager`)."""
     stores = stores if stores is not None else embedded_stores(settings.store)
     sandboxes = SandboxManager(settings.sandbox)
-    runs = RunManager(settings, stores.contexts, stores.runs)
+    runs = RunManager(settings, stores.contexts, stores.runs, ends=run_ends())
     sessions = SessionManager(settings, stores.contexts, sandboxes, runs)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
@@ -95,6 +96,8 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
     held = WorkerSessions(settings, session_store, stores.contexts) if settings.deployment.executes_runs else None
     sessions = TeamSessions(settings, session_store, held)
 
+    ends = run_ends()
+
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
         # on the store's pool (a heartbeat starved past the lease would pause every run here).
@@ -103,9 +106,11 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
         stack.push_async_callback(queue_db.close)
         queue = PgRunQueue(queue_rules(settings), queue_db)
         worker = WorkerParts(own.contexts, run_store, run_store, held) if held is not None else None
-        executed = await open_queue(stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness)
+        executed = await open_queue(
+            stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends
+        )
         if follows or executed is None:
-            front = await open_front(stack, settings, queue)
+            front = await open_front(stack, settings, queue, ends=ends)
             sessions.queue_through(front)
             return front
         return executed  # a worker-only process: nothing here follows a run
@@ -133,6 +138,14 @@ def _parts(
         sessions=sessions,
         open_runs=open_runs,
     )
+
+
+def run_ends() -> RunEnds:
+    """The run-end hook's registry of this process (`service.run_ends`): the work hung on every
+    run's end subscribes here. None yet: the kept sessions still take their runs' ends through
+    the run manager's session hooks; the router's finish-session call, webhooks and MCP task
+    state are the next subscribers."""
+    return RunEnds()
 
 
 def _require_team(settings: Settings) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import RunEvent
-from rlm_mcp.ports.runs import RunLimits, RunPhase, RunResult, RunStatus, Usage
+from rlm_mcp.ports.runs import LiveState, Notice, RunLimits, RunPhase, RunResult, RunStatus, Usage
 
 # The run's limits, phase, status and result are the run contract's (rlm_mcp.ports.runs).
 __all__ = ["EventSink", "RunLimits", "RunNotStarted", "RunPhase", "RunProgress", "RunResult", "RunStatus", "Usage"]
@@ -34,7 +34,9 @@ EventSink = Callable[[RunEvent], Awaitable[None]]
 
 @dataclass
 class RunProgress:
-    """Live state of a run, mutated by the engine and read by the service (rlm_status)."""
+    """Live state of a run, mutated by the engine and read by the service (rlm_status): the
+    mutable form of the contract's `LiveState` (`live` reads it as one, `apply` takes one in),
+    so the run's record, its announcement and its status view are all derived from it."""
 
     run_id: str
     max_iterations: int
@@ -50,3 +52,31 @@ class RunProgress:
     @property
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
+
+    def live(self, *, notice: Notice | None = None, last_event: str | None = None) -> LiveState:
+        """The run's live state now (`notice`, `last_event`: what the service says beside the
+        engine's counters). Built without validation: every value is already of its type, and
+        it is read on each progress report."""
+        return LiveState.model_construct(
+            status=self.status,
+            phase=self.phase,
+            iterations=self.iterations,
+            max_iterations=self.max_iterations,
+            sub_calls=self.sub_calls,
+            usage=self.usage.copy_of(),
+            elapsed_s=round(self.elapsed_s, 3),
+            notice=notice,
+            last_event=last_event,
+        )
+
+    def apply(self, state: LiveState) -> None:
+        """Take the counters of `state` (a team-mode front following a run another process
+        executes: its announced live state or its record)."""
+        self.status = state.status
+        self.iterations = state.iterations
+        self.sub_calls = state.sub_calls
+        self.usage = state.usage.copy_of()
+        if state.phase is not None:
+            self.phase = state.phase
+        if state.elapsed_s is not None and self.status != "queued":
+            self.started = time.monotonic() - state.elapsed_s

@@ -4,8 +4,10 @@ caller waits on it.
 An `ActiveRun` is what every run backend hands back: the local `RunManager` (service/runs.py)
 executes it in this process; a team-mode front (service/queue/front.py) mirrors a run that a
 worker executes. Its state is the engine's `RunProgress` plus what a waiter needs (a change
-counter, the result or why it never started, notices, the team worker's fence, a kept
-session's hooks); `snapshot()` and `record()` are its two read views.
+counter, the result or why it never started, notices); `snapshot()` and `record()` are its two
+read views. What a mode hangs on a run's execution (a team worker's fence, a kept session's
+REPL and end hooks) stays with the backend that executes it (`RunManager`), and the work hung
+on every run's end with the run-end hook (`service.run_ends`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ from dataclasses import dataclass, field
 import anyio
 
 from rlm_mcp.engine import RunProgress, RunResult
-from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.ports.runs import Notice, NotStarted, RunRecord, RunRequest, render_notices
+from rlm_mcp.ports.runs import LiveState, Notice, NotStarted, RunRecord, RunRequest
 from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.views import RunSnapshot
 
@@ -50,21 +51,8 @@ class ActiveRun:
     # Ended because its server shut down (cancelled from outside its own scope), set before
     # its final record is written (a team worker may hand such a run back instead).
     shut_down: bool = False
-    # Team mode: awaited before each LM call and each cell (on the events that precede them);
-    # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
-    fence: Callable[[], Awaitable[bool]] | None = None
     # Holds one of the process's run slots (from the moment the slot gate hands it one).
     slotted: bool = False
-    # Whether its owner's share of the slots applies here (a team worker's runs were claimed
-    # within it already).
-    shared: bool = True
-    # A kept session's run: the session's REPL it continues, and what to tell the session once
-    # the run's record is written (service/sessions.py).
-    repl: SessionSandbox | None = None
-    on_end: Callable[[ActiveRun], Awaitable[None]] | None = None
-    # Team mode: told before the run's final record is written (the session is free again by the
-    # time a caller sees the result).
-    on_result: Callable[[ActiveRun], Awaitable[None]] | None = None
     # Began executing (held a slot and started its engine): counted by the running-runs gauge.
     began: bool = False
 
@@ -84,37 +72,22 @@ class ActiveRun:
             return True
         return False
 
+    def live(self) -> LiveState:
+        """The run's live state now: the engine's counters with the record's notice."""
+        return self.progress.live(notice=self.notice, last_event=self.last_event)
+
     def snapshot(self) -> RunSnapshot:
-        p = self.progress
-        return RunSnapshot(
-            run_id=self.run_id,
-            status=p.status,
-            iterations=p.iterations,
-            max_iterations=p.max_iterations,
-            sub_calls=p.sub_calls,
-            usage=p.usage.copy_of(),
-            elapsed_s=round(time.monotonic() - p.started, 3),
-            notice=render_notices(self.notice, self.waiting),
-            reason=self.result.reason if self.result is not None else None,
-        )
+        """The run's status now (with the front's own notice, `waiting`, after the record's)."""
+        return RunSnapshot.of(self.run_id, self.live(), self.result, waiting=self.waiting)
 
     def record(self) -> RunRecord:
         """The run's record now: its request, its live state and, once it ended, its result."""
-        p = self.progress
         cause = self.not_started
-        return RunRecord(
+        return RunRecord.of_live(
+            self.live(),
             run_id=self.run_id,
             created_at=self.created,
             request=self.request,
-            status=p.status,
-            phase=p.phase,
-            iterations=p.iterations,
-            max_iterations=p.max_iterations,
-            sub_calls=p.sub_calls,
-            usage=p.usage.copy_of(),
-            elapsed_s=round(time.monotonic() - p.started, 3),
-            notice=self.notice,
-            last_event=self.last_event,
             result=self.result,
             not_started=NotStarted(cause=cause.cause, fix=cause.fix) if cause is not None else None,
         )

@@ -3,16 +3,17 @@ cancel scope, its run log and its pinned contexts.
 
 `rlm_complete` and `rlm_start` both start a run here; `rlm_complete` then waits on it and
 turns its events into progress notifications. A run never outlives the service: on shutdown
-the task group is cancelled and every run records `cancelled`.
+the task group is cancelled and every run records `cancelled`. Each run started here tells the
+run-end hook (`service.run_ends`) once its final record is written, before its waiters wake.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
@@ -24,9 +25,10 @@ from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.owners import OwnerScope, sees
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunRequest
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunRecord, RunRequest, new_run_id
 from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
 from rlm_mcp.service.slots import SlotGate
 from rlm_mcp.service.unrecordable import store_unreachable, unrecordable
@@ -42,11 +44,43 @@ PRUNE_EVERY_S = 300.0
 PROGRESS_EVENTS = (TurnStart, SubCalls, ChildStart, ChildEnd, RunEnd)
 
 
+# What a kept session hangs on its run's end (service/sessions.py, service/queue/sessions.py).
+SessionHook = Callable[[ActiveRun], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    """What the caller of `start` / `adopt` hangs on one run's execution: kept with the task
+    that executes it, not on the `ActiveRun` that readers see."""
+
+    # Team mode: awaited before each LM call and each cell (on the events that precede them);
+    # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
+    fence: Callable[[], Awaitable[bool]] | None = None
+    # A kept session's run: the session's REPL it continues...
+    repl: SessionSandbox | None = None
+    # ... what to tell the session before the run's final record is written (team mode: the
+    # session is free again by the time a caller sees the result) ...
+    on_result: SessionHook | None = None
+    # ... and once it is written.
+    on_end: SessionHook | None = None
+    # Whether its owner's share of the slots applies here (a team worker's runs were claimed
+    # within it already).
+    shared: bool = True
+    # Whether this manager tells the run-end hook (runs it started; a team worker's runs are
+    # told by the queue's end write, `service.queue.ends.EndReporting`).
+    tells_end: bool = True
+
+
 class RunManager:
     """Starts, tracks and cancels runs; owns their task group."""
 
-    def __init__(self, settings: Settings, contexts: ContextStorePort, records: RunStorePort) -> None:
+    def __init__(
+        self, settings: Settings, contexts: ContextStorePort, records: RunStorePort, *, ends: RunEnds | None = None
+    ) -> None:
+        """`ends`: the run-end hook's registry, told of each run this manager started once its
+        final record is written."""
         self._settings = settings
+        self._ends = ends if ends is not None else RunEnds()
         self._contexts = contexts
         self._records = records
         self._runs: dict[str, ActiveRun] = {}
@@ -91,8 +125,8 @@ class RunManager:
         *,
         fence: Callable[[], Awaitable[bool]] | None = None,
         repl: SessionSandbox | None = None,
-        on_result: Callable[[ActiveRun], Awaitable[None]] | None = None,
-        on_end: Callable[[ActiveRun], Awaitable[None]] | None = None,
+        on_result: SessionHook | None = None,
+        on_end: SessionHook | None = None,
     ) -> ActiveRun:
         """Execute a run whose record already exists (a team-mode worker claimed it from the
         queue): the same execution as `start`, without the queue bound and the new record.
@@ -102,11 +136,10 @@ class RunManager:
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(
-            run_id, request, progress, shared=False, fence=fence, repl=repl, on_result=on_result, on_end=on_end
-        )
+        run = ActiveRun(run_id, request, progress)
+        hooks = _Hooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, shared=False, tells_end=False)
         self._runs[run_id] = run
-        await self._tg.start(self._execute, run, engine, log)
+        await self._tg.start(self._execute, run, engine, log, hooks)
         return run
 
     async def start(
@@ -115,7 +148,7 @@ class RunManager:
         engine: RLMEngine | None,
         *,
         repl: SessionSandbox | None = None,
-        on_end: Callable[[ActiveRun], Awaitable[None]] | None = None,
+        on_end: SessionHook | None = None,
     ) -> ActiveRun:
         """`repl` and `on_end`: the run continues a kept session (embedded mode only)."""
         if self._tg is None or engine is None:
@@ -132,18 +165,18 @@ class RunManager:
         )
         if busy is not None:
             raise busy
-        run_id = f"run_{uuid.uuid4().hex[:20]}"
+        run_id = new_run_id()
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress, repl=repl, on_end=on_end)
+        run = ActiveRun(run_id, request, progress)
         self._runs[run_id] = run
         try:
             log = await self._records.create(run.record())
         except BaseException:
             del self._runs[run_id]
             raise
-        await self._tg.start(self._execute, run, engine, log)
+        await self._tg.start(self._execute, run, engine, log, _Hooks(repl=repl, on_end=on_end))
         return run
 
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
@@ -154,7 +187,13 @@ class RunManager:
             await run.done.wait()
 
     async def _execute(
-        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, *, task_status: anyio.abc.TaskStatus[None]
+        self,
+        run: ActiveRun,
+        engine: RLMEngine,
+        log: RunLogPort,
+        hooks: _Hooks,
+        *,
+        task_status: anyio.abc.TaskStatus[None],
     ) -> None:
         result: RunResult | None = None
         # The contexts' pins only guard against eviction: released last, once the result is out
@@ -164,7 +203,7 @@ class RunManager:
                 with anyio.CancelScope() as scope:
                     run.scope = scope
                     task_status.started()
-                    result = await self._run_in_slot(run, engine, log, pins)
+                    result = await self._run_in_slot(run, engine, log, pins, hooks)
                 if result is None:  # the scope was cancelled: rlm_cancel, client cancel, shutdown
                     result = self._ended(run, "cancelled", "cancelled by the caller")
             except RunNotStarted as exc:
@@ -184,17 +223,19 @@ class RunManager:
                     metrics.run_finished(
                         result.status, result.duration_s, result.iterations, result.sub_calls, started=run.began
                     )
-                    if run.on_result is not None:
+                    if hooks.on_result is not None:
                         try:
-                            await run.on_result(run)
+                            await hooks.on_result(run)
                         except Exception:
                             logger.exception("the session of run %s could not record its end", run.run_id)
-                    await self._finish_record(run, log)
-                    if run.on_end is not None:
+                    final = await self._finish_record(run, log)
+                    if hooks.on_end is not None:
                         try:
-                            await run.on_end(run)
+                            await hooks.on_end(run)
                         except Exception:
                             logger.exception("the session of run %s could not take its end", run.run_id)
+                    if hooks.tells_end:
+                        await self._ends.ended(final)
                     run.done.set()
                     run.notify("run_end")
                     self._forget_old_runs()
@@ -220,7 +261,9 @@ class RunManager:
         for run in finished[: max(0, len(finished) - FINISHED_RUNS_KEPT)]:
             del self._runs[run.run_id]
 
-    async def _run_in_slot(self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack) -> RunResult:
+    async def _run_in_slot(
+        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack, hooks: _Hooks
+    ) -> RunResult:
         """Pin the contexts (onto `pins`, which the caller releases) and run once a slot is free."""
         # Pinned while queued too: eviction (here or in another process) must not take the
         # contexts while the run waits for a slot.
@@ -230,18 +273,18 @@ class RunManager:
             )
         except RlmMcpError as exc:  # a context deleted since the call was checked
             raise RunNotStarted(exc) from exc
-        await self._acquire_slot(run)
+        await self._acquire_slot(run, hooks)
         try:
-            return await self._run_pinned(run, engine, log, infos)
+            return await self._run_pinned(run, engine, log, infos, hooks)
         finally:
             self._gate.release(run.request.owner)
 
-    async def _acquire_slot(self, run: ActiveRun) -> None:
+    async def _acquire_slot(self, run: ActiveRun, hooks: _Hooks) -> None:
         timeout = self._settings.run_queue_timeout_s
         owner = run.request.owner
         run.notify("queued")
         with anyio.move_on_after(timeout) as waited:
-            await self._gate.acquire(owner, run, shared=run.shared)
+            await self._gate.acquire(owner, run, shared=hooks.shared)
         if not waited.cancelled_caught:
             return
         gate = self._gate
@@ -262,7 +305,7 @@ class RunManager:
         )
 
     async def _run_pinned(
-        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, infos: list[ContextInfo]
+        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, infos: list[ContextInfo], hooks: _Hooks
     ) -> RunResult:
         run.progress.status = "running"
         run.progress.phase = RunPhase.STARTING
@@ -281,7 +324,7 @@ class RunManager:
                 logger.exception("could not append to the log of run %s", run.run_id)
             if isinstance(event, PROGRESS_EVENTS):
                 run.notify(event.type)
-            if run.fence is not None and run.scope is not None and await run.fence():
+            if hooks.fence is not None and run.scope is not None and await hooks.fence():
                 run.scope.cancel()  # before the LM call or the cell the event announces
                 await anyio.lowlevel.checkpoint()
 
@@ -294,7 +337,7 @@ class RunManager:
                 limits=run.request.limits,
                 progress=run.progress,
                 emit=emit,
-                session=run.repl,
+                session=hooks.repl,
             )
             tracing.run_span_done(span, result.status, result.iterations, result.sub_calls, result.usage.total)
             return result
@@ -304,19 +347,24 @@ class RunManager:
         assert result is not None
         return result
 
-    async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> None:
+    async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> RunRecord:
+        """Write the run's final record; returns it (the `error` record that replaced it, when
+        the store refused it for what it holds)."""
+        final = run.record()
         try:
             try:
-                await log.write_summary(run.record())
+                await log.write_summary(final)
             except Exception as exc:
                 if store_unreachable(exc):
                     raise
                 # Refused for what it holds (it would be refused again): recorded `error`, saying why, and the
                 # caller is told the same (service/unrecordable.py).
                 logger.exception("the store refused the record of run %s; recording it `error`", run.run_id)
-                ended = unrecordable(run.record(), exc)
+                ended = unrecordable(final, exc)
                 run.result, run.notice, run.progress.status = ended.result, ended.notice, "error"
-                await log.write_summary(run.record())
+                final = run.record()
+                await log.write_summary(final)
             await log.aclose()
         except Exception:
-            logger.exception("could not write the record of run %s", run.run_id)
+            logger.exception("could not write the record of run %s", final.run_id)
+        return final

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pydantic import BaseModel
 
 from rlm_mcp.errors import NotFoundError
-from rlm_mcp.ports.runs import RunRecord, RunStatus, Usage, render_notices, summed_usage
+from rlm_mcp.ports.runs import LiveState, Notice, RunRecord, RunResult, RunStatus, Usage, render_notices, summed_usage
 from rlm_mcp.ports.sessions import SAVING
 
 
@@ -28,19 +28,28 @@ class RunSnapshot(BaseModel):
     reason: str | None = None
 
     @classmethod
+    def of(
+        cls, run_id: str, live: LiveState, result: RunResult | None, *, waiting: Notice | None = None
+    ) -> RunSnapshot:
+        """From a run's live state (`ports.runs.LiveState`: a running run's, or its record's),
+        with the result's reason once it ended; `waiting`: the front's own notice, said after
+        the record's."""
+        return cls(
+            run_id=run_id,
+            status=live.status,
+            iterations=live.iterations,
+            max_iterations=live.max_iterations,
+            sub_calls=live.sub_calls,
+            usage=live.usage,
+            elapsed_s=live.elapsed_s,
+            notice=render_notices(live.notice, waiting),
+            reason=result.reason if result is not None else None,
+        )
+
+    @classmethod
     def from_record(cls, record: RunRecord) -> RunSnapshot:
         """From a run's stored record (a run that ended, possibly in another server)."""
-        return cls(
-            run_id=record.run_id,
-            status=record.status,
-            iterations=record.iterations,
-            max_iterations=record.max_iterations,
-            sub_calls=record.sub_calls,
-            usage=record.usage,
-            elapsed_s=record.elapsed_s,
-            notice=render_notices(record.notice),
-            reason=record.result.reason if record.result is not None else None,
-        )
+        return cls.of(record.run_id, record, record.result)
 
 
 async def session_usage(run_ids: Iterable[str], read: Callable[[str], Awaitable[RunRecord]]) -> Usage:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import anyio
 
 from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules, RunRow, RunState
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef, encode_live
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef, encode_live, may_requeue
 from rlm_mcp.testing.memory_runlog import MemoryRunLog
 
 __all__ = ["MemoryRunQueue"]
@@ -311,7 +311,7 @@ class MemoryRunQueue:
             return None
         row = run.row
         who = self._ref(row.worker_id)
-        if not row.lm_called and row.requeues == 0:
+        if may_requeue(lm_called=row.lm_called, requeues=row.requeues):
             notice = Notice(kind=NoticeKind.REQUEUED_WORKER_LOST, worker=who)
             summary = row.summary.model_copy(update={"status": "queued", "phase": RunPhase.QUEUED, "notice": notice})
             self._requeue(run_id, summary, row.attempt)

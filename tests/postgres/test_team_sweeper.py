@@ -19,8 +19,11 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
+from rlm_mcp.ports.queue import RunRow
+from rlm_mcp.ports.runs import RunEnded, RunRecord
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
@@ -56,7 +59,9 @@ async def silence(db: Database, worker: int) -> None:
         )
 
 
-async def connected_sweepers(settings: Settings, queue: PgRunQueue, n: int = 3) -> list[Sweeper]:
+async def connected_sweepers(
+    settings: Settings, queue: PgRunQueue, n: int = 3, *, ends: RunEnds | None = None
+) -> list[Sweeper]:
     """Sweepers that have been connected for a full lease (they may judge leases), once the
     database itself has been up that long (the sweepers' rule after a restart)."""
     with anyio.fail_after(settings.worker_lease_s + 30):
@@ -65,7 +70,7 @@ async def connected_sweepers(settings: Settings, queue: PgRunQueue, n: int = 3) 
     sweepers = []
     for _ in range(n):
         clock = Clock()
-        sweeper = Sweeper(settings, queue, clock=clock)
+        sweeper = Sweeper(settings, queue, clock=clock, ends=ends)
         await sweeper.sweep_once()
         clock.now += settings.worker_lease_s + 1
         sweepers.append(sweeper)
@@ -112,6 +117,55 @@ async def test_concurrent_sweepers_end_a_lost_run_once_and_requeue_a_fresh_one_o
         ended = await queue.read("run_swept_fresh000001")
         assert ended is not None and ended.done and ended.requeues == 1
         assert ended.summary.to_stored()["result"]["status"] == "error"
+
+
+class Told:
+    """A run-end hook: what it was told, with the run's row as it read it then."""
+
+    def __init__(self, queue: PgRunQueue) -> None:
+        self._queue = queue
+        self.told: list[RunEnded] = []
+        self.rows: list[RunRow | None] = []
+
+    async def __call__(self, ended: RunEnded) -> None:
+        self.rows.append(await self._queue.read(ended.run_id))
+        self.told.append(ended)
+
+
+async def test_concurrent_sweepers_tell_each_end_once_after_its_record(tmp_path: Path, pg_url: str) -> None:
+    """The run-end hook, shared by three sweepers: a lost worker's run that had an LM reply ends
+    and is told once; one that had none is queued again and not told; a run no worker took ends
+    at the queue timeout and is told once. Each time the final record was committed first."""
+    async with team(tmp_path, pg_url, run_queue_timeout_s=1.0, queue_poll_s=0.2) as (db, queue, settings):
+        told = Told(queue)
+        worker = await queue.register_worker("owner-ends", 4)
+        for name, lm_called in (("run_ends_lost0000001", True), ("run_ends_fresh000001", False)):
+            await queue.enqueue(summary(name), 1)
+            assert await queue.claim(worker, 8, 8) is not None
+            async with db.connection() as conn:
+                await conn.execute("UPDATE rlm_runs SET lm_called = %s WHERE run_id = %s", (lm_called, name))
+        sweepers = await connected_sweepers(settings, queue, ends=RunEnds([told]))
+        await silence(db, worker)
+        await sweep_together(sweepers)
+        assert [t.run_id for t in told.told] == ["run_ends_lost0000001"]
+        [ended], [row] = told.told, told.rows
+        assert row is not None and row.done and RunRecord.from_stored(row.summary) == ended.record
+        assert ended.status == "error" and ended.record.result is not None
+        assert f"worker {worker} (host " in (ended.record.result.reason or "")
+
+        await queue.enqueue(summary("run_ends_stale000001"), 1)
+        async with db.connection() as conn:
+            await conn.execute(
+                "UPDATE rlm_runs SET queued_at = now() - interval '1 minute' WHERE run_id = 'run_ends_stale000001'"
+            )
+        for sweeper in sweepers:
+            sweeper._housekept_at = float("-inf")
+        await sweep_together(sweepers)
+        assert [t.run_id for t in told.told] == ["run_ends_lost0000001", "run_ends_stale000001"]
+        stale, stale_row = told.told[1], told.rows[1]
+        assert stale_row is not None and stale_row.done and RunRecord.from_stored(stale_row.summary) == stale.record
+        assert stale.status == "error" and stale.record.result is not None
+        assert "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in (stale.record.result.reason or "")
 
 
 async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: str) -> None:

@@ -23,6 +23,8 @@ from rlm_mcp.ports.runs import (
     WorkerRef,
     decode_live,
     encode_live,
+    may_requeue,
+    new_run_id,
     render_notices,
 )
 
@@ -160,3 +162,16 @@ def test_notices_render_only_at_the_edge_and_join_in_order() -> None:
     assert text is not None and text.index("shut down") < text.index("no worker is alive")
     assert "300 s" in text and render_notices(None) is None
     assert Notice(kind=NoticeKind.SHUT_DOWN).render() == "the server shut down"
+
+
+@pytest.mark.parametrize(
+    ("lm_called", "requeues", "again"),
+    [(False, 0, True), (True, 0, False), (False, 1, False), (True, 1, False), (False, 2, False)],
+)
+def test_a_run_goes_back_to_the_queue_only_unanswered_and_once(lm_called: bool, requeues: int, again: bool) -> None:
+    assert may_requeue(lm_called=lm_called, requeues=requeues) is again
+
+
+def test_run_ids_come_from_one_source_and_differ() -> None:
+    ids = {new_run_id() for _ in range(100)}
+    assert len(ids) == 100 and all(i.startswith("run_") and len(i) == 24 for i in ids)

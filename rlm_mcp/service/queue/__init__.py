@@ -40,6 +40,7 @@ from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.ports import ContextStorePort, RunStorePort
 
@@ -80,29 +81,35 @@ async def open_queue(
     *,
     worker: WorkerParts | None,
     liveness: LeaseLiveness | None = None,
+    ends: RunEnds | None = None,
 ) -> RunManager | None:
     """Open the queue's parts that every team process runs on `stack`: the sweeper and the
     gauges always, the worker when `worker` is given (this process executes runs). Returns the
     worker's local `RunManager` (the runs it executes), None without one. `queue`: opened by the
-    assembly, closed by its stack."""
+    assembly, closed by its stack. `ends`: the run-end hook, told by whichever part's write ends
+    a run."""
     await warn_of_clock_skew(queue)
-    sweeper = Sweeper(settings, queue, sandboxes if worker is not None else None, liveness)
+    sweeper = Sweeper(settings, queue, sandboxes if worker is not None else None, liveness, ends=ends)
     tg = await stack.enter_async_context(anyio.create_task_group())
     stack.callback(tg.cancel_scope.cancel)  # runs before the group exits (callbacks unwind in reverse)
     tg.start_soon(sweeper.run_forever)
     tg.start_soon(sample_forever, queue)  # the queue gauges of /metrics
     if worker is None:
         return None
-    manager = await stack.enter_async_context(RunManager(settings, worker.contexts, worker.runs))
-    executor = QueueWorker(settings, queue, worker.run_log, manager, sandboxes, engine, sessions=worker.sessions)
+    manager = await stack.enter_async_context(RunManager(settings, worker.contexts, worker.runs, ends=ends))
+    executor = QueueWorker(
+        settings, queue, worker.run_log, manager, sandboxes, engine, sessions=worker.sessions, ends=ends
+    )
     await stack.enter_async_context(executor)
     return manager
 
 
-async def open_front(stack: AsyncExitStack, settings: Settings, queue: RunQueuePort) -> QueueFront:
+async def open_front(
+    stack: AsyncExitStack, settings: Settings, queue: RunQueuePort, *, ends: RunEnds | None = None
+) -> QueueFront:
     """A front's part of the queue on `stack`: enqueue runs and follow them (a front, or `both`;
     a worker-only process answers no MCP client and opens none)."""
-    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(queue)))
+    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(queue), ends=ends))
 
 
 async def warn_of_clock_skew(queue: RunQueuePort) -> float | None:

@@ -14,7 +14,6 @@ import collections
 import functools
 import logging
 import time
-import uuid
 
 import anyio
 
@@ -23,17 +22,16 @@ from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.queue import RunQueuePort
-from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus
+from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus, new_run_id
 from rlm_mcp.service.active_run import ActiveRun
-from rlm_mcp.service.queue.ends import need_of
+from rlm_mcp.service.queue.ends import EndReporting, need_of
 from rlm_mcp.service.queue.wakeups import Wakeups
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import FINISHED_RUNS_KEPT
 
 log = logging.getLogger("rlm_mcp.queue")
 
-
-def new_run_id() -> str:
-    return f"run_{uuid.uuid4().hex[:20]}"
+__all__ = ["QueueFront", "apply", "ended", "new_run_id"]  # new_run_id: the one source, `ports.runs`
 
 
 def ended(run: ActiveRun, status: RunStatus, reason: str) -> RunRecord:
@@ -49,14 +47,7 @@ def apply(run: ActiveRun, state: LiveSummary | RunRecord) -> None:
     something changed."""
     p = run.progress
     before = (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total)
-    p.status = state.status
-    p.iterations = state.iterations
-    p.sub_calls = state.sub_calls
-    p.usage = state.usage.copy_of()
-    if state.phase is not None:
-        p.phase = state.phase
-    if state.elapsed_s is not None and p.status != "queued":
-        p.started = time.monotonic() - state.elapsed_s
+    p.apply(state)
     run.notice = state.notice
     if isinstance(state, RunRecord) and state.done and not run.done.is_set():
         run.result = state.result
@@ -73,9 +64,12 @@ class QueueFront:
 
     local = False
 
-    def __init__(self, settings: Settings, queue: RunQueuePort, wakeups: Wakeups) -> None:
+    def __init__(
+        self, settings: Settings, queue: RunQueuePort, wakeups: Wakeups, *, ends: RunEnds | None = None
+    ) -> None:
+        """`ends`: the run-end hook, told when this front ends a run (cancelled while queued)."""
         self._settings = settings
-        self._queue = queue
+        self._queue: RunQueuePort = EndReporting(queue, ends if ends is not None else RunEnds())
         self._wakeups = wakeups
         self._mirrors: dict[str, ActiveRun] = {}
         self._finished: collections.deque[str] = collections.deque()

@@ -9,7 +9,9 @@ Events are staged and written in one statement per flush (`PgRunLog.flush`), at 
 - each live summary the worker publishes (`publish`: the staged events, the summary and the
   wake-up together, on each progress event), and every RLM_MCP_QUEUE_POLL_S while events are
   staged (`QueueWorker._report_until_done`);
-- the final summary (`write_summary`), `aclose`, and the worker's own final write.
+- the final summary (`write_summary`: the staged events, then the final record through the
+  queue's one conditional end write, `finish`, which tells the run-end hook), `aclose`, and the
+  worker's own final write.
 
 What a SIGKILL of the worker loses: the events staged since the last flush, at most one poll
 interval's worth. No sweeper rule reads them: a run's requeue depends only on an answered LM call
@@ -21,7 +23,7 @@ take their sequence when staged and are written in that order, one flush at a ti
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import LLMCall, RunEvent
@@ -35,10 +37,18 @@ class QueueRunLog:
     """`store.ports.RunLogPort` over a fenced log (`ports.queue.FencedRunLog`: PostgreSQL's
     `PgRunLog` in team mode), staging events between flushes."""
 
-    def __init__(self, inner: FencedRunLog, *, hand_back: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        inner: FencedRunLog,
+        *,
+        hand_back: Callable[[], bool] | None = None,
+        finish: Callable[[RunRecord], Awaitable[bool]] | None = None,
+    ) -> None:
         """`hand_back`: asked before the final summary is written; True: the run goes back to
-        the queue instead (the log detaches and writes no summary)."""
+        the queue instead (the log detaches and writes no summary). `finish`: how the final
+        summary is written (the queue's fenced end write; None: with the events, by the log)."""
         self._inner = inner
+        self._finish = finish
         self._marked = False
         self._hand_back = hand_back
         self.final_written = False  # the final summary (or another process's) is in the record
@@ -73,6 +83,10 @@ class QueueRunLog:
         """The staged events, the live summary and the wake-up in one statement; False when the
         run had already ended elsewhere (a sweeper declared its worker lost): the summary is
         not written then."""
+        if summary.done and self._finish is not None:
+            # The final record is written once, by `write_summary` through the queue's end write
+            # (which tells the run-end hook): a report that sees the result first leaves it there.
+            return True
         live = await self._inner.flush(summary=summary, mark_lm_called=lm_called, announce=True)
         if not live:
             self.must_stop = self.must_stop or "the run is no longer this worker's"
@@ -88,6 +102,12 @@ class QueueRunLog:
             self.detach()
         if self._inner.detached:  # handed back to the queue: the requeue announces it
             await self._inner.flush()
+            return
+        if summary.done and self._finish is not None:
+            # The events first (they land only while the run is this attempt's), then the end.
+            await self._inner.flush()
+            await self._finish(summary)
+            self.final_written = True  # written now, or the run had ended elsewhere already
             return
         await self._inner.flush(summary=summary, announce=True)
         if summary.done:

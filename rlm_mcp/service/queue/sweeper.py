@@ -38,7 +38,9 @@ import anyio
 from rlm_mcp.config import Settings
 from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.sandbox.manager import SandboxManager
+from rlm_mcp.service.queue.ends import EndReporting
 from rlm_mcp.service.queue.liveness import LeaseLiveness
+from rlm_mcp.service.run_ends import RunEnds
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -57,9 +59,12 @@ class Sweeper:
         liveness: LeaseLiveness | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        ends: RunEnds | None = None,
     ) -> None:
+        """`ends`: the run-end hook, told of each run this sweeper ends (a lost worker's, or one
+        no worker took in time)."""
         self._settings = settings
-        self._queue = queue
+        self._queue: RunQueuePort = EndReporting(queue, ends if ends is not None else RunEnds())
         self._sandboxes = sandboxes
         self._liveness = liveness
         self._clock = clock

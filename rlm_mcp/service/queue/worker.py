@@ -9,8 +9,9 @@ engine here, never through the queue.
 Fencing. Each claim is a new attempt; every write for the run names it, and one that matches
 nothing (`QueueRunLog.must_stop`) stops the run at once: its scope is cancelled, which removes its
 sandbox, and nothing more is written. The run's engine asks `_must_stop` before each LM call and
-each cell (`ActiveRun.fence`). The heartbeat (the database's `now()`) also returns the runs the
-database says this worker holds: a run missing from it is stopped, a cancel asked for is applied.
+each cell (the `fence` handed to `RunManager.adopt`). The heartbeat (the database's `now()`) also
+returns the runs the database says this worker holds: a run missing from it is stopped, a cancel
+asked for is applied.
 A worker whose own monotonic clock says its last successful heartbeat is older than the lease (it
 was frozen, or cut off, or the database is away) lets none of its runs go on to an LM call or a
 cell, and claims nothing, until a heartbeat answers again: then the runs the database no longer
@@ -46,14 +47,15 @@ from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.ports.queue import FencedRunStore, RunQueuePort, RunRow
-from rlm_mcp.ports.runs import Notice, NoticeKind, WorkerRef
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunRecord, WorkerRef, may_requeue
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
-from rlm_mcp.service.queue.ends import not_started
+from rlm_mcp.service.queue.ends import EndReporting, not_started
 from rlm_mcp.service.queue.final_writes import RETRY_S
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
+from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -72,12 +74,16 @@ class QueueWorker:
         engine: Callable[[], Awaitable[RLMEngine]],
         *,
         sessions: WorkerSessions | None = None,
+        ends: RunEnds | None = None,
     ) -> None:
         """`sessions`: the kept sessions' sandboxes this worker holds between runs, built by the
         assembly (which also made them the sandboxes' `reclaim`); entered and closed here, around
-        the runs (None: this worker runs none)."""
+        the runs (None: this worker runs none). `ends`: the run-end hook, told of each run end
+        this worker's write makes."""
         self._settings = settings
-        self._queue = queue
+        # Every end this worker writes (the final record, a run that could not start or was
+        # stopped unrecorded) goes through the queue's `finish`, which tells the run-end hook.
+        self._queue: RunQueuePort = EndReporting(queue, ends if ends is not None else RunEnds())
         self._run_store = run_store
         self._runs = runs
         self._sandboxes = sandboxes
@@ -87,7 +93,7 @@ class QueueWorker:
         self._running: dict[str, tuple[int, ActiveRun, QueueRunLog]] = {}  # run id -> (attempt, run, log)
         self._stopped: dict[str, str] = {}  # run id -> why this worker stopped it (fenced)
         self._handing_back: set[str] = set()  # runs given back to the queue at shutdown
-        self._fresh: set[str] = set()  # runs never queued again before (may be, once)
+        self._requeues: dict[str, int] = {}  # run id -> how often it was queued again before
         self._beat_at = time.monotonic()  # the start of the last successful heartbeat
         self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
         self._tg: anyio.abc.TaskGroup | None = None
@@ -124,7 +130,7 @@ class QueueWorker:
         # Runs that have had no LM reply yet go back to the queue (once) instead of ending:
         # another worker starts them from scratch and nothing was spent.
         for run_id, (_, run, run_log) in list(self._running.items()):
-            if run_id in self._fresh and run.progress.usage.total.calls == 0:
+            if may_requeue(lm_called=_lm_called(run), requeues=self._requeues.get(run_id, 1)):
                 run_log.detach()
                 self._handing_back.add(run_id)
         tg.cancel_scope.cancel()  # each run records `cancelled` (or is handed back)
@@ -284,7 +290,7 @@ class QueueWorker:
         finally:
             self._running.pop(row.run_id, None)
             self._stopped.pop(row.run_id, None)
-            self._fresh.discard(row.run_id)
+            self._requeues.pop(row.run_id, None)
             self._handing_back.discard(row.run_id)
             self._slots.release()
 
@@ -298,14 +304,16 @@ class QueueWorker:
             """At the run's end: a run ended by this process's shutdown before any LM reply goes
             back to the queue (decided here too, as the shutdown's cancellation may reach the
             run before `__aexit__` does)."""
-            if run is None or not run.shut_down or row.requeues or run.progress.usage.total.calls:
+            if run is None or not run.shut_down or not may_requeue(lm_called=_lm_called(run), requeues=row.requeues):
                 return False
             self._handing_back.add(run_id)
             return True
 
-        run_log = QueueRunLog(await self._run_store.reopen(run_id, attempt=attempt), hand_back=hand_back)
-        if row.requeues == 0:
-            self._fresh.add(run_id)
+        async def finish(final: RunRecord) -> bool:
+            return await self._queue.finish(run_id, final, attempt=attempt)
+
+        run_log = QueueRunLog(await self._run_store.reopen(run_id, attempt=attempt), hand_back=hand_back, finish=finish)
+        self._requeues[run_id] = row.requeues
         sessions = self.sessions if request.session_id is not None else None
         try:
             repl = await sessions.prepare(request) if sessions is not None else None
@@ -342,7 +350,9 @@ class QueueWorker:
                 elif run_id in self._handing_back:
                     await final_writes.hand_back(self._queue, run, run_log, attempt, self.ref)
                 elif run_log.unrecorded:
-                    await final_writes.end_unrecorded(self._queue, run, attempt, self.ref, fresh=row.requeues == 0)
+                    # Its first LM reply was not recorded: the database says no answered call.
+                    fresh = may_requeue(lm_called=False, requeues=row.requeues)
+                    await final_writes.end_unrecorded(self._queue, run, attempt, self.ref, fresh=fresh)
                 else:
                     await final_writes.ensure_final(self._queue, run, run_log, attempt)
 
@@ -375,3 +385,8 @@ class QueueWorker:
                 except RlmMcpError as exc:
                     log.info("could not write the events of run %s: %s", run.run_id, exc)
             await run.wait_change(self._settings.queue_poll_s, since=seen)
+
+
+def _lm_called(run: ActiveRun) -> bool:
+    """Whether the run has had an LM call (its reply came): what `rlm_runs.lm_called` records."""
+    return run.progress.usage.total.calls > 0

@@ -24,7 +24,7 @@ from typing import Any
 
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports.queue import RunRow, RunState
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, may_requeue
 from rlm_mcp.store.pg import queue_statements as sql
 from rlm_mcp.store.pg.db import Conn
 from rlm_mcp.store.pg.locks import CLAIM_LOCK_KEY, ENQUEUE_LOCK_KEY
@@ -220,7 +220,7 @@ class PgRunQueue(PgWorkerRegistry):
                 return None
             row = _row(found)
             who = await self._worker_ref(conn, row.worker_id)
-            if not row.lm_called and row.requeues == 0:
+            if may_requeue(lm_called=row.lm_called, requeues=row.requeues):
                 notice = Notice(kind=NoticeKind.REQUEUED_WORKER_LOST, worker=who)
                 summary = row.summary.model_copy(
                     update={"status": "queued", "phase": RunPhase.QUEUED, "notice": notice}
