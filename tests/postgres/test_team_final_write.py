@@ -12,7 +12,7 @@ import pytest
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RunProgress
-from rlm_mcp.ports.runs import RunRecord, RunResult
+from rlm_mcp.ports.runs import RunResult
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
 from rlm_mcp.service.queue.rules import queue_rules
@@ -42,7 +42,7 @@ async def test_a_final_record_the_database_refuses_ends_the_run_error_at_once(tm
         row = await queue.claim(worker, 4, 4)
         assert row is not None and row.run_id == RUN
 
-        request = RunRecord.from_stored(row.summary).request
+        request = row.summary.request
         run = ActiveRun(run_id=RUN, request=request, progress=RunProgress(run_id=RUN, max_iterations=5))
         run.progress.status, run.progress.iterations = "completed", 2
         run.result = RunResult(

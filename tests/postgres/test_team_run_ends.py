@@ -51,7 +51,7 @@ class Recorder:
 
     async def __call__(self, ended: RunEnded) -> None:
         row = await self._queue.read(ended.run_id)
-        self.stored.append(RunRecord.from_stored(row.summary) if row is not None and row.done else None)
+        self.stored.append(row.summary if row is not None and row.done else None)
         self.told.append(ended)
 
     def once(self, run_id: str, status: str) -> RunEnded:

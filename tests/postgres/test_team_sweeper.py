@@ -20,7 +20,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
 from rlm_mcp.ports.queue import RunRow
-from rlm_mcp.ports.runs import RunEnded, RunRecord
+from rlm_mcp.ports.runs import RunEnded
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.service.run_ends import RunEnds
@@ -149,7 +149,7 @@ async def test_concurrent_sweepers_tell_each_end_once_after_its_record(tmp_path:
         await sweep_together(sweepers)
         assert [t.run_id for t in told.told] == ["run_ends_lost0000001"]
         [ended], [row] = told.told, told.rows
-        assert row is not None and row.done and RunRecord.from_stored(row.summary) == ended.record
+        assert row is not None and row.done and row.summary == ended.record
         assert ended.status == "error" and ended.record.result is not None
         assert f"worker {worker} (host " in (ended.record.result.reason or "")
 
@@ -163,7 +163,7 @@ async def test_concurrent_sweepers_tell_each_end_once_after_its_record(tmp_path:
         await sweep_together(sweepers)
         assert [t.run_id for t in told.told] == ["run_ends_lost0000001", "run_ends_stale000001"]
         stale, stale_row = told.told[1], told.rows[1]
-        assert stale_row is not None and stale_row.done and RunRecord.from_stored(stale_row.summary) == stale.record
+        assert stale_row is not None and stale_row.done and stale_row.summary == stale.record
         assert stale.status == "error" and stale.record.result is not None
         assert "RLM_MCP_RUN_QUEUE_TIMEOUT_S" in (stale.record.result.reason or "")
 
