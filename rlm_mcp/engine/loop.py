@@ -34,7 +34,7 @@ from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.engine.session import RESET_ANSWER, SessionSandbox, store_history_code
-from rlm_mcp.engine.snapshot import restore_snapshot, snapshot_chunk
+from rlm_mcp.engine.snapshot import SnapshotUnavailable, restore_failed, restore_snapshot, snapshot_chunk
 from rlm_mcp.engine.tree import RunTree, usage_record
 from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
@@ -238,10 +238,13 @@ class RLMEngine:
         could not be restored, and the note for a restore that misses runs (team mode)."""
         opening = self.sandboxes([*session.contexts, *contexts], levels_below=levels_below, kept=True)
         sandbox = await stack.enter_async_context(opening)
-        session.keep(sandbox, stack.pop_all())
         lost = None
         if session.snapshot is not None:
-            lost = await restore_snapshot(sandbox, session.snapshot, chunk_chars=snapshot_chunk(self.settings))
+            try:
+                lost = await restore_snapshot(sandbox, session.snapshot, chunk_chars=snapshot_chunk(self.settings))
+            except SnapshotUnavailable as exc:  # the run's stack closes the fresh sandbox: not the session's
+                raise restore_failed(session.session_id, exc) from None
+        session.keep(sandbox, stack.pop_all())  # only a restored REPL becomes the session's
         if not session.partial:
             return sandbox, lost, None
         for index, messages in enumerate(session.histories):  # those the snapshot missed come back
