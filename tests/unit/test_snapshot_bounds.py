@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import re
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -48,7 +48,7 @@ class HostileSandbox:
             return CellResult(stdout=self.serve(int(sliced[1]), int(sliced[2])))
         return CellResult()
 
-    async def add_contexts(self, contexts: list[ContextSpec]) -> None:
+    async def add_contexts(self, contexts: Sequence[ContextSpec]) -> None:
         return None
 
     @property

@@ -175,9 +175,12 @@ class PgRunQueue(PgWorkerRegistry):
 
     # --- workers' runs ----------------------------------------------------------------------
 
-    async def claim(self, worker_id: int, free_sandboxes: int, max_sandboxes: int) -> RunRow | None:
+    async def claim(
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
+    ) -> RunRow | None:
         """The next run for this worker (see the module's docstring), now `running` under a new
-        attempt; None when no queued run fits."""
+        attempt; None when no queued run fits. `sessions=False`: none of a kept session's runs
+        (this worker's image cannot restore one)."""
         async with self._db.transaction() as conn:
             cur = await conn.execute(
                 "SELECT pg_advisory_xact_lock(%s), (SELECT coalesce(sum(slots), 0) FROM rlm_workers "
@@ -193,6 +196,9 @@ class PgRunQueue(PgWorkerRegistry):
                 "pick AS (SELECT r.run_id FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
                 "  WHERE r.state = 'queued' AND least(r.need, %(cap)s) <= %(free)s "
                 "  AND coalesce(b.n, 0) < %(share)s "
+                # A session's run names its session in the record's JSON (matched as text: a
+                # summary may hold a NUL, which jsonb refuses; inside a string a quote is escaped).
+                "  AND (%(sessions)s OR position(%(session_key)s in r.summary) = 0) "
                 "  AND (r.prefer_worker IS NULL OR r.prefer_worker = %(worker)s OR r.prefer_until <= now() "
                 "    OR NOT EXISTS (SELECT 1 FROM rlm_workers w WHERE w.worker_id = r.prefer_worker "
                 "      AND w.gone_at IS NULL AND w.heartbeat_at > now() - make_interval(secs => %(lease)s))) "
@@ -207,6 +213,8 @@ class PgRunQueue(PgWorkerRegistry):
                     "share": share,
                     "worker": worker_id,
                     "lease": self._lease,
+                    "sessions": sessions,
+                    "session_key": '"session_id": "',
                 },
             )
             row = await cur.fetchone()
