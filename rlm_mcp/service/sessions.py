@@ -407,6 +407,8 @@ class SessionManager:
         # Shielded so that shutdown lets it finish (bounded by the snapshot's deadline); `close`
         # cancels this very scope, which reaches the snapshot inside it.
         scope = session.saving = anyio.CancelScope(shield=True)
+        if session.closing:  # closed before this task began: no snapshot to take
+            scope.cancel()
         try:
             with scope:
                 session.repl.snapshot = await self._snapshot(session)
