@@ -78,7 +78,9 @@ async def snapshots(sizes: list[int], image: str | None) -> None:
                 async with manager.open([], kept=True) as box:
                     await box.execute(f"data = [('%08d' % i) * 256 for i in range({mib} * 512)]", no_calls)
                     t = time.perf_counter()
-                    snap = await take_snapshot(box, max_bytes=1 << 31, chunk_chars=chunk)
+                    snap = await take_snapshot(
+                        box, Path(tmp) / "snap", max_bytes=1 << 31, chunk_chars=chunk, deadline_s=3600.0
+                    )
                     took = time.perf_counter() - t
                 async with manager.open([], kept=True) as fresh:
                     t = time.perf_counter()
@@ -87,7 +89,7 @@ async def snapshots(sizes: list[int], image: str | None) -> None:
                     check = await fresh.execute("print(len(data), len(data[0]))", no_calls)
                 assert not lost and check.stdout.strip() == f"{mib * 512} 2048", (lost, check)
                 print(
-                    f"namespace {mib:>4} MiB: snapshot {len(snap.blob) / 2**20:8.1f} MiB, "
+                    f"namespace {mib:>4} MiB: snapshot {snap.size / 2**20:8.1f} MiB, "
                     f"take {took:7.2f} s, restore into a fresh sandbox {restored:7.2f} s"
                 )
 

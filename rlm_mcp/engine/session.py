@@ -32,7 +32,7 @@ from typing import Literal, Protocol
 import anyio
 
 from rlm_mcp.engine import messages as msg
-from rlm_mcp.engine.snapshot import Snapshot, restore_snapshot
+from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, restore_failed, restore_snapshot
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports import ContextSpec, LMRequest, Sandbox, SandboxFactory
 
@@ -199,10 +199,13 @@ class SessionSandbox:
         misses runs (team mode)."""
         factory = opening.factory([*self.contexts, *opening.contexts], levels_below=opening.levels_below, kept=True)
         sandbox = await opening.stack.enter_async_context(factory)
-        self.keep(sandbox, opening.stack.pop_all())
         lost = None
         if self.snapshot is not None:
-            lost = await restore_snapshot(sandbox, self.snapshot, chunk_chars=opening.chunk_chars)
+            try:
+                lost = await restore_snapshot(sandbox, self.snapshot, chunk_chars=opening.chunk_chars)
+            except SnapshotUnavailable as exc:  # the run's stack closes the fresh sandbox: not the session's
+                raise restore_failed(self.session_id, exc) from None
+        self.keep(sandbox, opening.stack.pop_all())  # only a restored REPL becomes the session's
         if not self.partial:
             return Opened(sandbox, lost)
         for index, messages in enumerate(self.histories):  # those the snapshot missed come back

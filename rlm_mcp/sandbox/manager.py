@@ -162,6 +162,11 @@ class SandboxManager:
                 "or ask without keep_session/session_id.",
             )
 
+    @property
+    def can_snapshot(self) -> bool | None:
+        """Whether this image's kernels can snapshot a namespace (dill); None until one has booted."""
+        return self._snapshots
+
     def check_fits(self, contexts: Sequence[ContextSpec]) -> None:
         need = sum(estimate_context_memory(spec) for spec in contexts)
         usable = sandbox_usable_bytes(self.settings.sandbox_memory)

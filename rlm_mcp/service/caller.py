@@ -32,6 +32,7 @@ from rlm_mcp.ports.runs import RunRecord, RunRequest
 from rlm_mcp.ports.sessions import SessionView
 from rlm_mcp.service.active_run import ActiveRun, wait_with_heartbeat
 from rlm_mcp.service.arguments import check_query, check_text, check_texts, checked_context_ids
+from rlm_mcp.service.context_holders import held_by_idle_session
 from rlm_mcp.service.limits import RESULT_WAIT_MAX_S, RunOverrides
 from rlm_mcp.service.progress import ProgressValues, describe
 from rlm_mcp.service.service import RlmService
@@ -140,7 +141,10 @@ class Caller:
     async def delete_context(self, context_id: str) -> bool:
         check_text("context_id", context_id)
         await self.service.contexts.get(context_id, owner=self.owner)  # NotFoundError with the fix for unknown ids
-        return await self.service.contexts.delete(context_id, owner=self.owner)
+        try:
+            return await self.service.contexts.delete(context_id, owner=self.owner)
+        except BadArgumentError as refused:  # pinned: by an idle kept session, say so (not "a running run")
+            raise (await held_by_idle_session(self.service, context_id, self.owner)) or refused from None
 
     # --- runs ------------------------------------------------------------------------------
 

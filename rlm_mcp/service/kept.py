@@ -8,6 +8,8 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Literal
 
+import anyio
+
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.sessions import SessionView
@@ -46,6 +48,11 @@ class KeptSession:
     pins: AsyncExitStack = field(default_factory=AsyncExitStack)
     ended: EndReason | None = None
     usage: Usage = field(default_factory=Usage)  # the session's runs together
+    # While its sandbox is being given back (`running` is SAVING): the scope of the snapshot
+    # (`close` cancels it), set when the release is over, and whether `close` asked for it.
+    saving: anyio.CancelScope | None = None
+    saved: anyio.Event | None = None
+    closing: bool = False
 
     def __post_init__(self) -> None:
         self.repl = SessionSandbox(self.session_id)
@@ -61,7 +68,7 @@ class KeptSession:
             histories=self.repl.history_count,
             context_bytes=sum(spec.bytes for spec in self.repl.contexts),
             sandbox_live=self.repl.live,
-            snapshot_bytes=len(self.repl.snapshot.blob) if self.repl.snapshot is not None else None,
+            snapshot_bytes=self.repl.snapshot.size if self.repl.snapshot is not None else None,
             snapshot_error=self.repl.snapshot_error,
             usage=self.usage.to_dict(),
             created_at=self.created_at,

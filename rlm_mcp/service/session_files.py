@@ -10,6 +10,13 @@ same data dir takes a session back on its next follow-up: it claims the record b
 `rlm-mcp sessions close` removes both and leaves `sessions/<id>.closed` (the owner, a few bytes),
 so that a later follow-up says the session "was closed", as a server says for one closed over
 MCP, rather than calling it unknown; the marker goes with the session's maximum age.
+
+The `.snap` file is where a snapshot goes as it is taken, a piece at a time (engine/snapshot.py
+never holds a whole one in memory): a live session's snapshot is that file from its first
+release on, and only its record is written when the server stops. Without its record, a `.snap`
+is this process's alone (no other process claims it). A team worker spools a snapshot to a file
+here on its way to or from the database (`spool_path`). Files older than the sessions' maximum
+age are a crashed process's leftovers (`drop_older_than`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +45,7 @@ class StoredSession:
     run_ids: list[str]
     bound_context_ids: list[str]  # context_0, context_1, ... in order
     histories: list[list[dict[str, str]]]
-    snapshot: bytes
+    snapshot_bytes: int  # its snapshot is the file at `snapshot_path`
 
 
 def _folder(data_dir: Path) -> Path:
@@ -52,11 +60,39 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
-def save(data_dir: Path, stored: StoredSession) -> None:
-    """Write a session's record and snapshot (blocking: call it in a worker thread)."""
+def snapshot_path(data_dir: Path, session_id: str) -> Path:
+    """Where the session's snapshot lives (its folder made, private; blocking)."""
+    if not _ID.match(session_id):
+        raise ValueError(f"not a session id: {session_id!r}")
     folder = _folder(data_dir)
     private_dir(folder)
-    _write(folder / f"{stored.session_id}.snap", stored.snapshot)
+    return folder / f"{session_id}.snap"
+
+
+def taking_path(data_dir: Path, session_id: str) -> Path:
+    """Where a new snapshot of the session is written while it is taken (`commit` moves it to
+    `snapshot_path` once whole; blocking)."""
+    return snapshot_path(data_dir, session_id).with_name(f"{session_id}.snap.tmp{os.getpid()}")
+
+
+def commit(taken: Path, data_dir: Path, session_id: str) -> Path:
+    """A whole snapshot becomes the session's (replacing the one before); its path."""
+    final = snapshot_path(data_dir, session_id)
+    os.replace(taken, final)
+    return final
+
+
+def spool_path(data_dir: Path, session_id: str) -> Path:
+    """A private file of its own for a team worker's snapshot on its way to or from the database."""
+    return snapshot_path(data_dir, session_id).with_name(f"{session_id}.{secrets.token_hex(6)}.spool")
+
+
+def save(data_dir: Path, stored: StoredSession) -> None:
+    """Write a session's record beside its snapshot (blocking: call it in a worker thread)."""
+    folder = _folder(data_dir)
+    private_dir(folder)
+    if not (folder / f"{stored.session_id}.snap").is_file():
+        raise FileNotFoundError(f"session {stored.session_id} has no snapshot file")
     record: dict[str, Any] = {
         "session_id": stored.session_id,
         "owner": stored.owner,
@@ -81,7 +117,8 @@ def owner_of(data_dir: Path, session_id: str) -> str | None:
 
 def claim(data_dir: Path, session_id: str) -> StoredSession | None:
     """Take a stored session (None when there is none, or another process took it first); its
-    files are removed: from now on it lives in this process."""
+    record is removed: from now on it lives in this process, its snapshot the file at
+    `snapshot_path` (read a piece at a time by the restore)."""
     if not _ID.match(session_id):
         return None
     folder = _folder(data_dir)
@@ -93,15 +130,12 @@ def claim(data_dir: Path, session_id: str) -> StoredSession | None:
         return None
     try:
         record = json.loads(taken.read_text(encoding="utf-8"))
-        snapshot = snap_path.read_bytes()
+        size = snap_path.stat().st_size
     except (OSError, ValueError):
+        snap_path.unlink(missing_ok=True)
         return None
     finally:
-        for path in (taken, snap_path):
-            try:
-                path.unlink()
-            except OSError:
-                pass
+        taken.unlink(missing_ok=True)
     return StoredSession(
         session_id=session_id,
         owner=str(record["owner"]),
@@ -109,7 +143,7 @@ def claim(data_dir: Path, session_id: str) -> StoredSession | None:
         run_ids=[str(r) for r in record["run_ids"]],
         bound_context_ids=[str(c) for c in record["bound_context_ids"]],
         histories=list(record["histories"]),
-        snapshot=snapshot,
+        snapshot_bytes=size,
     )
 
 
@@ -135,21 +169,29 @@ def peek(data_dir: Path) -> list[dict[str, Any]]:
 
 
 def drop_older_than(data_dir: Path, max_age_s: float) -> None:
-    """Remove stored sessions past their maximum age (never taken back), and closed markers."""
+    """Remove stored sessions past their maximum age (never taken back), closed markers, and
+    snapshot files no record names that were last written longer ago than that: a live session's
+    snapshot is rewritten at each release, and its session ends at that age (a crashed process's
+    are older)."""
     now = time.time()
     for record in peek(data_dir):
         if now - float(record.get("created_at") or 0) >= max_age_s:
             discard(data_dir, str(record["session_id"]))
     try:
-        markers = [e for e in os.scandir(_folder(data_dir)) if e.name.endswith(CLOSED)]
+        entries = list(os.scandir(_folder(data_dir)))
     except OSError:
         return
-    for entry in markers:
+    records = {entry.name[:-5] for entry in entries if entry.name.endswith(".json")}
+    for entry in entries:
+        session_id = entry.name.split(".", 1)[0]
+        leftover = ".snap" in entry.name or entry.name.endswith(".spool")
+        if not entry.name.endswith(CLOSED) and (not leftover or session_id in records):
+            continue
         try:
             if now - entry.stat().st_mtime >= max_age_s:
                 os.unlink(entry.path)
         except OSError:
-            pass
+            continue
 
 
 CLOSED = ".closed"

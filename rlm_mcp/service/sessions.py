@@ -11,7 +11,11 @@ when a run needs a sandbox slot that only idle sessions hold (least recently use
 session with a snapshot of its namespace (engine/snapshot.py) lives on and its next run restores
 it in a fresh sandbox; one whose namespace cannot be saved (no dill in the image, too big) ends.
 The snapshot is taken when the sandbox is given back, not after every run: serializing a big
-namespace costs seconds that no follow-up should wait for (bench/sessions.py).
+namespace costs seconds that no follow-up should wait for (bench/sessions.py). It is taken in a
+task of this manager, never in the task of the run that needs the slot (that run waits only for
+the slot, as long as its own deadline allows), within `snapshot_deadline_s`, and straight into
+the session's file in the data dir (service/session_files.py). `rlm_close_session` ends a session
+whose snapshot is under way.
 An ended session is remembered (briefly, bounded) so that a follow-up says why it cannot go on.
 
 `SessionManager` is the embedded implementation of the session port (`ports/sessions.py`): a
@@ -32,7 +36,13 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
-from rlm_mcp.engine.snapshot import Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
+from rlm_mcp.engine.snapshot import (
+    Snapshot,
+    SnapshotUnavailable,
+    snapshot_chunk,
+    snapshot_deadline_s,
+    take_snapshot,
+)
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner, OwnerScope, sees
@@ -48,6 +58,7 @@ from rlm_mcp.usage import Usage
 
 logger = logging.getLogger("rlm_mcp.service")
 
+STARTING = "starting"  # `running` while a run is being started in the session (`start`)
 ENDED_KEPT = 256  # ended sessions remembered, to say why a follow-up cannot continue
 SWEEP_EVERY_S = 5.0
 
@@ -78,9 +89,11 @@ class SessionManager:
         try:
             with anyio.CancelScope(shield=True):
                 for session in list(self._live.values()):
-                    if session.running is None and await self._store(session):
-                        continue  # another process on this data dir may take it back
-                    await self._end(session, "shutdown")
+                    if session.saved is not None:  # a release under way: over by its deadline
+                        await session.saved.wait()
+                async with anyio.create_task_group() as storing:  # each within its own deadline, side by side
+                    for session in list(self._live.values()):
+                        storing.start_soon(self._store_or_end, session)
         finally:
             tg, self._tg = self._tg, None
             if tg is not None:
@@ -112,7 +125,7 @@ class SessionManager:
             request = request.model_copy(update={"session_id": session.session_id})
         else:
             session = self.get(request.session_id, owner=request.owner)
-        self.claim(session, "starting")
+        self.claim(session, STARTING)
         run: ActiveRun | None = None
         try:
             await self.pin(session, request.context_ids)
@@ -122,12 +135,12 @@ class SessionManager:
                 await self.finished(session, done.run_id, started=done.not_started is None, usage=usage)
 
             run = await self._runs.start(request, engine, repl=session.repl, on_end=ended)
-            if session.running == "starting":
+            if session.running == STARTING:
                 session.running = run.run_id
             return run
         finally:
             if run is None:
-                await self.finished(session, "starting", started=False)
+                await self.finished(session, STARTING, started=False)
 
     async def list(self, *, owner: OwnerScope) -> builtins.list[SessionView]:
         """Live sessions, then those stored in the data dir (taken back on their next follow-up)."""
@@ -139,6 +152,21 @@ class SessionManager:
 
     async def close(self, session_id: str, *, owner: OwnerScope) -> SessionView:
         session = await self._find(session_id, owner=owner)
+        if session.running == SAVING:
+            # Its snapshot is under way: stop it (its sandbox goes), then the session ends.
+            session.closing = True
+            if session.saving is not None:
+                session.saving.cancel()
+            if session.saved is not None:
+                await session.saved.wait()
+            await self._end(session, "closed")
+            return session.view()
+        if session.running == STARTING:
+            raise BusyError(
+                f"Session {session_id} is starting a run.",
+                "Wait a moment, then cancel that run (rlm_cancel with the run_id rlm_list_sessions shows) "
+                "or wait for it to end, and close the session.",
+            )
         if session.running is not None:
             raise BusyError(
                 f"Session {session_id} is answering run {session.running}.",
@@ -179,24 +207,36 @@ class SessionManager:
         session.started = time.monotonic() - max(0.0, time.time() - stored.created_at)
         session.run_ids = list(stored.run_ids)
         repl = session.repl
+        data_dir = self._settings.data_dir
         try:
             infos = [await self._contexts.get(cid, owner=session.owner) for cid in stored.bound_context_ids]
         except RlmMcpError as exc:
             self._remember(session, f"cannot go on: one of its contexts is gone ({exc.cause})")
+            await anyio.to_thread.run_sync(session_files.discard, data_dir, session.session_id)
             return
         repl.contexts = [self._contexts.spec(info) for info in infos]
         repl.context_count = len(repl.contexts)
         repl.histories = [list(h) for h in stored.histories]
         repl.history_count = len(repl.histories)
         repl.runs = len(stored.run_ids)
-        repl.snapshot = Snapshot(blob=stored.snapshot)
+        path = await anyio.to_thread.run_sync(session_files.snapshot_path, data_dir, session.session_id)
+        repl.snapshot = Snapshot(path=path, size=stored.snapshot_bytes)
         repl.next_run = "restore"  # its REPL is gone: the next run loads the snapshot in a fresh sandbox
         self._live[session.session_id] = session
         await self.pin(session, list(dict.fromkeys(stored.bound_context_ids)))
         logger.info("session %s taken back from the data dir", session.session_id)
 
+    async def _store_or_end(self, session: KeptSession) -> None:
+        """At shutdown: an idle session is stored for a later process, any other ends."""
+        try:
+            if session.running is None and await self._store(session):
+                return  # another process on this data dir may take it back
+        except Exception:
+            logger.exception("storing session %s failed", session.session_id)
+        await self._end(session, "shutdown")
+
     async def _store(self, session: KeptSession) -> bool:
-        """Snapshot an idle session (if its sandbox is live) and write it to the data dir."""
+        """Snapshot an idle session (if its sandbox is live) and write its record beside it in the data dir."""
         if session.repl.live:
             session.repl.snapshot = await self._snapshot(session)
         snapshot = session.repl.snapshot
@@ -209,7 +249,7 @@ class SessionManager:
             run_ids=list(session.run_ids),
             bound_context_ids=[spec.context_id or "" for spec in session.repl.contexts],
             histories=session.repl.histories,
-            snapshot=snapshot.blob,
+            snapshot_bytes=snapshot.size,
         )
         try:
             await anyio.to_thread.run_sync(session_files.save, self._settings.data_dir, stored)
@@ -249,6 +289,11 @@ class SessionManager:
             raise BusyError(
                 f"Session {session.session_id} is being saved while its sandbox is given back.",
                 "Ask again in a few seconds: the next run restores it in a fresh sandbox.",
+            )
+        if session.running == STARTING:
+            raise BusyError(
+                f"Session {session.session_id} is starting a run; a session runs one question at a time.",
+                "Ask again in a moment (rlm_list_sessions shows the run once it has started).",
             )
         if session.running is not None:
             raise BusyError(
@@ -313,6 +358,10 @@ class SessionManager:
                 await session.repl.release()
             except Exception:
                 logger.exception("releasing the sandbox of session %s failed", session.session_id)
+            try:  # its snapshot file (never stored with a record: no other process takes it)
+                await anyio.to_thread.run_sync(session_files.discard, self._settings.data_dir, session.session_id)
+            except OSError:
+                logger.exception("removing the snapshot of session %s failed", session.session_id)
             try:
                 await session.pins.aclose()
             except Exception:
@@ -322,56 +371,101 @@ class SessionManager:
     async def reclaim(self) -> bool:
         """A sandbox must open and no slot is free: the least recently used idle session that
         holds one gives it back. With a snapshot it lives on (its next run restores it in a fresh
-        sandbox); without one it ends (`evicted`). False when no session is idle."""
+        sandbox); without one it ends (`evicted`). False when no session is idle.
+
+        The snapshot is taken in a task of this manager, not in the caller's (a run asking for a
+        sandbox): the caller waits only for the slot, and its own deadline or cancellation ends
+        that wait; the release goes on, bounded by the snapshot's deadline."""
         idle = [s for s in self._live.values() if s.running is None and s.repl.live]
-        if not idle:
+        done = self._begin_release(min(idle, key=lambda s: s.last_used), "evicted") if idle else None
+        if done is None:
             return False
-        await self._release(min(idle, key=lambda s: s.last_used), "evicted")
+        await done.wait()
         return True
 
-    async def _release(self, session: KeptSession, why: EndReason) -> None:
-        """Give an idle session's sandbox back, kept as a snapshot of its namespace (taken now,
-        inside the sandbox); a session whose namespace cannot be saved ends instead."""
+    def _begin_release(self, session: KeptSession, why: EndReason) -> anyio.Event | None:
+        """Start giving an idle session's sandbox back in a task of its own; the event is set when
+        it is over. None when this manager is not running (nothing to run it in)."""
+        if self._tg is None:
+            return None
+        done = anyio.Event()
         session.running = SAVING  # a follow-up meanwhile is refused: the REPL is being saved
+        session.saved = done
+        self._tg.start_soon(self._release, session, why, done)
+        return done
+
+    async def _release(self, session: KeptSession, why: EndReason, done: anyio.Event) -> None:
+        """Give an idle session's sandbox back, kept as a snapshot of its namespace (taken now,
+        inside the sandbox); a session whose namespace cannot be saved ends instead, and so does
+        one closed meanwhile."""
+        # Shielded so that shutdown lets it finish (bounded by the snapshot's deadline); `close`
+        # cancels this very scope, which reaches the snapshot inside it.
+        scope = session.saving = anyio.CancelScope(shield=True)
+        if session.closing:  # closed before this task began: no snapshot to take
+            scope.cancel()
         try:
-            session.repl.snapshot = await self._snapshot(session)
-            if session.repl.snapshot is not None:
-                await session.repl.release()
-                logger.info("session %s: sandbox released (%s); its snapshot stays", session.session_id, why)
+            with scope:
+                session.repl.snapshot = await self._snapshot(session)
+                if session.repl.snapshot is not None:
+                    await session.repl.release()
+                    logger.info("session %s: sandbox released (%s); its snapshot stays", session.session_id, why)
         except Exception:
             logger.exception("releasing the sandbox of session %s failed", session.session_id)
         finally:
-            session.running = None
-        if session.repl.snapshot is None:
-            await self._end(session, why)
+            with anyio.CancelScope(shield=True):
+                session.saving = None
+                if session.running == SAVING:
+                    session.running = None
+                if session.closing:
+                    await self._end(session, "closed")
+                elif session.repl.snapshot is None or session.repl.live:
+                    await self._end(session, why)
+                session.saved = None
+                done.set()
 
     async def _snapshot(self, session: KeptSession) -> Snapshot | None:
+        """Take the session's snapshot into its file in the data dir (the one before stays until
+        this one is whole and allowed); None, with the reason kept, when there is none. The
+        caller shields it (a release and shutdown let it finish); its deadline bounds it."""
         sandbox, limit = session.repl.sandbox, self._settings.session_snapshot_max_bytes
         if sandbox is None or limit <= 0:
             session.repl.snapshot_error = "snapshots are off (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES=0)"
             return None
+        data_dir, settings = self._settings.data_dir, self._settings
+        taking = await anyio.to_thread.run_sync(session_files.taking_path, data_dir, session.session_id)
         try:
-            with anyio.CancelScope(shield=True):
-                snapshot = await take_snapshot(sandbox, max_bytes=limit, chunk_chars=snapshot_chunk(self._settings))
-        except (SnapshotUnavailable, RlmMcpError) as exc:
+            snapshot = await take_snapshot(
+                sandbox,
+                taking,
+                max_bytes=limit,
+                chunk_chars=snapshot_chunk(settings),
+                deadline_s=snapshot_deadline_s(settings),
+            )
+        except (SnapshotUnavailable, RlmMcpError, OSError) as exc:
+            taking.unlink(missing_ok=True)
             session.repl.snapshot_error = str(exc)
             logger.warning("session %s: no snapshot (%s)", session.session_id, exc)
             return None
+        except BaseException:
+            taking.unlink(missing_ok=True)
+            raise
         held = sum(
-            len(s.repl.snapshot.blob)
+            s.repl.snapshot.size
             for s in self._live.values()
             if s.owner == session.owner and s is not session and s.repl.snapshot is not None
         )
-        cap = self._settings.session_snapshot_bytes_per_owner
-        if held + len(snapshot.blob) > cap:
+        cap = settings.session_snapshot_bytes_per_owner
+        if held + snapshot.size > cap:
+            taking.unlink(missing_ok=True)
             session.repl.snapshot_error = (
-                f"its snapshot ({len(snapshot.blob)} bytes) would take its owner's sessions past "
+                f"its snapshot ({snapshot.size} bytes) would take its owner's sessions past "
                 f"RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER={cap} ({held} bytes held)"
             )
             logger.warning("session %s: no snapshot (%s)", session.session_id, session.repl.snapshot_error)
             return None
+        path = await anyio.to_thread.run_sync(session_files.commit, taking, data_dir, session.session_id)
         session.repl.snapshot_error = None
-        return snapshot
+        return Snapshot(path=path, size=snapshot.size)
 
     async def sweep(self) -> None:
         """End sessions idle past RLM_MCP_SESSION_IDLE_S or older than RLM_MCP_SESSION_MAX_AGE_S."""
@@ -386,7 +480,7 @@ class SessionManager:
                 and session.repl.live
                 and now - session.last_used >= self._settings.session_idle_s
             ):
-                await self._release(session, "idle")
+                self._begin_release(session, "idle")  # a task of its own: no session waits for another's
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -233,7 +233,9 @@ class MemoryRunQueue:
         }
         return Beat(registered, held)
 
-    async def claim(self, worker_id: int, free_sandboxes: int, max_sandboxes: int) -> RunRow | None:
+    async def claim(
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
+    ) -> RunRow | None:
         await anyio.lowlevel.checkpoint()
         now = self._now()
         slots = sum(w.slots for w in self._workers.values() if self._live(w))
@@ -255,6 +257,7 @@ class MemoryRunQueue:
             if min(r.need, max_sandboxes) <= free_sandboxes
             and busy.get(r.row.owner, 0) < share
             and not prefers_another(r)
+            and (sessions or r.row.summary.request.session_id is None)
         ]
         if not fits:
             return None

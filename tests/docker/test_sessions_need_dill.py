@@ -4,12 +4,8 @@ the fix. The image is the sandbox image with dill removed (built here, removed a
 
 from __future__ import annotations
 
-import io
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 from mcp import Client
 
@@ -31,26 +27,6 @@ SCRIPT = Script(
         )
     ],
 )
-
-
-@pytest.fixture(scope="module")
-def image_without_dill(docker_image: str) -> Iterator[str]:
-    """`docker_image` with python3-dill deleted, under a tag of its own."""
-    tag = f"rlm-mcp-test-nodill:{secrets.token_hex(4)}"
-    dockerfile = (
-        f"FROM {docker_image}\nUSER root\n"
-        "RUN rm -rf /usr/lib/python3/dist-packages/dill /usr/lib/python3/dist-packages/dill-*\n"
-        "USER 1000:1000\n"
-    )
-    client = docker.from_env()
-    try:
-        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True)
-        yield tag
-    finally:
-        try:
-            client.images.remove(tag, force=True)
-        finally:
-            client.close()
 
 
 async def test_an_image_without_dill_refuses_kept_sessions_before_the_run(

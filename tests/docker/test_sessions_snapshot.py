@@ -8,8 +8,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import docker
-import docker.errors
 import pytest
 from prometheus_client import REGISTRY
 
@@ -27,22 +25,6 @@ from tests.fixtures_surface import make_settings
 __all__ = ["docker_image"]
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("dill_image")]
-
-
-@pytest.fixture(scope="module")
-def dill_image(docker_image: str) -> str:
-    """The sandbox image must have dill (both build paths install python3-dill); fail with the fix."""
-    client = docker.from_env()
-    try:
-        client.containers.run(docker_image, ["python3", "-c", "import dill"], entrypoint=[], remove=True)
-    except docker.errors.ContainerError:
-        pytest.fail(
-            f"The sandbox image {docker_image} has no dill: rebuild it (`rlm-mcp image build`, or "
-            "`rlm-mcp image build --offline` on a machine whose offline base lacks it)."
-        )
-    finally:
-        client.close()
-    return docker_image
 
 
 BUILD = (

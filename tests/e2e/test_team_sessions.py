@@ -33,6 +33,7 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_engine import cell, submit
+from tests.fixtures_sessions import session_row
 from tests.fixtures_surface import call, call_error, make_settings, resource_text
 from tests.fixtures_team import SHORT_LEASES, Replica, cell_started, replica_client, team_replica
 
@@ -82,17 +83,6 @@ SCRIPT = Script(
         ),
     ]
 )
-
-
-def session_row(db: str, session_id: str) -> dict[str, object]:
-    with psycopg.connect(db, autocommit=True) as conn:
-        found = conn.execute(
-            "SELECT s.generation, s.snapshot_gen, w.owner_id FROM rlm_sessions s "
-            "LEFT JOIN rlm_workers w ON w.worker_id = s.worker_id WHERE s.session_id = %s",
-            (session_id,),
-        ).fetchone()
-    assert found is not None
-    return {"generation": found[0], "snapshot_gen": found[1], "holder": found[2]}
 
 
 def run_worker(db: str, run_id: str) -> str:

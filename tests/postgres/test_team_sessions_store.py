@@ -9,8 +9,6 @@ database's clock) expires; the CLI lists and closes its own team sessions."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -19,25 +17,11 @@ import pytest
 from rlm_mcp.cli.sessions import sessions_close, sessions_list
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError, NotFoundError
-from rlm_mcp.service.queue.rules import queue_rules
-from rlm_mcp.store.factory import make_stores
-from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.sessions import PgSessionStore
+from tests.fixtures_sessions import DAY, replica
 from tests.fixtures_store import final, summary
 
 pytestmark = pytest.mark.anyio
-
-DAY = 86400.0
-
-
-@asynccontextmanager
-async def replica(tmp_path: Path, url: str, name: str) -> AsyncIterator[tuple[PgSessionStore, PgRunQueue]]:
-    settings = Settings(database_url=url, data_dir=tmp_path / name, worker_lease_s=30.0)
-    async with make_stores(settings) as stores:
-        db = stores.lifecycle
-        assert isinstance(db, Database)
-        yield PgSessionStore(db), PgRunQueue(queue_rules(settings), db)
 
 
 async def test_of_many_follow_ups_exactly_one_takes_the_session(tmp_path: Path, pg_url: str) -> None:

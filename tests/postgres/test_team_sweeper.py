@@ -8,10 +8,7 @@ No Docker: the "workers" here are rows that claimed runs and then stopped heartb
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -28,6 +25,7 @@ from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore
+from tests.fixtures_sessions import team
 from tests.fixtures_store import final, summary
 
 pytestmark = pytest.mark.anyio
@@ -41,15 +39,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@asynccontextmanager
-async def team(tmp_path: Path, url: str, **overrides: Any) -> AsyncIterator[tuple[Database, PgRunQueue, Settings]]:
-    settings = Settings(database_url=url, data_dir=tmp_path / "data", **({"worker_lease_s": 5.0} | overrides))
-    async with make_stores(settings) as stores:
-        db = stores.lifecycle
-        assert isinstance(db, Database)
-        yield db, PgRunQueue(queue_rules(settings), db), settings
 
 
 async def silence(db: Database, worker: int) -> None:

@@ -13,7 +13,7 @@ SID = "ses_" + "ab" * 10
 
 
 def stored(data_dir: Path) -> None:
-    session = StoredSession(SID, "local", 1.0, ["run_1"], ["ctx_1"], [[]], b"snapshot")
+    session = StoredSession(SID, "local", 1.0, ["run_1"], ["ctx_1"], [[]], 8)
     session_files.save(data_dir, session)
 
 

@@ -15,7 +15,9 @@ before it, says so in its first output, and binds every history again.
 
 This worker lets a live sandbox go when the database says another worker moved the session on,
 when the session ended, after RLM_MCP_SESSION_IDLE_S without a run, when a run needs its slot
-(least recently used first), and at shutdown; the session lives on in the database.
+(least recently used first), when its snapshot ran past its deadline (`snapshot_deadline_s`: its
+state is then unknown), and at shutdown; the session lives on in the database. A snapshot goes
+to the database through a file of this host (`session_files.spool_path`), a piece at a time.
 """
 
 from __future__ import annotations
@@ -30,11 +32,20 @@ import anyio
 
 from rlm_mcp.config import Settings
 from rlm_mcp.engine.session import SessionSandbox
-from rlm_mcp.engine.snapshot import ReplRestarted, Snapshot, SnapshotUnavailable, snapshot_chunk, take_snapshot
+from rlm_mcp.engine.snapshot import (
+    ReplRestarted,
+    Snapshot,
+    SnapshotTimedOut,
+    SnapshotUnavailable,
+    snapshot_chunk,
+    snapshot_deadline_s,
+    take_snapshot,
+)
 from rlm_mcp.errors import NotFoundError, RlmMcpError
 from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunRequest
+from rlm_mcp.service import session_files
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.store.pg.sessions import PgSessionStore, SessionRow
 from rlm_mcp.store.ports import ContextStorePort
@@ -172,10 +183,9 @@ class WorkerSessions:
         # Decided here, once: a session that has run is restored (from its snapshot when one is
         # stored, else its contexts and histories alone); a new one opens a fresh sandbox.
         repl.next_run = "restore" if row.generation else "fresh"
-        stored = await self._store.read_snapshot(session_id) if row.generation else None
+        stored = await self._spool_in(session_id, pins) if row.generation else None
         if stored is not None:
-            taken_after, blob = stored
-            repl.snapshot = Snapshot(blob=blob)
+            taken_after, repl.snapshot = stored
             repl.snapshot_runs = taken_after if taken_after < row.generation else None
         self._held[session_id] = Held(
             repl=repl,
@@ -189,6 +199,21 @@ class WorkerSessions:
         if row.generation:
             log.info("session %s: restoring on this worker (generation %d)", session_id, row.generation)
         return repl
+
+    async def _spool_in(self, session_id: str, pins: AsyncExitStack) -> tuple[int, Snapshot] | None:
+        """The session's stored snapshot, copied to a file of this host (removed with `pins`, as
+        the worker lets the session go); None when it has none."""
+        path = await anyio.to_thread.run_sync(session_files.spool_path, self._settings.data_dir, session_id)
+        pins.callback(path.unlink, missing_ok=True)
+        try:
+            stored = await self._store.read_snapshot_into(session_id, path)
+        except BaseException:
+            await pins.aclose()
+            raise
+        if stored is None:
+            return None
+        taken_after, size = stored
+        return taken_after, Snapshot(path=path, size=size)
 
     async def _await_snapshot(self, row: SessionRow) -> SessionRow:
         """Another worker still taking the snapshot after the last run: wait for it, bounded."""
@@ -291,40 +316,54 @@ class WorkerSessions:
             if sandbox is None:
                 raise SnapshotUnavailable("the session's sandbox was gone")
             started = time.monotonic()
-            snapshot = await take_snapshot(
-                sandbox, max_bytes=settings.session_snapshot_max_bytes, chunk_chars=snapshot_chunk(settings)
-            )
-            why = await self._store.save_snapshot(
-                session_id, generation, snapshot.blob, owner_cap=settings.session_snapshot_bytes_per_owner
-            )
+            spool = await anyio.to_thread.run_sync(session_files.spool_path, settings.data_dir, session_id)
+            try:
+                snapshot = await take_snapshot(
+                    sandbox,
+                    spool,
+                    max_bytes=settings.session_snapshot_max_bytes,
+                    chunk_chars=snapshot_chunk(settings),
+                    deadline_s=snapshot_deadline_s(settings),
+                )
+                why = await self._store.save_snapshot(
+                    session_id, generation, spool, owner_cap=settings.session_snapshot_bytes_per_owner
+                )
+            finally:
+                spool.unlink(missing_ok=True)
             held.repl.snapshot_error = why
             log.info(
                 "session %s: snapshot after run %d %s (%d bytes, %.2f s)",
                 session_id,
                 generation,
                 "stored" if why is None else f"not stored: {why}",
-                len(snapshot.blob),
+                snapshot.size,
                 time.monotonic() - started,
             )
-        except ReplRestarted as exc:
-            # The live REPL lost the namespace: the next run restores the last snapshot stored
-            # (and rebinds every history) rather than going on in an empty REPL.
+        except (ReplRestarted, SnapshotTimedOut) as exc:
+            # The live REPL lost the namespace, or its state is unknown after a snapshot that ran
+            # past its deadline: the sandbox goes (its slot comes back), and the next run restores
+            # the last snapshot stored (and rebinds every history) rather than going on in it.
             log.warning("session %s: %s; its sandbox is let go", session_id, exc)
             held.saving = None
+            if isinstance(exc, SnapshotTimedOut):
+                await self._record_failure(session_id, generation, str(exc))
             await self._drop(session_id, str(exc))
-        except (SnapshotUnavailable, RlmMcpError) as exc:
+        except (SnapshotUnavailable, RlmMcpError, OSError) as exc:
             held.repl.snapshot_error = str(exc)
             log.warning("session %s: no snapshot after run %d (%s)", session_id, generation, exc)
-            try:
-                await self._store.snapshot_failed(session_id, generation, str(exc))
-            except RlmMcpError as failed:
-                log.info("could not record why session %s has no snapshot: %s", session_id, failed)
+            await self._record_failure(session_id, generation, str(exc))
         except Exception:
             log.exception("the snapshot of session %s failed", session_id)
         finally:
             held.saving = None
             if saving is not None:
                 saving.set()
+
+    async def _record_failure(self, session_id: str, generation: int, why: str) -> None:
+        try:
+            await self._store.snapshot_failed(session_id, generation, why)
+        except RlmMcpError as failed:
+            log.info("could not record why session %s has no snapshot: %s", session_id, failed)
 
     async def _drop(self, session_id: str, why: str) -> None:
         """Let the session's sandbox go (the session itself lives on in the database)."""
@@ -352,6 +391,8 @@ class WorkerSessions:
         """Let go of sandboxes whose sessions moved on, ended or idled out; expire old sessions."""
         settings = self._settings
         await self._store.expire(max_age_s=settings.session_max_age_s)
+        # Spool files a crashed worker left behind on this host.
+        await anyio.to_thread.run_sync(session_files.drop_older_than, settings.data_dir, settings.session_max_age_s)
         idle = {sid: held for sid, held in self._held.items() if held.idle}
         states = await self._store.holders(list(idle))
         me, now = self.worker_id(), time.monotonic()

@@ -276,11 +276,30 @@ class QueueWorker:
             await anyio.sleep(0.1)  # a sandbox closes within a run's lifetime: cheap to look
         try:
             assert self.worker_id is not None
-            return await self._queue.claim(self.worker_id, self._free_sandboxes, self._sandboxes.max_slots)
+            sessions = await self._can_restore_sessions()
+            return await self._queue.claim(
+                self.worker_id, self._free_sandboxes, self._sandboxes.max_slots, sessions=sessions
+            )
         except Exception as exc:
             log.info("could not claim a run: %s", exc)
             await anyio.sleep(RETRY_S)
             return None
+
+    async def _can_restore_sessions(self) -> bool:
+        """Whether this worker may claim a kept session's run: its image can snapshot and restore
+        a namespace (dill), as its first kernel said (one is started to ask, once). A worker
+        that cannot leaves those runs to the others rather than restoring into an empty REPL."""
+        if self.sessions is None:
+            return True  # no session store: such runs run here without their session, as before
+        if self._sandboxes.can_snapshot is None:
+            try:
+                await self._sandboxes.check_snapshots()
+            except RlmMcpError as exc:
+                if self._sandboxes.can_snapshot is False:
+                    log.warning("this worker claims no kept session's run: %s", exc.cause)
+            except Exception:  # the backend is away: asked again at the next claim
+                log.info("could not ask the sandbox image whether it can restore a session", exc_info=True)
+        return self._sandboxes.can_snapshot is not False
 
     async def _process(self, row: RunRow) -> None:
         try:

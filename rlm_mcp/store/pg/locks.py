@@ -14,6 +14,7 @@ __all__ = [
     "MIGRATION_LOCK_KEY",
     "OWNER_LOCK_CLASS",
     "SESSION_LOCK_KEY",
+    "SNAPSHOT_OWNER_LOCK_CLASS",
 ]
 
 MIGRATION_LOCK_KEY = 0x726C6D2D6D6370  # "rlm-mcp": one migrator at a time (`migrations.migrate`)
@@ -22,3 +23,5 @@ ENQUEUE_LOCK_KEY = MIGRATION_LOCK_KEY + 3  # the waiting bounds, counted and ins
 SESSION_LOCK_KEY = MIGRATION_LOCK_KEY + 5  # the per-owner session cap, counted and inserted under it (`sessions`)
 EVICT_LOCK_KEY = 0x726C6D2D657663  # one evictor at a time across replicas (`contexts`)
 OWNER_LOCK_CLASS = 0x726C6D6F  # with hashtext(owner): one owner's share is spent by one writer at a time (`contexts`)
+# With hashtext(owner): the per-owner snapshot total is summed and written by one store at a time (`sessions`).
+SNAPSHOT_OWNER_LOCK_CLASS = 0x726C6D06

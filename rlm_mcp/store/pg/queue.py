@@ -140,9 +140,12 @@ class PgRunQueue(PgWorkerRegistry):
 
     # --- workers' runs ----------------------------------------------------------------------
 
-    async def claim(self, worker_id: int, free_sandboxes: int, max_sandboxes: int) -> RunRow | None:
+    async def claim(
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
+    ) -> RunRow | None:
         """The next run for this worker (`queue_statements.CLAIM`), now `running` under a new
-        attempt; None when no queued run fits."""
+        attempt; None when no queued run fits. `sessions=False`: none of a kept session's runs
+        (this worker's image cannot restore one)."""
         async with self._db.transaction() as conn:
             cur = await conn.execute(sql.CLAIM_LOCK_AND_SLOTS, {"key": CLAIM_LOCK_KEY, "lease": self._lease})
             live = await cur.fetchone()
@@ -157,6 +160,8 @@ class PgRunQueue(PgWorkerRegistry):
                     "share": share,
                     "worker": worker_id,
                     "lease": self._lease,
+                    "sessions": sessions,
+                    "session_key": sql.SESSION_KEY,
                 },
             )
             row = await cur.fetchone()

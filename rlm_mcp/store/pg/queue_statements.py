@@ -76,11 +76,17 @@ GAUGES = (
 CLAIM_LOCK_AND_SLOTS = (
     f"SELECT pg_advisory_xact_lock(%(key)s), (SELECT coalesce(sum(slots), 0) FROM rlm_workers WHERE {_LIVE}) AS slots"
 )
+# How a kept session's run names its session in its stored record (`CLAIM` with `sessions` off).
+SESSION_KEY = '"session_id": "'
+
 CLAIM = (
     "WITH busy AS (SELECT owner, count(*) AS n FROM rlm_runs WHERE state = 'running' GROUP BY owner), "
     "pick AS (SELECT r.run_id FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
     "  WHERE r.state = 'queued' AND least(r.need, %(cap)s) <= %(free)s "
     "  AND coalesce(b.n, 0) < %(share)s "
+    # A session's run names its session in the record's JSON (matched as text: a summary may
+    # hold a NUL, which jsonb refuses; inside a string a quote is escaped).
+    "  AND (%(sessions)s OR position(%(session_key)s in r.summary) = 0) "
     "  AND (r.prefer_worker IS NULL OR r.prefer_worker = %(worker)s OR r.prefer_until <= now() "
     "    OR NOT EXISTS (SELECT 1 FROM rlm_workers w WHERE w.worker_id = r.prefer_worker "
     "      AND w.gone_at IS NULL AND w.heartbeat_at > now() - make_interval(secs => %(lease)s))) "

@@ -11,6 +11,10 @@ Rules kept here, so that no other module needs to know them:
   record is written, so a follow-up sent as soon as the result arrives finds the session free.
 - Snapshots are bytes to this module (never deserialized on a host), written in 1 MiB chunks in
   one transaction, only for the generation they were taken after, and within the owner's cap.
+  A snapshot comes from, and goes to, a file on the worker's host a chunk at a time: no more
+  than one chunk of it is in memory. The owner's total is summed and the chunks written under a
+  lock of that owner (an advisory lock keyed by the owner): two of an owner's sessions storing
+  at once are counted one after the other, so together they stay within the cap.
 - Owner-private: every reader gets the owner column and `service.team_sessions` applies the
   owner rule (another owner's session is "unknown").
 """
@@ -18,12 +22,17 @@ Rules kept here, so that no other module needs to know them:
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import anyio
 
 from rlm_mcp.errors import BusyError
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.pg.locks import SESSION_LOCK_KEY
+from rlm_mcp.store.pg.locks import SESSION_LOCK_KEY, SNAPSHOT_OWNER_LOCK_CLASS
 
 SNAPSHOT_CHUNK = 1 << 20
 ORPHAN_CLAIM_S = 60.0  # a claim whose run was never queued (its front died) lapses after this
@@ -214,10 +223,22 @@ class PgSessionStore:
             row = await cur.fetchone()
         return int(row["generation"]) if row is not None else None
 
-    async def save_snapshot(self, session_id: str, generation: int, blob: bytes, *, owner_cap: int) -> str | None:
-        """Store the snapshot taken after `generation` (replacing the one before); None when
-        stored, else why not (the session moved on or ended, or the owner's cap), recorded."""
+    async def save_snapshot(
+        self, session_id: str, generation: int, blob: bytes | Path, *, owner_cap: int
+    ) -> str | None:
+        """Store the snapshot taken after `generation` (replacing the one before), from memory or
+        from a file read a chunk at a time; None when stored, else why not (the session moved on
+        or ended, or the owner's cap), recorded."""
+        size = len(blob) if isinstance(blob, bytes) else (await anyio.to_thread.run_sync(os.stat, blob)).st_size
         async with self._db.transaction() as conn:
+            cur = await conn.execute("SELECT owner FROM rlm_sessions WHERE session_id = %s", (session_id,))
+            found = await cur.fetchone()
+            if found is None:
+                return "the session moved on or ended before its snapshot was stored"
+            # The owner's lock first, then the row: every store of this owner counts after the last.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (SNAPSHOT_OWNER_LOCK_CLASS, found["owner"])
+            )
             cur = await conn.execute(
                 "SELECT owner, generation, state FROM rlm_sessions WHERE session_id = %s FOR UPDATE", (session_id,)
             )
@@ -231,9 +252,9 @@ class PgSessionStore:
             )
             held_row = await cur.fetchone()
             held = int(held_row["held"]) if held_row is not None else 0
-            if held + len(blob) > owner_cap:
+            if held + size > owner_cap:
                 why = (
-                    f"its snapshot ({len(blob)} bytes) would take its owner's sessions past "
+                    f"its snapshot ({size} bytes) would take its owner's sessions past "
                     f"RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER={owner_cap} ({held} bytes held)"
                 )
                 await conn.execute(
@@ -241,16 +262,12 @@ class PgSessionStore:
                 )
                 return why
             await conn.execute("DELETE FROM rlm_session_snapshots WHERE session_id = %s", (session_id,))
-            view = memoryview(blob)
-            for idx, start in enumerate(range(0, max(len(blob), 1), SNAPSHOT_CHUNK)):
-                await conn.execute(
-                    "INSERT INTO rlm_session_snapshots VALUES (%s, %s, %b)",
-                    (session_id, idx, bytes(view[start : start + SNAPSHOT_CHUNK])),
-                )
+            async for idx, chunk in _chunks(blob, size):
+                await conn.execute("INSERT INTO rlm_session_snapshots VALUES (%s, %s, %b)", (session_id, idx, chunk))
             await conn.execute(
                 "UPDATE rlm_sessions SET snapshot_gen = %s, snapshot_bytes = %s, snapshot_error = NULL "
                 "WHERE session_id = %s",
-                (generation, len(blob), session_id),
+                (generation, size, session_id),
             )
         return None
 
@@ -274,6 +291,37 @@ class PgSessionStore:
             )
             parts = [bytes(r["data"]) for r in await cur.fetchall()]
         return int(row["snapshot_gen"]), b"".join(parts)
+
+    async def read_snapshot_into(self, session_id: str, path: Path) -> tuple[int, int] | None:
+        """Write the session's snapshot to `path` (a private file, replaced), a chunk at a time:
+        (the generation it was taken after, its size); None when the session has none."""
+        async with self._db.transaction() as conn:
+            # One view of the database throughout: never half of a newer snapshot stored meanwhile.
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur = await conn.execute("SELECT snapshot_gen FROM rlm_sessions WHERE session_id = %s", (session_id,))
+            row = await cur.fetchone()
+            if row is None or row["snapshot_gen"] is None:
+                return None
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM rlm_session_snapshots WHERE session_id = %s", (session_id,)
+            )
+            counted = await cur.fetchone()
+            chunks = int(counted["n"]) if counted is not None else 0
+            size = 0
+            async with await anyio.open_file(path, "wb", opener=_private) as out:
+                for idx in range(chunks):
+                    cur = await conn.execute(
+                        "SELECT data FROM rlm_session_snapshots WHERE session_id = %s AND idx = %s",
+                        (session_id, idx),
+                        binary=True,
+                    )
+                    part = await cur.fetchone()
+                    if part is None:
+                        break
+                    data = bytes(part["data"])
+                    await out.write(data)
+                    size += len(data)
+        return int(row["snapshot_gen"]), size
 
     async def holders(self, session_ids: list[str]) -> dict[str, tuple[str, int | None, int]]:
         """For the sessions a worker holds a sandbox of: (state, holding worker, generation)."""
@@ -314,3 +362,26 @@ class PgSessionStore:
                 (FORGET_ENDED_S,),
             )
         return len(ended)
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+
+
+async def _chunks(blob: bytes | Path, size: int) -> AsyncIterator[tuple[int, bytes]]:
+    """(index, bytes) of each SNAPSHOT_CHUNK of `blob`; one chunk in memory at a time from a file."""
+    if isinstance(blob, bytes):
+        view = memoryview(blob)
+        for idx, start in enumerate(range(0, max(size, 1), SNAPSHOT_CHUNK)):
+            yield idx, bytes(view[start : start + SNAPSHOT_CHUNK])
+        return
+    async with await anyio.open_file(blob, "rb") as source:
+        idx = 0
+        while True:
+            chunk = await source.read(SNAPSHOT_CHUNK)
+            if not chunk and idx:
+                return
+            yield idx, chunk
+            idx += 1
+            if len(chunk) < SNAPSHOT_CHUNK:
+                return
