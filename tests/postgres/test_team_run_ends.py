@@ -71,6 +71,7 @@ class Slots:
     free_slots = 4
     max_slots = 4
     reclaim = None  # set by a worker that keeps sessions
+    can_snapshot = True  # its image can keep a session (the worker asks before claiming one)
 
 
 @asynccontextmanager
