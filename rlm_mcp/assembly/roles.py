@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
 
 from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine
@@ -20,7 +21,10 @@ from rlm_mcp.service.sessions import SessionManager
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.factory import embedded_stores, team_stores
 
-__all__ = ["build_service", "embedded", "front", "service_parts", "worker"]
+if TYPE_CHECKING:
+    from rlm_mcp.service.team_sessions import TeamSessions  # team mode only: it needs the team extra
+
+__all__ = ["build_service", "embedded", "front", "run_ends", "service_parts", "team_sessions", "worker"]
 
 QUEUE_POOL_SIZE = 4  # the run queue's own connections (team mode)
 
@@ -138,6 +142,18 @@ def _parts(
         sessions=sessions,
         open_runs=open_runs,
     )
+
+
+def team_sessions(settings: Settings, stores: Stores) -> TeamSessions:
+    """Team mode's sessions over `stores` without a queue or a worker: what the CLI's read-only
+    `sessions list|close` need (the caller has checked that the deployment is a team's)."""
+    from rlm_mcp.service.team_sessions import TeamSessions
+    from rlm_mcp.store.pg.db import Database
+    from rlm_mcp.store.pg.sessions import PgSessionStore
+
+    if not isinstance(stores.lifecycle, Database):
+        raise RlmMcpError("Team mode's sessions need the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
+    return TeamSessions(settings, PgSessionStore(stores.lifecycle))
 
 
 def run_ends() -> RunEnds:

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import anyio
 
+from rlm_mcp.assembly import team_sessions
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
@@ -19,11 +20,8 @@ from rlm_mcp.visible import visible_line
 
 
 async def _team_list(settings: Settings) -> int:
-    from rlm_mcp.service.team_sessions import team_sessions_for  # team mode only: needs the team extra
-
     async with make_stores(settings) as stores:
-        team = team_sessions_for(settings, stores)
-        assert team is not None
+        team = team_sessions(settings, stores)
         listed = await team.list(owner=LOCAL_OWNER)
     if not listed:
         print("No kept sessions open. Keep one with `rlm-mcp run --keep-session ...`.")
@@ -36,11 +34,8 @@ async def _team_list(settings: Settings) -> int:
 
 
 async def _team_close(settings: Settings, session_id: str) -> int:
-    from rlm_mcp.service.team_sessions import team_sessions_for  # team mode only: needs the team extra
-
     async with make_stores(settings) as stores:
-        team = team_sessions_for(settings, stores)
-        assert team is not None
+        team = team_sessions(settings, stores)
         await team.close(session_id, owner=LOCAL_OWNER)
     print(f"closed {session_id}")
     return 0

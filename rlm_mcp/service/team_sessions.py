@@ -27,23 +27,13 @@ from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRequest
+from rlm_mcp.ports.session_store import SessionRow, SessionStorePort
 from rlm_mcp.ports.sessions import FollowUp, SessionView
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.kept import START_AGAIN
 from rlm_mcp.service.queue.front import QueueFront, new_run_id
 from rlm_mcp.service.queue.sessions import WorkerSessions
-from rlm_mcp.store.bundle import Stores
-from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.pg.sessions import PgSessionStore, SessionRow
 from rlm_mcp.usage import Usage
-
-
-def team_sessions_for(settings: Settings, stores: Stores) -> TeamSessions | None:
-    """The team-mode sessions of this process, for the CLI's read-only commands; None in
-    embedded mode."""
-    if settings.deployment.embedded or not isinstance(stores.lifecycle, Database):
-        return None
-    return TeamSessions(settings, PgSessionStore(stores.lifecycle))
 
 
 def view(row: SessionRow) -> SessionView:
@@ -72,7 +62,7 @@ class TeamSessions:
     """Open, continue, list and close team-mode sessions (the front's side); `worker`: the
     sessions whose sandboxes this process holds, where it executes runs."""
 
-    def __init__(self, settings: Settings, store: PgSessionStore, worker: WorkerSessions | None = None) -> None:
+    def __init__(self, settings: Settings, store: SessionStorePort, worker: WorkerSessions | None = None) -> None:
         self._settings = settings
         self.store = store
         self._worker = worker

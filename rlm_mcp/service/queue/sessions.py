@@ -45,9 +45,9 @@ from rlm_mcp.errors import NotFoundError, RlmMcpError
 from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunRequest
+from rlm_mcp.ports.session_store import SessionRow, SessionStorePort
 from rlm_mcp.service import session_files
 from rlm_mcp.service.active_run import ActiveRun
-from rlm_mcp.store.pg.sessions import PgSessionStore, SessionRow
 from rlm_mcp.store.ports import ContextStorePort
 from rlm_mcp.usage import Usage
 
@@ -81,7 +81,7 @@ class Held:
 class WorkerSessions:
     """The kept sessions whose sandboxes this worker holds; enter it before the worker."""
 
-    def __init__(self, settings: Settings, store: PgSessionStore, contexts: ContextStorePort) -> None:
+    def __init__(self, settings: Settings, store: SessionStorePort, contexts: ContextStorePort) -> None:
         self._settings = settings
         self._store = store
         self._contexts = contexts

@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from rlm_mcp.errors import BusyError
+from rlm_mcp.ports.session_store import SessionRow
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.locks import SESSION_LOCK_KEY, SNAPSHOT_OWNER_LOCK_CLASS
 
@@ -51,29 +51,6 @@ _COLUMNS = (
     f"s.snapshot_bytes, s.snapshot_error, {_FREE} AS free"
 )
 _EXPIRED = "s.created_at < now() - make_interval(secs => %(max_age)s)"
-
-
-@dataclass(frozen=True)
-class SessionRow:
-    """A session as the database holds it (the snapshot's bytes apart)."""
-
-    session_id: str
-    owner: str
-    state: str  # open, closed or expired
-    created_at: float  # Unix seconds
-    age_s: float
-    idle_s: float
-    running_run: str | None  # the run that took it last (see `free`)
-    free: bool  # no run holds it: `running_run` ended (or never reached the queue)
-    run_ids: list[str]
-    context_ids: list[str]  # bound as context_0, context_1, ... in order
-    histories: list[list[dict[str, str]]]
-    usage: dict[str, Any]
-    generation: int  # runs whose end is recorded
-    worker_id: int | None  # the worker holding its live sandbox
-    snapshot_gen: int | None  # the generation its snapshot was taken after
-    snapshot_bytes: int | None
-    snapshot_error: str | None
 
 
 def _row(row: dict[str, Any]) -> SessionRow:
@@ -99,7 +76,7 @@ def _row(row: dict[str, Any]) -> SessionRow:
 
 
 class PgSessionStore:
-    """Kept sessions on the team database."""
+    """Kept sessions on the team database (`ports.session_store.SessionStorePort`)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
