@@ -14,11 +14,13 @@ team-mode worker asks the same function at claim time.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from rlm_mcp.access import load_tokens
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 
-__all__ = ["configured_owners", "owner_run_share", "queue_refusal"]
+__all__ = ["ConfiguredOwners", "configured_owners", "owner_run_share", "queue_refusal"]
 
 
 def _runs(n: int) -> str:
@@ -64,3 +66,31 @@ def configured_owners(settings: Settings) -> int:
         return max(1, len(load_tokens(settings)))
     except OSError:  # an unreadable tokens file: the server refuses to start over it anyway
         return 1
+
+
+class ConfiguredOwners:
+    """`configured_owners`, read once and again only when the tokens file changes (its size,
+    modification time or inode): a team worker asks at every claim, inside the claim's locked
+    transaction, which must not read and parse a file each time; a token added to the file still
+    counts from the next claim on."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._seen: Hashable = None
+        self._count: int | None = None
+
+    def count(self) -> int:
+        seen = self._file_state()
+        if self._count is None or seen != self._seen:
+            self._seen, self._count = seen, configured_owners(self._settings)
+        return self._count
+
+    def _file_state(self) -> Hashable:
+        path = self._settings.auth_tokens_file
+        if path is None:
+            return None
+        try:
+            st = path.expanduser().stat()
+        except OSError:
+            return "unreadable"
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
