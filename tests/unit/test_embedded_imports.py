@@ -30,6 +30,6 @@ def test_the_embedded_path_imports_no_team_module(tmp_path: Path) -> None:
 
 
 def test_a_team_module_needs_the_driver_as_a_positive_control() -> None:
-    code = 'import sys; sys.modules["psycopg"] = None; import rlm_mcp.service.team_sessions'
+    code = 'import sys; sys.modules["psycopg"] = None; import rlm_mcp.store.pg.sessions'
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode != 0 and "psycopg" in out.stderr, out.stderr

@@ -13,6 +13,9 @@ SID = "ses_" + "ab" * 10
 
 
 def stored(data_dir: Path) -> None:
+    snapshot = session_files.snapshot_path(data_dir, SID)  # its snapshot file comes first
+    snapshot.parent.mkdir(parents=True, exist_ok=True)
+    snapshot.write_bytes(b"snapshot")
     session = StoredSession(SID, "local", 1.0, ["run_1"], ["ctx_1"], [[]], 8)
     session_files.save(data_dir, session)
 
