@@ -13,6 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -109,6 +110,28 @@ class Scoring:
         return value, (lenient(answer, task.answer, task.metadata) if lenient else None), None
 
 
+def _result(task: Task, scored: tuple[float, float | None], **outcome: Any) -> TaskResult:
+    """A task's result, one way for both modes: the task names itself (id, expected answer,
+    scorer), `scored` is (score, lenient score), `outcome` what the run or direct call gave."""
+    score, lenient = scored
+    return TaskResult(
+        id=task.id, expected=task.answer, scorer=task.scorer, score=score, lenient_score=lenient, **outcome
+    )
+
+
+def _not_run(task: Task, started: float, exc: RlmMcpError, lenient: float | None = None, **outcome: Any) -> TaskResult:
+    """A task whose run or call never started: a 0, with the reason, timed from `started`."""
+    return _result(
+        task,
+        (0.0, lenient),
+        status="error",
+        answer=None,
+        duration_s=time.monotonic() - started,
+        error=str(exc),
+        **outcome,
+    )
+
+
 async def _rlm_result(
     service: RlmService, contexts: ContextCache, scoring: Scoring, task: Task, overrides: RunOverrides, display: Display
 ) -> TaskResult:
@@ -121,28 +144,14 @@ async def _rlm_result(
         context_id = await contexts.context_id(task)
         run = await Caller(service, LOCAL_OWNER).complete(task.query, context_id, overrides, report)
     except RlmMcpError as exc:  # the run never started (or its start failed): a 0, with the reason
-        return TaskResult(
-            id=task.id,
-            status="error",
-            answer=None,
-            expected=task.answer,
-            scorer=task.scorer,
-            score=0.0,
-            lenient_score=0.0 if task.scorer in LENIENT else None,
-            duration_s=time.monotonic() - started,
-            error=str(exc),
-            metadata=task.metadata,
-        )
+        return _not_run(task, started, exc, 0.0 if task.scorer in LENIENT else None, metadata=task.metadata)
     answer = run.answer if run.status == "completed" else None
     value, lenient, error = await scoring.score(task, answer)
-    return TaskResult(
-        id=task.id,
+    return _result(
+        task,
+        (value, lenient),
         status=run.status,
         answer=run.answer,
-        expected=task.answer,
-        scorer=task.scorer,
-        score=value,
-        lenient_score=lenient,
         usage=run.usage,
         sub_calls=run.sub_calls,
         iterations=run.iterations,
@@ -158,31 +167,18 @@ async def _direct_result(service: RlmService, contexts: ContextCache, scoring: S
     try:
         info = await service.contexts.get(await contexts.context_id(task), owner=LOCAL_OWNER)
     except RlmMcpError as exc:
-        return TaskResult(
-            id=task.id,
-            mode="direct",
-            status="error",
-            answer=None,
-            expected=task.answer,
-            scorer=task.scorer,
-            score=0.0,
-            duration_s=time.monotonic() - started,
-            error=str(exc),
-        )
+        return _not_run(task, started, exc, mode="direct")
     # Pinned, and fetched into this replica's cache in team mode, while the direct call reads it.
     async with service.contexts.in_use([info.context_id], owner=LOCAL_OWNER):
         path = service.contexts.spec(info).path
         done = await run_direct(service.lm, service.settings, path, task.query)
     value, lenient, error = await scoring.score(task, done.answer)
-    return TaskResult(
-        id=task.id,
+    return _result(
+        task,
+        (value, lenient),
         mode="direct",
         status=done.status,
         answer=done.answer,
-        expected=task.answer,
-        scorer=task.scorer,
-        score=value,
-        lenient_score=lenient,
         usage=done.usage,
         iterations=1,
         duration_s=done.duration_s,
