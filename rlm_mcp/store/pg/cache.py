@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 
 from rlm_mcp.errors import UnknownIdError
-from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.db import Database, read_chunks
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
@@ -83,17 +83,14 @@ class BlobCache:
                         cur = await conn.execute("SELECT chunks FROM rlm_blobs WHERE sha256 = %s", (sha256,))
                         row = await cur.fetchone()
                         if row is None:
-                            raise UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")
-                        for idx in range(int(row["chunks"])):
-                            cur = await conn.execute(
-                                "SELECT data FROM rlm_blob_chunks WHERE sha256 = %s AND idx = %s",
-                                (sha256, idx),
-                                binary=True,  # bytea as raw bytes, not hex text
-                            )
-                            part = await cur.fetchone()
-                            if part is None:
-                                raise UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")
-                            block = bytes(part["data"])
+                            raise _deleted(sha256)
+                        async for block in read_chunks(
+                            conn,
+                            "SELECT data FROM rlm_blob_chunks WHERE sha256 = %s AND idx = %s",
+                            sha256,
+                            int(row["chunks"]),
+                            missing=lambda: _deleted(sha256),
+                        ):
                             digest.update(block)
                             await anyio.to_thread.run_sync(out.write, block)
                 if digest.hexdigest() != sha256:
@@ -131,3 +128,8 @@ class BlobCache:
             await anyio.to_thread.run_sync(self.drop, gone)
             log.info("removed %d cached blob(s) deleted elsewhere", len(gone))
         return gone
+
+
+def _deleted(sha256: str) -> UnknownIdError:
+    """A blob whose row or chunks went away while this replica fetched it."""
+    return UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")

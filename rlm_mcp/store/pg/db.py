@@ -19,7 +19,7 @@ import secrets
 import socket
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -76,6 +76,22 @@ async def read_now(cur: psycopg.AsyncCursor[dict[str, Any]]) -> float:
     row = await cur.fetchone()
     assert row is not None  # SELECT without FROM: one row
     return float(row["now"])
+
+
+async def read_chunks(
+    conn: Conn, query: str, key: str, count: int, *, missing: Callable[[], Exception] | None = None
+) -> AsyncIterator[bytes]:
+    """Chunks 0 to `count` - 1 of `key`, in order: `query` selects one chunk's `data` by (key,
+    idx). One statement a chunk, so a blob, an upload or a snapshot larger than memory streams
+    through. A missing chunk (deleted meanwhile) raises `missing()`, or ends the chunks without it."""
+    for idx in range(count):
+        cur = await conn.execute(query, (key, idx), binary=True)  # bytea as raw bytes, not hex text
+        part = await cur.fetchone()
+        if part is None:
+            if missing is None:
+                return
+            raise missing()
+        yield bytes(part["data"])
 
 
 def describe(url: str) -> str:

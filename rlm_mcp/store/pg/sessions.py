@@ -31,7 +31,7 @@ import anyio
 
 from rlm_mcp.errors import BusyError
 from rlm_mcp.ports.session_store import SessionRow
-from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.db import Database, read_chunks
 from rlm_mcp.store.pg.locks import SESSION_LOCK_KEY, SNAPSHOT_OWNER_LOCK_CLASS
 
 SNAPSHOT_CHUNK = 1 << 20
@@ -286,16 +286,12 @@ class PgSessionStore:
             chunks = int(counted["n"]) if counted is not None else 0
             size = 0
             async with await anyio.open_file(path, "wb", opener=_private) as out:
-                for idx in range(chunks):
-                    cur = await conn.execute(
-                        "SELECT data FROM rlm_session_snapshots WHERE session_id = %s AND idx = %s",
-                        (session_id, idx),
-                        binary=True,
-                    )
-                    part = await cur.fetchone()
-                    if part is None:
-                        break
-                    data = bytes(part["data"])
+                async for data in read_chunks(
+                    conn,
+                    "SELECT data FROM rlm_session_snapshots WHERE session_id = %s AND idx = %s",
+                    session_id,
+                    chunks,
+                ):
                     await out.write(data)
                     size += len(data)
         return int(row["snapshot_gen"]), size

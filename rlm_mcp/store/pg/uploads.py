@@ -21,7 +21,7 @@ import anyio
 from rlm_mcp.config import StoreSettings
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg.contexts import PgContextIndex, PgContextStore, PgTx
-from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.db import Database, read_chunks
 from rlm_mcp.store.statements import POSTGRES
 from rlm_mcp.store.upload_model import unknown_upload
 from rlm_mcp.store.uploads import Uploads
@@ -78,16 +78,14 @@ class PgUploadIndex:
         try:
             with os.fdopen(fd, "wb") as out:
                 async with self._db.connection() as conn:
-                    for idx in range(count):
-                        cur = await conn.execute(
-                            "SELECT data FROM rlm_upload_chunks WHERE upload_id = %s AND idx = %s",
-                            (upload_id, idx),
-                            binary=True,
-                        )
-                        part = await cur.fetchone()
-                        if part is None:
-                            raise unknown_upload(upload_id)
-                        await anyio.to_thread.run_sync(out.write, bytes(part["data"]))
+                    async for data in read_chunks(
+                        conn,
+                        "SELECT data FROM rlm_upload_chunks WHERE upload_id = %s AND idx = %s",
+                        upload_id,
+                        count,
+                        missing=lambda: unknown_upload(upload_id),
+                    ):
+                        await anyio.to_thread.run_sync(out.write, data)
             yield tmp
         finally:
             await anyio.Path(tmp).unlink(missing_ok=True)
