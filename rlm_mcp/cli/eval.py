@@ -112,6 +112,11 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
+# The flags that are `EvalOptions` fields of the same name, taken as parsed (as `overrides_of`
+# takes the run's): a new one is added here and to the parser.
+_EVAL_FLAGS = ("parallel", "baseline", "judge_model", "judge_base_url", "keep_errors")
+
+
 def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.cli.options import overrides_of
     from rlm_mcp.eval.display import Tally, make_display
@@ -126,12 +131,8 @@ def _evaluate(task_file: Path, opts: argparse.Namespace, settings: Settings) -> 
     options = EvalOptions(
         task_file=task_file,
         output_dir=output,
-        parallel=opts.parallel,
-        baseline=opts.baseline,
         overrides=overrides,
-        judge_model=opts.judge_model,
-        judge_base_url=opts.judge_base_url,
-        keep_errors=opts.keep_errors,
+        **{name: getattr(opts, name) for name in _EVAL_FLAGS},
     )
     ids = {t.id for t in tasks}
     already = [r for r in settled(read_results(output / RESULTS_FILE), opts.keep_errors).values() if r.id in ids]

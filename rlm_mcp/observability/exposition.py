@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from rlm_mcp.access import BearerTokens
 
-__all__ = ["PATH", "metrics_endpoint", "with_metrics"]
+__all__ = ["PATH", "metrics_endpoint", "with_metrics", "with_path"]
 
 PATH = "/metrics"
 
@@ -50,9 +50,16 @@ def metrics_endpoint(tokens: Iterable[str], *, public: bool) -> ASGIApp:
 
 def with_metrics(app: ASGIApp, endpoint: ASGIApp) -> ASGIApp:
     """`app` with `PATH` answered by `endpoint`; everything else goes to `app` untouched."""
+    return with_path(app, PATH, endpoint)
+
+
+def with_path(app: ASGIApp, path: str, endpoint: ASGIApp) -> ASGIApp:
+    """`app` with HTTP requests for exactly `path` answered by `endpoint`; everything else (other
+    paths, lifespan events) goes to `app` untouched. The one router of the unguarded routes in
+    front of the guarded app (this one and the health route, `server.health.with_health`)."""
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") == PATH:
+        if scope["type"] == "http" and scope.get("path") == path:
             await endpoint(scope, receive, send)
             return
         await app(scope, receive, send)

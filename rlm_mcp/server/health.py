@@ -31,6 +31,7 @@ import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rlm_mcp import __version__
+from rlm_mcp.observability.exposition import with_path
 from rlm_mcp.store.bundle import Stores
 
 __all__ = [
@@ -143,14 +144,7 @@ def health_endpoint(check: ReadinessCheck, *, role: str | None = None, cache_s: 
 def with_health(app: ASGIApp, endpoint: ASGIApp) -> ASGIApp:
     """`app` with the health route in front: exactly `PATH` goes to `endpoint`, unguarded;
     everything else (other paths, lifespan events) goes to `app` untouched."""
-
-    async def route(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") == PATH:
-            await endpoint(scope, receive, send)
-            return
-        await app(scope, receive, send)
-
-    return route
+    return with_path(app, PATH, endpoint)
 
 
 def health_app(check: ReadinessCheck, *, role: str | None = None, cache_s: float = CACHE_S) -> ASGIApp:

@@ -11,6 +11,9 @@ from rlm_mcp.errors import NotFoundError
 from rlm_mcp.ports.runs import LiveState, Notice, RunRecord, RunResult, RunStatus, Usage, render_notices, summed_usage
 from rlm_mcp.ports.sessions import SAVING
 
+# The live state's fields a snapshot shows as they are (its notice it shows rendered).
+_LIVE_COUNTERS = ("status", "iterations", "max_iterations", "sub_calls", "usage", "elapsed_s")
+
 
 class RunSnapshot(BaseModel):
     """A run's status at one moment (rlm_status, rlm_cancel, rlm_result while it runs)."""
@@ -36,12 +39,7 @@ class RunSnapshot(BaseModel):
         the record's."""
         return cls(
             run_id=run_id,
-            status=live.status,
-            iterations=live.iterations,
-            max_iterations=live.max_iterations,
-            sub_calls=live.sub_calls,
-            usage=live.usage,
-            elapsed_s=live.elapsed_s,
+            **{name: getattr(live, name) for name in _LIVE_COUNTERS},
             notice=render_notices(live.notice, waiting),
             reason=result.reason if result is not None else None,
         )

@@ -44,6 +44,12 @@ def _start(ts: float | None, took: float | None) -> float | None:
     return ts - took if took is not None else ts
 
 
+def _fields(event: object, *names: str) -> Json:
+    """`event`'s fields of these names, in this order, as the page shows them: most of what an
+    event logged is kept as it is, so each handler names the fields instead of copying each one."""
+    return {name: getattr(event, name) for name in names}
+
+
 def _entry(items: list[Json], key: str, value: object, **fresh: Any) -> Json:
     """The item of `items` whose `key` is `value`; when there is none, a new one (`key` first,
     then `fresh`) appended to them."""
@@ -180,11 +186,8 @@ class _Builder:
     def _run_start(self, e: RunStart) -> None:
         run = self.run(e.run_id)
         run.update(
-            query=e.query,
+            _fields(e, "query", "depth", "model", "sub_model"),
             start=e.ts,
-            depth=e.depth,
-            model=e.model,
-            sub_model=e.sub_model,
             limits=e.limits.model_dump(),
             contexts=[c.model_dump() for c in e.contexts],
         )
@@ -205,20 +208,13 @@ class _Builder:
         # Elision happens while fitting the next root call, i.e. within the latest turn.
         if run["turns"]:
             run["turns"][-1]["elided"] = {
-                "tokens_before": e.tokens_before,
-                "tokens_after": e.tokens_after,
-                "window": e.window,
+                **_fields(e, "tokens_before", "tokens_after", "window"),
                 "messages": len(e.indices),
             }
 
     def _llm_call(self, e: LLMCall) -> None:
         call: Json = {
-            "model": e.model,
-            "status": e.status,
-            "error": e.error,
-            "prompt_tokens": e.prompt_tokens,
-            "completion_tokens": e.completion_tokens,
-            "latency_s": e.latency_s,
+            **_fields(e, "model", "status", "error", "prompt_tokens", "completion_tokens", "latency_s"),
             "start": _start(e.ts, e.latency_s),
             "end": e.ts,
             "finish_reason": e.finish_reason,
@@ -231,23 +227,14 @@ class _Builder:
             if turn is not None:
                 turn["root_calls"].append(call)
             return
-        call.update(
-            index=e.index,
-            prompt=e.prompt,
-            prompt_chars=e.prompt_chars,
-            answer=e.answer,
-            answer_chars=e.answer_chars,
-        )
+        call.update(_fields(e, "index", "prompt", "prompt_chars", "answer", "answer_chars"))
         if e.batch is not None:
             self.batch(e.run_id, e.batch, e.iteration, e.block)["calls"].append(call)
 
     def _sub_calls(self, e: SubCalls) -> None:
         batch = self.batch(e.run_id, e.batch, e.iteration, e.block)
         batch.update(
-            kind=e.kind,
-            count=e.count,
-            failed=e.failed,
-            refused=e.refused,
+            _fields(e, "kind", "count", "failed", "refused"),
             start=_start(e.ts, e.duration_s),
             end=e.ts,
         )
@@ -255,15 +242,7 @@ class _Builder:
 
     def _cell(self, e: Cell) -> None:
         cell = self.cell(e.run_id, e.iteration, e.block)
-        cell.update(
-            code=e.code,
-            output=e.output,
-            error=e.error,
-            timed_out=e.timed_out,
-            restarted=e.restarted,
-            duration_s=e.duration_s,
-            end=e.ts,
-        )
+        cell.update(_fields(e, "code", "output", "error", "timed_out", "restarted", "duration_s"), end=e.ts)
         if cell["start"] is None:
             cell["start"] = _start(e.ts, e.duration_s)
 
