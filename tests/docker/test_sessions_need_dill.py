@@ -13,9 +13,10 @@ from rlm_mcp.server.app import build_server
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from tests.fixtures_sandbox import docker_image
+from tests.fixtures_sessions import image_without_dill
 from tests.fixtures_surface import call, call_error, make_settings
 
-__all__ = ["docker_image"]
+__all__ = ["docker_image", "image_without_dill"]
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

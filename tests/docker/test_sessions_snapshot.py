@@ -20,9 +20,10 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from tests.fixtures_e2e import cli
 from tests.fixtures_engine import cell, submit
 from tests.fixtures_sandbox import docker_image
+from tests.fixtures_sessions import dill_image
 from tests.fixtures_surface import make_settings
 
-__all__ = ["docker_image"]
+__all__ = ["dill_image", "docker_image"]
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("dill_image")]
 
