@@ -143,15 +143,19 @@ async def listen_forever(
     calling `on_note` with each payload and `on_connect` after each (re)connect; never returns."""
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(
-                url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-            ) as conn:
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            try:
                 await conn.execute(sql.LISTEN.format(channel=channel).encode())
                 on_connect()
                 while True:
                     async for note in conn.notifies(timeout=KEEPALIVE_S):
                         on_note(note.payload)
                     await conn.execute(sql.PING)  # notices a dead connection
+            finally:
+                # Shielded: this loop ends by cancellation (its process stopping), and a close cut
+                # short by it leaves the connection open until the collector finds it.
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
         except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
             log.info("the %s listener lost its connection (%s); reconnecting", channel, type(exc).__name__)
         await anyio.sleep(RECONNECT_S)
