@@ -175,13 +175,11 @@ class Caller:
         infos = [await service.contexts.get(cid, owner=self.owner) for cid in ids]
         specs = [service.contexts.spec(i) for i in infos]
         service.sandboxes.check_fits([*(follow_up.bound if follow_up is not None else ()), *specs])
-        # The endpoint first: the cheaper check (cached), and a run that cannot call its LM never
-        # needs a sandbox backend.
-        await service.check_lm()
         await service.check_ready_to_run()
         kept = keep_session or follow_up is not None
         if kept:
             await sessions.check_can_keep()
+        await service.check_lm()
         request = RunRequest(
             query=query,
             context_ids=ids,
