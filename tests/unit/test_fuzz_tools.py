@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
+from rlm_mcp.errors import DockerUnavailableError
+from rlm_mcp.sandbox.docker import docker_api
 from rlm_mcp.server.app import build_server
 from tests.fixtures_surface import ALL_TOOLS, make_settings
 
@@ -66,6 +68,19 @@ plausible = st.sampled_from(
     ]
 )
 argument = st.one_of(json_values, plausible, st.integers(min_value=-(2**63), max_value=2**63), st.lists(plausible))
+
+
+@pytest.fixture(autouse=True)
+def _docker_is_not_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run the fuzzer starts (a known context, a plain query) asks the sandbox backend whether
+    Docker answers before it calls the LM: here Docker is not running, as a user without it sees,
+    instead of the fast tier's guard (which fails a test that connects, and would make this
+    example an internal error). Nothing connects either way."""
+
+    def not_running(*args: object, **kwargs: object) -> None:
+        raise DockerUnavailableError("Docker is not running or cannot be reached (fuzz).", "Start Docker.")
+
+    monkeypatch.setattr(docker_api, "connect_sync", not_running)
 
 
 class Served:
