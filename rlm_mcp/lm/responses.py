@@ -9,8 +9,9 @@ from typing import Any
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.errors import no_choices, not_json
 from rlm_mcp.lm.http import HttpReply
-from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens, reported_count, valid_text
+from rlm_mcp.lm.tokens import content_text, estimate_text_tokens, estimate_tokens, reported_count
 from rlm_mcp.ports.chat import CallRecord, Completion
+from rlm_mcp.ports.text import valid_text
 
 log = logging.getLogger("rlm_mcp.lm")
 

@@ -10,7 +10,6 @@ markers with room to spare.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 BYTES_PER_TOKEN = 3
@@ -29,15 +28,6 @@ def content_text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return "" if content is None else str(content)
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def valid_text(text: str) -> str:
-    """`text` with every lone UTF-16 surrogate (a JSON `\\udXXX` escape of half a character in a
-    reply) replaced by U+FFFD: a reply's text is kept and sent on, and could not be encoded."""
-    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def reported_count(value: Any) -> int | None:

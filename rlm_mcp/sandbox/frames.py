@@ -3,7 +3,7 @@
 A frame is a 4-byte big-endian length followed by a UTF-8 JSON object with `type` and `id`.
 Everything that comes out of a sandbox is hostile input: sizes are capped before anything is
 buffered, each frame is schema-checked before the session acts on it, and every string in it
-is made valid text here (a lone UTF-16 surrogate, which a JSON `\\udXXX` escape can carry,
+is made valid text here (a lone UTF-16 surrogate, which a JSON `\\ud83d` escape can carry,
 becomes U+FFFD): no answer, name, prompt or output the host keeps can fail to encode later (an
 unwritable run record, a tool reply that cannot be sent). The host handles frames as the typed
 dataclasses of `rlm_mcp.ports.kernel` (`encode_frame`, `decode_kernel_frame`); the JSON on the
@@ -29,6 +29,7 @@ from rlm_mcp.ports.kernel import (
     LogFrame,
     ReadyFrame,
 )
+from rlm_mcp.ports.text import LONE_SURROGATE, valid_text
 
 _HEADER = struct.Struct(">I")
 KERNEL_FRAME_TYPES = frozenset({"ready", "exec_result", "lm_request", "log", "context_loaded"})
@@ -37,8 +38,6 @@ _STRING = re.compile(rb'"[^"]*"')
 # (strict UTF-8 decoding refuses encoded surrogates; json.loads joins an escaped pair into one
 # character). An escaped backslash before "ud800" matches too: that only costs a needless walk.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-REPLACEMENT = "\ufffd"
 
 
 class ProtocolViolation(Exception):
@@ -223,11 +222,6 @@ def parse_kernel_frame_sized(payload: bytes | bytearray, max_strings: int) -> tu
     return obj, cost
 
 
-def valid_text(text: str) -> str:
-    """`text` with every lone UTF-16 surrogate replaced by U+FFFD (it is valid UTF-8 then)."""
-    return _LONE_SURROGATE.sub(REPLACEMENT, text)
-
-
 def mend_text(obj: dict[str, Any]) -> dict[str, Any]:
     """A parsed frame with `valid_text` applied to every string in it, keys included.
 
@@ -260,7 +254,7 @@ def _mended(value: Any, stack: list[dict[str, Any] | list[Any]]) -> Any:
 
 def _mended_dict(obj: dict[str, Any]) -> dict[str, Any]:
     """`obj` itself, or a copy whose keys are valid text when one of them was not."""
-    if all(_LONE_SURROGATE.search(key) is None for key in obj):
+    if all(LONE_SURROGATE.search(key) is None for key in obj):
         return obj
     return {valid_text(key): value for key, value in obj.items()}
 
