@@ -29,8 +29,10 @@ def router_binary() -> Path:
 
 
 @asynccontextmanager
-async def vllm_router(workers: Sequence[str], *extra: str, log: Path) -> AsyncIterator[str]:
-    """Run `vllm-router --policy consistent_hash` over `workers` (root URLs); yield its /v1 URL."""
+async def vllm_router(
+    workers: Sequence[str], *extra: str, log: Path, policy: str = "consistent_hash", env: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """Run `vllm-router --policy <policy>` over `workers` (root URLs); yield its /v1 URL."""
     port = free_port()
     argv = [
         str(router_binary()),
@@ -39,7 +41,7 @@ async def vllm_router(workers: Sequence[str], *extra: str, log: Path) -> AsyncIt
         "--port",
         str(port),
         "--policy",
-        "consistent_hash",
+        policy,
         "--worker-urls",
         *workers,
         "--prometheus-host",
@@ -51,7 +53,9 @@ async def vllm_router(workers: Sequence[str], *extra: str, log: Path) -> AsyncIt
         *extra,
     ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1", **(env or {})}
+        )
     try:
         url = f"http://127.0.0.1:{port}"
 

@@ -10,6 +10,7 @@ from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.lm.client import LMClient
+from rlm_mcp.ports.runs import RunEnded
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
@@ -51,13 +52,14 @@ def embedded(settings: Settings, *, transport: Transport, stores: Stores | None 
     held here (`SessionManager`)."""
     stores = stores if stores is not None else embedded_stores(settings.store)
     sandboxes = SandboxManager(settings.sandbox)
-    runs = RunManager(settings, stores.contexts, stores.runs, ends=run_ends())
+    lm = LMClient(settings.lm, routing=settings.routing)
+    runs = RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm))
     sessions = SessionManager(settings, stores.contexts, sandboxes, runs)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         return await stack.enter_async_context(runs)
 
-    return _parts(settings, transport, stores, sandboxes, open_runs, sessions)
+    return _parts(settings, transport, stores, sandboxes, open_runs, sessions, lm)
 
 
 def front(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
@@ -100,7 +102,8 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
     held = WorkerSessions(settings, session_store, stores.contexts) if settings.deployment.executes_runs else None
     sessions = TeamSessions(settings, session_store, held)
 
-    ends = run_ends()
+    lm = LMClient(settings.lm, routing=settings.routing)
+    ends = run_ends(lm)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
@@ -119,7 +122,7 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
             return front
         return executed  # a worker-only process: nothing here follows a run
 
-    return _parts(settings, transport, stores, sandboxes, open_runs, sessions)
+    return _parts(settings, transport, stores, sandboxes, open_runs, sessions, lm)
 
 
 def _parts(
@@ -129,11 +132,12 @@ def _parts(
     sandboxes: SandboxManager,
     open_runs: RunsOpener,
     sessions: Sessions,
+    lm: LMClient,
 ) -> ServiceParts:
     sandboxes.reclaim = sessions.reclaim  # idle sessions yield their slots to runs (the one place it is set)
     return ServiceParts(
         stores=stores,
-        lm=LMClient(settings.lm),
+        lm=lm,
         sandboxes=sandboxes,
         # Over stdio the client is the machine's own user: loopback URLs are theirs to load.
         loader=ContextLoader(
@@ -156,12 +160,20 @@ def team_sessions(settings: Settings, stores: Stores) -> TeamSessions:
     return TeamSessions(settings, PgSessionStore(stores.lifecycle))
 
 
-def run_ends() -> RunEnds:
+def run_ends(lm: LMClient | None = None) -> RunEnds:
     """The run-end hook's registry of this process (`service.run_ends`): the work hung on every
-    run's end subscribes here. None yet: the kept sessions still take their runs' ends through
-    the run manager's session hooks; the router's finish-session call, webhooks and MCP task
-    state are the next subscribers."""
-    return RunEnds()
+    run's end subscribes here. The router's finish-session call (when `RLM_MCP_ROUTER_SESSIONS`
+    says the routers count sessions: lm/router_sessions.py); the kept sessions still take their
+    runs' ends through the run manager's session hooks; webhooks and MCP task state are the next
+    subscribers."""
+    ends = RunEnds()
+    if lm is not None and lm.routing_settings.router_sessions:
+
+        async def finish_router_sessions(ended: RunEnded) -> None:
+            await lm.finish_sessions(ended.run_id)
+
+        ends.subscribe(finish_router_sessions)
+    return ends
 
 
 def _require_team(settings: Settings) -> None:

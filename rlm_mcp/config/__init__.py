@@ -6,7 +6,7 @@ Layers never read the environment themselves: they are handed a `Settings`, or t
 need.
 
 Each section is a model that owns its fields and their validators: `lm.py` (LM endpoints),
-`loop.py` (one run), `sandbox.py`, `runs.py` (run slots and records; kept sessions), `store.py`
+`routing.py` (what routers are told; back-pressure), `loop.py` (one run), `sandbox.py`, `runs.py` (run slots and records; kept sessions), `store.py`
 (stores; what loads may read), `team.py` (team mode and the `Deployment` it decides), `server.py`
 (transport, HTTP, access, logs). `Settings` is all of them at once: every setting keeps its one
 flat name (`RLM_MCP_MAX_SANDBOXES`, TOML key `max_sandboxes`, `Settings(max_sandboxes=2)`,
@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
+from rlm_mcp.config.routing import RoutingSettings
 from rlm_mcp.config.runs import RunSettings, SessionSettings
 from rlm_mcp.config.sandbox import (
     DEFAULT_IMAGE,
@@ -51,6 +52,7 @@ __all__ = [
     "LoopSettings",
     "ModelPrice",
     "Role",
+    "RoutingSettings",
     "RunSettings",
     "SandboxSettings",
     "ServerSettings",
@@ -77,6 +79,7 @@ class Settings(
     RunSettings,
     SandboxSettings,
     LoopSettings,
+    RoutingSettings,
     LMSettings,
     BaseSettings,
 ):
@@ -113,6 +116,10 @@ class Settings(
     @property
     def lm(self) -> LMSettings:
         return self._section(LMSettings)
+
+    @property
+    def routing(self) -> RoutingSettings:
+        return self._section(RoutingSettings)
 
     @property
     def loop(self) -> LoopSettings:
@@ -167,6 +174,7 @@ class Settings(
 # Each section's name (the `Settings` property) and model, in the order the docs list them.
 SECTIONS: dict[str, type[BaseModel]] = {
     "lm": LMSettings,
+    "routing": RoutingSettings,
     "loop": LoopSettings,
     "sandbox": SandboxSettings,
     "runs": RunSettings,

@@ -109,7 +109,11 @@ class SubCallBridge:
             if isinstance(max_tokens, str):
                 return max_tokens
             completion = await self.lm.complete(
-                [{"role": "user", "content": prompt}], model=model, max_tokens=max_tokens, role="sub"
+                [{"role": "user", "content": prompt}],
+                model=model,
+                max_tokens=max_tokens,
+                role="sub",
+                session=self.run_id,
             )
         except LMContextLengthError as exc:
             record = getattr(exc, "record", None)

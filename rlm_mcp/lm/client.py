@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from rlm_mcp.config import LMSettings
+from rlm_mcp.config import LMSettings, RoutingSettings
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.catalog import ModelCatalog
 from rlm_mcp.lm.completions import Completions
@@ -32,6 +32,7 @@ from rlm_mcp.lm.endpoint import Endpoint, endpoint_configs
 from rlm_mcp.lm.errors import error_kind
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.probe import check_models, probe
+from rlm_mcp.lm.router_sessions import finish_run_sessions
 from rlm_mcp.lm.routing import RoutingKeys
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.observability.prices import call_cost
@@ -51,7 +52,9 @@ class _Parts:
 class LMClient:
     """Talks to the root endpoint and, when one is set, the sub-call endpoint. Connects lazily."""
 
-    def __init__(self, settings: LMSettings, *, backoff_base_s: float | None = None) -> None:
+    def __init__(
+        self, settings: LMSettings, *, routing: RoutingSettings | None = None, backoff_base_s: float | None = None
+    ) -> None:
         self.settings = settings
         # anyio primitives bind to the running event loop, so the limiter is made on first use.
         self._limiter: anyio.Semaphore | None = None
@@ -69,7 +72,13 @@ class LMClient:
 
         self._root = parts(root_config)
         self._sub = parts(sub_config) if sub_config is not None else self._root
-        self.routing = RoutingKeys(affinity=settings.session_affinity, session_header=settings.session_header)
+        self.routing_settings = routing if routing is not None else RoutingSettings()
+        self.routing = RoutingKeys(
+            affinity=settings.session_affinity,
+            session_header=settings.session_header,
+            router_sessions=self.routing_settings.router_sessions,
+            sub_sessions=self.routing_settings.router_sub_sessions,
+        )
         self.base_url = self._root.endpoint.base_url
         self.sub_base_url = self._sub.endpoint.base_url
 
@@ -116,16 +125,21 @@ class LMClient:
         role: CallRole,
         session: str | None = None,
     ) -> Completion:
-        """One chat completion. `session` is the run id of a root call (its routing key); a
-        sub-call has none. Raises an `LMError` whose `record` is the failed call as accounted."""
+        """One chat completion. `session` is the run id the call is made in: a root call's
+        routing key; a sub-call's run, keyed on only when routers count sessions (lm/routing.py).
+        Raises an `LMError` whose `record` is the failed call as accounted."""
         parts = await self._parts(role, model)
         key = session if role == "root" else None
+        sub_of = session if role != "root" else None
+        url = parts.endpoint.root_url
 
         def remember(reply: HttpReply) -> None:
             self.routing.remember(key, reply.headers)
 
         def headers() -> dict[str, str]:
-            return tracing.inject_headers(self.routing.headers(key))
+            sent = self.routing.headers(key, sub_of=sub_of)
+            self.routing.sent(session, url, sent)
+            return tracing.inject_headers(sent)
 
         endpoint = parts.endpoint.config.name
         with tracing.lm_span(model=model, role=role, endpoint=endpoint, max_tokens=max_tokens) as span:
@@ -168,6 +182,19 @@ class LMClient:
             metrics.lm_cost(record.model, record.role, record.cost_usd)
         if outcome != "ok":
             metrics.lm_error(endpoint, outcome)
+
+    async def finish_sessions(self, run_id: str) -> int:
+        """Tell the routers that the sessions of the run tree of `run_id` are over (lm/router_sessions.py):
+        only when routers count sessions. Never raises; bounded by RLM_MCP_ROUTER_FINISH_TIMEOUT_S."""
+        if not self.routing_settings.router_sessions:
+            return 0
+        return await finish_run_sessions(
+            run_id,
+            self.routing,
+            root=self._root.endpoint,
+            sub=self._sub.endpoint,
+            timeout_s=self.routing_settings.router_finish_timeout_s,
+        )
 
     async def window(self, model: str, *, role: CallRole = "root") -> int:
         """The model's window at the endpoint its `role` calls go to. Never raises."""

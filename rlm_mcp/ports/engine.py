@@ -110,7 +110,8 @@ class ChatModel(Protocol):
         role: CallRole,
         session: str | None = None,
     ) -> Completion:
-        """`session`: the run id of a root call (its replica-routing key); None for sub-calls."""
+        """`session`: the run id the call is made in: a root call's replica-routing key; for a
+        sub-call, only which run tree made it (routers that count sessions key on a few per tree)."""
         ...
 
     # `role` picks the endpoint: root calls' or sub-calls' (they may be different servers).
