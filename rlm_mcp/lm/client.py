@@ -33,7 +33,7 @@ from rlm_mcp.lm.errors import error_kind
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.probe import check_models, probe
 from rlm_mcp.lm.router_sessions import finish_run_sessions
-from rlm_mcp.lm.routing import RoutingKeys
+from rlm_mcp.lm.routing import RoutingKeys, program_hints
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.observability.prices import call_cost
 from rlm_mcp.ports.chat import CallRecord, Completion, LMError
@@ -151,6 +151,7 @@ class LMClient:
                     role=role,
                     headers=headers,
                     on_reply=remember if key is not None else None,
+                    xargs=program_hints(key) if key is not None and self.routing_settings.program_hints else None,
                 )
             except LMError as err:
                 if err.record is not None:

@@ -64,13 +64,18 @@ class Completions:
         role: CallRole,
         headers: HeadersFor,
         on_reply: OnReply | None = None,
+        xargs: dict[str, Any] | None = None,
     ) -> Completion:
-        """One non-streamed chat completion, retried on transient failures.
+        """One non-streamed chat completion, retried on transient failures. `xargs`: fields
+        added to the body's `vllm_xargs` (over those of the extra body).
 
         Raises an `LMError`; its `record` is the failed call as accounted.
         """
         config = self.endpoint.config
         base: dict[str, Any] = {**config.extra_body, "model": model, "messages": messages, "stream": False}
+        if xargs:
+            given = base.get("vllm_xargs")
+            base["vllm_xargs"] = {**(given if isinstance(given, dict) else {}), **xargs}
         base.pop("user", None)  # never a routing key: routers hash it (see lm/routing.py)
         length_field = self.endpoint.length_field
         field = length_field.field_for(model)

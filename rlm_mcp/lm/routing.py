@@ -23,6 +23,10 @@ session-affinity scorer answers an `x-session-token` header that the client send
   count, instead of one per request); the header outranks the `X-Request-ID`. Every key sent is
   noted with the endpoint it went to (`SessionLedger`), so the run's end finishes exactly those
   (lm/router_sessions.py).
+- With `RLM_MCP_PROGRAM_HINTS` (vllm-router `--enable-program-scheduling`), a root call's body
+  carries `vllm_xargs.agentic_context` (`program_hints`): the run is the program (its root loop
+  a program whose tool call is each REPL cell), a child RLM a program its parent blocks on.
+  Sub-calls carry none: each is a single request, not a program.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import Any
 
 TOKEN_HEADER = "x-session-token"
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -49,6 +54,20 @@ def tree_root(run_id: str) -> str:
 def sub_session_key(run_id: str, k: int) -> str:
     """The routing key of the k-th sub-call session of the run tree of `run_id`."""
     return f"{tree_root(run_id)}~sub{k}"
+
+
+def program_hints(run_id: str) -> dict[str, Any]:
+    """The `vllm_xargs` of a root call of run `run_id` for a program-scheduling router: the run
+    as the program, its tree's root, and, for a child RLM (`<parent>.<n>`), the parent that waits
+    on it. `expected_resume`: after this turn's reply the run executes a REPL cell and comes back
+    with the next turn (the router keeps the program's KV over that tool call); a turn that ends
+    the run is only known once its cell ran, so every turn says so."""
+    context: dict[str, Any] = {"program_id": run_id, "root_program_id": tree_root(run_id), "expected_resume": True}
+    parent, dot, _ = run_id.rpartition(".")
+    if dot:
+        context["parent_program_id"] = parent
+        context["blocks_parent"] = True
+    return {"agentic_context": context}
 
 
 class SessionLedger:
