@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
+import anyio
+
 from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
@@ -87,6 +89,7 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
     from rlm_mcp.store.pg.queue import PgRunQueue
     from rlm_mcp.store.pg.runs import PgRunStore
     from rlm_mcp.store.pg.sessions import PgSessionStore
+    from rlm_mcp.store.pg.throttle import PgThrottleChannel
 
     stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True)
     own = stores
@@ -112,6 +115,10 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
         await queue_db.open()
         stack.push_async_callback(queue_db.close)
         queue = PgRunQueue(queue_rules(settings), queue_db)
+        # Every process of the team shares what its LM endpoints answer about load (lm/throttle.py).
+        shared = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(shared.cancel_scope.cancel)
+        shared.start_soon(lm.throttles.share, PgThrottleChannel(db))
         worker = WorkerParts(own.contexts, run_store, run_store, held) if held is not None else None
         executed = await open_queue(
             stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends

@@ -11,7 +11,8 @@
   check and doctor's probe in `probe`. This module only wires them and routes.
 
 One HTTP pool per endpoint for every call of the process; one concurrency limit
-(`RLM_MCP_MAX_CONCURRENT_LM_CALLS`) over both.
+(`RLM_MCP_MAX_CONCURRENT_LM_CALLS`) over both, and under it an adaptive one per endpoint and
+model (lm/throttle.py) that falls when the endpoint answers 429/503.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.probe import check_models, probe
 from rlm_mcp.lm.router_sessions import finish_run_sessions
 from rlm_mcp.lm.routing import RoutingKeys, program_hints
+from rlm_mcp.lm.throttle import Throttles
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.observability.prices import call_cost
 from rlm_mcp.ports.chat import CallRecord, Completion, LMError
@@ -61,12 +63,14 @@ class LMClient:
         # Tests shorten the backoff; 0.5 s doubling is the SDKs' convention.
         backoff = 0.5 if backoff_base_s is None else backoff_base_s
         root_config, sub_config = endpoint_configs(settings)
+        # Per endpoint and model, adapting to 429/503 answers; the fixed limit is their ceiling.
+        self.throttles = Throttles(settings.max_concurrent_lm_calls)
 
         def parts(config: Any) -> _Parts:
             endpoint = Endpoint(config, request_timeout_s=settings.request_timeout_s)
             catalog = ModelCatalog(endpoint)
             completions = Completions(
-                endpoint, catalog, self._slots, retries=settings.lm_retries, backoff_base_s=backoff
+                endpoint, catalog, self._slots, self.throttles, retries=settings.lm_retries, backoff_base_s=backoff
             )
             return _Parts(endpoint, catalog, TokenCounter(endpoint), completions)
 

@@ -25,6 +25,7 @@ from rlm_mcp.lm.http import HttpError, HttpReply, HttpTimeout, HttpTransportErro
 from rlm_mcp.lm.length_field import set_budget
 from rlm_mcp.lm.responses import parse_completion, server_message
 from rlm_mcp.lm.retry import TOTAL_SLEEP_CAP_S, backoff_s, retry_after_s, retryable_status
+from rlm_mcp.lm.throttle import THROTTLE_STATUSES, THROTTLED_SLEEP_CAP_S, WAIT_OUT_STATUSES, Throttles
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports.chat import CallRecord, Completion, LMError, LMRequestError
 
@@ -45,6 +46,7 @@ class Completions:
         endpoint: Endpoint,
         catalog: ModelCatalog,
         slots: Callable[[], anyio.Semaphore],
+        throttles: Throttles,
         *,
         retries: int,
         backoff_base_s: float,
@@ -52,6 +54,7 @@ class Completions:
         self.endpoint = endpoint
         self.catalog = catalog
         self._slots = slots
+        self._throttles = throttles
         self._retries = max(0, retries)
         self._backoff_base_s = backoff_base_s
 
@@ -110,39 +113,66 @@ class Completions:
 
     async def _post(self, body: dict[str, Any], model: str, queued: list[float], headers: HeadersFor) -> HttpReply:
         url = f"{self.endpoint.base_url}/chat/completions"
+        config = self.endpoint.config
+        gate = self._throttles.gate(config.name, self.endpoint.base_url, model)
         slept = 0.0
+        throttled_s = 0.0
+        attempt = 0  # failures other than "less load, please": those wait without counting
+        turns = 0
         payload = encode_json(body)
-        for attempt in range(self._retries + 1):
+        while True:
             wait: float | None = None
-            # The slot is held for one attempt only: a call backing off must not starve others.
+            # The places are held for one attempt only: a call backing off must not starve others.
             asked = time.perf_counter()
-            async with self._slots():
-                queued[0] += time.perf_counter() - asked
-                try:
-                    response = await self.endpoint.http().request("POST", url, json_body=payload, headers=headers())
-                except HttpTimeout as exc:
-                    failure: LMError = errors.timed_out(url, model, str(exc), self.endpoint.request_timeout_s)
-                except HttpTransportError as exc:
-                    failure = self.catalog.unreachable(exc)
-                except HttpError as exc:  # a corrupt body (bad encoding), broken framing, ...
-                    raise errors.unreadable(url, model, str(exc), self.endpoint.config.setting) from exc
-                else:
-                    if response.status_code < 400:
-                        return response
-                    failure = await self._status_error(response, url, model, attempt + 1)
-                    wait = retry_after_s(response)
-            if not failure.retryable or attempt >= self._retries:
-                raise failure
-            delay = wait if wait is not None else backoff_s(attempt, self._backoff_base_s)
-            if slept + delay > TOTAL_SLEEP_CAP_S:
-                raise failure
-            metrics.lm_retry(self.endpoint.config.name, errors.error_kind(failure))
-            log.warning(
-                "LM call failed (attempt %d/%d), retrying in %.2f s: %s", attempt + 1, self._retries + 1, delay, failure
+            sent_at = await gate.acquire()
+            try:
+                async with self._slots():
+                    queued[0] += time.perf_counter() - asked
+                    try:
+                        response = await self.endpoint.http().request("POST", url, json_body=payload, headers=headers())
+                    except HttpTimeout as exc:
+                        failure: LMError = errors.timed_out(url, model, str(exc), self.endpoint.request_timeout_s)
+                    except HttpTransportError as exc:
+                        failure = self.catalog.unreachable(exc)
+                    except HttpError as exc:  # a corrupt body (bad encoding), broken framing, ...
+                        raise errors.unreadable(url, model, str(exc), config.setting) from exc
+                    else:
+                        if response.status_code < 400:
+                            gate.answered()
+                            return response
+                        failure = await self._status_error(response, url, model, attempt + 1)
+                        wait = retry_after_s(response)
+            finally:
+                gate.release()
+            turns += 1
+            if failure.status in THROTTLE_STATUSES:  # fewer in flight here (and, shared, in the team)
+                assert failure.status is not None
+                if gate.throttled(failure.status, sent_at):
+                    await self._throttles.publish_cut(gate)
+            if waited_out := (failure.status in WAIT_OUT_STATUSES):
+                # "Too many requests": this call waits its turn again however long the storm
+                # lasts; the run's deadline, not a count of attempts, decides when to give up.
+                delay = wait if wait is not None else backoff_s(min(turns, 6), self._backoff_base_s)
+                if throttled_s + delay > THROTTLED_SLEEP_CAP_S:
+                    raise failure
+                throttled_s += delay
+            else:
+                if not failure.retryable or attempt >= self._retries:
+                    raise failure
+                delay = wait if wait is not None else backoff_s(attempt, self._backoff_base_s)
+                if slept + delay > TOTAL_SLEEP_CAP_S:
+                    raise failure
+                slept += delay
+                attempt += 1
+            metrics.lm_retry(config.name, errors.error_kind(failure))
+            log.log(
+                logging.INFO if waited_out else logging.WARNING,
+                "LM call failed (attempt %d), retrying in %.2f s: %s",
+                turns,
+                delay,
+                failure,
             )
             await anyio.sleep(delay)
-            slept += delay
-        raise AssertionError("unreachable")  # the loop always returns or raises
 
     async def _status_error(self, response: HttpReply, url: str, model: str, attempts: int) -> LMError:
         status, message = response.status_code, server_message(response)

@@ -27,7 +27,9 @@ __all__ = [
     "lm_call",
     "lm_cost",
     "lm_error",
+    "lm_limit",
     "lm_retry",
+    "lm_throttled",
     "run_finished",
     "run_started",
     "sandbox_start",
@@ -91,6 +93,17 @@ LM_TOKENS = Counter(
     ["model", "role", "kind"],
 )
 LM_RETRIES = Counter(f"{_P}_lm_retries", "LM request attempts retried, by what failed.", ["endpoint", "kind"])
+LM_LIMIT = Gauge(
+    f"{_P}_lm_concurrency_limit",
+    "Calls this process lets be in flight to an endpoint and model now (adapts to 429/503 answers; "
+    "RLM_MCP_MAX_CONCURRENT_LM_CALLS is its ceiling).",
+    ["endpoint", "model"],
+)
+LM_THROTTLED = Counter(
+    f"{_P}_lm_throttled",
+    "Answers that asked for less load (429, 503), by endpoint and status.",
+    ["endpoint", "status"],
+)
 LM_ERRORS = Counter(f"{_P}_lm_errors", "LM requests that failed for good, by kind.", ["endpoint", "kind"])
 LM_COST = Counter(
     f"{_P}_lm_cost_usd",
@@ -199,6 +212,14 @@ def lm_cost(model: str, role: str, cost_usd: float) -> None:
 
 def lm_retry(endpoint: str, kind: str) -> None:
     LM_RETRIES.labels(endpoint, kind).inc()
+
+
+def lm_limit(endpoint: str, model: str, limit: int) -> None:
+    LM_LIMIT.labels(endpoint, model).set(limit)
+
+
+def lm_throttled(endpoint: str, status: int) -> None:
+    LM_THROTTLED.labels(endpoint, str(status)).inc()
 
 
 def lm_error(endpoint: str, kind: str) -> None:

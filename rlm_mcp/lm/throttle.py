@@ -1,0 +1,168 @@
+"""Back-pressure: how many calls may be in flight to one endpoint and model, learned from its
+answers and shared by a team.
+
+Each (endpoint, model) has a `Gate` whose limit moves by AIMD, as TCP's window does: an answer
+asking for less load (429 Too Many Requests, 503 Service Unavailable) halves it (once per round:
+answers to calls sent before the last cut do not cut again; never below 1); a 429 call then
+waits and tries again, uncounted, until its run's deadline (a 503 is retried as before,
+`RLM_MCP_LM_RETRIES` times); each answered call
+adds 1/limit (one more call per limit's worth of answers), up to the ceiling,
+`RLM_MCP_MAX_CONCURRENT_LM_CALLS`, which is therefore the most, not the fixed number, of a
+process's calls in flight to one endpoint and model. A call waits for a place at its gate before
+it takes one of the process's slots, and holds it for one attempt.
+
+In team mode the workers share their cuts through the database they already share: a cut is
+published on the `ThrottleChannel` (PostgreSQL NOTIFY) as the endpoint, the model and the new
+limit, and every other process cuts its own gate for that endpoint and model unless it cut within
+`SHARED_CUT_HOLD_S` (it already learned the same thing). So when an endpoint refuses load every
+worker backs off together, and the team's total in flight falls with it instead of staying at
+workers × ceiling. (Rising latency is not read as a signal: only the server's own answers are.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+
+import anyio
+
+from rlm_mcp.observability import metrics
+from rlm_mcp.ports.throttle import ThrottleChannel
+
+log = logging.getLogger("rlm_mcp.lm")
+
+THROTTLE_STATUSES = frozenset({429, 503})  # answers that cut the limit
+# Answers a call waits out, uncounted, within its run's deadline: 429 says "later", while a 503
+# may be a server that is down, which the counted retries (RLM_MCP_LM_RETRIES) still end.
+WAIT_OUT_STATUSES = frozenset({429})
+# A call answered "less load" waits and tries again, not counted as a retry, until the run's
+# deadline ends it; a call under no deadline (doctor's probe, the evaluator) gives up after this.
+THROTTLED_SLEEP_CAP_S = 3600.0
+SHARED_CUT_HOLD_S = 1.0  # a process that cut this recently ignores others' cuts of the same gate
+
+
+class Gate:
+    """One endpoint and model's concurrency limit and the calls waiting under it."""
+
+    def __init__(self, endpoint: str, url: str, model: str, ceiling: int, start: float | None = None) -> None:
+        self.endpoint, self.url, self.model = endpoint, url, model
+        self.ceiling = max(1, ceiling)
+        self.limit = float(self.ceiling) if start is None else min(float(self.ceiling), max(1.0, start))
+        self.in_flight = 0
+        self._waiters: deque[anyio.Event] = deque()
+        self._cut_at = -math.inf  # monotonic time of the last cut
+        metrics.lm_limit(endpoint, model, self.allowed)
+
+    @property
+    def allowed(self) -> int:
+        return max(1, int(self.limit))
+
+    async def acquire(self) -> float:
+        """Wait for a place; the monotonic time it was given (what `throttled` compares)."""
+        if self.in_flight < self.allowed and not self._waiters:
+            self.in_flight += 1
+            return time.monotonic()
+        ready = anyio.Event()
+        self._waiters.append(ready)
+        try:
+            await ready.wait()
+        except BaseException:
+            if ready.is_set():
+                self.release()  # given and cancelled at once: hand it on
+            else:
+                self._waiters.remove(ready)
+            raise
+        return time.monotonic()
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.in_flight < self.allowed:
+            self.in_flight += 1
+            self._waiters.popleft().set()
+
+    def answered(self) -> None:
+        """A call was answered: one more place per limit's worth of answers, up to the ceiling."""
+        if self.limit < self.ceiling:
+            before = self.allowed
+            self.limit = min(float(self.ceiling), self.limit + 1.0 / self.limit)
+            if self.allowed != before:
+                metrics.lm_limit(self.endpoint, self.model, self.allowed)
+                self._wake()
+
+    def throttled(self, status: int, sent_at: float) -> bool:
+        """The endpoint asked for less load: halve the limit, unless this call was sent before the
+        last cut (that cut already answered it). Whether it cut."""
+        metrics.lm_throttled(self.endpoint, status)
+        if sent_at < self._cut_at:
+            return False
+        self._cut()
+        return True
+
+    def shared_cut(self) -> None:
+        """Another process cut its limit for this endpoint and model."""
+        if time.monotonic() - self._cut_at >= SHARED_CUT_HOLD_S:
+            self._cut()
+
+    def _cut(self) -> None:
+        self._cut_at = time.monotonic()
+        self.limit = max(1.0, self.limit / 2)
+        metrics.lm_limit(self.endpoint, self.model, self.allowed)
+        log.info("%s (%s) asked for less load: at most %d calls in flight now", self.url, self.model, self.allowed)
+
+
+class Throttles:
+    """The gates of one process, by endpoint and model, and the team channel they share."""
+
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = max(1, ceiling)
+        self._gates: dict[tuple[str, str], Gate] = {}
+        self._heard: dict[tuple[str, str], float] = {}  # limits others announced for gates not made yet
+        self._channel: ThrottleChannel | None = None
+        self._me = uuid.uuid4().hex[:12]  # this process, so it skips its own notes
+
+    def gate(self, endpoint: str, url: str, model: str) -> Gate:
+        gate = self._gates.get((url, model))
+        if gate is None:
+            start = self._heard.pop((url, model), None)
+            gate = self._gates[(url, model)] = Gate(endpoint, url, model, self.ceiling, start)
+        return gate
+
+    async def publish_cut(self, gate: Gate) -> None:
+        """Tell the team (when there is one) that `gate` was cut. Never raises."""
+        if self._channel is None:
+            return
+        note = json.dumps({"from": self._me, "url": gate.url, "model": gate.model, "limit": gate.allowed})
+        try:
+            await self._channel.publish(note)
+        except Exception as exc:  # the database's trouble is never the call's
+            log.info("could not share a throttle cut (%s)", type(exc).__name__)
+
+    def on_note(self, note: str) -> None:
+        try:
+            data = json.loads(note)
+            sender, url, model, limit = data["from"], data["url"], data["model"], float(data["limit"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if sender == self._me or not isinstance(url, str) or not isinstance(model, str):
+            return
+        gate = self._gates.get((url, model))
+        if gate is not None:
+            gate.shared_cut()
+        elif len(self._heard) < 1024:  # a gate not used here yet starts where the team is
+            self._heard[(url, model)] = limit
+
+    async def share(self, channel: ThrottleChannel, *, on_connect: Callable[[], object] = lambda: None) -> None:
+        """Share cuts through `channel` until cancelled (the team's processes run this)."""
+        self._channel = channel
+        try:
+            await channel.listen(self.on_note, on_connect=on_connect)
+        finally:
+            self._channel = None
