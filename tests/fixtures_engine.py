@@ -208,6 +208,7 @@ class FakeChatModel:
     count_skew: float = 1.0  # < 1 makes count_tokens under-report (server disagrees with us)
     tokenizer: Callable[[list[dict[str, str]]], int] = count_tokens  # the "server's" token count
     calls: list[Call] = field(default_factory=list)
+    sessions_done: list[str] = field(default_factory=list)  # child runs' sessions, as told
 
     @property
     def root_calls(self) -> list[Call]:
@@ -225,6 +226,9 @@ class FakeChatModel:
 
     async def count_tokens(self, messages: list[dict[str, str]], *, model: str, role: str = "root") -> int:
         return int(self.tokenizer(messages) * self.count_skew)
+
+    async def session_done(self, session: str) -> None:
+        self.sessions_done.append(session)
 
     async def complete(
         self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: str, session: str | None = None

@@ -336,6 +336,7 @@ class RLMEngine:
             finally:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(_unlink, path)
+                    await self.lm.session_done(child_id)  # its router session, if one counts them
             if result.answer is not None and (result.status == "completed" or result.answer):
                 return result.answer
             return f"Error: the recursive RLM call ended with status {result.status}: {result.reason or 'no answer'}"

@@ -33,7 +33,7 @@ from rlm_mcp.lm.endpoint import Endpoint, endpoint_configs
 from rlm_mcp.lm.errors import error_kind
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.probe import check_models, probe
-from rlm_mcp.lm.router_sessions import finish_run_sessions
+from rlm_mcp.lm.router_sessions import finish_sessions, run_sessions
 from rlm_mcp.lm.routing import RoutingKeys, program_hints
 from rlm_mcp.lm.throttle import Throttles
 from rlm_mcp.observability import metrics, tracing
@@ -193,13 +193,20 @@ class LMClient:
         only when routers count sessions. Never raises; bounded by RLM_MCP_ROUTER_FINISH_TIMEOUT_S."""
         if not self.routing_settings.router_sessions:
             return 0
-        return await finish_run_sessions(
-            run_id,
-            self.routing,
-            root=self._root.endpoint,
-            sub=self._sub.endpoint,
-            timeout_s=self.routing_settings.router_finish_timeout_s,
+        sessions = run_sessions(run_id, self.routing, root=self._root.endpoint, sub=self._sub.endpoint)
+        return await finish_sessions(sessions, self._endpoints(), self.routing_settings.router_finish_timeout_s)
+
+    async def session_done(self, session: str) -> None:
+        """A child RLM ended: finish its own root session now (its tree's sub-call sessions end
+        with the tree). Only when routers count sessions; never raises; bounded."""
+        if not self.routing_settings.router_sessions:
+            return
+        await finish_sessions(
+            self.routing.ledger.take_one(session), self._endpoints(), self.routing_settings.router_finish_timeout_s
         )
+
+    def _endpoints(self) -> dict[str, Endpoint]:
+        return {self._root.endpoint.root_url: self._root.endpoint, self._sub.endpoint.root_url: self._sub.endpoint}
 
     async def window(self, model: str, *, role: CallRole = "root") -> int:
         """The model's window at the endpoint its `role` calls go to. Never raises."""

@@ -3,10 +3,11 @@
 Such a router places a new session on the healthy replica with the fewest live sessions and
 keeps it there until the replica fails, the session expires (two hours by default) or it is told
 `POST /finish_session?session_id=...`. Its counts are only as true as the finishes it is sent,
-so every run's end sends them, for every session the run tree opened:
+so they are sent when a child RLM ends (its own root session: `LMClient.session_done`, told by
+the engine) and at every run's end, for every session the run tree opened:
 
-- the sessions this process noted while the tree ran (`SessionLedger`: the root's run id, each
-  child RLM's `<parent>.<n>`, the sub-call sessions `<root>~sub<k>`, each with the endpoint it
+- the sessions this process noted while the tree ran (`SessionLedger`: the root's run id, a
+  child RLM's `<parent>.<n>` not finished yet, the sub-call sessions `<root>~sub<k>`, each with the endpoint it
   went to, so a sub-call endpoint behind another router, `RLM_MCP_SUB_BASE_URL`, is told too);
 - and, whoever tells the end (a front cancelling a queued run, a sweeper ending a lost worker's
   run: processes that sent nothing for it), the keys a run's id determines: its own at the root
@@ -40,12 +41,11 @@ def run_sessions(run_id: str, keys: RoutingKeys, *, root: Endpoint, sub: Endpoin
     return out
 
 
-async def finish_run_sessions(
-    run_id: str, keys: RoutingKeys, *, root: Endpoint, sub: Endpoint, timeout_s: float
-) -> int:
-    """Send `/finish_session` for each session of the tree of `run_id`; how many were accepted."""
-    endpoints = {root.root_url: root, sub.root_url: sub}
-    sessions = run_sessions(run_id, keys, root=root, sub=sub)
+async def finish_sessions(sessions: set[tuple[str, str]], endpoints: dict[str, Endpoint], timeout_s: float) -> int:
+    """Send `/finish_session` for each (endpoint root URL, key) of `sessions`, through that
+    endpoint's pool (and key); how many were accepted."""
+    if not sessions:
+        return 0
     accepted = 0
 
     async def finish(url: str, key: str) -> None:
@@ -70,5 +70,5 @@ async def finish_run_sessions(
             for url, key in sorted(sessions):
                 tg.start_soon(finish, url, key)
     if scope.cancelled_caught:
-        log.warning("the router did not confirm the end of run %s's sessions within %ss", run_id, timeout_s)
+        log.warning("the router did not confirm the end of %d sessions within %ss", len(sessions), timeout_s)
     return accepted

@@ -87,6 +87,14 @@ class SessionLedger:
                     self._trees.popitem(last=False)
             keys.add((url, key))
 
+    def take_one(self, run_id: str) -> set[tuple[str, str]]:
+        """The sessions keyed on `run_id` itself (a child RLM's root session), forgotten."""
+        with self._lock:
+            keys = self._trees.get(tree_root(run_id), set())
+            mine = {(url, key) for url, key in keys if key == run_id}
+            keys -= mine
+            return mine
+
     def take(self, run_id: str) -> set[tuple[str, str]]:
         """The sessions the tree of `run_id` opened through this process, forgotten."""
         with self._lock:

@@ -114,6 +114,11 @@ class ChatModel(Protocol):
         sub-call, only which run tree made it (routers that count sessions key on a few per tree)."""
         ...
 
+    async def session_done(self, session: str) -> None:
+        """The run whose root calls carried `session` ended inside its tree (a child RLM): a
+        router counting sessions may be told now rather than at the tree's end. Never raises."""
+        ...
+
     # `role` picks the endpoint: root calls' or sub-calls' (they may be different servers).
     async def window(self, model: str, *, role: CallRole = "root") -> int: ...
 

@@ -70,7 +70,7 @@ async def test_a_child_rlm_root_turns_carry_the_child_run_id(tmp_path: Path) -> 
     assert result.status == "completed" and result.answer == "leaf"
     sessions = [c.session for c in lm.root_calls]
     assert sessions[0] == result.run_id and sessions[1] == f"{result.run_id}.1", sessions
-    assert all(c.session is None for c in lm.sub_calls)
+    assert lm.sessions_done == [f"{result.run_id}.1"]  # the child's end is told when it ends
 
 
 async def test_root_and_sub_calls_on_two_endpoints(tmp_path: Path) -> None:

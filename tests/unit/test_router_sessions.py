@@ -73,8 +73,11 @@ class RouterLog:
         )
         return {s: (replica, int(n)) for s, replica, n in found}
 
+    def finish_order(self) -> list[str]:
+        return re.findall(r"SLL: finished session '([^']+)'", self._text())
+
     def finished(self) -> set[str]:
-        return set(re.findall(r"SLL: finished session '([^']+)'", self._text()))
+        return set(self.finish_order())
 
 
 @dataclass
@@ -157,6 +160,9 @@ async def test_runs_stick_spread_by_sessions_and_finish_every_session_at_every_e
         assert {s for s in opened if s.startswith(done.run_id)} == tree_sessions(done.run_id)
         # Every session of the completed tree is finished: the root's, the child's, the sub-calls'.
         await wait_until(lambda: tree_sessions(done.run_id) <= r.log.finished(), within_s=30, what="finishes")
+        # The child's session was finished when the child ended, before its tree's.
+        order = r.log.finish_order()
+        assert order.index(f"{done.run_id}.1") < order.index(done.run_id)
 
         # A cancelled run's session is finished too.
         await r.runs.cancel(hanging.run_id, wait_s=30)
@@ -200,10 +206,11 @@ async def test_an_end_told_by_another_process_finishes_the_keys_the_run_id_deter
         )
         assert result.status == "completed"
         assert tree_sessions(run_id) <= set(r.log.opened())
+        determined = {run_id, *(f"{run_id}~sub{k}" for k in range(SUB_SESSIONS))}
+        assert f"{run_id}.1" in r.log.finished()  # its child's, when the child ended
+        assert not determined & r.log.finished()
         # ... is gone; another process (its own client, nothing noted) tells the end.
         async with LMClient(r.settings.lm, routing=r.settings.routing) as other:
             record = RunRecord(run_id=run_id, created_at=0.0, request=request).ended("error", "its worker was lost")
             await run_ends(other).ended(record)
-        finished = r.log.finished()
-        assert {run_id, *(f"{run_id}~sub{k}" for k in range(SUB_SESSIONS))} <= finished
-        assert f"{run_id}.1" not in finished  # a lost worker's children are left to expire (docs/endpoints.md)
+        assert determined <= r.log.finished()
