@@ -214,3 +214,47 @@ async def test_an_end_told_by_another_process_finishes_the_keys_the_run_id_deter
             record = RunRecord(run_id=run_id, created_at=0.0, request=request).ended("error", "its worker was lost")
             await run_ends(other).ended(record)
         assert determined <= r.log.finished()
+
+
+async def test_sub_calls_behind_another_router_open_and_finish_their_sessions_there(tmp_path: Path) -> None:
+    """`RLM_MCP_SUB_BASE_URL` at a second router: root and child sessions live at the root's
+    router, the sub-call sessions at the sub-calls' one, and each is told to finish its own."""
+    servers = [ScriptedLM(script(f"b{i}")).start() for i in range(2)]
+    try:
+        async with (
+            vllm_router([servers[0].root_url], log=tmp_path / "root.log", policy="sticky_least_loaded") as root_url,
+            vllm_router([servers[1].root_url], log=tmp_path / "sub.log", policy="sticky_least_loaded") as sub_url,
+        ):
+            settings = make_settings(
+                tmp_path,
+                base_url=root_url,
+                sub_base_url=sub_url,
+                model="rlm-v0.1",
+                max_depth=2,
+                max_iterations=4,
+                router_sessions=True,
+                router_sub_sessions=SUB_SESSIONS,
+            )
+            async with (
+                LMClient(settings.lm, routing=settings.routing) as lm,
+                make_stores(settings) as stores,
+                RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm)) as runs,
+            ):
+                engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+                info = await stores.contexts.put_bytes(
+                    b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
+                )
+                limits = make_limits(settings)
+                run = await runs.start(
+                    RunRequest(query="count the parts", context_ids=[info.context_id], limits=limits, owner=ALICE),
+                    engine,
+                )
+                await run.done.wait()
+                assert run.progress.status == "completed"
+        at_root, at_sub = RouterLog(tmp_path / "root.log"), RouterLog(tmp_path / "sub.log")
+        subs = {f"{run.run_id}~sub{k}" for k in range(SUB_SESSIONS)}
+        assert set(at_root.opened()) == {run.run_id, f"{run.run_id}.1"} <= at_root.finished()
+        assert set(at_sub.opened()) == subs <= at_sub.finished()
+    finally:
+        for server in servers:
+            server.stop()
