@@ -24,6 +24,13 @@ class RoutingSettings(BaseModel):
     router_sub_sessions: int = Field(
         4, ge=1, le=64, description="With router_sessions: the sessions one run tree's sub-calls spread over."
     )
+    router_api_key: str | None = Field(
+        None,
+        description=(
+            "With router_sessions: the key /finish_session is sent with (Bearer), when the router's differs "
+            "from the endpoint's key (RLM_MCP_API_KEY, RLM_MCP_SUB_API_KEY), which is sent otherwise."
+        ),
+    )
     router_finish_timeout_s: float = Field(
         1.0, gt=0, le=30, description="With router_sessions: how long a run's end waits for the router, at most."
     )

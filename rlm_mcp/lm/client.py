@@ -194,16 +194,18 @@ class LMClient:
         if not self.routing_settings.router_sessions:
             return 0
         sessions = run_sessions(run_id, self.routing, root=self._root.endpoint, sub=self._sub.endpoint)
-        return await finish_sessions(sessions, self._endpoints(), self.routing_settings.router_finish_timeout_s)
+        return await self._finish(sessions)
 
     async def session_done(self, session: str) -> None:
         """A child RLM ended: finish its own root session now (its tree's sub-call sessions end
         with the tree). Only when routers count sessions; never raises; bounded."""
         if not self.routing_settings.router_sessions:
             return
-        await finish_sessions(
-            self.routing.ledger.take_one(session), self._endpoints(), self.routing_settings.router_finish_timeout_s
-        )
+        await self._finish(self.routing.ledger.take_one(session))
+
+    async def _finish(self, sessions: set[tuple[str, str]]) -> int:
+        r = self.routing_settings
+        return await finish_sessions(sessions, self._endpoints(), r.router_finish_timeout_s, api_key=r.router_api_key)
 
     def _endpoints(self) -> dict[str, Endpoint]:
         return {self._root.endpoint.root_url: self._root.endpoint, self._sub.endpoint.root_url: self._sub.endpoint}

@@ -14,8 +14,9 @@ the engine) and at every run's end, for every session the run tree opened:
   endpoint and its `RLM_MCP_ROUTER_SUB_SESSIONS` sub-call keys at the sub-call endpoint. A lost
   worker's child RLMs (their ids were only in its memory) are left to expire.
 
-Best-effort and bounded: the requests go out together, each carries the endpoint's key (the
-router's `--api-key` is the one its clients send), and the whole is abandoned after
+Best-effort and bounded: the requests go out together, each with the endpoint's key (what its
+clients send the router), or `RLM_MCP_ROUTER_API_KEY` when the router's own differs (vllm-router
+0.1.17 checks none on this route), and the whole is abandoned after
 `RLM_MCP_ROUTER_FINISH_TIMEOUT_S`; nothing here raises or changes how the run ended.
 """
 
@@ -41,11 +42,14 @@ def run_sessions(run_id: str, keys: RoutingKeys, *, root: Endpoint, sub: Endpoin
     return out
 
 
-async def finish_sessions(sessions: set[tuple[str, str]], endpoints: dict[str, Endpoint], timeout_s: float) -> int:
+async def finish_sessions(
+    sessions: set[tuple[str, str]], endpoints: dict[str, Endpoint], timeout_s: float, *, api_key: str | None = None
+) -> int:
     """Send `/finish_session` for each (endpoint root URL, key) of `sessions`, through that
-    endpoint's pool (and key); how many were accepted."""
+    endpoint's pool, with its key or `api_key` (the router's own); how many were accepted."""
     if not sessions:
         return 0
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     accepted = 0
 
     async def finish(url: str, key: str) -> None:
@@ -54,7 +58,12 @@ async def finish_sessions(sessions: set[tuple[str, str]], endpoints: dict[str, E
             reply = (
                 await endpoints[url]
                 .http()
-                .request("POST", f"{url}/finish_session?session_id={quote(key, safe='')}", timeout_s=timeout_s)
+                .request(
+                    "POST",
+                    f"{url}/finish_session?session_id={quote(key, safe='')}",
+                    timeout_s=timeout_s,
+                    headers=headers,
+                )
             )
         except HttpError as exc:
             log.debug("finish_session %s at %s: %s", key, url, exc)
