@@ -115,10 +115,11 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
         await queue_db.open()
         stack.push_async_callback(queue_db.close)
         queue = PgRunQueue(queue_rules(settings), queue_db)
-        # Every process of the team shares what its LM endpoints answer about load (lm/throttle.py).
-        shared = await stack.enter_async_context(anyio.create_task_group())
-        stack.callback(shared.cancel_scope.cancel)
-        shared.start_soon(lm.throttles.share, PgThrottleChannel(db))
+        if settings.deployment.executes_runs:
+            # The processes that call the LM share what the endpoints answer about load (lm/throttle.py).
+            shared = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(shared.cancel_scope.cancel)
+            shared.start_soon(lm.throttles.share, PgThrottleChannel(db))
         worker = WorkerParts(own.contexts, run_store, run_store, held) if held is not None else None
         executed = await open_queue(
             stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends

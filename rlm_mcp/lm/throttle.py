@@ -128,6 +128,11 @@ class Throttles:
         self._channel: ThrottleChannel | None = None
         self._me = uuid.uuid4().hex[:12]  # this process, so it skips its own notes
 
+    @property
+    def shared(self) -> bool:
+        """Whether cuts are shared with a team now (`share` is running)."""
+        return self._channel is not None
+
     def gate(self, endpoint: str, url: str, model: str) -> Gate:
         gate = self._gates.get((url, model))
         if gate is None:

@@ -15,6 +15,7 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.store.contexts import Contexts
 from rlm_mcp.store.uploads import Uploads
 from rlm_mcp.testing.settings import make_settings
+from rlm_mcp.testing.waiting import wait_until
 
 
 def test_front_and_worker_refuse_the_embedded_deployment(tmp_path: Path) -> None:
@@ -53,3 +54,21 @@ def test_the_service_runs_where_the_deployment_says(
     local, team = anyio.run(opened)
     # Embedded: runs execute in this process; team mode: through the queue, whatever the role.
     assert (local, team) == ((True, False) if settings.deployment.embedded else (False, True))
+
+
+@pytest.mark.parametrize("role", ["both", "front"])
+def test_processes_that_call_the_lm_share_its_throttle_cuts(
+    store_settings: Callable[..., Settings], role: str, tmp_path: Path
+) -> None:
+    settings = store_settings(role=role)
+    team_executor = not settings.deployment.embedded and role == "both"
+
+    async def shares() -> bool:
+        async with assembly.build_service(settings, mode="http") as service:
+            if team_executor:
+                await wait_until(lambda: service.lm.throttles.shared, within_s=30, what="the throttle channel")
+            return service.lm.throttles.shared
+
+    # Embedded: one process, nothing to share with. A team front executes no run, so it calls no
+    # LM and listens to nothing; `both` executes runs and shares.
+    assert anyio.run(shares) is team_executor
