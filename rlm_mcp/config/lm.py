@@ -52,7 +52,13 @@ class LMSettings(BaseModel):
     min_completion_tokens: int = Field(1024, description="Floor below which the root budget never shrinks.")
     request_timeout_s: float = Field(600.0, description="Read timeout of one LM request.")
     lm_retries: int = Field(3, description="Retries of one LM request on 429/5xx/connection errors.")
-    max_concurrent_lm_calls: int = Field(16, description="Concurrent LM requests across all runs and depths.")
+    max_concurrent_lm_calls: int = Field(
+        16,
+        description=(
+            "Concurrent LM requests across all runs and depths, at most: each endpoint and model's limit "
+            "adapts below it to 429/503 answers."
+        ),
+    )
     max_sub_calls_per_run: int = Field(2000, description="Sub-LM calls one run tree may make.")
     allowed_sub_models: CommaList = Field(
         default_factory=list,
