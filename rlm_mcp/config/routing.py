@@ -18,7 +18,8 @@ class RoutingSettings(BaseModel):
         description=(
             "The endpoints are routers that count sessions (vllm-router --policy sticky_least_loaded): "
             "sub-calls key on a few sessions per run instead of one per request, and each run's sessions "
-            "are ended with POST /finish_session when the run ends."
+            "are ended with POST /finish_session when the run ends (root calls key on the run only with "
+            "session_affinity, the default)."
         ),
     )
     router_sub_sessions: int = Field(
