@@ -26,6 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from rlm_mcp.config import EventSettings
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import Everyone, Owner, OwnerScope
 from rlm_mcp.store.ports import RunStorePort
@@ -33,6 +34,7 @@ from rlm_mcp.viewer.auth import COOKIE, SESSION_TTL_S, ViewerAuth
 from rlm_mcp.viewer.chain import build_session, is_session_id, session_runs
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
+from rlm_mcp.viewer.stream import END_ID, EventStreamResponse, StreamSlots, parse_last_event_id, run_messages
 
 log = logging.getLogger("rlm_mcp.viewer")
 
@@ -58,14 +60,22 @@ def _refusal(request: Request, status: int, message: str) -> Response:
     return HTMLResponse(page, status_code=status, headers=_HEADERS)
 
 
-def build_viewer(records: RunStorePort, auth: ViewerAuth, *, session_state: SessionState | None = None) -> ASGIApp:
-    """The app of every path under /runs/ (the same pages also under /runs/s/<key>/, the cookie's path)."""
-    pages = _Pages(records, auth, session_state)
+def build_viewer(
+    records: RunStorePort,
+    auth: ViewerAuth,
+    *,
+    session_state: SessionState | None = None,
+    events: EventSettings | None = None,
+) -> ASGIApp:
+    """The app of every path under /runs/ (the same pages also under /runs/s/<key>/, the cookie's
+    path); `events`: the event streams' bounds (the defaults when None)."""
+    pages = _Pages(records, auth, session_state, events or EventSettings())
     app = Starlette(
         routes=[
             Route(f"{PREFIX}/", pages.index),
             Route(f"{PREFIX}/login", pages.login),
             Route(f"{PREFIX}/api/runs", pages.index_api),
+            Route(f"{PREFIX}/api/runs/{{run_id}}/events", pages.run_events),
             Route(f"{PREFIX}/api/runs/{{run_id}}", pages.run_api),
             Route(f"{PREFIX}/api/login-link", pages.login_link, methods=["POST"]),
             Route(f"{PREFIX}/{{run_id}}", pages.run_page),
@@ -87,10 +97,18 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth, *, session_state: Sess
 class _Pages:
     """The viewer's endpoints; each checks who is asking first (`denied`)."""
 
-    def __init__(self, records: RunStorePort, auth: ViewerAuth, session_state: SessionState | None = None) -> None:
+    def __init__(
+        self,
+        records: RunStorePort,
+        auth: ViewerAuth,
+        session_state: SessionState | None = None,
+        events: EventSettings | None = None,
+    ) -> None:
         self.records = records
         self.auth = auth
         self.session_state = session_state
+        self.events = events or EventSettings()
+        self.streams = StreamSlots(self.events)
 
     def owner_of(self, request: Request) -> OwnerScope:
         """Whose runs this request may see (`EVERY_OWNER`: the local viewer's session)."""
@@ -200,6 +218,26 @@ class _Pages:
         if model:
             body["data"] = model
         return JSONResponse(body, headers=_HEADERS)
+
+    async def run_events(self, request: Request) -> Response | EventStreamResponse:
+        """The run's event stream (`stream.py`); another owner's run is unknown, as on the page."""
+        if (refused := self.denied(request)) is not None:
+            return refused
+        run_id = request.path_params["run_id"]
+        owner = self.owner_of(request)
+        try:
+            await self.records.read_summary(run_id, owner=owner)
+        except RlmMcpError:
+            return _refusal(request, 404, "Unknown run id.")
+        after = parse_last_event_id(request.headers.get("last-event-id"))
+        if after == END_ID:  # the stream had ended: 204 tells EventSource not to reconnect
+            return Response(status_code=204, headers=_HEADERS)
+        if not self.streams.take(owner):
+            refused = _refusal(request, 429, "Too many event streams are open: close one, or retry shortly.")
+            refused.headers["Retry-After"] = "5"
+            return refused
+        assert not isinstance(after, str)
+        return EventStreamResponse(run_messages(self.records, run_id, owner, after, self.events), self.streams, owner)
 
     async def login_link(self, request: Request) -> Response:
         if (refused := self.denied(request, bearer_only=True)) is not None:
