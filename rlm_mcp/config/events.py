@@ -45,9 +45,4 @@ class EventSettings(BaseModel):
     webhook_retention_days: float = Field(
         7.0, gt=0, description="Webhook delivery records (delivered or failed) are kept this long."
     )
-    webhook_allow_private: bool = Field(
-        False,
-        description="Let webhook URLs reach private, loopback and link-local addresses (a callback on the "
-        "server's own network); off, only public addresses (and never plain http but to loopback).",
-    )
     webhook_poll_s: float = Field(2.0, gt=0, description="How often the webhook deliverer looks for due deliveries.")

@@ -1,0 +1,266 @@
+"""Webhooks (`service/webhooks/`), against both stores' outbox and a real loopback receiver.
+
+The receiver verifies every request as a Standard Webhooks consumer would, with the standard
+library only (`verify`, the snippet docs/events-and-webhooks.md shows). Covered: one outbox row
+and one `webhook-id` per run end however many writers tell it; a 500 retried after the backoff,
+with the same id and a fresh valid signature; a rotation's two signatures; a delivery made by
+another process than the one that wrote the row (the accepting front is gone); two deliverers
+never post one row at once; the allow-list and the address rules refuse what they must; the
+manual redelivery and the retention.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import pytest
+import uvicorn
+from starlette.types import Receive, Scope, Send
+
+from rlm_mcp.access import owner_of_token, webhook_grants
+from rlm_mcp.assembly.roles import webhooks
+from rlm_mcp.config import Settings
+from rlm_mcp.errors import AccessDeniedError, BadArgumentError
+from rlm_mcp.owners import EVERY_OWNER, Owner
+from rlm_mcp.ports.runs import RunEnded
+from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
+from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.webhooks.deliverer import Deliverer
+from rlm_mcp.store.factory import make_stores
+from rlm_mcp.testing.servers import free_port
+from tests.fixtures_store import final
+
+pytestmark = pytest.mark.anyio
+
+TOKEN, OTHER = "hook-token", "plain-token"
+OWNER = owner_of_token(TOKEN)
+OLD, NEW = secrets.token_bytes(32), secrets.token_bytes(32)
+
+
+def whsec(key: bytes) -> str:
+    return "whsec_" + base64.b64encode(key).decode()
+
+
+# -- the receiver's side (docs/events-and-webhooks.md) ----------------------------------------------
+def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """A Standard Webhooks signature check with the standard library: any `v1,` signature in
+    the header made with `secret` (whsec_<base64>) over "id.timestamp.body"."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    given = [s.removeprefix("v1,") for s in headers["webhook-signature"].split() if s.startswith("v1,")]
+    return any(hmac.compare_digest(expected, s) for s in given)
+
+
+@dataclass
+class Receiver:
+    answers: list[int] = field(default_factory=list)  # status per request, then 200
+    seen: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        self.seen.append((headers, body))
+        status = self.answers.pop(0) if self.answers else 200
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@asynccontextmanager
+async def receiving(receiver: Receiver) -> AsyncIterator[str]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(receiver, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        while not server.started:
+            await anyio.sleep(0.01)
+        try:
+            yield f"http://127.0.0.1:{port}/hooks"
+        finally:
+            server.should_exit = True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_900_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def configured(store_settings: Callable[..., Settings], tmp_path: Path, allow: str, **more: object) -> Settings:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(
+        f"{TOKEN} webhook_secret={whsec(NEW)} webhook_secret={whsec(OLD)} webhook_allow={allow}\n{OTHER}\n"
+    )
+    return store_settings(auth_tokens_file=tokens, allowed_url_addresses="127.0.0.1", **more)
+
+
+def ended(run_id: str, url: str | None) -> RunEnded:
+    record = final(run_id)
+    request = record.request.model_copy(update={"owner": Owner(OWNER), "webhook_url": url})
+    return RunEnded.of(record.model_copy(update={"request": request}))
+
+
+def deliverer(settings: Settings, stores: object, clock: Clock) -> Deliverer:
+    outbox = stores.webhooks  # type: ignore[attr-defined]
+    policy = AddressPolicy(listed=tuple(parse_networks(settings.allowed_url_addresses)))
+    return Deliverer(outbox, webhook_grants(settings), settings.events, policy, clock=clock)
+
+
+async def test_a_run_end_is_delivered_once_signed_and_retried_after_a_500(
+    store_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    receiver = Receiver(answers=[500])
+    async with receiving(receiver) as url:
+        settings = configured(store_settings, tmp_path, url.rsplit("/", 1)[0] + "/")
+        accepting = make_stores(settings, replica=True)
+        # Another process on the same store (a second replica; for SQLite, the same data dir).
+        other = make_stores(settings, replica=True)
+        async with accepting, other:
+            hooks = webhooks(settings, accepting)
+            assert hooks.check(Owner(OWNER), url) == url
+            ends = RunEnds([hooks.on_run_end])
+            told = ended("run_hook00000001", url)
+            await ends.ended(told.record)
+            await ends.ended(told.record)  # a second writer tells the same end: one row
+            await ends.ended(ended("run_hook00000002", None).record)  # asked for no webhook
+            rows = await accepting.webhooks.list(EVERY_OWNER, 10)  # type: ignore[union-attr]
+            assert [(r.run_id, r.state, r.webhook_id) for r in rows] == [
+                ("run_hook00000001", "pending", "msg_run_hook00000001")
+            ]
+            # The accepting process is gone; the other one's deliverers deliver (two racing: one posts).
+            clock = Clock()
+            first, second = deliverer(settings, other, clock), deliverer(settings, other, clock)
+            counts: list[int] = []
+
+            async def run(d: Deliverer) -> None:
+                counts.append(await d.deliver_due())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, first)
+                tg.start_soon(run, second)
+            assert sorted(counts) == [0, 1] and len(receiver.seen) == 1
+            (row,) = await other.webhooks.list(Owner(OWNER), 10)  # type: ignore[union-attr]
+            assert (row.state, row.attempts, row.last_status, row.next_at) == ("pending", 1, 500, clock.now + 5)
+            assert await first.deliver_due() == 0  # not due before its backoff
+            clock.now += 5
+            assert await first.deliver_due() == 1
+            (row,) = await other.webhooks.list(Owner(OWNER), 10)  # type: ignore[union-attr]
+            assert (row.state, row.attempts, row.last_status, row.delivered_at) == ("delivered", 2, 200, clock.now)
+            assert await other.webhooks.list(Owner("someone-else"), 10) == []  # type: ignore[union-attr]
+    assert len(receiver.seen) == 2
+    for headers, body in receiver.seen:
+        assert headers["webhook-id"] == "msg_run_hook00000001"
+        assert verify(whsec(NEW), headers, body) and verify(whsec(OLD), headers, body)  # a rotation: both sign
+        assert not verify(whsec(secrets.token_bytes(32)), headers, body)
+        assert len(headers["webhook-signature"].split()) == 2
+        payload = json.loads(body)
+        assert payload["type"] == "run.ended" and payload["data"] == {
+            "run_id": "run_hook00000001",
+            "status": "completed",
+        }
+        assert headers["host"] == url.split("/")[2]
+
+
+async def test_failures_back_off_then_fail_and_a_manual_redelivery_delivers(
+    store_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    receiver = Receiver(answers=[500, 503, 302])  # a redirect is a failure: never followed
+    async with receiving(receiver) as url:
+        settings = configured(store_settings, tmp_path, url, webhook_max_attempts=3)
+        stores = make_stores(settings, replica=True)
+        async with stores:
+            hooks = webhooks(settings, stores)
+            await RunEnds([hooks.on_run_end]).ended(ended("run_hook00000003", url).record)
+            clock = Clock()
+            d = deliverer(settings, stores, clock)
+            waits = []
+            for _ in range(3):
+                assert await d.deliver_due() == 1
+                (row,) = await stores.webhooks.list(EVERY_OWNER, 10)  # type: ignore[union-attr]
+                waits.append(row.next_at - clock.now)
+                clock.now = row.next_at
+            assert (row.state, row.attempts, row.last_status) == ("failed", 3, 302)
+            assert waits[:2] == [5, 10]
+            assert await d.deliver_due() == 0
+            assert not await stores.webhooks.redeliver(row.webhook_id, Owner("someone-else"), clock.now)  # type: ignore[union-attr]
+            assert await stores.webhooks.redeliver(row.webhook_id, Owner(OWNER), clock.now)  # type: ignore[union-attr]
+            assert await d.deliver_due() == 1
+            (row,) = await stores.webhooks.list(EVERY_OWNER, 10)  # type: ignore[union-attr]
+            assert row.state == "delivered" and row.webhook_id == "msg_run_hook00000003"
+            # The retention removes finished records created before the cut.
+            assert await stores.webhooks.prune(row.created_at + 1) == 1  # type: ignore[union-attr]
+            assert await stores.webhooks.list(EVERY_OWNER, 10) == []  # type: ignore[union-attr]
+    assert len({h["webhook-id"] for h, _ in receiver.seen}) == 1 and len(receiver.seen) == 4
+
+
+async def test_callbacks_off_the_allow_list_or_the_address_rules_are_refused(
+    store_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    receiver = Receiver()
+    async with receiving(receiver) as url:
+        base = url.rsplit("/", 1)[0]
+        settings = configured(store_settings, tmp_path, f"{base}/hooks")
+        stores = make_stores(settings, replica=True)
+        async with stores:
+            hooks = webhooks(settings, stores)
+            for refused in (
+                f"{base}/other",
+                f"{base}/hooksmith",
+                "https://example.com/hooks",
+                f"{base}.evil.net/hooks",
+            ):
+                with pytest.raises(AccessDeniedError, match="allow-list"):
+                    hooks.check(Owner(OWNER), refused)
+            assert hooks.check(Owner(OWNER), f"{base}/hooks/run?x=1")
+            with pytest.raises(AccessDeniedError, match="no webhook secret"):
+                hooks.check(Owner(owner_of_token(OTHER)), url)
+            for bad in ("ftp://127.0.0.1/x", "http://user:pw@127.0.0.1/hooks", "not a url"):
+                with pytest.raises((BadArgumentError, AccessDeniedError)):
+                    hooks.check(Owner(OWNER), bad)
+            # Loopback is private: without RLM_MCP_ALLOWED_URL_ADDRESSES the delivery is refused, unsent.
+            strict = settings.model_copy(update={"allowed_url_addresses": []})
+            await RunEnds([hooks.on_run_end]).ended(ended("run_hook00000004", url).record)
+            clock = Clock()
+            assert await deliverer(strict, stores, clock).deliver_due() == 1
+            (row,) = await stores.webhooks.list(EVERY_OWNER, 10)  # type: ignore[union-attr]
+            assert row.state == "pending" and "private or local address" in (row.last_error or "")
+    assert receiver.seen == []
+
+
+def test_the_tokens_file_stays_one_token_per_line_and_checks_its_options(tmp_path: Path) -> None:
+    from rlm_mcp.access import load_tokens
+    from rlm_mcp.testing.settings import make_settings
+
+    tokens = tmp_path / "tokens"
+    tokens.write_text(
+        f"# team tokens\nplain\nwith space inside\n{TOKEN} webhook_secret={whsec(NEW)} webhook_allow=https://h.example/\n"
+    )
+    settings = make_settings(tmp_path, auth_tokens_file=tokens)
+    assert load_tokens(settings) == ["plain", "with space inside", TOKEN]
+    grants = webhook_grants(settings)
+    assert (
+        list(grants) == [OWNER] and grants[OWNER].secrets == (NEW,) and grants[OWNER].allow == ("https://h.example/",)
+    )
+    assert whsec(NEW) not in repr(grants) and base64.b64encode(NEW).decode() not in repr(grants)
+    tokens.write_text(f"{TOKEN} webhook_secret=nope\n")
+    with pytest.raises(ValueError, match="whsec_") as refused:
+        webhook_grants(settings)
+    assert "nope" not in str(refused.value)
