@@ -264,3 +264,29 @@ def test_the_tokens_file_stays_one_token_per_line_and_checks_its_options(tmp_pat
     with pytest.raises(ValueError, match="whsec_") as refused:
         webhook_grants(settings)
     assert "nope" not in str(refused.value)
+
+
+async def test_the_cli_lists_deliveries_and_redelivers_one(
+    store_settings: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from rlm_mcp.cli.webhooks import webhooks_list, webhooks_redeliver
+
+    settings = configured(store_settings, tmp_path, "https://hooks.example/")
+    async with make_stores(settings) as stores:
+        hooks = webhooks(settings, stores)
+        await RunEnds([hooks.on_run_end]).ended(ended("run_hook00000005", "https://hooks.example/x").record)
+        await stores.webhooks.record(  # type: ignore[union-attr]
+            "msg_run_hook00000005", state="failed", attempts=8, next_at=0, status=500, error="answered HTTP 500", now=0
+        )
+    assert await webhooks_list(argparse.Namespace(), settings) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[1].split()[:4] == ["msg_run_hook00000005", "failed", "8", "500"]
+    assert "https://hooks.example/x (answered HTTP 500)" in listed[1]
+    assert await webhooks_redeliver(argparse.Namespace(webhook_id="msg_run_hook00000005"), settings) == 0
+    with pytest.raises(BadArgumentError, match="No webhook delivery 'msg_nothing'"):
+        await webhooks_redeliver(argparse.Namespace(webhook_id="msg_nothing"), settings)
+    async with make_stores(settings) as stores:
+        (row,) = await stores.webhooks.list(EVERY_OWNER, 10)  # type: ignore[union-attr]
+    assert (row.state, row.attempts, row.webhook_id) == ("pending", 8, "msg_run_hook00000005")
