@@ -3,14 +3,13 @@ stores: every event once and in order, resumed after a dropped connection with n
 repeated, the run's end, another owner's run answered as an unknown one, the per-owner bound,
 heartbeats and the idle close; in team mode a requeued run's restart is an event.
 
-`consume` is the snippet docs/events-and-webhooks.md shows: plain httpx, no SSE library.
+`consume` is the snippet docs/events-and-webhooks.md shows (run from the page): plain httpx.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from rlm_mcp.testing.servers import free_port
 from rlm_mcp.usage import Usage
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.routes import build_viewer
+from tests.doc_snippets import snippet
 from tests.fixtures_store import final, summary
 
 pytestmark = pytest.mark.anyio
@@ -38,34 +38,21 @@ FAST = EventSettings(event_stream_poll_s=0.05, event_stream_heartbeat_s=0.2, eve
 
 
 # -- the snippet (docs/events-and-webhooks.md) ---------------------------------------------------
-async def consume(
+consume = snippet("events-and-webhooks.md", "consume")["consume"]
+
+
+async def read(
     url: str, token: str, last_event_id: str | None = None, stop_after: int | None = None
-) -> AsyncIterator[tuple[str | None, str, dict[str, Any]]]:
-    """Read a run's event stream: yields (id, event, data) until the stream ends (or
-    `stop_after` events: a dropped connection, for the test). Resume with the last id seen."""
-    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
-    if last_event_id is not None:
-        headers["Last-Event-ID"] = last_event_id
-    seen = 0
-    client = httpx.AsyncClient(timeout=httpx.Timeout(30, read=60))
-    async with client, client.stream("GET", url, headers=headers) as response:
-        if response.status_code == 204:
-            return  # the stream had ended: nothing more to read
-        response.raise_for_status()
-        fields: dict[str, str] = {}
-        async for line in response.aiter_lines():
-            if line.startswith(":"):
-                continue  # a heartbeat
-            if line:
-                name, _, value = line.partition(":")
-                fields[name] = value.removeprefix(" ")
-                continue
-            if "data" in fields:  # a blank line ends a message
-                yield fields.get("id"), fields.get("event", "message"), json.loads(fields["data"])
-                seen += 1
-                if stop_after is not None and seen >= stop_after:
-                    return
-            fields = {}
+) -> list[tuple[str | None, str, dict[str, Any]]]:
+    """The page's `consume`, until the stream ends or `stop_after` messages (then the connection
+    is dropped: the generator is closed, and its connection with it)."""
+    got: list[tuple[str | None, str, dict[str, Any]]] = []
+    async with aclosing(consume(url, token, last_event_id)) as messages:
+        async for message in messages:
+            got.append(message)
+            if stop_after is not None and len(got) >= stop_after:
+                break
+    return got
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -112,7 +99,7 @@ async def test_a_stream_resumes_after_a_dropped_connection_with_nothing_lost_or_
             await log.append(TurnStart(run_id=run_id, iteration=i, max_iterations=5, depth=0))
         async with viewer_server(stores.runs) as base:
             url = f"{base}/{run_id}/events"
-            first = [m async for m in consume(url, ALICE, stop_after=2)]  # the connection drops here
+            first = await read(url, ALICE, stop_after=2)  # the connection drops here
             assert [m[1] for m in first] == ["run_start", "turn_start"]
             # The run goes on while nobody listens, and ends.
             await log.append(TurnStart(run_id=run_id, iteration=4, max_iterations=5, depth=0))
@@ -121,7 +108,7 @@ async def test_a_stream_resumes_after_a_dropped_connection_with_nothing_lost_or_
                 final(run_id).model_copy(update={"request": summary(run_id, owner=OWNER_ALICE).request})
             )
             await log.aclose()
-            rest = [m async for m in consume(url, ALICE, last_event_id=first[-1][0])]
+            rest = await read(url, ALICE, last_event_id=first[-1][0])
             events = first + rest
             assert [m[1] for m in events] == ["run_start"] + ["turn_start"] * 4 + ["run_end", "end"]
             assert [m[2].get("iteration") for m in events if m[1] == "turn_start"] == [1, 2, 3, 4]
@@ -129,7 +116,7 @@ async def test_a_stream_resumes_after_a_dropped_connection_with_nothing_lost_or_
             assert len(set(ids)) == len(ids) and ids[-1] == "end"
             assert events[-1][2] == {"run_id": run_id, "status": "completed"}
             # A reconnection after the end is told there is nothing more (204: EventSource stops).
-            assert [m async for m in consume(url, ALICE, last_event_id="end")] == []
+            assert await read(url, ALICE, last_event_id="end") == []
             # Another owner's run answers exactly as an unknown run does.
             async with httpx.AsyncClient() as client:
                 theirs = await client.get(url, headers={"Authorization": f"Bearer {BOB}"})
@@ -169,7 +156,7 @@ async def test_streams_are_bounded_per_owner_kept_alive_and_closed_when_idle(
             assert lines[0] == "id: 0-0" if stores.kind != "postgresql" else lines[0].startswith("id: 0-")
             assert ": keep-alive" in lines  # heartbeats while nothing happened
             # Both streams closed: the owner may open another.
-            again = [m async for m in consume(url, ALICE, stop_after=1)]
+            again = await read(url, ALICE, stop_after=1)
             assert again[0][1] == "run_start"
         await log.aclose()
 
@@ -207,13 +194,13 @@ async def test_a_requeued_runs_restart_is_an_event_and_ids_carry_the_attempt(
         await second.append(_start(run_id))
         async with viewer_server(runs) as base:
             url = f"{base}/{run_id}/events"
-            before = [m async for m in consume(url, ALICE, stop_after=3)]
+            before = await read(url, ALICE, stop_after=3)
             assert [(m[0], m[1]) for m in before] == [("1-0", "run_start"), ("1-1", "turn_start"), ("2-r", "restart")]
             await second.append(_end(run_id))
             await second.write_summary(
                 final(run_id).model_copy(update={"request": summary(run_id, owner=OWNER_ALICE).request})
             )
-            after = [m async for m in consume(url, ALICE, last_event_id="2-r")]
+            after = await read(url, ALICE, last_event_id="2-r")
             assert [(m[0], m[1]) for m in after] == [("2-2", "run_start"), ("2-3", "run_end"), ("end", "end")]
-            whole = [m[1] async for m in consume(url, ALICE)]
+            whole = [m[1] for m in await read(url, ALICE)]
             assert whole == ["run_start", "turn_start", "restart", "run_start", "run_end", "end"]

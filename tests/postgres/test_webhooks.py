@@ -12,8 +12,6 @@ manual redelivery and the retention.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -37,6 +35,7 @@ from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.webhooks.deliverer import Deliverer
 from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import free_port
+from tests.doc_snippets import snippet
 from tests.fixtures_store import final
 
 pytestmark = pytest.mark.anyio
@@ -50,15 +49,8 @@ def whsec(key: bytes) -> str:
     return "whsec_" + base64.b64encode(key).decode()
 
 
-# -- the receiver's side (docs/events-and-webhooks.md) ----------------------------------------------
-def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
-    """A Standard Webhooks signature check with the standard library: any `v1,` signature in
-    the header made with `secret` (whsec_<base64>) over "id.timestamp.body"."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
-    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
-    given = [s.removeprefix("v1,") for s in headers["webhook-signature"].split() if s.startswith("v1,")]
-    return any(hmac.compare_digest(expected, s) for s in given)
+# -- the receiver's side: the page's snippet (docs/events-and-webhooks.md) -------------------------
+verify = snippet("events-and-webhooks.md", "verify")["verify"]
 
 
 @dataclass
