@@ -14,15 +14,11 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
-import uvicorn
-from starlette.types import Receive, Scope, Send
 
 from rlm_mcp.access import owner_of_token, webhook_grants
 from rlm_mcp.assembly.roles import webhooks
@@ -34,9 +30,9 @@ from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.webhooks.deliverer import Deliverer
 from rlm_mcp.store.factory import make_stores
-from rlm_mcp.testing.servers import free_port
 from tests.doc_snippets import snippet
 from tests.fixtures_store import final
+from tests.fixtures_webhooks import Receiver, receiving
 
 pytestmark = pytest.mark.anyio
 
@@ -51,41 +47,6 @@ def whsec(key: bytes) -> str:
 
 # -- the receiver's side: the page's snippet (docs/events-and-webhooks.md) -------------------------
 verify = snippet("events-and-webhooks.md", "verify")["verify"]
-
-
-@dataclass
-class Receiver:
-    answers: list[int] = field(default_factory=list)  # status per request, then 200
-    seen: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        self.seen.append((headers, body))
-        status = self.answers.pop(0) if self.answers else 200
-        await send({"type": "http.response.start", "status": status, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-
-
-@asynccontextmanager
-async def receiving(receiver: Receiver) -> AsyncIterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(receiver, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        while not server.started:
-            await anyio.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{port}/hooks"
-        finally:
-            server.should_exit = True
 
 
 class Clock:
