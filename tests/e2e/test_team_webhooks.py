@@ -19,7 +19,7 @@ from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.waiting import wait_until
 from tests.doc_snippets import snippet
 from tests.fixtures_surface import ANSWER_NOW, call
-from tests.fixtures_team import SHORT_LEASES, in_cell, replica_client, row, team_replica
+from tests.fixtures_team import SHORT_LEASES, Replica, in_cell, replica_client, row, team_replica
 from tests.fixtures_webhooks import Receiver, receiving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
@@ -50,7 +50,7 @@ async def test_a_run_end_is_delivered_when_its_front_is_gone(tmp_path: Path, pg_
         }
         with ScriptedLM(script) as lm, ExitStack() as stack:
 
-            def start(name: str, role: str):  # type: ignore[no-untyped-def]
+            def start(name: str, role: str) -> Replica:
                 return stack.enter_context(
                     team_replica(
                         tmp_path / name, role=role, database_url=pg_url, lm_url=lm.base_url, tokens=[TOKEN], env=env
