@@ -21,6 +21,7 @@ and a comment line is sent on a quiet stream every heartbeat interval, so proxie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -185,7 +186,8 @@ class EventStreamResponse:
                     log.info("event stream ended early: %s", exc)
                 # The slot is free before the client sees the end: it may open the next at once.
                 self._release()
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                with contextlib.suppress(OSError):  # the client may be gone already
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tg.cancel_scope.cancel()
         finally:
             self._release()
