@@ -19,6 +19,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import uvicorn
 
 from rlm_mcp.access import owner_of_token, webhook_grants
 from rlm_mcp.assembly.roles import webhooks
@@ -30,6 +31,7 @@ from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.webhooks.deliverer import Deliverer
 from rlm_mcp.store.factory import make_stores
+from rlm_mcp.testing.servers import free_port
 from tests.doc_snippets import snippet
 from tests.fixtures_store import final
 from tests.fixtures_webhooks import Receiver, receiving
@@ -243,3 +245,45 @@ async def test_the_cli_lists_deliveries_and_redelivers_one(
     async with make_stores(settings) as stores:
         (row,) = await stores.webhooks.list(EVERY_OWNER, 10)  # type: ignore[union-attr]
     assert (row.state, row.attempts, row.webhook_id) == ("pending", 8, "msg_run_hook00000005")
+
+
+async def test_the_viewer_shows_each_owner_its_deliveries_and_redelivers_them(
+    store_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    import httpx
+
+    from rlm_mcp.access import HostPolicy
+    from rlm_mcp.viewer.auth import ViewerAuth
+    from rlm_mcp.viewer.routes import build_viewer
+
+    settings = configured(store_settings, tmp_path, "https://hooks.example/")
+    async with make_stores(settings) as stores:
+        hooks = webhooks(settings, stores)
+        await RunEnds([hooks.on_run_end]).ended(ended("run_hook00000006", "https://hooks.example/x").record)
+        port = free_port()
+        auth = ViewerAuth(tokens=[TOKEN, OTHER], policy=HostPolicy("127.0.0.1", port, [], []))
+        app = build_viewer(stores.runs, auth, webhooks=stores.webhooks)
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve)
+            while not server.started:
+                await anyio.sleep(0.01)
+            try:
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/runs/api", timeout=30) as http:
+                    mine, theirs = ({"Authorization": f"Bearer {t}"} for t in (TOKEN, OTHER))
+                    (row,) = (await http.get("/webhooks", headers=mine)).json()["data"]
+                    assert (row["webhook_id"], row["state"], row["url"]) == (
+                        "msg_run_hook00000006",
+                        "pending",
+                        "https://hooks.example/x",
+                    )
+                    assert "body" not in row and "owner" not in row
+                    assert (await http.get("/webhooks", headers=theirs)).json() == {"data": []}
+                    again = "/webhooks/msg_run_hook00000006/redeliver"
+                    refused = await http.post(again, headers=theirs)
+                    assert (refused.status_code, refused.json()) == (404, {"error": "Unknown webhook id."})
+                    assert (await http.post(again)).status_code == 401
+                    done = await http.post(again, headers=mine)
+                    assert done.json() == {"webhook_id": "msg_run_hook00000006", "state": "pending"}
+            finally:
+                server.should_exit = True
