@@ -10,22 +10,41 @@ Neutral: `server/` (the MCP endpoint's `RequestGuard`), `viewer/` (the `/runs/` 
   server's from its settings (the bind, the allowed hosts and origins, the public URL);
 - `BearerTokens`: which owner an `Authorization: Bearer` header proves, compared in constant time
   with every accepted token; `owner_of_token` names that owner (never the token itself);
-- `load_tokens`: every accepted token from the settings.
+- `load_tokens`: every accepted token from the settings; `webhook_grants`: what the tokens
+  file grants each token's owner for webhooks (its signing secrets and its callback allow-list).
+
+The tokens file holds one token per line, as it always has; a line may go on with options
+after the token, separated by spaces: `webhook_secret=whsec_<base64>` (one or more: every
+secret signs, so a receiver that knows either verifies during a rotation) and
+`webhook_allow=<URL prefix>` (one or more: the callback URLs a request may name). A line whose
+later words are not all such options is one token, as before (a token with a space in it).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import ipaddress
 import socket
 from collections.abc import Iterable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 
-__all__ = ["BearerTokens", "HostPolicy", "host_policy", "is_loopback_host", "load_tokens", "owner_of_token"]
+__all__ = [
+    "BearerTokens",
+    "HostPolicy",
+    "WebhookGrant",
+    "host_policy",
+    "is_loopback_host",
+    "load_tokens",
+    "owner_of_token",
+    "webhook_grants",
+]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -189,9 +208,71 @@ def host_policy(settings: Settings) -> HostPolicy:
 
 def load_tokens(settings: Settings) -> list[str]:
     """Every accepted token: RLM_MCP_AUTH_TOKEN, RLM_MCP_AUTH_TOKENS and the tokens file
-    (one per line; blank lines and '#' comments ignored)."""
+    (one per line, options after it; blank lines and '#' comments ignored)."""
     tokens = [t for t in [settings.auth_token, *settings.auth_tokens] if t]
     if settings.auth_tokens_file is not None:
-        text = settings.auth_tokens_file.expanduser().read_text()
-        tokens += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        tokens += [token for token, _ in _file_lines(settings.auth_tokens_file.expanduser().read_text())]
     return list(dict.fromkeys(tokens))
+
+
+_OPTIONS = ("webhook_secret=", "webhook_allow=")
+SECRET_PREFIX = "whsec_"
+
+
+@dataclass(frozen=True)
+class WebhookGrant:
+    """What one owner may do with webhooks: sign with `secrets` (raw key bytes, each from a
+    `whsec_<base64>` secret), call back only URLs starting with one of `allow`."""
+
+    secrets: tuple[bytes, ...] = ()
+    allow: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:  # never the secrets, in a log or a traceback
+        return f"WebhookGrant(secrets=<{len(self.secrets)}>, allow={self.allow!r})"
+
+
+def _file_lines(text: str) -> list[tuple[str, list[str]]]:
+    """(token, its option words) for each line of a tokens file."""
+    found = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        words = line.split()
+        if len(words) > 1 and all(w.startswith(_OPTIONS) for w in words[1:]):
+            found.append((words[0], words[1:]))
+        else:
+            found.append((line.strip(), []))
+    return found
+
+
+def _secret_bytes(value: str, where: str) -> bytes:
+    """The key of a `whsec_<base64>` secret; ValueError naming the line (never the secret)."""
+    if not value.startswith(SECRET_PREFIX):
+        raise ValueError(f"{where}: a webhook_secret must start with {SECRET_PREFIX} (Standard Webhooks' form)")
+    try:
+        key = base64.b64decode(value[len(SECRET_PREFIX) :], validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{where}: the webhook_secret after {SECRET_PREFIX} is not base64") from None
+    if len(key) < 24:
+        raise ValueError(f"{where}: a webhook_secret needs at least 24 random bytes (32 recommended)")
+    return key
+
+
+def webhook_grants(settings: Settings) -> dict[str, WebhookGrant]:
+    """Each owner's webhook grant from the tokens file (owners without options have none);
+    ValueError naming the file's line when an option is malformed."""
+    if settings.auth_tokens_file is None:
+        return {}
+    path = settings.auth_tokens_file.expanduser()
+    grants: dict[str, WebhookGrant] = {}
+    for n, (token, options) in enumerate(_file_lines(path.read_text()), start=1):
+        where = f"{path}, token {n}"
+        secrets = tuple(_secret_bytes(o.split("=", 1)[1], where) for o in options if o.startswith(_OPTIONS[0]))
+        allow = tuple(o.split("=", 1)[1] for o in options if o.startswith(_OPTIONS[1]))
+        for prefix in allow:
+            parts = urlsplit(prefix)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"{where}: webhook_allow={prefix!r} is not an http(s) URL prefix")
+        if secrets or allow:
+            grants[owner_of_token(token)] = WebhookGrant(secrets=secrets, allow=allow)
+    return grants

@@ -22,7 +22,7 @@ older versions did not write yet are optional here, which is the reader for thei
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -300,6 +300,16 @@ _ADAPTER: pydantic.TypeAdapter[RunEvent] = pydantic.TypeAdapter(RunEvent)
 _STUB_KEYS = frozenset({"type", "ts", "truncated"})
 
 
+class EventKey(NamedTuple):
+    """Where an event sits in its run's log: the attempt that wrote it (team mode: the queue's
+    claim, from 1; 0 for a run executed where it was accepted) and its sequence in the log.
+    Keys order a run's events (attempts hold disjoint, increasing sequences); the event stream
+    names each event by its key (`attempt-seq`), which is how a client resumes."""
+
+    attempt: int
+    seq: int
+
+
 def to_json(event: LoggedEvent, *, ts: float | None = None) -> dict[str, Any]:
     """The event as the JSON object a log line holds (key order included); `ts` stamps it with
     the time it is written (the log does, as it appends)."""
@@ -346,6 +356,7 @@ __all__ = [
     "ChildEnd",
     "ChildStart",
     "ContextRecord",
+    "EventKey",
     "EventStub",
     "HistoryElided",
     "LLMCall",

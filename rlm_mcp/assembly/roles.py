@@ -8,26 +8,29 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from rlm_mcp.access import webhook_grants
 from rlm_mcp.config import Settings, Transport
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.lm.client import LMClient
-from rlm_mcp.ports.runs import RunEnded
+from rlm_mcp.ports.runs import RunEnded, RunEndHook
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
+from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 from rlm_mcp.service.parts import RunsOpener, ServiceParts, Sessions
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.sessions import SessionManager
+from rlm_mcp.service.webhooks import Webhooks
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.factory import embedded_stores, team_stores
 
 if TYPE_CHECKING:
     from rlm_mcp.service.team_sessions import TeamSessions  # team mode only: it needs the team extra
 
-__all__ = ["build_service", "embedded", "front", "run_ends", "service_parts", "team_sessions", "worker"]
+__all__ = ["build_service", "embedded", "front", "run_ends", "service_parts", "team_sessions", "webhooks", "worker"]
 
 QUEUE_POOL_SIZE = 4  # the run queue's own connections (team mode)
 
@@ -55,13 +58,14 @@ def embedded(settings: Settings, *, transport: Transport, stores: Stores | None 
     stores = stores if stores is not None else embedded_stores(settings.store)
     sandboxes = SandboxManager(settings.sandbox)
     lm = LMClient(settings.lm, routing=settings.routing)
-    runs = RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm))
+    hooks = webhooks(settings, stores)
+    runs = RunManager(settings, stores.contexts, stores.runs, ends=run_ends(hooks.on_run_end, lm=lm))
     sessions = SessionManager(settings, stores.contexts, sandboxes, runs)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         return await stack.enter_async_context(runs)
 
-    return _parts(settings, transport, stores, sandboxes, open_runs, sessions, lm)
+    return _parts(settings, transport, stores, sandboxes, open_runs, sessions, lm, hooks)
 
 
 def front(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
@@ -106,7 +110,8 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
     sessions = TeamSessions(settings, session_store, held)
 
     lm = LMClient(settings.lm, routing=settings.routing)
-    ends = run_ends(lm)
+    hooks = webhooks(settings, stores)
+    ends = run_ends(hooks.on_run_end, lm=lm)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
@@ -130,7 +135,7 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
             return front
         return executed  # a worker-only process: nothing here follows a run
 
-    return _parts(settings, transport, stores, sandboxes, open_runs, sessions, lm)
+    return _parts(settings, transport, stores, sandboxes, open_runs, sessions, lm, hooks)
 
 
 def _parts(
@@ -141,6 +146,7 @@ def _parts(
     open_runs: RunsOpener,
     sessions: Sessions,
     lm: LMClient,
+    hooks: Webhooks,
 ) -> ServiceParts:
     sandboxes.reclaim = sessions.reclaim  # idle sessions yield their slots to runs (the one place it is set)
     return ServiceParts(
@@ -153,6 +159,7 @@ def _parts(
         ),
         sessions=sessions,
         open_runs=open_runs,
+        webhooks=hooks,
     )
 
 
@@ -168,20 +175,35 @@ def team_sessions(settings: Settings, stores: Stores) -> TeamSessions:
     return TeamSessions(settings, PgSessionStore(stores.lifecycle))
 
 
-def run_ends(lm: LMClient | None = None) -> RunEnds:
+def run_ends(*hooks: RunEndHook, lm: LMClient | None = None) -> RunEnds:
     """The run-end hook's registry of this process (`service.run_ends`): the work hung on every
-    run's end subscribes here. The router's finish-session call (when `RLM_MCP_ROUTER_SESSIONS`
-    says the routers count sessions: lm/router_sessions.py); the kept sessions still take their
-    runs' ends through the run manager's session hooks; webhooks and MCP task state are the next
-    subscribers."""
-    ends = RunEnds()
+    run's end subscribes here: the webhook outbox (`webhooks`), then the router's finish-session
+    call (when `RLM_MCP_ROUTER_SESSIONS` says the routers count sessions: lm/router_sessions.py).
+    The kept sessions still take their runs' ends through the run manager's session hooks."""
+    ends = RunEnds(hooks)
     if lm is not None and lm.routing_settings.router_sessions:
+        client = lm
 
         async def finish_router_sessions(ended: RunEnded) -> None:
-            await lm.finish_sessions(ended.run_id)
+            await client.finish_sessions(ended.run_id)
 
         ends.subscribe(finish_router_sessions)
     return ends
+
+
+def webhooks(settings: Settings, stores: Stores) -> Webhooks:
+    """Run ends' webhooks: the owners' grants from the tokens file, the stores' outbox, the URL
+    loader's address rules for callbacks (`service.webhooks`)."""
+    try:
+        grants = webhook_grants(settings)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RlmMcpError(
+            f"The tokens file's webhook options are not usable: {exc}", "Fix RLM_MCP_AUTH_TOKENS_FILE."
+        ) from None
+    policy = AddressPolicy(
+        private=settings.allow_private_urls, listed=tuple(parse_networks(settings.allowed_url_addresses))
+    )
+    return Webhooks(stores.webhooks, grants, settings.events, policy)
 
 
 def _require_team(settings: Settings) -> None:

@@ -2,7 +2,7 @@
 
 `rlm-mcp --help` is the command reference; docs/cli.md is generated from this parser
 (tools/docs_pages.py) and tests/unit/test_cli_help.py checks the help texts. Each command's
-handler lives in the module of its area (serve, records, tools, run, sessions, eval), and imports
+handler lives in the module of its area (serve, records, tools, run, sessions, webhooks, eval), and imports
 what it needs when it runs, so `--help` stays fast.
 """
 
@@ -19,6 +19,7 @@ from rlm_mcp.cli.run import one_run
 from rlm_mcp.cli.serve import serve_command
 from rlm_mcp.cli.sessions import sessions_close, sessions_list
 from rlm_mcp.cli.tools import doctor
+from rlm_mcp.cli.webhooks import webhooks_list, webhooks_redeliver
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         sessions_sub, "close", run_async(sessions_close), "close a stored session (its snapshot is deleted)"
     )
     close.add_argument("session_id", help="the session's id")
+
+    hooks = command(sub, "webhooks", None, "list webhook deliveries, or deliver one again")
+    hooks_sub = hooks.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    command(hooks_sub, "list", run_async(webhooks_list), "every kept delivery: id, state, attempts, last answer, URL")
+    again = command(hooks_sub, "redeliver", run_async(webhooks_redeliver), "deliver a webhook again (same webhook-id)")
+    again.add_argument("webhook_id", help="the delivery's id (msg_<run id>)")
 
     ctx = command(sub, "contexts", None, "list or delete stored contexts")
     ctx_sub = ctx.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")

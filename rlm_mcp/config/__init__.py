@@ -8,7 +8,7 @@ need.
 Each section is a model that owns its fields and their validators: `lm.py` (LM endpoints),
 `routing.py` (what routers are told; back-pressure), `loop.py` (one run), `sandbox.py`, `runs.py` (run slots and records; kept sessions), `store.py`
 (stores; what loads may read), `team.py` (team mode and the `Deployment` it decides), `server.py`
-(transport, HTTP, access, logs). `Settings` is all of them at once: every setting keeps its one
+(transport, HTTP, access, logs), `events.py` (run event streams, webhooks). `Settings` is all of them at once: every setting keeps its one
 flat name (`RLM_MCP_MAX_SANDBOXES`, TOML key `max_sandboxes`, `Settings(max_sandboxes=2)`,
 `settings.model_copy(update={"max_sandboxes": 2})`), and `settings.sandbox` is the sandbox
 section alone, what `SandboxManager` takes. A component typed with its section accepts a whole
@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from rlm_mcp.config.events import EventSettings
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
 from rlm_mcp.config.routing import RoutingSettings
@@ -47,6 +48,7 @@ __all__ = [
     "TEXT_MEMORY_FACTOR",
     "CompletionTokensField",
     "Deployment",
+    "EventSettings",
     "LMSettings",
     "LoadSettings",
     "LoopSettings",
@@ -71,6 +73,7 @@ _Section = TypeVar("_Section", bound=BaseModel)
 
 
 class Settings(
+    EventSettings,
     ServerSettings,
     TeamSettings,
     LoadSettings,
@@ -153,6 +156,10 @@ class Settings(
     def server(self) -> ServerSettings:
         return self._section(ServerSettings)
 
+    @property
+    def events(self) -> EventSettings:
+        return self._section(EventSettings)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -183,6 +190,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "loads": LoadSettings,
     "team": TeamSettings,
     "server": ServerSettings,
+    "events": EventSettings,
 }
 
 

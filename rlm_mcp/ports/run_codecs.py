@@ -113,7 +113,7 @@ def request_of(obj: dict[str, Any]) -> RunRequest:
     else:  # a record older than its limits
         run_limits = _no_limits(obj)
     owner, query, model, session = obj.get("owner"), obj.get("query"), obj.get("model"), obj.get("session_id")
-    trace = obj.get("trace_context")
+    trace, webhook = obj.get("trace_context"), obj.get("webhook_url")
     return RunRequest(
         query=query if isinstance(query, str) else "",
         context_ids=[c for c in obj.get("context_ids") or [] if isinstance(c, str)],
@@ -122,6 +122,7 @@ def request_of(obj: dict[str, Any]) -> RunRequest:
         model=model if isinstance(model, str) else None,
         session_id=session if isinstance(session, str) else None,
         trace_context=trace if isinstance(trace, dict) else None,
+        webhook_url=webhook if isinstance(webhook, str) else None,
     )
 
 

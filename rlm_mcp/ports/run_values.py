@@ -65,6 +65,8 @@ class RunRequest(BaseModel):
     # W3C trace context (`traceparent`, `tracestate`) its spans continue.
     session_id: str | None = None
     trace_context: dict[str, str] | None = None
+    # Where the run's end is delivered (a webhook), checked against the owner's allow-list.
+    webhook_url: str | None = None
 
 
 class RunResult(BaseModel):

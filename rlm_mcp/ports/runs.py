@@ -168,6 +168,7 @@ class RunRecord(LiveState):
             "model": r.model,
             "session_id": r.session_id,
             "trace_context": r.trace_context,
+            "webhook_url": r.webhook_url,
             **state_json(self),
             "result": self.result.model_dump(mode="json") if self.result is not None else None,
             "not_started": self.not_started.model_dump() if self.not_started is not None else None,

@@ -268,7 +268,13 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
             await ctx.report_progress(progress, total, message)
 
         work = svc(ctx).complete_in_session(
-            query, context_id, overrides, report, keep_session=session.keep_session, session_id=session.session_id
+            query,
+            context_id,
+            overrides,
+            report,
+            keep_session=session.keep_session,
+            session_id=session.session_id,
+            webhook_url=session.webhook_url,
         )
         result, session_id = await _call(work)
         return RunOutcome.of(result, max_chars=settings.answer_max_chars, session_id=session_id)
@@ -281,7 +287,12 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         """Start a run in the background and return its run_id at once (poll rlm_status / rlm_result).
         keep_session / session_id as in rlm_complete."""
         work = svc(ctx).start_run(
-            query, context_id, overrides, keep_session=session.keep_session, session_id=session.session_id
+            query,
+            context_id,
+            overrides,
+            keep_session=session.keep_session,
+            session_id=session.session_id,
+            webhook_url=session.webhook_url,
         )
         run = await _call(work)
         return RunStarted(run_id=run.run_id, status="running", session_id=run.request.session_id)

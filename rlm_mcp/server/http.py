@@ -77,7 +77,9 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
         service = holder.get("service")
         return await service.session_state(session_id, owner=owner) if service is not None else None
 
-    viewer = build_viewer(stores.runs, auth, session_state=session_state)
+    viewer = build_viewer(
+        stores.runs, auth, session_state=session_state, events=settings.events, webhooks=stores.webhooks
+    )
     # /healthz (the balancer's check) is the one route in front of the guard: no token, says little.
     # `role` in team mode only (--role both|front|worker); the embedded server has no roles.
     deployment = settings.deployment

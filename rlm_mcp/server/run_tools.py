@@ -1,6 +1,6 @@
 """The parameters `rlm_complete` and `rlm_start` share, declared once.
 
-Both tools take `query`, `context_id`, `keep_session`, `session_id` and one parameter per field of `service.limits.RunOverrides`
+Both tools take `query`, `context_id`, `keep_session`, `session_id`, `webhook_url` and one parameter per field of `service.limits.RunOverrides`
 (the same fields `rlm-mcp run` and `rlm-mcp eval` take as flags). `run_tool` gives a function
 `(ctx, query, context_ids, overrides)` that flat signature, so the SDK derives the same JSON schema
 for both tools from one declaration, and a new override reaches both without editing either.
@@ -44,13 +44,22 @@ SessionId = Annotated[
     ),
 ]
 
+WebhookUrl = Annotated[
+    str,
+    Field(
+        description="Deliver the run's end (a signed, thin JSON: event type and run_id) to this URL; only "
+        "URLs on your token's allow-list are accepted."
+    ),
+]
+
 
 @dataclass(frozen=True)
 class SessionArgs:
-    """What a run tool was told about kept sessions."""
+    """What a run tool was told about kept sessions (and where to call back at the run's end)."""
 
     keep_session: bool = False
     session_id: str | None = None
+    webhook_url: str | None = None
 
 
 RunToolBody = Callable[[Context, str, "str | list[str] | None", RunOverrides, SessionArgs], Awaitable[R]]
@@ -65,6 +74,7 @@ def _parameters() -> list[inspect.Parameter]:
         inspect.Parameter("context_id", keyword, default=None, annotation=ContextIds),
         inspect.Parameter("keep_session", keyword, default=False, annotation=KeepSession),
         inspect.Parameter("session_id", keyword, default="", annotation=SessionId),
+        inspect.Parameter("webhook_url", keyword, default="", annotation=WebhookUrl),
         *(
             inspect.Parameter(name, keyword, default=None, annotation=limits[name])
             for name in RunOverrides.model_fields
@@ -83,9 +93,10 @@ def run_tool(body: RunToolBody[R]) -> Callable[..., Awaitable[R]]:
         context_id: str | list[str] | None = None,
         keep_session: bool = False,
         session_id: str = "",
+        webhook_url: str = "",
         **limits: Any,
     ) -> R:
-        session = SessionArgs(keep_session=keep_session, session_id=session_id or None)
+        session = SessionArgs(keep_session=keep_session, session_id=session_id or None, webhook_url=webhook_url or None)
         return await body(ctx, query, context_id, RunOverrides(**limits), session)
 
     tool.__name__ = tool.__qualname__ = body.__name__

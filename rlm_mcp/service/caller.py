@@ -156,14 +156,19 @@ class Caller:
         *,
         keep_session: bool = False,
         session_id: str | None = None,
+        webhook_url: str | None = None,
     ) -> ActiveRun:
         """What can be checked before a run is accepted fails here, as an RlmMcpError; what
         fails later but before the run started is the run's `not_started`.
 
         `keep_session`: the run opens a kept session (its REPL stays for follow-ups); `session_id`:
-        the run continues that session (its context ids, if any, become the next context_i)."""
+        the run continues that session (its context ids, if any, become the next context_i);
+        `webhook_url`: where the run's end is delivered (on the owner's allow-list)."""
         check_query(query)
         check_text("session_id", session_id)
+        if webhook_url:
+            check_text("webhook_url", webhook_url)
+            self.service.webhooks.check(self.owner, webhook_url)
         ids = checked_context_ids(context_id)
         service, sessions = self.service, self.service.sessions
         follow_up = await sessions.find(session_id, owner=self.owner) if session_id else None  # why not, first
@@ -188,6 +193,7 @@ class Caller:
             model=service.settings.model,
             session_id=follow_up.session_id if follow_up is not None else None,  # a new one: its backend names it
             trace_context=tracing.carrier(),  # the MCP call's span: the run's span is its child anywhere
+            webhook_url=webhook_url or None,
         )
         if kept:  # claimed there: a session ended since `find` is refused, saying why
             return await sessions.start(request, engine)
@@ -213,11 +219,14 @@ class Caller:
         *,
         keep_session: bool = False,
         session_id: str | None = None,
+        webhook_url: str | None = None,
     ) -> tuple[RunResult, str | None]:
         """Start a run and wait for its result (and its session id, for a kept session),
         reporting progress. The one place a run's failure picks its channel: one that never
         started raises (a tool error), any other is the structured result."""
-        run = await self.start_run(query, context_id, overrides, keep_session=keep_session, session_id=session_id)
+        run = await self.start_run(
+            query, context_id, overrides, keep_session=keep_session, session_id=session_id, webhook_url=webhook_url
+        )
         values = ProgressValues()  # MCP: each progress value must exceed the previous one
         try:
 

@@ -14,6 +14,7 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
+from rlm_mcp.service.webhooks import Webhooks
 from rlm_mcp.store.bundle import Stores
 
 # Kept sessions as the service sees them, in either mode (ports/sessions.py).
@@ -33,3 +34,4 @@ class ServiceParts:
     loader: ContextLoader
     sessions: Sessions  # closed before the runs: a session's REPL goes back to its sandboxes
     open_runs: RunsOpener
+    webhooks: Webhooks  # its deliverer runs while the service does (stopped after the runs end)

@@ -52,12 +52,15 @@ class RlmService:
         self._runs: RunBackend | None = None
         self._open_runs = parts.open_runs
         self.sessions: Sessions = parts.sessions  # kept sessions, wherever this role keeps them
+        self.webhooks = parts.webhooks
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> RlmService:
         await self._stack.__aenter__()
         try:
             await self._stack.enter_async_context(self.stores)  # closed last: runs record into it
+            # Stopped after the runs: a run ended by the shutdown still gets its outbox row.
+            await self._stack.enter_async_context(self.webhooks)
             await self._stack.enter_async_context(self.sandboxes)
             self._runs = await self._open_runs(self._stack, self.engine)
             # Closed before the runs: a session's REPL goes back to the sandboxes it came from.

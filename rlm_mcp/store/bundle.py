@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from rlm_mcp.ports.webhooks import WebhookOutboxPort
 from rlm_mcp.store.ports import ContextStorePort, RunStorePort, UploadStorePort
 from rlm_mcp.store.spent_codes import LocalSpentCodes, SpentCodesPort
 
@@ -58,6 +59,8 @@ class Stores:
     lifecycle: Lifecycle = field(default_factory=_Nothing)
     # The viewer's one-time login codes: spent once in this process, or once on every replica.
     spent_codes: SpentCodesPort = field(default_factory=LocalSpentCodes)
+    # Run ends' callbacks, kept until delivered (None: a store without an outbox, in tests).
+    webhooks: WebhookOutboxPort | None = None
     # Run once the store is open (the HTTP viewer fetches its shared key here).
     after_open: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 

@@ -14,6 +14,7 @@ from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.runs import RunStore
 from rlm_mcp.store.sqlite_index import ContextStore
 from rlm_mcp.store.sqlite_uploads import UploadStore
+from rlm_mcp.store.webhooks import SqliteWebhookOutbox
 
 __all__ = ["Stores", "embedded_stores", "make_stores", "team_stores"]
 
@@ -21,7 +22,12 @@ __all__ = ["Stores", "embedded_stores", "make_stores", "team_stores"]
 def embedded_stores(store: StoreSettings) -> Stores:
     """SQLite and files under RLM_MCP_DATA_DIR."""
     contexts = ContextStore(store)
-    return Stores(contexts=contexts, uploads=UploadStore(store, contexts), runs=RunStore(store))
+    return Stores(
+        contexts=contexts,
+        uploads=UploadStore(store, contexts),
+        runs=RunStore(store),
+        webhooks=SqliteWebhookOutbox(store.data_dir),
+    )
 
 
 def team_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> Stores:

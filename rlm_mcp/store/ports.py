@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlm_mcp.events import LoggedEvent, RunEvent
+from rlm_mcp.events import EventKey, LoggedEvent, RunEvent
 from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.ports.runs import RunRecord
@@ -121,6 +121,13 @@ class RunStorePort(Protocol):
     async def read_events(
         self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None
     ) -> builtins.list[LoggedEvent]: ...
+
+    async def events_after(
+        self, run_id: str, *, owner: OwnerScope, after: EventKey | None, limit: int
+    ) -> builtins.list[tuple[EventKey, LoggedEvent]]:
+        """Up to `limit` events of the run after the key `after` (None: from the start), in
+        order, each with its key (the event stream's ids); `owner` as for read_summary."""
+        ...
 
     async def version(self, run_id: str) -> str: ...
 

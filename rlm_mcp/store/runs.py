@@ -24,7 +24,7 @@ import anyio
 
 from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
-from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
+from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store._db import in_thread
@@ -254,6 +254,35 @@ class RunStore:
             except FileNotFoundError:  # only open() can raise it: the run has not started yet
                 pass
             return events
+
+        return await in_thread(work)
+
+    async def events_after(
+        self, run_id: str, *, owner: OwnerScope, after: EventKey | None, limit: int
+    ) -> list[tuple[EventKey, LoggedEvent]]:
+        """Events after `after` with their keys: attempt 0, the sequence is the line's index
+        (a malformed line keeps its index, so keys never shift); `owner` as for read_summary."""
+        path = self._run_dir(run_id) / "events.jsonl"
+        summary_path = self._run_dir(run_id) / "summary.json"
+        first = 0 if after is None or after.attempt < 0 else (after.seq + 1 if after.attempt == 0 else 1 << 62)
+
+        def work() -> list[tuple[EventKey, LoggedEvent]]:
+            self._summary_of(run_id, summary_path, owner)
+            found: list[tuple[EventKey, LoggedEvent]] = []
+            try:
+                with open(path, "rb") as fh:
+                    for seq, raw in enumerate(fh):
+                        if not raw.endswith(b"\n") or len(found) >= limit:
+                            break  # a line still being written (or torn by a crash), or enough
+                        if seq < first:
+                            continue
+                        try:
+                            found.append((EventKey(0, seq), loads(raw)))
+                        except ValueError:  # not JSON, or not UTF-8
+                            log.warning("skipping a malformed line in %s", path)
+            except FileNotFoundError:  # the run has not started yet
+                pass
+            return found
 
         return await in_thread(work)
 

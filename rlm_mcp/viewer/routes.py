@@ -17,7 +17,9 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Any
 
 from starlette.applications import Starlette
@@ -26,13 +28,16 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from rlm_mcp.config import EventSettings
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import Everyone, Owner, OwnerScope
+from rlm_mcp.ports.webhooks import WebhookOutboxPort
 from rlm_mcp.store.ports import RunStorePort
 from rlm_mcp.viewer.auth import COOKIE, SESSION_TTL_S, ViewerAuth
 from rlm_mcp.viewer.chain import build_session, is_session_id, session_runs
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
+from rlm_mcp.viewer.stream import END_ID, EventStreamResponse, StreamSlots, parse_last_event_id, run_messages
 
 log = logging.getLogger("rlm_mcp.viewer")
 
@@ -58,14 +63,27 @@ def _refusal(request: Request, status: int, message: str) -> Response:
     return HTMLResponse(page, status_code=status, headers=_HEADERS)
 
 
-def build_viewer(records: RunStorePort, auth: ViewerAuth, *, session_state: SessionState | None = None) -> ASGIApp:
-    """The app of every path under /runs/ (the same pages also under /runs/s/<key>/, the cookie's path)."""
-    pages = _Pages(records, auth, session_state)
+def build_viewer(
+    records: RunStorePort,
+    auth: ViewerAuth,
+    *,
+    session_state: SessionState | None = None,
+    events: EventSettings | None = None,
+    webhooks: WebhookOutboxPort | None = None,
+) -> ASGIApp:
+    """The app of every path under /runs/ (the same pages also under /runs/s/<key>/, the cookie's
+    path); `events`: the event streams' bounds (the defaults when None); `webhooks`: the outbox
+    whose deliveries `/runs/api/webhooks` shows each owner."""
+    pages = _Pages(records, auth, session_state, events or EventSettings())
+    pages.webhooks = webhooks
     app = Starlette(
         routes=[
             Route(f"{PREFIX}/", pages.index),
             Route(f"{PREFIX}/login", pages.login),
             Route(f"{PREFIX}/api/runs", pages.index_api),
+            Route(f"{PREFIX}/api/runs/{{run_id}}/events", pages.run_events),
+            Route(f"{PREFIX}/api/webhooks", pages.webhook_list),
+            Route(f"{PREFIX}/api/webhooks/{{webhook_id}}/redeliver", pages.webhook_redeliver, methods=["POST"]),
             Route(f"{PREFIX}/api/runs/{{run_id}}", pages.run_api),
             Route(f"{PREFIX}/api/login-link", pages.login_link, methods=["POST"]),
             Route(f"{PREFIX}/{{run_id}}", pages.run_page),
@@ -87,10 +105,19 @@ def build_viewer(records: RunStorePort, auth: ViewerAuth, *, session_state: Sess
 class _Pages:
     """The viewer's endpoints; each checks who is asking first (`denied`)."""
 
-    def __init__(self, records: RunStorePort, auth: ViewerAuth, session_state: SessionState | None = None) -> None:
+    def __init__(
+        self,
+        records: RunStorePort,
+        auth: ViewerAuth,
+        session_state: SessionState | None = None,
+        events: EventSettings | None = None,
+    ) -> None:
         self.records = records
         self.auth = auth
         self.session_state = session_state
+        self.events = events or EventSettings()
+        self.streams = StreamSlots(self.events)
+        self.webhooks: WebhookOutboxPort | None = None
 
     def owner_of(self, request: Request) -> OwnerScope:
         """Whose runs this request may see (`EVERY_OWNER`: the local viewer's session)."""
@@ -200,6 +227,47 @@ class _Pages:
         if model:
             body["data"] = model
         return JSONResponse(body, headers=_HEADERS)
+
+    async def run_events(self, request: Request) -> Response | EventStreamResponse:
+        """The run's event stream (`stream.py`); another owner's run is unknown, as on the page."""
+        if (refused := self.denied(request)) is not None:
+            return refused
+        run_id = request.path_params["run_id"]
+        owner = self.owner_of(request)
+        try:
+            await self.records.read_summary(run_id, owner=owner)
+        except RlmMcpError:
+            return _refusal(request, 404, "Unknown run id.")
+        after = parse_last_event_id(request.headers.get("last-event-id"))
+        if after == END_ID:  # the stream had ended: 204 tells EventSource not to reconnect
+            return Response(status_code=204, headers=_HEADERS)
+        if not self.streams.take(owner):
+            refused = _refusal(request, 429, "Too many event streams are open: close one, or retry shortly.")
+            refused.headers["Retry-After"] = "5"
+            return refused
+        assert not isinstance(after, str)
+        return EventStreamResponse(run_messages(self.records, run_id, owner, after, self.events), self.streams, owner)
+
+    async def webhook_list(self, request: Request) -> Response:
+        """The asker's webhook deliveries, newest first (the body is left out: it is thin anyway)."""
+        if (refused := self.denied(request)) is not None:
+            return refused
+        rows = await self.webhooks.list(self.owner_of(request), INDEX_LIMIT) if self.webhooks is not None else []
+        data = [{k: v for k, v in asdict(d).items() if k not in ("body", "owner")} for d in rows]
+        return JSONResponse({"data": data}, headers=_HEADERS)
+
+    async def webhook_redeliver(self, request: Request) -> Response:
+        """Deliver one of the asker's webhooks again, same webhook-id (bearer only: no cookie, so
+        no other page can make a browser ask)."""
+        if (refused := self.denied(request, bearer_only=True)) is not None:
+            return refused
+        webhook_id = request.path_params["webhook_id"]
+        found = self.webhooks is not None and await self.webhooks.redeliver(
+            webhook_id, self.owner_of(request), time.time()
+        )
+        if not found:
+            return _refusal(request, 404, "Unknown webhook id.")
+        return JSONResponse({"webhook_id": webhook_id, "state": "pending"}, headers=_HEADERS)
 
     async def login_link(self, request: Request) -> Response:
         if (refused := self.denied(request, bearer_only=True)) is not None:

@@ -32,8 +32,11 @@ def _schema(conn: sqlite3.Connection) -> set[tuple[str, str, str, str | None]]:
 
 
 def _schema_of_0_2() -> set[tuple[str, str, str, str | None]]:
+    """0.2's schema and what the steps after it add (0003: the webhook outbox)."""
+    later = REPO / "rlm_mcp" / "store" / "migrations" / "sqlite" / "0003_webhook_outbox.sql"
     with sqlite3.connect(":memory:") as conn:
         conn.executescript(DUMP.read_text())
+        conn.executescript(later.read_text())
         return _schema(conn)
 
 
@@ -78,7 +81,7 @@ async def test_an_index_of_0_2_comes_up_at_the_latest_version_with_its_rows(sett
         assert done.done and done.context is not None and done.context.bytes == len(PART + b"upload")
     with sqlite3.connect(index) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == latest("sqlite")
-        assert _schema(conn) == _schema_of_0_2()  # 0.2's schema was already the latest one
+        assert _schema(conn) == _schema_of_0_2()  # 0.2's schema and the steps after it
 
 
 def test_a_new_index_has_the_schema_0_2_made(tmp_path: Path) -> None:

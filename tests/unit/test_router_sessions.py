@@ -126,7 +126,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             async with (
                 LMClient(settings.lm, routing=settings.routing) as lm,
                 make_stores(settings) as stores,
-                RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm)) as runs,
+                RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm=lm)) as runs,
             ):
                 engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
                 info = await stores.contexts.put_bytes(
@@ -212,7 +212,7 @@ async def test_an_end_told_by_another_process_finishes_the_keys_the_run_id_deter
         # ... is gone; another process (its own client, nothing noted) tells the end.
         async with LMClient(r.settings.lm, routing=r.settings.routing) as other:
             record = RunRecord(run_id=run_id, created_at=0.0, request=request).ended("error", "its worker was lost")
-            await run_ends(other).ended(record)
+            await run_ends(lm=other).ended(record)
         assert determined <= r.log.finished()
 
 
@@ -238,7 +238,7 @@ async def test_sub_calls_behind_another_router_open_and_finish_their_sessions_th
             async with (
                 LMClient(settings.lm, routing=settings.routing) as lm,
                 make_stores(settings) as stores,
-                RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm)) as runs,
+                RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm=lm)) as runs,
             ):
                 engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
                 info = await stores.contexts.put_bytes(

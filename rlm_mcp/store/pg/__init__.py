@@ -18,6 +18,7 @@ from rlm_mcp.store.pg.db import Database, DatabaseUnavailableError, SchemaError
 from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.store.pg.spent_codes import PgSpentCodes
 from rlm_mcp.store.pg.uploads import PgUploadStore
+from rlm_mcp.store.pg.webhooks import PgWebhookOutbox
 
 __all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "make_pg_stores"]
 
@@ -35,4 +36,5 @@ def make_pg_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -
         kind="postgresql",
         lifecycle=db,
         spent_codes=PgSpentCodes(db),
+        webhooks=PgWebhookOutbox(db),
     )

@@ -19,7 +19,7 @@ import anyio
 import psycopg
 
 from rlm_mcp.errors import BadArgumentError
-from rlm_mcp.events import LoggedEvent, LogTruncated, RunEvent, loads, to_json
+from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
 from rlm_mcp.ports.runs import RunRecord, encode_live
 from rlm_mcp.store.pg import queue_statements as queue_sql
@@ -279,6 +279,28 @@ class PgRunStore:
                 except ValueError:  # not JSON: skipped, as the file store skips a malformed line
                     log.warning("skipping a malformed event line of run %s (seq %s)", run_id, row["seq"])
         return events
+
+    async def events_after(
+        self, run_id: str, *, owner: OwnerScope, after: EventKey | None, limit: int
+    ) -> builtins.list[tuple[EventKey, LoggedEvent]]:
+        """Events after `after` by (attempt, seq): an attempt's rows follow every earlier
+        attempt's (a requeued run's next claim goes on from the sequence its log had reached,
+        and a former attempt's worker writes nothing more: `EVENTS_FENCE`)."""
+        await self.read_summary(run_id, owner=owner)
+        start = after if after is not None else EventKey(-1, -1)
+        found: list[tuple[EventKey, LoggedEvent]] = []
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT attempt, seq, line FROM rlm_run_events WHERE run_id = %s AND (attempt, seq) > (%s, %s) "
+                "ORDER BY attempt, seq LIMIT %s",
+                (run_id, start.attempt, start.seq, max(0, limit)),
+            )
+            for row in await cur.fetchall():
+                try:
+                    found.append((EventKey(int(row["attempt"]), int(row["seq"])), loads(row["line"])))
+                except ValueError:  # not JSON: skipped, as read_events does
+                    log.warning("skipping a malformed event line of run %s (seq %s)", run_id, row["seq"])
+        return found
 
     async def version(self, run_id: str) -> str:
         check_run_id(run_id)

@@ -1,0 +1,122 @@
+"""The webhook outbox of the embedded store: `webhook_outbox` in the data dir's SQLite index
+(`ports.webhooks`: the rules). Every process on the data dir may deliver; a claim is a lease."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlm_mcp.owners import EVERY_OWNER, OwnerScope
+from rlm_mcp.ports.webhooks import Delivery, DeliveryState
+from rlm_mcp.store._db import connect, in_thread, write_txn
+
+COLUMNS = (
+    "webhook_id, run_id, owner, url, body, state, attempts, created_at, next_at, last_status, last_error, delivered_at"
+)
+
+
+def delivery_of(row: Any) -> Delivery:
+    return Delivery(
+        webhook_id=row["webhook_id"],
+        run_id=row["run_id"],
+        owner=row["owner"],
+        url=row["url"],
+        body=row["body"],
+        state=row["state"],
+        attempts=int(row["attempts"]),
+        created_at=float(row["created_at"]),
+        next_at=float(row["next_at"]),
+        last_status=row["last_status"],
+        last_error=row["last_error"],
+        delivered_at=row["delivered_at"],
+    )
+
+
+class SqliteWebhookOutbox:
+    def __init__(self, data_dir: Path) -> None:
+        self._path = Path(data_dir) / "index.sqlite3"
+
+    async def add(self, delivery: Delivery) -> bool:
+        d = delivery
+
+        def work() -> bool:
+            with write_txn(self._path) as conn:
+                cur = conn.execute(
+                    f"INSERT INTO webhook_outbox ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (d.webhook_id, d.run_id, d.owner, d.url, d.body, d.state, d.attempts, d.created_at, d.next_at)
+                    + (d.last_status, d.last_error, d.delivered_at),
+                )
+                return cur.rowcount == 1
+
+        return await in_thread(work)
+
+    async def claim(self, now: float, lease_s: float, limit: int) -> list[Delivery]:
+        def work() -> list[Delivery]:
+            with write_txn(self._path) as conn:
+                rows = conn.execute(
+                    f"UPDATE webhook_outbox SET claimed_until = ? WHERE webhook_id IN (SELECT webhook_id FROM "
+                    "webhook_outbox WHERE state = 'pending' AND next_at <= ? AND coalesce(claimed_until, 0) < ? "
+                    f"ORDER BY next_at LIMIT ?) RETURNING {COLUMNS}",
+                    (now + lease_s, now, now, limit),
+                ).fetchall()
+                return [delivery_of(r) for r in rows]
+
+        return await in_thread(work)
+
+    async def record(
+        self,
+        webhook_id: str,
+        *,
+        state: DeliveryState,
+        attempts: int,
+        next_at: float,
+        status: int | None,
+        error: str | None,
+        now: float,
+    ) -> None:
+        def work() -> None:
+            with write_txn(self._path) as conn:
+                conn.execute(
+                    "UPDATE webhook_outbox SET state = ?, attempts = ?, next_at = ?, last_status = ?, last_error = ?, "
+                    "delivered_at = CASE WHEN ? = 'delivered' THEN ? ELSE delivered_at END, claimed_until = NULL "
+                    "WHERE webhook_id = ?",
+                    (state, attempts, next_at, status, error, state, now, webhook_id),
+                )
+
+        await in_thread(work)
+
+    async def list(self, owner: OwnerScope, limit: int) -> list[Delivery]:
+        def work() -> list[Delivery]:
+            with connect(self._path) as conn:
+                where, params = ("", ()) if owner is EVERY_OWNER else ("WHERE owner = ? ", (str(owner),))
+                cur = conn.execute(
+                    f"SELECT {COLUMNS} FROM webhook_outbox {where}ORDER BY created_at DESC LIMIT ?",
+                    (*params, max(0, limit)),
+                )
+                return [delivery_of(r) for r in cur.fetchall()]
+
+        return await in_thread(work)
+
+    async def redeliver(self, webhook_id: str, owner: OwnerScope, now: float) -> bool:
+        def work() -> bool:
+            with write_txn(self._path) as conn:
+                where, params = ("", ()) if owner is EVERY_OWNER else (" AND owner = ?", (str(owner),))
+                cur = conn.execute(
+                    "UPDATE webhook_outbox SET state = 'pending', next_at = ?, claimed_until = NULL "
+                    f"WHERE webhook_id = ?{where}",
+                    (now, webhook_id, *params),
+                )
+                return cur.rowcount == 1
+
+        return await in_thread(work)
+
+    async def prune(self, before: float) -> int:
+        def work() -> int:
+            with write_txn(self._path) as conn:
+                cur = conn.execute(
+                    "DELETE FROM webhook_outbox WHERE state IN ('delivered', 'failed') AND created_at < ?", (before,)
+                )
+                return cur.rowcount
+
+        return await in_thread(work)
