@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
+from rlm_mcp.config.publish import PublishSettings
 from rlm_mcp.config.runs import RunSettings, SessionSettings
 from rlm_mcp.config.sandbox import (
     DEFAULT_IMAGE,
@@ -50,6 +51,7 @@ __all__ = [
     "LoadSettings",
     "LoopSettings",
     "ModelPrice",
+    "PublishSettings",
     "Role",
     "RunSettings",
     "SandboxSettings",
@@ -71,6 +73,7 @@ _Section = TypeVar("_Section", bound=BaseModel)
 class Settings(
     ServerSettings,
     TeamSettings,
+    PublishSettings,
     LoadSettings,
     StoreSettings,
     SessionSettings,
@@ -143,6 +146,10 @@ class Settings(
         return self._section(TeamSettings)
 
     @property
+    def publish(self) -> PublishSettings:
+        return self._section(PublishSettings)
+
+    @property
     def server(self) -> ServerSettings:
         return self._section(ServerSettings)
 
@@ -174,6 +181,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "store": StoreSettings,
     "loads": LoadSettings,
     "team": TeamSettings,
+    "publish": PublishSettings,
     "server": ServerSettings,
 }
 
