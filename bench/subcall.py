@@ -62,9 +62,7 @@ def script(batches: int) -> dict[str, object]:
     }
 
 
-async def floor_batches(
-    url: str, n: int, batches: int, session: aiohttp.ClientSession
-) -> tuple[list[float], float]:
+async def floor_batches(url: str, n: int, batches: int, session: aiohttp.ClientSession) -> tuple[list[float], float]:
     """Seconds per request of `batches` rounds of n bare requests in flight at once, and this
     process's CPU seconds per request."""
     body = json.dumps(

@@ -74,7 +74,9 @@ def test_cli_flags_set_the_latency_model(tmp_path: Path) -> None:
             assert proc.stdout is not None
             url = proc.stdout.readline().strip()
             with httpx.Client() as client:
-                r = client.post(f"{url}/chat/completions", json={**body(0), "messages": [{"role": "user", "content": "q"}]})
+                r = client.post(
+                    f"{url}/chat/completions", json={**body(0), "messages": [{"role": "user", "content": "q"}]}
+                )
                 assert r.status_code == 200
         finally:
             proc.terminate()
