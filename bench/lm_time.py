@@ -14,7 +14,9 @@ The ideal is the LM's critical path: the sum over sequential rounds of LM calls 
 latency of each round, a batch of n sub-calls at concurrency c counting ceil(n / c) rounds, and
 children running in parallel counting as their longest path. Scenarios: bench/compare_reference.py's
 six (their trajectories), a 200-way fan-out, and depth-2 children (rlm-mcp only: the reference
-driver runs depth 1). Never fails on a timing.
+driver runs depth 1). Beside the wall time, the rlm-mcp server's own CPU during each run (from
+/proc): on a loaded machine the wall overhead is mostly waiting for a CPU, which this separates
+from what the harness spends. Never fails on a timing.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from bench.compare_reference import (
     SIZES,
     Ours,
     Reference,
+    children_named,
     ensure_reference_image,
     query_for,
     server_env,
@@ -117,6 +120,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.reference_python:
         ensure_reference_image(args.reference_python)
     ours_raw: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}
+    ours_cpu: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}  # the server's CPU per run
     ref_raw: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}
     with tempfile.TemporaryDirectory(prefix="rlm-bench-") as tmp_name, scripted_lm_process(script) as url:
         tmp = Path(tmp_name)
@@ -139,17 +143,26 @@ async def main_async(args: argparse.Namespace) -> None:
                     ids[key] = (handle.structured_content or {})["context_id"]
                 ours = Ours(client, ids)
                 await ours.run("one_1k")  # warm-up: pool filled, model discovered
+                (server,) = children_named(os.getpid(), "rlm-mcp")
                 for rep in range(args.reps):
                     for name, (ctx, _, ref_ok) in TRAJECTORIES.items():
                         await anyio.sleep(args.gap)  # the warm pool refills while no sandbox is in use
+                        cpu0 = cpu_seconds(server)
                         ours_raw[name].append(await run_ours(client, ids[ctx], name))
+                        ours_cpu[name].append(cpu_seconds(server) - cpu0)
                         if reference is not None and ref_ok:
                             ref_raw[name].append(await anyio.to_thread.run_sync(reference.run, name, paths[ctx]))
                     print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
         finally:
             if reference is not None:
                 reference.close()
-    report(args, ideal, ours_raw, ref_raw)
+    report(args, ideal, ours_raw, ours_cpu, ref_raw)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (its threads included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run_ours(client: Client, context_id: str, name: str) -> float:
@@ -165,12 +178,23 @@ async def run_ours(client: Client, context_id: str, name: str) -> float:
 
 
 def report(
-    args: argparse.Namespace, ideal: dict[str, float], ours: dict[str, list[float]], ref: dict[str, list[float]]
+    args: argparse.Namespace,
+    ideal: dict[str, float],
+    ours: dict[str, list[float]],
+    cpu: dict[str, list[float]],
+    ref: dict[str, list[float]],
 ) -> None:
     out = ResultFile(
         "lm_time",
         "Wall ÷ ideal on a scripted LM with latency (ideal: the LM's critical path)",
-        ["scenario", "ideal", "rlm-mcp wall ÷ ideal", "rlm-mcp overhead", "reference wall ÷ ideal"],
+        [
+            "scenario",
+            "ideal",
+            "rlm-mcp wall ÷ ideal",
+            "rlm-mcp overhead",
+            "rlm-mcp server CPU",
+            "reference wall ÷ ideal",
+        ],
         note=(
             f"scripted LM: root {args.root_delay:g} s, sub {args.sub_delay:g} s per call, "
             f"{args.tokens_per_s:g} tokens/s, {args.concurrency} served at once; {args.reps} reps, "
@@ -178,7 +202,10 @@ def report(
             + ("" if args.reference_python else "; reference not run (needs its venv and image: by hand)")
         ),
     )
-    print(f"\n{'scenario':<14}{'ideal':>9}  {'rlm-mcp wall/ideal':<26}{'overhead':>10}  reference wall/ideal")
+    print(
+        f"\n{'scenario':<14}{'ideal':>9}  {'rlm-mcp wall/ideal':<26}{'overhead':>10}{'server CPU':>12}  "
+        "reference wall/ideal"
+    )
     for name, walls in ours.items():
         base = ideal[name]
         ratios = [w / base for w in walls]
@@ -188,8 +215,9 @@ def report(
         if ref[name]:
             rr = [w / base for w in ref[name]]
             theirs = f"{statistics.median(rr):.3f} [{min(rr):.3f}, {max(rr):.3f}]"
-        print(f"{name:<14}{base:>8.2f}s  {mine:<26}{extra:>10}  {theirs}")
-        out.add(name, f"{base:.2f} s", mine, extra, theirs)
+        used = f"{statistics.median(cpu[name]) * 1000:.0f} ms"
+        print(f"{name:<14}{base:>8.2f}s  {mine:<26}{extra:>10}{used:>12}  {theirs}")
+        out.add(name, f"{base:.2f} s", mine, extra, used, theirs)
     if args.record:
         print(f"written: {out.write()}")
 
