@@ -289,6 +289,8 @@ async def team_round(args: argparse.Namespace, tmp: Path, lm_url: str, cluster: 
         "RLM_MCP_RUN_MAX_QUEUED": "1000",
         "RLM_MCP_RUN_MAX_QUEUED_PER_OWNER": "1000",
     }
+    if args.live_summary_interval is not None:  # 0: a live summary per progress event (before coalescing)
+        env["RLM_MCP_LIVE_SUMMARY_INTERVAL_S"] = str(args.live_summary_interval)
     roles = ["both", "both", "front"]
     with balanced_replicas(tmp, database_url=url, lm_url=lm_url, tokens=[TOKEN], env=env, roles=roles) as b:
         async with client_of(b.url, cafile=b.cafile) as client:
@@ -353,4 +355,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease", type=float, default=10.0, help="team: RLM_MCP_WORKER_LEASE_S")
     parser.add_argument("--progress-runs", type=int, default=4, help="team: runs followed from the front")
     parser.add_argument("--cancels", type=int, default=5, help="team: runs cancelled across replicas")
+    parser.add_argument(
+        "--live-summary-interval",
+        type=float,
+        default=None,
+        help="team: RLM_MCP_LIVE_SUMMARY_INTERVAL_S of the replicas (default: the setting's default)",
+    )
     parser.add_argument("--death-runs", type=int, default=4, help="team: long runs when a worker is killed")

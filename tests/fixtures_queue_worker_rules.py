@@ -18,7 +18,7 @@ from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
 from rlm_mcp.service.runs import RunManager
-from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, submit
+from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, repl, submit
 from tests.fixtures_queue_team import OpenTeam, Team, summary
 
 
@@ -105,10 +105,34 @@ async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing
         assert row.summary.result is not None and row.summary.result.reason == "ended elsewhere"  # nothing over it
 
 
+async def rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end(open_team: OpenTeam) -> None:
+    """Live summaries coalesced (one a minute here: every one after the first waits) write the
+    same events as one per progress event, and the final record is written when the run ends,
+    not when the interval would allow the next live summary."""
+    logged: list[int] = []
+    for interval in (0.0, 60.0):
+        async with open_team(queue_poll_s=0.2, live_summary_interval_s=interval) as team:
+            q = team.queue
+            record = await _request_with_context(team, "run_unused0000000000")
+            lm = FakeChatModel(root=[repl("print(1)"), repl("print(2)"), repl("print(3)"), submit("'42'")])
+            async with QueueFront(team.settings, q, Wakeups(q)) as front:
+                run = await front.start(record.request, None, run_id="run_coalesced000001")
+                async with worker_on(team, lm):
+                    with anyio.fail_after(30):
+                        await run.done.wait()
+            assert run.result is not None and run.result.status == "completed" and run.result.answer == "42"
+            row = await q.read(run.run_id)
+            assert row is not None and row.done and row.lm_called and row.summary.result is not None
+            assert row.summary.result.answer == "42" and row.summary.result.iterations == 4
+            logged.append(len(await team.event_attempts(run.run_id)))
+    assert logged[0] == logged[1] > 8  # four turns: at least a turn start, an LM call and a cell each
+
+
 WORKER_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end,
     rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once,
     rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,
+    rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end,
 ]
 
 __all__ = ["WORKER_RULES"]

@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from rlm_mcp.config.events import EventSettings
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
+from rlm_mcp.config.publish import PublishSettings
 from rlm_mcp.config.routing import RoutingSettings
 from rlm_mcp.config.runs import RunSettings, SessionSettings
 from rlm_mcp.config.sandbox import (
@@ -53,6 +54,7 @@ __all__ = [
     "LoadSettings",
     "LoopSettings",
     "ModelPrice",
+    "PublishSettings",
     "Role",
     "RoutingSettings",
     "RunSettings",
@@ -76,6 +78,7 @@ class Settings(
     EventSettings,
     ServerSettings,
     TeamSettings,
+    PublishSettings,
     LoadSettings,
     StoreSettings,
     SessionSettings,
@@ -153,6 +156,10 @@ class Settings(
         return self._section(TeamSettings)
 
     @property
+    def publish(self) -> PublishSettings:
+        return self._section(PublishSettings)
+
+    @property
     def server(self) -> ServerSettings:
         return self._section(ServerSettings)
 
@@ -189,6 +196,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "store": StoreSettings,
     "loads": LoadSettings,
     "team": TeamSettings,
+    "publish": PublishSettings,
     "server": ServerSettings,
     "events": EventSettings,
 }

@@ -27,7 +27,11 @@ The script: a JSON object, every key optional (the Python model is `Script`, bel
                        "no_usage": false, "usage": {...reported instead...},
                        "reasoning_only": false, "drop": false,
                        "delay_s": 0}]    first matching fault with uses left applies
-    delay_s          0 | {"root": S, "sub": S}   delay before each chat reply
+    delay_s          0 | {"root": S, "sub": S}   per-call latency: delay before each chat reply
+    tokens_per_s     null | R | {"root": R, "sub": R}   decode rate: a reply of N completion
+                     tokens takes N / R more seconds (null: no decode time)
+    max_concurrency  null             at most this many chat requests served at once; the rest
+                     wait in arrival order (their wait is part of their latency, as on vLLM)
     finish_reason    null             forces this finish_reason on every reply
     usage            true             false: replies carry no `usage`
     reasoning_content false           true: content "" and the reply in `reasoning_content`
@@ -176,6 +180,8 @@ class Script(BaseModel):
 
     faults: list[Fault] = Field(default_factory=list)
     delay_s: float | dict[str, float] = 0.0  # a number, or {"root": s, "sub": s}
+    tokens_per_s: float | dict[str, float] | None = None  # decode rate; None: no decode time
+    max_concurrency: int | None = Field(default=None, ge=1)  # chat requests served at once; the rest queue
     finish_reason: str | None = None  # overrides "stop"/"length" when set
     usage: bool = True
     reasoning_content: bool = False  # every reply as reasoning_content with empty content
@@ -193,6 +199,16 @@ class Script(BaseModel):
         if isinstance(self.delay_s, dict):
             return float(self.delay_s.get(role, 0.0))
         return float(self.delay_s)
+
+    def decode_s(self, role: Role, completion_tokens: int) -> float:
+        """Seconds a reply of `completion_tokens` takes to decode at `tokens_per_s` (0 without a rate)."""
+        rate = self.tokens_per_s.get(role) if isinstance(self.tokens_per_s, dict) else self.tokens_per_s
+        return completion_tokens / rate if rate else 0.0
+
+    def scripted_latency_s(self, role: Role, reply: str) -> float:
+        """The time this script says a reply takes once served: its per-call latency plus its
+        decode time (the wait for a `max_concurrency` slot not included)."""
+        return self.delay_for(role) + self.decode_s(role, count_text_tokens(reply))
 
 
 def classify(messages: list[dict[str, Any]]) -> tuple[Role, int | None]:

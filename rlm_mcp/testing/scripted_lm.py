@@ -40,6 +40,11 @@ session's previous request and its completion. With `session_token` set, root re
 `x-session-token` header (as llm-d's session-affinity scorer sends); with `server_header`, every
 reply carries `x-served-by` (which backend answered, behind a router).
 
+Latency: `delay_s` (per call), `tokens_per_s` (decode time per completion token) and
+`max_concurrency` (requests served at once, the rest queued in arrival order) make it behave
+like a loaded model server; `serving`/`max_serving` count the requests past that queue, and each
+request's log entry has its `queued_s` and its `scripted_latency_s` (delay + decode).
+
 Health: GET /health answers 200 (what vllm-router and the production-stack router poll).
 
 The HTTP is HTTP/1.1 with keep-alive; each response goes out in one write with TCP_NODELAY,
@@ -111,6 +116,8 @@ class ScriptedLM:
         self.log_path = Path(log_path) if log_path else None
         self.hits: Counter[str] = Counter()
         self.in_flight = self.max_in_flight = self.disconnects = self.connections = 0
+        self.serving = self.max_serving = 0  # chat requests past the `max_concurrency` queue
+        self._slots: asyncio.Semaphore | None = None  # `max_concurrency`, made on the server's loop
         self._replier = Replier(self.script)
         self.prefix = PrefixLedger()  # per session: what a prefix cache could reuse (testing/prefix.py)
         self.alive = True  # False once stop()ped: the process "was killed"
@@ -144,6 +151,7 @@ class ScriptedLM:
             self._requests.clear()
             self.hits.clear()
             self.max_in_flight = self.in_flight
+            self.max_serving = self.serving
             self.disconnects = 0
 
     def start(self) -> ScriptedLM:
@@ -189,6 +197,9 @@ class ScriptedLM:
     async def serve(self, on_ready: Any = None) -> None:
         """Serve until `stop()` (or, in the CLI, a signal). Runs on the current event loop."""
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        limit = self.script.max_concurrency
+        # asyncio's semaphore wakes its waiters in arrival order: the queue is FIFO, as vLLM's.
+        self._slots = asyncio.Semaphore(limit) if limit else None
         server = await asyncio.start_server(self._connection, self.host, self.port, backlog=1024)
         self.port = server.sockets[0].getsockname()[1]
         if on_ready is not None:
@@ -278,6 +289,8 @@ class ScriptedLM:
             "headers": dict(headers),  # as received (names in lower case)
             "session": headers.get("x-session-id"),
             "usage": None,  # what the reply reported, when one was sent
+            "queued_s": 0.0,  # waited for a `max_concurrency` slot
+            "scripted_latency_s": None,  # the script's latency for the reply sent (delay + decode)
         }
         with self._lock:
             self._requests.append(record)
@@ -285,7 +298,13 @@ class ScriptedLM:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         outcome: Response | str = "cancelled"  # stays so if the server stops mid-request
         try:
-            outcome = await self._chat_response(data, messages, role, turn, reader, buf, record)
+            if self._slots is None:
+                outcome = await self._served(data, messages, role, turn, reader, buf, record)
+            else:
+                queued = time.monotonic()
+                async with self._slots:
+                    record["queued_s"] = round(time.monotonic() - queued, 6)
+                    outcome = await self._served(data, messages, role, turn, reader, buf, record)
         finally:
             with self._lock:
                 self.in_flight -= 1
@@ -297,6 +316,26 @@ class ScriptedLM:
                     with self.log_path.open("a", encoding="utf-8") as fh:
                         fh.write(json.dumps(record) + "\n")
         return outcome if isinstance(outcome, tuple) else None
+
+    async def _served(
+        self,
+        data: dict[str, Any],
+        messages: list[dict[str, Any]],
+        role: Any,
+        turn: int | None,
+        reader: asyncio.StreamReader,
+        buf: bytearray,
+        record: dict[str, Any],
+    ) -> Response | str:
+        """`_chat_response`, counted as served (past the queue)."""
+        with self._lock:
+            self.serving += 1
+            self.max_serving = max(self.max_serving, self.serving)
+        try:
+            return await self._chat_response(data, messages, role, turn, reader, buf, record)
+        finally:
+            with self._lock:
+                self.serving -= 1
 
     async def _chat_response(
         self,
@@ -348,6 +387,10 @@ class ScriptedLM:
         )
         usage = json.loads(response[1]).get("usage")
         record["usage"] = usage
+        decode = s.decode_s(role, count_text_tokens(text))
+        record["scripted_latency_s"] = round(delay + decode, 6)
+        if decode > 0 and await wait_or_disconnect(decode, reader, buf):
+            return "disconnected"
         if role == "root":
             session = record["session"] or ""
             self.prefix.completed(session, self.prefix.request(session, messages), text)
@@ -377,8 +420,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file", help="write the base URL here once listening")
     parser.add_argument("--log", help="append each chat request as a JSON line here")
+    parser.add_argument("--delay-s", type=float, help="per-call latency in seconds (the script's delay_s)")
+    parser.add_argument("--tokens-per-s", type=float, help="decode rate (the script's tokens_per_s)")
+    parser.add_argument("--max-concurrency", type=int, help="requests served at once; the rest queue")
     args = parser.parse_args(argv)
     script = Script.load(args.script) if args.script else Script(root=[DEMO_REPLY]) if args.demo else Script()
+    overrides = {
+        key: value
+        for key, value in (
+            ("delay_s", args.delay_s),
+            ("tokens_per_s", args.tokens_per_s),
+            ("max_concurrency", args.max_concurrency),
+        )
+        if value is not None
+    }
+    if overrides:  # validated as the script's own keys are
+        script = Script.model_validate({**script.model_dump(), **overrides})
     server = ScriptedLM(script, host=args.host, port=args.port, log_path=args.log)
 
     def announce() -> None:

@@ -52,3 +52,18 @@ def test_sandbox_bench_prints_every_figure() -> None:
 def test_prefix_bench_runs_the_whole_trajectory() -> None:
     out = run_bench(str(BENCH / "prefix.py"))
     assert "rlm-mcp run: completed, 30 turns" in out and "append-only ceiling" in out
+
+
+def test_subcall_bench_prints_the_floor_beside_each_batch_size() -> None:
+    out = run_bench(str(BENCH / "subcall.py"), "--reps", "1", "--batches", "1")
+    assert "floor ms/request" in out and "host CPU ms/call" in out
+    assert sum(1 for line in out.splitlines() if line.split()[:1] in (["16"], ["200"])) == 2
+
+
+def test_lm_time_bench_prints_wall_over_ideal_for_every_trajectory() -> None:
+    out = run_bench(
+        str(BENCH / "lm_time.py"),
+        *("--reps", "1", "--big-mib", "2", "--gap", "0", "--root-delay", "0.02", "--sub-delay", "0.01"),
+    )
+    for row in ("one_1k", "ten_1m", "batch_1m", "five_50m", "fan_200", "children_d2"):
+        assert any(line.startswith(row + " ") for line in out.splitlines()), row

@@ -7,14 +7,17 @@ Events are staged and written in one statement per flush (`PgRunLog.flush`), at 
   delay in between; a run whose first answer cannot be recorded stops (`must_stop`) before it
   runs any code, as a sweeper could otherwise queue it again while it goes on;
 - each live summary the worker publishes (`publish`: the staged events, the summary and the
-  wake-up together, on each progress event), and every RLM_MCP_QUEUE_POLL_S while events are
-  staged (`QueueWorker._report_until_done`);
+  wake-up together, on a progress event, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S: the
+  latest state after a burst), and every RLM_MCP_QUEUE_POLL_S while events are staged
+  (`QueueWorker._report_until_done`);
 - the final summary (`write_summary`: the staged events, then the final record through the
   queue's one conditional end write, `finish`, which tells the run-end hook), `aclose`, and the
   worker's own final write.
 
 What a SIGKILL of the worker loses: the events staged since the last flush, at most one poll
-interval's worth. No sweeper rule reads them: a run's requeue depends only on an answered LM call
+interval's worth (or one live-summary interval's, if that is set longer), and the live summary's
+changes of that time (the sweeper ends such a run anyway). Never a final record, nor a write
+past the fence: every flush is the fenced statement, coalesced or not. No sweeper rule reads them: a run's requeue depends only on an answered LM call
 being recorded, and the first one is always written before the run goes on (later ones wait for
 the next flush, as the rule is already settled by then). The order (by sequence) is kept: rows
 take their sequence when staged and are written in that order, one flush at a time.

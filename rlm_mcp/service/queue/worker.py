@@ -377,8 +377,11 @@ class QueueWorker:
 
     async def _report_until_done(self, run: ActiveRun, run_log: QueueRunLog) -> None:
         """Publish the run's live summary, with the events staged since the last flush, on each
-        progress event and phase change; write staged events every poll interval anyway."""
+        progress event and phase change, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S (the
+        latest state after a burst); write staged events every poll interval anyway."""
         seen, phase = -1, None
+        interval = self._settings.publish.live_summary_interval_s
+        published_at = -interval
         while not run.done.is_set():
             if run.run_id in self._stopped:
                 await run.done.wait()
@@ -386,11 +389,22 @@ class QueueWorker:
             # Progress events notify; a phase change (waiting on the model, running code) does
             # not, so it is looked at every poll interval.
             if run.seq != seen or run.progress.phase != phase:
+                # Coalesce: each publish is a statement, a NOTIFY and every follower's wake-up, and a
+                # fast run makes several progress events per turn. The states in between are
+                # superseded by the one read after the wait; the run's end does not wait (its final
+                # record is written by `_execute` once `done` is set), nor does its first answered
+                # LM call (`QueueRunLog.append` writes that one at once).
+                wait = published_at + interval - time.monotonic()
+                if wait > 0:
+                    with anyio.move_on_after(wait):
+                        await run.done.wait()
+                    continue
                 seen, phase = run.seq, run.progress.phase
                 summary = run.record()
                 lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
                 try:
                     published = await run_log.publish(summary, lm_called=lm_called)
+                    published_at = time.monotonic()
                     if not published and run.result is None:
                         self._stop(run.run_id, "the run is no longer this worker's (another attempt, or it ended)")
                 except RlmMcpError as exc:  # the database is restarting: the next event retries

@@ -1,0 +1,155 @@
+"""Per sub-call against the floor, in one run: what a sub-call costs rlm-mcp beyond what the
+scripted server itself costs, on this machine at this moment.
+
+    .venv/bin/python bench/subcall.py [--reps 5] [--batches 4] [--record]
+
+The floor: bare chat-completion requests sent with aiohttp (the client library rlm-mcp's LM
+client uses) straight to the zero-latency scripted server in a subprocess, `n` at a time on a
+pool of keep-alive connections, timed per batch; the floor per request is a batch's wall / n.
+
+rlm-mcp: one run per rep (real Docker sandbox, warm pool, run log written, in-process service)
+whose one cell times `llm_query_batched` of `n` prompts inside the sandbox, `--batches` times:
+the frame out, the gate and the bridge, the LM client, the scripted server, the frame back. Per
+sub-call = a batch's wall / n. Both at n = 16 and n = 200 (the service's LM concurrency limit is
+raised to n, so both sides keep n requests in flight).
+
+The floor moves with the machine's load, so floor and rlm-mcp blocks alternate and the ratio
+is taken per rep (median of rlm-mcp's batches / median of the floor's batches in the same rep).
+Prints medians with min/max across reps; `--record` writes bench/results/subcall.json.
+Never fails on a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
+from bench.results_file import ResultFile
+from bench.run import bench_service
+from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.service.caller import Caller
+from rlm_mcp.service.limits import RunOverrides
+
+SIZES = (16, 200)
+
+
+def cell(n: int, batches: int) -> str:
+    """A root reply whose cell times `batches` batched calls of n prompts and answers the times."""
+    return (
+        "```repl\nimport json, time\ntimes = []\n"
+        f"for b in range({batches}):\n"
+        "    t = time.perf_counter()\n"
+        f'    r = llm_query_batched(["q%d %d" % (b, i) for i in range({n})])\n'
+        "    times.append(time.perf_counter() - t)\n"
+        f"    assert len(r) == {n}, r\n"
+        'answer["content"] = json.dumps(times)\nanswer["ready"] = True\n```'
+    )
+
+
+def script(batches: int) -> dict[str, object]:
+    return {
+        "root_by_query": [{"match": f"batch of {n}:", "replies": [cell(n, batches)]} for n in SIZES],
+        "sub_default": "ok",
+        "max_model_len": 65536,
+    }
+
+
+async def floor_batches(url: str, n: int, batches: int, session: aiohttp.ClientSession) -> tuple[list[float], float]:
+    """Seconds per request of `batches` rounds of n bare requests in flight at once, and this
+    process's CPU seconds per request."""
+    body = json.dumps(
+        {"model": "rlm-v0.1", "messages": [{"role": "user", "content": "q0 0"}], "max_tokens": 4096}
+    ).encode()
+    headers = {"Content-Type": "application/json"}
+
+    async def one() -> None:
+        async with session.post(f"{url}/chat/completions", data=body, headers=headers) as resp:
+            await resp.read()
+            assert resp.status == 200, resp.status
+
+    out = []
+    cpu0 = time.process_time()
+    for _ in range(batches):
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(one)
+        out.append((time.perf_counter() - started) / n)
+    return out, (time.process_time() - cpu0) / (n * batches)
+
+
+async def bench(reps: int, batches: int, record: bool) -> None:
+    per_rep: dict[int, list[tuple[float, float]]] = {n: [] for n in SIZES}  # (floor, ours) per rep
+    cpu: dict[int, list[tuple[float, float]]] = {n: [] for n in SIZES}  # CPU of this process, same
+    async with bench_service(script(batches), max_concurrent_lm_calls=max(SIZES)) as service:
+        url: str = service.settings.base_url
+        local = Caller(service, LOCAL_OWNER)
+        context = await local.load_context(text="hello " * 1000)
+
+        async def ours(n: int) -> tuple[list[float], float]:
+            """Seconds per sub-call of the cell's batches, and this process's CPU seconds per
+            sub-call over the whole run (its one root call and cell included: a bound)."""
+            await anyio.sleep(1.5)  # the warm pool refills only while no sandbox is in use
+            cpu0 = time.process_time()
+            result = await local.complete(f"batch of {n}: go", context.context_id, RunOverrides(), _quiet)
+            cpu = time.process_time() - cpu0
+            assert result.status == "completed", result
+            return [t / n for t in json.loads(str(result.answer))], cpu / (n * batches)
+
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for n in SIZES:  # warm-up: connections opened, model discovered, pool filled
+                await floor_batches(url, n, 1, session)
+                await ours(n)
+            for rep in range(reps):
+                for n in SIZES:
+                    floor, floor_cpu = await floor_batches(url, n, batches, session)
+                    mine, mine_cpu = await ours(n)
+                    per_rep[n].append((statistics.median(floor), statistics.median(mine)))
+                    cpu[n].append((floor_cpu, mine_cpu))
+                print(f"rep {rep + 1}/{reps} done", file=sys.stderr)
+    out = ResultFile(
+        "subcall",
+        "Per sub-call against the floor (aiohttp bare requests to the same scripted server, same run)",
+        ["batch", "floor per request", "rlm-mcp per sub-call", "rlm-mcp / floor", "host CPU per call: floor, rlm-mcp"],
+        note=f"{reps} reps of {batches} batches, floor and rlm-mcp alternating; median [min, max] across reps",
+    )
+    print(f"\n{'batch':<8}{'floor ms/request':<26}{'rlm-mcp ms/sub-call':<26}{'ratio (per rep)':<24}host CPU ms/call")
+    for n in SIZES:
+        floors = [f * 1000 for f, _ in per_rep[n]]
+        mine = [m * 1000 for _, m in per_rep[n]]
+        ratios = [m / f for f, m in per_rep[n]]
+        cells = [f"{statistics.median(v):.2f} [{min(v):.2f}, {max(v):.2f}]" for v in (floors, mine, ratios)]
+        host = (
+            f"{statistics.median(f * 1000 for f, _ in cpu[n]):.2f}, "
+            f"{statistics.median(m * 1000 for _, m in cpu[n]):.2f} ms"
+        )
+        print(f"{n:<8}{cells[0] + ' ms':<26}{cells[1] + ' ms':<26}{cells[2]:<24}{host}")
+        out.add(f"{n}-way", cells[0] + " ms", cells[1] + " ms", cells[2] + "×", host)
+    if record:
+        print(f"written: {out.write()}")
+
+
+async def _quiet(progress: float, total: float | None, message: str) -> None:
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--record", action="store_true", help="write bench/results/subcall.json")
+    args = parser.parse_args()
+    anyio.run(bench, args.reps, args.batches, args.record)
+
+
+if __name__ == "__main__":
+    main()

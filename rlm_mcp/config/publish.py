@@ -1,0 +1,21 @@
+"""The live-summary section: how often a team worker publishes a running run's live state."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from rlm_mcp.config.values import SECTION_CONFIG
+
+
+class PublishSettings(BaseModel):
+    """RLM_MCP_ settings of a worker's live-summary writes (`settings.publish`)."""
+
+    model_config = SECTION_CONFIG
+
+    live_summary_interval_s: float = Field(
+        0.1,
+        ge=0,
+        description="Team mode: a worker writes a running run's live summary (with its staged events and the "
+        "wake-up) at most this often, the latest state after a burst of progress; 0: on every progress event. "
+        "The first answered LM call and the final record are written at once, never coalesced.",
+    )
