@@ -26,6 +26,7 @@ from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
+from rlm_mcp.server.mcp_server import RlmMcpServer
 from rlm_mcp.server.run_tools import SessionArgs, run_tool
 from rlm_mcp.server.schemas import (
     ContextHandle,
@@ -157,7 +158,7 @@ def build_server(
             raise ToolError("The server is starting or shutting down; try again in a moment.") from None
         return Caller(service, request_owner(ctx, mode))
 
-    mcp = MCPServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    mcp = RlmMcpServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
     # The SDK's span per message named it with whatever the client sent: ours names it with the
     # server's own names (server/trace_header.py), after an HTTP traceparent header became _meta.
     mcp.middleware[:] = [m for m in mcp.middleware if not isinstance(m, OpenTelemetryMiddleware)]
