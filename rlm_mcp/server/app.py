@@ -38,6 +38,7 @@ from rlm_mcp.server.schemas import (
     SessionList,
     UploadProgress,
 )
+from rlm_mcp.server.tasks import RunTasks, TaskView, record_ttl_ms, task_claim
 from rlm_mcp.server.trace_header import HttpTraceContext, ServerSpans
 from rlm_mcp.service.caller import Caller, ChunkEncoding
 from rlm_mcp.service.limits import RunOverrides, WaitS
@@ -150,15 +151,22 @@ def build_server(
             if on_closed is not None:
                 on_closed()
 
-    def svc(ctx: Context) -> Caller:
+    def caller_for(request: object) -> Caller:
         """The service as the owner of this request sees it: the one place an owner is bound."""
         try:
             service = holder["service"]
         except KeyError:
             raise ToolError("The server is starting or shutting down; try again in a moment.") from None
-        return Caller(service, request_owner(ctx, mode))
+        return Caller(service, owner_of(request, mode))
 
-    mcp = RlmMcpServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    def svc(ctx: Context) -> Caller:
+        return caller_for(ctx.request_context.request)
+
+    tasks = RunTasks(
+        lambda ctx: caller_for(ctx.request),
+        TaskView(ttl_ms=record_ttl_ms(settings.run_max_age_days), max_chars=settings.answer_max_chars),
+    )
+    mcp = RlmMcpServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, extensions=[tasks])
     # The SDK's span per message named it with whatever the client sent: ours names it with the
     # server's own names (server/trace_header.py), after an HTTP traceparent header became _meta.
     mcp.middleware[:] = [m for m in mcp.middleware if not isinstance(m, OpenTelemetryMiddleware)]
@@ -177,7 +185,11 @@ async def _tool_names(mcp: MCPServer[RlmService]) -> list[str]:
 def request_owner(ctx: Context, mode: Mode) -> Owner:
     """The owner the HTTP guard recorded for this request (`server.guard`); over stdio, the one
     local user. Over HTTP a request without one is refused rather than treated as local."""
-    request = ctx.request_context.request
+    return owner_of(ctx.request_context.request, mode)
+
+
+def owner_of(request: object, mode: Mode) -> Owner:
+    """`request_owner` of the transport's request object (a tool's or an extension method's)."""
     scope = getattr(request, "scope", None)
     if isinstance(scope, dict) and isinstance((scope.get("state") or {}).get("rlm_owner"), str):
         return scope_owner(scope)
@@ -264,6 +276,15 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         answer; sends progress). For clients with short timeouts use rlm_start instead. Expect
         follow-up questions on the same context? Pass keep_session=true, then session_id on the
         next call: the REPL and everything computed in it are kept."""
+
+        if (claim := task_claim()) is not None:  # asked for as a task (server/tasks.py): start, don't wait
+            run = await _call(
+                svc(ctx).start_run(
+                    query, context_id, overrides, keep_session=session.keep_session, session_id=session.session_id
+                )
+            )
+            claim.run_id = run.run_id
+            return RunOutcome(status="running", run_id=run.run_id, session_id=run.request.session_id)
 
         async def report(progress: float, total: float | None, message: str) -> None:
             await ctx.report_progress(progress, total, message)
