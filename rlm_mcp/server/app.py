@@ -54,7 +54,8 @@ INSTRUCTIONS = (
     "Recursive Language Model over contexts too large for your window. Store a context once "
     "(rlm_load_context with a path, folder, glob, url or text; rlm_upload_context for chunked "
     "uploads), then ask rlm_complete(query, context_id). For runs longer than your client's "
-    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel. Several questions about "
+    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel (clients declaring MCP Tasks get "
+    "rlm_complete as a task instead). Several questions about "
     "the same context: pass keep_session=true, then the returned session_id on each follow-up (the "
     "REPL and what the model built in it are kept; rlm_close_session when done)."
 )
@@ -273,7 +274,8 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         ctx: Context, query: str, context_id: str | list[str] | None, overrides: RunOverrides, session: SessionArgs
     ) -> RunOutcome:
         """Answer `query` over a stored context with a Recursive Language Model (waits for the
-        answer; sends progress). For clients with short timeouts use rlm_start instead. Expect
+        answer; sends progress). Runs take minutes: if your client gives up on long calls use
+        rlm_start + rlm_result; a client declaring MCP Tasks gets a task to poll instead. Expect
         follow-up questions on the same context? Pass keep_session=true, then session_id on the
         next call: the REPL and everything computed in it are kept."""
 
@@ -300,8 +302,9 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
     async def rlm_start(
         ctx: Context, query: str, context_id: str | list[str] | None, overrides: RunOverrides, session: SessionArgs
     ) -> RunStarted:
-        """Start a run in the background and return its run_id at once (poll rlm_status / rlm_result).
-        keep_session / session_id as in rlm_complete."""
+        """Start a run in the background and return its run_id at once: for clients that give up on
+        long calls (then rlm_result with wait_s, rlm_status, rlm_cancel). keep_session / session_id
+        as in rlm_complete."""
         work = svc(ctx).start_run(
             query, context_id, overrides, keep_session=session.keep_session, session_id=session.session_id
         )

@@ -2,16 +2,19 @@
 SDK's client (tests/fixtures_tasks.py): a declared call answers as a task that completes with the
 tool's result, or is cancelled by tasks/cancel; a call that does not declare the extension, or
 in the handshake era, keeps today's answer; tasks/* without the declaration answer -32021, with a
-misrouted Mcp-Name -32020; another token's task and an unknown one answer the same error. Real
+misrouted Mcp-Name -32020; another token's task and an unknown one answer the same error; docs/long-runs.md's snippets
+(handles, tasks) get the answer. Real
 Docker sandboxes, the scripted LM, both stores where the answer comes from the store."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
+from mcp.client import advertise
 from mcp.shared.exceptions import MCPError
 from mcp_types import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 
@@ -31,6 +34,7 @@ from tests.fixtures_tasks import (
     task,
     tool_call,
 )
+from tests.readme_blocks import blocks
 
 pytestmark = pytest.mark.anyio
 
@@ -149,3 +153,25 @@ async def test_another_tokens_task_is_unknown_and_a_misrouted_one_refused(
             assert mismatch.value.error.code == HEADER_MISMATCH
             await task(alice, "tasks/cancel", task_id)
             assert (await settled(alice, task_id))["status"] == "cancelled"
+
+
+def _snippet(name: str) -> dict[str, Any]:
+    """The namespace of docs/long-runs.md's snippet marked `<!-- long-runs: NAME -->`."""
+    (block,) = [b for b in blocks() if b.marker == f"<!-- long-runs: {name} -->"]
+    namespace: dict[str, Any] = {}
+    exec(compile(block.text, block.where, "exec"), namespace)
+    return namespace
+
+
+async def test_the_long_runs_page_snippets_get_the_answer(tmp_path: Path) -> None:
+    with ScriptedLM(Script(root=[ANSWER_NOW])) as lm:
+        server = build_server(make_settings(tmp_path, lm.base_url))
+        async with Client(server, extensions=[advertise(_snippet("tasks")["TASKS"])]) as rlm:
+            context_id = (await call(rlm, "rlm_load_context", text="c"))["context_id"]
+            by_handles = await _snippet("handles")["ask_with_handles"](rlm, "q", context_id)
+            assert by_handles["status"] == "completed" and by_handles["answer"] == "forty-two"
+            as_a_task = await _snippet("tasks")["ask_as_a_task"](rlm, "q", context_id)
+            assert as_a_task["status"] == "completed", as_a_task
+            assert as_a_task["result"]["structuredContent"]["answer"] == "forty-two"
+            refused = await _snippet("tasks")["ask_as_a_task"](rlm, "q", "ctx_unknown")
+            assert refused["isError"] is True
