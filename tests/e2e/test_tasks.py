@@ -3,7 +3,7 @@ SDK's client (tests/fixtures_tasks.py): a declared call answers as a task that c
 tool's result, or is cancelled by tasks/cancel; a call that does not declare the extension, or
 in the handshake era, keeps today's answer; tasks/* without the declaration answer -32021, with a
 misrouted Mcp-Name -32020; another token's task and an unknown one answer the same error; docs/long-runs.md's snippets
-(handles, tasks) get the answer. Real
+(handles, tasks) get the answer; two team replicas answer for each other's tasks. Real
 Docker sandboxes, the scripted LM, both stores where the answer comes from the store."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from rlm_mcp.server.app import build_server
-from rlm_mcp.testing.script import Script
+from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port
 from tests.fixtures_e2e import sandbox_container_ids
@@ -34,6 +34,7 @@ from tests.fixtures_tasks import (
     task,
     tool_call,
 )
+from tests.fixtures_team import team_replica
 from tests.readme_blocks import blocks
 
 pytestmark = pytest.mark.anyio
@@ -175,3 +176,38 @@ async def test_the_long_runs_page_snippets_get_the_answer(tmp_path: Path) -> Non
             assert as_a_task["result"]["structuredContent"]["answer"] == "forty-two"
             refused = await _snippet("tasks")["ask_as_a_task"](rlm, "q", "ctx_unknown")
             assert refused["isError"] is True
+
+
+async def test_every_team_replica_answers_for_a_task(tmp_path: Path, pg_url: str) -> None:
+    """Two `rlm-mcp serve` processes on one PostgreSQL database: a task accepted by one is read,
+    refused to another token, and cancelled through the other; a finished one reads the same."""
+    script = Script(
+        root_by_query=[RootScript(match="STUCK-Q", replies=[STUCK]), RootScript(match="OK-Q", replies=[ANSWER_NOW])]
+    )
+    alice, bob = "alice-task-token", "bob-task-token"
+    with (
+        ScriptedLM(script) as lm,
+        team_replica(tmp_path / "a", role="both", database_url=pg_url, lm_url=lm.base_url, tokens=[alice, bob]) as a,
+        team_replica(tmp_path / "b", role="front", database_url=pg_url, lm_url=lm.base_url, tokens=[alice, bob]) as b,
+    ):
+        declared = declaring_tasks()
+        async with (
+            as_token(f"{a.base}/mcp", alice, extensions=declared) as on_a,
+            as_token(f"{b.base}/mcp", alice, extensions=declared) as on_b,
+            as_token(f"{b.base}/mcp", bob, extensions=declared) as bob_on_b,
+        ):
+            context_id = (await call(on_a, "rlm_load_context", text="c"))["context_id"]
+            done = await tool_call(on_b, "rlm_complete", query="OK-Q", context_id=context_id)  # accepted by B
+            finished = await settled(on_a, done["taskId"])  # read on A
+            assert finished["result"]["structuredContent"]["answer"] == "forty-two"
+            assert await task(on_b, "tasks/get", done["taskId"]) == finished  # the same task from either
+
+            stuck = (await tool_call(on_a, "rlm_complete", query="STUCK-Q", context_id=context_id))["taskId"]
+            with anyio.fail_after(120):
+                while not (await task(on_b, "tasks/get", stuck))["statusMessage"].startswith("turn 1/"):
+                    await anyio.sleep(0.5)
+            with pytest.raises(MCPError) as foreign:
+                await task(bob_on_b, "tasks/get", stuck)
+            assert foreign.value.error.code == INVALID_PARAMS
+            await task(on_b, "tasks/cancel", stuck)  # B cancels the run A accepted
+            assert (await settled(on_a, stuck))["status"] == "cancelled"
