@@ -28,12 +28,19 @@ def node_bin() -> Path:
     return found[0].parent
 
 
-def conformance_cli() -> list[str]:
-    """The command that runs the pinned suite under Node 24."""
+def node24_installed(source: Path) -> Path:
+    """`source`'s pinned packages (package.json, package-lock.json) installed by Node 24's npm,
+    once per machine; the folder holding their node_modules."""
     node = node_bin() / "node"
     npm_cli = node.parent.parent / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
-    tools = npm_installed(SUITE_DIR, [str(node), str(npm_cli)], env={"PATH": f"{node.parent}:/usr/bin:/bin"})
-    return [str(node), str(tools / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js")]
+    return npm_installed(source, [str(node), str(npm_cli)], env={"PATH": f"{node.parent}:/usr/bin:/bin"})
+
+
+def conformance_cli() -> list[str]:
+    """The command that runs the pinned suite under Node 24."""
+    tools = node24_installed(SUITE_DIR)
+    conformance = tools / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+    return [str(node_bin() / "node"), str(conformance)]
 
 
 @dataclass(frozen=True)

@@ -146,14 +146,16 @@ def _progress_line(record: RunRecord) -> str:
 
 
 def _tool_result(record: RunRecord, max_chars: int) -> dict[str, Any]:
-    """The `tools/call` result the run's task carries once it ended: what `rlm_complete` answers."""
+    """The `tools/call` result the run's task carries once it ended: what `rlm_complete` answers,
+    as the 2026-07-28 wire has it (`resultType` included: requesters validate the inline result)."""
     if record.not_started is not None:
         text = str(RlmMcpError(record.not_started.cause, record.not_started.fix))
-        return {"content": [{"type": "text", "text": text}], "isError": True}
+        return {"resultType": "complete", "content": [{"type": "text", "text": text}], "isError": True}
     assert record.result is not None
     outcome = RunOutcome.of(record.result, max_chars=max_chars, session_id=record.request.session_id)
     structured = outcome.model_dump(mode="json")
     return {
+        "resultType": "complete",
         "content": [{"type": "text", "text": json.dumps(structured)}],
         "structuredContent": structured,
         "isError": record.result.status == "error",

@@ -56,7 +56,7 @@ async def test_a_declared_complete_is_a_task_that_completes_with_the_tool_result
             done = await settled(client, created["taskId"])
             assert done["status"] == "completed" and done["resultType"] == "complete", done
             result = done["result"]
-            assert result["isError"] is False
+            assert result["isError"] is False and result["resultType"] == "complete"  # a 2026-07-28 tool result
             assert result["structuredContent"]["answer"] == "forty-two"
             assert result["structuredContent"]["run_id"] == created["taskId"]  # one task per run: its id
             # The run is the same run the handles see.
