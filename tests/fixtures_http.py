@@ -5,7 +5,7 @@ speaks as one bearer token."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import httpx2
 import pytest
 import uvicorn
 from mcp import Client
+from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.config import Settings
@@ -74,10 +75,13 @@ def server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def as_token(url: str, token: str) -> AsyncIterator[Client]:
-    """An MCP client of `url` over streamable HTTP, sending `token` as its bearer token."""
+async def as_token(
+    url: str, token: str, *, extensions: Sequence[ClientExtension] | None = None
+) -> AsyncIterator[Client]:
+    """An MCP client of `url` over streamable HTTP, sending `token` as its bearer token (and
+    declaring `extensions` on each request)."""
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+    async with http, Client(streamable_http_client(url, http_client=http), extensions=extensions) as client:
         yield client
 
 

@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 JS_DIR = Path(__file__).resolve().parent / "js"
@@ -24,22 +25,28 @@ def js_tools() -> Path:
     assert npm and shutil.which("node"), (
         "Node.js and npm are prerequisites of the test suite (docs/getting-started.md, Install)."
     )
-    lock = (JS_DIR / "package-lock.json").read_bytes()
-    target = _cache_root() / hashlib.sha256(lock + (JS_DIR / "package.json").read_bytes()).hexdigest()[:16]
+    return npm_installed(JS_DIR, [npm])
+
+
+def npm_installed(source: Path, npm: Sequence[str], env: Mapping[str, str] | None = None) -> Path:
+    """`npm ci` of `source`'s package.json and package-lock.json (`npm`: the command that runs
+    npm) in a cache folder keyed by their hash; the folder."""
+    lock = (source / "package-lock.json").read_bytes()
+    target = _cache_root() / hashlib.sha256(lock + (source / "package.json").read_bytes()).hexdigest()[:16]
     if (target / ".installed").exists():
         return target
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     for name in ("package.json", "package-lock.json"):
-        shutil.copy(JS_DIR / name, staging / name)
+        shutil.copy(source / name, staging / name)
     done = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        [*npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
         cwd=staging,
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
+        env={**os.environ, "DISABLE_AUTOUPDATER": "1", **(env or {})},
     )
     assert done.returncode == 0, f"npm ci in {staging} failed:\n{done.stderr[-3000:]}"
     (staging / ".installed").touch()

@@ -26,6 +26,7 @@ from rlm_mcp.owners import Owner
 from rlm_mcp.ports import ContextFormat
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.guard import LOCAL_OWNER, scope_owner
+from rlm_mcp.server.mcp_server import RlmMcpServer
 from rlm_mcp.server.run_tools import SessionArgs, run_tool
 from rlm_mcp.server.schemas import (
     ContextHandle,
@@ -37,6 +38,7 @@ from rlm_mcp.server.schemas import (
     SessionList,
     UploadProgress,
 )
+from rlm_mcp.server.tasks import RunTasks, TaskView, record_ttl_ms, task_claim
 from rlm_mcp.server.trace_header import HttpTraceContext, ServerSpans
 from rlm_mcp.service.caller import Caller, ChunkEncoding
 from rlm_mcp.service.limits import RunOverrides, WaitS
@@ -52,7 +54,8 @@ INSTRUCTIONS = (
     "Recursive Language Model over contexts too large for your window. Store a context once "
     "(rlm_load_context with a path, folder, glob, url or text; rlm_upload_context for chunked "
     "uploads), then ask rlm_complete(query, context_id). For runs longer than your client's "
-    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel. Several questions about "
+    "timeout use rlm_start, then rlm_status / rlm_result, and rlm_cancel (clients declaring MCP Tasks get "
+    "rlm_complete as a task instead). Several questions about "
     "the same context: pass keep_session=true, then the returned session_id on each follow-up (the "
     "REPL and what the model built in it are kept; rlm_close_session when done)."
 )
@@ -149,15 +152,22 @@ def build_server(
             if on_closed is not None:
                 on_closed()
 
-    def svc(ctx: Context) -> Caller:
+    def caller_for(request: object) -> Caller:
         """The service as the owner of this request sees it: the one place an owner is bound."""
         try:
             service = holder["service"]
         except KeyError:
             raise ToolError("The server is starting or shutting down; try again in a moment.") from None
-        return Caller(service, request_owner(ctx, mode))
+        return Caller(service, owner_of(request, mode))
 
-    mcp = MCPServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
+    def svc(ctx: Context) -> Caller:
+        return caller_for(ctx.request_context.request)
+
+    tasks = RunTasks(
+        lambda ctx: caller_for(ctx.request),
+        TaskView(ttl_ms=record_ttl_ms(settings.run_max_age_days), max_chars=settings.answer_max_chars),
+    )
+    mcp = RlmMcpServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, extensions=[tasks])
     # The SDK's span per message named it with whatever the client sent: ours names it with the
     # server's own names (server/trace_header.py), after an HTTP traceparent header became _meta.
     mcp.middleware[:] = [m for m in mcp.middleware if not isinstance(m, OpenTelemetryMiddleware)]
@@ -176,7 +186,11 @@ async def _tool_names(mcp: MCPServer[RlmService]) -> list[str]:
 def request_owner(ctx: Context, mode: Mode) -> Owner:
     """The owner the HTTP guard recorded for this request (`server.guard`); over stdio, the one
     local user. Over HTTP a request without one is refused rather than treated as local."""
-    request = ctx.request_context.request
+    return owner_of(ctx.request_context.request, mode)
+
+
+def owner_of(request: object, mode: Mode) -> Owner:
+    """`request_owner` of the transport's request object (a tool's or an extension method's)."""
     scope = getattr(request, "scope", None)
     if isinstance(scope, dict) and isinstance((scope.get("state") or {}).get("rlm_owner"), str):
         return scope_owner(scope)
@@ -260,9 +274,19 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         ctx: Context, query: str, context_id: str | list[str] | None, overrides: RunOverrides, session: SessionArgs
     ) -> RunOutcome:
         """Answer `query` over a stored context with a Recursive Language Model (waits for the
-        answer; sends progress). For clients with short timeouts use rlm_start instead. Expect
+        answer; sends progress). Runs take minutes: if your client gives up on long calls use
+        rlm_start + rlm_result; a client declaring MCP Tasks gets a task to poll instead. Expect
         follow-up questions on the same context? Pass keep_session=true, then session_id on the
         next call: the REPL and everything computed in it are kept."""
+
+        if (claim := task_claim()) is not None:  # asked for as a task (server/tasks.py): start, don't wait
+            run = await _call(
+                svc(ctx).start_run(
+                    query, context_id, overrides, keep_session=session.keep_session, session_id=session.session_id
+                )
+            )
+            claim.run_id = run.run_id
+            return RunOutcome(status="running", run_id=run.run_id, session_id=run.request.session_id)
 
         async def report(progress: float, total: float | None, message: str) -> None:
             await ctx.report_progress(progress, total, message)
@@ -284,8 +308,9 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
     async def rlm_start(
         ctx: Context, query: str, context_id: str | list[str] | None, overrides: RunOverrides, session: SessionArgs
     ) -> RunStarted:
-        """Start a run in the background and return its run_id at once (poll rlm_status / rlm_result).
-        keep_session / session_id as in rlm_complete."""
+        """Start a run in the background and return its run_id at once: for clients that give up on
+        long calls (then rlm_result with wait_s, rlm_status, rlm_cancel). keep_session / session_id
+        as in rlm_complete."""
         work = svc(ctx).start_run(
             query,
             context_id,

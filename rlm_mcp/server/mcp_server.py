@@ -1,0 +1,29 @@
+"""The SDK's `MCPServer`, with the few replies rlm-mcp answers differently.
+
+`prompts/get` for a prompt the server does not have: the SDK raises a bare `ValueError`, which the
+2026-07-28 entry turns into "Internal server error" and a logged traceback on every call (the
+handshake era answered "Unknown prompt" with code 0). A name the client got wrong is the
+client's mistake, not the server's: it answers the spec's invalid-params error naming the
+prompt, in both eras, and logs nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
+
+from rlm_mcp.service.service import RlmService
+
+
+class RlmMcpServer(MCPServer[RlmService]):
+    """`MCPServer` whose unknown-prompt reply is a protocol error, not an internal one."""
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[RlmService, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        if name not in {prompt.name for prompt in await self.list_prompts()}:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}", data={"name": name})
+        return await super().get_prompt(name, arguments, context)
