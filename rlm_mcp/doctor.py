@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.errors import TEAM_EXTRA_FIX, ImageMissingError, RlmMcpError
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.client import LMClient
@@ -227,7 +227,8 @@ async def _rehearsed(url: str, where: str) -> MigrationError | None:
 
 async def _team(settings: Settings) -> list[Check]:
     """Team mode (RLM_MCP_DATABASE_URL): the database, its schema version, the replicas seen."""
-    if settings.deployment.embedded:
+    database = settings.deployment.database
+    if database is None:
         return []
     try:
         from rlm_mcp.store.pg.status import LATEST, team_status
@@ -238,7 +239,7 @@ async def _team(settings: Settings) -> list[Check]:
     from rlm_mcp.store.pg.db import redact
     from rlm_mcp.store.pg.faults import setup_rows
 
-    url = settings.database_dsn()
+    url = database.dsn
     try:
         status = await team_status(url, settings.worker_lease_s)
         if status.error is None:
@@ -278,7 +279,7 @@ async def _team(settings: Settings) -> list[Check]:
         checks.append(Check("workers", True, workers, warn=not status.workers and status.queued > 0))
         checks.append(Check("queue", True, f"{status.queued} run{'s' if status.queued != 1 else ''} waiting"))
     if status.schema_version >= _SESSIONS_SCHEMA:
-        checks.append(await _sessions(settings))
+        checks.append(await _sessions(settings, database))
     return checks
 
 
@@ -289,7 +290,7 @@ def _size(n: int) -> str:
     return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
 
 
-async def _sessions(settings: Settings) -> Check:
+async def _sessions(settings: Settings, database: TeamDatabase) -> Check:
     """Team mode's kept sessions, read from the database: how many are open, how many a run
     holds now, and the snapshots' bytes (what restoring them costs the database). Reads only:
     the pool is opened without the store's migration (the schema check above read the version)."""
@@ -298,7 +299,7 @@ async def _sessions(settings: Settings) -> Check:
     from rlm_mcp.store.pg.db import Database
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
-    db = Database(settings.database_dsn(), replica=False, max_size=1)
+    db = Database(database.dsn, replica=False, max_size=1)
     try:
         await db.pool.open(wait=True)
         rows = await PgSessionStore(db).list_open(None, max_age_s=settings.session_max_age_s)

@@ -35,7 +35,7 @@ from rlm_mcp.config.sandbox import (
 )
 from rlm_mcp.config.server import ServerSettings, Transport
 from rlm_mcp.config.store import LoadSettings, StoreSettings
-from rlm_mcp.config.team import Deployment, Role, TeamSettings
+from rlm_mcp.config.team import Deployment, Role, TeamDatabase, TeamSettings
 from rlm_mcp.config.values import parse_size, server_of
 from rlm_mcp.config_check import CONFIG_VAR, SettingsError, check_config_file, describe_validation_error
 from rlm_mcp.config_forms import FormFieldsFilled
@@ -57,6 +57,7 @@ __all__ = [
     "SessionSettings",
     "Settings",
     "StoreSettings",
+    "TeamDatabase",
     "TeamSettings",
     "Transport",
     "load_settings",

@@ -40,10 +40,10 @@ from rlm_mcp.server.schemas import (
 from rlm_mcp.server.trace_header import HttpTraceContext, ServerSpans
 from rlm_mcp.service.caller import Caller, ChunkEncoding
 from rlm_mcp.service.limits import RunOverrides, WaitS
+from rlm_mcp.service.parts import ServiceParts
 from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.service import Mode, RlmService
 from rlm_mcp.service.views import RunSnapshot
-from rlm_mcp.store.factory import Stores
 
 T = TypeVar("T")
 logger = logging.getLogger("rlm_mcp.server")
@@ -127,7 +127,7 @@ def build_server(
     *,
     mode: Mode = "stdio",
     on_closed: Callable[[], None] | None = None,
-    stores: Stores | None = None,
+    parts: ServiceParts | None = None,
     holder: dict[str, RlmService] | None = None,
 ) -> MCPServer[RlmService]:
     """The MCP server; `on_closed` is called once the service has shut down (runs recorded,
@@ -139,7 +139,7 @@ def build_server(
     async def lifespan(_: MCPServer[RlmService]) -> AsyncIterator[RlmService]:
         # Nothing here touches Docker or the LM endpoint: `initialize` must answer at once.
         try:
-            async with build_service(settings, mode=mode, stores=stores) as service:
+            async with build_service(settings, mode=mode, parts=parts) as service:
                 holder["service"] = service
                 try:
                     yield service

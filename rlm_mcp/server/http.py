@@ -18,6 +18,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
 from rlm_mcp.access import host_policy
+from rlm_mcp.assembly import service_parts
 from rlm_mcp.config import Settings
 from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
 from rlm_mcp.owners import OwnerScope
@@ -30,7 +31,6 @@ from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, refuse_open_bind, roots_for_owners, shares_for_owners
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.store.bundle import Stores
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.path_key import deployment_key, path_key_from
 from rlm_mcp.viewer.routes import build_viewer, mount_viewer
@@ -44,9 +44,10 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     tokens = checked_tokens(settings)
     settings = shares_for_owners(roots_for_owners(settings, tokens), tokens)
     refuse_open_bind(settings, tokens, serves_mcp=True)
-    stores = make_stores(settings, replica=True)  # opened and closed by the service's lifespan
+    parts = service_parts(settings, transport="http")  # its stores: opened and closed by the service's lifespan
+    stores = parts.stores
     holder: dict[str, RlmService] = {}  # the service while the server runs
-    mcp = build_server(settings, mode="http", on_closed=on_closed, stores=stores, holder=holder)
+    mcp = build_server(settings, mode="http", on_closed=on_closed, parts=parts, holder=holder)
     app: ASGIApp = mcp.streamable_http_app(
         host=settings.host,
         # The guard checks Host/Origin for every bind; the SDK's own check covers only three host strings.

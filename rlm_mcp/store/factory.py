@@ -8,12 +8,17 @@ needs; `make_stores` is for the operator's one-off commands, which follow the de
 
 from __future__ import annotations
 
-from rlm_mcp.config import Settings, StoreSettings, TeamSettings
+from typing import TYPE_CHECKING
+
+from rlm_mcp.config import Settings, StoreSettings, TeamDatabase
 from rlm_mcp.errors import TEAM_EXTRA_FIX, RlmMcpError
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.runs import RunStore
 from rlm_mcp.store.sqlite_index import ContextStore
 from rlm_mcp.store.sqlite_uploads import UploadStore
+
+if TYPE_CHECKING:
+    from rlm_mcp.store.pg import PgStores  # team mode only: it needs the team extra
 
 __all__ = ["Stores", "embedded_stores", "make_stores", "team_stores"]
 
@@ -24,7 +29,7 @@ def embedded_stores(store: StoreSettings) -> Stores:
     return Stores(contexts=contexts, uploads=UploadStore(store, contexts), runs=RunStore(store))
 
 
-def team_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> Stores:
+def team_stores(store: StoreSettings, team: TeamDatabase, *, replica: bool) -> PgStores:
     """Shared state on the PostgreSQL database `team` names. `replica`: this process serves clients (it is recorded as a
     replica and sweeps its local cache); the CLI's one-off commands pass False."""
     try:
@@ -39,6 +44,7 @@ def team_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> S
 
 def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
     """The stores of this deployment (`settings.deployment`)."""
-    if settings.deployment.embedded:
+    database = settings.deployment.database
+    if database is None:
         return embedded_stores(settings.store)
-    return team_stores(settings.store, settings.team, replica=replica)
+    return team_stores(settings.store, database, replica=replica)

@@ -18,11 +18,14 @@ from rlm_mcp.testing.settings import make_settings
 
 
 def test_front_and_worker_refuse_the_embedded_deployment(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path)
+    # `front` and `worker` take team stores, which only a deployment with the database has; a
+    # process configured as one without it is refused where it would start serving.
+    assert make_settings(tmp_path, role="front").deployment.database is None
     with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
-        assembly.front(settings, transport="http")
+        make_settings(tmp_path, role="front").deployment.served()
     with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
-        assembly.worker(settings)
+        make_settings(tmp_path, role="worker").deployment.served()
+    assert make_settings(tmp_path).deployment.served().embedded
 
 
 def test_each_component_takes_its_own_section(store_settings: Callable[..., Settings]) -> None:

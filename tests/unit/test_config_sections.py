@@ -70,9 +70,12 @@ def test_the_deployment_is_decided_by_the_database_url_alone(tmp_path: Path) -> 
 
 
 def test_the_database_dsn_is_read_in_team_mode_only(tmp_path: Path) -> None:
-    assert make_settings(tmp_path, database_url=TEAM_DB).database_dsn() == TEAM_DB
+    team = make_settings(tmp_path, database_url=TEAM_DB).deployment.database
+    assert team is not None and team.dsn == TEAM_DB
+    assert make_settings(tmp_path).deployment.database is None
+    # A front or a worker without it is refused in one place, where a process starts serving.
     with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
-        make_settings(tmp_path).database_dsn()
+        make_settings(tmp_path, role="front").deployment.served()
 
 
 def test_a_section_built_on_its_own_refuses_a_setting_it_does_not_own() -> None:
