@@ -96,7 +96,7 @@ async def ours(target: float) -> dict[str, Any]:
         async with ScriptedLM(script()) as server:
             settings = make_settings(base_url=server.base_url, pool_size=1, data_dir=Path(tmp) / "data")
             async with LMClient(settings) as lm, SandboxManager(settings) as sandboxes:
-                engine = RLMEngine(settings, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
+                engine = RLMEngine(settings.engine, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
                 limits = RunLimits(max_iterations=TURNS, max_depth=1, timeout_s=600, token_budget=None, max_errors=5)
                 events: list[RunEvent] = []
 

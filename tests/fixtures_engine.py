@@ -336,7 +336,7 @@ async def run_engine(
     limits = make_limits(settings, **limit_overrides)
     progress = RunProgress(run_id="run-1", max_iterations=limits.max_iterations)
     events = Events()
-    engine = RLMEngine(settings, lm, factory, system_prompt=system_prompt)
+    engine = RLMEngine(settings.engine, lm, factory, system_prompt=system_prompt)
     result = await engine.run(
         run_id="run-1",
         query=query,

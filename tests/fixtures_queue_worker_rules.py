@@ -27,7 +27,7 @@ async def worker_on(team: Team, lm: FakeChatModel) -> AsyncIterator[QueueWorker]
     """A `QueueWorker` over the team's queue, executing runs here with `lm` and in-process
     sandboxes (tests/fixtures_engine.py): no Docker."""
     settings = team.settings
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
 
     async def engine_of() -> RLMEngine:
         return engine

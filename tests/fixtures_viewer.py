@@ -65,7 +65,7 @@ async def _record_hostile(store: RunStorePort, settings: Settings, data_dir: Pat
     limits = make_limits(settings, max_depth=2, max_errors=5)
     progress = RunProgress(run_id=run_id, max_iterations=limits.max_iterations)
     lm = FakeChatModel(root=hostile_root, sub=sub_answer)
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
     try:
         result = await engine.run(
             run_id=run_id,
@@ -104,7 +104,7 @@ async def record_big_run(data_dir: Path, *, turns: int = 20, per_turn: int = 100
     limits = make_limits(settings, max_iterations=turns + 1)
     progress = RunProgress(run_id=run_id, max_iterations=limits.max_iterations)
     lm = FakeChatModel(root=root, sub=lambda p: "an answer about " + p[:60] + " ..." * 50)
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
     try:
         result = await engine.run(
             run_id=run_id,

@@ -145,6 +145,7 @@ def _parts(
         ),
         sessions=sessions,
         open_runs=open_runs,
+        engine=settings.engine,
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from rlm_mcp.config.engine import EngineSettings
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
 from rlm_mcp.config.runs import RunSettings, SessionSettings
@@ -46,6 +47,7 @@ __all__ = [
     "TEXT_MEMORY_FACTOR",
     "CompletionTokensField",
     "Deployment",
+    "EngineSettings",
     "LMSettings",
     "LoadSettings",
     "LoopSettings",
@@ -146,6 +148,11 @@ class Settings(
     @property
     def server(self) -> ServerSettings:
         return self._section(ServerSettings)
+
+    @property
+    def engine(self) -> EngineSettings:
+        """What the RLM engine reads, across four sections (config/engine.py)."""
+        return EngineSettings.of(self.lm, self.loop, self.sandbox, self.runs)
 
     @classmethod
     def settings_customise_sources(

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
+from rlm_mcp.config.engine import EngineSettings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.ports.sessions import SessionBackend
@@ -33,3 +34,4 @@ class ServiceParts:
     loader: ContextLoader
     sessions: Sessions  # closed before the runs: a session's REPL goes back to its sandboxes
     open_runs: RunsOpener
+    engine: EngineSettings  # what the engine, built at the first run, reads

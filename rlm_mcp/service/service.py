@@ -51,6 +51,7 @@ class RlmService:
         self._lm_checked_at = float("-inf")
         self._runs: RunBackend | None = None
         self._open_runs = parts.open_runs
+        self._engine_settings = parts.engine
         self.sessions: Sessions = parts.sessions  # kept sessions, wherever this role keeps them
         self._stack = AsyncExitStack()
 
@@ -89,7 +90,7 @@ class RlmService:
                     logger.warning("prompt profile %s (%s). %s", choice.profile.name, choice.detail, choice.fix)
                 else:
                     logger.info("prompt profile %s (%s)", choice.profile.name, choice.detail)
-                self._engine = RLMEngine(self.settings, self.lm, self.sandboxes.open, profile=choice.profile)
+                self._engine = RLMEngine(self._engine_settings, self.lm, self.sandboxes.open, profile=choice.profile)
         return self._engine
 
     @property

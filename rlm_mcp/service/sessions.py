@@ -438,8 +438,8 @@ class SessionManager:
                 sandbox,
                 taking,
                 max_bytes=limit,
-                chunk_chars=snapshot_chunk(settings),
-                deadline_s=snapshot_deadline_s(settings),
+                chunk_chars=snapshot_chunk(settings.cell_output_bytes),
+                deadline_s=snapshot_deadline_s(settings.sandbox, settings.sessions),
             )
         except (SnapshotUnavailable, RlmMcpError, OSError) as exc:
             taking.unlink(missing_ok=True)

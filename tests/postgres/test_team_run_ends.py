@@ -100,7 +100,7 @@ async def test_worker_and_front_ends_are_told_once_after_their_records(tmp_path:
         models = [FakeChatModel(root=[submit("'42'")]), FakeChatModel(root_delay_s=3600)]
 
         async def engine() -> RLMEngine:
-            return RLMEngine(settings, models.pop(0), FakeSandboxFactory())
+            return RLMEngine(settings.engine, models.pop(0), FakeSandboxFactory())
 
         front = QueueFront(settings, queue, Wakeups(queue), ends=ends)
         async with front:
@@ -133,7 +133,7 @@ async def test_a_run_whose_session_ended_is_told_once_as_never_started(tmp_path:
         ends = RunEnds([recorder])
 
         async def engine() -> RLMEngine:
-            return RLMEngine(settings, FakeChatModel(root=[submit("'42'")]), FakeSandboxFactory())
+            return RLMEngine(settings.engine, FakeChatModel(root=[submit("'42'")]), FakeSandboxFactory())
 
         sandboxes = cast(SandboxManager, Slots())
         async with (

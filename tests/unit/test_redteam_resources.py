@@ -70,7 +70,7 @@ class _FailsOutsideTheLoop(RLMEngine):
     local cache write can): the service's last line of defence states the run's end."""
 
     def __init__(self, settings: Settings, error: OSError) -> None:
-        super().__init__(settings, FakeChatModel(), FakeSandboxFactory())
+        super().__init__(settings.engine, FakeChatModel(), FakeSandboxFactory())
         self._error = error
 
     async def run(self, **kwargs: Any) -> RunResult:
@@ -100,7 +100,7 @@ async def test_a_background_run_on_a_full_disk_ends_with_the_cause_and_fix(tmp_p
         if where == "outside the loop":
             return _FailsOutsideTheLoop(settings, _disk_full(settings))
         # The root model's call fails with the OSError: the loop's own catch states the run's end.
-        return RLMEngine(settings, FakeChatModel(root=[_disk_full(settings)]), FakeSandboxFactory())
+        return RLMEngine(settings.engine, FakeChatModel(root=[_disk_full(settings)]), FakeSandboxFactory())
 
     result = await _background_run(tmp_path, engine)
     assert result.status == "error"

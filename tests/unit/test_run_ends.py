@@ -46,7 +46,7 @@ async def manager(
     tmp_path: Path, lm: FakeChatModel, **overrides: Any
 ) -> AsyncIterator[tuple[RunManager, RLMEngine, Recorder, str]]:
     settings = make_settings(tmp_path, **overrides)
-    engine = RLMEngine(settings, lm, FakeSandboxFactory())
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory())
     async with make_stores(settings) as stores:
         recorder = Recorder(stores.runs)
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_an_answer_the_store_refuses_ends_the_run_error_with_a_readable_record(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
-    engine = RLMEngine(settings, FakeChatModel(root=[submit('"half \\ud83d an emoji"')]), FakeSandboxFactory())
+    engine = RLMEngine(settings.engine, FakeChatModel(root=[submit('"half \\ud83d an emoji"')]), FakeSandboxFactory())
     async with make_stores(settings) as stores, RunManager(settings, stores.contexts, stores.runs) as runs:
         info = await stores.contexts.put_bytes(
             b"x", name="ctx", format="text", source={"kind": "text"}, owner=LOCAL_OWNER

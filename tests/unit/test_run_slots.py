@@ -32,7 +32,7 @@ async def manager(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[RunMa
     """A RunManager over real stores and a real engine whose root model answers after an hour:
     every run that gets a slot holds it (until the manager's shutdown cancels it)."""
     settings = make_settings(tmp_path, **overrides)
-    engine = RLMEngine(settings, FakeChatModel(root_delay_s=3600), FakeSandboxFactory())
+    engine = RLMEngine(settings.engine, FakeChatModel(root_delay_s=3600), FakeSandboxFactory())
     async with make_stores(settings) as stores, RunManager(settings, stores.contexts, stores.runs) as runs:
         ids = []
         for owner in (ALICE, BOB):

@@ -53,7 +53,7 @@ async def run(settings: Settings, lm: LMClient, run_id: str, tmp_path: Path, san
     async def sink(event: RunEvent) -> None:
         events.append(event)
 
-    engine = RLMEngine(settings, lm, sandboxes or FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+    engine = RLMEngine(settings.engine, lm, sandboxes or FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
     limits = make_limits(settings, max_iterations=TURNS + 2)
     result = await engine.run(
         run_id=run_id,

@@ -322,8 +322,8 @@ class WorkerSessions:
                     sandbox,
                     spool,
                     max_bytes=settings.session_snapshot_max_bytes,
-                    chunk_chars=snapshot_chunk(settings),
-                    deadline_s=snapshot_deadline_s(settings),
+                    chunk_chars=snapshot_chunk(settings.cell_output_bytes),
+                    deadline_s=snapshot_deadline_s(settings.sandbox, settings.sessions),
                 )
                 why = await self._store.save_snapshot(
                     session_id, generation, spool, owner_cap=settings.session_snapshot_bytes_per_owner
