@@ -22,7 +22,7 @@ import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import ServerSettings
 from rlm_mcp.owners import LOCAL_OWNER
 
 __all__ = ["BearerTokens", "HostPolicy", "host_policy", "is_loopback_host", "load_tokens", "owner_of_token"]
@@ -176,7 +176,7 @@ def _origin_key(value: str) -> tuple[str, str, int] | None:
     return parts.scheme, host, port if port is not None else _DEFAULT_PORTS[parts.scheme]
 
 
-def host_policy(settings: Settings) -> HostPolicy:
+def host_policy(settings: ServerSettings) -> HostPolicy:
     """The HTTP server's policy: its bind, `RLM_MCP_ALLOWED_HOSTS` / `_ORIGINS`, and the host and
     origin of `RLM_MCP_PUBLIC_URL` (the name a proxy serves it by: no need to list it twice)."""
     origins = list(settings.allowed_origins)
@@ -187,7 +187,7 @@ def host_policy(settings: Settings) -> HostPolicy:
     return HostPolicy(settings.host, settings.port, settings.allowed_hosts, origins, host_only=public_hosts)
 
 
-def load_tokens(settings: Settings) -> list[str]:
+def load_tokens(settings: ServerSettings) -> list[str]:
     """Every accepted token: RLM_MCP_AUTH_TOKEN, RLM_MCP_AUTH_TOKENS and the tokens file
     (one per line; blank lines and '#' comments ignored)."""
     tokens = [t for t in [settings.auth_token, *settings.auth_tokens] if t]

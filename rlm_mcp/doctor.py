@@ -328,7 +328,7 @@ async def _owner_share(settings: Settings) -> Check:
     from rlm_mcp.store.owner_caps import derived_share
 
     try:
-        tokens = load_tokens(settings)
+        tokens = load_tokens(settings.server)
     except (OSError, UnicodeDecodeError) as exc:
         return Check("owner share", False, f"the tokens file cannot be read ({exc})", "Fix RLM_MCP_AUTH_TOKENS_FILE.")
     return Check("owner share", True, derived_share(settings, len(tokens))[1])

@@ -9,11 +9,11 @@ from typing import Any
 
 import anyio
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress
 from rlm_mcp.ports.chat import LMServerError
 from rlm_mcp.store import RunStore
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import RunStorePort
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, make_settings, repl
 from tests.fixtures_store import run_record

@@ -28,6 +28,7 @@ __all__ = [
     "build_service",
     "embedded",
     "front",
+    "make_stores",
     "run_ends",
     "service_parts",
     "team_sessions",
@@ -156,6 +157,15 @@ def team_sessions(settings: Settings, stores: PgStores) -> TeamSessions:
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
     return TeamSessions(settings, PgSessionStore(stores.db))
+
+
+def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
+    """The stores of this deployment (`settings.deployment`), for the operator's one-off commands
+    (not a replica unless `replica`: no heartbeat, no cache sweep)."""
+    database = settings.deployment.database
+    if database is None:
+        return embedded_stores(settings.store)
+    return team_stores(settings.store, database, replica=replica)
 
 
 def run_ends() -> RunEnds:

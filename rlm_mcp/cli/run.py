@@ -72,7 +72,7 @@ class ProgressDisplay:
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.assembly import build_service
     from rlm_mcp.cli.options import overrides_of
-    from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
+    from rlm_mcp.config.one_off import for_one_off_command, opening_local_paths
     from rlm_mcp.service.caller import Caller
 
     settings = for_one_off_command(settings)

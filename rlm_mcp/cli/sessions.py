@@ -8,13 +8,13 @@ from datetime import datetime
 
 import anyio
 
-from rlm_mcp.assembly import team_sessions
+from rlm_mcp.assembly import make_stores, team_sessions
 from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.service import session_files
 from rlm_mcp.service.views import session_usage
-from rlm_mcp.store.factory import make_stores, team_stores
+from rlm_mcp.store.factory import team_stores
 from rlm_mcp.usage import Usage
 from rlm_mcp.visible import visible_line
 

@@ -19,6 +19,7 @@ import anyio
 
 from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
+from rlm_mcp.config.one_off import for_one_off_command, opening_local_paths
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.eval.baseline import run_direct
 from rlm_mcp.eval.display import Display
@@ -27,7 +28,6 @@ from rlm_mcp.eval.results import BASELINE_FILES, RESULTS_FILE, TaskResult, appen
 from rlm_mcp.eval.scorers import LENIENT, SCORERS
 from rlm_mcp.eval.tasks import Task
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService

@@ -56,7 +56,7 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
         max_sessions=settings.http_sessions_per_client * max(1, len(tokens)),
     )
     app = SessionLimiter(app, per_owner=settings.http_sessions_per_client, idle_s=settings.http_session_idle_s)
-    policy = host_policy(settings)
+    policy = host_policy(settings.server)
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
     auth = ViewerAuth(
@@ -98,7 +98,7 @@ def build_worker_app(settings: Settings, stores: Stores) -> ASGIApp:
     tokens = checked_tokens(settings)
     refuse_open_bind(settings, tokens, serves_mcp=False)
     health = health_app(store_readiness(stores), role="worker")
-    scrape = HostGuard(metrics_endpoint(tokens, public=settings.metrics_public), host_policy(settings))
+    scrape = HostGuard(metrics_endpoint(tokens, public=settings.metrics_public), host_policy(settings.server))
     return with_metrics(health, scrape)
 
 

@@ -44,7 +44,7 @@ def checked_tokens(settings: Settings) -> list[str]:
             "Set it to comma-separated tokens, or unset it.",
         )
     try:
-        tokens = load_tokens(settings)
+        tokens = load_tokens(settings.server)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise AccessDeniedError(

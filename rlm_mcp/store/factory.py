@@ -3,14 +3,14 @@
 Each builds the bundle without any I/O; `async with stores:` opens what it needs (PostgreSQL:
 the connection pool, the schema migrations, this replica's heartbeat) and closes it again. The
 embedded store has nothing to open. The assembly (rlm_mcp/assembly/) calls the one its role
-needs; `make_stores` is for the operator's one-off commands, which follow the deployment.
+needs (`rlm_mcp.assembly.make_stores` follows the deployment, for the one-off commands).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlm_mcp.config import Settings, StoreSettings, TeamDatabase
+from rlm_mcp.config import StoreSettings, TeamDatabase
 from rlm_mcp.errors import TEAM_EXTRA_FIX, RlmMcpError
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.runs import RunStore
@@ -20,7 +20,7 @@ from rlm_mcp.store.sqlite_uploads import UploadStore
 if TYPE_CHECKING:
     from rlm_mcp.store.pg import PgStores  # team mode only: it needs the team extra
 
-__all__ = ["Stores", "embedded_stores", "make_stores", "team_stores"]
+__all__ = ["Stores", "embedded_stores", "team_stores"]
 
 
 def embedded_stores(store: StoreSettings) -> Stores:
@@ -40,11 +40,3 @@ def team_stores(store: StoreSettings, team: TeamDatabase, *, replica: bool) -> P
             f"Install the team extra. {TEAM_EXTRA_FIX} Or unset RLM_MCP_DATABASE_URL.",
         ) from None
     return make_pg_stores(store, team, replica=replica)
-
-
-def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
-    """The stores of this deployment (`settings.deployment`)."""
-    database = settings.deployment.database
-    if database is None:
-        return embedded_stores(settings.store)
-    return team_stores(settings.store, database, replica=replica)

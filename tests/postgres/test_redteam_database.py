@@ -24,10 +24,10 @@ import anyio
 import httpx
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import Owner
 from rlm_mcp.server.health import health_endpoint, store_readiness
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.faults import DatabaseResourceError, DatabaseSetupError
 from rlm_mcp.testing.servers import free_port

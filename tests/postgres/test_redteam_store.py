@@ -11,12 +11,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import CellStart
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, RunStore
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_store import run_record
 

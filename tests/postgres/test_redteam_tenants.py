@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.doctor import _owner_share
 from rlm_mcp.errors import TooLargeError
 from rlm_mcp.owners import Owner
 from rlm_mcp.server.start_checks import shares_for_owners
-from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.store.bundle import Stores
 from tests.fixtures_both_stores import age_context, stored_bytes
 from tests.fixtures_store import make_settings
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, NotFoundError, TooLargeError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_both_stores import add_lapsed_pins, age_context, pin_count, stored_bytes
 from tests.fixtures_postgres import has_bytes
 

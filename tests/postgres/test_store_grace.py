@@ -16,10 +16,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore
-from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_both_stores import age_context
 

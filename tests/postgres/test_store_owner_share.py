@@ -15,10 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import NotFoundError, TooLargeError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, Owner
 from rlm_mcp.store import ContextStore, UploadStore
-from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.owner_caps import Held, release_for_share
 from tests.fixtures_postgres import has_bytes
 from tests.fixtures_store import make_settings

@@ -12,10 +12,11 @@ import anyio
 import psycopg
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import Cell, LogTruncated, TurnStart, dumps
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, Owner
-from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError, SchemaError
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.migrations import LATEST

@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, TooLargeError
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import UploadStorePort
 from tests.fixtures_both_stores import pending_upload_bytes
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RunProgress
 from rlm_mcp.ports.runs import RunResult
@@ -17,7 +18,6 @@ from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.runlog import QueueRunLog
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore

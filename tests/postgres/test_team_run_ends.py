@@ -15,6 +15,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.queue import RunQueuePort
@@ -27,7 +28,6 @@ from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore

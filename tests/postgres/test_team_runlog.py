@@ -12,12 +12,12 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.events import Cell, LLMCall, TurnStart
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import decode_live
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.runlog import QueueRunLog
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.queue_statements import CHANNEL

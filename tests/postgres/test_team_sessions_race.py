@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunLimits, RunRequest
@@ -16,7 +17,6 @@ from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.team_sessions import TeamSessions
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.sessions import PgSessionStore

@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
@@ -21,7 +22,6 @@ from rlm_mcp.ports.runs import RunEnded
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.service.run_ends import RunEnds
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from rlm_mcp.access import HostPolicy
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import EVERY_OWNER, Owner
 from rlm_mcp.store import RunStore
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.testing.waiting import wait_until

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from rlm_mcp.access import HostPolicy
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.server.http import build_worker_app
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_http import INIT, MCP_HEADERS, http_settings, serving
 
 pytestmark = pytest.mark.anyio

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import _db
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.migrations import Dialect, Migration, SchemaError, latest, migrations, pending, read_folder
 from rlm_mcp.store.sqlite_index import ContextStore
 from tests.data.migrations.make_dumps import ALICE, CONTEXTS, PART, UPLOADED

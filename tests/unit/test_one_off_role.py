@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlm_mcp.config.one_off import for_one_off_command
 from rlm_mcp.eval.runner import EvalOptions, eval_settings
-from rlm_mcp.service.backends import for_one_off_command
 from rlm_mcp.testing.settings import make_settings
 
 TEAM_DB = "postgresql://rlm:secret@127.0.0.1:1/rlm"  # never connected to here

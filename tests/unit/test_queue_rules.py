@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.service.queue.rules import queue_rules
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.memory_queue import MemoryRunQueue
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_queue_rules import RULE_IDS, RULES

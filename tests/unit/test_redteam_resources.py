@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.owners import LOCAL_OWNER
@@ -21,7 +22,6 @@ from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.app import build_server
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits
 from tests.fixtures_engine import make_settings as make_engine_settings
 from tests.fixtures_surface import call, call_error, make_settings

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import EVERY_OWNER, Owner
 from rlm_mcp.ports.chat import LMConnectionError
@@ -18,7 +19,6 @@ from rlm_mcp.ports.runs import RunEnded, RunRecord, RunRequest
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import RunStorePort
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits, make_settings, repl, submit

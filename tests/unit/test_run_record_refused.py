@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.runs import NoticeKind, RunRequest
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits, make_settings, submit
 
 pytestmark = pytest.mark.anyio
