@@ -67,7 +67,7 @@ async def connected_sweeper(team: Team, liveness: LeaseLiveness | None = None) -
         while (await team.queue.sweep_plan())[1] < lease:
             await team.pass_time(0.2)
     clock = Clock()
-    sweeper = Sweeper(team.settings, team.queue, None, liveness, clock=clock)
+    sweeper = Sweeper(team.settings.queue, team.queue, None, liveness, clock=clock)
     await sweeper.sweep_once()
     clock.now += lease + 1
     return sweeper

@@ -17,6 +17,7 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, submit
 from tests.fixtures_queue_team import OpenTeam, Team, summary
@@ -33,8 +34,8 @@ async def worker_on(team: Team, lm: FakeChatModel) -> AsyncIterator[QueueWorker]
         return engine
 
     sandboxes = SandboxManager(settings.sandbox)
-    runs = RunManager(settings, team.stores.contexts, team.stores.runs)
-    async with runs, QueueWorker(settings, team.queue, team.logs, runs, sandboxes, engine_of) as worker:
+    runs = RunManager(settings, team.stores.contexts, team.stores.runs, owners=configured_owners(settings))
+    async with runs, QueueWorker(settings.queue, team.queue, team.logs, runs, sandboxes, engine_of) as worker:
         yield worker
 
 
@@ -50,7 +51,7 @@ async def rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end(open_tea
         q = team.queue
         record = await _request_with_context(team, "run_unused0000000000")
         lm = FakeChatModel(root=[submit("'42'")])
-        async with QueueFront(team.settings, q, Wakeups(q)) as front:
+        async with QueueFront(team.settings.queue, q, Wakeups(q)) as front:
             run = await front.start(record.request, None, run_id="run_worker0000000001")
             async with worker_on(team, lm) as worker:
                 with anyio.fail_after(30):

@@ -14,6 +14,7 @@ from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.parts import RunsOpener, ServiceParts, Sessions
 from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.sessions import SessionManager
@@ -61,7 +62,8 @@ def embedded(settings: Settings, *, transport: Transport) -> ServiceParts:
     held here (`SessionManager`)."""
     stores = embedded_stores(settings.store)
     sandboxes = SandboxManager(settings.sandbox)
-    runs = RunManager(settings, stores.contexts, stores.runs, ends=run_ends())
+    owners = configured_owners(settings.server)  # the slots' share per owner, counted once
+    runs = RunManager(settings.runs, stores.contexts, stores.runs, owners=owners, ends=run_ends())
     sessions = SessionManager(settings, stores.contexts, sandboxes, runs)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
@@ -113,13 +115,13 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
         queue_db = Database(stores.team.dsn, replica=False, max_size=QUEUE_POOL_SIZE)
         await queue_db.open()
         stack.push_async_callback(queue_db.close)
-        queue = PgRunQueue(queue_rules(settings), queue_db)
+        queue = PgRunQueue(queue_rules(settings.queue), queue_db)
         worker = WorkerParts(stores.contexts, run_store, run_store, held) if held is not None else None
         executed = await open_queue(
-            stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends
+            stack, settings.queue, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends
         )
         if follows or executed is None:
-            front = await open_front(stack, settings, queue, ends=ends)
+            front = await open_front(stack, settings.queue, queue, ends=ends)
             sessions.queue_through(front)
             return front
         return executed  # a worker-only process: nothing here follows a run

@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from rlm_mcp.config.engine import EngineSettings
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
+from rlm_mcp.config.queue import QueueSettings
 from rlm_mcp.config.runs import RunSettings, SessionSettings
 from rlm_mcp.config.sandbox import (
     DEFAULT_IMAGE,
@@ -52,6 +53,7 @@ __all__ = [
     "LoadSettings",
     "LoopSettings",
     "ModelPrice",
+    "QueueSettings",
     "Role",
     "RunSettings",
     "SandboxSettings",
@@ -153,6 +155,11 @@ class Settings(
     def engine(self) -> EngineSettings:
         """What the RLM engine reads, across four sections (config/engine.py)."""
         return EngineSettings.of(self.lm, self.loop, self.sandbox, self.runs)
+
+    @property
+    def queue(self) -> QueueSettings:
+        """What team mode's run queue reads, across three sections (config/queue.py)."""
+        return QueueSettings(runs=self.runs, team=self.team, server=self.server)
 
     @classmethod
     def settings_customise_sources(

@@ -58,7 +58,7 @@ def pg_team(tmp_path: Path, url: str) -> OpenTeam:
                     cur = await conn.execute("SELECT attempt FROM rlm_run_events WHERE run_id = %s", (run_id,))
                     return [r["attempt"] for r in await cur.fetchall()]
 
-            queue = PgRunQueue(queue_rules(settings), db)
+            queue = PgRunQueue(queue_rules(settings.queue), db)
             logs = PgRunStore(db)
             yield Team(queue, logs, settings, silence, set_lm_called, age_queued, event_attempts, anyio.sleep, stores)
 

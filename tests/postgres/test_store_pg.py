@@ -268,9 +268,9 @@ async def test_a_host_clock_off_the_databases_is_shown_by_doctor_and_warned_of_a
     async with make_stores(settings) as stores:
         assert isinstance(stores.lifecycle, Database)
         with caplog.at_level(logging.WARNING, logger="rlm_mcp.queue"):
-            await warn_of_clock_skew(PgRunQueue(queue_rules(settings), stores.lifecycle))
+            await warn_of_clock_skew(PgRunQueue(queue_rules(settings.queue), stores.lifecycle))
             assert not caplog.records
-            skew = await warn_of_clock_skew(PgRunQueue(queue_rules(settings), stores.lifecycle, clock=ahead))
+            skew = await warn_of_clock_skew(PgRunQueue(queue_rules(settings.queue), stores.lifecycle, clock=ahead))
         assert skew is not None and skew > 100
         assert "120" in caplog.text or "119" in caplog.text or "121" in caplog.text
 
@@ -346,7 +346,7 @@ async def test_a_database_of_the_former_release_migrates_with_its_runs_in_flight
             "run_old_running00001": ("running", 1, 1, 1, 41),
         }
         assert left == 0
-        queue = PgRunQueue(queue_rules(settings), db)
+        queue = PgRunQueue(queue_rules(settings.queue), db)
         worker = await queue.register_worker("owner-new", 4)
         assert worker > 41
         assert await queue.claim(worker, free_sandboxes=2, max_sandboxes=8) is None  # needs 3 sandboxes

@@ -27,6 +27,7 @@ from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
 from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
@@ -80,7 +81,7 @@ async def team(tmp_path: Path, url: str) -> AsyncIterator[tuple[Any, PgRunQueue,
     async with make_stores(settings) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
-        queue = PgRunQueue(queue_rules(settings), db)
+        queue = PgRunQueue(queue_rules(settings.queue), db)
         info = await stores.contexts.put_bytes(
             b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
         )
@@ -102,7 +103,7 @@ async def test_worker_and_front_ends_are_told_once_after_their_records(tmp_path:
         async def engine() -> RLMEngine:
             return RLMEngine(settings.engine, models.pop(0), FakeSandboxFactory())
 
-        front = QueueFront(settings, queue, Wakeups(queue), ends=ends)
+        front = QueueFront(settings.queue, queue, Wakeups(queue), ends=ends)
         async with front:
             # Cancelled while queued (no worker yet): the front's write ends it.
             queued = await front.start(request(settings, ctx), None)
@@ -111,8 +112,10 @@ async def test_worker_and_front_ends_are_told_once_after_their_records(tmp_path:
 
             sandboxes = cast(SandboxManager, Slots())
             async with (
-                RunManager(settings, stores.contexts, stores.runs, ends=ends) as runs,
-                QueueWorker(settings, queue, stores.runs, runs, sandboxes, engine, ends=ends),
+                RunManager(
+                    settings, stores.contexts, stores.runs, owners=configured_owners(settings), ends=ends
+                ) as runs,
+                QueueWorker(settings.queue, queue, stores.runs, runs, sandboxes, engine, ends=ends),
             ):
                 done = await front.start(request(settings, ctx, session_id=None), None)
                 with anyio.fail_after(60):
@@ -137,8 +140,8 @@ async def test_a_run_whose_session_ended_is_told_once_as_never_started(tmp_path:
 
         sandboxes = cast(SandboxManager, Slots())
         async with (
-            QueueFront(settings, queue, Wakeups(queue), ends=ends) as front,
-            RunManager(settings, stores.contexts, stores.runs, ends=ends) as runs,
+            QueueFront(settings.queue, queue, Wakeups(queue), ends=ends) as front,
+            RunManager(settings, stores.contexts, stores.runs, owners=configured_owners(settings), ends=ends) as runs,
             QueueWorker(
                 settings,
                 queue,

@@ -99,7 +99,7 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
 
         # Another process ends the run (a sweeper): the worker's next publish writes its events
         # and counters but not its summary, and says the run is over.
-        queue = PgRunQueue(queue_rules(make_settings(tmp_path, database_url=pg_url)), db)
+        queue = PgRunQueue(queue_rules(make_settings(tmp_path, database_url=pg_url).queue), db)
         assert await queue.finish(RUN, run_record(RUN, {"status": "error", "result": {"status": "error"}}))
         await log.append(_cell(2))
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:

@@ -38,8 +38,8 @@ async def test_a_follow_up_racing_the_end_of_its_team_session_queues_nothing(
         assert isinstance(db, Database)
         store = PgSessionStore(db)
         sessions = TeamSessions(settings, store)
-        queue = PgRunQueue(queue_rules(settings), db)
-        async with QueueFront(settings, queue, Wakeups(queue)) as front:
+        queue = PgRunQueue(queue_rules(settings.queue), db)
+        async with QueueFront(settings.queue, queue, Wakeups(queue)) as front:
             sessions.queue_through(front)
             await store.open("ses_1", "alice", "run_first", cap=4, max_age_s=DAY)
             # Its first run ended on a worker: the session is free for a follow-up.

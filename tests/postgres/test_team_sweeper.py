@@ -59,7 +59,7 @@ async def connected_sweepers(
     sweepers = []
     for _ in range(n):
         clock = Clock()
-        sweeper = Sweeper(settings, queue, clock=clock, ends=ends)
+        sweeper = Sweeper(settings.queue, queue, clock=clock, ends=ends)
         await sweeper.sweep_once()
         clock.now += settings.worker_lease_s + 1
         sweepers.append(sweeper)
@@ -203,7 +203,7 @@ async def test_a_sweeper_judges_leases_only_after_a_full_lease_connected(tmp_pat
         assert await queue.claim(worker, 8, 8) is not None
         await silence(db, worker)  # as after a database outage longer than the lease
         clock = Clock()
-        sweeper = Sweeper(settings, queue, clock=clock)
+        sweeper = Sweeper(settings.queue, queue, clock=clock)
         due = await sweeper.sweep_once()
         row = await queue.read("run_outage0000000001")
         assert row is not None and row.state == "running"  # not judged yet
@@ -306,7 +306,10 @@ async def test_the_waiting_bound_holds_under_concurrent_starts_on_two_replicas(t
     other = Settings(database_url=pg_url, data_dir=tmp_path / "b", run_max_queued_per_owner=20)
     async with make_stores(settings) as one, make_stores(other) as two:
         assert isinstance(one.lifecycle, Database) and isinstance(two.lifecycle, Database)
-        queues = [PgRunQueue(queue_rules(settings), one.lifecycle), PgRunQueue(queue_rules(other), two.lifecycle)]
+        queues = [
+            PgRunQueue(queue_rules(settings.queue), one.lifecycle),
+            PgRunQueue(queue_rules(other.queue), two.lifecycle),
+        ]
         accepted, refused = [], []
 
         async def start(i: int) -> None:

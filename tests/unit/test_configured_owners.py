@@ -27,7 +27,7 @@ def test_the_share_is_read_once_and_again_when_the_tokens_file_changes(
         return real(settings)
 
     monkeypatch.setattr("rlm_mcp.service.run_queue.load_tokens", counted)
-    rules = queue_rules(Settings(auth_tokens_file=tokens, data_dir=tmp_path / "data"))
+    rules = queue_rules(Settings(auth_tokens_file=tokens, data_dir=tmp_path / "data").queue)
 
     assert [rules.share(4) for _ in range(5)] == [4] * 5  # one owner: every slot
     assert len(reads) == 1

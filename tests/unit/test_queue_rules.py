@@ -36,7 +36,7 @@ def memory_team(tmp_path: Path) -> OpenTeam:
     async def open_team(**overrides: Any) -> AsyncIterator[Team]:
         settings = make_settings(tmp_path, **({"worker_lease_s": 5.0} | overrides))
         clock = WallClock()
-        queue = MemoryRunQueue(queue_rules(settings), clock=clock)
+        queue = MemoryRunQueue(queue_rules(settings.queue), clock=clock)
 
         async def silence(worker: int) -> None:
             queue.silence(worker)

@@ -21,6 +21,7 @@ from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.app import build_server
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits
 from tests.fixtures_engine import make_settings as make_engine_settings
@@ -79,7 +80,10 @@ class _FailsOutsideTheLoop(RLMEngine):
 
 async def _background_run(tmp_path: Path, engine: Callable[[Settings], RLMEngine]) -> RunResult:
     settings = make_engine_settings(tmp_path)
-    async with make_stores(settings) as stores, RunManager(settings, stores.contexts, stores.runs) as runs:
+    async with (
+        make_stores(settings) as stores,
+        RunManager(settings, stores.contexts, stores.runs, owners=configured_owners(settings)) as runs,
+    ):
         info = await stores.contexts.put_bytes(
             b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=LOCAL_OWNER
         )

@@ -18,6 +18,7 @@ from rlm_mcp.ports.chat import LMConnectionError
 from rlm_mcp.ports.runs import RunEnded, RunRecord, RunRequest
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.ports import RunStorePort
 from rlm_mcp.testing.waiting import wait_until
@@ -54,7 +55,9 @@ async def manager(
             raise RuntimeError("a subscriber that fails")
 
         ends = RunEnds([failing, recorder])
-        async with RunManager(settings, stores.contexts, stores.runs, ends=ends) as runs:
+        async with RunManager(
+            settings, stores.contexts, stores.runs, owners=configured_owners(settings), ends=ends
+        ) as runs:
             info = await stores.contexts.put_bytes(
                 b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
             )

@@ -13,6 +13,7 @@ from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.runs import NoticeKind, RunRequest
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits, make_settings, submit
 
@@ -22,7 +23,10 @@ pytestmark = pytest.mark.anyio
 async def test_an_answer_the_store_refuses_ends_the_run_error_with_a_readable_record(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     engine = RLMEngine(settings.engine, FakeChatModel(root=[submit('"half \\ud83d an emoji"')]), FakeSandboxFactory())
-    async with make_stores(settings) as stores, RunManager(settings, stores.contexts, stores.runs) as runs:
+    async with (
+        make_stores(settings) as stores,
+        RunManager(settings, stores.contexts, stores.runs, owners=configured_owners(settings)) as runs,
+    ):
         info = await stores.contexts.put_bytes(
             b"x", name="ctx", format="text", source={"kind": "text"}, owner=LOCAL_OWNER
         )
