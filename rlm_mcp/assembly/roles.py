@@ -64,7 +64,7 @@ def embedded(settings: Settings, *, transport: Transport) -> ServiceParts:
     sandboxes = SandboxManager(settings.sandbox)
     owners = configured_owners(settings.server)  # the slots' share per owner, counted once
     runs = RunManager(settings.runs, stores.contexts, stores.runs, owners=owners, ends=run_ends())
-    sessions = SessionManager(settings, stores.contexts, sandboxes, runs)
+    sessions = SessionManager(settings.kept_sessions, stores.contexts, sandboxes, runs)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         return await stack.enter_async_context(runs)
@@ -104,8 +104,9 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
     session_store = PgSessionStore(stores.db)
     # The sessions whose sandboxes this process holds between runs, where it executes runs (the
     # worker enters them); the database holds every session's state for any replica.
-    held = WorkerSessions(settings, session_store, stores.contexts) if settings.deployment.executes_runs else None
-    sessions = TeamSessions(settings, session_store, held)
+    kept = settings.kept_sessions
+    held = WorkerSessions(kept, session_store, stores.contexts) if settings.deployment.executes_runs else None
+    sessions = TeamSessions(settings.sessions, session_store, held)
 
     ends = run_ends()
 
@@ -158,7 +159,7 @@ def team_sessions(settings: Settings, stores: PgStores) -> TeamSessions:
     from rlm_mcp.service.team_sessions import TeamSessions
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
-    return TeamSessions(settings, PgSessionStore(stores.db))
+    return TeamSessions(settings.sessions, PgSessionStore(stores.db))
 
 
 def make_stores(settings: Settings, *, replica: bool = False) -> Stores:

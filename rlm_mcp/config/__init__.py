@@ -25,6 +25,7 @@ from pydantic import BaseModel, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from rlm_mcp.config.engine import EngineSettings
+from rlm_mcp.config.kept_sessions import KeptSessionSettings
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
 from rlm_mcp.config.queue import QueueSettings
@@ -49,6 +50,7 @@ __all__ = [
     "CompletionTokensField",
     "Deployment",
     "EngineSettings",
+    "KeptSessionSettings",
     "LMSettings",
     "LoadSettings",
     "LoopSettings",
@@ -155,6 +157,11 @@ class Settings(
     def engine(self) -> EngineSettings:
         """What the RLM engine reads, across four sections (config/engine.py)."""
         return EngineSettings.of(self.lm, self.loop, self.sandbox, self.runs)
+
+    @property
+    def kept_sessions(self) -> KeptSessionSettings:
+        """What the kept sessions' managers read, across three sections (config/kept_sessions.py)."""
+        return KeptSessionSettings.of(self.sessions, self.store, self.sandbox)
 
     @property
     def queue(self) -> QueueSettings:

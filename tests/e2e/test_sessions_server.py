@@ -103,7 +103,7 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
 
             # Idle past RLM_MCP_SESSION_IDLE_S: the sweep ends it and releases its sandbox.
             embedded = cast(SessionManager, service.sessions)  # the embedded backend's own sweep
-            embedded._settings = settings.model_copy(update={"session_idle_s": 0.001})
+            embedded._settings = settings.model_copy(update={"session_idle_s": 0.001}).kept_sessions
             await embedded.sweep()
             await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox released")
             with pytest.raises(Exception, match="ended after RLM_MCP_SESSION_IDLE_S") as caught:

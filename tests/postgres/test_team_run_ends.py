@@ -149,7 +149,7 @@ async def test_a_run_whose_session_ended_is_told_once_as_never_started(tmp_path:
                 runs,
                 sandboxes,
                 engine,
-                sessions=WorkerSessions(settings, PgSessionStore(stores.lifecycle), stores.contexts),
+                sessions=WorkerSessions(settings.kept_sessions, PgSessionStore(stores.lifecycle), stores.contexts),
                 ends=ends,
             ),
         ):
