@@ -180,7 +180,7 @@ async def _profile(settings: Settings) -> Check:
     from rlm_mcp.service.profile import choose_profile
 
     try:
-        choice = await anyio.to_thread.run_sync(lambda: choose_profile(settings, fetch=False))
+        choice = await anyio.to_thread.run_sync(lambda: choose_profile(settings.service, fetch=False))
     except RlmMcpError as exc:
         return Check("prompt profile", False, exc.cause, exc.fix or "")
     if not choice.fix:

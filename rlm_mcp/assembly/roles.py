@@ -43,7 +43,9 @@ def build_service(settings: Settings, *, mode: Transport = "stdio", parts: Servi
     """The service of this process's role, its parts built (nothing opened yet: `async with`).
     `parts`: ones the caller built with `service_parts` to share their stores (the HTTP app's
     viewer reads the same run records); by default the role's own."""
-    return RlmService(settings, parts if parts is not None else service_parts(settings, transport=mode), mode=mode)
+    return RlmService(
+        settings.service, parts if parts is not None else service_parts(settings, transport=mode), mode=mode
+    )
 
 
 def service_parts(settings: Settings, *, transport: Transport) -> ServiceParts:

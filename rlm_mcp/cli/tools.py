@@ -26,7 +26,7 @@ def profile_fetch(args: argparse.Namespace, settings: Settings) -> int:
 def profile_show(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.service.profile import choose_profile
 
-    choice = choose_profile(settings, fetch=False)
+    choice = choose_profile(settings.service, fetch=False)
     print(f"prompt profile: {choice.profile.name} ({choice.detail})")
     if choice.fix:
         print(f"fix: {choice.fix}")

@@ -37,6 +37,7 @@ from rlm_mcp.config.sandbox import (
     sandbox_usable_bytes,
 )
 from rlm_mcp.config.server import ServerSettings, Transport
+from rlm_mcp.config.service import ServiceSettings
 from rlm_mcp.config.store import LoadSettings, StoreSettings
 from rlm_mcp.config.team import Deployment, Role, TeamDatabase, TeamSettings
 from rlm_mcp.config.values import parse_size, server_of
@@ -60,6 +61,7 @@ __all__ = [
     "RunSettings",
     "SandboxSettings",
     "ServerSettings",
+    "ServiceSettings",
     "SessionSettings",
     "Settings",
     "StoreSettings",
@@ -162,6 +164,17 @@ class Settings(
     def kept_sessions(self) -> KeptSessionSettings:
         """What the kept sessions' managers read, across three sections (config/kept_sessions.py)."""
         return KeptSessionSettings.of(self.sessions, self.store, self.sandbox)
+
+    @property
+    def service(self) -> ServiceSettings:
+        """What the service reads itself, across sections (config/service.py)."""
+        return ServiceSettings(
+            loop=self.loop,
+            model=self.model,
+            data_dir=self.data_dir,
+            sandbox_memory=self.sandbox_memory,
+            context_limit_follows_memory=self.context_limit_follows_memory,
+        )
 
     @property
     def queue(self) -> QueueSettings:

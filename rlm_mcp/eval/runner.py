@@ -162,7 +162,9 @@ async def _rlm_result(
     )
 
 
-async def _direct_result(service: RlmService, contexts: ContextCache, scoring: Scoring, task: Task) -> TaskResult:
+async def _direct_result(
+    service: RlmService, settings: Settings, contexts: ContextCache, scoring: Scoring, task: Task
+) -> TaskResult:
     started = time.monotonic()
     try:
         info = await service.contexts.get(await contexts.context_id(task), owner=LOCAL_OWNER)
@@ -171,7 +173,7 @@ async def _direct_result(service: RlmService, contexts: ContextCache, scoring: S
     # Pinned, and fetched into this replica's cache in team mode, while the direct call reads it.
     async with service.contexts.in_use([info.context_id], owner=LOCAL_OWNER):
         path = service.contexts.spec(info).path
-        done = await run_direct(service.lm, service.settings, path, task.query)
+        done = await run_direct(service.lm, settings, path, task.query)
     value, lenient, error = await scoring.score(task, done.answer)
     return _result(
         task,
@@ -203,7 +205,8 @@ async def run_eval(tasks: list[Task], settings: Settings, options: EvalOptions, 
     scoring = Scoring(judge)
     slots = anyio.CapacityLimiter(max(1, options.parallel))
     try:
-        async with build_service(eval_settings(settings, tasks, options), mode="stdio") as service:
+        served = eval_settings(settings, tasks, options)  # what the service runs with, and the direct calls
+        async with build_service(served, mode="stdio") as service:
             contexts = ContextCache(service, options.task_file)
 
             async def one(task: Task) -> None:
@@ -214,7 +217,7 @@ async def run_eval(tasks: list[Task], settings: Settings, options: EvalOptions, 
                         append_result(results_path, result)
                         display.finished(result)
                     if baseline_path is not None and task.id not in baseline_done:
-                        result = await _direct_result(service, contexts, scoring, task)
+                        result = await _direct_result(service, served, contexts, scoring, task)
                         append_result(baseline_path, result)
                         display.finished(result)
 

@@ -19,7 +19,7 @@ from contextlib import AsyncExitStack
 
 import anyio
 
-from rlm_mcp.config import Settings, Transport
+from rlm_mcp.config import ServiceSettings, Transport
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import OwnerScope
 from rlm_mcp.ports.sessions import SessionView
@@ -34,7 +34,7 @@ _LM_CHECK_TTL_S = 60.0
 
 
 class RlmService:
-    def __init__(self, settings: Settings, parts: ServiceParts, *, mode: Mode = "stdio") -> None:
+    def __init__(self, settings: ServiceSettings, parts: ServiceParts, *, mode: Mode = "stdio") -> None:
         """`parts`: the stores, LM client, sandboxes, sessions and run backend this process's role
         uses, built by the assembly (`rlm_mcp.assembly.build_service`); the service closes them."""
         self.settings = settings
