@@ -161,8 +161,8 @@ async def rule_a_sweeper_judges_leases_only_after_a_full_lease_connected(open_te
         worker = await q.register_worker("owner-outage", 4)
         await q.enqueue(summary("run_outage0000000001"), 1)
         assert await q.claim(worker, 8, 8) is not None
-        with anyio.fail_after(team.settings.worker_lease_s + 30):
-            while (await q.sweep_plan())[1] < team.settings.worker_lease_s:
+        with anyio.fail_after(team.settings.team.worker_lease_s + 30):
+            while (await q.sweep_plan())[1] < team.settings.team.worker_lease_s:
                 await team.pass_time(0.2)
         await team.silence(worker)  # as after a database outage longer than the lease
         clock = Clock()
@@ -171,7 +171,7 @@ async def rule_a_sweeper_judges_leases_only_after_a_full_lease_connected(open_te
         row = await q.read("run_outage0000000001")
         assert row is not None and row.state is RunState.RUNNING  # not judged yet
         await q.heartbeat(worker)  # back within the lease
-        clock.now += team.settings.worker_lease_s + 1
+        clock.now += team.settings.team.worker_lease_s + 1
         await sweeper.sweep_once()
         row = await q.read("run_outage0000000001")
         assert row is not None and row.state is RunState.RUNNING and row.attempt == 1

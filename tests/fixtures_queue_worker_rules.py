@@ -34,7 +34,7 @@ async def worker_on(team: Team, lm: FakeChatModel) -> AsyncIterator[QueueWorker]
         return engine
 
     sandboxes = SandboxManager(settings.sandbox)
-    runs = RunManager(settings, team.stores.contexts, team.stores.runs, owners=configured_owners(settings))
+    runs = RunManager(settings.runs, team.stores.contexts, team.stores.runs, owners=configured_owners(settings.server))
     async with runs, QueueWorker(settings.queue, team.queue, team.logs, runs, sandboxes, engine_of) as worker:
         yield worker
 

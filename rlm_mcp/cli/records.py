@@ -65,8 +65,8 @@ async def runs_view(args: argparse.Namespace, settings: Settings) -> int:
         url=args.url,
         output=args.output,
         open_browser=not args.no_open,
-        max_records=settings.run_max_records,
-        auth_token=settings.auth_token,
+        max_records=settings.runs.run_max_records,
+        auth_token=settings.server.auth_token,
     )
 
 
@@ -115,6 +115,6 @@ async def _session_runs(settings: Settings, session_id: str) -> list[str]:
     from rlm_mcp.assembly import make_stores
 
     async with make_stores(settings) as stores:
-        records = await stores.runs.list(settings.run_max_records, owner=EVERY_OWNER)
+        records = await stores.runs.list(settings.runs.run_max_records, owner=EVERY_OWNER)
     mine = [r for r in records if r.request.session_id == session_id]
     return [r.run_id for r in sorted(mine, key=lambda r: r.created_at)]

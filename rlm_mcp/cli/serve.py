@@ -21,7 +21,7 @@ from rlm_mcp.lm.endpoint import key_note
 
 
 def serve_command(args: argparse.Namespace, settings: Settings) -> int:
-    if (note := key_note(settings)) is not None:
+    if (note := key_note(settings.lm)) is not None:
         logging.getLogger("rlm_mcp.lm").warning("%s; set RLM_MCP_SUB_API_KEY if that server needs one", note)
     deployment = settings.deployment.served()  # a front or worker without the database: refused there
     if not deployment.serves_mcp:  # a worker's listener off loopback without tokens: refused first
@@ -60,7 +60,9 @@ async def _serve_worker(settings: Settings) -> None:
     from rlm_mcp.server.listen import bind_listener
 
     closed = threading.Event()
-    listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before anything starts
+    listener = bind_listener(
+        settings.server.host, settings.server.port
+    )  # a port in use: one line, before anything starts
 
     async def serve() -> None:
         try:
@@ -81,12 +83,14 @@ async def _serve(settings: Settings) -> None:
     server's sandboxes before the process exits."""
     closed = threading.Event()
     listener = None
-    if settings.transport == "http":
+    if settings.server.transport == "http":
         from rlm_mcp.server.http import build_http_app, serve_http
         from rlm_mcp.server.listen import bind_listener
 
         app = build_http_app(settings, on_closed=closed.set)  # refusals happen before binding
-        listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before "serving"
+        listener = bind_listener(
+            settings.server.host, settings.server.port
+        )  # a port in use: one line, before "serving"
 
         async def serve() -> None:
             await serve_http(settings, app, listener)

@@ -44,7 +44,7 @@ async def _team_close(settings: Settings, database: TeamDatabase, session_id: st
 async def sessions_list(args: argparse.Namespace, settings: Settings) -> int:
     if (database := settings.deployment.database) is not None:
         return await _team_list(settings, database)
-    records = await anyio.to_thread.run_sync(session_files.peek, settings.data_dir)
+    records = await anyio.to_thread.run_sync(session_files.peek, settings.store.data_dir)
     if not records:
         print("No kept sessions stored. Keep one with `rlm-mcp run --keep-session ...`.")
         return 0
@@ -73,7 +73,7 @@ async def sessions_close(args: argparse.Namespace, settings: Settings) -> int:
     session_id = args.session_id
     if (database := settings.deployment.database) is not None:
         return await _team_close(settings, database, session_id)
-    if not await anyio.to_thread.run_sync(session_files.close, settings.data_dir, session_id, str(LOCAL_OWNER)):
+    if not await anyio.to_thread.run_sync(session_files.close, settings.store.data_dir, session_id, str(LOCAL_OWNER)):
         raise NotFoundError(f"No stored session '{session_id}'.", "List them with `rlm-mcp sessions list`.")
     print(f"closed {session_id}")
     return 0

@@ -60,9 +60,9 @@ def eval_settings(settings: Settings, tasks: list[Task], options: EvalOptions) -
     parallel = max(1, options.parallel)
     return opening_local_paths(for_one_off_command(settings), paths).model_copy(
         update={
-            "max_runs": max(settings.max_runs, parallel),
-            "max_sandboxes": max(settings.max_sandboxes, parallel + 1),
-            "run_queue_timeout_s": max(settings.run_queue_timeout_s, 86_400.0),
+            "max_runs": max(settings.runs.max_runs, parallel),
+            "max_sandboxes": max(settings.sandbox.max_sandboxes, parallel + 1),
+            "run_queue_timeout_s": max(settings.runs.run_queue_timeout_s, 86_400.0),
         }
     )
 

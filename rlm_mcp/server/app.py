@@ -271,7 +271,7 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
             query, context_id, overrides, report, keep_session=session.keep_session, session_id=session.session_id
         )
         result, session_id = await _call(work)
-        return RunOutcome.of(result, max_chars=settings.answer_max_chars, session_id=session_id)
+        return RunOutcome.of(result, max_chars=settings.loop.answer_max_chars, session_id=session_id)
 
     @mcp.tool(annotations=_RUN)
     @run_tool
@@ -315,7 +315,7 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         outcome = await _call(svc(ctx).result(run_id, wait_s))
         if isinstance(outcome, RunSnapshot):
             return RunOutcome.pending(outcome)
-        return RunOutcome.of(outcome, max_chars=settings.answer_max_chars)
+        return RunOutcome.of(outcome, max_chars=settings.loop.answer_max_chars)
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
     async def rlm_cancel(run_id: str, ctx: Context) -> RunSnapshot:

@@ -36,7 +36,9 @@ def test_each_component_takes_its_own_section(store_settings: Callable[..., Sett
     assert parts.stores.kind == ("sqlite" if settings.deployment.embedded else "postgresql")
     for rules in (parts.stores.contexts, parts.stores.uploads):
         assert isinstance(rules, Contexts | Uploads) and type(rules.settings) is StoreSettings
-        assert rules.settings.max_context_bytes == settings.max_context_bytes > 0  # derived from the sandbox's memory
+        assert (
+            rules.settings.max_context_bytes == settings.store.max_context_bytes > 0
+        )  # derived from the sandbox's memory
     assert type(parts.loader.loads) is LoadSettings and parts.loader.loads.max_files == 7
     assert type(parts.loader.store) is StoreSettings and parts.loader.store.store_max_bytes == 12345
     # Idle kept sessions yield their sandbox slots to runs: the one hook between two parts.

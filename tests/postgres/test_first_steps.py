@@ -161,8 +161,8 @@ async def test_runs_view_url_behind_a_private_ca_names_the_ca_fix(
             url=url,
             output=None,
             open_browser=False,
-            max_records=settings.run_max_records,
-            auth_token=settings.auth_token,
+            max_records=settings.runs.run_max_records,
+            auth_token=settings.server.auth_token,
         )
     said = str(raised.value)
     assert "certificate is not trusted" in said and "SSL_CERT_FILE=" in said and "rlm-mcp serve" not in said, said
@@ -175,8 +175,8 @@ async def test_runs_view_url_behind_a_private_ca_names_the_ca_fix(
             url=url,
             output=None,
             open_browser=False,
-            max_records=settings.run_max_records,
-            auth_token=settings.auth_token,
+            max_records=settings.runs.run_max_records,
+            auth_token=settings.server.auth_token,
         )
 
 
@@ -206,11 +206,11 @@ async def test_a_worker_says_it_serves_its_health_check_not_mcp(
     caplog.set_level(logging.INFO, logger="rlm_mcp.server")
     # The test owns the listener: cancelled right after its "serving" line, the server may not
     # have taken the socket over yet.
-    with bind_listener(settings.host, settings.port) as listener:
+    with bind_listener(settings.server.host, settings.server.port) as listener:
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve_http, settings, health_app(ready, role="worker"), listener)
             await wait_until(lambda: "serving" in caplog.text, within_s=60, what="the worker's serving line")
             tg.cancel_scope.cancel()
-    base = f"http://127.0.0.1:{settings.port}"
+    base = f"http://127.0.0.1:{settings.server.port}"
     assert f"serving only {base}/healthz and {base}/metrics" in caplog.text  # what a worker answers
     assert "/mcp" not in caplog.text

@@ -22,7 +22,7 @@ from tests.fixtures_store import run_record
 
 
 def test_the_run_list_is_filtered_by_owner_before_its_cap(tmp_path: Path) -> None:
-    store = RunStore(make_settings(tmp_path))
+    store = RunStore(make_settings(tmp_path).store)
 
     async def record() -> None:
         for i, owner in enumerate(["alice"] + ["mallory"] * 5):

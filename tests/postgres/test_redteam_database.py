@@ -68,7 +68,7 @@ async def test_positive_control_the_encoded_password_connects(tmp_path: Path, pg
     """The same kind of password percent-encoded is accepted and reaches the database; a wrong
     one is refused by PostgreSQL, and that message does not quote it either."""
     right = pg_cluster.url(password=PASSWORD)
-    assert make_settings(tmp_path, database_url=right).database_url is not None
+    assert make_settings(tmp_path, database_url=right).team.database_url is not None
     wrong = pg_cluster.url(password="wr%20ong%25-7f3a9")
     db = Database(wrong, replica=False)
     with pytest.raises(RlmMcpError) as caught:

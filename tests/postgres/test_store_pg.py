@@ -233,12 +233,12 @@ async def test_doctor_reports_the_database_schema_and_replicas(
 def test_a_bad_database_url_is_refused_without_echoing_it() -> None:
     from pydantic import ValidationError
 
-    from rlm_mcp.config import Settings
+    from rlm_mcp.config import SETTING_FIELDS, Settings
     from rlm_mcp.config_check import describe_validation_error
 
     with pytest.raises(ValidationError) as caught:
         Settings(_env_file=None, database_url="mysql://u:s3cret@h/db")
-    text = describe_validation_error(caught.value, Settings.model_fields)
+    text = describe_validation_error(caught.value, SETTING_FIELDS)
     assert "RLM_MCP_DATABASE_URL" in text and "postgresql://" in text and "s3cret" not in text
 
 

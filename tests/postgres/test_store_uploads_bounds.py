@@ -91,4 +91,4 @@ async def test_unfinished_uploads_count_against_the_store_cap(store_settings: St
             await _send(uploads, b"y", 2, a.upload_id)
         with pytest.raises(TooLargeError, match="RLM_MCP_STORE_MAX_BYTES"):
             await _send(uploads, b"z", 0)  # another upload is refused too: the cap is the store's
-        assert await pending_upload_bytes(stores, settings) <= settings.store_max_bytes
+        assert await pending_upload_bytes(stores, settings) <= settings.store.store_max_bytes

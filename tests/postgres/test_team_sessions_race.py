@@ -37,7 +37,7 @@ async def test_a_follow_up_racing_the_end_of_its_team_session_queues_nothing(
         db = stores.lifecycle
         assert isinstance(db, Database)
         store = PgSessionStore(db)
-        sessions = TeamSessions(settings, store)
+        sessions = TeamSessions(settings.sessions, store)
         queue = PgRunQueue(queue_rules(settings.queue), db)
         async with QueueFront(settings.queue, queue, Wakeups(queue)) as front:
             sessions.queue_through(front)

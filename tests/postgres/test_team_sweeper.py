@@ -53,15 +53,15 @@ async def connected_sweepers(
 ) -> list[Sweeper]:
     """Sweepers that have been connected for a full lease (they may judge leases), once the
     database itself has been up that long (the sweepers' rule after a restart)."""
-    with anyio.fail_after(settings.worker_lease_s + 30):
-        while (await queue.sweep_plan())[1] < settings.worker_lease_s:
+    with anyio.fail_after(settings.team.worker_lease_s + 30):
+        while (await queue.sweep_plan())[1] < settings.team.worker_lease_s:
             await anyio.sleep(0.2)
     sweepers = []
     for _ in range(n):
         clock = Clock()
         sweeper = Sweeper(settings.queue, queue, clock=clock, ends=ends)
         await sweeper.sweep_once()
-        clock.now += settings.worker_lease_s + 1
+        clock.now += settings.team.worker_lease_s + 1
         sweepers.append(sweeper)
     return sweepers
 
@@ -207,9 +207,9 @@ async def test_a_sweeper_judges_leases_only_after_a_full_lease_connected(tmp_pat
         due = await sweeper.sweep_once()
         row = await queue.read("run_outage0000000001")
         assert row is not None and row.state == "running"  # not judged yet
-        assert due <= settings.worker_lease_s + LEASE_SLACK_S
+        assert due <= settings.team.worker_lease_s + LEASE_SLACK_S
         await queue.heartbeat(worker)  # the worker is back within the lease
-        clock.now += settings.worker_lease_s + 1
+        clock.now += settings.team.worker_lease_s + 1
         await sweeper.sweep_once()
         row = await queue.read("run_outage0000000001")
         assert row is not None and row.state == "running" and row.attempt == 1
@@ -353,14 +353,14 @@ async def test_the_next_sweep_comes_when_a_lease_can_next_end(tmp_path: Path, pg
     plus a poll interval)."""
     async with team(tmp_path, pg_url, worker_lease_s=6.0, queue_poll_s=0.2) as (db, queue, settings):
         [sweeper] = await connected_sweepers(settings, queue, 1)
-        assert await sweeper.sweep_once() == HOUSEKEEPING_EVERY * settings.queue_poll_s  # nobody to lose: 1 s
+        assert await sweeper.sweep_once() == HOUSEKEEPING_EVERY * settings.team.queue_poll_s  # nobody to lose: 1 s
         worker = await queue.register_worker("owner-sched", 4)
         async with db.connection() as conn:
             await conn.execute(
                 "UPDATE rlm_workers SET heartbeat_at = now() - interval '5.5 seconds' WHERE worker_id = %s", (worker,)
             )
         due = await sweeper.sweep_once()  # its lease ends in about 0.5 s: sooner than housekeeping
-        assert settings.queue_poll_s <= due <= 0.5 + LEASE_SLACK_S
+        assert settings.team.queue_poll_s <= due <= 0.5 + LEASE_SLACK_S
 
 
 async def test_pruning_removes_finished_runs_only_by_the_databases_clock(tmp_path: Path, pg_url: str) -> None:

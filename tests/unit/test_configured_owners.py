@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp import access
-from rlm_mcp.config import Settings
+from rlm_mcp.config import ServerSettings, Settings
 from rlm_mcp.service.queue.rules import queue_rules
 
 
@@ -22,7 +22,7 @@ def test_the_share_is_read_once_and_again_when_the_tokens_file_changes(
     reads: list[Path] = []
     real = access.load_tokens
 
-    def counted(settings: Settings) -> list[str]:
+    def counted(settings: ServerSettings) -> list[str]:
         reads.append(tokens)
         return real(settings)
 

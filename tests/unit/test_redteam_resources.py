@@ -82,7 +82,7 @@ async def _background_run(tmp_path: Path, engine: Callable[[Settings], RLMEngine
     settings = make_engine_settings(tmp_path)
     async with (
         make_stores(settings) as stores,
-        RunManager(settings, stores.contexts, stores.runs, owners=configured_owners(settings)) as runs,
+        RunManager(settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server)) as runs,
     ):
         info = await stores.contexts.put_bytes(
             b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=LOCAL_OWNER
@@ -95,7 +95,9 @@ async def _background_run(tmp_path: Path, engine: Callable[[Settings], RLMEngine
 
 
 def _disk_full(settings: Settings) -> OSError:
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(settings.data_dir / "runs" / "x" / "events.jsonl"))
+    return OSError(
+        errno.ENOSPC, os.strerror(errno.ENOSPC), str(settings.store.data_dir / "runs" / "x" / "events.jsonl")
+    )
 
 
 @pytest.mark.parametrize("where", ["in the loop", "outside the loop"])

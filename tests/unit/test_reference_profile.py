@@ -74,8 +74,8 @@ def test_trained_cell_layout() -> None:
 
 def test_auto_gives_the_adapter_canonical(reference_wheel: Path, tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    seed_data_dir(settings.data_dir, reference_wheel)
-    assert settings.prompt_profile == "auto" and is_adapter(settings.model)
+    seed_data_dir(settings.store.data_dir, reference_wheel)
+    assert settings.loop.prompt_profile == "auto" and is_adapter(settings.lm.model)
     choice = choose_profile(settings.service)
     assert choice.profile.name == "canonical" and not choice.fix
     other = choose_profile(_settings(tmp_path, model="gpt-4o-mini").service)

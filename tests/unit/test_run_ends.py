@@ -56,7 +56,7 @@ async def manager(
 
         ends = RunEnds([failing, recorder])
         async with RunManager(
-            settings, stores.contexts, stores.runs, owners=configured_owners(settings), ends=ends
+            settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server), ends=ends
         ) as runs:
             info = await stores.contexts.put_bytes(
                 b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE

@@ -25,7 +25,7 @@ async def test_an_answer_the_store_refuses_ends_the_run_error_with_a_readable_re
     engine = RLMEngine(settings.engine, FakeChatModel(root=[submit('"half \\ud83d an emoji"')]), FakeSandboxFactory())
     async with (
         make_stores(settings) as stores,
-        RunManager(settings, stores.contexts, stores.runs, owners=configured_owners(settings)) as runs,
+        RunManager(settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server)) as runs,
     ):
         info = await stores.contexts.put_bytes(
             b"x", name="ctx", format="text", source={"kind": "text"}, owner=LOCAL_OWNER

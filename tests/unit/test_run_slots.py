@@ -35,7 +35,7 @@ async def manager(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[RunMa
     engine = RLMEngine(settings.engine, FakeChatModel(root_delay_s=3600), FakeSandboxFactory())
     async with (
         make_stores(settings) as stores,
-        RunManager(settings, stores.contexts, stores.runs, owners=configured_owners(settings)) as runs,
+        RunManager(settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server)) as runs,
     ):
         ids = []
         for owner in (ALICE, BOB):
@@ -108,7 +108,7 @@ async def test_a_run_over_its_share_ends_naming_the_share_when_it_waits_too_long
 
 def _share(tmp_path: Path, *, slots: int | None = None, **overrides: Any) -> int:
     settings = make_settings(tmp_path, **overrides)
-    return owner_run_share(settings, owners=configured_owners(settings), slots=slots)
+    return owner_run_share(settings.runs, owners=configured_owners(settings.server), slots=slots)
 
 
 def test_the_share_is_all_slots_for_one_owner_and_half_for_several(tmp_path: Path) -> None:
