@@ -23,13 +23,4 @@ from rlm_mcp.assembly.roles import (
     worker,
 )
 
-__all__ = [
-    "build_service",
-    "embedded",
-    "front",
-    "make_stores",
-    "run_ends",
-    "service_parts",
-    "team_sessions",
-    "worker",
-]
+__all__ = ["build_service", "embedded", "front", "make_stores", "run_ends", "service_parts", "team_sessions", "worker"]

@@ -25,16 +25,7 @@ if TYPE_CHECKING:
     from rlm_mcp.service.team_sessions import TeamSessions  # team mode only: it needs the team extra
     from rlm_mcp.store.pg import PgStores
 
-__all__ = [
-    "build_service",
-    "embedded",
-    "front",
-    "make_stores",
-    "run_ends",
-    "service_parts",
-    "team_sessions",
-    "worker",
-]
+__all__ = ["build_service", "embedded", "front", "make_stores", "run_ends", "service_parts", "team_sessions", "worker"]
 
 QUEUE_POOL_SIZE = 4  # the run queue's own connections (team mode)
 

@@ -32,11 +32,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from rlm_mcp.config.engine import EngineSettings
-from rlm_mcp.config.kept_sessions import KeptSessionSettings
+from rlm_mcp.config.derived import EngineSettings, KeptSessionSettings, QueueSettings, ServiceSettings
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
-from rlm_mcp.config.queue import QueueSettings
 from rlm_mcp.config.runs import RunSettings, SessionSettings
 from rlm_mcp.config.sandbox import (
     DEFAULT_IMAGE,
@@ -45,7 +43,6 @@ from rlm_mcp.config.sandbox import (
     sandbox_usable_bytes,
 )
 from rlm_mcp.config.server import ServerSettings, Transport
-from rlm_mcp.config.service import ServiceSettings
 from rlm_mcp.config.store import LoadSettings, StoreSettings
 from rlm_mcp.config.team import Deployment, Role, TeamDatabase, TeamSettings
 from rlm_mcp.config.values import parse_size, server_of
@@ -236,17 +233,17 @@ class Settings(BaseSettings):
 
     @property
     def engine(self) -> EngineSettings:
-        """What the RLM engine reads, across four sections (config/engine.py)."""
+        """What the RLM engine reads, across four sections (config/derived.py)."""
         return EngineSettings.of(self.lm, self.loop, self.sandbox, self.runs)
 
     @property
     def kept_sessions(self) -> KeptSessionSettings:
-        """What the kept sessions' managers read, across three sections (config/kept_sessions.py)."""
+        """What the kept sessions' managers read, across three sections (config/derived.py)."""
         return KeptSessionSettings.of(self.sessions, self.store, self.sandbox)
 
     @property
     def service(self) -> ServiceSettings:
-        """What the service reads itself, across sections (config/service.py)."""
+        """What the service reads itself, across sections (config/derived.py)."""
         return ServiceSettings(
             loop=self.loop,
             model=self.lm.model,
@@ -257,7 +254,7 @@ class Settings(BaseSettings):
 
     @property
     def queue(self) -> QueueSettings:
-        """What team mode's run queue reads, across three sections (config/queue.py)."""
+        """What team mode's run queue reads, across three sections (config/derived.py)."""
         return QueueSettings(runs=self.runs, team=self.team, server=self.server)
 
     @classmethod

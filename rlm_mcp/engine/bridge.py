@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from rlm_mcp.config.engine import EngineSettings
+from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
 from rlm_mcp.engine.turn import RunContext

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import anyio
 
-from rlm_mcp.config.engine import EngineSettings
+from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.bridge import ChildRunner, make_bridge
 from rlm_mcp.engine.formatting import head_tail

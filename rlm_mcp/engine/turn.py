@@ -6,7 +6,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from rlm_mcp.config.engine import EngineSettings
+from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.answer import AnswerState
 from rlm_mcp.engine.formatting import cap_messages, cap_text, format_outputs

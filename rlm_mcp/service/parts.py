@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
-from rlm_mcp.config.engine import EngineSettings
+from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.ports.sessions import SessionBackend
