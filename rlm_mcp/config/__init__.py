@@ -8,8 +8,8 @@ need.
 Each section is a model that owns its fields and their validators: `lm.py` (LM endpoints),
 `loop.py` (one run), `sandbox.py`, `runs.py` (run slots and records; kept sessions), `store.py`
 (stores; what loads may read), `team.py` (team mode and the `Deployment` it decides), `server.py`
-(transport, HTTP, access, logs). `Settings` holds one of each, as fields (`SECTIONS` lists
-them: a new section is one entry there and one field of `Settings`): `settings.sandbox` is what
+(transport, HTTP, access, logs). `Settings` holds one of each, as fields (the one list of
+sections: a new section is one field; `SECTIONS` and `FlatSettings` follow): `settings.sandbox` is what
 `SandboxManager` takes. Every setting keeps its one flat name (`RLM_MCP_MAX_SANDBOXES`, TOML key
 `max_sandboxes`, `Settings(max_sandboxes=2)`, `settings.model_copy(update={"max_sandboxes": 2})`),
 routed to the section that owns it. What cuts across sections is derived here as a small frozen
@@ -19,9 +19,10 @@ value (`settings.engine`, `.queue`, `.kept_sessions`, `.service`) for the assemb
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import (
@@ -80,53 +81,6 @@ __all__ = [
     "sandbox_usable_bytes",
     "server_of",
 ]
-
-
-class FlatSettings(
-    ServerSettings,
-    TeamSettings,
-    LoadSettings,
-    StoreSettings,
-    SessionSettings,
-    RunSettings,
-    SandboxSettings,
-    LoopSettings,
-    LMSettings,
-    BaseSettings,
-):
-    """Every setting under its one flat name: what the environment (`RLM_MCP_<NAME>`), the TOML
-    file, the CLI and the error messages speak. Only read for its fields and to parse those
-    sources; a process holds a `Settings`."""
-
-    model_config = SettingsConfigDict(env_prefix="RLM_MCP_", extra="ignore", validate_default=True)
-
-
-# Each section's name (the field of `Settings`) and model, in the order the docs list them. A new
-# section is one line here and one field of `Settings` below.
-SECTIONS: dict[str, type[BaseModel]] = {
-    "lm": LMSettings,
-    "loop": LoopSettings,
-    "sandbox": SandboxSettings,
-    "runs": RunSettings,
-    "sessions": SessionSettings,
-    "store": StoreSettings,
-    "loads": LoadSettings,
-    "team": TeamSettings,
-    "server": ServerSettings,
-}
-# Every setting's flat name and field; the section that owns each.
-SETTING_FIELDS = FlatSettings.model_fields
-_OWNER: dict[str, str] = {name: section for section, model in SECTIONS.items() for name in model.model_fields}
-# A flat read may also name a section's derived value (`effective_sub_model`), for scripts.
-_READS: dict[str, str] = {
-    **{
-        name: section
-        for section, model in SECTIONS.items()
-        for name, v in vars(model).items()
-        if isinstance(v, property)
-    },
-    **_OWNER,
-}
 
 
 def _routed(values: dict[str, Any]) -> dict[str, Any]:
@@ -278,6 +232,43 @@ class Settings(BaseSettings):
             check_config_file(path, SETTING_FIELDS)
             sources.append(TomlConfigSettingsSource(FlatSettings, toml_file=path))
         return tuple(sources)
+
+
+# Each section's name (its field of `Settings`) and model, in the order the docs list them: read
+# from the fields of `Settings`, the one list of sections (a new section is one field there).
+SECTIONS: dict[str, type[BaseModel]] = {
+    name: cast("type[BaseModel]", field.annotation) for name, field in Settings.model_fields.items()
+}
+
+
+def _flat_settings() -> type[BaseSettings]:
+    def body(namespace: dict[str, Any]) -> None:
+        namespace["__module__"] = __name__
+        namespace["__doc__"] = (
+            "Every setting under its one flat name: what the environment (`RLM_MCP_<NAME>`), the TOML "
+            "file, the CLI and the error messages speak. Only read for its fields and to parse those "
+            "sources; a process holds a `Settings`."
+        )
+        namespace["model_config"] = Settings.model_config
+
+    # Every section at once, the first listed first among the fields (the bases, last first).
+    return types.new_class("FlatSettings", (*reversed(SECTIONS.values()), BaseSettings), exec_body=body)
+
+
+FlatSettings = _flat_settings()
+# Every setting's flat name and field; the section that owns each.
+SETTING_FIELDS = FlatSettings.model_fields
+_OWNER: dict[str, str] = {name: section for section, model in SECTIONS.items() for name in model.model_fields}
+# A flat read may also name a section's derived value (`effective_sub_model`), for scripts.
+_READS: dict[str, str] = {
+    **{
+        name: section
+        for section, model in SECTIONS.items()
+        for name, v in vars(model).items()
+        if isinstance(v, property)
+    },
+    **_OWNER,
+}
 
 
 def load_settings(**overrides: Any) -> Settings:
