@@ -83,3 +83,15 @@ def test_a_section_built_on_its_own_refuses_a_setting_it_does_not_own() -> None:
     with pytest.raises(ValidationError, match="max_sandboxes"):
         LMSettings.model_validate({"max_sandboxes": 2})
     assert LMSettings(model="m").effective_sub_model == "m"
+
+
+def test_settings_hold_their_sections_and_keep_the_flat_names(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, max_sandboxes=2, role="front")
+    # Composed, not inherited: a part typed with its section cannot be handed the whole Settings.
+    assert not isinstance(settings, SandboxSettings) and isinstance(settings.sandbox, SandboxSettings)
+    assert (settings.sandbox.max_sandboxes, settings.team.role) == (2, "front")
+    assert {"max_sandboxes", "role"} <= settings.model_fields_set  # the flat names given
+    copied = settings.model_copy(update={"max_sandboxes": 3})
+    assert (copied.sandbox.max_sandboxes, settings.sandbox.max_sandboxes) == (3, 2)
+    flat = "max_sandboxes"  # an untyped script's flat read still answers (typed code reads the section)
+    assert getattr(settings, flat) == 2
