@@ -24,7 +24,7 @@ async def echo(req: LMRequest) -> list[str]:
 
 
 async def main() -> None:
-    async with SandboxManager(sandbox_settings(pool_size=0)) as mgr:
+    async with SandboxManager(sandbox_settings(pool_size=0).sandbox) as mgr:
         await mgr.ensure_ready()
         async with mgr.open([]) as sb:
             for _ in range(20):

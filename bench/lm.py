@@ -89,7 +89,7 @@ async def bench(calls: int) -> None:
             )
         for concurrency in (1, 16, 64):
             settings = Settings(base_url=url, max_concurrent_lm_calls=concurrency)
-            async with LMClient(settings) as client:
+            async with LMClient(settings.lm) as client:
                 msgs = [{"role": "user", "content": "warm up"}]
                 await client.complete(msgs, model="rlm-v0.1", max_tokens=16, role="sub")
                 latencies: list[float] = []

@@ -95,8 +95,8 @@ async def ours(target: float) -> dict[str, Any]:
         spec = ContextSpec(path=context, format="text", kind="str", chars=900000, bytes=900000, name="ctx")
         async with ScriptedLM(script()) as server:
             settings = make_settings(base_url=server.base_url, pool_size=1, data_dir=Path(tmp) / "data")
-            async with LMClient(settings) as lm, SandboxManager(settings) as sandboxes:
-                engine = RLMEngine(settings, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
+            async with LMClient(settings.lm) as lm, SandboxManager(settings.sandbox) as sandboxes:
+                engine = RLMEngine(settings.engine, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
                 limits = RunLimits(max_iterations=TURNS, max_depth=1, timeout_s=600, token_budget=None, max_errors=5)
                 events: list[RunEvent] = []
 

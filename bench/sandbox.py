@@ -57,7 +57,7 @@ async def timed(fn: Callable[[], Awaitable[object]], n: int) -> list[float]:
 
 async def main(mib: int, calls: int) -> None:
     settings = Settings(pool_size=2, cell_timeout_s=60)
-    async with SandboxManager(settings) as mgr:
+    async with SandboxManager(settings.sandbox) as mgr:
         await mgr.ensure_ready()
         client = await docker_client(mgr)
         engine = getattr(mgr.backend, "engine", None)
@@ -67,7 +67,7 @@ async def main(mib: int, calls: int) -> None:
         cold: list[float] = []
         for _ in range(5):
             t = time.perf_counter()
-            c = await KernelContainer.start(client, settings, mgr.owner_id, engine)
+            c = await KernelContainer.start(client, settings.sandbox, mgr.owner_id, engine)
             cold.append(time.perf_counter() - t)
             await c.kill()
         report("cold start to kernel-ready", cold, None)
@@ -107,9 +107,9 @@ async def main(mib: int, calls: int) -> None:
             spec = ContextSpec(path=path, format="text", kind="str", chars=len(data), bytes=len(data))
             loads: list[float] = []
             for _ in range(3):
-                c = await KernelContainer.start(client, settings, mgr.owner_id, engine)
+                c = await KernelContainer.start(client, settings.sandbox, mgr.owner_id, engine)
                 t = time.perf_counter()
-                await load_contexts(c, [spec], settings)
+                await load_contexts(c, [spec], settings.sandbox)
                 loads.append(time.perf_counter() - t)
                 await c.kill()
             report(f"{mib} MiB context load", loads, 1000.0 if mib == 50 else None)

@@ -72,8 +72,8 @@ async def snapshots(sizes: list[int], image: str | None) -> None:
     print(f"snapshot size and times (dill inside the sandbox); machine: {platform.node()} {platform.machine()}")
     with tempfile.TemporaryDirectory() as tmp:
         settings = with_image(Settings(data_dir=Path(tmp) / "data", pool_size=0, sandbox_memory="4g"), image)
-        chunk = settings.cell_output_bytes // 2
-        async with SandboxManager(settings) as manager:
+        chunk = settings.sandbox.cell_output_bytes // 2
+        async with SandboxManager(settings.sandbox) as manager:
             for mib in sizes:
                 async with manager.open([], kept=True) as box:
                     await box.execute(f"data = [('%08d' % i) * 256 for i in range({mib} * 512)]", no_calls)

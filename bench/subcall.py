@@ -90,7 +90,7 @@ async def bench(reps: int, batches: int, record: bool) -> None:
     per_rep: dict[int, list[tuple[float, float]]] = {n: [] for n in SIZES}  # (floor, ours) per rep
     cpu: dict[int, list[tuple[float, float]]] = {n: [] for n in SIZES}  # CPU of this process, same
     async with bench_service(script(batches), max_concurrent_lm_calls=max(SIZES)) as service:
-        url: str = service.settings.base_url
+        url: str = service.lm.settings.base_url
         local = Caller(service, LOCAL_OWNER)
         context = await local.load_context(text="hello " * 1000)
 

@@ -20,8 +20,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
 
 

@@ -36,8 +36,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.owners import Owner
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
 
 A, B, C = Owner("token-bench-a"), Owner("token-bench-b"), Owner("token-bench-c")

@@ -36,7 +36,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         run_dir = anyio.run(record_big_run, data)
-        store = RunStore(make_settings(data_dir=data))
+        store = RunStore(make_settings(data_dir=data).store)
 
         async def load() -> tuple[RunRecord, list[LoggedEvent]]:
             return await store.read_summary("run_big", owner=EVERY_OWNER), await store.read_events(

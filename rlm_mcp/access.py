@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import ServerSettings
 from rlm_mcp.owners import LOCAL_OWNER
 
 __all__ = [
@@ -195,7 +195,7 @@ def _origin_key(value: str) -> tuple[str, str, int] | None:
     return parts.scheme, host, port if port is not None else _DEFAULT_PORTS[parts.scheme]
 
 
-def host_policy(settings: Settings) -> HostPolicy:
+def host_policy(settings: ServerSettings) -> HostPolicy:
     """The HTTP server's policy: its bind, `RLM_MCP_ALLOWED_HOSTS` / `_ORIGINS`, and the host and
     origin of `RLM_MCP_PUBLIC_URL` (the name a proxy serves it by: no need to list it twice)."""
     origins = list(settings.allowed_origins)
@@ -206,7 +206,7 @@ def host_policy(settings: Settings) -> HostPolicy:
     return HostPolicy(settings.host, settings.port, settings.allowed_hosts, origins, host_only=public_hosts)
 
 
-def load_tokens(settings: Settings) -> list[str]:
+def load_tokens(settings: ServerSettings) -> list[str]:
     """Every accepted token: RLM_MCP_AUTH_TOKEN, RLM_MCP_AUTH_TOKENS and the tokens file
     (one per line, options after it; blank lines and '#' comments ignored)."""
     tokens = [t for t in [settings.auth_token, *settings.auth_tokens] if t]
@@ -258,7 +258,7 @@ def _secret_bytes(value: str, where: str) -> bytes:
     return key
 
 
-def webhook_grants(settings: Settings) -> dict[str, WebhookGrant]:
+def webhook_grants(settings: ServerSettings) -> dict[str, WebhookGrant]:
     """Each owner's webhook grant from the tokens file (owners without options have none);
     ValueError naming the file's line when an option is malformed."""
     if settings.auth_tokens_file is None:

@@ -116,7 +116,10 @@ def describe_validation_error(exc: ValidationError, fields: Mapping[str, FieldIn
     """One line per bad value: setting, value, what is wrong, expected form."""
     lines = []
     for error in exc.errors():
-        name = str(error["loc"][0]) if error["loc"] else "?"
+        loc = error["loc"]
+        if len(loc) > 1 and str(loc[0]) not in fields and str(loc[1]) in fields:
+            loc = loc[1:]  # a setting inside its section (`sandbox.max_sandboxes`): its flat name
+        name = str(loc[0]) if loc else "?"
         field = fields.get(name)
         value = error.get("input")
         shown = repr(value) if not isinstance(value, (dict, list)) or len(repr(value)) < 80 else "(a value)"
@@ -126,6 +129,6 @@ def describe_validation_error(exc: ValidationError, fields: Mapping[str, FieldIn
         expected = f"; expected {expected_form(field)}" if field is not None else ""
         # A value inside a JSON setting (a model's price) is named by its keys, not blamed on
         # the whole setting: RLM_MCP_MODEL_PRICES["m"]["input"]=-1.
-        keys = "".join(f"[{json.dumps(str(k))}]" for k in error["loc"][1:])
+        keys = "".join(f"[{json.dumps(str(k))}]" for k in loc[1:])
         lines.append(f"{env_name(name)}{keys}={shown}: {message}{expected}")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.errors import TEAM_EXTRA_FIX, ImageMissingError, RlmMcpError
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.client import LMClient
@@ -36,7 +36,7 @@ class Check:
 
 async def _backend(settings: Settings) -> list[Check]:
     """The configured sandbox backend (RLM_MCP_SANDBOX_BACKEND): reachable, and its image there."""
-    backend = backend_for(settings)
+    backend = backend_for(settings.sandbox)
     try:
         try:
             about = await backend.describe()
@@ -45,9 +45,9 @@ async def _backend(settings: Settings) -> list[Check]:
         checks = [Check(backend.name, True, about)]
         try:
             await backend.check_ready()
-            checks.append(Check("image", True, settings.sandbox_image))
+            checks.append(Check("image", True, settings.sandbox.sandbox_image))
         except ImageMissingError as exc:
-            checks.append(Check("image", False, f"{settings.sandbox_image} is missing", exc.fix or ""))
+            checks.append(Check("image", False, f"{settings.sandbox.sandbox_image} is missing", exc.fix or ""))
         except RlmMcpError as exc:
             checks.append(Check("image", False, exc.cause, exc.fix or ""))
         return checks
@@ -68,7 +68,7 @@ async def _sandbox(settings: Settings) -> list[Check]:
 
     start = time.monotonic()
     try:
-        async with SandboxManager(settings.model_copy(update={"pool_size": 0})) as manager:
+        async with SandboxManager(settings.model_copy(update={"pool_size": 0}).sandbox) as manager:
             await manager.ensure_ready()
             async with manager.open([]) as sandbox:
                 cell = await sandbox.execute("print(1 + 1, llm_query('x'))", bridge)
@@ -88,7 +88,7 @@ async def _sandbox(settings: Settings) -> list[Check]:
 
 
 async def _lm(settings: Settings) -> list[Check]:
-    lm = LMClient(settings)
+    lm = LMClient(settings.lm)
     try:
         checks: list[Check] = []
         probes = await lm.probes()
@@ -107,7 +107,7 @@ async def _lm(settings: Settings) -> list[Check]:
             checks.append(Check(name, True, detail))
             if probe.endpoint == "root" and probe.models is None:  # nothing listed: "served" would be a guess
                 checks.append(_unlisted(settings))
-        if (note := key_note(settings)) is not None:
+        if (note := key_note(settings.lm)) is not None:
             checks.append(
                 Check("sub-call key", True, note, "Set RLM_MCP_SUB_API_KEY if that server needs a key.", warn=True)
             )
@@ -116,10 +116,10 @@ async def _lm(settings: Settings) -> list[Check]:
             return checks
         try:
             await lm.check_model()
-            window = await lm.window(settings.model)
+            window = await lm.window(settings.lm.model)
             if root_listed:
-                checks.append(Check("model", True, f"{settings.model} served"))
-            if await lm.window_known(settings.model):
+                checks.append(Check("model", True, f"{settings.lm.model} served"))
+            if await lm.window_known(settings.lm.model):
                 checks.append(Check("window", True, f"{window} tokens"))
             else:
                 checks.append(
@@ -132,7 +132,7 @@ async def _lm(settings: Settings) -> list[Check]:
                     )
                 )
             if lm.separate_sub_endpoint:
-                sub_model = settings.effective_sub_model
+                sub_model = settings.lm.effective_sub_model
                 sub_window = await lm.window(sub_model, role="sub")
                 known = await lm.window_known(sub_model, role="sub")
                 checks.append(
@@ -149,7 +149,7 @@ async def _lm(settings: Settings) -> list[Check]:
             return checks
         roles: list[CallRole] = ["root", "sub"] if lm.separate_sub_endpoint else ["root"]
         for role in roles:
-            model = settings.model if role == "root" else settings.effective_sub_model
+            model = settings.lm.model if role == "root" else settings.lm.effective_sub_model
             name = "completion" if role == "root" else "sub-call completion"
             try:
                 done = await lm.complete([{"role": "user", "content": "Say OK."}], model=model, max_tokens=1, role=role)
@@ -166,7 +166,7 @@ async def _lm(settings: Settings) -> list[Check]:
 
 def _unlisted(settings: Settings) -> Check:
     """The endpoint answered but GET /models listed nothing: most often a base URL without /v1."""
-    url = settings.base_url.rstrip("/")
+    url = settings.lm.base_url.rstrip("/")
     detail = f"not confirmed: {url}/models lists no models"
     if not urlsplit(url).path.endswith("/v1"):
         return Check(
@@ -180,7 +180,7 @@ async def _profile(settings: Settings) -> Check:
     from rlm_mcp.service.profile import choose_profile
 
     try:
-        choice = await anyio.to_thread.run_sync(lambda: choose_profile(settings, fetch=False))
+        choice = await anyio.to_thread.run_sync(lambda: choose_profile(settings.service, fetch=False))
     except RlmMcpError as exc:
         return Check("prompt profile", False, exc.cause, exc.fix or "")
     if not choice.fix:
@@ -188,7 +188,7 @@ async def _profile(settings: Settings) -> Check:
     # The server still works with the rlm-mcp profile; when fetching is on, the first run gets
     # the reference texts by itself. Say so, with the one command that fixes it now.
     detail = f"{choice.profile.name} ({choice.detail})"
-    if settings.reference_fetch:
+    if settings.loop.reference_fetch:
         detail += "; the first run fetches the reference texts once (needs the package index)"
     return Check("prompt profile", True, detail, choice.fix, warn=True)
 
@@ -227,7 +227,8 @@ async def _rehearsed(url: str, where: str) -> MigrationError | None:
 
 async def _team(settings: Settings) -> list[Check]:
     """Team mode (RLM_MCP_DATABASE_URL): the database, its schema version, the replicas seen."""
-    if settings.deployment.embedded:
+    database = settings.deployment.database
+    if database is None:
         return []
     try:
         from rlm_mcp.store.pg.status import LATEST, team_status
@@ -238,9 +239,9 @@ async def _team(settings: Settings) -> list[Check]:
     from rlm_mcp.store.pg.db import redact
     from rlm_mcp.store.pg.faults import setup_rows
 
-    url = settings.database_dsn()
+    url = database.dsn
     try:
-        status = await team_status(url, settings.worker_lease_s)
+        status = await team_status(url, settings.team.worker_lease_s)
         if status.error is None:
             setup = await setup_rows(url, status.where, pending=status.schema_version < LATEST)
     except psycopg.Error as exc:  # any driver failure, in one line without the password
@@ -278,7 +279,7 @@ async def _team(settings: Settings) -> list[Check]:
         checks.append(Check("workers", True, workers, warn=not status.workers and status.queued > 0))
         checks.append(Check("queue", True, f"{status.queued} run{'s' if status.queued != 1 else ''} waiting"))
     if status.schema_version >= _SESSIONS_SCHEMA:
-        checks.append(await _sessions(settings))
+        checks.append(await _sessions(settings, database))
     return checks
 
 
@@ -289,7 +290,7 @@ def _size(n: int) -> str:
     return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
 
 
-async def _sessions(settings: Settings) -> Check:
+async def _sessions(settings: Settings, database: TeamDatabase) -> Check:
     """Team mode's kept sessions, read from the database: how many are open, how many a run
     holds now, and the snapshots' bytes (what restoring them costs the database). Reads only:
     the pool is opened without the store's migration (the schema check above read the version)."""
@@ -298,10 +299,10 @@ async def _sessions(settings: Settings) -> Check:
     from rlm_mcp.store.pg.db import Database
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
-    db = Database(settings.database_dsn(), replica=False, max_size=1)
+    db = Database(database.dsn, replica=False, max_size=1)
     try:
         await db.pool.open(wait=True)
-        rows = await PgSessionStore(db).list_open(None, max_age_s=settings.session_max_age_s)
+        rows = await PgSessionStore(db).list_open(None, max_age_s=settings.sessions.session_max_age_s)
     except (psycopg.Error, RlmMcpError) as exc:
         detail = exc.cause if isinstance(exc, RlmMcpError) else type(exc).__name__
         return Check("sessions", True, f"not read ({detail})", warn=True)
@@ -327,10 +328,10 @@ async def _owner_share(settings: Settings) -> Check:
     from rlm_mcp.store.owner_caps import derived_share
 
     try:
-        tokens = load_tokens(settings)
+        tokens = load_tokens(settings.server)
     except (OSError, UnicodeDecodeError) as exc:
         return Check("owner share", False, f"the tokens file cannot be read ({exc})", "Fix RLM_MCP_AUTH_TOKENS_FILE.")
-    return Check("owner share", True, derived_share(settings, len(tokens))[1])
+    return Check("owner share", True, derived_share(settings.store, len(tokens))[1])
 
 
 async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> int:
@@ -345,7 +346,7 @@ async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> i
     for step in steps:
         result = await step()
         checks.extend(result if isinstance(result, list) else [result])
-    backend = settings.sandbox_backend
+    backend = settings.sandbox.sandbox_backend
     if all(c.ok for c in checks if c.name in (backend, "image")):
         checks.extend(await _sandbox(settings))
     else:

@@ -37,7 +37,7 @@ def _db(stores: Stores) -> Any:
 
 
 def _runs_dir(settings: Settings) -> Path:
-    return Path(settings.data_dir) / "runs"
+    return Path(settings.store.data_dir) / "runs"
 
 
 # --- contexts --------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ async def add_lapsed_pins(stores: Stores, context_id: str) -> None:
 async def pending_upload_bytes(stores: Stores, settings: Settings) -> int:
     """What unfinished uploads occupy (SQLite: files under data_dir/uploads; PostgreSQL: chunk rows)."""
     if stores.kind == "sqlite":
-        return sum(p.stat().st_size for p in (Path(settings.data_dir) / "uploads").rglob("*") if p.is_file())
+        return sum(p.stat().st_size for p in (Path(settings.store.data_dir) / "uploads").rglob("*") if p.is_file())
     async with _db(stores).connection() as conn:
         cur = await conn.execute("SELECT COALESCE(SUM(octet_length(data)), 0) AS n FROM rlm_upload_chunks")
         row = await cur.fetchone()
@@ -147,7 +147,7 @@ async def age_uploads(stores: Stores, seconds: float) -> None:
 async def upload_chunks_kept(stores: Stores, settings: Settings, upload_id: str) -> bool:
     """Whether anything of an upload's chunks is still stored."""
     if stores.kind == "sqlite":
-        return (Path(settings.data_dir) / "uploads" / upload_id).exists()
+        return (Path(settings.store.data_dir) / "uploads" / upload_id).exists()
     async with _db(stores).connection() as conn:
         cur = await conn.execute("SELECT 1 FROM rlm_upload_chunks WHERE upload_id = %s LIMIT 1", (upload_id,))
         return await cur.fetchone() is not None
@@ -159,7 +159,7 @@ async def upload_chunks_kept(stores: Stores, settings: Settings, upload_id: str)
 def bounded_runs(stores: Stores, settings: Settings, *, max_event_bytes: int, max_log_bytes: int) -> Any:
     """The run store of `stores`' kind with smaller caps on one event and the whole log."""
     if stores.kind == "sqlite":
-        return RunStore(settings, max_event_bytes=max_event_bytes, max_log_bytes=max_log_bytes)
+        return RunStore(settings.store, max_event_bytes=max_event_bytes, max_log_bytes=max_log_bytes)
     from rlm_mcp.store.pg.runs import PgRunStore
 
     return PgRunStore(_db(stores), max_event_bytes=max_event_bytes, max_log_bytes=max_log_bytes)

@@ -296,11 +296,11 @@ def make_context(tmp_path: Path, text: str = "The magic number is 42. " * 10, na
 
 def make_limits(settings: Settings, **overrides: Any) -> RunLimits:
     values: dict[str, Any] = dict(
-        max_iterations=settings.max_iterations,
-        max_depth=settings.max_depth,
-        timeout_s=settings.timeout_s,
-        token_budget=settings.token_budget,
-        max_errors=settings.max_errors,
+        max_iterations=settings.loop.max_iterations,
+        max_depth=settings.loop.max_depth,
+        timeout_s=settings.loop.timeout_s,
+        token_budget=settings.loop.token_budget,
+        max_errors=settings.loop.max_errors,
     )
     values.update(overrides)
     return RunLimits(**values)
@@ -340,7 +340,7 @@ async def run_engine(
     limits = make_limits(settings, **limit_overrides)
     progress = RunProgress(run_id="run-1", max_iterations=limits.max_iterations)
     events = Events()
-    engine = RLMEngine(settings, lm, factory, system_prompt=system_prompt)
+    engine = RLMEngine(settings.engine, lm, factory, system_prompt=system_prompt)
     result = await engine.run(
         run_id="run-1",
         query=query,

@@ -46,16 +46,18 @@ def http_settings(tmp_path: Path, host: str, **overrides: Any) -> Settings:
 async def serving(settings: Settings) -> AsyncIterator[str]:
     """The HTTP app of `settings` served by uvicorn in this event loop; yields its /mcp URL."""
     server = uvicorn.Server(
-        uvicorn.Config(build_http_app(settings), host=settings.host, port=settings.port, log_level="warning")
+        uvicorn.Config(
+            build_http_app(settings), host=settings.server.host, port=settings.server.port, log_level="warning"
+        )
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
         with anyio.fail_after(30):
             while not server.started:
                 await anyio.sleep(0.05)
-        shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+        shown = f"[{settings.server.host}]" if ":" in settings.server.host else settings.server.host
         try:
-            yield f"http://{shown}:{settings.port}/mcp"
+            yield f"http://{shown}:{settings.server.port}/mcp"
         finally:
             server.should_exit = True
 

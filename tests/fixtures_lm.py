@@ -46,7 +46,7 @@ async def run_with_client(settings: Settings, client: LMClient, tmp_path: Path, 
     async def sink(event: RunEvent) -> None:
         pass
 
-    engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+    engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
     limits = make_limits(settings, max_iterations=3)
     return await engine.run(
         run_id="two",

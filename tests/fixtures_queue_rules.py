@@ -161,17 +161,17 @@ async def rule_a_sweeper_judges_leases_only_after_a_full_lease_connected(open_te
         worker = await q.register_worker("owner-outage", 4)
         await q.enqueue(summary("run_outage0000000001"), 1)
         assert await q.claim(worker, 8, 8) is not None
-        with anyio.fail_after(team.settings.worker_lease_s + 30):
-            while (await q.sweep_plan())[1] < team.settings.worker_lease_s:
+        with anyio.fail_after(team.settings.team.worker_lease_s + 30):
+            while (await q.sweep_plan())[1] < team.settings.team.worker_lease_s:
                 await team.pass_time(0.2)
         await team.silence(worker)  # as after a database outage longer than the lease
         clock = Clock()
-        sweeper = Sweeper(team.settings, q, clock=clock)
+        sweeper = Sweeper(team.settings.queue, q, clock=clock)
         await sweeper.sweep_once()
         row = await q.read("run_outage0000000001")
         assert row is not None and row.state is RunState.RUNNING  # not judged yet
         await q.heartbeat(worker)  # back within the lease
-        clock.now += team.settings.worker_lease_s + 1
+        clock.now += team.settings.team.worker_lease_s + 1
         await sweeper.sweep_once()
         row = await q.read("run_outage0000000001")
         assert row is not None and row.state is RunState.RUNNING and row.attempt == 1
@@ -184,7 +184,7 @@ async def rule_a_sweeper_judges_leases_only_after_a_full_lease_connected(open_te
 async def rule_a_run_no_worker_takes_ends_at_the_queue_timeout(open_team: OpenTeam) -> None:
     async with open_team(run_queue_timeout_s=1.0) as team:
         await team.queue.enqueue(summary("run_timeout000000001"), 1)
-        sweeper = Sweeper(team.settings, team.queue, clock=Clock())
+        sweeper = Sweeper(team.settings.queue, team.queue, clock=Clock())
         await sweeper.sweep_once()
         row = await team.queue.read("run_timeout000000001")
         assert row is not None and row.state is RunState.QUEUED  # not yet
@@ -200,7 +200,7 @@ async def rule_a_run_no_worker_takes_ends_at_the_queue_timeout(open_team: OpenTe
 async def rule_a_front_follows_a_run_to_its_end_and_cancels_a_queued_one(open_team: OpenTeam) -> None:
     async with open_team(queue_poll_s=0.2) as team:
         q = team.queue
-        async with QueueFront(team.settings, q, Wakeups(q)) as front:
+        async with QueueFront(team.settings.queue, q, Wakeups(q)) as front:
             request = summary("run_unused0000000000").request
             run = await front.start(request, None, run_id="run_front00000000001")
             assert run.progress.status == "queued"

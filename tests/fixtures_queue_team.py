@@ -62,12 +62,12 @@ class Clock:
 async def connected_sweeper(team: Team, liveness: LeaseLiveness | None = None) -> Sweeper:
     """A sweeper connected for a full lease (it may judge leases), once the database itself has
     been up that long."""
-    lease = team.settings.worker_lease_s
+    lease = team.settings.team.worker_lease_s
     with anyio.fail_after(lease + 30):
         while (await team.queue.sweep_plan())[1] < lease:
             await team.pass_time(0.2)
     clock = Clock()
-    sweeper = Sweeper(team.settings, team.queue, None, liveness, clock=clock)
+    sweeper = Sweeper(team.settings.queue, team.queue, None, liveness, clock=clock)
     await sweeper.sweep_once()
     clock.now += lease + 1
     return sweeper

@@ -17,6 +17,7 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, repl, submit
 from tests.fixtures_queue_team import OpenTeam, Team, summary
@@ -27,14 +28,14 @@ async def worker_on(team: Team, lm: FakeChatModel) -> AsyncIterator[QueueWorker]
     """A `QueueWorker` over the team's queue, executing runs here with `lm` and in-process
     sandboxes (tests/fixtures_engine.py): no Docker."""
     settings = team.settings
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
 
     async def engine_of() -> RLMEngine:
         return engine
 
     sandboxes = SandboxManager(settings.sandbox)
-    runs = RunManager(settings, team.stores.contexts, team.stores.runs)
-    async with runs, QueueWorker(settings, team.queue, team.logs, runs, sandboxes, engine_of) as worker:
+    runs = RunManager(settings.runs, team.stores.contexts, team.stores.runs, owners=configured_owners(settings.server))
+    async with runs, QueueWorker(settings.queue, team.queue, team.logs, runs, sandboxes, engine_of) as worker:
         yield worker
 
 
@@ -50,7 +51,7 @@ async def rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end(open_tea
         q = team.queue
         record = await _request_with_context(team, "run_unused0000000000")
         lm = FakeChatModel(root=[submit("'42'")])
-        async with QueueFront(team.settings, q, Wakeups(q)) as front:
+        async with QueueFront(team.settings.queue, q, Wakeups(q)) as front:
             run = await front.start(record.request, None, run_id="run_worker0000000001")
             async with worker_on(team, lm) as worker:
                 with anyio.fail_after(30):
@@ -115,7 +116,7 @@ async def rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_en
             q = team.queue
             record = await _request_with_context(team, "run_unused0000000000")
             lm = FakeChatModel(root=[repl("print(1)"), repl("print(2)"), repl("print(3)"), submit("'42'")])
-            async with QueueFront(team.settings, q, Wakeups(q)) as front:
+            async with QueueFront(team.settings.queue, q, Wakeups(q)) as front:
                 run = await front.start(record.request, None, run_id="run_coalesced000001")
                 async with worker_on(team, lm):
                     with anyio.fail_after(30):

@@ -64,21 +64,21 @@ def docker_image() -> str:
     settings = Settings()
     client = connect_sync()
     try:
-        if not image_present_sync(client, settings.sandbox_image):
+        if not image_present_sync(client, settings.sandbox.sandbox_image):
             pytest.fail(
-                f"The sandbox image {settings.sandbox_image} is missing. Build it first: "
+                f"The sandbox image {settings.sandbox.sandbox_image} is missing. Build it first: "
                 "`rlm-mcp image build --offline` (or python -c 'from rlm_mcp.config import Settings; "
                 "from rlm_mcp.sandbox.docker.image import build_image; build_image(Settings(), offline=True)')"
             )
     finally:
         client.close()
-    return settings.sandbox_image
+    return settings.sandbox.sandbox_image
 
 
 @contextlib.asynccontextmanager
 async def ready_manager(**overrides: Any) -> AsyncIterator[SandboxManager]:
     """A started manager. Not a fixture: its task group must be entered and left in one task."""
-    async with SandboxManager(sandbox_settings(**overrides)) as mgr:
+    async with SandboxManager(sandbox_settings(**overrides).sandbox) as mgr:
         await mgr.ensure_ready()
         yield mgr
 

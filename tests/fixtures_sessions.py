@@ -15,9 +15,9 @@ import docker
 import psycopg
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.service.queue.rules import queue_rules
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.sessions import PgSessionStore
@@ -93,7 +93,7 @@ async def replica(tmp_path: Path, url: str, name: str) -> AsyncIterator[tuple[Pg
     async with make_stores(settings) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database)
-        yield PgSessionStore(db), PgRunQueue(queue_rules(settings), db)
+        yield PgSessionStore(db), PgRunQueue(queue_rules(settings.queue), db)
 
 
 @asynccontextmanager
@@ -102,4 +102,4 @@ async def team(tmp_path: Path, url: str, **overrides: Any) -> AsyncIterator[tupl
     async with make_stores(settings) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database)
-        yield db, PgRunQueue(queue_rules(settings), db), settings
+        yield db, PgRunQueue(queue_rules(settings.queue), db), settings

@@ -9,11 +9,11 @@ from typing import Any
 
 import anyio
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress
 from rlm_mcp.ports.chat import LMServerError
 from rlm_mcp.store import RunStore
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import RunStorePort
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, make_settings, repl
 from tests.fixtures_store import run_record
@@ -61,11 +61,11 @@ async def record_run(
 
 async def _record_hostile(store: RunStorePort, settings: Settings, data_dir: Path, run_id: str) -> None:
     query = f"Which part mentions {HOSTILE}?"
-    log = await store.create(run_record(run_id, {"query": query, "status": "running", "model": settings.model}))
+    log = await store.create(run_record(run_id, {"query": query, "status": "running", "model": settings.lm.model}))
     limits = make_limits(settings, max_depth=2, max_errors=5)
     progress = RunProgress(run_id=run_id, max_iterations=limits.max_iterations)
     lm = FakeChatModel(root=hostile_root, sub=sub_answer)
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
     try:
         result = await engine.run(
             run_id=run_id,
@@ -78,7 +78,7 @@ async def _record_hostile(store: RunStorePort, settings: Settings, data_dir: Pat
         await log.write_summary(
             run_record(
                 log.run_id,
-                {"query": query, "status": result.status, "model": settings.model, "result": result.model_dump()},
+                {"query": query, "status": result.status, "model": settings.lm.model, "result": result.model_dump()},
             )
         )
     finally:
@@ -99,12 +99,14 @@ async def record_big_run(data_dir: Path, *, turns: int = 20, per_turn: int = 100
         return repl(code)
 
     settings = make_settings(data_dir=data_dir, max_sub_calls_per_run=turns * per_turn)
-    store = RunStore(settings)
-    log = await store.create(run_record(run_id, {"query": "a big run", "status": "running", "model": settings.model}))
+    store = RunStore(settings.store)
+    log = await store.create(
+        run_record(run_id, {"query": "a big run", "status": "running", "model": settings.lm.model})
+    )
     limits = make_limits(settings, max_iterations=turns + 1)
     progress = RunProgress(run_id=run_id, max_iterations=limits.max_iterations)
     lm = FakeChatModel(root=root, sub=lambda p: "an answer about " + p[:60] + " ..." * 50)
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
     try:
         result = await engine.run(
             run_id=run_id,
@@ -117,7 +119,12 @@ async def record_big_run(data_dir: Path, *, turns: int = 20, per_turn: int = 100
         await log.write_summary(
             run_record(
                 log.run_id,
-                {"query": "a big run", "status": result.status, "model": settings.model, "result": result.model_dump()},
+                {
+                    "query": "a big run",
+                    "status": result.status,
+                    "model": settings.lm.model,
+                    "result": result.model_dump(),
+                },
             )
         )
     finally:

@@ -68,10 +68,10 @@ def _cell(text: str) -> str:
 
 def settings_rows(section: type[Any] | None = None) -> list[tuple[str, str, str]]:
     """(environment variable, default, meaning) of every setting (or one section's), in the model's order."""
-    from rlm_mcp.config import Settings
+    from rlm_mcp.config import SETTING_FIELDS
 
     rows = []
-    for name, field in (section or Settings).model_fields.items():
+    for name, field in (section.model_fields if section is not None else SETTING_FIELDS).items():
         if not field.description:
             raise ValueError(f"rlm_mcp/config/: the setting {name} has no description; the docs' table needs one")
         rows.append((f"RLM_MCP_{name.upper()}", _default(name, field), field.description))

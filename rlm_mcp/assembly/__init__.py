@@ -12,6 +12,15 @@ sandbox manager, context loader, kept sessions, run backend) that `RlmService` r
 component takes its own settings section. Nothing below this package builds a part itself.
 """
 
-from rlm_mcp.assembly.roles import build_service, embedded, front, run_ends, service_parts, team_sessions, worker
+from rlm_mcp.assembly.roles import (
+    build_service,
+    embedded,
+    front,
+    make_stores,
+    run_ends,
+    service_parts,
+    team_sessions,
+    worker,
+)
 
-__all__ = ["build_service", "embedded", "front", "run_ends", "service_parts", "team_sessions", "worker"]
+__all__ = ["build_service", "embedded", "front", "make_stores", "run_ends", "service_parts", "team_sessions", "worker"]

@@ -20,6 +20,7 @@ from rlm_mcp.service.contexts import ContextLoader
 from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 from rlm_mcp.service.parts import RunsOpener, ServiceParts, Sessions
 from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.service.sessions import SessionManager
@@ -29,38 +30,55 @@ from rlm_mcp.store.factory import embedded_stores, team_stores
 
 if TYPE_CHECKING:
     from rlm_mcp.service.team_sessions import TeamSessions  # team mode only: it needs the team extra
+    from rlm_mcp.store.pg import PgStores
 
-__all__ = ["build_service", "embedded", "front", "run_ends", "service_parts", "team_sessions", "webhooks", "worker"]
+__all__ = [
+    "build_service",
+    "embedded",
+    "front",
+    "make_stores",
+    "run_ends",
+    "service_parts",
+    "team_sessions",
+    "webhooks",
+    "worker",
+]
 
 QUEUE_POOL_SIZE = 4  # the run queue's own connections (team mode)
 
 
-def build_service(settings: Settings, *, mode: Transport = "stdio", stores: Stores | None = None) -> RlmService:
+def build_service(settings: Settings, *, mode: Transport = "stdio", parts: ServiceParts | None = None) -> RlmService:
     """The service of this process's role, its parts built (nothing opened yet: `async with`).
-    `stores`: a bundle the caller shares with the service (the HTTP app's viewer reads the same
-    run records); by default the role's own."""
-    return RlmService(settings, service_parts(settings, transport=mode, stores=stores), mode=mode)
+    `parts`: ones the caller built with `service_parts` to share their stores (the HTTP app's
+    viewer reads the same run records); by default the role's own."""
+    return RlmService(
+        settings.service, parts if parts is not None else service_parts(settings, transport=mode), mode=mode
+    )
 
 
-def service_parts(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
+def service_parts(settings: Settings, *, transport: Transport) -> ServiceParts:
     """The parts of the role `settings.deployment` names."""
     deployment = settings.deployment
-    if deployment.embedded:
-        return embedded(settings, transport=transport, stores=stores)
+    if deployment.database is None:
+        return embedded(settings, transport=transport)
+    stores = team_stores(settings.store, deployment.database, replica=True)
     if deployment.role == "worker":
-        return worker(settings, stores=stores)
-    return front(settings, transport=transport, stores=stores)  # a front, or `both` (a front that executes)
+        return worker(settings, stores)
+    return front(settings, stores, transport=transport)  # a front, or `both` (a front that executes)
 
 
-def embedded(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
+def embedded(settings: Settings, *, transport: Transport) -> ServiceParts:
     """One process: SQLite and files, runs executed here by the local `RunManager`, kept sessions
     held here (`SessionManager`)."""
-    stores = stores if stores is not None else embedded_stores(settings.store)
+    stores = embedded_stores(settings.store)
     sandboxes = SandboxManager(settings.sandbox)
+    owners = configured_owners(settings.server)  # the slots' share per owner, counted once
     lm = LMClient(settings.lm, routing=settings.routing)
     hooks = webhooks(settings, stores)
-    runs = RunManager(settings, stores.contexts, stores.runs, ends=run_ends(hooks.on_run_end, lm=lm))
-    sessions = SessionManager(settings, stores.contexts, sandboxes, runs)
+    runs = RunManager(
+        settings.runs, stores.contexts, stores.runs, owners=owners, ends=run_ends(hooks.on_run_end, lm=lm)
+    )
+    sessions = SessionManager(settings.kept_sessions, stores.contexts, sandboxes, runs)
 
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         return await stack.enter_async_context(runs)
@@ -68,46 +86,42 @@ def embedded(settings: Settings, *, transport: Transport, stores: Stores | None 
     return _parts(settings, transport, stores, sandboxes, open_runs, sessions, lm, hooks)
 
 
-def front(settings: Settings, *, transport: Transport, stores: Stores | None = None) -> ServiceParts:
+def front(settings: Settings, stores: PgStores, *, transport: Transport) -> ServiceParts:
     """Team mode's MCP replica: runs go through the queue on PostgreSQL (with `--role both`, this
     process also claims and executes them)."""
     return _team(settings, transport, stores, follows=True)
 
 
-def worker(settings: Settings, *, stores: Stores | None = None) -> ServiceParts:
+def worker(settings: Settings, stores: PgStores) -> ServiceParts:
     """Team mode's worker: claims queued runs and executes them. It answers no MCP client, so the
     HTTP rules apply to what it loads. It builds no front: nothing here follows a run."""
     return _team(settings, "http", stores, follows=False)
 
 
-def _team(settings: Settings, transport: Transport, stores: Stores | None, *, follows: bool) -> ServiceParts:
+def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows: bool) -> ServiceParts:
     """The shared store and the run queue on PostgreSQL (service/queue); this process claims and
     executes runs when `settings.deployment.executes_runs` says so, and enqueues and follows runs
-    when `follows` (a front)."""
-    _require_team(settings)
+    when `follows` (a front). Only team stores reach here (`PgStores`): the embedded deployment
+    has none to give."""
     from rlm_mcp.service.queue import WorkerParts, open_front, open_queue, queue_rules
     from rlm_mcp.service.queue.liveness import LeaseLiveness
     from rlm_mcp.service.queue.sessions import WorkerSessions
     from rlm_mcp.service.team_sessions import TeamSessions
     from rlm_mcp.store.pg.db import Database
     from rlm_mcp.store.pg.queue import PgRunQueue
-    from rlm_mcp.store.pg.runs import PgRunStore
     from rlm_mcp.store.pg.sessions import PgSessionStore
     from rlm_mcp.store.pg.throttle import PgThrottleChannel
 
-    stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True)
-    own = stores
-    db, run_store = stores.lifecycle, stores.runs
-    if not isinstance(db, Database) or not isinstance(run_store, PgRunStore):
-        raise RlmMcpError("The run queue needs the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
+    run_store = stores.run_rows
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
     liveness = LeaseLiveness()
     sandboxes = SandboxManager(settings.sandbox, liveness=liveness)
-    session_store = PgSessionStore(db)
+    session_store = PgSessionStore(stores.db)
     # The sessions whose sandboxes this process holds between runs, where it executes runs (the
     # worker enters them); the database holds every session's state for any replica.
-    held = WorkerSessions(settings, session_store, stores.contexts) if settings.deployment.executes_runs else None
-    sessions = TeamSessions(settings, session_store, held)
+    kept = settings.kept_sessions
+    held = WorkerSessions(kept, session_store, stores.contexts) if settings.deployment.executes_runs else None
+    sessions = TeamSessions(settings.sessions, session_store, held)
 
     lm = LMClient(settings.lm, routing=settings.routing)
     hooks = webhooks(settings, stores)
@@ -116,21 +130,21 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
         # on the store's pool (a heartbeat starved past the lease would pause every run here).
-        queue_db = Database(settings.database_dsn(), replica=False, max_size=QUEUE_POOL_SIZE)
+        queue_db = Database(stores.team.dsn, replica=False, max_size=QUEUE_POOL_SIZE)
         await queue_db.open()
         stack.push_async_callback(queue_db.close)
-        queue = PgRunQueue(queue_rules(settings), queue_db)
+        queue = PgRunQueue(queue_rules(settings.queue), queue_db)
         if settings.deployment.executes_runs:
             # The processes that call the LM share what the endpoints answer about load (lm/throttle.py).
             shared = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(shared.cancel_scope.cancel)
-            shared.start_soon(lm.throttles.share, PgThrottleChannel(db))
-        worker = WorkerParts(own.contexts, run_store, run_store, held) if held is not None else None
+            shared.start_soon(lm.throttles.share, PgThrottleChannel(stores.db))
+        worker = WorkerParts(stores.contexts, run_store, run_store, held) if held is not None else None
         executed = await open_queue(
-            stack, settings, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends
+            stack, settings.queue, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends
         )
         if follows or executed is None:
-            front = await open_front(stack, settings, queue, ends=ends)
+            front = await open_front(stack, settings.queue, queue, ends=ends)
             sessions.queue_through(front)
             return front
         return executed  # a worker-only process: nothing here follows a run
@@ -160,19 +174,26 @@ def _parts(
         sessions=sessions,
         open_runs=open_runs,
         webhooks=hooks,
+        engine=settings.engine,
     )
 
 
-def team_sessions(settings: Settings, stores: Stores) -> TeamSessions:
+def team_sessions(settings: Settings, stores: PgStores) -> TeamSessions:
     """Team mode's sessions over `stores` without a queue or a worker: what the CLI's read-only
-    `sessions list|close` need (the caller has checked that the deployment is a team's)."""
+    `sessions list|close` need."""
     from rlm_mcp.service.team_sessions import TeamSessions
-    from rlm_mcp.store.pg.db import Database
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
-    if not isinstance(stores.lifecycle, Database):
-        raise RlmMcpError("Team mode's sessions need the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
-    return TeamSessions(settings, PgSessionStore(stores.lifecycle))
+    return TeamSessions(settings.sessions, PgSessionStore(stores.db))
+
+
+def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
+    """The stores of this deployment (`settings.deployment`), for the operator's one-off commands
+    (not a replica unless `replica`: no heartbeat, no cache sweep)."""
+    database = settings.deployment.database
+    if database is None:
+        return embedded_stores(settings.store)
+    return team_stores(settings.store, database, replica=replica)
 
 
 def run_ends(*hooks: RunEndHook, lm: LMClient | None = None) -> RunEnds:
@@ -195,20 +216,12 @@ def webhooks(settings: Settings, stores: Stores) -> Webhooks:
     """Run ends' webhooks: the owners' grants from the tokens file, the stores' outbox, the URL
     loader's address rules for callbacks (`service.webhooks`)."""
     try:
-        grants = webhook_grants(settings)
+        grants = webhook_grants(settings.server)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise RlmMcpError(
             f"The tokens file's webhook options are not usable: {exc}", "Fix RLM_MCP_AUTH_TOKENS_FILE."
         ) from None
     policy = AddressPolicy(
-        private=settings.allow_private_urls, listed=tuple(parse_networks(settings.allowed_url_addresses))
+        private=settings.loads.allow_private_urls, listed=tuple(parse_networks(settings.loads.allowed_url_addresses))
     )
     return Webhooks(stores.webhooks, grants, settings.events, policy)
-
-
-def _require_team(settings: Settings) -> None:
-    if settings.deployment.embedded:
-        raise RlmMcpError(
-            "A team front or worker needs the shared database.",
-            "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db (docs/team.md).",
-        )

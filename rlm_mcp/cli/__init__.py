@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from rlm_mcp.cli.common import Handler
 from rlm_mcp.cli.parser import build_parser
-from rlm_mcp.config import Settings, load_settings
+from rlm_mcp.config import SETTING_FIELDS, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from rlm_mcp.errors import RlmMcpError, UnknownIdError
 from rlm_mcp.resource_errors import exhausted
@@ -38,11 +38,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlm-mcp: bad configuration: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
-        stream=sys.stderr, level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        stream=sys.stderr,
+        level=settings.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    for warning in unknown_env_vars(Settings.model_fields, os.environ):
+    for warning in unknown_env_vars(SETTING_FIELDS, os.environ):
         logging.getLogger("rlm_mcp.config").warning(warning)
-    if settings.log_level.upper() != "DEBUG":  # the clients' line per request only when asked for
+    if settings.server.log_level.upper() != "DEBUG":  # the clients' line per request only when asked for
         for noisy in ("httpx", "httpcore"):  # (the server's access lines stay: uvicorn, at INFO)
             logging.getLogger(noisy).setLevel(logging.WARNING)
     try:

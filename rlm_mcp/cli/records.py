@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 
 async def contexts_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.assembly import make_stores
     from rlm_mcp.cli.run import contexts_table
-    from rlm_mcp.store.factory import make_stores
 
     async with make_stores(settings) as stores:
         for line in contexts_table(await stores.contexts.list(owner=EVERY_OWNER)):  # every owner's
@@ -27,7 +27,7 @@ async def contexts_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def contexts_delete(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.store.factory import make_stores
+    from rlm_mcp.assembly import make_stores
 
     async with make_stores(settings) as stores:
         await stores.contexts.get(args.context_id, owner=EVERY_OWNER)
@@ -37,8 +37,8 @@ async def contexts_delete(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def runs_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.assembly import make_stores
     from rlm_mcp.cli.run import runs_table
-    from rlm_mcp.store.factory import make_stores
 
     async with make_stores(settings) as stores:
         for line in runs_table(await stores.runs.list(owner=EVERY_OWNER)):
@@ -47,7 +47,7 @@ async def runs_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def runs_show(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.store.factory import make_stores
+    from rlm_mcp.assembly import make_stores
 
     async with make_stores(settings) as stores:
         record = await stores.runs.read_summary(args.run_id, owner=EVERY_OWNER)
@@ -56,14 +56,23 @@ async def runs_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def runs_view(args: argparse.Namespace, settings: Settings) -> int:
+    from rlm_mcp.assembly import make_stores
     from rlm_mcp.viewer.local import view
 
-    return await view(settings, args.run_id, url=args.url, output=args.output, open_browser=not args.no_open)
+    return await view(
+        make_stores(settings),
+        args.run_id,
+        url=args.url,
+        output=args.output,
+        open_browser=not args.no_open,
+        max_records=settings.runs.run_max_records,
+        auth_token=settings.server.auth_token,
+    )
 
 
 async def _run_record(settings: Settings, run_id: str) -> tuple[RunRecord, list[LoggedEvent]]:
     """The operator's view of one run: its record and events, from whichever store is set."""
-    from rlm_mcp.store.factory import make_stores
+    from rlm_mcp.assembly import make_stores
 
     async with make_stores(settings) as stores:
         record = await stores.runs.read_summary(run_id, owner=EVERY_OWNER)
@@ -103,9 +112,9 @@ async def runs_export(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _session_runs(settings: Settings, session_id: str) -> list[str]:
     """The runs of a kept session, oldest first (their records carry the session id)."""
-    from rlm_mcp.store.factory import make_stores
+    from rlm_mcp.assembly import make_stores
 
     async with make_stores(settings) as stores:
-        records = await stores.runs.list(settings.run_max_records, owner=EVERY_OWNER)
+        records = await stores.runs.list(settings.runs.run_max_records, owner=EVERY_OWNER)
     mine = [r for r in records if r.request.session_id == session_id]
     return [r.run_id for r in sorted(mine, key=lambda r: r.created_at)]

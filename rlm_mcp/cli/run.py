@@ -72,7 +72,7 @@ class ProgressDisplay:
 async def one_run(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.assembly import build_service
     from rlm_mcp.cli.options import overrides_of
-    from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
+    from rlm_mcp.config.one_off import for_one_off_command, opening_local_paths
     from rlm_mcp.service.caller import Caller
 
     settings = for_one_off_command(settings)
@@ -132,7 +132,10 @@ def _session_phrased(exc: NotFoundError, session_id: str | None, settings: Setti
     if session_id is None or exc.fix != START_AGAIN:
         return exc
     cause = exc.cause
-    if cause.startswith("Unknown session id") and session_files.closed_by(settings.data_dir, session_id) is not None:
+    if (
+        cause.startswith("Unknown session id")
+        and session_files.closed_by(settings.store.data_dir, session_id) is not None
+    ):
         cause = f"Session {session_id} was closed."
     return NotFoundError(cause, CLI_START_AGAIN)
 

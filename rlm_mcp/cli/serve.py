@@ -16,27 +16,20 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from rlm_mcp.config import Settings
-from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.lm.endpoint import key_note
 
 
 def serve_command(args: argparse.Namespace, settings: Settings) -> int:
-    if (note := key_note(settings)) is not None:
+    if (note := key_note(settings.lm)) is not None:
         logging.getLogger("rlm_mcp.lm").warning("%s; set RLM_MCP_SUB_API_KEY if that server needs one", note)
-    deployment = settings.deployment
-    if deployment.embedded and deployment.role != "both":
-        raise RlmMcpError(
-            f"--role {deployment.role} needs team mode: fronts and workers share runs through PostgreSQL.",
-            "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
-            "(docs/team.md), or serve with --role both (the default).",
-        )
+    deployment = settings.deployment.served()  # a front or worker without the database: refused there
     if not deployment.serves_mcp:  # a worker's listener off loopback without tokens: refused first
         from rlm_mcp.server.start_checks import checked_tokens, refuse_open_bind
 
         refuse_open_bind(settings, checked_tokens(settings), serves_mcp=False)
-    if deployment.team:  # a misconfigured database: one line, before anything starts
-        anyio.run(_database_ready, settings)
+    if deployment.database is not None:  # a misconfigured database: one line, before anything starts
+        anyio.run(_database_ready, deployment.database)
     if deployment.executes_runs:  # this process runs sandboxes: never without their limits
         from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
 
@@ -51,11 +44,11 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _database_ready(settings: Settings) -> None:
+async def _database_ready(database: TeamDatabase) -> None:
     """Team mode's first connection (encoding, privileges, migrations), checked before serving."""
     from rlm_mcp.store.pg import Database
 
-    await Database(settings.database_dsn(), replica=False).prepare()
+    await Database(database.dsn, replica=False).prepare()
 
 
 async def _serve_worker(settings: Settings) -> None:
@@ -67,7 +60,9 @@ async def _serve_worker(settings: Settings) -> None:
     from rlm_mcp.server.listen import bind_listener
 
     closed = threading.Event()
-    listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before anything starts
+    listener = bind_listener(
+        settings.server.host, settings.server.port
+    )  # a port in use: one line, before anything starts
 
     async def serve() -> None:
         try:
@@ -88,12 +83,14 @@ async def _serve(settings: Settings) -> None:
     server's sandboxes before the process exits."""
     closed = threading.Event()
     listener = None
-    if settings.transport == "http":
+    if settings.server.transport == "http":
         from rlm_mcp.server.http import build_http_app, serve_http
         from rlm_mcp.server.listen import bind_listener
 
         app = build_http_app(settings, on_closed=closed.set)  # refusals happen before binding
-        listener = bind_listener(settings.host, settings.port)  # a port in use: one line, before "serving"
+        listener = bind_listener(
+            settings.server.host, settings.server.port
+        )  # a port in use: one line, before "serving"
 
         async def serve() -> None:
             await serve_http(settings, app, listener)

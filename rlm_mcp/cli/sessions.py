@@ -8,19 +8,19 @@ from datetime import datetime
 
 import anyio
 
-from rlm_mcp.assembly import team_sessions
-from rlm_mcp.config import Settings
+from rlm_mcp.assembly import make_stores, team_sessions
+from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.service import session_files
 from rlm_mcp.service.views import session_usage
-from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.factory import team_stores
 from rlm_mcp.usage import Usage
 from rlm_mcp.visible import visible_line
 
 
-async def _team_list(settings: Settings) -> int:
-    async with make_stores(settings) as stores:
+async def _team_list(settings: Settings, database: TeamDatabase) -> int:
+    async with team_stores(settings.store, database, replica=False) as stores:
         team = team_sessions(settings, stores)
         listed = await team.list(owner=LOCAL_OWNER)
     if not listed:
@@ -33,8 +33,8 @@ async def _team_list(settings: Settings) -> int:
     return 0
 
 
-async def _team_close(settings: Settings, session_id: str) -> int:
-    async with make_stores(settings) as stores:
+async def _team_close(settings: Settings, database: TeamDatabase, session_id: str) -> int:
+    async with team_stores(settings.store, database, replica=False) as stores:
         team = team_sessions(settings, stores)
         await team.close(session_id, owner=LOCAL_OWNER)
     print(f"closed {session_id}")
@@ -42,9 +42,9 @@ async def _team_close(settings: Settings, session_id: str) -> int:
 
 
 async def sessions_list(args: argparse.Namespace, settings: Settings) -> int:
-    if settings.deployment.team:
-        return await _team_list(settings)
-    records = await anyio.to_thread.run_sync(session_files.peek, settings.data_dir)
+    if (database := settings.deployment.database) is not None:
+        return await _team_list(settings, database)
+    records = await anyio.to_thread.run_sync(session_files.peek, settings.store.data_dir)
     if not records:
         print("No kept sessions stored. Keep one with `rlm-mcp run --keep-session ...`.")
         return 0
@@ -71,9 +71,9 @@ def _usage_text(usage: Usage) -> str:
 
 async def sessions_close(args: argparse.Namespace, settings: Settings) -> int:
     session_id = args.session_id
-    if settings.deployment.team:
-        return await _team_close(settings, session_id)
-    if not await anyio.to_thread.run_sync(session_files.close, settings.data_dir, session_id, str(LOCAL_OWNER)):
+    if (database := settings.deployment.database) is not None:
+        return await _team_close(settings, database, session_id)
+    if not await anyio.to_thread.run_sync(session_files.close, settings.store.data_dir, session_id, str(LOCAL_OWNER)):
         raise NotFoundError(f"No stored session '{session_id}'.", "List them with `rlm-mcp sessions list`.")
     print(f"closed {session_id}")
     return 0

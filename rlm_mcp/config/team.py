@@ -3,7 +3,7 @@ team mode (shared state on PostgreSQL), and this process's role in a team."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
@@ -17,20 +17,46 @@ Role = Literal["both", "front", "worker"]
 
 
 @dataclass(frozen=True)
+class TeamDatabase:
+    """Team mode's shared PostgreSQL database: it exists exactly when RLM_MCP_DATABASE_URL is set,
+    so a part that takes one cannot be built for the embedded deployment (nothing below re-checks)."""
+
+    dsn: str = field(repr=False)  # a secret: it may carry a password, never log it
+
+
+@dataclass(frozen=True)
 class Deployment:
     """How this process is deployed, decided once from the settings (`settings.deployment`).
 
     Every part whose behaviour differs between the embedded default and team mode asks this value;
     nothing else tests RLM_MCP_DATABASE_URL. `role` is the configured one: outside team mode any
-    role but `both` is refused where a server starts (cli/serve.py)."""
+    role but `both` is refused where a server starts (`served`), and only there: `doctor` and the
+    read-only commands work whatever RLM_MCP_ROLE says."""
 
-    team: bool
     role: Role
+    database: TeamDatabase | None = None
+
+    @property
+    def team(self) -> bool:
+        """Shared state on PostgreSQL (`database`)."""
+        return self.database is not None
 
     @property
     def embedded(self) -> bool:
         """One process, its state in SQLite and files under the data dir."""
         return not self.team
+
+    def served(self) -> Deployment:
+        """This deployment, for a process that serves or executes runs: a front or a worker
+        without the team's database is refused here (the one place "team needs a database" is
+        decided)."""
+        if self.embedded and self.role != "both":
+            raise RlmMcpError(
+                f"--role {self.role} needs team mode: fronts and workers share runs through PostgreSQL.",
+                "Set RLM_MCP_DATABASE_URL=postgresql://user:password@host:port/db on every replica "
+                "(docs/team.md), or serve with --role both (the default).",
+            )
+        return self
 
     @property
     def executes_runs(self) -> bool:
@@ -79,10 +105,5 @@ class TeamSettings(BaseModel):
     @property
     def deployment(self) -> Deployment:
         """The one place that decides the mode: team mode exactly when a database URL is set."""
-        return Deployment(team=self.database_url is not None, role=self.role)
-
-    def database_dsn(self) -> str:
-        """The PostgreSQL connection string of team mode (a secret: never log it)."""
-        if self.database_url is None:
-            raise RlmMcpError("Team mode needs a database.", "Set RLM_MCP_DATABASE_URL=postgresql://...")
-        return self.database_url.get_secret_value()
+        database = None if self.database_url is None else TeamDatabase(self.database_url.get_secret_value())
+        return Deployment(role=self.role, database=database)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
 from rlm_mcp.engine.turn import RunContext
@@ -46,7 +46,7 @@ class SubCallBridge:
     (`one_llm`), a child RLM per prompt (`one_child`), and their events."""
 
     def __init__(
-        self, *, settings: Settings, lm: ChatModel, tree: RunTree, depth: int, run_id: str, run_child: ChildRunner
+        self, *, settings: EngineSettings, lm: ChatModel, tree: RunTree, depth: int, run_id: str, run_child: ChildRunner
     ) -> None:
         self.settings = settings
         self.lm = lm

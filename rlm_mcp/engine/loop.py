@@ -27,7 +27,7 @@ from pathlib import Path
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.bridge import ChildRunner, make_bridge
 from rlm_mcp.engine.formatting import head_tail
@@ -62,7 +62,7 @@ class RLMEngine:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: EngineSettings,
         lm: ChatModel,
         sandboxes: SandboxFactory,
         *,
@@ -140,7 +140,13 @@ class RLMEngine:
                     levels_below = max(limits.max_depth - 1 - depth, 0)  # child runs this one may nest
                     source: SandboxSource = session if session is not None else ONE_RUN
                     opened = await source.open(
-                        Opening(self.sandboxes, stack, contexts, levels_below, snapshot_chunk(self.settings))
+                        Opening(
+                            self.sandboxes,
+                            stack,
+                            contexts,
+                            levels_below,
+                            snapshot_chunk(self.settings.cell_output_bytes),
+                        )
                     )
                     sandbox = opened.sandbox
                     bridge = make_bridge(ctx, run_child=self._child_runner(tree, run_id))

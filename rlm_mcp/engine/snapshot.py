@@ -36,7 +36,6 @@ from pathlib import Path
 
 import anyio
 
-from rlm_mcp.config import Settings
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports import CellResult, LMRequest, Sandbox
@@ -105,19 +104,20 @@ _SIZE = re.compile(r"[0-9]{1,20}")
 _PRIVATE = 0o600
 
 
-def snapshot_chunk(settings: Settings) -> int:
-    """Characters per cell when a snapshot crosses (under the cell-output cap, with room)."""
-    return max(settings.cell_output_bytes // 2, 4096)
+def snapshot_chunk(cell_output_bytes: int) -> int:
+    """Characters per cell when a snapshot crosses (under the cell-output cap,
+    RLM_MCP_CELL_OUTPUT_BYTES, with room)."""
+    return max(cell_output_bytes // 2, 4096)
 
 
-def snapshot_deadline_s(settings: Settings) -> float:
+def snapshot_deadline_s(cell_timeout_s: float, snapshot_wait_s: float) -> float:
     """How long one snapshot may take, from its first cell to its last piece on this host.
 
     Derived from two existing settings, no setting of its own: the cell that serializes the
     namespace may run as long as any cell (RLM_MCP_CELL_TIMEOUT_S), and bringing the result out
     may take as long as a follow-up waits for a snapshot (RLM_MCP_SESSION_SNAPSHOT_WAIT_S); a
     snapshot slower than both is of no use to the session and holds a sandbox slot meanwhile."""
-    return settings.cell_timeout_s + settings.session_snapshot_wait_s
+    return cell_timeout_s + snapshot_wait_s
 
 
 class SnapshotUnavailable(Exception):

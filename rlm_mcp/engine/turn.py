@@ -6,7 +6,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.answer import AnswerState
 from rlm_mcp.engine.formatting import cap_messages, cap_text, format_outputs
@@ -48,7 +48,7 @@ class StopRun(Exception):
 class RunContext:
     """Per-run state shared by the loop and its turns."""
 
-    settings: Settings
+    settings: EngineSettings
     lm: ChatModel
     tree: RunTree
     depth: int

@@ -57,13 +57,13 @@ async def fit_context(
     lm: LMClient, settings: Settings, blob: Path, query: str
 ) -> tuple[list[dict[str, str]], int, bool]:
     """Messages that fit the window with the completion budget left, as much context as fits."""
-    window = await lm.window(settings.model)
-    completion = min(settings.root_max_tokens, window // 2)
+    window = await lm.window(settings.lm.model)
+    completion = min(settings.lm.root_max_tokens, window // 2)
     budget = window - completion
     text, cut = await read_head(blob, budget * _BYTES_PER_TOKEN_CAP)
     for _ in range(_MAX_CUTS):
         messages = direct_messages(text, query)
-        used = await lm.count_tokens(messages, model=settings.model)
+        used = await lm.count_tokens(messages, model=settings.lm.model)
         if used <= budget:
             return messages, len(text), cut
         keep = max(0, int(len(text) * budget / used * 0.95) - 1)
@@ -77,9 +77,9 @@ async def run_direct(lm: LMClient, settings: Settings, blob: Path, query: str) -
     usage = Usage()
     try:
         messages, chars, cut = await fit_context(lm, settings, blob, query)
-        window = await lm.window(settings.model)
+        window = await lm.window(settings.lm.model)
         completion = await lm.complete(
-            messages, model=settings.model, max_tokens=min(settings.root_max_tokens, window // 2), role="root"
+            messages, model=settings.lm.model, max_tokens=min(settings.lm.root_max_tokens, window // 2), role="root"
         )
     except LMError as exc:
         if exc.record is not None:

@@ -47,8 +47,8 @@ class Judge:
         update: dict[str, Any] = {"sub_base_url": None, "sub_api_key": None, "sub_extra_body": None}
         if base_url:
             update["base_url"] = base_url
-        self.model = model or settings.model
-        self._client = LMClient(settings.model_copy(update=update))
+        self.model = model or settings.lm.model
+        self._client = LMClient(settings.model_copy(update=update).lm)
         self._max_tokens = 512
 
     async def grade(self, question: str, gold: Any, response: str | None) -> tuple[float, str | None]:

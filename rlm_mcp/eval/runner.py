@@ -19,6 +19,7 @@ import anyio
 
 from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
+from rlm_mcp.config.one_off import for_one_off_command, opening_local_paths
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.eval.baseline import run_direct
 from rlm_mcp.eval.display import Display
@@ -27,7 +28,6 @@ from rlm_mcp.eval.results import BASELINE_FILES, RESULTS_FILE, TaskResult, appen
 from rlm_mcp.eval.scorers import LENIENT, SCORERS
 from rlm_mcp.eval.tasks import Task
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.service.backends import for_one_off_command, opening_local_paths
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
 from rlm_mcp.service.service import RlmService
@@ -60,9 +60,9 @@ def eval_settings(settings: Settings, tasks: list[Task], options: EvalOptions) -
     parallel = max(1, options.parallel)
     return opening_local_paths(for_one_off_command(settings), paths).model_copy(
         update={
-            "max_runs": max(settings.max_runs, parallel),
-            "max_sandboxes": max(settings.max_sandboxes, parallel + 1),
-            "run_queue_timeout_s": max(settings.run_queue_timeout_s, 86_400.0),
+            "max_runs": max(settings.runs.max_runs, parallel),
+            "max_sandboxes": max(settings.sandbox.max_sandboxes, parallel + 1),
+            "run_queue_timeout_s": max(settings.runs.run_queue_timeout_s, 86_400.0),
         }
     )
 
@@ -162,7 +162,9 @@ async def _rlm_result(
     )
 
 
-async def _direct_result(service: RlmService, contexts: ContextCache, scoring: Scoring, task: Task) -> TaskResult:
+async def _direct_result(
+    service: RlmService, settings: Settings, contexts: ContextCache, scoring: Scoring, task: Task
+) -> TaskResult:
     started = time.monotonic()
     try:
         info = await service.contexts.get(await contexts.context_id(task), owner=LOCAL_OWNER)
@@ -171,7 +173,7 @@ async def _direct_result(service: RlmService, contexts: ContextCache, scoring: S
     # Pinned, and fetched into this replica's cache in team mode, while the direct call reads it.
     async with service.contexts.in_use([info.context_id], owner=LOCAL_OWNER):
         path = service.contexts.spec(info).path
-        done = await run_direct(service.lm, service.settings, path, task.query)
+        done = await run_direct(service.lm, settings, path, task.query)
     value, lenient, error = await scoring.score(task, done.answer)
     return _result(
         task,
@@ -203,7 +205,8 @@ async def run_eval(tasks: list[Task], settings: Settings, options: EvalOptions, 
     scoring = Scoring(judge)
     slots = anyio.CapacityLimiter(max(1, options.parallel))
     try:
-        async with build_service(eval_settings(settings, tasks, options), mode="stdio") as service:
+        served = eval_settings(settings, tasks, options)  # what the service runs with, and the direct calls
+        async with build_service(served, mode="stdio") as service:
             contexts = ContextCache(service, options.task_file)
 
             async def one(task: Task) -> None:
@@ -214,7 +217,7 @@ async def run_eval(tasks: list[Task], settings: Settings, options: EvalOptions, 
                         append_result(results_path, result)
                         display.finished(result)
                     if baseline_path is not None and task.id not in baseline_done:
-                        result = await _direct_result(service, contexts, scoring, task)
+                        result = await _direct_result(service, served, contexts, scoring, task)
                         append_result(baseline_path, result)
                         display.finished(result)
 

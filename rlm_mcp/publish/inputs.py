@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic_core import PydanticUndefined
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SETTING_FIELDS
 from rlm_mcp.config_check import env_name
 from rlm_mcp.config_forms import CLIENT_FORM_FIELDS
 
@@ -49,7 +49,7 @@ def _form(annotation: object) -> str:
 
 
 def setting_inputs() -> list[SettingInput]:
-    fields = Settings.model_fields
+    fields = SETTING_FIELDS
     found = []
     for name in CLIENT_SETTINGS:
         field = fields[name]

@@ -42,10 +42,10 @@ from rlm_mcp.server.tasks import RunTasks, TaskView, record_ttl_ms, task_claim
 from rlm_mcp.server.trace_header import HttpTraceContext, ServerSpans
 from rlm_mcp.service.caller import Caller, ChunkEncoding
 from rlm_mcp.service.limits import RunOverrides, WaitS
+from rlm_mcp.service.parts import ServiceParts
 from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.service import Mode, RlmService
 from rlm_mcp.service.views import RunSnapshot
-from rlm_mcp.store.factory import Stores
 
 T = TypeVar("T")
 logger = logging.getLogger("rlm_mcp.server")
@@ -130,7 +130,7 @@ def build_server(
     *,
     mode: Mode = "stdio",
     on_closed: Callable[[], None] | None = None,
-    stores: Stores | None = None,
+    parts: ServiceParts | None = None,
     holder: dict[str, RlmService] | None = None,
 ) -> MCPServer[RlmService]:
     """The MCP server; `on_closed` is called once the service has shut down (runs recorded,
@@ -142,7 +142,7 @@ def build_server(
     async def lifespan(_: MCPServer[RlmService]) -> AsyncIterator[RlmService]:
         # Nothing here touches Docker or the LM endpoint: `initialize` must answer at once.
         try:
-            async with build_service(settings, mode=mode, stores=stores) as service:
+            async with build_service(settings, mode=mode, parts=parts) as service:
                 holder["service"] = service
                 try:
                     yield service
@@ -165,7 +165,7 @@ def build_server(
 
     tasks = RunTasks(
         lambda ctx: caller_for(ctx.request),
-        TaskView(ttl_ms=record_ttl_ms(settings.run_max_age_days), max_chars=settings.answer_max_chars),
+        TaskView(ttl_ms=record_ttl_ms(settings.runs.run_max_age_days), max_chars=settings.loop.answer_max_chars),
     )
     mcp = RlmMcpServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, extensions=[tasks])
     # The SDK's span per message named it with whatever the client sent: ours names it with the
@@ -301,7 +301,7 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
             webhook_url=session.webhook_url,
         )
         result, session_id = await _call(work)
-        return RunOutcome.of(result, max_chars=settings.answer_max_chars, session_id=session_id)
+        return RunOutcome.of(result, max_chars=settings.loop.answer_max_chars, session_id=session_id)
 
     @mcp.tool(annotations=_RUN)
     @run_tool
@@ -351,7 +351,7 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         outcome = await _call(svc(ctx).result(run_id, wait_s))
         if isinstance(outcome, RunSnapshot):
             return RunOutcome.pending(outcome)
-        return RunOutcome.of(outcome, max_chars=settings.answer_max_chars)
+        return RunOutcome.of(outcome, max_chars=settings.loop.answer_max_chars)
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True))
     async def rlm_cancel(run_id: str, ctx: Context) -> RunSnapshot:

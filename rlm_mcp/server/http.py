@@ -18,6 +18,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
 from rlm_mcp.access import host_policy
+from rlm_mcp.assembly import service_parts
 from rlm_mcp.config import Settings
 from rlm_mcp.observability.exposition import metrics_endpoint, with_metrics
 from rlm_mcp.owners import OwnerScope
@@ -30,7 +31,6 @@ from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, refuse_open_bind, roots_for_owners, shares_for_owners
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.store.bundle import Stores
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.viewer.auth import ViewerAuth
 from rlm_mcp.viewer.path_key import deployment_key, path_key_from
 from rlm_mcp.viewer.routes import build_viewer, mount_viewer
@@ -44,25 +44,28 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     tokens = checked_tokens(settings)
     settings = shares_for_owners(roots_for_owners(settings, tokens), tokens)
     refuse_open_bind(settings, tokens, serves_mcp=True)
-    stores = make_stores(settings, replica=True)  # opened and closed by the service's lifespan
+    parts = service_parts(settings, transport="http")  # its stores: opened and closed by the service's lifespan
+    stores = parts.stores
     holder: dict[str, RlmService] = {}  # the service while the server runs
-    mcp = build_server(settings, mode="http", on_closed=on_closed, stores=stores, holder=holder)
+    mcp = build_server(settings, mode="http", on_closed=on_closed, parts=parts, holder=holder)
     app: ASGIApp = mcp.streamable_http_app(
-        host=settings.host,
+        host=settings.server.host,
         # The guard checks Host/Origin for every bind; the SDK's own check covers only three host strings.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        session_idle_timeout=settings.http_session_idle_s,
-        max_sessions=settings.http_sessions_per_client * max(1, len(tokens)),
+        session_idle_timeout=settings.server.http_session_idle_s,
+        max_sessions=settings.server.http_sessions_per_client * max(1, len(tokens)),
     )
-    app = SessionLimiter(app, per_owner=settings.http_sessions_per_client, idle_s=settings.http_session_idle_s)
-    policy = host_policy(settings)
+    app = SessionLimiter(
+        app, per_owner=settings.server.http_sessions_per_client, idle_s=settings.server.http_session_idle_s
+    )
+    policy = host_policy(settings.server)
     # /runs/ (the viewer) has its own door: browsers cannot send a bearer header, so it also takes a
     # cookie from a one-time link; it checks Host and Origin with the same policy as /mcp.
     auth = ViewerAuth(
         tokens=tokens,
         policy=policy,
-        path_key=deployment_key(settings.data_dir),
-        public_url=settings.public_url,
+        path_key=deployment_key(settings.store.data_dir),
+        public_url=settings.server.public_url,
         spent=stores.spent_codes,
     )
 
@@ -87,7 +90,7 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
     health = health_endpoint(store_readiness(stores), role=role)
     # /metrics checks the token itself (unless RLM_MCP_METRICS_PUBLIC opens it), behind the Host
     # and Origin half of the guard: a scraper names the address it scrapes, which the policy accepts.
-    scrape = HostGuard(metrics_endpoint(tokens, public=settings.metrics_public), policy)
+    scrape = HostGuard(metrics_endpoint(tokens, public=settings.server.metrics_public), policy)
     return with_metrics(
         with_health(mount_viewer(RequestGuard(OversizeExplained(app), policy, tokens), viewer), health), scrape
     )
@@ -99,7 +102,7 @@ def build_worker_app(settings: Settings, stores: Stores) -> ASGIApp:
     tokens = checked_tokens(settings)
     refuse_open_bind(settings, tokens, serves_mcp=False)
     health = health_app(store_readiness(stores), role="worker")
-    scrape = HostGuard(metrics_endpoint(tokens, public=settings.metrics_public), host_policy(settings))
+    scrape = HostGuard(metrics_endpoint(tokens, public=settings.server.metrics_public), host_policy(settings.server))
     return with_metrics(health, scrape)
 
 
@@ -110,7 +113,9 @@ async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socke
     prints one access line per request at INFO (which replica answered what)."""
     app = app or build_http_app(settings)
     owners = len(checked_tokens(settings))
-    config = uvicorn_config(settings, app, owners=owners, log_level=settings.log_level.lower(), lifespan="on")
+    config = uvicorn_config(
+        settings.server, app, owners=owners, log_level=settings.server.log_level.lower(), lifespan="on"
+    )
     logger.info("rlm-mcp serving %s", served_routes(settings))
     await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)
 
@@ -118,8 +123,8 @@ async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socke
 def served_routes(settings: Settings) -> str:
     """What this process answers over HTTP, for its start line: a worker only its health and
     metrics routes; a front or `both` MCP, the viewer, health and metrics."""
-    shown = f"[{settings.host}]" if ":" in settings.host else settings.host
-    base = f"http://{shown}:{settings.port}"
+    shown = f"[{settings.server.host}]" if ":" in settings.server.host else settings.server.host
+    base = f"http://{shown}:{settings.server.port}"
     if not settings.deployment.serves_mcp:
         return f"only {base}/healthz and {base}/metrics (a team worker: no MCP, no viewer)"
     return f"MCP (streamable HTTP) on {base}/mcp, the viewer on {base}/runs/, {base}/healthz and {base}/metrics"

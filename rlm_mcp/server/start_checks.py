@@ -33,27 +33,27 @@ log = logging.getLogger("rlm_mcp.server")
 
 def checked_tokens(settings: Settings) -> list[str]:
     """Every accepted token; an unreadable or empty configured source raises, naming it."""
-    if settings.auth_token is not None and not settings.auth_token.strip():
+    if settings.server.auth_token is not None and not settings.server.auth_token.strip():
         raise AccessDeniedError(
             "RLM_MCP_AUTH_TOKEN is set but blank, so it names no token.",
             "Set it to a token, or unset it.",
         )
-    if "auth_tokens" in settings.model_fields_set and not any(t.strip() for t in settings.auth_tokens):
+    if "auth_tokens" in settings.model_fields_set and not any(t.strip() for t in settings.server.auth_tokens):
         raise AccessDeniedError(
             "RLM_MCP_AUTH_TOKENS is set but names no token (only commas or blanks).",
             "Set it to comma-separated tokens, or unset it.",
         )
     try:
-        tokens = load_tokens(settings)
+        tokens = load_tokens(settings.server)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise AccessDeniedError(
-            f"The tokens file {settings.auth_tokens_file} cannot be read ({reason}).",
+            f"The tokens file {settings.server.auth_tokens_file} cannot be read ({reason}).",
             "Fix RLM_MCP_AUTH_TOKENS_FILE, or unset it.",
         ) from None
-    if settings.auth_tokens_file is not None and not (set(tokens) - _other_tokens(settings)):
+    if settings.server.auth_tokens_file is not None and not (set(tokens) - _other_tokens(settings)):
         raise AccessDeniedError(
-            f"The tokens file {settings.auth_tokens_file} holds no token (only blank or '#' lines).",
+            f"The tokens file {settings.server.auth_tokens_file} holds no token (only blank or '#' lines).",
             "Put one token per line in it (RLM_MCP_AUTH_TOKENS_FILE), or unset RLM_MCP_AUTH_TOKENS_FILE.",
         )
     return tokens
@@ -61,15 +61,15 @@ def checked_tokens(settings: Settings) -> list[str]:
 
 def refuse_open_bind(settings: Settings, tokens: list[str], *, serves_mcp: bool) -> None:
     """Raise, with the fix, when this listener would serve off loopback with no token to check."""
-    if tokens or is_loopback_host(settings.host):
+    if tokens or is_loopback_host(settings.server.host):
         return
     if serves_mcp:
         raise AccessDeniedError(
-            f"Refusing to serve HTTP on {settings.host} without a token: anyone who can reach it could run code.",
+            f"Refusing to serve HTTP on {settings.server.host} without a token: anyone who can reach it could run code.",
             "Set RLM_MCP_AUTH_TOKEN (clients then send Authorization: Bearer <token>), or bind 127.0.0.1.",
         )
     raise AccessDeniedError(
-        f"Refusing to serve the worker's /metrics on {settings.host} without a token: anyone who can reach it "
+        f"Refusing to serve the worker's /metrics on {settings.server.host} without a token: anyone who can reach it "
         "would read every owner's run counts, tokens and cost.",
         "Set RLM_MCP_AUTH_TOKENS to the fronts' tokens (scrapers then send Authorization: Bearer <token>), or "
         "bind loopback with --host 127.0.0.1 (as deploy/systemd/rlm-mcp-worker.service does).",
@@ -77,7 +77,7 @@ def refuse_open_bind(settings: Settings, tokens: list[str], *, serves_mcp: bool)
 
 
 def _other_tokens(settings: Settings) -> set[str]:
-    return {t for t in [settings.auth_token, *settings.auth_tokens] if t}
+    return {t for t in [settings.server.auth_token, *settings.server.auth_tokens] if t}
 
 
 def roots_for_owners(settings: Settings, tokens: list[str]) -> Settings:
@@ -91,8 +91,8 @@ def roots_for_owners(settings: Settings, tokens: list[str]) -> Settings:
 def shares_for_owners(settings: Settings, tokens: list[str]) -> Settings:
     """The settings the server runs with: each owner's share of the store set (derived from the
     cap and the number of tokens when several tokens share the server and none is set)."""
-    share, why = derived_share(settings, len(tokens))
+    share, why = derived_share(settings.store, len(tokens))
     log.info("context store share: %s", why)
-    if share == settings.store_max_bytes_per_owner:
+    if share == settings.store.store_max_bytes_per_owner:
         return settings
     return settings.model_copy(update={"store_max_bytes_per_owner": share})

@@ -8,11 +8,8 @@ on PostgreSQL (`service.queue`), whatever the role, so any replica's worker may 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Protocol
 
-from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import OwnerScope
 from rlm_mcp.ports.runs import RunRequest
@@ -34,22 +31,3 @@ class RunBackend(Protocol):
     async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun: ...
 
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None: ...
-
-
-def for_one_off_command(settings: Settings) -> Settings:
-    """The settings of a one-off command (`rlm-mcp run`, `rlm-mcp eval`): in team mode it queues
-    its runs as a front, for the team's workers; as a worker it would claim other people's runs
-    and cancel them when it exits."""
-    if settings.deployment.embedded:
-        return settings
-    return settings.model_copy(update={"role": "front"})
-
-
-def opening_local_paths(settings: Settings, paths: Iterable[Path]) -> Settings:
-    """The settings of a local command (`rlm-mcp run --path`, `rlm-mcp eval`) that reads the files
-    its user named: exactly those paths are open, wherever they lie, and nothing else.
-
-    The one rule for paths: RLM_MCP_ALLOWED_ROOTS bounds what an MCP *client* (acting for a model)
-    may ask a server to read; a person typing a local command names files they can read anyway,
-    so the command reads those, as them, and the configured roots are not consulted."""
-    return settings.model_copy(update={"allowed_roots": sorted({Path(p).resolve() for p in paths})})

@@ -188,7 +188,7 @@ class Caller:
         request = RunRequest(
             query=query,
             context_ids=ids,
-            limits=overrides.limits(service.settings),
+            limits=overrides.limits(service.settings.loop),
             owner=self.owner,
             model=service.settings.model,
             session_id=follow_up.session_id if follow_up is not None else None,  # a new one: its backend names it

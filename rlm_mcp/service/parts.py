@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
+from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.ports.sessions import SessionBackend
@@ -35,3 +36,4 @@ class ServiceParts:
     sessions: Sessions  # closed before the runs: a session's REPL goes back to its sandboxes
     open_runs: RunsOpener
     webhooks: Webhooks  # its deliverer runs while the service does (stopped after the runs end)
+    engine: EngineSettings  # what the engine, built at the first run, reads

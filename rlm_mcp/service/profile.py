@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import ServiceSettings
 from rlm_mcp.engine.formatting import format_outputs
 from rlm_mcp.engine.profiles import FORMAT_SAMPLES, CanonicalProfile, PromptProfile, format_trained_cell
 from rlm_mcp.engine.prompts import check_canonical, resolve_system_prompt
@@ -62,11 +62,11 @@ def _texts(source: Path) -> ReferenceTexts:
     return texts
 
 
-def canonical_profile(settings: Settings, *, fetch: bool) -> CanonicalProfile:
+def canonical_profile(data_dir: Path, *, fetch: bool) -> CanonicalProfile:
     """The canonical profile from the reference copy (fetched first when `fetch` and missing)."""
-    source = find_reference_source(settings.data_dir)
+    source = find_reference_source(data_dir)
     if source is None and fetch:
-        source = fetch_wheel(settings.data_dir)
+        source = fetch_wheel(data_dir)
     if source is None:
         raise ReferenceUnavailable(
             "The reference texts (rlms 0.1.3) are not on this machine.",
@@ -75,14 +75,16 @@ def canonical_profile(settings: Settings, *, fetch: bool) -> CanonicalProfile:
     return CanonicalProfile(_texts(source))
 
 
-def choose_profile(settings: Settings, *, fetch: bool | None = None) -> ProfileChoice:
+def choose_profile(settings: ServiceSettings, *, fetch: bool | None = None) -> ProfileChoice:
     """Decide the profile in effect. Blocking (a subprocess, maybe a download): run it in a thread.
     `fetch` (default: the `reference_fetch` setting) allows fetching a missing reference copy."""
     fetch = settings.reference_fetch if fetch is None else fetch
     name = (settings.prompt_profile or "").strip()
     if name == "canonical":
         try:
-            return ProfileChoice(canonical_profile(settings, fetch=fetch), "required by RLM_MCP_PROMPT_PROFILE")
+            return ProfileChoice(
+                canonical_profile(settings.data_dir, fetch=fetch), "required by RLM_MCP_PROMPT_PROFILE"
+            )
         except RlmMcpError as exc:
             raise BadArgumentError(f"The 'canonical' profile cannot be used: {exc.cause}", exc.fix) from None
     if name != "auto":
@@ -92,7 +94,7 @@ def choose_profile(settings: Settings, *, fetch: bool | None = None) -> ProfileC
             PromptProfile(resolve_system_prompt("rlm-mcp")), f"auto: {settings.model} is not the adapter"
         )
     try:
-        profile = canonical_profile(settings, fetch=fetch)
+        profile = canonical_profile(settings.data_dir, fetch=fetch)
     except RlmMcpError as exc:
         return ProfileChoice(
             PromptProfile(resolve_system_prompt("rlm-mcp")),

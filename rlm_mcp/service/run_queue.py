@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from rlm_mcp.access import load_tokens
-from rlm_mcp.config import Settings
+from rlm_mcp.config import RunSettings, ServerSettings
 from rlm_mcp.errors import BusyError
 
 __all__ = ["ConfiguredOwners", "configured_owners", "owner_run_share", "queue_refusal"]
@@ -27,7 +27,7 @@ def _runs(n: int) -> str:
     return f"{n} run" if n == 1 else f"{n} runs"
 
 
-def queue_refusal(settings: Settings, *, queued: int, queued_by_owner: int) -> BusyError | None:
+def queue_refusal(settings: RunSettings, *, queued: int, queued_by_owner: int) -> BusyError | None:
     """The busy error for one more queued run, or None when there is room."""
     if queued_by_owner >= settings.run_max_queued_per_owner:
         return BusyError(
@@ -43,24 +43,22 @@ def queue_refusal(settings: Settings, *, queued: int, queued_by_owner: int) -> B
     return None
 
 
-def owner_run_share(settings: Settings, *, slots: int | None = None, owners: int | None = None) -> int:
+def owner_run_share(settings: RunSettings, *, owners: int, slots: int | None = None) -> int:
     """How many runs one owner may have executing at once (RLM_MCP_MAX_RUNS_PER_OWNER).
 
     `slots`: the run slots the share is of (default RLM_MCP_MAX_RUNS, this process's; team mode
-    passes the slots of every live worker). `owners`: how many tokens are configured (default:
-    counted from the settings). Unset, the share is every slot when one owner can exist (stdio,
+    passes the slots of every live worker). `owners`: how many tokens are configured
+    (`configured_owners`, `ConfiguredOwners`). Unset, the share is every slot when one owner can exist (stdio,
     or HTTP with one token) and half of them, rounded up, when several tokens are configured, so
     one token never holds every slot while another's runs wait. Never more than `slots`, never
     less than 1."""
     total = settings.max_runs if slots is None else slots
     if settings.max_runs_per_owner is not None:
         return max(1, min(settings.max_runs_per_owner, total))
-    if owners is None:
-        owners = configured_owners(settings)
     return max(1, total if owners <= 1 else -(-total // 2))
 
 
-def configured_owners(settings: Settings) -> int:
+def configured_owners(settings: ServerSettings) -> int:
     """The number of tokens the settings accept (each one an owner); 1 without any."""
     try:
         return max(1, len(load_tokens(settings)))
@@ -74,7 +72,7 @@ class ConfiguredOwners:
     transaction, which must not read and parse a file each time; a token added to the file still
     counts from the next claim on."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ServerSettings) -> None:
         self._settings = settings
         self._seen: Hashable = None
         self._count: int | None = None

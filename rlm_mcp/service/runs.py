@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import anyio
 import anyio.lowlevel
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import RunSettings
 from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.errors import BusyError, RlmMcpError
@@ -75,16 +75,23 @@ class RunManager:
     """Starts, tracks and cancels runs; owns their task group."""
 
     def __init__(
-        self, settings: Settings, contexts: ContextStorePort, records: RunStorePort, *, ends: RunEnds | None = None
+        self,
+        settings: RunSettings,
+        contexts: ContextStorePort,
+        records: RunStorePort,
+        *,
+        owners: int,
+        ends: RunEnds | None = None,
     ) -> None:
-        """`ends`: the run-end hook's registry, told of each run this manager started once its
-        final record is written."""
+        """`owners`: how many owners share the slots (the configured tokens, `configured_owners`);
+        `ends`: the run-end hook's registry, told of each run this manager started once its final
+        record is written."""
         self._settings = settings
         self._ends = ends if ends is not None else RunEnds()
         self._contexts = contexts
         self._records = records
         self._runs: dict[str, ActiveRun] = {}
-        self._gate = SlotGate(settings.max_runs, owner_run_share(settings))
+        self._gate = SlotGate(settings.max_runs, owner_run_share(settings, owners=owners))
         self._pruned_at = float("-inf")
         self._tg: anyio.abc.TaskGroup | None = None
         # Why runs cancelled by this process's shutdown ended (a team worker names itself).

@@ -19,7 +19,7 @@ from contextlib import AsyncExitStack
 
 import anyio
 
-from rlm_mcp.config import Settings, Transport
+from rlm_mcp.config import ServiceSettings, Transport
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import OwnerScope
 from rlm_mcp.ports.sessions import SessionView
@@ -34,7 +34,7 @@ _LM_CHECK_TTL_S = 60.0
 
 
 class RlmService:
-    def __init__(self, settings: Settings, parts: ServiceParts, *, mode: Mode = "stdio") -> None:
+    def __init__(self, settings: ServiceSettings, parts: ServiceParts, *, mode: Mode = "stdio") -> None:
         """`parts`: the stores, LM client, sandboxes, sessions and run backend this process's role
         uses, built by the assembly (`rlm_mcp.assembly.build_service`); the service closes them."""
         self.settings = settings
@@ -51,6 +51,7 @@ class RlmService:
         self._lm_checked_at = float("-inf")
         self._runs: RunBackend | None = None
         self._open_runs = parts.open_runs
+        self._engine_settings = parts.engine
         self.sessions: Sessions = parts.sessions  # kept sessions, wherever this role keeps them
         self.webhooks = parts.webhooks
         self._stack = AsyncExitStack()
@@ -92,7 +93,7 @@ class RlmService:
                     logger.warning("prompt profile %s (%s). %s", choice.profile.name, choice.detail, choice.fix)
                 else:
                     logger.info("prompt profile %s (%s)", choice.profile.name, choice.detail)
-                self._engine = RLMEngine(self.settings, self.lm, self.sandboxes.open, profile=choice.profile)
+                self._engine = RLMEngine(self._engine_settings, self.lm, self.sandboxes.open, profile=choice.profile)
         return self._engine
 
     @property

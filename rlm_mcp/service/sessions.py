@@ -34,7 +34,7 @@ from collections import OrderedDict
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import KeptSessionSettings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.engine.snapshot import (
     Snapshot,
@@ -68,7 +68,7 @@ class SessionManager:
     runs: it is closed first, and a session's REPL goes back to the sandboxes it came from)."""
 
     def __init__(
-        self, settings: Settings, contexts: ContextStorePort, sandboxes: SandboxManager, runs: RunManager
+        self, settings: KeptSessionSettings, contexts: ContextStorePort, sandboxes: SandboxManager, runs: RunManager
     ) -> None:
         self._settings = settings
         self._contexts = contexts
@@ -438,8 +438,8 @@ class SessionManager:
                 sandbox,
                 taking,
                 max_bytes=limit,
-                chunk_chars=snapshot_chunk(settings),
-                deadline_s=snapshot_deadline_s(settings),
+                chunk_chars=snapshot_chunk(settings.cell_output_bytes),
+                deadline_s=snapshot_deadline_s(settings.cell_timeout_s, settings.session_snapshot_wait_s),
             )
         except (SnapshotUnavailable, RlmMcpError, OSError) as exc:
             taking.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from typing import Self
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SessionSettings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
@@ -62,7 +62,9 @@ class TeamSessions:
     """Open, continue, list and close team-mode sessions (the front's side); `worker`: the
     sessions whose sandboxes this process holds, where it executes runs."""
 
-    def __init__(self, settings: Settings, store: SessionStorePort, worker: WorkerSessions | None = None) -> None:
+    def __init__(
+        self, settings: SessionSettings, store: SessionStorePort, worker: WorkerSessions | None = None
+    ) -> None:
         self._settings = settings
         self.store = store
         self._worker = worker

@@ -3,7 +3,7 @@
 The service uses it through the store ports (`store.ports`). Every rule of contexts and uploads
 is written once (`store.contexts`, `store.uploads`) over an index that SQLite and files in the
 data dir (`store.sqlite_index`, `store.sqlite_uploads`; the default) or PostgreSQL (`store.pg`,
-team mode) implement; `store.factory.make_stores` picks one from the settings.
+team mode) implement; `store.factory` builds either (the assembly picks one from the settings).
 Owns files on disk, the shared index (WAL, busy timeout), limits, eviction and pruning. Run
 events are stored through their one encoding (`rlm_mcp.events.to_json`/`from_json`).
 Must not know about MCP, the CLI, the engine or sandboxes (it shares only `rlm_mcp.ports`

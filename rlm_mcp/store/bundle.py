@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, Self
 
 from rlm_mcp.ports.webhooks import WebhookOutboxPort
 from rlm_mcp.store.ports import ContextStorePort, RunStorePort, UploadStorePort
@@ -64,7 +64,7 @@ class Stores:
     # Run once the store is open (the HTTP viewer fetches its shared key here).
     after_open: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
-    async def __aenter__(self) -> Stores:
+    async def __aenter__(self) -> Self:
         await self.lifecycle.open()
         try:
             for hook in self.after_open:

@@ -3,12 +3,14 @@
 Each builds the bundle without any I/O; `async with stores:` opens what it needs (PostgreSQL:
 the connection pool, the schema migrations, this replica's heartbeat) and closes it again. The
 embedded store has nothing to open. The assembly (rlm_mcp/assembly/) calls the one its role
-needs; `make_stores` is for the operator's one-off commands, which follow the deployment.
+needs (`rlm_mcp.assembly.make_stores` follows the deployment, for the one-off commands).
 """
 
 from __future__ import annotations
 
-from rlm_mcp.config import Settings, StoreSettings, TeamSettings
+from typing import TYPE_CHECKING
+
+from rlm_mcp.config import StoreSettings, TeamDatabase
 from rlm_mcp.errors import TEAM_EXTRA_FIX, RlmMcpError
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.runs import RunStore
@@ -16,7 +18,10 @@ from rlm_mcp.store.sqlite_index import ContextStore
 from rlm_mcp.store.sqlite_uploads import UploadStore
 from rlm_mcp.store.webhooks import SqliteWebhookOutbox
 
-__all__ = ["Stores", "embedded_stores", "make_stores", "team_stores"]
+if TYPE_CHECKING:
+    from rlm_mcp.store.pg import PgStores  # team mode only: it needs the team extra
+
+__all__ = ["Stores", "embedded_stores", "team_stores"]
 
 
 def embedded_stores(store: StoreSettings) -> Stores:
@@ -30,7 +35,7 @@ def embedded_stores(store: StoreSettings) -> Stores:
     )
 
 
-def team_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> Stores:
+def team_stores(store: StoreSettings, team: TeamDatabase, *, replica: bool) -> PgStores:
     """Shared state on the PostgreSQL database `team` names. `replica`: this process serves clients (it is recorded as a
     replica and sweeps its local cache); the CLI's one-off commands pass False."""
     try:
@@ -41,10 +46,3 @@ def team_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> S
             f"Install the team extra. {TEAM_EXTRA_FIX} Or unset RLM_MCP_DATABASE_URL.",
         ) from None
     return make_pg_stores(store, team, replica=replica)
-
-
-def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
-    """The stores of this deployment (`settings.deployment`)."""
-    if settings.deployment.embedded:
-        return embedded_stores(settings.store)
-    return team_stores(settings.store, settings.team, replica=replica)

@@ -51,9 +51,9 @@ def ensure_image(settings: Settings, log: Callable[[str], None] = print) -> str 
     when it was already there. Raises `SandboxError` naming the fix when it cannot be built."""
     client = connect_sync(timeout=300)
     try:
-        if image_present_sync(client, settings.sandbox_image):
+        if image_present_sync(client, settings.sandbox.sandbox_image):
             return None
-        log(f"The sandbox image {settings.sandbox_image} is missing; building it (a few minutes, once).")
+        log(f"The sandbox image {settings.sandbox.sandbox_image} is missing; building it (a few minutes, once).")
         if image_present_sync(client, OFFLINE_BASE_TAG):
             offline = True
         elif _registry_answers(client, log):
@@ -62,11 +62,11 @@ def ensure_image(settings: Settings, log: Callable[[str], None] = print) -> str 
             offline = True
         else:
             raise SandboxError(
-                f"The sandbox image {settings.sandbox_image} is missing, no image registry answered, and the "
+                f"The sandbox image {settings.sandbox.sandbox_image} is missing, no image registry answered, and the "
                 "offline build needs root and debootstrap.",
                 NO_WAY_FIX,
             )
     finally:
         client.close()
-    build_image(settings, offline=offline, log=log)
+    build_image(settings.sandbox, offline=offline, log=log)
     return "offline" if offline else "online"

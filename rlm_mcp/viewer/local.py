@@ -25,10 +25,9 @@ import httpx
 import uvicorn
 
 from rlm_mcp.access import HostPolicy
-from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError, NotFoundError
 from rlm_mcp.owners import EVERY_OWNER
-from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.runs import check_run_id
 from rlm_mcp.viewer import render_index_html, render_run_html, render_session_html
 from rlm_mcp.viewer.auth import ViewerAuth
@@ -67,22 +66,32 @@ def _with_run(path: str, run_id: str | None) -> str:
 
 
 async def view(
-    settings: Settings, run_id: str | None, *, url: str | None, output: str | None, open_browser: bool
+    stores: Stores,
+    run_id: str | None,
+    *,
+    url: str | None,
+    output: str | None,
+    open_browser: bool,
+    max_records: int,
+    auth_token: str | None,
 ) -> int:
+    """`stores` (not opened yet: only a page written or served here opens them); `max_records`:
+    RLM_MCP_RUN_MAX_RECORDS, the runs a session's page looks through; `auth_token`: what a
+    server's login-link route wants (RLM_MCP_AUTH_TOKEN)."""
     if run_id is not None:
         check_run_id(run_id)
     if output:
-        return await _write(settings, run_id, Path(output), open_browser)
+        return await _write(stores, max_records, run_id, Path(output), open_browser)
     if url:
-        return await _link_from_server(settings, url.rstrip("/"), run_id, open_browser)
-    return await _serve_local(settings, run_id, open_browser)
+        return await _link_from_server(auth_token, url.rstrip("/"), run_id, open_browser)
+    return await _serve_local(stores, run_id, open_browser)
 
 
-async def _write(settings: Settings, run_id: str | None, output: Path, open_browser: bool) -> int:
-    async with make_stores(settings) as stores:
+async def _write(stores: Stores, max_records: int, run_id: str | None, output: Path, open_browser: bool) -> int:
+    async with stores:
         records = stores.runs
         if run_id and is_session_id(run_id):
-            listed = await records.list(settings.run_max_records, owner=EVERY_OWNER)
+            listed = await records.list(max_records, owner=EVERY_OWNER)
             if not session_runs(listed, run_id):
                 raise NotFoundError(f"No run records of session {run_id}.", "List runs with `rlm-mcp runs list`.")
             page = render_session_html(run_id, listed)
@@ -116,8 +125,8 @@ def _unreachable(url: str, exc: httpx.HTTPError) -> BadArgumentError:
     )
 
 
-async def _link_from_server(settings: Settings, url: str, run_id: str | None, open_browser: bool) -> int:
-    headers = {"Authorization": f"Bearer {settings.auth_token}"} if settings.auth_token else {}
+async def _link_from_server(auth_token: str | None, url: str, run_id: str | None, open_browser: bool) -> int:
+    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
     async with httpx.AsyncClient(timeout=10.0) as client:
         try:
             response = await client.post(f"{url}{PREFIX}/api/login-link", headers=headers)
@@ -134,9 +143,8 @@ async def _link_from_server(settings: Settings, url: str, run_id: str | None, op
     return 0
 
 
-async def _serve_local(settings: Settings, run_id: str | None, open_browser: bool) -> int:
+async def _serve_local(stores: Stores, run_id: str | None, open_browser: bool) -> int:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    stores = make_stores(settings)
     try:
         await stores.__aenter__()
         sock.bind(("127.0.0.1", 0))

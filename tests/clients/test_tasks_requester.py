@@ -61,7 +61,7 @@ async def test_the_official_requester_completes_and_cancels_a_task(tmp_path: Pat
     assert seen["outcome"] == "completed", seen
     assert seen["result"]["structuredContent"]["answer"] == "forty-two"
     assert seen["result"]["structuredContent"]["run_id"] == seen["taskId"]
-    assert seen["lastTask"] == {"status": "completed", "retentionMs": settings.run_max_age_days * 86_400_000}
+    assert seen["lastTask"] == {"status": "completed", "retentionMs": settings.runs.run_max_age_days * 86_400_000}
     assert seen["slowKind"] == "task" and seen["cancelled"] == "cancelled"
     assert slow["status"] == "cancelled"  # the run itself, not only the requester's view
-    assert settings.instance_id is not None and not sandbox_container_ids(settings.instance_id)
+    assert settings.sandbox.instance_id is not None and not sandbox_container_ids(settings.sandbox.instance_id)

@@ -79,7 +79,7 @@ async def test_depth_4_fan_out_above_every_limit_completes(tmp_path: Path) -> No
     async with ScriptedLM({"root": [FAN_OUT_CELL.format(depth=4, fan=2)]}) as server:
         settings = _settings(server.base_url)
         async with LMClient(settings) as lm, SandboxManager(settings) as sandboxes:
-            engine = RLMEngine(settings, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
+            engine = RLMEngine(settings.engine, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
             result = await _run_tree(engine, tmp_path, "deep", depth=4)
     assert result.status == "completed", result.reason
     assert result.answer == "8"
@@ -98,7 +98,7 @@ async def test_two_fanning_trees_do_not_starve_a_third_run(tmp_path: Path) -> No
     async with ScriptedLM(script) as server:
         settings = _settings(server.base_url)
         async with LMClient(settings) as lm, SandboxManager(settings) as sandboxes:
-            engine = RLMEngine(settings, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
+            engine = RLMEngine(settings.engine, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
 
             async def tree(name: str) -> None:
                 results[name] = await _run_tree(engine, tmp_path, name, depth=3)
@@ -183,7 +183,7 @@ answer["ready"] = True
     async with ScriptedLM(script) as server:
         settings = _settings(server.base_url)
         async with LMClient(settings) as lm, SandboxManager(settings) as sandboxes:
-            engine = RLMEngine(settings, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
+            engine = RLMEngine(settings.engine, lm, sandboxes.open, system_prompt=RLM_MCP_SYSTEM_PROMPT)
             limits = RunLimits(max_iterations=2, max_depth=2, timeout_s=120, token_budget=None, max_errors=2)
 
             async def sink(event: RunEvent) -> None:

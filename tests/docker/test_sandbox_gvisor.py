@@ -51,7 +51,7 @@ print(json.dumps({
 def _engine() -> EngineInfo:
     client = connect_sync()
     try:
-        return probe_sync(client, sandbox_settings())
+        return probe_sync(client, sandbox_settings().sandbox)
     finally:
         client.close()
 
@@ -140,14 +140,14 @@ async def test_the_engine_probe_names_the_runtime_and_accepts_the_daemon(runsc: 
     settings = sandbox_settings(sandbox_runtime=runsc)
     client = connect_sync()
     try:
-        engine = await anyio.to_thread.run_sync(probe_sync, client, settings)
+        engine = await anyio.to_thread.run_sync(probe_sync, client, settings.sandbox)
     finally:
         client.close()
     assert engine.runtime == "runsc" and "runsc" in engine.runtimes
     assert "runtime runsc" in engine.describe()
-    check_engine(engine, settings)
+    check_engine(engine, settings.sandbox)
     with pytest.raises(SandboxError, match="not registered"):
-        check_engine(engine, sandbox_settings(sandbox_runtime="no-such-runtime"))
+        check_engine(engine, sandbox_settings(sandbox_runtime="no-such-runtime").sandbox)
 
 
 class _IgnoresRuntime:
@@ -185,16 +185,16 @@ async def test_a_sandbox_that_did_not_get_the_runtime_asked_for_is_refused(runsc
 
     settings = sandbox_settings(sandbox_runtime=runsc)
     engine = replace(_engine(), runtimes=())
-    check_engine(engine, settings)  # nothing listed: the request passes the start check unchecked
+    check_engine(engine, settings.sandbox)  # nothing listed: the request passes the start check unchecked
     client = await anyio.to_thread.run_sync(connect_sync)
     owner = new_instance_id()
     try:
         with pytest.raises(SandboxError) as caught:
-            await KernelContainer.start(_IgnoresRuntime(client), settings, owner, engine)
+            await KernelContainer.start(_IgnoresRuntime(client), settings.sandbox, owner, engine)
         assert "created the sandbox with runtime 'runc', not 'runsc' (RLM_MCP_SANDBOX_RUNTIME)" in caught.value.cause
         assert "runtimes" in (caught.value.fix or "")
         assert not await anyio.to_thread.run_sync(sandbox_container_ids, owner)  # removed, never started
-        honoured = await KernelContainer.start(client, settings, owner, engine)
+        honoured = await KernelContainer.start(client, settings.sandbox, owner, engine)
         try:
             assert honoured.id is not None
             inspected = await anyio.to_thread.run_sync(client.api.inspect_container, honoured.id)

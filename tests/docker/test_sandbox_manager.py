@@ -226,7 +226,7 @@ async def test_cancellation_kills_the_container(tmp_path: Path) -> None:
 
 
 async def test_check_fits(tmp_path: Path) -> None:
-    mgr = SandboxManager(sandbox_settings(sandbox_memory="256m"))
+    mgr = SandboxManager(sandbox_settings(sandbox_memory="256m").sandbox)
     small = text_context(tmp_path, "x" * 1000)
     mgr.check_fits([small])
     big = small.__class__(path=small.path, format="text", kind="str", chars=200 << 20, bytes=200 << 20)
@@ -299,7 +299,7 @@ async def test_docker_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlm_mcp.errors import DockerUnavailableError
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    async with SandboxManager(sandbox_settings()) as mgr:
+    async with SandboxManager(sandbox_settings().sandbox) as mgr:
         with pytest.raises(DockerUnavailableError, match="Docker is not running"):
             await mgr.ensure_ready()
 
@@ -307,7 +307,7 @@ async def test_docker_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_image_missing() -> None:
     from rlm_mcp.errors import ImageMissingError
 
-    async with SandboxManager(sandbox_settings(sandbox_image="rlm-mcp-no-such-image:0")) as mgr:
+    async with SandboxManager(sandbox_settings(sandbox_image="rlm-mcp-no-such-image:0").sandbox) as mgr:
         with pytest.raises(ImageMissingError, match="rlm-mcp image build"):
             await mgr.ensure_ready()
 

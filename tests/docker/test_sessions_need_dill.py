@@ -42,9 +42,9 @@ async def test_an_image_without_dill_refuses_kept_sessions_before_the_run(
             assert kept["status"] == "completed" and kept["answer"] == "kept"
             session_id = kept["session_id"]
 
-        assert settings.instance_id is not None
+        assert settings.sandbox.instance_id is not None
         hollow = settings.model_copy(
-            update={"instance_id": settings.instance_id + "b", "sandbox_image": image_without_dill}
+            update={"instance_id": settings.sandbox.instance_id + "b", "sandbox_image": image_without_dill}
         )
         async with Client(build_server(hollow)) as client:
             ctx = await call(client, "rlm_load_context", text="alpha beta")

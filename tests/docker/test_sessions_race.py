@@ -61,7 +61,7 @@ async def test_a_follow_up_racing_the_end_of_its_session_opens_no_sandbox(tmp_pa
                     await local.close_session(sid)
                 else:  # the sweep finds it past RLM_MCP_SESSION_MAX_AGE_S
                     embedded = cast(SessionManager, service.sessions)
-                    embedded._settings = settings.model_copy(update={"session_max_age_s": 0.0})
+                    embedded._settings = settings.model_copy(update={"session_max_age_s": 0.0}).kept_sessions
                     await embedded.sweep()
 
             _end_during_checks(service, end)

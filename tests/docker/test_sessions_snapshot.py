@@ -157,8 +157,12 @@ async def test_a_session_outlives_its_server_and_is_taken_back_by_the_next(tmp_p
         assert sorted(p.suffix for p in stored.iterdir()) == [".json", ".snap"]
         assert all(p.stat().st_mode & 0o077 == 0 for p in stored.iterdir())
 
-        assert settings.instance_id is not None  # make_settings names the instance: its sandboxes are found by it
-        async with build_service(settings.model_copy(update={"instance_id": settings.instance_id + "b"})) as service:
+        assert (
+            settings.sandbox.instance_id is not None
+        )  # make_settings names the instance: its sandboxes are found by it
+        async with build_service(
+            settings.model_copy(update={"instance_id": settings.sandbox.instance_id + "b"})
+        ) as service:
             local, mallory = Caller(service, LOCAL_OWNER), Caller(service, Owner("mallory"))
             listed = await local.list_sessions()
             assert [(s["session_id"], s["stored"]) for s in listed] == [(sid, True)]

@@ -123,7 +123,7 @@ async def test_runs_survive_killed_sandboxes_lm_and_docker_connection(
                 await anyio.sleep(rng.uniform(0.3, 1.5))
                 action = rng.choice(["sandbox", "lm", "docker"])
                 if action == "sandbox":
-                    killed = await anyio.to_thread.run_sync(kill_one_sandbox, str(settings.instance_id), rng)
+                    killed = await anyio.to_thread.run_sync(kill_one_sandbox, str(settings.sandbox.instance_id), rng)
                     actions.append("kill sandbox" if killed else "no sandbox to kill")
                 elif action == "lm":
                     lm.stop()
@@ -147,9 +147,9 @@ async def test_runs_survive_killed_sandboxes_lm_and_docker_connection(
             # Still serving, and able to run again on the same Docker and LM.
             again = await call(client, "rlm_complete", query="again", context_id=ctx["context_id"], max_iterations=1)
             assert again["status"] in ENDED - {"error"}, f"seed {seed}, {actions}: {again}"
-        assert sandbox_container_ids(str(settings.instance_id)) == set(), f"seed {seed}, {actions}"
+        assert sandbox_container_ids(str(settings.sandbox.instance_id)) == set(), f"seed {seed}, {actions}"
         assert not list(own_tmp.iterdir()), f"seed {seed}, {actions}: temp files left"
-        assert not list((Path(settings.data_dir) / "tmp").iterdir()), f"seed {seed}: store temp files left"
+        assert not list((Path(settings.store.data_dir) / "tmp").iterdir()), f"seed {seed}: store temp files left"
     finally:
         lm.stop()
         proxy.close()
@@ -179,7 +179,7 @@ async def test_runs_whose_docker_connection_is_cut_complete(tmp_path: Path, monk
                 check_reason(result, f"seed {seed}")
                 assert result["status"] == "max_iterations", f"seed {seed}: {result}"
         assert proxy.severed == 3
-        assert sandbox_container_ids(str(settings.instance_id)) == set(), f"seed {seed}"
+        assert sandbox_container_ids(str(settings.sandbox.instance_id)) == set(), f"seed {seed}"
     finally:
         lm.stop()
         proxy.close()
@@ -213,7 +213,7 @@ async def test_runs_end_with_an_accurate_reason_when_the_daemon_stays_unreachabl
     try:
         # Its attach stream gone, the sandbox stopped by itself (StdinOnce) though nobody could remove it.
         with anyio.fail_after(60):
-            while await anyio.to_thread.run_sync(running_sandboxes, str(settings.instance_id)):
+            while await anyio.to_thread.run_sync(running_sandboxes, str(settings.sandbox.instance_id)):
                 await anyio.sleep(0.2)
     finally:  # the server could not remove its exited container through the dead socket
-        await anyio.to_thread.run_sync(remove_owned, str(settings.instance_id))
+        await anyio.to_thread.run_sync(remove_owned, str(settings.sandbox.instance_id))

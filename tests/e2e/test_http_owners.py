@@ -74,4 +74,4 @@ async def test_another_token_finds_nothing_of_the_first(tmp_path: Path, database
             summary = json.loads(resource_text(await alice.read_resource(f"rlm://runs/{run_id}")))
             assert summary["status"] == "cancelled"
             assert "Unknown run id" in await call_error(bob, "rlm_result", run_id=run_id)
-    assert sandbox_container_ids(str(settings.instance_id)) == set()
+    assert sandbox_container_ids(str(settings.sandbox.instance_id)) == set()

@@ -182,7 +182,7 @@ async def test_lm_calls_retries_and_errors_are_counted_by_endpoint_and_kind() ->
         before_ok = _sample("rlm_mcp_lm_calls_total", endpoint="root", model="rlm-v0.1", role="sub", outcome="ok")
         before_retry = _sample("rlm_mcp_lm_retries_total", endpoint="root", kind="server")
         before_err = _sample("rlm_mcp_lm_errors_total", endpoint="root", kind="server")
-        async with LMClient(settings, backoff_base_s=0.01) as client:
+        async with LMClient(settings.lm, backoff_base_s=0.01) as client:
             done = await client.complete(sub_messages("hello"), model="rlm-v0.1", max_tokens=64, role="sub")
             assert done.record.cost_usd == pytest.approx(
                 (done.record.prompt_tokens + done.record.completion_tokens) / 1e6

@@ -27,7 +27,7 @@ async def test_a_full_queue_refuses_at_once(tmp_path: Path) -> None:
             ctx = (await call(client, "rlm_load_context", text="c"))["context_id"]
             first = await call(client, "rlm_start", query="q1", context_id=ctx)
             second = await call(client, "rlm_start", query="q2", context_id=ctx)  # waits for a slot
-            runs = Path(settings.data_dir) / "runs"
+            runs = Path(settings.store.data_dir) / "runs"
             await wait_until(lambda: (runs / first["run_id"] / "events.jsonl").exists(), what="the first run's log")
             # The waiting run has its record (rlm_status answers) but no log file open yet.
             assert (await call(client, "rlm_status", run_id=second["run_id"]))["status"] == "queued"

@@ -63,7 +63,7 @@ def _cli(tmp_path: Path, *args: str, **env: str) -> bytes:
 
 
 def test_contexts_list_shows_a_hostile_name(tmp_path: Path) -> None:
-    store = ContextStore(_settings(tmp_path))
+    store = ContextStore(_settings(tmp_path).store)
     anyio.run(
         lambda: store.put_bytes(b"x", name=HOSTILE + "\nforged-row", format="text", source={}, owner=Owner("token-x"))
     )
@@ -74,7 +74,7 @@ def test_contexts_list_shows_a_hostile_name(tmp_path: Path) -> None:
 
 def test_runs_list_shows_a_hostile_query(tmp_path: Path) -> None:
     async def record() -> None:
-        log = await RunStore(_settings(tmp_path)).create(
+        log = await RunStore(_settings(tmp_path).store).create(
             run_record("run_0123456789ab", {"query": HOSTILE, "status": "completed"})
         )
         await log.aclose()

@@ -145,7 +145,7 @@ async def test_long_answers_are_capped_and_served_whole_as_a_resource(tmp_path: 
 async def test_start_poll_and_cancel_a_stuck_run(tmp_path: Path, database_url: str | None) -> None:
     with ScriptedLM(Script(root=[STUCK])) as lm:
         settings = make_settings(tmp_path, lm.base_url, cell_timeout_s=600, database_url=database_url)
-        owner = settings.instance_id
+        owner = settings.sandbox.instance_id
         assert owner is not None
         async with Client(build_server(settings)) as client:
             ctx = await call(client, "rlm_load_context", text="c")

@@ -46,7 +46,7 @@ async def test_a_follow_up_reads_the_first_runs_variables_in_the_same_sandbox(tm
             assert one["status"] == "completed" and one["answer"] == "built"
             session_id = one["session_id"]
             assert session_id.startswith("ses_")
-            instance = settings.instance_id
+            instance = settings.sandbox.instance_id
             assert instance is not None
             live = sandbox_container_ids(instance)
             assert len(live) == 1  # the session's REPL outlived its run
@@ -86,7 +86,7 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
         # covers the session kept as a snapshot, which the sandbox image's dill makes the default).
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, session_idle_s=3600, session_snapshot_max_bytes=0)
         alice, bob = Owner("alice"), Owner("bob")
-        instance = settings.instance_id
+        instance = settings.sandbox.instance_id
         assert instance is not None
         async with build_service(settings) as service:
             as_alice, as_bob = Caller(service, alice), Caller(service, bob)
@@ -103,7 +103,7 @@ async def test_a_session_is_its_owners_alone_and_idles_out(tmp_path: Path) -> No
 
             # Idle past RLM_MCP_SESSION_IDLE_S: the sweep ends it and releases its sandbox.
             embedded = cast(SessionManager, service.sessions)  # the embedded backend's own sweep
-            embedded._settings = settings.model_copy(update={"session_idle_s": 0.001})
+            embedded._settings = settings.model_copy(update={"session_idle_s": 0.001}).kept_sessions
             await embedded.sweep()
             await wait_until(lambda: not sandbox_container_ids(instance), within_s=60, what="the sandbox released")
             with pytest.raises(Exception, match="ended after RLM_MCP_SESSION_IDLE_S") as caught:

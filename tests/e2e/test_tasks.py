@@ -74,7 +74,7 @@ async def test_a_declared_complete_is_a_task_that_completes_with_the_tool_result
 async def test_tasks_cancel_cancels_the_run(tmp_path: Path) -> None:
     with ScriptedLM(Script(root=[STUCK])) as lm:
         settings = make_settings(tmp_path, lm.base_url, cell_timeout_s=600)
-        owner = settings.instance_id
+        owner = settings.sandbox.instance_id
         async with Client(build_server(settings), extensions=declaring_tasks()) as client:
             context_id = (await call(client, "rlm_load_context", text="c"))["context_id"]
             created = await tool_call(client, "rlm_complete", query="q", context_id=context_id)

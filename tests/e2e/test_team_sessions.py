@@ -210,7 +210,7 @@ async def test_a_worker_lost_before_its_last_snapshot_restores_the_one_before_an
     owner = Owner("local")
     with ScriptedLM(PARTIAL) as lm:
         settings = make_settings(tmp_path, lm.base_url, pool_size=0, database_url=pg_migrated_url)
-        instance = settings.instance_id
+        instance = settings.sandbox.instance_id
         assert instance is not None
         async with build_service(settings) as service:
             caller = Caller(service, owner)
@@ -267,7 +267,7 @@ async def test_an_idle_sessions_sandbox_yields_its_slot_to_a_run_and_comes_back(
         settings = make_settings(
             tmp_path, lm.base_url, pool_size=0, max_sandboxes=1, database_url=pg_migrated_url, run_queue_timeout_s=120
         )
-        instance = settings.instance_id
+        instance = settings.sandbox.instance_id
         assert instance is not None
         async with build_service(settings) as service:
             caller = Caller(service, owner)

@@ -56,10 +56,10 @@ async def test_a_worker_without_dill_leaves_a_sessions_run_to_others(
             assert kept.answer == "kept" and sid is not None
             await wait_until(lambda: session_row(pg_migrated_url, sid)["snapshot_gen"] == 1, what="the snapshot")
 
-        assert settings.instance_id is not None
+        assert settings.sandbox.instance_id is not None
         hollow = settings.model_copy(
             update={
-                "instance_id": settings.instance_id + "b",
+                "instance_id": settings.sandbox.instance_id + "b",
                 "sandbox_image": image_without_dill,
                 "run_queue_timeout_s": 8,
             }

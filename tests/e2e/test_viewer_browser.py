@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from rlm_mcp.access import owner_of_token
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.events import (
     ChatMessage,
     LimitsRecord,
@@ -34,7 +35,6 @@ from rlm_mcp.events import (
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunLog, RunStore
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import close_pipes, free_port, server_process
 from rlm_mcp.usage import TokenCount, Usage
 from rlm_mcp.viewer import render_index_html, render_run_html

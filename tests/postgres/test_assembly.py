@@ -19,11 +19,14 @@ from rlm_mcp.testing.waiting import wait_until
 
 
 def test_front_and_worker_refuse_the_embedded_deployment(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path)
+    # `front` and `worker` take team stores, which only a deployment with the database has; a
+    # process configured as one without it is refused where it would start serving.
+    assert make_settings(tmp_path, role="front").deployment.database is None
     with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
-        assembly.front(settings, transport="http")
+        make_settings(tmp_path, role="front").deployment.served()
     with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
-        assembly.worker(settings)
+        make_settings(tmp_path, role="worker").deployment.served()
+    assert make_settings(tmp_path).deployment.served().embedded
 
 
 def test_each_component_takes_its_own_section(store_settings: Callable[..., Settings]) -> None:
@@ -34,7 +37,9 @@ def test_each_component_takes_its_own_section(store_settings: Callable[..., Sett
     assert parts.stores.kind == ("sqlite" if settings.deployment.embedded else "postgresql")
     for rules in (parts.stores.contexts, parts.stores.uploads):
         assert isinstance(rules, Contexts | Uploads) and type(rules.settings) is StoreSettings
-        assert rules.settings.max_context_bytes == settings.max_context_bytes > 0  # derived from the sandbox's memory
+        assert (
+            rules.settings.max_context_bytes == settings.store.max_context_bytes > 0
+        )  # derived from the sandbox's memory
     assert type(parts.loader.loads) is LoadSettings and parts.loader.loads.max_files == 7
     assert type(parts.loader.store) is StoreSettings and parts.loader.store.store_max_bytes == 12345
     # Idle kept sessions yield their sandbox slots to runs: the one hook between two parts.

@@ -19,9 +19,9 @@ import pytest
 import uvicorn
 
 from rlm_mcp.access import HostPolicy, owner_of_token
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import EventSettings, Settings
 from rlm_mcp.events import LimitsRecord, RunEnd, RunStart, TurnStart
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import RunStorePort
 from rlm_mcp.testing.servers import free_port
 from rlm_mcp.usage import Usage

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from rich.file_proxy import FileProxy
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.cli import main
 from rlm_mcp.cli.run import ProgressDisplay
 from rlm_mcp.errors import TEAM_EXTRA_FIX, AccessDeniedError, BadArgumentError, RlmMcpError
@@ -66,7 +67,7 @@ def test_without_the_team_extra_doctor_prints_a_fix_that_works_from_a_checkout(t
 
 
 def test_serve_without_the_driver_names_the_same_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlm_mcp.store.factory import make_stores
+    from rlm_mcp.assembly import make_stores
 
     monkeypatch.setitem(sys.modules, "rlm_mcp.store.pg", None)  # as if psycopg were not installed
     with pytest.raises(RlmMcpError) as raised:
@@ -154,13 +155,29 @@ async def test_runs_view_url_behind_a_private_ca_names_the_ca_fix(
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     settings = make_settings(tmp_path, auth_token="t")
     with pytest.raises(BadArgumentError) as raised:
-        await view(settings, None, url=url, output=None, open_browser=False)
+        await view(
+            make_stores(settings),
+            None,
+            url=url,
+            output=None,
+            open_browser=False,
+            max_records=settings.runs.run_max_records,
+            auth_token=settings.server.auth_token,
+        )
     said = str(raised.value)
     assert "certificate is not trusted" in said and "SSL_CERT_FILE=" in said and "rlm-mcp serve" not in said, said
     # The fix as printed: with the CA named, TLS succeeds and the server's own answer comes through.
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     with pytest.raises(AccessDeniedError):
-        await view(settings, None, url=url, output=None, open_browser=False)
+        await view(
+            make_stores(settings),
+            None,
+            url=url,
+            output=None,
+            open_browser=False,
+            max_records=settings.runs.run_max_records,
+            auth_token=settings.server.auth_token,
+        )
 
 
 @pytest.mark.anyio
@@ -189,11 +206,11 @@ async def test_a_worker_says_it_serves_its_health_check_not_mcp(
     caplog.set_level(logging.INFO, logger="rlm_mcp.server")
     # The test owns the listener: cancelled right after its "serving" line, the server may not
     # have taken the socket over yet.
-    with bind_listener(settings.host, settings.port) as listener:
+    with bind_listener(settings.server.host, settings.server.port) as listener:
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve_http, settings, health_app(ready, role="worker"), listener)
             await wait_until(lambda: "serving" in caplog.text, within_s=60, what="the worker's serving line")
             tg.cancel_scope.cancel()
-    base = f"http://127.0.0.1:{settings.port}"
+    base = f"http://127.0.0.1:{settings.server.port}"
     assert f"serving only {base}/healthz and {base}/metrics" in caplog.text  # what a worker answers
     assert "/mcp" not in caplog.text

@@ -79,7 +79,7 @@ async def test_two_workers_in_a_429_storm_complete_every_run(tmp_path: Path, pg_
 
     async def run(client: LMClient, name: str) -> None:
         settings = make_settings(tmp_path, base_url="http://unused/v1", model="rlm-v0.1", max_iterations=3)
-        engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+        engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
         limits = make_limits(settings, timeout_s=120)
         result = await engine.run(
             run_id=name,

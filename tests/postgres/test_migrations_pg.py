@@ -15,8 +15,8 @@ import anyio
 import psycopg
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.migrations import MigrationError
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.migrations import LATEST, migrate

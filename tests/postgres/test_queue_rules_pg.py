@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.service.queue.rules import queue_rules
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore
@@ -58,7 +58,7 @@ def pg_team(tmp_path: Path, url: str) -> OpenTeam:
                     cur = await conn.execute("SELECT attempt FROM rlm_run_events WHERE run_id = %s", (run_id,))
                     return [r["attempt"] for r in await cur.fetchall()]
 
-            queue = PgRunQueue(queue_rules(settings), db)
+            queue = PgRunQueue(queue_rules(settings.queue), db)
             logs = PgRunStore(db)
             yield Team(queue, logs, settings, silence, set_lm_called, age_queued, event_attempts, anyio.sleep, stores)
 

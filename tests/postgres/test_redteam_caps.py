@@ -10,11 +10,11 @@ import anyio
 import pytest
 
 from rlm_mcp.access import HostPolicy
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import uploads_over_store_cap
 from rlm_mcp.owners import EVERY_OWNER, Owner
 from rlm_mcp.store import RunStore
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.viewer import auth as viewer_auth
 from rlm_mcp.viewer.auth import ViewerAuth
@@ -22,7 +22,7 @@ from tests.fixtures_store import run_record
 
 
 def test_the_run_list_is_filtered_by_owner_before_its_cap(tmp_path: Path) -> None:
-    store = RunStore(make_settings(tmp_path))
+    store = RunStore(make_settings(tmp_path).store)
 
     async def record() -> None:
         for i, owner in enumerate(["alice"] + ["mallory"] * 5):

@@ -24,10 +24,10 @@ import anyio
 import httpx
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import Owner
 from rlm_mcp.server.health import health_endpoint, store_readiness
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.faults import DatabaseResourceError, DatabaseSetupError
 from rlm_mcp.testing.servers import free_port
@@ -68,7 +68,7 @@ async def test_positive_control_the_encoded_password_connects(tmp_path: Path, pg
     """The same kind of password percent-encoded is accepted and reaches the database; a wrong
     one is refused by PostgreSQL, and that message does not quote it either."""
     right = pg_cluster.url(password=PASSWORD)
-    assert make_settings(tmp_path, database_url=right).database_url is not None
+    assert make_settings(tmp_path, database_url=right).team.database_url is not None
     wrong = pg_cluster.url(password="wr%20ong%25-7f3a9")
     db = Database(wrong, replica=False)
     with pytest.raises(RlmMcpError) as caught:

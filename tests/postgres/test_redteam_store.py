@@ -11,12 +11,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import CellStart
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore, RunStore
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_store import run_record
 
@@ -38,7 +38,7 @@ def _change(blob: Path, change: str) -> None:
 # SQLite only: its blobs are the stored bytes themselves (PostgreSQL's are rows; below, its cache).
 @pytest.mark.parametrize("change", CHANGES)
 async def test_a_context_changed_on_disk_is_refused(tmp_path: Path, change: str) -> None:
-    store = ContextStore(make_settings(tmp_path))
+    store = ContextStore(make_settings(tmp_path).store)
     info = await store.put_bytes(b"x" * 300_000, name="big", format="text", source={}, owner=LOCAL_OWNER)
     _change(store.blob_path(info.sha256), change)
     with pytest.raises(RlmMcpError) as err:
@@ -87,7 +87,7 @@ def test_a_data_dir_made_beforehand_is_made_private(store_settings: StoreSetting
     # SQLite: the blobs and run logs are files in the data dir. PostgreSQL: a replica's data dir
     # holds its cached copies of contexts: as private.
     settings = store_settings()
-    data = Path(settings.data_dir)
+    data = Path(settings.store.data_dir)
     _premade(data)
 
     async def write() -> tuple[Path, str]:
@@ -113,7 +113,7 @@ def test_a_replica_that_only_fetches_keeps_its_data_dir_private(tmp_path: Path, 
     # run there uses it.
     loader = make_settings(tmp_path, data_dir=tmp_path / "loader", database_url=pg_url)
     reader = make_settings(tmp_path, data_dir=tmp_path / "reader", database_url=pg_url)
-    data = Path(reader.data_dir)
+    data = Path(reader.store.data_dir)
     _premade(data)
 
     async def fetch() -> Path:
@@ -160,9 +160,9 @@ async def test_a_queued_runs_record_answers_before_it_starts(store_settings: Sto
 # SQLite only: file descriptors are the file store's (PostgreSQL's logs borrow pooled connections).
 async def test_a_queued_run_holds_no_descriptor(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
-    runs = RunStore(settings)
+    runs = RunStore(settings.store)
     logs = [await runs.create(run_record(f"run_{i:012d}", {"query": "q", "status": "queued"})) for i in range(50)]
-    runs_dir = Path(settings.data_dir) / "runs"
+    runs_dir = Path(settings.store.data_dir) / "runs"
     try:
         assert _open_files_under(runs_dir) == []
         await logs[0].open()  # the run starts

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.doctor import _owner_share
 from rlm_mcp.errors import TooLargeError
 from rlm_mcp.owners import Owner
 from rlm_mcp.server.start_checks import shares_for_owners
-from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.store.bundle import Stores
 from tests.fixtures_both_stores import age_context, stored_bytes
 from tests.fixtures_store import make_settings
 
@@ -35,7 +36,7 @@ async def test_with_several_tokens_one_owners_loads_never_evict_anothers(store_s
     settings = store_settings(store_max_bytes=1000, context_grace_s=900)
     with caplog.at_level(logging.INFO, logger="rlm_mcp.server"):
         served = shares_for_owners(settings, ["alice", "bob"])
-    assert served.store_max_bytes_per_owner == 500
+    assert served.store.store_max_bytes_per_owner == 500
     assert "500 bytes per owner: RLM_MCP_STORE_MAX_BYTES (1000 bytes) / 2 tokens" in caplog.text
     async with make_stores(served) as stores:
         bob = await _put(stores, b"b" * 400, "bob's", BOB)
@@ -50,7 +51,7 @@ async def test_with_several_tokens_one_owners_loads_never_evict_anothers(store_s
 async def test_without_the_share_the_same_loads_evict_the_other_owner(store_settings) -> None:
     """Positive control: the store's cap alone (one token's default) does push Bob out."""
     settings = shares_for_owners(store_settings(store_max_bytes=1000, context_grace_s=900), ["alice"])
-    assert settings.store_max_bytes_per_owner is None
+    assert settings.store.store_max_bytes_per_owner is None
     async with make_stores(settings) as stores:
         bob = await _put(stores, b"b" * 400, "bob's", BOB)
         await age_context(stores, bob.context_id, 3600)
@@ -61,7 +62,7 @@ async def test_without_the_share_the_same_loads_evict_the_other_owner(store_sett
 
 async def test_a_share_set_on_purpose_stands_and_doctor_says_which(tmp_path) -> None:
     chosen = make_settings(tmp_path, auth_tokens=["a", "b", "c"], store_max_bytes_per_owner=123)
-    assert shares_for_owners(chosen, ["a", "b", "c"]).store_max_bytes_per_owner == 123
+    assert shares_for_owners(chosen, ["a", "b", "c"]).store.store_max_bytes_per_owner == 123
     assert (await _owner_share(chosen)).detail == "123 bytes per owner (RLM_MCP_STORE_MAX_BYTES_PER_OWNER)"
     derived = make_settings(tmp_path, auth_tokens=["a", "b", "c", "d"], store_max_bytes=20 << 30)
     row = await _owner_share(derived)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, NotFoundError, TooLargeError
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_both_stores import add_lapsed_pins, age_context, pin_count, stored_bytes
 from tests.fixtures_postgres import has_bytes
 
@@ -75,7 +75,7 @@ async def test_json_errors(store_settings: StoreSettings) -> None:
         with pytest.raises(BadArgumentError, match="list or an object"):
             await store.put_bytes(b"42", name="x", format="json", source={}, owner=LOCAL_OWNER)
         assert await store.list(owner=LOCAL_OWNER) == []
-    assert list((Path(settings.data_dir) / "tmp").iterdir()) == []  # no temp file left
+    assert list((Path(settings.store.data_dir) / "tmp").iterdir()) == []  # no temp file left
 
 
 async def test_invalid_utf8_refused(store_settings: StoreSettings) -> None:
@@ -122,7 +122,7 @@ async def test_put_file_streams_big_file(store_settings: StoreSettings, tmp_path
 
 async def test_put_file_consume_moves_temp(store_settings: StoreSettings) -> None:
     settings = store_settings()
-    tmp = Path(settings.data_dir) / "tmp" / "mine.tmp"
+    tmp = Path(settings.store.data_dir) / "tmp" / "mine.tmp"
     tmp.parent.mkdir(parents=True)
     tmp.write_bytes(b"moved in")
     async with make_stores(settings) as stores:
@@ -217,10 +217,10 @@ async def test_a_data_dir_made_again_at_the_same_path_gets_fresh_connections(tmp
     # SQLite only: its idle index connections are reused, and one still open on a deleted index
     # must not be lent (PostgreSQL's connections do not depend on the data dir).
     data = tmp_path / "data"
-    first = ContextStore(Settings(data_dir=data))
+    first = ContextStore(Settings(data_dir=data).store)
     old = await first.put_bytes(b"old", name="old", format="text", source={"type": "text"}, owner=LOCAL_OWNER)
     shutil.rmtree(data)
-    second = ContextStore(Settings(data_dir=data))
+    second = ContextStore(Settings(data_dir=data).store)
     new = await second.put_bytes(b"new", name="new", format="text", source={"type": "text"}, owner=LOCAL_OWNER)
     assert [c.context_id for c in await second.list(owner=LOCAL_OWNER)] == [new.context_id]
     assert old.context_id != new.context_id

@@ -16,10 +16,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import ContextStore
-from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_both_stores import age_context
 
@@ -34,7 +35,7 @@ def _settings(data_dir: str, grace_s: float) -> Settings:
 
 def _store_one(data_dir: str, grace_s: float, queue: multiprocessing.Queue) -> None:
     async def main() -> None:
-        info = await ContextStore(_settings(data_dir, grace_s)).put_bytes(
+        info = await ContextStore(_settings(data_dir, grace_s).store).put_bytes(
             b"x" * 800, name="loaded by the other server", format="text", source={}, owner=LOCAL_OWNER
         )
         queue.put(info.context_id)
@@ -49,7 +50,7 @@ def _hold_pin(
     release: multiprocessing.synchronize.Event,
 ) -> None:
     async def main() -> None:
-        async with ContextStore(_settings(data_dir, 0)).in_use([context_id], owner=LOCAL_OWNER):
+        async with ContextStore(_settings(data_dir, 0).store).in_use([context_id], owner=LOCAL_OWNER):
             pinned.set()
             await anyio.to_thread.run_sync(lambda: release.wait(120))
 
@@ -77,7 +78,7 @@ def test_a_context_another_process_just_stored_survives_eviction(tmp_path: Path,
     theirs = _in_other_process(_store_one, data_dir, grace_s)
 
     async def main() -> None:
-        store = ContextStore(_settings(data_dir, grace_s))
+        store = ContextStore(_settings(data_dir, grace_s).store)
         await store.put_bytes(
             b"y" * 800, name="mine", format="text", source={}, owner=LOCAL_OWNER
         )  # over the cap: evicts
@@ -93,7 +94,7 @@ def test_a_context_another_process_just_stored_survives_eviction(tmp_path: Path,
 def test_a_context_pinned_by_another_process_survives_until_released_or_dead(tmp_path: Path) -> None:
     data_dir = str(tmp_path / "data")
     settings = _settings(data_dir, 0)
-    store = ContextStore(settings)
+    store = ContextStore(settings.store)
     info = anyio.run(lambda: store.put_bytes(b"z" * 800, name="held", format="text", source={}, owner=LOCAL_OWNER))
     ctx = multiprocessing.get_context("spawn")
     for ending in ("release", "kill"):

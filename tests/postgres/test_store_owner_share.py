@@ -15,10 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import NotFoundError, TooLargeError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, Owner
 from rlm_mcp.store import ContextStore, UploadStore
-from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.owner_caps import Held, release_for_share
 from tests.fixtures_postgres import has_bytes
 from tests.fixtures_store import make_settings
@@ -157,7 +158,7 @@ async def test_an_index_from_before_upload_owners_keeps_its_uploads_open(tmp_pat
     """SQLite files written before uploads recorded their owner gain the column; an upload in
     progress across the upgrade stays open to whoever holds its id (it expires within a day)."""
     settings = make_settings(tmp_path)
-    contexts = ContextStore(settings)
+    contexts = ContextStore(settings.store)
     contexts._prepare()
     now = time.time()
     with sqlite3.connect(contexts.db_path) as conn:
@@ -170,9 +171,9 @@ async def test_an_index_from_before_upload_owners_keeps_its_uploads_open(tmp_pat
             "INSERT INTO uploads VALUES ('upl_' || ?, 1, 4, ?, NULL, NULL, ?, ?, 0, NULL)",
             ("0" * 24, _sha(b"old "), now, now),
         )
-    (Path(settings.data_dir) / "uploads" / ("upl_" + "0" * 24)).mkdir(parents=True)
-    (Path(settings.data_dir) / "uploads" / ("upl_" + "0" * 24) / "00000000.part").write_bytes(b"old ")
-    uploads = UploadStore(settings, contexts)
+    (Path(settings.store.data_dir) / "uploads" / ("upl_" + "0" * 24)).mkdir(parents=True)
+    (Path(settings.store.data_dir) / "uploads" / ("upl_" + "0" * 24) / "00000000.part").write_bytes(b"old ")
+    uploads = UploadStore(settings.store, contexts)
     done = await uploads.put_chunk(
         data=b"upload", index=1, upload_id="upl_" + "0" * 24, final=True, sha256=None, name="legacy", format=None,
         owner=LOCAL_OWNER,

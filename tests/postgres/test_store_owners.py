@@ -8,11 +8,11 @@ import time
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.events import TurnStart
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, Owner, OwnerScope
 from rlm_mcp.store import ContextStore
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_both_stores import drop_ownership
 from tests.fixtures_postgres import has_bytes
 from tests.fixtures_store import run_record

@@ -12,10 +12,11 @@ import anyio
 import psycopg
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import Cell, LogTruncated, TurnStart, dumps
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER, Owner
-from rlm_mcp.store.factory import Stores, make_stores
+from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError, SchemaError
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.migrations import LATEST
@@ -232,12 +233,12 @@ async def test_doctor_reports_the_database_schema_and_replicas(
 def test_a_bad_database_url_is_refused_without_echoing_it() -> None:
     from pydantic import ValidationError
 
-    from rlm_mcp.config import Settings
+    from rlm_mcp.config import SETTING_FIELDS, Settings
     from rlm_mcp.config_check import describe_validation_error
 
     with pytest.raises(ValidationError) as caught:
         Settings(_env_file=None, database_url="mysql://u:s3cret@h/db")
-    text = describe_validation_error(caught.value, Settings.model_fields)
+    text = describe_validation_error(caught.value, SETTING_FIELDS)
     assert "RLM_MCP_DATABASE_URL" in text and "postgresql://" in text and "s3cret" not in text
 
 
@@ -267,9 +268,9 @@ async def test_a_host_clock_off_the_databases_is_shown_by_doctor_and_warned_of_a
     async with make_stores(settings) as stores:
         assert isinstance(stores.lifecycle, Database)
         with caplog.at_level(logging.WARNING, logger="rlm_mcp.queue"):
-            await warn_of_clock_skew(PgRunQueue(queue_rules(settings), stores.lifecycle))
+            await warn_of_clock_skew(PgRunQueue(queue_rules(settings.queue), stores.lifecycle))
             assert not caplog.records
-            skew = await warn_of_clock_skew(PgRunQueue(queue_rules(settings), stores.lifecycle, clock=ahead))
+            skew = await warn_of_clock_skew(PgRunQueue(queue_rules(settings.queue), stores.lifecycle, clock=ahead))
         assert skew is not None and skew > 100
         assert "120" in caplog.text or "119" in caplog.text or "121" in caplog.text
 
@@ -345,7 +346,7 @@ async def test_a_database_of_the_former_release_migrates_with_its_runs_in_flight
             "run_old_running00001": ("running", 1, 1, 1, 41),
         }
         assert left == 0
-        queue = PgRunQueue(queue_rules(settings), db)
+        queue = PgRunQueue(queue_rules(settings.queue), db)
         worker = await queue.register_worker("owner-new", 4)
         assert worker > 41
         assert await queue.claim(worker, free_sandboxes=2, max_sandboxes=8) is None  # needs 3 sandboxes

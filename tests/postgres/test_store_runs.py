@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, NotFoundError
 from rlm_mcp.events import Cell, CellStart, ChatMessage, EventStub, LogTruncated, Turn, UnreadableEvent
 from rlm_mcp.owners import EVERY_OWNER
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_both_stores import add_event_lines, bounded_runs, event_lines, touch_run
 from tests.fixtures_store import run_record
 

@@ -7,9 +7,9 @@ import hashlib
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import BadArgumentError, NotFoundError, TooLargeError
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_both_stores import age_uploads, stored_bytes, upload_chunks_kept
 
 pytestmark = pytest.mark.anyio

@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, TooLargeError
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import UploadStorePort
 from tests.fixtures_both_stores import pending_upload_bytes
 
@@ -91,4 +91,4 @@ async def test_unfinished_uploads_count_against_the_store_cap(store_settings: St
             await _send(uploads, b"y", 2, a.upload_id)
         with pytest.raises(TooLargeError, match="RLM_MCP_STORE_MAX_BYTES"):
             await _send(uploads, b"z", 0)  # another upload is refused too: the cap is the store's
-        assert await pending_upload_bytes(stores, settings) <= settings.store_max_bytes
+        assert await pending_upload_bytes(stores, settings) <= settings.store.store_max_bytes

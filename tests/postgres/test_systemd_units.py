@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from rlm_mcp import __version__
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SETTING_FIELDS, Settings
 from rlm_mcp.config_check import unknown_env_vars
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
@@ -88,9 +88,9 @@ def test_a_unit_is_hardened_and_names_only_known_settings(name: str, tmp_path: P
     assert "docker" in " ".join(service.get("SupplementaryGroups", [])) or ROLES[name] == "front"
     assert "docker" not in " ".join(service.get("SupplementaryGroups", [])) or ROLES[name] == "worker"
     env = environment(service)
-    assert unknown_env_vars(Settings.model_fields, env) == []
+    assert unknown_env_vars(SETTING_FIELDS, env) == []
     settings = as_settings(env)
-    assert settings.role == ROLES[name] and settings.data_dir == Path(env["RLM_MCP_DATA_DIR"])
+    assert settings.team.role == ROLES[name] and settings.store.data_dir == Path(env["RLM_MCP_DATA_DIR"])
     assert unit["Install"]["WantedBy"] == ["multi-user.target"]
 
     (argv0, *args) = shlex.split(service["ExecStart"][0])
@@ -110,9 +110,9 @@ def test_a_unit_is_hardened_and_names_only_known_settings(name: str, tmp_path: P
 
 def test_the_example_environment_file_is_valid_settings() -> None:
     env = env_file(UNITS / "rlm-mcp.env.example")
-    assert unknown_env_vars(Settings.model_fields, env) == []
+    assert unknown_env_vars(SETTING_FIELDS, env) == []
     settings = as_settings(env)
-    assert settings.database_url is not None and settings.auth_tokens and settings.public_url
+    assert settings.team.database_url is not None and settings.server.auth_tokens and settings.server.public_url
 
 
 def _health(base: str) -> httpx.Response | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RunProgress
 from rlm_mcp.ports.runs import RunResult
@@ -17,7 +18,6 @@ from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.runlog import QueueRunLog
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore
@@ -35,7 +35,7 @@ async def test_a_final_record_the_database_refuses_ends_the_run_error_at_once(tm
     async with make_stores(settings) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
-        queue = PgRunQueue(queue_rules(settings), db)
+        queue = PgRunQueue(queue_rules(settings.queue), db)
         worker = await queue.register_worker("owner-w", 2)
         stored = {"query": "q", "context_ids": ["c"], "owner": "local", "limits": LIMITS, "status": "queued"}
         await queue.enqueue(run_record(RUN, stored), 1)

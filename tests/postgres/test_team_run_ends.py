@@ -15,6 +15,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.queue import RunQueuePort
@@ -26,8 +27,8 @@ from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
 from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore
@@ -80,7 +81,7 @@ async def team(tmp_path: Path, url: str) -> AsyncIterator[tuple[Any, PgRunQueue,
     async with make_stores(settings) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
-        queue = PgRunQueue(queue_rules(settings), db)
+        queue = PgRunQueue(queue_rules(settings.queue), db)
         info = await stores.contexts.put_bytes(
             b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
         )
@@ -100,9 +101,9 @@ async def test_worker_and_front_ends_are_told_once_after_their_records(tmp_path:
         models = [FakeChatModel(root=[submit("'42'")]), FakeChatModel(root_delay_s=3600)]
 
         async def engine() -> RLMEngine:
-            return RLMEngine(settings, models.pop(0), FakeSandboxFactory())
+            return RLMEngine(settings.engine, models.pop(0), FakeSandboxFactory())
 
-        front = QueueFront(settings, queue, Wakeups(queue), ends=ends)
+        front = QueueFront(settings.queue, queue, Wakeups(queue), ends=ends)
         async with front:
             # Cancelled while queued (no worker yet): the front's write ends it.
             queued = await front.start(request(settings, ctx), None)
@@ -111,8 +112,10 @@ async def test_worker_and_front_ends_are_told_once_after_their_records(tmp_path:
 
             sandboxes = cast(SandboxManager, Slots())
             async with (
-                RunManager(settings, stores.contexts, stores.runs, ends=ends) as runs,
-                QueueWorker(settings, queue, stores.runs, runs, sandboxes, engine, ends=ends),
+                RunManager(
+                    settings, stores.contexts, stores.runs, owners=configured_owners(settings), ends=ends
+                ) as runs,
+                QueueWorker(settings.queue, queue, stores.runs, runs, sandboxes, engine, ends=ends),
             ):
                 done = await front.start(request(settings, ctx, session_id=None), None)
                 with anyio.fail_after(60):
@@ -133,12 +136,12 @@ async def test_a_run_whose_session_ended_is_told_once_as_never_started(tmp_path:
         ends = RunEnds([recorder])
 
         async def engine() -> RLMEngine:
-            return RLMEngine(settings, FakeChatModel(root=[submit("'42'")]), FakeSandboxFactory())
+            return RLMEngine(settings.engine, FakeChatModel(root=[submit("'42'")]), FakeSandboxFactory())
 
         sandboxes = cast(SandboxManager, Slots())
         async with (
-            QueueFront(settings, queue, Wakeups(queue), ends=ends) as front,
-            RunManager(settings, stores.contexts, stores.runs, ends=ends) as runs,
+            QueueFront(settings.queue, queue, Wakeups(queue), ends=ends) as front,
+            RunManager(settings, stores.contexts, stores.runs, owners=configured_owners(settings), ends=ends) as runs,
             QueueWorker(
                 settings,
                 queue,
@@ -146,7 +149,7 @@ async def test_a_run_whose_session_ended_is_told_once_as_never_started(tmp_path:
                 runs,
                 sandboxes,
                 engine,
-                sessions=WorkerSessions(settings, PgSessionStore(stores.lifecycle), stores.contexts),
+                sessions=WorkerSessions(settings.kept_sessions, PgSessionStore(stores.lifecycle), stores.contexts),
                 ends=ends,
             ),
         ):

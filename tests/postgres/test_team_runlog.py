@@ -12,12 +12,12 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.events import Cell, LLMCall, TurnStart
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import decode_live
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.runlog import QueueRunLog
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.queue_statements import CHANNEL
@@ -99,7 +99,7 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
 
         # Another process ends the run (a sweeper): the worker's next publish writes its events
         # and counters but not its summary, and says the run is over.
-        queue = PgRunQueue(queue_rules(make_settings(tmp_path, database_url=pg_url)), db)
+        queue = PgRunQueue(queue_rules(make_settings(tmp_path, database_url=pg_url).queue), db)
         assert await queue.finish(RUN, run_record(RUN, {"status": "error", "result": {"status": "error"}}))
         await log.append(_cell(2))
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:

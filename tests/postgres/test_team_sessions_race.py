@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunLimits, RunRequest
@@ -16,7 +17,6 @@ from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.team_sessions import TeamSessions
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.sessions import PgSessionStore
@@ -37,9 +37,9 @@ async def test_a_follow_up_racing_the_end_of_its_team_session_queues_nothing(
         db = stores.lifecycle
         assert isinstance(db, Database)
         store = PgSessionStore(db)
-        sessions = TeamSessions(settings, store)
-        queue = PgRunQueue(queue_rules(settings), db)
-        async with QueueFront(settings, queue, Wakeups(queue)) as front:
+        sessions = TeamSessions(settings.sessions, store)
+        queue = PgRunQueue(queue_rules(settings.queue), db)
+        async with QueueFront(settings.queue, queue, Wakeups(queue)) as front:
             sessions.queue_through(front)
             await store.open("ses_1", "alice", "run_first", cap=4, max_age_s=DAY)
             # Its first run ended on a worker: the session is free for a follow-up.

@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import TurnStart
@@ -21,7 +22,6 @@ from rlm_mcp.ports.runs import RunEnded
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.sweeper import HOUSEKEEPING_EVERY, LEASE_SLACK_S, Sweeper
 from rlm_mcp.service.run_ends import RunEnds
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore
@@ -53,15 +53,15 @@ async def connected_sweepers(
 ) -> list[Sweeper]:
     """Sweepers that have been connected for a full lease (they may judge leases), once the
     database itself has been up that long (the sweepers' rule after a restart)."""
-    with anyio.fail_after(settings.worker_lease_s + 30):
-        while (await queue.sweep_plan())[1] < settings.worker_lease_s:
+    with anyio.fail_after(settings.team.worker_lease_s + 30):
+        while (await queue.sweep_plan())[1] < settings.team.worker_lease_s:
             await anyio.sleep(0.2)
     sweepers = []
     for _ in range(n):
         clock = Clock()
-        sweeper = Sweeper(settings, queue, clock=clock, ends=ends)
+        sweeper = Sweeper(settings.queue, queue, clock=clock, ends=ends)
         await sweeper.sweep_once()
-        clock.now += settings.worker_lease_s + 1
+        clock.now += settings.team.worker_lease_s + 1
         sweepers.append(sweeper)
     return sweepers
 
@@ -203,13 +203,13 @@ async def test_a_sweeper_judges_leases_only_after_a_full_lease_connected(tmp_pat
         assert await queue.claim(worker, 8, 8) is not None
         await silence(db, worker)  # as after a database outage longer than the lease
         clock = Clock()
-        sweeper = Sweeper(settings, queue, clock=clock)
+        sweeper = Sweeper(settings.queue, queue, clock=clock)
         due = await sweeper.sweep_once()
         row = await queue.read("run_outage0000000001")
         assert row is not None and row.state == "running"  # not judged yet
-        assert due <= settings.worker_lease_s + LEASE_SLACK_S
+        assert due <= settings.team.worker_lease_s + LEASE_SLACK_S
         await queue.heartbeat(worker)  # the worker is back within the lease
-        clock.now += settings.worker_lease_s + 1
+        clock.now += settings.team.worker_lease_s + 1
         await sweeper.sweep_once()
         row = await queue.read("run_outage0000000001")
         assert row is not None and row.state == "running" and row.attempt == 1
@@ -306,7 +306,10 @@ async def test_the_waiting_bound_holds_under_concurrent_starts_on_two_replicas(t
     other = Settings(database_url=pg_url, data_dir=tmp_path / "b", run_max_queued_per_owner=20)
     async with make_stores(settings) as one, make_stores(other) as two:
         assert isinstance(one.lifecycle, Database) and isinstance(two.lifecycle, Database)
-        queues = [PgRunQueue(queue_rules(settings), one.lifecycle), PgRunQueue(queue_rules(other), two.lifecycle)]
+        queues = [
+            PgRunQueue(queue_rules(settings.queue), one.lifecycle),
+            PgRunQueue(queue_rules(other.queue), two.lifecycle),
+        ]
         accepted, refused = [], []
 
         async def start(i: int) -> None:
@@ -350,14 +353,14 @@ async def test_the_next_sweep_comes_when_a_lease_can_next_end(tmp_path: Path, pg
     plus a poll interval)."""
     async with team(tmp_path, pg_url, worker_lease_s=6.0, queue_poll_s=0.2) as (db, queue, settings):
         [sweeper] = await connected_sweepers(settings, queue, 1)
-        assert await sweeper.sweep_once() == HOUSEKEEPING_EVERY * settings.queue_poll_s  # nobody to lose: 1 s
+        assert await sweeper.sweep_once() == HOUSEKEEPING_EVERY * settings.team.queue_poll_s  # nobody to lose: 1 s
         worker = await queue.register_worker("owner-sched", 4)
         async with db.connection() as conn:
             await conn.execute(
                 "UPDATE rlm_workers SET heartbeat_at = now() - interval '5.5 seconds' WHERE worker_id = %s", (worker,)
             )
         due = await sweeper.sweep_once()  # its lease ends in about 0.5 s: sooner than housekeeping
-        assert settings.queue_poll_s <= due <= 0.5 + LEASE_SLACK_S
+        assert settings.team.queue_poll_s <= due <= 0.5 + LEASE_SLACK_S
 
 
 async def test_pruning_removes_finished_runs_only_by_the_databases_clock(tmp_path: Path, pg_url: str) -> None:

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from rlm_mcp.access import HostPolicy
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import EVERY_OWNER, Owner
 from rlm_mcp.store import RunStore
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.testing.waiting import wait_until
@@ -73,7 +73,7 @@ async def test_the_viewer_takes_a_code_once_in_both_of_its_modes() -> None:
 
 
 async def test_the_local_viewers_session_sees_every_owner_and_a_signed_code_names_one(tmp_path: Path) -> None:
-    store = RunStore(make_settings(tmp_path))
+    store = RunStore(make_settings(tmp_path).store)
     for i, owner in enumerate(["alice", "bob"]):
         log = await store.create(run_record(f"run_{i:012d}", {"query": "q", "status": "completed", "owner": owner}))
         await log.aclose()
@@ -172,7 +172,7 @@ async def test_a_login_while_the_database_is_unreachable_is_refused_saying_so(tm
     # A pool never opened answers as an unreachable database does (DatabaseUnavailableError).
     db = Database(f"postgresql://rlm:hunter2-pw@127.0.0.1:{free_port()}/rlm", replica=False)
     auth = ViewerAuth(tokens=[TOKEN], policy=HostPolicy("127.0.0.1", 80, [], []), key=b"k" * 32, spent=PgSpentCodes(db))
-    app = build_viewer(RunStore(make_settings(tmp_path)), auth)
+    app = build_viewer(RunStore(make_settings(tmp_path).store), auth)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         refused = await client.get("/runs/login", params={"code": auth.issue_code(Owner("alice"))})

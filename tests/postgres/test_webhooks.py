@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 
 from rlm_mcp.access import owner_of_token, webhook_grants
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.assembly.roles import webhooks
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError
@@ -30,7 +31,6 @@ from rlm_mcp.ports.runs import RunEnded
 from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.webhooks.deliverer import Deliverer
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.servers import free_port
 from tests.doc_snippets import snippet
 from tests.fixtures_store import final
@@ -75,8 +75,8 @@ def ended(run_id: str, url: str | None) -> RunEnded:
 
 def deliverer(settings: Settings, stores: object, clock: Clock) -> Deliverer:
     outbox = stores.webhooks  # type: ignore[attr-defined]
-    policy = AddressPolicy(listed=tuple(parse_networks(settings.allowed_url_addresses)))
-    return Deliverer(outbox, webhook_grants(settings), settings.events, policy, clock=clock)
+    policy = AddressPolicy(listed=tuple(parse_networks(settings.loads.allowed_url_addresses)))
+    return Deliverer(outbox, webhook_grants(settings.server), settings.events, policy, clock=clock)
 
 
 async def test_a_run_end_is_delivered_once_signed_and_retried_after_a_500(
@@ -209,15 +209,15 @@ def test_the_tokens_file_stays_one_token_per_line_and_checks_its_options(tmp_pat
         f"# team tokens\nplain\nwith space inside\n{TOKEN} webhook_secret={whsec(NEW)} webhook_allow=https://h.example/\n"
     )
     settings = make_settings(tmp_path, auth_tokens_file=tokens)
-    assert load_tokens(settings) == ["plain", "with space inside", TOKEN]
-    grants = webhook_grants(settings)
+    assert load_tokens(settings.server) == ["plain", "with space inside", TOKEN]
+    grants = webhook_grants(settings.server)
     assert (
         list(grants) == [OWNER] and grants[OWNER].secrets == (NEW,) and grants[OWNER].allow == ("https://h.example/",)
     )
     assert whsec(NEW) not in repr(grants) and base64.b64encode(NEW).decode() not in repr(grants)
     tokens.write_text(f"{TOKEN} webhook_secret=nope\n")
     with pytest.raises(ValueError, match="whsec_") as refused:
-        webhook_grants(settings)
+        webhook_grants(settings.server)
     assert "nope" not in str(refused.value)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from rlm_mcp.config import Settings, parse_size, sandbox_usable_bytes
+from rlm_mcp.config import SETTING_FIELDS, Settings, parse_size, sandbox_usable_bytes
 from tests.paths import REPO
 from tools.docs_pages import settings_table
 
@@ -19,12 +19,12 @@ DOCS = REPO / "docs"
 
 def test_defaults_match_the_design() -> None:
     s = Settings()
-    assert s.base_url == "http://localhost:8000/v1"
-    assert s.model == "rlm-v0.1" and s.effective_sub_model == "rlm-v0.1"
-    assert s.api_key == "EMPTY" and s.extra_body == {}
-    assert (s.max_iterations, s.max_depth, s.root_max_tokens, s.sub_max_tokens) == (20, 1, 4096, 4096)
-    assert s.pool_size == 2 and s.cell_timeout_s == 60
-    assert s.allowed_roots == [Path.home()]
+    assert s.lm.base_url == "http://localhost:8000/v1"
+    assert s.lm.model == "rlm-v0.1" and s.lm.effective_sub_model == "rlm-v0.1"
+    assert s.lm.api_key == "EMPTY" and s.lm.extra_body == {}
+    assert (s.loop.max_iterations, s.loop.max_depth, s.lm.root_max_tokens, s.lm.sub_max_tokens) == (20, 1, 4096, 4096)
+    assert s.sandbox.pool_size == 2 and s.sandbox.cell_timeout_s == 60
+    assert s.loads.allowed_roots == [Path.home()]
 
 
 def test_environment_wins_and_lists_are_split(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -33,10 +33,10 @@ def test_environment_wins_and_lists_are_split(monkeypatch: pytest.MonkeyPatch, t
     monkeypatch.setenv("RLM_MCP_SUB_MODEL", "small")
     monkeypatch.setenv("RLM_MCP_ALLOWED_SUB_MODELS", "a, b")
     s = Settings()
-    assert s.allowed_roots == [tmp_path / "a", Path.home() / "b"]
-    assert s.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
-    assert s.effective_sub_model == "small"
-    assert s.allowed_sub_models == ["a", "b"]
+    assert s.loads.allowed_roots == [tmp_path / "a", Path.home() / "b"]
+    assert s.lm.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert s.lm.effective_sub_model == "small"
+    assert s.lm.allowed_sub_models == ["a", "b"]
 
 
 def test_bad_values_are_refused_with_the_field_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,8 +59,8 @@ def test_toml_file_is_read_below_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("RLM_MCP_CONFIG", str(config))
     monkeypatch.setenv("RLM_MCP_POOL_SIZE", "1")
     s = Settings()
-    assert s.model == "from-toml"
-    assert s.pool_size == 1
+    assert s.lm.model == "from-toml"
+    assert s.sandbox.pool_size == 1
 
 
 def test_sizes_use_dockers_units() -> None:
@@ -76,7 +76,7 @@ def test_the_configuration_page_tables_every_setting_from_the_model() -> None:
     assert "<!-- generated: settings -->" in page
     assert not re.search(r"^\| `RLM_MCP_", page, re.M), "a hand-kept settings row in docs/configuration.md"
     table = settings_table()
-    for name, field in Settings.model_fields.items():
+    for name, field in SETTING_FIELDS.items():
         row = next(line for line in table.splitlines() if line.startswith(f"| `RLM_MCP_{name.upper()}` |"))
         assert field.description and field.description.replace("|", "\\|") in row, row
 
@@ -84,7 +84,7 @@ def test_the_configuration_page_tables_every_setting_from_the_model() -> None:
 def test_every_setting_the_docs_name_exists() -> None:
     # A setting renamed or removed in the code must not live on in a page (RLM_MCP_SANDBOX_MAX_SANDBOXES
     # once did): every RLM_MCP_ name in the README and the docs is a setting, or a test-only variable.
-    known = {f"RLM_MCP_{name.upper()}" for name in Settings.model_fields} | {"RLM_MCP_CONFIG"}
+    known = {f"RLM_MCP_{name.upper()}" for name in SETTING_FIELDS} | {"RLM_MCP_CONFIG"}
     for page in [README, *sorted(DOCS.rglob("*.md"))]:
         named = set(re.findall(r"RLM_MCP_[A-Z0-9_]*[A-Z0-9](?![*\w])", page.read_text(encoding="utf-8")))
         unknown = named - known - {"RLM_MCP_SCREENSHOTS", "RLM_MCP_MODLE"}
@@ -98,11 +98,11 @@ def test_installer_form_fields_left_unfilled_count_as_unset(monkeypatch: pytest.
     monkeypatch.setenv("RLM_MCP_BASE_URL", " ${user_config.base_url} ")
     monkeypatch.setenv("RLM_MCP_SUB_MODEL", "${user_config.sub_model}")
     s = Settings()
-    assert s.allowed_roots == [Path.home()]  # never a root named "${user_config...}", never none
-    assert s.base_url == "http://localhost:8000/v1" and s.sub_model is None
+    assert s.loads.allowed_roots == [Path.home()]  # never a root named "${user_config...}", never none
+    assert s.lm.base_url == "http://localhost:8000/v1" and s.lm.sub_model is None
     assert "api_key" not in s.model_fields_set
     monkeypatch.setenv("RLM_MCP_ALLOWED_ROOTS", "")
-    assert Settings().allowed_roots == [Path.home()]
+    assert Settings().loads.allowed_roots == [Path.home()]
 
 
 def test_a_blank_auth_token_keeps_its_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,8 +119,8 @@ def test_the_largest_context_fits_the_sandbox_by_default(memory: str) -> None:
     from rlm_mcp.sandbox.manager import SandboxManager, estimate_context_memory
 
     settings = Settings(sandbox_memory=memory)
-    largest = settings.max_context_bytes
+    largest = settings.store.max_context_bytes
     spec = ContextSpec(path=Path("/nonexistent"), format="text", kind="str", chars=largest, bytes=largest)
     assert estimate_context_memory(spec) <= sandbox_usable_bytes(memory)
-    SandboxManager(settings).check_fits([spec])  # raises if it would not fit
-    assert Settings(sandbox_memory=memory, max_context_bytes=1234).max_context_bytes == 1234  # set: kept
+    SandboxManager(settings.sandbox).check_fits([spec])  # raises if it would not fit
+    assert Settings(sandbox_memory=memory, max_context_bytes=1234).store.max_context_bytes == 1234  # set: kept

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from rlm_mcp.config import Settings, load_settings
+from rlm_mcp.config import SETTING_FIELDS, load_settings
 from rlm_mcp.config_check import SettingsError, unknown_env_vars
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env
 
 
 def test_unknown_variables_get_the_nearest_name() -> None:
     found = unknown_env_vars(
-        Settings.model_fields,
+        SETTING_FIELDS,
         {"RLM_MCP_MODLE": "x", "RLM_MCP_MODEL": "y", "RLM_MCP_CONFIG": "f", "RLM_MCP_QQQQQQ": "1", "HOME": "/"},
     )
     assert found == [
@@ -25,8 +25,8 @@ def test_unknown_variables_get_the_nearest_name() -> None:
 
 
 def test_every_setting_is_a_known_variable() -> None:
-    environ = {f"RLM_MCP_{name.upper()}": "x" for name in Settings.model_fields}
-    assert unknown_env_vars(Settings.model_fields, environ) == []
+    environ = {f"RLM_MCP_{name.upper()}": "x" for name in SETTING_FIELDS}
+    assert unknown_env_vars(SETTING_FIELDS, environ) == []
 
 
 def test_missing_config_file_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

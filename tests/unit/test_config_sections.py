@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from rlm_mcp.config import SECTIONS, LMSettings, SandboxSettings, Settings, load_settings
+from rlm_mcp.config import SECTIONS, SETTING_FIELDS, LMSettings, SandboxSettings, Settings, load_settings
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.testing.settings import make_settings
 
@@ -20,7 +20,7 @@ def test_every_setting_belongs_to_exactly_one_section() -> None:
     for name, section in SECTIONS.items():
         for field in section.model_fields:
             owners.setdefault(field, []).append(name)
-    assert set(owners) == set(Settings.model_fields)
+    assert set(owners) == set(SETTING_FIELDS)
     assert {field: names for field, names in owners.items() if len(names) > 1} == {}
 
 
@@ -70,9 +70,12 @@ def test_the_deployment_is_decided_by_the_database_url_alone(tmp_path: Path) -> 
 
 
 def test_the_database_dsn_is_read_in_team_mode_only(tmp_path: Path) -> None:
-    assert make_settings(tmp_path, database_url=TEAM_DB).database_dsn() == TEAM_DB
+    team = make_settings(tmp_path, database_url=TEAM_DB).deployment.database
+    assert team is not None and team.dsn == TEAM_DB
+    assert make_settings(tmp_path).deployment.database is None
+    # A front or a worker without it is refused in one place, where a process starts serving.
     with pytest.raises(RlmMcpError, match="RLM_MCP_DATABASE_URL"):
-        make_settings(tmp_path).database_dsn()
+        make_settings(tmp_path, role="front").deployment.served()
 
 
 def test_a_section_built_on_its_own_refuses_a_setting_it_does_not_own() -> None:
@@ -80,3 +83,15 @@ def test_a_section_built_on_its_own_refuses_a_setting_it_does_not_own() -> None:
     with pytest.raises(ValidationError, match="max_sandboxes"):
         LMSettings.model_validate({"max_sandboxes": 2})
     assert LMSettings(model="m").effective_sub_model == "m"
+
+
+def test_settings_hold_their_sections_and_keep_the_flat_names(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, max_sandboxes=2, role="front")
+    # Composed, not inherited: a part typed with its section cannot be handed the whole Settings.
+    assert not isinstance(settings, SandboxSettings) and isinstance(settings.sandbox, SandboxSettings)
+    assert (settings.sandbox.max_sandboxes, settings.team.role) == (2, "front")
+    assert {"max_sandboxes", "role"} <= settings.model_fields_set  # the flat names given
+    copied = settings.model_copy(update={"max_sandboxes": 3})
+    assert (copied.sandbox.max_sandboxes, settings.sandbox.max_sandboxes) == (3, 2)
+    flat = "max_sandboxes"  # an untyped script's flat read still answers (typed code reads the section)
+    assert getattr(settings, flat) == 2

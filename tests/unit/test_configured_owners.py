@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlm_mcp import access
-from rlm_mcp.config import Settings
+from rlm_mcp.config import ServerSettings, Settings
 from rlm_mcp.service.queue.rules import queue_rules
 
 
@@ -22,12 +22,12 @@ def test_the_share_is_read_once_and_again_when_the_tokens_file_changes(
     reads: list[Path] = []
     real = access.load_tokens
 
-    def counted(settings: Settings) -> list[str]:
+    def counted(settings: ServerSettings) -> list[str]:
         reads.append(tokens)
         return real(settings)
 
     monkeypatch.setattr("rlm_mcp.service.run_queue.load_tokens", counted)
-    rules = queue_rules(Settings(auth_tokens_file=tokens, data_dir=tmp_path / "data"))
+    rules = queue_rules(Settings(auth_tokens_file=tokens, data_dir=tmp_path / "data").queue)
 
     assert [rules.share(4) for _ in range(5)] == [4] * 5  # one owner: every slot
     assert len(reads) == 1

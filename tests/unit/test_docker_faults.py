@@ -210,7 +210,7 @@ def test_the_final_error_names_the_lost_connection_and_what_to_check() -> None:
 
 
 def test_a_container_ended_by_a_dropped_attach_stream_is_recognised() -> None:
-    container = KernelContainer(None, sandbox_settings(), "owner0123")
+    container = KernelContainer(None, sandbox_settings().sandbox, "owner0123")
     assert container.lost_reason(exit_info_of({"ExitCode": 75, "OOMKilled": False}))  # the kernel saw its stdin close
     assert container.lost_reason(exit_info_of({"ExitCode": 3}))  # the bootstrap saw it close
     assert container.lost_reason(ExitInfo(lost="Connection aborted."))  # inspecting it failed too
@@ -228,15 +228,20 @@ def test_a_container_ended_by_a_dropped_attach_stream_is_recognised() -> None:
 
 def test_a_kernel_that_did_not_start_is_blamed_on_the_right_cause() -> None:
     settings = sandbox_settings()
-    killed = str(boot_failure("the sandbox closed its output", exit_info_of({"ExitCode": 137}), settings, "IMAGE FIX"))
+    killed = str(
+        boot_failure("the sandbox closed its output", exit_info_of({"ExitCode": 137}), settings.sandbox, "IMAGE FIX")
+    )
     assert "killed by signal 9 while it started" in killed and "IMAGE FIX" not in killed
     oom = str(
         boot_failure(
-            "the sandbox closed its output", exit_info_of({"ExitCode": 137, "OOMKilled": True}), settings, "IMAGE FIX"
+            "the sandbox closed its output",
+            exit_info_of({"ExitCode": 137, "OOMKilled": True}),
+            settings.sandbox,
+            "IMAGE FIX",
         )
     )
     assert "RLM_MCP_SANDBOX_MEMORY" in oom and "IMAGE FIX" not in oom
     no_python = str(
-        boot_failure("the sandbox closed its output", exit_info_of({"ExitCode": 127}), settings, "IMAGE FIX")
+        boot_failure("the sandbox closed its output", exit_info_of({"ExitCode": 127}), settings.sandbox, "IMAGE FIX")
     )
     assert "exit status 127" in no_python and "IMAGE FIX" in no_python

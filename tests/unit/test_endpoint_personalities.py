@@ -26,7 +26,7 @@ REPLY = "OK, that works."  # four scripted tokens (4 bytes each)
 
 async def served_cards(settings: Settings) -> list[dict[str, Any]] | None:
     """The root endpoint's /v1/models cards, read as the LM client's catalog reads them."""
-    endpoint = Endpoint(endpoint_configs(settings)[0], request_timeout_s=settings.request_timeout_s)
+    endpoint = Endpoint(endpoint_configs(settings.lm)[0], request_timeout_s=settings.lm.request_timeout_s)
     try:
         return await ModelCatalog(endpoint).cards()
     finally:
@@ -134,19 +134,19 @@ async def test_server_kind_from_each_personality(endpoint: object, model: str, k
 )
 async def test_window_is_read_where_the_endpoint_reports_it(endpoint: object, model: str, known: bool) -> None:
     with ScriptedLM(script(model, 12288), endpoint=endpoint) as lm:  # type: ignore[arg-type]
-        async with LMClient(Settings(base_url=lm.base_url, model=model)) as client:
+        async with LMClient(Settings(base_url=lm.base_url, model=model).lm) as client:
             assert await client.window_known(model) is known
             assert await client.window(model) == (12288 if known else 16384)
 
 
 async def test_openai_auto_switches_to_max_completion_tokens_and_a_bad_key_names_the_fix() -> None:
     with ScriptedLM(script("gpt-5-mini"), endpoint=OpenAI(api_key="sk-good")) as lm:
-        async with LMClient(Settings(base_url=lm.base_url, model="gpt-5-mini", api_key="sk-good")) as client:
+        async with LMClient(Settings(base_url=lm.base_url, model="gpt-5-mini", api_key="sk-good").lm) as client:
             done = await client.complete(SAY, model="gpt-5-mini", max_tokens=1, role="sub")
             assert done.text == "OK, "  # cut to the one token asked for
         sent = [r["body"] for r in lm.requests]
         assert "max_tokens" in sent[0] and "max_completion_tokens" in sent[1]
-        async with LMClient(Settings(base_url=lm.base_url, model="gpt-5-mini", api_key="sk-bad")) as client:
+        async with LMClient(Settings(base_url=lm.base_url, model="gpt-5-mini", api_key="sk-bad").lm) as client:
             with pytest.raises(RlmMcpError) as refused:
                 await client.check_model()
             assert "401" in str(refused.value) and "RLM_MCP_API_KEY" in (refused.value.fix or "")

@@ -30,15 +30,15 @@ from tests.fixtures_sandbox import DOCKER_INFO, DOCKER_VERSION, PODMAN_INFO, POD
 
 def test_docker_and_podman_are_told_apart_and_described() -> None:
     settings = make_settings()
-    docker_engine = engine_info(DOCKER_VERSION, DOCKER_INFO, settings)
-    podman = engine_info(PODMAN_VERSION, PODMAN_INFO, settings)
+    docker_engine = engine_info(DOCKER_VERSION, DOCKER_INFO, settings.sandbox)
+    podman = engine_info(PODMAN_VERSION, PODMAN_INFO, settings.sandbox)
     assert (docker_engine.product, docker_engine.runtime, docker_engine.podman) == ("Docker", "runc", False)
     assert (podman.product, podman.version, podman.podman) == ("Podman", "4.3.1", True)
     assert podman.describe() == "Podman 4.3.1, runtime runc, cgroup v1"
-    runsc = engine_info(DOCKER_VERSION, DOCKER_INFO, make_settings(sandbox_runtime="runsc"))
+    runsc = engine_info(DOCKER_VERSION, DOCKER_INFO, make_settings(sandbox_runtime="runsc").sandbox)
     assert runsc.describe() == "Docker 20.10.24+dfsg1, runtime runsc, cgroup v1"
     for engine in (docker_engine, podman, runsc):
-        check_engine(engine, make_settings(sandbox_runtime=engine.runtime))  # rootful, limits: fine
+        check_engine(engine, make_settings(sandbox_runtime=engine.runtime).sandbox)  # rootful, limits: fine
 
 
 @pytest.mark.parametrize(
@@ -51,26 +51,26 @@ def test_docker_and_podman_are_told_apart_and_described() -> None:
 def test_rootless_on_cgroup_v1_is_refused_with_the_reason_and_the_fix(
     version: dict[str, Any], info: dict[str, Any]
 ) -> None:
-    engine = engine_info(version, info, make_settings())
+    engine = engine_info(version, info, make_settings().sandbox)
     assert engine.rootless
     with pytest.raises(SandboxError) as caught:
-        check_engine(engine, make_settings())
+        check_engine(engine, make_settings().sandbox)
     assert "cgroup v1 cannot enforce the sandbox's memory, pids and CPU limits" in caught.value.cause
     assert "podman system service" in (caught.value.fix or "") and "cgroup v2" in (caught.value.fix or "")
     # The same engine on cgroup v2 applies the limits: allowed.
-    check_engine(engine_info(version, {**info, "CgroupVersion": "2"}, make_settings()), make_settings())
+    check_engine(engine_info(version, {**info, "CgroupVersion": "2"}, make_settings().sandbox), make_settings().sandbox)
 
 
 def test_an_engine_that_says_it_cannot_apply_a_limit_is_refused() -> None:
-    engine = engine_info(DOCKER_VERSION, {**DOCKER_INFO, "PidsLimit": False}, make_settings())
+    engine = engine_info(DOCKER_VERSION, {**DOCKER_INFO, "PidsLimit": False}, make_settings().sandbox)
     with pytest.raises(SandboxError, match="cannot apply pids limits"):
-        check_engine(engine, make_settings())
+        check_engine(engine, make_settings().sandbox)
 
 
 def test_a_runtime_the_engine_lacks_is_refused_with_how_to_register_it() -> None:
     settings = make_settings(sandbox_runtime="runsc")
     with pytest.raises(SandboxError) as caught:
-        check_engine(engine_info(PODMAN_VERSION, PODMAN_INFO, settings), settings)
+        check_engine(engine_info(PODMAN_VERSION, PODMAN_INFO, settings.sandbox), settings.sandbox)
     assert "'runsc' (RLM_MCP_SANDBOX_RUNTIME) is not registered with Podman; it has crun, runc" in caught.value.cause
     assert '"runtimeArgs": ["--network=none"]' in (caught.value.fix or "")
     assert "kill -HUP" in (caught.value.fix or "") and "without a restart" in (caught.value.fix or "")
@@ -90,14 +90,14 @@ class _Client:
 
 def test_the_container_gets_the_runtime_and_the_engines_limits() -> None:
     settings = make_settings(sandbox_runtime="runsc", sandbox_pids=64)
-    docker_engine = engine_info(DOCKER_VERSION, DOCKER_INFO, settings)
-    host = create_kwargs(_Client(), settings, "owner", "name", docker_engine)["host_config"]
+    docker_engine = engine_info(DOCKER_VERSION, DOCKER_INFO, settings.sandbox)
+    host = create_kwargs(_Client(), settings.sandbox, "owner", "name", docker_engine)["host_config"]
     assert host["Runtime"] == "runsc"
-    assert host["PidsLimit"] == 64 * 2 + GVISOR_PIDS_ROOM == pids_limit(docker_engine, settings)
+    assert host["PidsLimit"] == 64 * 2 + GVISOR_PIDS_ROOM == pids_limit(docker_engine, settings.sandbox)
     plain = make_settings(sandbox_pids=64)
-    host = create_kwargs(_Client(), plain, "owner", "name", engine_info(PODMAN_VERSION, PODMAN_INFO, plain))[
-        "host_config"
-    ]
+    host = create_kwargs(
+        _Client(), plain.sandbox, "owner", "name", engine_info(PODMAN_VERSION, PODMAN_INFO, plain.sandbox)
+    )["host_config"]
     assert "Runtime" not in host and host["PidsLimit"] == 64
     assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "nproc"}  # Podman would raise both past its own
     assert [u["Name"] for u in engine_ulimits(docker_engine)] == ["nofile"]  # Docker: as before
@@ -123,7 +123,7 @@ def test_a_failed_update_is_told_apart_from_a_vanished_container() -> None:
     assert not update_unsupported(exited)
     assert not update_unsupported(docker.errors.APIError("409", explanation="Container abc is not running"))
     assert not update_unsupported(ConnectionResetError(104, "Connection reset by peer"))
-    engine = engine_info(DOCKER_VERSION, DOCKER_INFO, make_settings(sandbox_runtime="runsc"))
+    engine = engine_info(DOCKER_VERSION, DOCKER_INFO, make_settings(sandbox_runtime="runsc").sandbox)
     reason = update_failure(runsc, engine)
     assert reason.startswith("Docker with runtime runsc cannot update a running container's CPU quota")
     assert "<id>" in reason and "a" * 64 not in reason

@@ -25,8 +25,8 @@ async def _run(server: ScriptedLM, tmp_path: Path, **limits: object) -> tuple:
     async def sink(event: RunEvent) -> None:
         events.append(event)
 
-    async with LMClient(settings, backoff_base_s=0.01) as client:
-        engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+    async with LMClient(settings.lm, backoff_base_s=0.01) as client:
+        engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
         lim = make_limits(settings, **limits)
         result = await engine.run(
             run_id="h",

@@ -124,7 +124,7 @@ async def test_cancellation_propagates_after_cleanup(tmp_path: Path) -> None:
     factory = FakeSandboxFactory()
     events = Events()
     progress = RunProgress(run_id="r", max_iterations=5)
-    engine = RLMEngine(settings, lm, factory, system_prompt="S")
+    engine = RLMEngine(settings.engine, lm, factory, system_prompt="S")
     cancelled = False
     async with anyio.create_task_group() as tg:
 
@@ -189,7 +189,7 @@ async def test_progress_is_live(tmp_path: Path) -> None:
         if isinstance(event, TurnStart):
             seen.append((progress.iterations, progress.status))
 
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="S")
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="S")
     result = await engine.run(
         run_id="r",
         query="q",
@@ -210,7 +210,7 @@ async def test_a_failing_event_sink_does_not_end_the_run(tmp_path: Path) -> None
         raise RuntimeError("sink broke")
 
     lm = FakeChatModel(root=[repl('answer["content"]="s"; answer["ready"]=True')])
-    engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt="S")
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="S")
     result = await engine.run(
         run_id="r",
         query="q",
@@ -235,7 +235,7 @@ async def test_sandbox_failure_before_start_is_raised(tmp_path: Path) -> None:
         yield
 
     settings = make_settings()
-    engine = RLMEngine(settings, FakeChatModel(), broken, system_prompt="S")
+    engine = RLMEngine(settings.engine, FakeChatModel(), broken, system_prompt="S")
     with pytest.raises(RunNotStarted) as raised:
         await engine.run(
             run_id="r",

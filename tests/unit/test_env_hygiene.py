@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import SETTING_FIELDS, Settings
 from tests.paths import REPO
 
 
 def test_no_exported_setting_reaches_a_test() -> None:
     assert [name for name in os.environ if name.upper().startswith("RLM_MCP_")] == []
-    assert Settings().instance_id == Settings.model_fields["instance_id"].get_default(call_default_factory=True)
+    assert Settings().sandbox.instance_id == SETTING_FIELDS["instance_id"].get_default(call_default_factory=True)
 
 
 def test_a_pytest_run_with_settings_exported_does_not_see_them(tmp_path: Path) -> None:

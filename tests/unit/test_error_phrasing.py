@@ -20,9 +20,9 @@ pytestmark = pytest.mark.anyio
 async def test_the_store_names_the_unknown_id_and_no_tool(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     with pytest.raises(UnknownIdError) as ctx_err:
-        await ContextStore(settings).get("ctx_nope", owner=LOCAL_OWNER)
+        await ContextStore(settings.store).get("ctx_nope", owner=LOCAL_OWNER)
     with pytest.raises(UnknownIdError) as run_err:
-        await RunStore(settings).read_summary("run_nope", owner=EVERY_OWNER)
+        await RunStore(settings.store).read_summary("run_nope", owner=EVERY_OWNER)
     assert (ctx_err.value.kind, ctx_err.value.key) == ("context", "ctx_nope")
     assert (run_err.value.kind, run_err.value.key) == ("run", "run_nope")
     for err in (ctx_err.value, run_err.value):
@@ -47,7 +47,7 @@ async def test_every_loader_over_the_context_cap_names_the_same_setting(tmp_path
     big = tmp_path / "big.txt"
     big.write_text("x" * 11)
     with pytest.raises(TooLargeError) as stored:
-        await ContextStore(settings).put_bytes(b"x" * 11, name="big", format="text", source={}, owner=LOCAL_OWNER)
+        await ContextStore(settings.store).put_bytes(b"x" * 11, name="big", format="text", source={}, owner=LOCAL_OWNER)
     with pytest.raises(TooLargeError) as loaded:
         await load_path(str(big), **sections(settings))
     for err in (stored.value, loaded.value):

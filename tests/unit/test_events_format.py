@@ -39,7 +39,7 @@ def _lines(run_id: str) -> list[bytes]:
 def _read(tmp_path: Path, run_id: str) -> tuple[RunRecord, list[ev.LoggedEvent]]:
     data = tmp_path / "data"
     shutil.copytree(V0 / run_id, data / "runs" / run_id)
-    store = RunStore(make_settings(data_dir=data))
+    store = RunStore(make_settings(data_dir=data).store)
 
     async def work() -> tuple[RunRecord, list[ev.LoggedEvent]]:
         return await store.read_summary(run_id, owner=EVERY_OWNER), await store.read_events(run_id, owner=EVERY_OWNER)

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from rlm_mcp.access import HostPolicy
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.server.http import build_worker_app
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_http import INIT, MCP_HEADERS, http_settings, serving
 
 pytestmark = pytest.mark.anyio
@@ -42,7 +42,7 @@ def test_host_policy_follows_the_bind() -> None:
 async def test_rebinding_requests_are_refused_on_every_loopback_bind(tmp_path: Path, host: str) -> None:
     settings = http_settings(tmp_path, host)
     async with serving(settings) as url, httpx.AsyncClient(timeout=30) as client:
-        evil_host = await initialize(client, url, host=f"evil.example:{settings.port}")
+        evil_host = await initialize(client, url, host=f"evil.example:{settings.server.port}")
         assert evil_host.status_code == 421
         evil_origin = await initialize(client, url, origin="http://evil.example")
         assert evil_origin.status_code == 403
@@ -56,9 +56,9 @@ async def test_metrics_are_behind_the_host_and_origin_check(tmp_path: Path) -> N
     # The default local set-up (loopback, no token): a page that rebound its name to 127.0.0.1
     # must not read /metrics, on an MCP server or a team worker's listener.
     settings = http_settings(tmp_path, "127.0.0.1")
-    base = f"http://127.0.0.1:{settings.port}"
+    base = f"http://127.0.0.1:{settings.server.port}"
     async with serving(settings), httpx.AsyncClient(timeout=30) as client:
-        rebound = await client.get(f"{base}/metrics", headers={"host": f"evil.example:{settings.port}"})
+        rebound = await client.get(f"{base}/metrics", headers={"host": f"evil.example:{settings.server.port}"})
         assert rebound.status_code == 421 and "rlm_mcp_" not in rebound.text
         framed = await client.get(f"{base}/metrics", headers={"origin": "http://evil.example"})
         assert framed.status_code == 403 and "rlm_mcp_" not in framed.text

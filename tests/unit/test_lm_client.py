@@ -30,7 +30,7 @@ FAST = 0.01  # backoff base in tests: retries without waiting
 
 
 def client_for(lm: ScriptedLM | str, **overrides: object) -> LMClient:
-    return LMClient(lm_settings(lm, **overrides), backoff_base_s=FAST)
+    return LMClient(lm_settings(lm, **overrides).lm, backoff_base_s=FAST)
 
 
 async def test_complete_root_reports_text_usage_and_body() -> None:
@@ -295,7 +295,7 @@ def test_script_model_roundtrip() -> None:
 def test_client_satisfies_the_engine_port() -> None:
     from rlm_mcp.ports import ChatModel
 
-    client = LMClient(lm_settings("http://127.0.0.1:9/v1"))  # nothing connects here
+    client = LMClient(lm_settings("http://127.0.0.1:9/v1").lm)  # nothing connects here
     assert isinstance(client, ChatModel)  # every method of the port, by name (runtime_checkable)
 
 

@@ -29,7 +29,7 @@ async def test_root_calls_carry_the_session_and_echo_the_token_sub_calls_carry_n
     script = {"root": ["one", "two"], "session_token": "replica-7", "faults": [{"when": "sub", "times": 1}]}
     async with ScriptedLM(script) as lm:
         settings = lm_settings(lm, extra_body={"user": "someone"})  # never sent: routers hash it
-        async with LMClient(settings, backoff_base_s=FAST) as client:
+        async with LMClient(settings.lm, backoff_base_s=FAST) as client:
             await client.complete(ROOT_MESSAGES, model="rlm-v0.1", max_tokens=64, role="root", session="run-1")
             await client.complete(ROOT_MESSAGES, model="rlm-v0.1", max_tokens=64, role="root", session="run-1")
             await client.complete(ROOT_MESSAGES, model="rlm-v0.1", max_tokens=64, role="root", session="run-2")
@@ -53,7 +53,7 @@ async def test_session_header_is_configurable_and_can_be_turned_off() -> None:
             ({"session_affinity": False}, {}),
         ):
             lm.reset_log()
-            async with LMClient(lm_settings(lm, **overrides), backoff_base_s=FAST) as client:
+            async with LMClient(lm_settings(lm, **overrides).lm, backoff_base_s=FAST) as client:
                 await client.complete(ROOT_MESSAGES, model="rlm-v0.1", max_tokens=8, role="root", session="run-9")
             headers = lm.requests[0]["headers"]
             assert {k: v for k, v in headers.items() if k in ("x-routing-key", *AFFINITY)} == expect
@@ -92,7 +92,7 @@ async def test_root_and_sub_calls_on_two_endpoints(tmp_path: Path) -> None:
             sub_extra_body={"priority": 1},
             sub_completion_tokens_field="max_completion_tokens",
         )
-        async with LMClient(settings, backoff_base_s=FAST) as client:
+        async with LMClient(settings.lm, backoff_base_s=FAST) as client:
             assert client.separate_sub_endpoint
             assert await client.window("small", role="sub") == 4096  # each endpoint's own window
             assert await client.window("rlm-v0.1") == 8192
@@ -117,7 +117,7 @@ async def test_root_and_sub_calls_on_two_endpoints(tmp_path: Path) -> None:
 async def test_failures_name_the_endpoint_that_failed() -> None:
     async with ScriptedLM({"root": ["x"]}) as root:
         settings = lm_settings(root, sub_base_url="http://127.0.0.1:9/v1", sub_model="small")
-        async with LMClient(settings, backoff_base_s=FAST) as client:
+        async with LMClient(settings.lm, backoff_base_s=FAST) as client:
             with pytest.raises(LMConnectionError) as caught:
                 await client.check_model()
             text = str(caught.value)
@@ -128,7 +128,7 @@ async def test_failures_name_the_endpoint_that_failed() -> None:
             assert probes[0].kind == "vLLM" and probes[0].ok
         async with ScriptedLM({"model": "other"}) as sub:
             settings = lm_settings(root, sub_base_url=sub.base_url, sub_model="small")
-            async with LMClient(settings, backoff_base_s=FAST) as client:
+            async with LMClient(settings.lm, backoff_base_s=FAST) as client:
                 with pytest.raises(LMModelNotFoundError) as missing:
                     await client.check_model()
                 assert f"'small' is not served at {sub.base_url}" in str(missing.value)
@@ -136,7 +136,7 @@ async def test_failures_name_the_endpoint_that_failed() -> None:
     # The root endpoint's kind is named once it is known.
     async with ScriptedLM({"root": ["x"]}) as gone:
         settings = lm_settings(gone, lm_retries=0)
-        client = LMClient(settings, backoff_base_s=FAST)
+        client = LMClient(settings.lm, backoff_base_s=FAST)
         await client.window("rlm-v0.1")  # discovery: the cards say vLLM
     try:
         with pytest.raises(LMConnectionError) as down:
@@ -174,7 +174,7 @@ async def test_the_scripted_server_measures_prefix_reuse_per_session() -> None:
     edited = [dict(m) for m in turn2]
     edited[1]["content"] = "Answer the following: what is y?"  # an earlier message changed
     async with ScriptedLM({"root": ["first reply"]}) as lm:
-        async with LMClient(lm_settings(lm), backoff_base_s=FAST) as client:
+        async with LMClient(lm_settings(lm).lm, backoff_base_s=FAST) as client:
             for messages, session in ((ROOT_MESSAGES, "s"), (ROOT_MESSAGES, "t"), (turn2, "s"), (edited, "s")):
                 await client.complete(messages, model="rlm-v0.1", max_tokens=64, role="root", session=session)
         first, second, third = lm.prefix.by_session("s")
@@ -191,18 +191,18 @@ def test_sub_endpoint_settings_default_to_the_roots(monkeypatch: pytest.MonkeyPa
     from rlm_mcp.lm.endpoint import endpoint_configs
 
     base: dict[str, Any] = {"base_url": "http://gpu:8000/v1", "extra_body": {"a": 1}, "max_model_len": 8192}
-    root, sub = endpoint_configs(make_settings(**base))
+    root, sub = endpoint_configs(make_settings(**base).lm)
     assert sub is None and root.max_model_len == 8192  # nothing differs: one endpoint
-    root, sub = endpoint_configs(make_settings(**base, sub_base_url="http://gpu:8000/v1/"))
+    root, sub = endpoint_configs(make_settings(**base, sub_base_url="http://gpu:8000/v1/").lm)
     assert sub is None  # the same address, written differently
-    root, sub = endpoint_configs(make_settings(**base, sub_base_url="http://cheap:8000/v1"))
+    root, sub = endpoint_configs(make_settings(**base, sub_base_url="http://cheap:8000/v1").lm)
     assert sub is not None and sub.base_url == "http://cheap:8000/v1" and sub.extra_body == {"a": 1}
     assert (
         sub.max_model_len is None and sub.api_key == root.api_key == "EMPTY"
     )  # another server: its window is discovered
     monkeypatch.setenv("RLM_MCP_SUB_EXTRA_BODY", "{}")
     monkeypatch.setenv("RLM_MCP_SUB_MAX_MODEL_LEN", "4096")
-    root, sub = endpoint_configs(make_settings(**base))
+    root, sub = endpoint_configs(make_settings(**base).lm)
     assert sub is not None and sub.base_url == root.base_url and sub.extra_body == {} and sub.max_model_len == 4096
     monkeypatch.setenv("RLM_MCP_SUB_EXTRA_BODY", "[1]")
     with pytest.raises(ValueError, match="RLM_MCP_SUB_EXTRA_BODY must be a JSON object"):
@@ -216,7 +216,7 @@ async def test_the_length_field_rule_and_the_key_are_per_endpoint() -> None:
     with ScriptedLM({"model": "gpt-5-mini", "sub_default": "OK"}, endpoint=OpenAI(api_key="sk-sub")) as sub:
         async with ScriptedLM({"root": ["x"]}) as root:
             settings = lm_settings(root, sub_base_url=sub.base_url, sub_api_key="sk-sub", sub_model="gpt-5-mini")
-            async with LMClient(settings, backoff_base_s=FAST) as client:
+            async with LMClient(settings.lm, backoff_base_s=FAST) as client:
                 for _ in range(2):
                     await client.complete(say, model="gpt-5-mini", max_tokens=4, role="sub")
                     await client.complete(ROOT_MESSAGES, model="rlm-v0.1", max_tokens=4, role="root", session="r")

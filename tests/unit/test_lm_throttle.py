@@ -30,7 +30,7 @@ async def runs(url: str, tmp_path: Path, names: list[str], lm: LMClient | None =
         pass
 
     async def one(client: LMClient, name: str) -> None:
-        engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+        engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
         limits = make_limits(settings, timeout_s=120)
         result = await engine.run(
             run_id=name,

@@ -52,8 +52,8 @@ async def test_token_counts_that_are_not_counts_are_estimated_and_the_run_goes_o
     with ScriptedLM(script) as server:
         settings = lm_settings(server, lm_retries=0, model_prices='{"rlm-v0.1": {"input": 1, "output": 2}}')
         limits = make_limits(settings)
-        async with LMClient(settings, backoff_base_s=0.01) as client:
-            engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt="SYSTEM")
+        async with LMClient(settings.lm, backoff_base_s=0.01) as client:
+            engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt="SYSTEM")
             progress = RunProgress(run_id="r", max_iterations=limits.max_iterations)
             result = await engine.run(
                 run_id="r", query="How long is it?", contexts=[make_context(tmp_path)], limits=limits,

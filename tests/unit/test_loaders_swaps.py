@@ -47,11 +47,11 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def root(settings: Settings) -> Path:
-    return Path(settings.allowed_roots[0])
+    return Path(settings.loads.allowed_roots[0])
 
 
 def _data_tmp_files(settings_: Settings) -> list[Path]:
-    tmp = Path(settings_.data_dir) / "tmp"
+    tmp = Path(settings_.store.data_dir) / "tmp"
     return list(tmp.iterdir()) if tmp.exists() else []
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.store import _db
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.migrations import Dialect, Migration, SchemaError, latest, migrations, pending, read_folder
 from rlm_mcp.store.sqlite_index import ContextStore
 from tests.data.migrations.make_dumps import ALICE, CONTEXTS, PART, UPLOADED
@@ -43,7 +43,7 @@ def _schema_of_0_2() -> set[tuple[str, str, str, str | None]]:
 def _index_of_0_2(settings: Settings) -> Path:
     """The 0.2 index in `settings`' data dir, with the files it points at (blobs, an upload's
     part) and its times moved to now (an unfinished upload expires a day after its last chunk)."""
-    store = ContextStore(settings)
+    store = ContextStore(settings.store)
     store._prepare()
     with sqlite3.connect(store.db_path) as conn:
         conn.executescript(DUMP.read_text())
@@ -53,7 +53,7 @@ def _index_of_0_2(settings: Settings) -> Path:
     for name, data in {**CONTEXTS, "uploaded": UPLOADED}.items():
         store.blob_path(shas[name]).parent.mkdir(parents=True, exist_ok=True)
         store.blob_path(shas[name]).write_bytes(data)
-    part = Path(settings.data_dir) / "uploads" / partial / "00000000.part"
+    part = Path(settings.store.data_dir) / "uploads" / partial / "00000000.part"
     part.parent.mkdir(parents=True)
     part.write_bytes(PART)
     return store.db_path

@@ -48,8 +48,8 @@ async def test_a_child_rlm_span_hangs_under_the_parent_run_with_its_lm_calls(
     async with ScriptedLM(Script(root_fn=_root)) as server:
         settings = Settings(base_url=server.base_url, model="rlm-v0.1", lm_retries=0, request_timeout_s=60.0)
         limits = make_limits(settings, max_depth=2)
-        async with LMClient(settings, backoff_base_s=0.01) as client:
-            engine = RLMEngine(settings, client, FakeSandboxFactory(), system_prompt="SYSTEM")
+        async with LMClient(settings.lm, backoff_base_s=0.01) as client:
+            engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt="SYSTEM")
             # The run's span as the service opens it around engine.run.
             with tracing.run_span(None, {"rlm.run.id": "p", "rlm.run.depth": 0}):
                 result = await engine.run(

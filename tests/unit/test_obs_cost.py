@@ -17,7 +17,7 @@ PRICES = '{"big": {"input": 3, "cached_input": 0.3, "output": 15}, "small": {"in
 
 
 def test_a_call_costs_input_cached_input_and_output_at_their_prices() -> None:
-    prices = Settings(model_prices=PRICES).model_prices
+    prices = Settings(model_prices=PRICES).lm.model_prices
     # 1000 prompt tokens of which 400 cached, 200 completion tokens
     assert call_cost(prices, "big", 1000, 200, 400) == pytest.approx((600 * 3 + 400 * 0.3 + 200 * 15) / 1e6)
     # no cached price: cached tokens cost the input price (no discount assumed)

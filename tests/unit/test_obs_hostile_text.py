@@ -88,7 +88,7 @@ async def test_a_callers_tracestate_never_reaches_the_lm_or_the_record(recorded_
     trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
     record_context = {"traceparent": f"00-{trace_id}-{span_id}-01", "tracestate": f"vendor={SECRET}"}
     with ScriptedLM(Script(sub_default="x")) as lm:
-        async with LMClient(lm_settings(lm)) as client:
+        async with LMClient(lm_settings(lm).lm) as client:
             with tracing.run_span(record_context, {"rlm.run.id": "r"}):
                 carried = tracing.carrier()
                 await client.complete(sub_messages("hi"), model="rlm-v0.1", max_tokens=16, role="sub")

@@ -21,7 +21,7 @@ PROMPT = "a prompt that names the-private-detail"
 
 
 async def _two_calls(lm: ScriptedLM) -> None:
-    async with LMClient(lm_settings(lm, lm_retries=0), backoff_base_s=0.01) as client:
+    async with LMClient(lm_settings(lm, lm_retries=0).lm, backoff_base_s=0.01) as client:
         await client.complete(sub_messages(PROMPT), model="rlm-v0.1", max_tokens=64, role="sub")
         with pytest.raises(LMServerError):
             await client.complete(sub_messages("doomed"), model="rlm-v0.1", max_tokens=64, role="sub")
@@ -70,7 +70,7 @@ async def test_the_capture_setting_records_prompt_and_completion(
 async def test_without_a_provider_no_span_and_no_header() -> None:
     tracing.use_tracer_provider(None)
     with ScriptedLM(Script(sub_default="x")) as lm:
-        async with LMClient(lm_settings(lm)) as client:
+        async with LMClient(lm_settings(lm).lm) as client:
             await client.complete(sub_messages("hi"), model="rlm-v0.1", max_tokens=16, role="sub")
         assert "traceparent" not in lm.requests[0]["headers"]
     assert tracing.carrier() is None

@@ -39,7 +39,7 @@ async def run_once(url: str, tmp_path: Path, run_id: str, **settings: Any) -> st
         pass
 
     async with LMClient(s.lm, routing=s.routing) as lm:
-        engine = RLMEngine(s, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+        engine = RLMEngine(s.engine, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
         limits = make_limits(s)
         result = await engine.run(
             run_id=run_id,

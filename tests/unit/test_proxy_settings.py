@@ -39,18 +39,19 @@ def test_a_public_url_is_a_scheme_a_host_and_a_port(value: str, tmp_path: Path) 
 
 def test_the_public_url_is_normalised_and_empty_means_none(tmp_path: Path) -> None:
     assert (
-        make_settings(tmp_path, public_url="HTTPS://RLM.Example.com:8443/").public_url == "https://rlm.example.com:8443"
+        make_settings(tmp_path, public_url="HTTPS://RLM.Example.com:8443/").server.public_url
+        == "https://rlm.example.com:8443"
     )
-    assert make_settings(tmp_path, public_url="").public_url is None
+    assert make_settings(tmp_path, public_url="").server.public_url is None
 
 
 def test_the_public_urls_host_and_origin_are_accepted(tmp_path: Path) -> None:
-    policy = host_policy(make_settings(tmp_path, public_url="https://rlm.example.com:8443"))
+    policy = host_policy(make_settings(tmp_path, public_url="https://rlm.example.com:8443").server)
     assert policy.host_ok("rlm.example.com:8443")
     assert policy.origin_ok("https://rlm.example.com:8443")
     assert not policy.host_ok("rlm.example.com.evil.test:8443")
     assert not policy.origin_ok("https://evil.test")
-    assert not host_policy(make_settings(tmp_path)).host_ok("rlm.example.com")
+    assert not host_policy(make_settings(tmp_path).server).host_ok("rlm.example.com")
 
 
 async def test_a_proxied_replica_answers_by_its_public_name(tmp_path: Path) -> None:
@@ -88,12 +89,12 @@ async def test_without_a_public_url_links_are_paths_and_cookies_not_secure(tmp_p
 def test_behind_a_public_url_only_its_exact_origin_is_the_servers_own(tmp_path: Path) -> None:
     """Another scheme or port of the public host is another site (a plain-http page, another
     service on that host): refused as an Origin, while Host keeps its port-free match."""
-    policy = host_policy(make_settings(tmp_path, public_url="https://rlm.example.com"))
+    policy = host_policy(make_settings(tmp_path, public_url="https://rlm.example.com").server)
     assert policy.origin_ok("https://rlm.example.com")  # positive control
     assert policy.origin_ok("https://rlm.example.com:443")  # the same origin, its default port spelled out
     assert policy.host_ok("rlm.example.com:8443") and policy.host_ok("rlm.example.com")
     for other in ("http://rlm.example.com", "https://rlm.example.com:8443", "http://rlm.example.com:8080"):
         assert not policy.origin_ok(other), other
     # a name listed in RLM_MCP_ALLOWED_HOSTS keeps its meaning for both
-    listed = host_policy(make_settings(tmp_path, host="0.0.0.0", port=8765, allowed_hosts=["lb.internal"]))
+    listed = host_policy(make_settings(tmp_path, host="0.0.0.0", port=8765, allowed_hosts=["lb.internal"]).server)
     assert listed.origin_ok("http://lb.internal:8765")

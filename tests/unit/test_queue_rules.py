@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.service.queue.rules import queue_rules
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.memory_queue import MemoryRunQueue
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_queue_rules import RULE_IDS, RULES
@@ -36,7 +36,7 @@ def memory_team(tmp_path: Path) -> OpenTeam:
     async def open_team(**overrides: Any) -> AsyncIterator[Team]:
         settings = make_settings(tmp_path, **({"worker_lease_s": 5.0} | overrides))
         clock = WallClock()
-        queue = MemoryRunQueue(queue_rules(settings), clock=clock)
+        queue = MemoryRunQueue(queue_rules(settings.queue), clock=clock)
 
         async def silence(worker: int) -> None:
             queue.silence(worker)

@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunResult
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.server.app import build_server
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits
 from tests.fixtures_engine import make_settings as make_engine_settings
 from tests.fixtures_surface import call, call_error, make_settings
@@ -70,7 +71,7 @@ class _FailsOutsideTheLoop(RLMEngine):
     local cache write can): the service's last line of defence states the run's end."""
 
     def __init__(self, settings: Settings, error: OSError) -> None:
-        super().__init__(settings, FakeChatModel(), FakeSandboxFactory())
+        super().__init__(settings.engine, FakeChatModel(), FakeSandboxFactory())
         self._error = error
 
     async def run(self, **kwargs: Any) -> RunResult:
@@ -79,7 +80,10 @@ class _FailsOutsideTheLoop(RLMEngine):
 
 async def _background_run(tmp_path: Path, engine: Callable[[Settings], RLMEngine]) -> RunResult:
     settings = make_engine_settings(tmp_path)
-    async with make_stores(settings) as stores, RunManager(settings, stores.contexts, stores.runs) as runs:
+    async with (
+        make_stores(settings) as stores,
+        RunManager(settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server)) as runs,
+    ):
         info = await stores.contexts.put_bytes(
             b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=LOCAL_OWNER
         )
@@ -91,7 +95,9 @@ async def _background_run(tmp_path: Path, engine: Callable[[Settings], RLMEngine
 
 
 def _disk_full(settings: Settings) -> OSError:
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(settings.data_dir / "runs" / "x" / "events.jsonl"))
+    return OSError(
+        errno.ENOSPC, os.strerror(errno.ENOSPC), str(settings.store.data_dir / "runs" / "x" / "events.jsonl")
+    )
 
 
 @pytest.mark.parametrize("where", ["in the loop", "outside the loop"])
@@ -100,7 +106,7 @@ async def test_a_background_run_on_a_full_disk_ends_with_the_cause_and_fix(tmp_p
         if where == "outside the loop":
             return _FailsOutsideTheLoop(settings, _disk_full(settings))
         # The root model's call fails with the OSError: the loop's own catch states the run's end.
-        return RLMEngine(settings, FakeChatModel(root=[_disk_full(settings)]), FakeSandboxFactory())
+        return RLMEngine(settings.engine, FakeChatModel(root=[_disk_full(settings)]), FakeSandboxFactory())
 
     result = await _background_run(tmp_path, engine)
     assert result.status == "error"

@@ -42,7 +42,7 @@ def _settings(tmp_path: Path, **overrides: Any) -> Settings:
 
 @asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[None]:
-    server = uvicorn.Server(uvicorn_config(settings, build_http_app(settings), owners=1, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(settings.server, build_http_app(settings), owners=1, log_level="warning"))
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
         await wait_until(lambda: server.started, what="the server start")
@@ -67,21 +67,21 @@ async def test_a_connection_that_stops_mid_headers_is_closed(tmp_path: Path) -> 
     settings = _settings(tmp_path, http_header_timeout_s=1.0)
     async with serving(settings):
         with (
-            closing(socket.create_connection(("127.0.0.1", settings.port))) as silent,
-            closing(socket.create_connection(("127.0.0.1", settings.port))) as partial,
+            closing(socket.create_connection(("127.0.0.1", settings.server.port))) as silent,
+            closing(socket.create_connection(("127.0.0.1", settings.server.port))) as partial,
         ):
             partial.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
             await wait_until(lambda: _closed(silent) and _closed(partial), what="closing slow connections")
         # A whole request is still answered.
         async with httpx.AsyncClient() as client:
-            reply = await client.post(f"http://127.0.0.1:{settings.port}/mcp", json=INIT, headers=MCP_HEADERS)
+            reply = await client.post(f"http://127.0.0.1:{settings.server.port}/mcp", json=INIT, headers=MCP_HEADERS)
         assert reply.status_code == 200
 
 
 async def test_connections_over_the_bound_are_closed_at_once(tmp_path: Path) -> None:
     settings = _settings(tmp_path, http_max_connections=5, http_header_timeout_s=300.0)
     async with serving(settings):
-        socks = [socket.create_connection(("127.0.0.1", settings.port)) for _ in range(8)]
+        socks = [socket.create_connection(("127.0.0.1", settings.server.port)) for _ in range(8)]
         try:
             await wait_until(lambda: sum(_closed(s) for s in socks) >= 3, what="closing the connections over 5")
             assert [_closed(s) for s in socks[:5]] == [False] * 5  # the first five are still held

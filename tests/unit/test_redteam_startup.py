@@ -46,9 +46,9 @@ def test_a_prompt_file_swapped_for_a_fifo_after_the_start_is_refused(tmp_path: P
     good = tmp_path / "prompt.txt"
     good.write_text("You are a careful assistant.")
     settings = load_settings(prompt_profile=f"file:{good}", data_dir=tmp_path / "data")
-    assert resolve_system_prompt(settings.prompt_profile) == "You are a careful assistant."
+    assert resolve_system_prompt(settings.loop.prompt_profile) == "You are a careful assistant."
     good.unlink()
     os.mkfifo(good)
     with pytest.raises(BadArgumentError) as err:  # at once: the open does not wait for a writer
-        resolve_system_prompt(settings.prompt_profile)
+        resolve_system_prompt(settings.loop.prompt_profile)
     assert "not a regular file" in str(err.value)

@@ -42,7 +42,7 @@ async def test_another_server_gets_no_root_key_and_no_root_model_calls(tmp_path:
     root_script, sub_script = _scripts()
     async with ScriptedLM(root_script) as root, ScriptedLM(sub_script) as sub:
         settings = lm_settings(root, api_key=ROOT_KEY, sub_base_url=sub.base_url, sub_model="small")
-        async with LMClient(settings, backoff_base_s=FAST) as client:
+        async with LMClient(settings.lm, backoff_base_s=FAST) as client:
             result = await run_with_client(settings, client, tmp_path, CODE)
         assert result.status == "completed", result.reason
         assert result.answer == "sub:p1|sub:p2"  # the root model's name fell back to the sub model
@@ -65,7 +65,7 @@ async def test_positive_controls_a_listed_root_model_and_a_sub_key(tmp_path: Pat
             sub_model="small",
             allowed_sub_models=["rlm-v0.1"],
         )
-        async with LMClient(settings, backoff_base_s=FAST) as client:
+        async with LMClient(settings.lm, backoff_base_s=FAST) as client:
             result = await run_with_client(settings, client, tmp_path, CODE)
         assert result.answer == "sub:p1|root:p2"  # listed: the root model answers on the root's server
         assert [r["role"] for r in root.requests] == ["root", "sub"]
@@ -79,13 +79,13 @@ def test_the_same_server_keeps_the_roots_key_and_model() -> None:
     def with_sub(sub_base_url: str) -> Settings:
         return make_settings(base_url="http://gpu:8000/v1", api_key=ROOT_KEY, sub_base_url=sub_base_url)
 
-    _, sub = endpoint_configs(with_sub("http://GPU:8000/other/v1"))
+    _, sub = endpoint_configs(with_sub("http://GPU:8000/other/v1").lm)
     assert sub is not None and sub.api_key == ROOT_KEY
-    _, sub = endpoint_configs(with_sub("https://gpu:8000/v1"))
+    _, sub = endpoint_configs(with_sub("https://gpu:8000/v1").lm)
     assert sub is not None and sub.api_key == ""  # another scheme: another server
-    _, sub = endpoint_configs(with_sub("http://gpu:8001/v1"))
+    _, sub = endpoint_configs(with_sub("http://gpu:8001/v1").lm)
     assert sub is not None and sub.api_key == ""
-    _, sub = endpoint_configs(make_settings(base_url="http://gpu:8000/v1", sub_base_url="http://cheap:80/v1"))
+    _, sub = endpoint_configs(make_settings(base_url="http://gpu:8000/v1", sub_base_url="http://cheap:80/v1").lm)
     assert sub is not None and sub.api_key == "EMPTY"  # the placeholder is no secret: it carries over
 
 

@@ -74,20 +74,20 @@ def test_trained_cell_layout() -> None:
 
 def test_auto_gives_the_adapter_canonical(reference_wheel: Path, tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    seed_data_dir(settings.data_dir, reference_wheel)
-    assert settings.prompt_profile == "auto" and is_adapter(settings.model)
-    choice = choose_profile(settings)
+    seed_data_dir(settings.store.data_dir, reference_wheel)
+    assert settings.loop.prompt_profile == "auto" and is_adapter(settings.lm.model)
+    choice = choose_profile(settings.service)
     assert choice.profile.name == "canonical" and not choice.fix
-    other = choose_profile(_settings(tmp_path, model="gpt-4o-mini"))
+    other = choose_profile(_settings(tmp_path, model="gpt-4o-mini").service)
     assert other.profile.name == "rlm-mcp"
 
 
 def test_auto_without_a_copy_falls_back_and_names_the_fix(tmp_path: Path) -> None:
-    choice = choose_profile(_settings(tmp_path))
+    choice = choose_profile(_settings(tmp_path).service)
     assert choice.profile.name == "rlm-mcp"
     assert "rlm-mcp profile fetch" in choice.fix
     with pytest.raises(BadArgumentError, match="rlm-mcp profile fetch"):
-        choose_profile(_settings(tmp_path, prompt_profile="canonical"))
+        choose_profile(_settings(tmp_path, prompt_profile="canonical").service)
 
 
 @pytest.fixture

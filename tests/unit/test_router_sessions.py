@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.assembly.roles import run_ends
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine
@@ -22,8 +23,8 @@ from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunRecord, RunRequest
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing import ScriptedLM
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.testing.waiting import wait_until
@@ -126,9 +127,15 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             async with (
                 LMClient(settings.lm, routing=settings.routing) as lm,
                 make_stores(settings) as stores,
-                RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm=lm)) as runs,
+                RunManager(
+                    settings.runs,
+                    stores.contexts,
+                    stores.runs,
+                    owners=configured_owners(settings.server),
+                    ends=run_ends(lm=lm),
+                ) as runs,
             ):
-                engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+                engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
                 info = await stores.contexts.put_bytes(
                     b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
                 )
@@ -238,9 +245,15 @@ async def test_sub_calls_behind_another_router_open_and_finish_their_sessions_th
             async with (
                 LMClient(settings.lm, routing=settings.routing) as lm,
                 make_stores(settings) as stores,
-                RunManager(settings, stores.contexts, stores.runs, ends=run_ends(lm=lm)) as runs,
+                RunManager(
+                    settings.runs,
+                    stores.contexts,
+                    stores.runs,
+                    owners=configured_owners(settings.server),
+                    ends=run_ends(lm=lm),
+                ) as runs,
             ):
-                engine = RLMEngine(settings, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+                engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
                 info = await stores.contexts.put_bytes(
                     b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
                 )

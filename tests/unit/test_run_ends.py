@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import EVERY_OWNER, Owner
 from rlm_mcp.ports.chat import LMConnectionError
 from rlm_mcp.ports.runs import RunEnded, RunRecord, RunRequest
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.ports import RunStorePort
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits, make_settings, repl, submit
@@ -46,7 +47,7 @@ async def manager(
     tmp_path: Path, lm: FakeChatModel, **overrides: Any
 ) -> AsyncIterator[tuple[RunManager, RLMEngine, Recorder, str]]:
     settings = make_settings(tmp_path, **overrides)
-    engine = RLMEngine(settings, lm, FakeSandboxFactory())
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory())
     async with make_stores(settings) as stores:
         recorder = Recorder(stores.runs)
 
@@ -54,7 +55,9 @@ async def manager(
             raise RuntimeError("a subscriber that fails")
 
         ends = RunEnds([failing, recorder])
-        async with RunManager(settings, stores.contexts, stores.runs, ends=ends) as runs:
+        async with RunManager(
+            settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server), ends=ends
+        ) as runs:
             info = await stores.contexts.put_bytes(
                 b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
             )

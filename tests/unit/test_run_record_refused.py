@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.runs import NoticeKind, RunRequest
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits, make_settings, submit
 
 pytestmark = pytest.mark.anyio
@@ -21,8 +22,11 @@ pytestmark = pytest.mark.anyio
 
 async def test_an_answer_the_store_refuses_ends_the_run_error_with_a_readable_record(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
-    engine = RLMEngine(settings, FakeChatModel(root=[submit('"half \\ud83d an emoji"')]), FakeSandboxFactory())
-    async with make_stores(settings) as stores, RunManager(settings, stores.contexts, stores.runs) as runs:
+    engine = RLMEngine(settings.engine, FakeChatModel(root=[submit('"half \\ud83d an emoji"')]), FakeSandboxFactory())
+    async with (
+        make_stores(settings) as stores,
+        RunManager(settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server)) as runs,
+    ):
         info = await stores.contexts.put_bytes(
             b"x", name="ctx", format="text", source={"kind": "text"}, owner=LOCAL_OWNER
         )

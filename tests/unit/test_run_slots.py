@@ -11,14 +11,14 @@ from typing import Any
 import anyio
 import pytest
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import BusyError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.service.active_run import ActiveRun
-from rlm_mcp.service.run_queue import owner_run_share
+from rlm_mcp.service.run_queue import configured_owners, owner_run_share
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits, make_settings
 
@@ -32,8 +32,11 @@ async def manager(tmp_path: Path, **overrides: Any) -> AsyncIterator[tuple[RunMa
     """A RunManager over real stores and a real engine whose root model answers after an hour:
     every run that gets a slot holds it (until the manager's shutdown cancels it)."""
     settings = make_settings(tmp_path, **overrides)
-    engine = RLMEngine(settings, FakeChatModel(root_delay_s=3600), FakeSandboxFactory())
-    async with make_stores(settings) as stores, RunManager(settings, stores.contexts, stores.runs) as runs:
+    engine = RLMEngine(settings.engine, FakeChatModel(root_delay_s=3600), FakeSandboxFactory())
+    async with (
+        make_stores(settings) as stores,
+        RunManager(settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server)) as runs,
+    ):
         ids = []
         for owner in (ALICE, BOB):
             info = await stores.contexts.put_bytes(
@@ -103,15 +106,20 @@ async def test_a_run_over_its_share_ends_naming_the_share_when_it_waits_too_long
         assert "RLM_MCP_MAX_RUNS_PER_OWNER=1" in str(second.not_started) and "your share" in str(second.not_started)
 
 
+def _share(tmp_path: Path, *, slots: int | None = None, **overrides: Any) -> int:
+    settings = make_settings(tmp_path, **overrides)
+    return owner_run_share(settings.runs, owners=configured_owners(settings.server), slots=slots)
+
+
 def test_the_share_is_all_slots_for_one_owner_and_half_for_several(tmp_path: Path) -> None:
-    assert owner_run_share(make_settings(tmp_path, max_runs=5)) == 5  # stdio, or one token
-    assert owner_run_share(make_settings(tmp_path, max_runs=5, auth_token="only")) == 5
-    assert owner_run_share(make_settings(tmp_path, max_runs=5, auth_tokens=["a", "b", "c"])) == 3
-    assert owner_run_share(make_settings(tmp_path, max_runs=1, auth_tokens=["a", "b"])) == 1
-    assert owner_run_share(make_settings(tmp_path, max_runs=5, max_runs_per_owner=2)) == 2
-    assert owner_run_share(make_settings(tmp_path, max_runs=5, max_runs_per_owner=9)) == 5
+    assert _share(tmp_path, max_runs=5) == 5  # stdio, or one token
+    assert _share(tmp_path, max_runs=5, auth_token="only") == 5
+    assert _share(tmp_path, max_runs=5, auth_tokens=["a", "b", "c"]) == 3
+    assert _share(tmp_path, max_runs=1, auth_tokens=["a", "b"]) == 1
+    assert _share(tmp_path, max_runs=5, max_runs_per_owner=2) == 2
+    assert _share(tmp_path, max_runs=5, max_runs_per_owner=9) == 5
     tokens = tmp_path / "tokens"
     tokens.write_text("# the team\none\ntwo\n")
-    assert owner_run_share(make_settings(tmp_path, max_runs=4, auth_tokens_file=tokens)) == 2
+    assert _share(tmp_path, max_runs=4, auth_tokens_file=tokens) == 2
     # Team mode asks for the share of every live worker's slots.
-    assert owner_run_share(make_settings(tmp_path, max_runs=4, auth_tokens=["a", "b"]), slots=12) == 6
+    assert _share(tmp_path, max_runs=4, auth_tokens=["a", "b"], slots=12) == 6

@@ -24,7 +24,7 @@ ALICE = Owner("alice")
 
 def _manager(tmp_path: Path) -> SessionManager:
     nothing = cast(Any, None)  # neither sandboxes nor runs are reached by these refusals
-    return SessionManager(make_settings(tmp_path), cast(ContextStorePort, nothing), nothing, nothing)
+    return SessionManager(make_settings(tmp_path).kept_sessions, cast(ContextStorePort, nothing), nothing, nothing)
 
 
 async def test_a_session_starting_a_run_says_so_without_a_placeholder_run_id(tmp_path: Path) -> None:

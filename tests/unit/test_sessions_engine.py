@@ -26,7 +26,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def _run(engine: RLMEngine, session: SessionSandbox, run_id: str, query: str, contexts: list[ContextSpec]) -> Any:
-    limits = make_limits(engine.settings, max_iterations=6)
+    limits = make_limits(make_settings(), max_iterations=6)
     return await engine.run(
         run_id=run_id,
         query=query,
@@ -58,7 +58,7 @@ async def test_follow_ups_reuse_the_repl_with_contexts_and_histories(tmp_path: P
         ]
     )
     factory = FakeSandboxFactory()
-    engine = RLMEngine(make_settings(), lm, factory, system_prompt="SYS")
+    engine = RLMEngine(make_settings().engine, lm, factory, system_prompt="SYS")
     session = SessionSandbox("ses_test")
     try:
         one = await _run(engine, session, "run-1", "How many words?", [first])
@@ -100,12 +100,12 @@ async def test_follow_ups_reuse_the_repl_with_contexts_and_histories(tmp_path: P
 async def test_a_run_without_a_session_still_closes_its_sandbox(tmp_path: Path) -> None:
     lm = FakeChatModel(root=[repl('answer["content"] = "x"\nanswer["ready"] = True')])
     factory = FakeSandboxFactory()
-    engine = RLMEngine(make_settings(), lm, factory, system_prompt="SYS")
+    engine = RLMEngine(make_settings().engine, lm, factory, system_prompt="SYS")
     result = await engine.run(
         run_id="r",
         query="q",
         contexts=[make_context(tmp_path)],
-        limits=make_limits(engine.settings, max_iterations=3),
+        limits=make_limits(make_settings(), max_iterations=3),
         progress=RunProgress(run_id="r", max_iterations=3),
         emit=Events(),
     )

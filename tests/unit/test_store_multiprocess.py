@@ -20,8 +20,8 @@ def _worker(data_dir: str, worker: int, rounds: int) -> None:
         settings = Settings(
             data_dir=Path(data_dir), allowed_roots=[Path(data_dir)], store_max_bytes=4000, context_grace_s=0
         )
-        store = ContextStore(settings)
-        uploads = UploadStore(settings, store)
+        store = ContextStore(settings.store)
+        uploads = UploadStore(settings.store, store)
         for i in range(rounds):
             # Half the contents are shared by both workers (same ids), half are private.
             shared = await store.put_bytes(
@@ -70,7 +70,7 @@ def test_two_processes_share_a_data_dir(tmp_path: Path) -> None:
     assert [p.exitcode for p in procs] == [0, 0]
 
     async def check() -> None:
-        store = ContextStore(Settings(data_dir=tmp_path / "data", allowed_roots=[tmp_path]))
+        store = ContextStore(Settings(data_dir=tmp_path / "data", allowed_roots=[tmp_path]).store)
         infos = await store.list(owner=LOCAL_OWNER)
         assert infos
         for info in infos:  # every indexed context has its blob, with the right size
@@ -83,7 +83,7 @@ def test_two_processes_share_a_data_dir(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_two_instances_many_tasks(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", allowed_roots=[tmp_path])
-    stores = [ContextStore(settings), ContextStore(settings)]
+    stores = [ContextStore(settings.store), ContextStore(settings.store)]
     ids: list[str] = []
 
     async def put(n: int) -> None:
@@ -101,7 +101,7 @@ async def test_two_instances_many_tasks(tmp_path: Path) -> None:
 
 def _open_fresh(data_dir: str, barrier: multiprocessing.synchronize.Barrier, results: multiprocessing.Queue) -> None:
     async def main() -> None:
-        store = ContextStore(Settings(data_dir=Path(data_dir), allowed_roots=[Path(data_dir)]))
+        store = ContextStore(Settings(data_dir=Path(data_dir), allowed_roots=[Path(data_dir)]).store)
         await store.put_bytes(b"first write", name="x", format="text", source={}, owner=LOCAL_OWNER)
 
     barrier.wait()

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_wake_up_while_the_follower_is_busy_is_kept_and_the_latest_wins() -> None:
-    wakeups = Wakeups(MemoryRunQueue(queue_rules(make_settings())))
+    wakeups = Wakeups(MemoryRunQueue(queue_rules(make_settings().queue)))
     wakeups.wake("run_a", LiveSummary(iterations=1))  # not followed here: nothing is kept
     assert await wakeups.wait("run_a", 0) == (False, READ_ROW)
 

@@ -24,7 +24,7 @@ from tests.fixtures_viewer import HOSTILE, record_run
 def _load(tmp_path: Path) -> tuple[RunRecord, list]:
     async def work() -> tuple[RunRecord, list]:
         await record_run(tmp_path / "data")
-        store = RunStore(make_settings(data_dir=tmp_path / "data"))
+        store = RunStore(make_settings(data_dir=tmp_path / "data").store)
         return await store.read_summary("run_viewer_1", owner=EVERY_OWNER), await store.read_events(
             "run_viewer_1", owner=EVERY_OWNER
         )

@@ -53,7 +53,7 @@ async def run(settings: Settings, lm: LMClient, run_id: str, tmp_path: Path, san
     async def sink(event: RunEvent) -> None:
         events.append(event)
 
-    engine = RLMEngine(settings, lm, sandboxes or FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+    engine = RLMEngine(settings.engine, lm, sandboxes or FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
     limits = make_limits(settings, max_iterations=TURNS + 2)
     result = await engine.run(
         run_id=run_id,
@@ -86,7 +86,7 @@ async def test_root_turns_stay_on_one_backend_and_sub_calls_spread(tmp_path: Pat
     async with backends() as servers:
         async with vllm_router([s.root_url for s in servers], log=tmp_path / "router.log") as url:
             settings = settings_for(url, lm_retries=1)
-            async with LMClient(settings, backoff_base_s=0.05) as lm:
+            async with LMClient(settings.lm, backoff_base_s=0.05) as lm:
                 for run_id in ("run-a", "run-b"):
                     result = await run(settings, lm, run_id, tmp_path)
                     assert result.status == "completed", result.reason
@@ -158,7 +158,7 @@ async def test_a_backend_killed_mid_run_costs_retries_not_the_run(tmp_path: Path
             settings = settings_for(url, lm_retries=8)
             sandboxes = GatedSandboxes()
             results: list[RunResult] = []
-            async with LMClient(settings, backoff_base_s=0.25) as lm, anyio.create_task_group() as tg:
+            async with LMClient(settings.lm, backoff_base_s=0.25) as lm, anyio.create_task_group() as tg:
 
                 async def go() -> None:
                     results.append(await run(settings, lm, "run-k", tmp_path, sandboxes))

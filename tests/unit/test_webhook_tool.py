@@ -27,5 +27,5 @@ async def test_a_webhook_url_the_caller_may_not_name_refuses_the_run(tmp_path: P
             assert refused.is_error
             text = refused.content[0].text  # type: ignore[union-attr]
             assert "no webhook secret" in text and "webhook_allow=" in text
-    runs = Path(settings.data_dir) / "runs"
+    runs = Path(settings.store.data_dir) / "runs"
     assert not runs.exists() or not any(runs.iterdir())  # no run was accepted

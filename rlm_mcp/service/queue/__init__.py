@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import QueueSettings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.ports.queue import FencedRunStore, RunQueuePort
 from rlm_mcp.sandbox.manager import SandboxManager
@@ -41,6 +41,7 @@ from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
 from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.ports import ContextStorePort, RunStorePort
 
@@ -74,7 +75,7 @@ class WorkerParts:
 
 async def open_queue(
     stack: AsyncExitStack,
-    settings: Settings,
+    settings: QueueSettings,
     queue: RunQueuePort,
     sandboxes: SandboxManager,
     engine: Callable[[], Awaitable[RLMEngine]],
@@ -96,7 +97,9 @@ async def open_queue(
     tg.start_soon(sample_forever, queue)  # the queue gauges of /metrics
     if worker is None:
         return None
-    manager = await stack.enter_async_context(RunManager(settings, worker.contexts, worker.runs, ends=ends))
+    manager = await stack.enter_async_context(
+        RunManager(settings.runs, worker.contexts, worker.runs, owners=configured_owners(settings.server), ends=ends)
+    )
     executor = QueueWorker(
         settings, queue, worker.run_log, manager, sandboxes, engine, sessions=worker.sessions, ends=ends
     )
@@ -105,7 +108,7 @@ async def open_queue(
 
 
 async def open_front(
-    stack: AsyncExitStack, settings: Settings, queue: RunQueuePort, *, ends: RunEnds | None = None
+    stack: AsyncExitStack, settings: QueueSettings, queue: RunQueuePort, *, ends: RunEnds | None = None
 ) -> QueueFront:
     """A front's part of the queue on `stack`: enqueue runs and follow them (a front, or `both`;
     a worker-only process answers no MCP client and opens none)."""

@@ -17,7 +17,7 @@ import time
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import QueueSettings
 from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
@@ -65,7 +65,7 @@ class QueueFront:
     local = False
 
     def __init__(
-        self, settings: Settings, queue: RunQueuePort, wakeups: Wakeups, *, ends: RunEnds | None = None
+        self, settings: QueueSettings, queue: RunQueuePort, wakeups: Wakeups, *, ends: RunEnds | None = None
     ) -> None:
         """`ends`: the run-end hook, told when this front ends a run (cancelled while queued)."""
         self._settings = settings

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import KeptSessionSettings
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.engine.snapshot import (
     ReplRestarted,
@@ -81,7 +81,7 @@ class Held:
 class WorkerSessions:
     """The kept sessions whose sandboxes this worker holds; enter it before the worker."""
 
-    def __init__(self, settings: Settings, store: SessionStorePort, contexts: ContextStorePort) -> None:
+    def __init__(self, settings: KeptSessionSettings, store: SessionStorePort, contexts: ContextStorePort) -> None:
         self._settings = settings
         self._store = store
         self._contexts = contexts
@@ -322,8 +322,8 @@ class WorkerSessions:
                     sandbox,
                     spool,
                     max_bytes=settings.session_snapshot_max_bytes,
-                    chunk_chars=snapshot_chunk(settings),
-                    deadline_s=snapshot_deadline_s(settings),
+                    chunk_chars=snapshot_chunk(settings.cell_output_bytes),
+                    deadline_s=snapshot_deadline_s(settings.cell_timeout_s, settings.session_snapshot_wait_s),
                 )
                 why = await self._store.save_snapshot(
                     session_id, generation, spool, owner_cap=settings.session_snapshot_bytes_per_owner

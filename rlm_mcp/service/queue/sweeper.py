@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import QueueSettings
 from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.ends import EndReporting
@@ -53,7 +53,7 @@ LEASE_SLACK_S = 0.05  # after a lease's end, so that the sweep finds it ended
 class Sweeper:
     def __init__(
         self,
-        settings: Settings,
+        settings: QueueSettings,
         queue: RunQueuePort,
         sandboxes: SandboxManager | None = None,
         liveness: LeaseLiveness | None = None,

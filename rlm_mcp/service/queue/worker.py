@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from rlm_mcp.config import Settings
+from rlm_mcp.config import QueueSettings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.ports.queue import FencedRunStore, RunQueuePort, RunRow
@@ -66,7 +66,7 @@ SPREAD_S = 0.05  # per run already executing here, before claiming a newly queue
 class QueueWorker:
     def __init__(
         self,
-        settings: Settings,
+        settings: QueueSettings,
         queue: RunQueuePort,
         run_store: FencedRunStore,
         runs: RunManager,

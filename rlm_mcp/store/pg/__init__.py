@@ -11,7 +11,9 @@ Needs the `team` extra (psycopg 3).
 
 from __future__ import annotations
 
-from rlm_mcp.config import StoreSettings, TeamSettings
+from dataclasses import dataclass, field
+
+from rlm_mcp.config import StoreSettings, TeamDatabase
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.db import Database, DatabaseUnavailableError, SchemaError
@@ -20,21 +22,35 @@ from rlm_mcp.store.pg.spent_codes import PgSpentCodes
 from rlm_mcp.store.pg.uploads import PgUploadStore
 from rlm_mcp.store.pg.webhooks import PgWebhookOutbox
 
-__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "make_pg_stores"]
+__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "PgStores", "make_pg_stores"]
 
 
-def make_pg_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> Stores:
+@dataclass
+class PgStores(Stores):
+    """The bundle on PostgreSQL, with what team mode's own parts (the run queue, the sessions)
+    build on typed: the team assembly takes this, never a bundle it would have to check."""
+
+    team: TeamDatabase = field(kw_only=True)
+    db: Database = field(kw_only=True)
+    run_rows: PgRunStore = field(kw_only=True)
+
+
+def make_pg_stores(store: StoreSettings, team: TeamDatabase, *, replica: bool) -> PgStores:
     """The stores on the database `team` names; `store`: their caps and this replica's data dir."""
-    db = Database(team.database_dsn(), replica=replica)
+    db = Database(team.dsn, replica=replica)
     contexts = PgContextStore(store, db)
     if replica:
         db.on_heartbeat.append(lambda: contexts.cache.sweep(db))
-    return Stores(
+    runs = PgRunStore(db)
+    return PgStores(
         contexts=contexts,
         uploads=PgUploadStore(store, contexts, db),
-        runs=PgRunStore(db),
+        runs=runs,
         kind="postgresql",
         lifecycle=db,
         spent_codes=PgSpentCodes(db),
         webhooks=PgWebhookOutbox(db),
+        team=team,
+        db=db,
+        run_rows=runs,
     )

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import anyio
 
+from rlm_mcp.assembly import make_stores
 from rlm_mcp.events import TurnStart
 from rlm_mcp.owners import LOCAL_OWNER, Owner
-from rlm_mcp.store.factory import make_stores
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_postgres import PASSWORD, Cluster, fresh_database
 from tests.fixtures_store import run_record
