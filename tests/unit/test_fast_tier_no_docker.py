@@ -1,0 +1,46 @@
+"""The fast tier never reaches Docker through a process it starts either: tests/conftest.py points
+DOCKER_HOST at a socket that does not exist for a fast-tier test's setup, call and teardown, so a
+server or CLI the test (or a module-scoped fixture) starts inherits it. This replaced a second run
+of the fast tier with DOCKER_HOST set from outside (.ci/run)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.tiers import NO_DOCKER
+
+
+@pytest.fixture(scope="module")
+def docker_host_at_module_setup() -> Iterator[str | None]:
+    # A module-scoped fixture is set up inside the first test that uses it: the guard covers it.
+    yield os.environ.get("DOCKER_HOST")
+    assert os.environ.get("DOCKER_HOST") == NO_DOCKER  # and its teardown
+
+
+def test_a_fast_tier_test_and_its_fixtures_see_no_docker(docker_host_at_module_setup: str | None) -> None:
+    assert docker_host_at_module_setup == NO_DOCKER
+    assert os.environ["DOCKER_HOST"] == NO_DOCKER
+    assert NO_DOCKER.startswith("unix:///nonexistent/")
+
+
+def test_a_process_the_test_starts_inherits_it() -> None:
+    seen = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('DOCKER_HOST'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    assert seen == NO_DOCKER
+
+
+def test_docker_py_finds_no_daemon_there() -> None:
+    import docker
+
+    with pytest.raises(docker.errors.DockerException):
+        docker.from_env(timeout=5).ping()
