@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -90,13 +90,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     """A fast-tier test never reaches Docker, not even through a server or CLI it starts: for the
     whole of its setup, call and teardown (module-scoped fixtures included: they are set up inside
     the first test that uses them), DOCKER_HOST points at a socket that does not exist, and the
     processes the test starts inherit it. A Docker-tier test sees the environment as it was. So one
     run of the suite checks this for every fast-tier test, instead of a second run of the fast tier
-    with DOCKER_HOST unset from outside."""
+    with DOCKER_HOST pointed nowhere from outside."""
     if item.get_closest_marker("docker") is not None:
         return (yield)
     saved = os.environ.get("DOCKER_HOST")
