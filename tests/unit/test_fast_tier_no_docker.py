@@ -9,9 +9,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.fixtures_e2e import cli_env, minimal_env
+from tests.fixtures_http import server_env
 from tests.tiers import NO_DOCKER
 
 
@@ -44,3 +47,10 @@ def test_docker_py_finds_no_daemon_there() -> None:
 
     with pytest.raises(docker.errors.DockerException):
         docker.from_env(timeout=5).ping()
+
+
+def test_the_environments_built_for_servers_and_clis_carry_it(tmp_path: Path) -> None:
+    # They start from an empty environment: without DOCKER_HOST, the process would fall back to
+    # the default socket, a running daemon on a machine that has one.
+    for env in (cli_env(tmp_path), server_env(tmp_path), minimal_env("http://127.0.0.1:9/v1", tmp_path, [tmp_path])):
+        assert env["DOCKER_HOST"] == NO_DOCKER
