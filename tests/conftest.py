@@ -5,7 +5,8 @@ markers from the folder (`tests/tiers.py`): `docker` (a Docker daemon and the sa
 `postgres` (PostgreSQL's server binaries), so `pytest -m "not docker"` runs the fast tier alone. A
 module outside a tier folder, or one using PostgreSQL outside a tier that has it, stops the
 collection with the fix. A fast-tier test that reaches for Docker in-process fails at once with a
-message saying so (see `_no_docker_in_fast_tier`).
+message saying so (see `_no_docker_in_fast_tier`), and one that reaches it through a process it
+starts finds no daemon (DOCKER_HOST points nowhere: `pytest_runtest_protocol`).
 
 Plain helper functions stay importable from tests/fixtures_<layer>.py; the fixtures below are
 registered here so test modules need not import them by name.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -27,7 +28,7 @@ from tests.fixtures_postgres import database_url, pg_cluster, pg_migrated_url, p
 from tests.fixtures_sandbox import docker_image
 from tests.fixtures_spans import recorded_spans
 from tests.fixtures_store import http_server, root, settings, settings_factory
-from tests.tiers import MARKERS, folder_markers, misfit, placement_error
+from tests.tiers import MARKERS, NO_DOCKER, folder_markers, misfit, placement_error
 
 __all__ = [
     "database_url",
@@ -86,6 +87,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(name)
     if misfits:
         raise pytest.UsageError(placement_error(misfits))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    """A fast-tier test never reaches Docker, not even through a server or CLI it starts: for the
+    whole of its setup, call and teardown (module-scoped fixtures included: they are set up inside
+    the first test that uses them), DOCKER_HOST points at a socket that does not exist, and the
+    processes the test starts inherit it. A Docker-tier test sees the environment as it was. So one
+    run of the suite checks this for every fast-tier test, instead of a second run of the fast tier
+    with DOCKER_HOST pointed nowhere from outside."""
+    if item.get_closest_marker("docker") is not None:
+        return (yield)
+    saved = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = NO_DOCKER
+    try:
+        return (yield)
+    finally:
+        if saved is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = saved
 
 
 @pytest.fixture(autouse=True)

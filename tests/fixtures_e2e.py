@@ -54,6 +54,13 @@ def coverage_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("COVERAGE_")}
 
 
+def docker_host_env() -> dict[str, str]:
+    """DOCKER_HOST as this process has it (empty when unset): the Docker engine a test was given
+    (Podman's socket in CI's Podman leg), and in the fast tier a socket that does not exist
+    (tests/conftest.py), so a process the test starts never falls back to the default socket."""
+    return {"DOCKER_HOST": os.environ["DOCKER_HOST"]} if "DOCKER_HOST" in os.environ else {}
+
+
 def cli_env(root: Path, **extra: str) -> dict[str, str]:
     """The environment of a one-off `rlm-mcp` command in a test: its own data dir under `root`,
     `root` as the allowed root, no warm pool, its own instance id, no reference download."""
@@ -67,6 +74,7 @@ def cli_env(root: Path, **extra: str) -> dict[str, str]:
         "RLM_MCP_INSTANCE_ID": new_instance_id(),
         "RLM_MCP_REFERENCE_FETCH": "false",
         **coverage_env(),
+        **docker_host_env(),
         **extra,
     }
 
@@ -91,9 +99,8 @@ def minimal_env(base_url: str, data_dir: Path, roots: list[Path], **extra: str) 
         **coverage_env(),
         # No download of the reference wheel from a test server; the fidelity tests seed it.
         "RLM_MCP_REFERENCE_FETCH": "false",
+        **docker_host_env(),
     }
-    if "DOCKER_HOST" in os.environ:
-        env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
     env.update(extra)
     return env
 

@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from rlm_mcp.config import Settings
 from rlm_mcp.server.http import build_http_app
 from rlm_mcp.testing.servers import free_port
-from tests.fixtures_e2e import coverage_env
+from tests.fixtures_e2e import coverage_env, docker_host_env
 from tests.fixtures_surface import make_settings
 
 # The first request of an MCP session, as raw JSON-RPC, and the headers streamable HTTP requires.
@@ -71,6 +71,7 @@ def server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "RLM_MCP_ALLOWED_ROOTS": str(tmp_path),
         "RLM_MCP_LOG_LEVEL": "WARNING",
         **coverage_env(),
+        **docker_host_env(),
     }
     env.update(extra)
     return env

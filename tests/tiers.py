@@ -20,6 +20,10 @@ TIER_MARKERS: dict[str, tuple[str, ...]] = {
     "e2e": ("docker", "postgres"),
     "clients": ("docker",),
 }
+# Where a fast-tier test finds Docker (tests/conftest.py sets it as DOCKER_HOST): nowhere. A socket
+# path that cannot exist, so docker-py and the docker CLI fail to connect, in the test's process and
+# in every process it starts.
+NO_DOCKER = "unix:///nonexistent/fast-tier-has-no-docker.sock"
 MARKERS = frozenset(name for names in TIER_MARKERS.values() for name in names)
 TESTS = Path(__file__).resolve().parent
 

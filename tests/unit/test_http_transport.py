@@ -19,8 +19,11 @@ from tests.fixtures_e2e import SERVER_SCRIPT
 from tests.fixtures_http import TOKEN, server_env
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # One server for the module's two tests (a server start is most of their time): one checks
+    # refusals, the other loads a context; neither depends on the other's state.
+    tmp_path = tmp_path_factory.mktemp("http-server")
     port = free_port()
     env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN)
     with server_process([str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], port=port, env=env):
