@@ -22,6 +22,7 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.testing.image_ensure import ensure_image
+from tests.fixtures_bucket import bucket_url, seaweedfs
 from tests.fixtures_phoenix import phoenix
 from tests.fixtures_postgres import database_url, pg_cluster, pg_migrated_url, pg_template, pg_url, store_settings
 from tests.fixtures_sandbox import docker_image
@@ -30,6 +31,8 @@ from tests.fixtures_store import http_server, root, settings, settings_factory
 from tests.tiers import MARKERS, folder_markers, misfit, placement_error
 
 __all__ = [
+    "bucket_url",
+    "seaweedfs",
     "database_url",
     "docker_image",
     "http_server",

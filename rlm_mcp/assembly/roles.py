@@ -86,7 +86,7 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
     from rlm_mcp.store.pg.runs import PgRunStore
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
-    stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True)
+    stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True, blobs=settings.blobs)
     own = stores
     db, run_store = stores.lifecycle, stores.runs
     if not isinstance(db, Database) or not isinstance(run_store, PgRunStore):

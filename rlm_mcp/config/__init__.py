@@ -7,7 +7,7 @@ need.
 
 Each section is a model that owns its fields and their validators: `lm.py` (LM endpoints),
 `loop.py` (one run), `sandbox.py`, `runs.py` (run slots and records; kept sessions), `store.py`
-(stores; what loads may read), `team.py` (team mode and the `Deployment` it decides), `server.py`
+(stores; what loads may read), `team.py` (team mode and the `Deployment` it decides), `blobs.py` (team mode's bytes: rows or a bucket), `server.py`
 (transport, HTTP, access, logs). `Settings` is all of them at once: every setting keeps its one
 flat name (`RLM_MCP_MAX_SANDBOXES`, TOML key `max_sandboxes`, `Settings(max_sandboxes=2)`,
 `settings.model_copy(update={"max_sandboxes": 2})`), and `settings.sandbox` is the sandbox
@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from rlm_mcp.config.blobs import BlobSettings
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
 from rlm_mcp.config.loop import LoopSettings
 from rlm_mcp.config.runs import RunSettings, SessionSettings
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "SECTIONS",
     "TEXT_MEMORY_FACTOR",
+    "BlobSettings",
     "CompletionTokensField",
     "Deployment",
     "LMSettings",
@@ -71,6 +73,7 @@ _Section = TypeVar("_Section", bound=BaseModel)
 class Settings(
     ServerSettings,
     TeamSettings,
+    BlobSettings,
     LoadSettings,
     StoreSettings,
     SessionSettings,
@@ -143,6 +146,10 @@ class Settings(
         return self._section(TeamSettings)
 
     @property
+    def blobs(self) -> BlobSettings:
+        return self._section(BlobSettings)
+
+    @property
     def server(self) -> ServerSettings:
         return self._section(ServerSettings)
 
@@ -174,6 +181,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "store": StoreSettings,
     "loads": LoadSettings,
     "team": TeamSettings,
+    "blobs": BlobSettings,
     "server": ServerSettings,
 }
 

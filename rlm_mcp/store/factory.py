@@ -8,7 +8,7 @@ needs; `make_stores` is for the operator's one-off commands, which follow the de
 
 from __future__ import annotations
 
-from rlm_mcp.config import Settings, StoreSettings, TeamSettings
+from rlm_mcp.config import BlobSettings, Settings, StoreSettings, TeamSettings
 from rlm_mcp.errors import TEAM_EXTRA_FIX, RlmMcpError
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.runs import RunStore
@@ -24,7 +24,9 @@ def embedded_stores(store: StoreSettings) -> Stores:
     return Stores(contexts=contexts, uploads=UploadStore(store, contexts), runs=RunStore(store))
 
 
-def team_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> Stores:
+def team_stores(
+    store: StoreSettings, team: TeamSettings, *, replica: bool, blobs: BlobSettings | None = None
+) -> Stores:
     """Shared state on the PostgreSQL database `team` names. `replica`: this process serves clients (it is recorded as a
     replica and sweeps its local cache); the CLI's one-off commands pass False."""
     try:
@@ -34,11 +36,11 @@ def team_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> S
             f"RLM_MCP_DATABASE_URL is set but the PostgreSQL driver is not installed ({exc.name}).",
             f"Install the team extra. {TEAM_EXTRA_FIX} Or unset RLM_MCP_DATABASE_URL.",
         ) from None
-    return make_pg_stores(store, team, replica=replica)
+    return make_pg_stores(store, team, replica=replica, blobs=blobs)
 
 
 def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
     """The stores of this deployment (`settings.deployment`)."""
     if settings.deployment.embedded:
         return embedded_stores(settings.store)
-    return team_stores(settings.store, settings.team, replica=replica)
+    return team_stores(settings.store, settings.team, replica=replica, blobs=settings.blobs)

@@ -11,23 +11,30 @@ Needs the `team` extra (psycopg 3).
 
 from __future__ import annotations
 
-from rlm_mcp.config import StoreSettings, TeamSettings
+from rlm_mcp.config import BlobSettings, StoreSettings, TeamSettings
 from rlm_mcp.store.bundle import Stores
+from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.db import Database, DatabaseUnavailableError, SchemaError
 from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.store.pg.spent_codes import PgSpentCodes
 from rlm_mcp.store.pg.uploads import PgUploadStore
 
-__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "make_pg_stores"]
+__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "bucket_blobs", "make_pg_stores"]
 
 
-def make_pg_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -> Stores:
-    """The stores on the database `team` names; `store`: their caps and this replica's data dir."""
+def make_pg_stores(
+    store: StoreSettings, team: TeamSettings, *, replica: bool, blobs: BlobSettings | None = None
+) -> Stores:
+    """The stores on the database `team` names; `store`: their caps and this replica's data dir;
+    `blobs`: where the bytes go (rows, or the bucket of RLM_MCP_BLOB_URL)."""
     db = Database(team.database_dsn(), replica=replica)
-    contexts = PgContextStore(store, db)
+    port = bucket_blobs(db, blobs) if blobs is not None else None
+    contexts = PgContextStore(store, db, port)
     if replica:
         db.on_heartbeat.append(lambda: contexts.cache.sweep(db))
+        if port is not None:
+            db.on_heartbeat.append(port.maybe_sweep)
     return Stores(
         contexts=contexts,
         uploads=PgUploadStore(store, contexts, db),
@@ -36,3 +43,13 @@ def make_pg_stores(store: StoreSettings, team: TeamSettings, *, replica: bool) -
         lifecycle=db,
         spent_codes=PgSpentCodes(db),
     )
+
+
+def bucket_blobs(db: Database, blobs: BlobSettings) -> BucketBlobs | None:
+    """The bucket of RLM_MCP_BLOB_URL on `db`'s index; None when it is unset (the rows)."""
+    from rlm_mcp.store.bucket import Bucket
+
+    location = blobs.location
+    if location is None:
+        return None
+    return BucketBlobs(db, Bucket(location, timeout_s=blobs.blob_timeout_s), blobs)

