@@ -81,12 +81,15 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
     from rlm_mcp.service.queue.liveness import LeaseLiveness
     from rlm_mcp.service.queue.sessions import WorkerSessions
     from rlm_mcp.service.team_sessions import TeamSessions
+    from rlm_mcp.store.pg import bucket_of
     from rlm_mcp.store.pg.db import Database
     from rlm_mcp.store.pg.queue import PgRunQueue
     from rlm_mcp.store.pg.runs import PgRunStore
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
-    stores = stores if stores is not None else team_stores(settings.store, settings.team, replica=True, blobs=settings.blobs)
+    stores = (
+        stores if stores is not None else team_stores(settings.store, settings.team, replica=True, blobs=settings.blobs)
+    )
     own = stores
     db, run_store = stores.lifecycle, stores.runs
     if not isinstance(db, Database) or not isinstance(run_store, PgRunStore):
@@ -94,7 +97,7 @@ def _team(settings: Settings, transport: Transport, stores: Stores | None, *, fo
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
     liveness = LeaseLiveness()
     sandboxes = SandboxManager(settings.sandbox, liveness=liveness)
-    session_store = PgSessionStore(db)
+    session_store = PgSessionStore(db, bucket_of(stores))
     # The sessions whose sandboxes this process holds between runs, where it executes runs (the
     # worker enters them); the database holds every session's state for any replica.
     held = WorkerSessions(settings, session_store, stores.contexts) if settings.deployment.executes_runs else None
@@ -148,12 +151,13 @@ def team_sessions(settings: Settings, stores: Stores) -> TeamSessions:
     """Team mode's sessions over `stores` without a queue or a worker: what the CLI's read-only
     `sessions list|close` need (the caller has checked that the deployment is a team's)."""
     from rlm_mcp.service.team_sessions import TeamSessions
+    from rlm_mcp.store.pg import bucket_of
     from rlm_mcp.store.pg.db import Database
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
     if not isinstance(stores.lifecycle, Database):
         raise RlmMcpError("Team mode's sessions need the PostgreSQL store.", "Set RLM_MCP_DATABASE_URL.")
-    return TeamSessions(settings, PgSessionStore(stores.lifecycle))
+    return TeamSessions(settings, PgSessionStore(stores.lifecycle, bucket_of(stores)))
 
 
 def run_ends() -> RunEnds:

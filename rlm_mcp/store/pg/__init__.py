@@ -20,7 +20,7 @@ from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.store.pg.spent_codes import PgSpentCodes
 from rlm_mcp.store.pg.uploads import PgUploadStore
 
-__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "bucket_blobs", "make_pg_stores"]
+__all__ = ["Database", "DatabaseUnavailableError", "SchemaError", "bucket_blobs", "bucket_of", "make_pg_stores"]
 
 
 def make_pg_stores(
@@ -53,3 +53,10 @@ def bucket_blobs(db: Database, blobs: BlobSettings) -> BucketBlobs | None:
     if location is None:
         return None
     return BucketBlobs(db, Bucket(location, timeout_s=blobs.blob_timeout_s), blobs)
+
+
+def bucket_of(stores: Stores) -> BucketBlobs | None:
+    """The bucket team-mode `stores` keep bytes in (sessions' snapshots go there too); None: rows."""
+    contexts = stores.contexts
+    port = contexts.rows.blobs if isinstance(contexts, PgContextStore) else None
+    return port if isinstance(port, BucketBlobs) else None

@@ -1,0 +1,249 @@
+"""Team mode's bytes in a real S3 bucket (SeaweedFS, `fixtures_bucket`) beside a real PostgreSQL:
+each owner's objects are its own and their keys tell no token; released objects go at once and
+the index never names a missing one; snapshots go up and come down streamed and go with their
+session; a front killed between its upload and its commit leaves nothing once the sweep ran; a
+worker killed mid-fetch leaves no object, row or cached file behind; an unreachable bucket is named
+as such. (The store's behavioural tests run over the bucket too: `store_settings`' 'bucket'.)"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rlm_mcp.access import owner_of_token
+from rlm_mcp.config import Settings
+from rlm_mcp.owners import Owner
+from rlm_mcp.store.bucket import BucketError
+from rlm_mcp.store.factory import make_stores
+from rlm_mcp.store.pg import Database, bucket_of
+from rlm_mcp.store.pg.contexts import PgContextStore
+from rlm_mcp.testing.servers import free_port
+from tests.fixtures_bucket import SECRET
+from tests.fixtures_sessions import DAY, replica
+from tests.fixtures_store import final, summary
+
+pytestmark = pytest.mark.anyio
+
+ALICE = Owner(owner_of_token("alice-token-" + "a" * 20))
+BOB = Owner(owner_of_token("bob-token-" + "b" * 20))
+
+
+def _settings(tmp_path: Path, url: str, blob_url: str, name: str = "a", **more: float) -> Settings:
+    return Settings(database_url=url, blob_url=blob_url, data_dir=tmp_path / name).model_copy(update=more)
+
+
+async def _rows(db: Database) -> list[tuple[str, str]]:
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT key, state FROM rlm_objects ORDER BY key")
+        return [(r["key"], r["state"]) for r in await cur.fetchall()]
+
+
+async def test_each_owner_has_its_own_objects_and_their_keys_tell_no_token(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str
+) -> None:
+    data = b"the same report, " * 70000  # about 1.2 MiB
+    sha = hashlib.sha256(data).hexdigest()
+    async with (
+        make_stores(_settings(tmp_path, pg_migrated_url, bucket_url), replica=True) as a,
+        make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "b"), replica=True) as b,
+    ):
+        bucket = bucket_of(a)
+        assert bucket is not None
+        one = await a.contexts.put_bytes(data, name="r", format="text", source={}, owner=ALICE)
+        await a.contexts.put_bytes(data, name="r", format="text", source={}, owner=BOB)
+        await a.contexts.put_bytes(data, name="again", format="text", source={}, owner=ALICE)  # held: no new object
+        keys = await bucket.bucket.keys("c")
+        assert len(keys) == 2 and len({k.split("/")[1] for k in keys}) == 2  # one per owner, under its own key
+        for key in keys:
+            assert ALICE not in key and BOB not in key and "alice-token" not in key and "bob-token" not in key
+        async with a.lifecycle.connection() as conn:  # type: ignore[attr-defined]
+            cur = await conn.execute("SELECT count(*) AS n, sum(octet_length(data)) AS b FROM rlm_blob_chunks")
+            counted = await cur.fetchone()
+        assert counted is not None and counted["n"] == 0  # the database holds no context bytes
+
+        # Another replica fetches into its own cache, streamed and checked against the digest.
+        assert isinstance(b.contexts, PgContextStore)
+        async with b.contexts.in_use([one.context_id], owner=BOB) as infos:
+            assert await anyio.Path(b.contexts.spec(infos[0]).path).read_bytes() == data
+
+        assert await a.contexts.delete(one.context_id, owner=ALICE)
+        left = await bucket.bucket.keys("c")
+        assert len(left) == 1 and left[0] in keys and await _rows(a.lifecycle) == [(left[0], "live")]  # type: ignore[arg-type]
+        assert await b.contexts.delete(one.context_id, owner=BOB)
+        assert await bucket.bucket.keys("c") == [] and await _rows(a.lifecycle) == []  # type: ignore[arg-type]
+        assert sha not in str(await bucket.orphans())
+
+
+async def test_snapshots_are_objects_streamed_both_ways_and_go_with_their_session(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str
+) -> None:
+    snapshot = tmp_path / "snap.bin"
+    snapshot.write_bytes(os.urandom(3 << 20) + b"end")
+    async with replica(tmp_path, pg_migrated_url, "a", blob_url=bucket_url) as (store, queue):
+        bucket = store._bucket
+        assert bucket is not None
+        await store.open("ses_b1", "alice", "run_b1", cap=4, max_age_s=DAY)
+        await queue.enqueue(summary("run_b1", owner="alice"), 1)
+        assert await store.finish_run(
+            "ses_b1", "run_b1", worker_id=1, context_ids=[], histories=[], usage={}, began=True
+        )
+        assert await store.save_snapshot("ses_b1", 1, snapshot, owner_cap=64 << 20) is None
+        first = await bucket.bucket.keys("s")
+        assert len(first) == 1
+        back = tmp_path / "back.bin"
+        assert await store.read_snapshot_into("ses_b1", back) == (1, snapshot.stat().st_size)
+        assert back.read_bytes() == snapshot.read_bytes()
+        db = store._db
+        async with db.connection() as conn:
+            cur = await conn.execute("SELECT count(*) AS n FROM rlm_session_snapshots")
+            assert (await cur.fetchone())["n"] == 0  # type: ignore[index]
+
+        assert await store.save_snapshot("ses_b1", 1, b"newer", owner_cap=64 << 20) is None
+        second = await bucket.bucket.keys("s")
+        assert len(second) == 1 and second != first  # the replaced snapshot's object went
+        assert await store.read_snapshot("ses_b1") == (1, b"newer")
+
+        await queue.finish("run_b1", final("run_b1"))
+        assert await store.close("ses_b1")
+        assert await bucket.bucket.keys("s") == [] and await _rows(db) == []
+
+
+_KILLED_FRONT = textwrap.dedent(
+    """
+    import asyncio, sys
+    from rlm_mcp.config import Settings
+    from rlm_mcp.owners import Owner
+    from rlm_mcp.store.factory import make_stores
+    from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
+
+    async def stall(self, conn, key):
+        print("uploaded", key, flush=True)
+        await asyncio.sleep(3600)  # killed here: the object is in the bucket, its row still an intent
+
+    BucketBlobs.make_live = stall
+
+    async def main():
+        settings = Settings(database_url=sys.argv[1], blob_url=sys.argv[2], data_dir=sys.argv[3])
+        async with make_stores(settings) as stores:
+            await stores.contexts.put_bytes(b"x" * (12 << 20), name="big", format="text", source={}, owner=Owner("alice"))
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_front_killed_between_upload_and_commit_leaves_nothing_after_the_sweep(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_FRONT, pg_migrated_url, bucket_url, str(tmp_path / "front")],
+        stdout=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()  # blocks until the object is written
+        assert line.startswith("uploaded "), line
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, blob_grace_s=0.001)) as stores:
+        bucket = bucket_of(stores)
+        assert bucket is not None
+        key = line.split()[1]
+        assert await bucket.bucket.keys("c") == [key] and await _rows(stores.lifecycle) == [(key, "intent")]  # type: ignore[arg-type]
+        assert await stores.contexts.list(owner=Owner("alice")) == []  # no context names it
+        assert await bucket.sweep() == 1
+        assert await bucket.bucket.keys("c") == [] and await _rows(stores.lifecycle) == []  # type: ignore[arg-type]
+        assert await bucket.orphans() == []
+
+
+_KILLED_WORKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from rlm_mcp.config import Settings
+    from rlm_mcp.owners import Owner
+    from rlm_mcp.store.bucket import Bucket
+    from rlm_mcp.store.factory import make_stores
+
+    real_read = Bucket.read
+
+    async def stalling_read(self, key):
+        async for piece in real_read(self, key):
+            yield piece
+            print("fetching", flush=True)
+            await asyncio.sleep(3600)  # killed here, the cache's temp file half written
+
+    Bucket.read = stalling_read
+
+    async def main():
+        settings = Settings(database_url=sys.argv[1], blob_url=sys.argv[2], data_dir=sys.argv[3])
+        async with make_stores(settings, replica=True) as stores:
+            async with stores.contexts.in_use([sys.argv[4]], owner=Owner("alice")):
+                pass
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_worker_killed_mid_fetch_leaves_no_orphan_and_fetches_again(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str
+) -> None:
+    data = os.urandom(3 << 20)
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
+        info = await stores.contexts.put_bytes(
+            data.hex().encode(), name="c", format="text", source={}, owner=Owner("alice")
+        )
+        before = await _rows(stores.lifecycle)  # type: ignore[arg-type]
+    worker_dir = tmp_path / "worker"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WORKER, pg_migrated_url, bucket_url, str(worker_dir), info.context_id],
+        stdout=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().decode().startswith("fetching")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert [p.name for p in (worker_dir / "tmp").iterdir()]  # its half-written temp file (swept after a day)
+    assert not (worker_dir / "cache" / info.sha256[:2] / info.sha256).exists()
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "worker", blob_grace_s=0.001)) as stores:
+        bucket = bucket_of(stores)
+        assert bucket is not None
+        assert await _rows(stores.lifecycle) == before and await bucket.sweep() == 0  # type: ignore[arg-type]
+        assert await bucket.orphans() == []
+        assert isinstance(stores.contexts, PgContextStore)
+        async with stores.contexts.in_use([info.context_id], owner=Owner("alice")) as infos:
+            assert await anyio.Path(stores.contexts.spec(infos[0]).path).read_bytes() == data.hex().encode()
+
+
+async def test_an_unreachable_bucket_is_named_not_the_database(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    settings = _settings(tmp_path, pg_migrated_url, bucket_url, blob_timeout_s=2.0)
+    started = time.monotonic()
+    async with make_stores(settings) as stores:
+        with pytest.raises(BucketError) as caught:
+            await stores.contexts.put_bytes(b"hello", name="h", format="text", source={}, owner=Owner("alice"))
+        assert await stores.contexts.list(owner=Owner("alice")) == []  # nothing half-stored
+    text = str(caught.value)
+    assert f"The bucket {bucket_url} is unreachable" in text and "database" not in caught.value.cause
+    assert SECRET not in text and "AWS_ENDPOINT_URL" in text
+    assert time.monotonic() - started < 60  # bounded: RLM_MCP_BLOB_TIMEOUT_S and two retries
