@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from rlm_mcp.config.values import SECTION_CONFIG
 
@@ -58,7 +58,8 @@ class BlobSettings(BaseModel):
 
     model_config = SECTION_CONFIG
 
-    blob_url: str | None = Field(
+    # SecretStr only so that a refused value is never echoed (a URL that wrongly carries a key).
+    blob_url: SecretStr | None = Field(
         None,
         description="Team mode: s3://bucket/prefix keeps context bytes and session snapshots in that bucket "
         "(the database keeps the index); credentials and endpoint from the standard AWS_* variables, never in "
@@ -82,12 +83,11 @@ class BlobSettings(BaseModel):
 
     @field_validator("blob_url")
     @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
+    def _check_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
             return None
-        bucket_location(value)
-        return value.strip()
+        return SecretStr(bucket_location(value.get_secret_value()).url)
 
     @property
     def location(self) -> BucketLocation | None:
-        return bucket_location(self.blob_url) if self.blob_url else None
+        return bucket_location(self.blob_url.get_secret_value()) if self.blob_url else None

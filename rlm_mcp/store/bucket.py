@@ -127,6 +127,33 @@ class Bucket:
             raise self.error(exc, "list") from None
         return found
 
+    async def round_trip(self) -> float | None:
+        """Write, read back and delete a small object (`doctor`); this host's clock minus the
+        bucket's (from the object's Last-Modified; None when it has none). `BucketError` on any
+        failure, or when the bytes read back differ."""
+        import secrets
+        import time
+
+        key = f"doctor/{secrets.token_hex(8)}"
+        body = secrets.token_bytes(64)
+        before = time.time()
+        await self.put_bytes(key, body)
+        try:
+            back = b"".join([piece async for piece in self.read(key)])
+            if back != body:
+                raise BucketError(
+                    f"The bucket {self.url} returned other bytes than were written.",
+                    "Check the S3 endpoint (AWS_ENDPOINT_URL): it is not a faithful S3 server.",
+                )
+            meta = await self.head(key)
+        finally:
+            await self.delete(key)
+        modified = meta.get("last_modified")
+        if modified is None:
+            return None
+        # Last-Modified has whole seconds: the skew is known to about a second.
+        return float(before - modified.timestamp())
+
     def error(self, exc: BaseException, doing: str) -> BucketError:
         """The one phrasing of a bucket failure."""
         from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError

@@ -247,3 +247,21 @@ async def test_an_unreachable_bucket_is_named_not_the_database(
     assert f"The bucket {bucket_url} is unreachable" in text and "database" not in caught.value.cause
     assert SECRET not in text and "AWS_ENDPOINT_URL" in text
     assert time.monotonic() - started < 60  # bounded: RLM_MCP_BLOB_TIMEOUT_S and two retries
+
+
+async def test_doctor_has_a_bucket_row_and_names_an_unreachable_one(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlm_mcp.doctor import _bucket
+
+    settings = _settings(tmp_path, pg_migrated_url, bucket_url)
+    [row] = await _bucket(settings)
+    assert row.name == "bucket" and row.ok and not row.warn, row
+    assert f"{bucket_url}: write, read and delete round trip, clock within" in row.detail
+    async with make_stores(settings) as stores:
+        bucket = bucket_of(stores)
+        assert bucket is not None and await bucket.bucket.keys("doctor") == []  # its object deleted
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    [down] = await _bucket(settings.model_copy(update={"blob_timeout_s": 2.0}))
+    assert not down.ok and f"The bucket {bucket_url} is unreachable" in down.detail
+    assert SECRET not in down.detail + down.fix
