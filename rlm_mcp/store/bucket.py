@@ -76,6 +76,19 @@ class Bucket:
         except Exception as exc:
             raise self.error(exc, "write to") from None
 
+    async def put_stream(self, key: str, pieces: AsyncIterator[bytes]) -> None:
+        """Upload what `pieces` yields, streamed (parts of `PART_BYTES`, multipart above one)."""
+        import obstore
+
+        try:
+            await obstore.put_async(self._store, key, pieces, chunk_size=PART_BYTES, max_concurrency=4)
+        except BucketError:
+            raise
+        except RlmMcpError:
+            raise  # the source failed (the database), not the bucket
+        except Exception as exc:
+            raise self.error(exc, "write to") from None
+
     async def put_bytes(self, key: str, data: bytes) -> None:
         import obstore
 

@@ -265,3 +265,57 @@ async def test_doctor_has_a_bucket_row_and_names_an_unreachable_one(
     [down] = await _bucket(settings.model_copy(update={"blob_timeout_s": 2.0}))
     assert not down.ok and f"The bucket {bucket_url} is unreachable" in down.detail
     assert SECRET not in down.detail + down.fix
+
+
+async def test_blobs_move_moves_rows_to_the_bucket_resumably_and_reads_fall_back_until_then(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from rlm_mcp.cli.blobs import blobs_move
+
+    shared = b"shared bytes\n" * 200000  # about 2.5 MiB: three chunk rows
+    own = b"alice's alone\n" * 1000
+    rows_only = Settings(database_url=pg_migrated_url, data_dir=tmp_path / "old")
+    async with replica(tmp_path, pg_migrated_url, "old") as (sessions, queue):
+        await sessions.open("ses_m", "alice", "run_m", cap=4, max_age_s=DAY)
+        await queue.enqueue(summary("run_m", owner="alice"), 1)
+        await sessions.finish_run("ses_m", "run_m", worker_id=1, context_ids=[], histories=[], usage={}, began=True)
+        assert await sessions.save_snapshot("ses_m", 1, b"snap" * 1000, owner_cap=1 << 20) is None
+    async with make_stores(rows_only) as stores:
+        one = await stores.contexts.put_bytes(shared, name="s", format="text", source={}, owner=ALICE)
+        await stores.contexts.put_bytes(shared, name="s", format="text", source={}, owner=BOB)
+        two = await stores.contexts.put_bytes(own, name="o", format="text", source={}, owner=ALICE)
+
+    settings = _settings(tmp_path, pg_migrated_url, bucket_url, "mover")
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "reader")) as reader:
+        assert isinstance(reader.contexts, PgContextStore)
+        async with reader.contexts.in_use([two.context_id], owner=ALICE) as infos:  # not moved yet: from the rows
+            assert await anyio.Path(reader.contexts.spec(infos[0]).path).read_bytes() == own
+
+    assert await blobs_move(argparse.Namespace(dry_run=True), settings) == 0
+    dry = capsys.readouterr().out
+    expected = 2 * len(shared) + len(own)
+    assert f"2 content(s), {expected / (1 << 20):,.1f} MiB" in dry and "1 snapshot(s), 4,000 bytes" in dry
+    assert "Nothing moved (--dry-run)." in dry
+
+    assert await blobs_move(argparse.Namespace(dry_run=False), settings) == 0
+    assert "Moved 2 content(s) and 1 snapshot(s)" in capsys.readouterr().out
+    assert await blobs_move(argparse.Namespace(dry_run=False), settings) == 0  # resumable: nothing left
+    assert "Nothing to move." in capsys.readouterr().out
+
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "fresh")) as stores:
+        db = stores.lifecycle
+        assert isinstance(db, Database)
+        async with db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT (SELECT count(*) FROM rlm_blob_chunks) AS c, (SELECT count(*) FROM rlm_session_snapshots) AS s"
+            )
+            assert await cur.fetchone() == {"c": 0, "s": 0}  # the database holds no bytes now
+        assert len([row for row in await _rows(db) if row[1] == "live"]) == 4  # 2 + 1 contexts' objects, 1 snapshot
+        assert isinstance(stores.contexts, PgContextStore)
+        async with stores.contexts.in_use([one.context_id, two.context_id], owner=ALICE) as infos:
+            got = [await anyio.Path(stores.contexts.spec(i).path).read_bytes() for i in infos]
+        assert got == [shared, own]
+    async with replica(tmp_path, pg_migrated_url, "after", blob_url=bucket_url) as (sessions, _):
+        assert await sessions.read_snapshot("ses_m") == (1, b"snap" * 1000)
