@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import anyio
@@ -233,20 +232,30 @@ async def test_a_worker_killed_mid_fetch_leaves_no_orphan_and_fetches_again(
             assert await anyio.Path(stores.contexts.spec(infos[0]).path).read_bytes() == data.hex().encode()
 
 
-async def test_an_unreachable_bucket_is_named_not_the_database(
+async def test_an_unreachable_bucket_is_named_not_the_database_and_cached_contexts_still_run(
     tmp_path: Path, pg_migrated_url: str, bucket_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
-    settings = _settings(tmp_path, pg_migrated_url, bucket_url, blob_timeout_s=2.0)
-    started = time.monotonic()
-    async with make_stores(settings) as stores:
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
+        cached = await stores.contexts.put_bytes(
+            b"cached here", name="c", format="text", source={}, owner=Owner("alice")
+        )
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there now
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, blob_timeout_s=2.0)) as stores:
         with pytest.raises(BucketError) as caught:
             await stores.contexts.put_bytes(b"hello", name="h", format="text", source={}, owner=Owner("alice"))
-        assert await stores.contexts.list(owner=Owner("alice")) == []  # nothing half-stored
-    text = str(caught.value)
-    assert f"The bucket {bucket_url} is unreachable" in text and "database" not in caught.value.cause
-    assert SECRET not in text and "AWS_ENDPOINT_URL" in text
-    assert time.monotonic() - started < 60  # bounded: RLM_MCP_BLOB_TIMEOUT_S and two retries
+        assert [c.context_id for c in await stores.contexts.list(owner=Owner("alice"))] == [cached.context_id]
+        assert isinstance(stores.contexts, PgContextStore)
+        async with stores.contexts.in_use([cached.context_id], owner=Owner("alice")) as infos:  # cached: runs
+            assert await anyio.Path(stores.contexts.spec(infos[0]).path).read_bytes() == b"cached here"
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "other", blob_timeout_s=2.0)) as stores:
+        assert isinstance(stores.contexts, PgContextStore)
+        with pytest.raises(BucketError) as fetching:  # another replica has no copy: it must fetch, and says why not
+            async with stores.contexts.in_use([cached.context_id], owner=Owner("alice")):
+                pass
+    for error in (caught.value, fetching.value):
+        text = str(error)
+        assert f"The bucket {bucket_url} is unreachable" in text and "database" not in error.cause
+        assert SECRET not in text and "AWS_ENDPOINT_URL" in text
 
 
 async def test_doctor_has_a_bucket_row_and_names_an_unreachable_one(
