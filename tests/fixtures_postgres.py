@@ -195,18 +195,19 @@ def pg_migrated_url(pg_cluster: Cluster, pg_template: str) -> Iterator[str]:
     yield from fresh_database(pg_cluster, pg_template)
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("bucket", marks=pytest.mark.postgres),
-    ]
-)
+# The three stores of bytes; a module of tests on stored bytes opts in to the third by setting
+# BLOBS_IN_A_BUCKET = True (conftest's pytest_generate_tests): the others (run records, login
+# codes) hold no bytes, and a bucket would only add a SeaweedFS round to their time.
+STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+STORES_OF_BYTES = [*STORES, pytest.param("bucket", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture  # parametrized by conftest's pytest_generate_tests: STORES, or STORES_OF_BYTES
 def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Settings]:
     """Settings for each store: the embedded SQLite one, PostgreSQL (a fresh database with the
-    current schema) with the bytes in its rows, and the same with the bytes in a bucket (a fresh
-    prefix on the session's SeaweedFS: `fixtures_bucket`). Call it with overrides; `data_dir` may
-    be given to act as a second replica."""
+    current schema) with the bytes in its rows, and, in modules that set BLOBS_IN_A_BUCKET, the
+    same with the bytes in a bucket (a fresh prefix on the session's SeaweedFS:
+    `fixtures_bucket`). Call it with overrides; `data_dir` may be given to act as a second replica."""
     url = request.getfixturevalue("pg_migrated_url") if request.param != "sqlite" else None
     blob_url = request.getfixturevalue("bucket_url") if request.param == "bucket" else None
 
