@@ -328,3 +328,26 @@ async def test_blobs_move_moves_rows_to_the_bucket_resumably_and_reads_fall_back
         assert got == [shared, own]
     async with replica(tmp_path, pg_migrated_url, "after", blob_url=bucket_url) as (sessions, _):
         assert await sessions.read_snapshot("ses_m") == (1, b"snap" * 1000)
+
+
+async def test_a_replica_sweeps_at_its_heartbeat_once_the_grace_period_passed(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str
+) -> None:
+    from rlm_mcp.testing.waiting import wait_until
+
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
+        bucket = bucket_of(stores)
+        assert bucket is not None
+        key = await bucket.intend(owner="alice", sha256="ab" * 32, size=4)  # what a killed front leaves
+        await bucket.bucket.put_bytes(key, b"left")
+    settings = _settings(
+        tmp_path, pg_migrated_url, bucket_url, "sweeper", blob_grace_s=0.001, blob_sweep_interval_s=0.001
+    )
+    async with make_stores(settings, replica=True) as stores:
+        bucket = bucket_of(stores)
+        assert bucket is not None
+
+        async def swept() -> bool:
+            return await bucket.bucket.keys("c") == [] and await _rows(stores.lifecycle) == []  # type: ignore[arg-type]
+
+        await wait_until(swept, within_s=60, what="the heartbeat's sweep")
