@@ -81,6 +81,14 @@ class BlobSettings(BaseModel):
         "it fails with an error naming the bucket.",
     )
 
+    cache_max_bytes: int | None = Field(
+        None,
+        gt=0,
+        description="Team mode: the most bytes a replica keeps in its local cache of context bytes (data_dir/cache); "
+        "past it, the least recently used files no run of this replica pins are removed at the heartbeat "
+        "(fetched again when needed). Unset: no bound.",
+    )
+
     @field_validator("blob_url")
     @classmethod
     def _check_url(cls, value: SecretStr | None) -> SecretStr | None:

@@ -351,3 +351,35 @@ async def test_a_replica_sweeps_at_its_heartbeat_once_the_grace_period_passed(
             return await bucket.bucket.keys("c") == [] and await _rows(stores.lifecycle) == []  # type: ignore[arg-type]
 
         await wait_until(swept, within_s=60, what="the heartbeat's sweep")
+
+
+async def test_a_replicas_cache_keeps_to_its_bound_sparing_what_its_runs_pin(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str
+) -> None:
+    texts = [bytes([65 + i]) * (1 << 20) for i in range(3)]
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
+        ids = [
+            (await stores.contexts.put_bytes(t, name=f"c{i}", format="text", source={}, owner=ALICE)).context_id
+            for i, t in enumerate(texts)
+        ]
+    bounded = _settings(tmp_path, pg_migrated_url, bucket_url, "worker").model_copy(update={"cache_max_bytes": 1 << 19})
+    # Not a replica: no heartbeat sweeps behind the test's back (the heartbeat runs this same sweep).
+    async with make_stores(bounded) as stores:
+        contexts, db = stores.contexts, stores.lifecycle
+        assert isinstance(contexts, PgContextStore) and isinstance(db, Database)
+        for cid in ids:  # fetched in this order: the first is the least recently used
+            async with contexts.in_use([cid], owner=ALICE):
+                pass
+        assert sorted(contexts.cache.cached()) == sorted(await _shas(db, ids))
+        async with contexts.in_use([ids[0]], owner=ALICE) as infos:  # pinned by a run (and used now)
+            swept = await contexts.cache.sweep(db)
+            assert sorted(swept) == sorted(await _shas(db, ids[1:]))  # past the bound: all but the pinned
+            assert contexts.cache.cached() == [infos[0].sha256]
+        async with contexts.in_use([ids[2]], owner=ALICE) as infos:  # gone from the cache: fetched again
+            assert await anyio.Path(contexts.spec(infos[0]).path).read_bytes() == texts[2]
+
+
+async def _shas(db: Database, context_ids: list[str]) -> list[str]:
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT sha256 FROM rlm_contexts WHERE context_id = ANY(%s)", (context_ids,))
+        return [r["sha256"] for r in await cur.fetchall()]

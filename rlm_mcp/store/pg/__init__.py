@@ -30,7 +30,7 @@ def make_pg_stores(
     `blobs`: where the bytes go (rows, or the bucket of RLM_MCP_BLOB_URL)."""
     db = Database(team.database_dsn(), replica=replica)
     port = bucket_blobs(db, blobs) if blobs is not None else None
-    contexts = PgContextStore(store, db, port)
+    contexts = PgContextStore(store, db, port, blobs.cache_max_bytes if blobs is not None else None)
     if replica:
         db.on_heartbeat.append(lambda: contexts.cache.sweep(db))
         if port is not None:

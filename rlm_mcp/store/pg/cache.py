@@ -3,7 +3,9 @@
 The bytes live in PostgreSQL's rows or a bucket (a `store.ports.BlobPort`); a run streams a context to its sandbox from a local file, so one in use
 is fetched here first (streamed chunk by chunk, checked against its sha256, renamed into place).
 A file whose blob is no longer in the database (deleted or evicted on any replica) is removed by
-`sweep`, which runs at each heartbeat and after every delete or eviction on this replica.
+`sweep`, which runs at each heartbeat and after every delete or eviction on this replica; with a
+bound (RLM_MCP_CACHE_MAX_BYTES) it also removes the least recently used files no run of this
+replica pins until the cache fits (a use touches its file's time).
 Cached files are private (0600 in a 0700 data dir: `rlm_mcp.store.private`), as the file store's
 blobs are: a sandbox receives the bytes over its stream, never by a mount.
 """
@@ -27,9 +29,10 @@ log = logging.getLogger("rlm_mcp.store")
 
 
 class BlobCache:
-    def __init__(self, root: Path, tmp_dir: Path) -> None:
+    def __init__(self, root: Path, tmp_dir: Path, max_bytes: int | None = None) -> None:
         self.root = root
         self.tmp_dir = tmp_dir
+        self.max_bytes = max_bytes
         self._locks: dict[str, anyio.Lock] = {}
 
     def path(self, sha256: str) -> Path:
@@ -73,6 +76,7 @@ class BlobCache:
         lock = self._locks.setdefault(sha256, anyio.Lock())
         async with lock:
             if await anyio.to_thread.run_sync(self.has, sha256, size):
+                await anyio.to_thread.run_sync(os.utime, target)  # used now: the last to go past the bound
                 return target
             await anyio.to_thread.run_sync(self.prepare)
             fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="fetch-", suffix=".tmp")
@@ -117,4 +121,38 @@ class BlobCache:
         if gone:
             await anyio.to_thread.run_sync(self.drop, gone)
             log.info("removed %d cached blob(s) deleted elsewhere", len(gone))
+        if self.max_bytes is not None:
+            kept = [sha for sha in local if sha in known]
+            async with db.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT DISTINCT c.sha256 FROM rlm_pins p JOIN rlm_contexts c ON c.context_id = p.context_id "
+                    "WHERE p.replica_id = %s",
+                    (db.replica_id,),
+                )
+                pinned = {r["sha256"] for r in await cur.fetchall()}
+            over = await anyio.to_thread.run_sync(self._over_bound, kept, pinned, self.max_bytes)
+            if over:
+                log.info("removed %d cached blob(s) past RLM_MCP_CACHE_MAX_BYTES", len(over))
+            gone += over
         return gone
+
+    def _over_bound(self, shas: list[str], pinned: set[str], bound: int) -> list[str]:
+        """Remove the least recently used unpinned files until the cache fits `bound`."""
+        sized: list[tuple[float, int, str]] = []
+        for sha in shas:
+            try:
+                st = self.path(sha).stat()
+            except FileNotFoundError:
+                continue
+            sized.append((st.st_mtime, st.st_size, sha))
+        total = sum(size for _, size, _ in sized)
+        removed: list[str] = []
+        for _, size, sha in sorted(sized):
+            if total <= bound:
+                break
+            if sha in pinned:
+                continue
+            self.path(sha).unlink(missing_ok=True)
+            total -= size
+            removed.append(sha)
+        return removed

@@ -119,11 +119,13 @@ class PgContextTx(PgTx):
 class PgContextIndex:
     sql = POSTGRES
 
-    def __init__(self, data_dir: Path, db: Database, blobs: BlobPort | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, db: Database, blobs: BlobPort | None = None, cache_max_bytes: int | None = None
+    ) -> None:
         self._db = db
         self.blobs: BlobPort = blobs if blobs is not None else RowBlobs(db)
         self.tmp_dir = data_dir / "tmp"
-        self.cache = BlobCache(data_dir / "cache", self.tmp_dir)
+        self.cache = BlobCache(data_dir / "cache", self.tmp_dir, cache_max_bytes)
         self.clock: Callable[[], float] = time.time  # this host's: its temp files' ages only
 
     def prepare(self) -> None:
@@ -162,7 +164,9 @@ class PgContextIndex:
 class PgContextStore(Contexts):
     """Stored contexts in PostgreSQL, cached per replica under `data_dir/cache`."""
 
-    def __init__(self, settings: StoreSettings, db: Database, blobs: BlobPort | None = None) -> None:
-        self.rows = PgContextIndex(Path(settings.data_dir), db, blobs)
+    def __init__(
+        self, settings: StoreSettings, db: Database, blobs: BlobPort | None = None, cache_max_bytes: int | None = None
+    ) -> None:
+        self.rows = PgContextIndex(Path(settings.data_dir), db, blobs, cache_max_bytes)
         super().__init__(settings, self.rows)
         self.cache = self.rows.cache
