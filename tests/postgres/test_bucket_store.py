@@ -1,7 +1,8 @@
 """Team mode's bytes in a real S3 bucket (SeaweedFS, `fixtures_bucket`) beside a real PostgreSQL:
 each owner's objects are its own and their keys tell no token; released objects go at once and
 the index never names a missing one; snapshots go up and come down streamed and go with their
-session; a front killed between its upload and its commit leaves nothing once the sweep ran; a
+session; a front killed mid-upload, or between its upload and its commit, leaves nothing once the
+sweep ran; a replica sweeps at its heartbeat; its cache keeps to its bound; a
 worker killed mid-fetch leaves no object, row or cached file behind; an unreachable bucket is named
 as such. (The store's behavioural tests run over the bucket too: `store_settings`' 'bucket'.)"""
 
@@ -163,6 +164,61 @@ async def test_a_front_killed_between_upload_and_commit_leaves_nothing_after_the
         key = line.split()[1]
         assert await bucket.bucket.keys("c") == [key] and await _rows(stores.lifecycle) == [(key, "intent")]  # type: ignore[arg-type]
         assert await stores.contexts.list(owner=Owner("alice")) == []  # no context names it
+        assert await bucket.sweep() == 1
+        assert await bucket.bucket.keys("c") == [] and await _rows(stores.lifecycle) == []  # type: ignore[arg-type]
+        assert await bucket.orphans() == []
+
+
+_KILLED_MID_UPLOAD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from rlm_mcp.config import Settings
+    from rlm_mcp.owners import Owner
+    from rlm_mcp.store.bucket import Bucket
+    from rlm_mcp.store.factory import make_stores
+
+    async def stalling_put(self, key, path):
+        async def parts():
+            with open(path, "rb") as fh:
+                yield fh.read(9 << 20)  # more than one multipart part: the upload has begun
+            print("uploading", key, flush=True)
+            await asyncio.sleep(3600)  # killed here, mid-upload
+        await self.put_stream(key, parts())
+
+    Bucket.put_file = stalling_put
+
+    async def main():
+        settings = Settings(database_url=sys.argv[1], blob_url=sys.argv[2], data_dir=sys.argv[3])
+        async with make_stores(settings) as stores:
+            await stores.contexts.put_bytes(b"y" * (20 << 20), name="big", format="text", source={}, owner=Owner("alice"))
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_front_killed_mid_upload_leaves_no_object_and_no_row_after_the_sweep(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_MID_UPLOAD, pg_migrated_url, bucket_url, str(tmp_path / "front")],
+        stdout=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()  # blocks until a part's worth was handed to the upload
+        assert line.startswith("uploading "), line
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, blob_grace_s=0.001)) as stores:
+        bucket = bucket_of(stores)
+        assert bucket is not None
+        key = line.split()[1]
+        assert await _rows(stores.lifecycle) == [(key, "intent")]  # type: ignore[arg-type]
         assert await bucket.sweep() == 1
         assert await bucket.bucket.keys("c") == [] and await _rows(stores.lifecycle) == []  # type: ignore[arg-type]
         assert await bucket.orphans() == []
