@@ -341,13 +341,11 @@ async def _bucket(settings: Settings) -> list[Check]:
         if location is not None:
             return [Check("bucket", True, "RLM_MCP_BLOB_URL is unused outside team mode", warn=True)]
         return []
-    try:
-        from rlm_mcp.store.bucket import Bucket, BucketError
-    except ImportError:  # the team extra's row says so
-        return []
+    from rlm_mcp.store.bucket import Bucket
+
     try:
         skew = await Bucket(location, timeout_s=min(settings.blob_timeout_s, 15.0)).round_trip()
-    except BucketError as exc:
+    except RlmMcpError as exc:  # unreachable, refused, full; or obstore not installed
         return [Check("bucket", False, exc.cause, exc.fix or "")]
     detail = f"{location.url}: write, read and delete round trip"
     if skew is None or abs(skew) <= BUCKET_SKEW_WARN_S:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_mcp.config.blobs import BucketLocation
-from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.errors import TEAM_EXTRA_FIX, RlmMcpError
 
 __all__ = ["PART_BYTES", "Bucket", "BucketError", "BucketFullError", "BucketObjectMissing"]
 
@@ -50,7 +50,13 @@ class Bucket:
     """The bucket of RLM_MCP_BLOB_URL; keys are relative to its prefix."""
 
     def __init__(self, location: BucketLocation, *, timeout_s: float) -> None:
-        from obstore.store import S3Store
+        try:
+            from obstore.store import S3Store
+        except ImportError as exc:
+            raise RlmMcpError(
+                f"RLM_MCP_BLOB_URL is set but the S3 client is not installed ({exc.name}).",
+                f"Install the team extra, which includes obstore. {TEAM_EXTRA_FIX} Or unset RLM_MCP_BLOB_URL.",
+            ) from None
 
         self.location = location
         self.url = location.url

@@ -50,3 +50,17 @@ def test_a_full_bucket_is_named_as_such_and_its_secret_never_shown(monkeypatch: 
     assert "topsecret-value" not in str(full) and "AKIAEXAMPLE" not in str(full)
     refused = bucket.error(RuntimeError("403 Forbidden: SignatureDoesNotMatch"), "read from")
     assert "refused this server" in str(refused) and not isinstance(refused, BucketFullError)
+
+
+def test_without_the_s3_client_a_bucket_url_is_one_line_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from rlm_mcp.config.blobs import BucketLocation
+    from rlm_mcp.errors import RlmMcpError
+    from rlm_mcp.store.bucket import Bucket
+
+    monkeypatch.setitem(sys.modules, "obstore.store", None)  # as if obstore were not installed
+    with pytest.raises(RlmMcpError) as caught:
+        Bucket(BucketLocation("team-bytes", "rlm"), timeout_s=5.0)
+    assert "the S3 client is not installed (obstore.store)" in caught.value.cause
+    assert "team extra" in (caught.value.fix or "") and "RLM_MCP_BLOB_URL" in (caught.value.fix or "")
