@@ -23,9 +23,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rlm_mcp.config import Settings
 from rlm_mcp.testing.servers import free_port
 
 BUCKET = "rlm-test"
@@ -177,6 +179,18 @@ class RcloneS3(SeaweedFS):
         finally:
             log.close()
         self._wait_ready()
+
+
+def bucket_settings(tmp_path: Path, url: str, blob_url: str, name: str = "a", **more: float) -> Settings:
+    """A team replica's settings with its bytes in `blob_url` (data dir `tmp_path/name`)."""
+    return Settings(database_url=url, blob_url=blob_url, data_dir=tmp_path / name).model_copy(update=more)
+
+
+async def object_rows(db: Any) -> list[tuple[str, str]]:
+    """(key, state) of every rlm_objects row: what the database accounts for in the bucket."""
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT key, state FROM rlm_objects ORDER BY key")
+        return [(r["key"], r["state"]) for r in await cur.fetchall()]
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import anyio
@@ -27,7 +23,7 @@ from rlm_mcp.store.factory import make_stores
 from rlm_mcp.store.pg import Database, bucket_of
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.testing.servers import free_port
-from tests.fixtures_bucket import SECRET
+from tests.fixtures_bucket import SECRET, bucket_settings, object_rows
 from tests.fixtures_sessions import DAY, replica
 from tests.fixtures_store import final, summary
 
@@ -37,24 +33,14 @@ ALICE = Owner(owner_of_token("alice-token-" + "a" * 20))
 BOB = Owner(owner_of_token("bob-token-" + "b" * 20))
 
 
-def _settings(tmp_path: Path, url: str, blob_url: str, name: str = "a", **more: float) -> Settings:
-    return Settings(database_url=url, blob_url=blob_url, data_dir=tmp_path / name).model_copy(update=more)
-
-
-async def _rows(db: Database) -> list[tuple[str, str]]:
-    async with db.connection() as conn:
-        cur = await conn.execute("SELECT key, state FROM rlm_objects ORDER BY key")
-        return [(r["key"], r["state"]) for r in await cur.fetchall()]
-
-
 async def test_each_owner_has_its_own_objects_and_their_keys_tell_no_token(
     tmp_path: Path, pg_migrated_url: str, bucket_url: str
 ) -> None:
     data = b"the same report, " * 70000  # about 1.2 MiB
     sha = hashlib.sha256(data).hexdigest()
     async with (
-        make_stores(_settings(tmp_path, pg_migrated_url, bucket_url), replica=True) as a,
-        make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "b"), replica=True) as b,
+        make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url), replica=True) as a,
+        make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url, "b"), replica=True) as b,
     ):
         bucket = bucket_of(a)
         assert bucket is not None
@@ -77,9 +63,9 @@ async def test_each_owner_has_its_own_objects_and_their_keys_tell_no_token(
 
         assert await a.contexts.delete(one.context_id, owner=ALICE)
         left = await bucket.bucket.keys("c")
-        assert len(left) == 1 and left[0] in keys and await _rows(a.lifecycle) == [(left[0], "live")]  # type: ignore[arg-type]
+        assert len(left) == 1 and left[0] in keys and await object_rows(a.lifecycle) == [(left[0], "live")]
         assert await b.contexts.delete(one.context_id, owner=BOB)
-        assert await bucket.bucket.keys("c") == [] and await _rows(a.lifecycle) == []  # type: ignore[arg-type]
+        assert await bucket.bucket.keys("c") == [] and await object_rows(a.lifecycle) == []
         assert sha not in str(await bucket.orphans())
 
 
@@ -114,196 +100,27 @@ async def test_snapshots_are_objects_streamed_both_ways_and_go_with_their_sessio
 
         await queue.finish("run_b1", final("run_b1"))
         assert await store.close("ses_b1")
-        assert await bucket.bucket.keys("s") == [] and await _rows(db) == []
-
-
-_KILLED_FRONT = textwrap.dedent(
-    """
-    import asyncio, sys
-    from rlm_mcp.config import Settings
-    from rlm_mcp.owners import Owner
-    from rlm_mcp.store.factory import make_stores
-    from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
-
-    async def stall(self, conn, key):
-        print("uploaded", key, flush=True)
-        await asyncio.sleep(3600)  # killed here: the object is in the bucket, its row still an intent
-
-    BucketBlobs.make_live = stall
-
-    async def main():
-        settings = Settings(database_url=sys.argv[1], blob_url=sys.argv[2], data_dir=sys.argv[3])
-        async with make_stores(settings) as stores:
-            await stores.contexts.put_bytes(b"x" * (12 << 20), name="big", format="text", source={}, owner=Owner("alice"))
-
-    asyncio.run(main())
-    """
-)
-
-
-async def test_a_front_killed_between_upload_and_commit_leaves_nothing_after_the_sweep(
-    tmp_path: Path, pg_migrated_url: str, bucket_url: str
-) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_FRONT, pg_migrated_url, bucket_url, str(tmp_path / "front")],
-        stdout=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()  # blocks until the object is written
-        assert line.startswith("uploaded "), line
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, blob_grace_s=0.001)) as stores:
-        bucket = bucket_of(stores)
-        assert bucket is not None
-        key = line.split()[1]
-        assert await bucket.bucket.keys("c") == [key] and await _rows(stores.lifecycle) == [(key, "intent")]  # type: ignore[arg-type]
-        assert await stores.contexts.list(owner=Owner("alice")) == []  # no context names it
-        assert await bucket.sweep() == 1
-        assert await bucket.bucket.keys("c") == [] and await _rows(stores.lifecycle) == []  # type: ignore[arg-type]
-        assert await bucket.orphans() == []
-
-
-_KILLED_MID_UPLOAD = textwrap.dedent(
-    """
-    import asyncio, sys
-    from rlm_mcp.config import Settings
-    from rlm_mcp.owners import Owner
-    from rlm_mcp.store.bucket import Bucket
-    from rlm_mcp.store.factory import make_stores
-
-    async def stalling_put(self, key, path):
-        async def parts():
-            with open(path, "rb") as fh:
-                yield fh.read(9 << 20)  # more than one multipart part: the upload has begun
-            print("uploading", key, flush=True)
-            await asyncio.sleep(3600)  # killed here, mid-upload
-        await self.put_stream(key, parts())
-
-    Bucket.put_file = stalling_put
-
-    async def main():
-        settings = Settings(database_url=sys.argv[1], blob_url=sys.argv[2], data_dir=sys.argv[3])
-        async with make_stores(settings) as stores:
-            await stores.contexts.put_bytes(b"y" * (20 << 20), name="big", format="text", source={}, owner=Owner("alice"))
-
-    asyncio.run(main())
-    """
-)
-
-
-async def test_a_front_killed_mid_upload_leaves_no_object_and_no_row_after_the_sweep(
-    tmp_path: Path, pg_migrated_url: str, bucket_url: str
-) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_MID_UPLOAD, pg_migrated_url, bucket_url, str(tmp_path / "front")],
-        stdout=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()  # blocks until a part's worth was handed to the upload
-        assert line.startswith("uploading "), line
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, blob_grace_s=0.001)) as stores:
-        bucket = bucket_of(stores)
-        assert bucket is not None
-        key = line.split()[1]
-        assert await _rows(stores.lifecycle) == [(key, "intent")]  # type: ignore[arg-type]
-        assert await bucket.sweep() == 1
-        assert await bucket.bucket.keys("c") == [] and await _rows(stores.lifecycle) == []  # type: ignore[arg-type]
-        assert await bucket.orphans() == []
-
-
-_KILLED_WORKER = textwrap.dedent(
-    """
-    import asyncio, sys
-    from rlm_mcp.config import Settings
-    from rlm_mcp.owners import Owner
-    from rlm_mcp.store.bucket import Bucket
-    from rlm_mcp.store.factory import make_stores
-
-    real_read = Bucket.read
-
-    async def stalling_read(self, key):
-        async for piece in real_read(self, key):
-            yield piece
-            print("fetching", flush=True)
-            await asyncio.sleep(3600)  # killed here, the cache's temp file half written
-
-    Bucket.read = stalling_read
-
-    async def main():
-        settings = Settings(database_url=sys.argv[1], blob_url=sys.argv[2], data_dir=sys.argv[3])
-        async with make_stores(settings, replica=True) as stores:
-            async with stores.contexts.in_use([sys.argv[4]], owner=Owner("alice")):
-                pass
-
-    asyncio.run(main())
-    """
-)
-
-
-async def test_a_worker_killed_mid_fetch_leaves_no_orphan_and_fetches_again(
-    tmp_path: Path, pg_migrated_url: str, bucket_url: str
-) -> None:
-    data = os.urandom(3 << 20)
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
-        info = await stores.contexts.put_bytes(
-            data.hex().encode(), name="c", format="text", source={}, owner=Owner("alice")
-        )
-        before = await _rows(stores.lifecycle)  # type: ignore[arg-type]
-    worker_dir = tmp_path / "worker"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WORKER, pg_migrated_url, bucket_url, str(worker_dir), info.context_id],
-        stdout=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().decode().startswith("fetching")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
-    assert [p.name for p in (worker_dir / "tmp").iterdir()]  # its half-written temp file (swept after a day)
-    assert not (worker_dir / "cache" / info.sha256[:2] / info.sha256).exists()
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "worker", blob_grace_s=0.001)) as stores:
-        bucket = bucket_of(stores)
-        assert bucket is not None
-        assert await _rows(stores.lifecycle) == before and await bucket.sweep() == 0  # type: ignore[arg-type]
-        assert await bucket.orphans() == []
-        assert isinstance(stores.contexts, PgContextStore)
-        async with stores.contexts.in_use([info.context_id], owner=Owner("alice")) as infos:
-            assert await anyio.Path(stores.contexts.spec(infos[0]).path).read_bytes() == data.hex().encode()
+        assert await bucket.bucket.keys("s") == [] and await object_rows(db) == []
 
 
 async def test_an_unreachable_bucket_is_named_not_the_database_and_cached_contexts_still_run(
     tmp_path: Path, pg_migrated_url: str, bucket_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
+    async with make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
         cached = await stores.contexts.put_bytes(
             b"cached here", name="c", format="text", source={}, owner=Owner("alice")
         )
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there now
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, blob_timeout_s=2.0)) as stores:
+    async with make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url, blob_timeout_s=2.0)) as stores:
         with pytest.raises(BucketError) as caught:
             await stores.contexts.put_bytes(b"hello", name="h", format="text", source={}, owner=Owner("alice"))
         assert [c.context_id for c in await stores.contexts.list(owner=Owner("alice"))] == [cached.context_id]
         assert isinstance(stores.contexts, PgContextStore)
         async with stores.contexts.in_use([cached.context_id], owner=Owner("alice")) as infos:  # cached: runs
             assert await anyio.Path(stores.contexts.spec(infos[0]).path).read_bytes() == b"cached here"
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "other", blob_timeout_s=2.0)) as stores:
+    async with make_stores(
+        bucket_settings(tmp_path, pg_migrated_url, bucket_url, "other", blob_timeout_s=2.0)
+    ) as stores:
         assert isinstance(stores.contexts, PgContextStore)
         with pytest.raises(BucketError) as fetching:  # another replica has no copy: it must fetch, and says why not
             async with stores.contexts.in_use([cached.context_id], owner=Owner("alice")):
@@ -319,7 +136,7 @@ async def test_doctor_has_a_bucket_row_and_names_an_unreachable_one(
 ) -> None:
     from rlm_mcp.doctor import _bucket
 
-    settings = _settings(tmp_path, pg_migrated_url, bucket_url)
+    settings = bucket_settings(tmp_path, pg_migrated_url, bucket_url)
     [row] = await _bucket(settings)
     assert row.name == "bucket" and row.ok and not row.warn, row
     assert f"{bucket_url}: write, read and delete round trip, clock within" in row.detail
@@ -352,8 +169,8 @@ async def test_blobs_move_moves_rows_to_the_bucket_resumably_and_reads_fall_back
         await stores.contexts.put_bytes(shared, name="s", format="text", source={}, owner=BOB)
         two = await stores.contexts.put_bytes(own, name="o", format="text", source={}, owner=ALICE)
 
-    settings = _settings(tmp_path, pg_migrated_url, bucket_url, "mover")
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "reader")) as reader:
+    settings = bucket_settings(tmp_path, pg_migrated_url, bucket_url, "mover")
+    async with make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url, "reader")) as reader:
         assert isinstance(reader.contexts, PgContextStore)
         async with reader.contexts.in_use([two.context_id], owner=ALICE) as infos:  # not moved yet: from the rows
             assert await anyio.Path(reader.contexts.spec(infos[0]).path).read_bytes() == own
@@ -369,7 +186,7 @@ async def test_blobs_move_moves_rows_to_the_bucket_resumably_and_reads_fall_back
     assert await blobs_move(argparse.Namespace(dry_run=False), settings) == 0  # resumable: nothing left
     assert "Nothing to move." in capsys.readouterr().out
 
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url, "fresh")) as stores:
+    async with make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url, "fresh")) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database)
         async with db.connection() as conn:
@@ -377,7 +194,9 @@ async def test_blobs_move_moves_rows_to_the_bucket_resumably_and_reads_fall_back
                 "SELECT (SELECT count(*) FROM rlm_blob_chunks) AS c, (SELECT count(*) FROM rlm_session_snapshots) AS s"
             )
             assert await cur.fetchone() == {"c": 0, "s": 0}  # the database holds no bytes now
-        assert len([row for row in await _rows(db) if row[1] == "live"]) == 4  # 2 + 1 contexts' objects, 1 snapshot
+        assert (
+            len([row for row in await object_rows(db) if row[1] == "live"]) == 4
+        )  # 2 + 1 contexts' objects, 1 snapshot
         assert isinstance(stores.contexts, PgContextStore)
         async with stores.contexts.in_use([one.context_id, two.context_id], owner=ALICE) as infos:
             got = [await anyio.Path(stores.contexts.spec(i).path).read_bytes() for i in infos]
@@ -386,39 +205,18 @@ async def test_blobs_move_moves_rows_to_the_bucket_resumably_and_reads_fall_back
         assert await sessions.read_snapshot("ses_m") == (1, b"snap" * 1000)
 
 
-async def test_a_replica_sweeps_at_its_heartbeat_once_the_grace_period_passed(
-    tmp_path: Path, pg_migrated_url: str, bucket_url: str
-) -> None:
-    from rlm_mcp.testing.waiting import wait_until
-
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
-        bucket = bucket_of(stores)
-        assert bucket is not None
-        key = await bucket.intend(owner="alice", sha256="ab" * 32, size=4)  # what a killed front leaves
-        await bucket.bucket.put_bytes(key, b"left")
-    settings = _settings(
-        tmp_path, pg_migrated_url, bucket_url, "sweeper", blob_grace_s=0.001, blob_sweep_interval_s=0.001
-    )
-    async with make_stores(settings, replica=True) as stores:
-        bucket = bucket_of(stores)
-        assert bucket is not None
-
-        async def swept() -> bool:
-            return await bucket.bucket.keys("c") == [] and await _rows(stores.lifecycle) == []  # type: ignore[arg-type]
-
-        await wait_until(swept, within_s=60, what="the heartbeat's sweep")
-
-
 async def test_a_replicas_cache_keeps_to_its_bound_sparing_what_its_runs_pin(
     tmp_path: Path, pg_migrated_url: str, bucket_url: str
 ) -> None:
     texts = [bytes([65 + i]) * (1 << 20) for i in range(3)]
-    async with make_stores(_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
+    async with make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url)) as stores:
         ids = [
             (await stores.contexts.put_bytes(t, name=f"c{i}", format="text", source={}, owner=ALICE)).context_id
             for i, t in enumerate(texts)
         ]
-    bounded = _settings(tmp_path, pg_migrated_url, bucket_url, "worker").model_copy(update={"cache_max_bytes": 1 << 19})
+    bounded = bucket_settings(tmp_path, pg_migrated_url, bucket_url, "worker").model_copy(
+        update={"cache_max_bytes": 1 << 19}
+    )
     # Not a replica: no heartbeat sweeps behind the test's back (the heartbeat runs this same sweep).
     async with make_stores(bounded) as stores:
         contexts, db = stores.contexts, stores.lifecycle
