@@ -334,11 +334,43 @@ async def _owner_share(settings: Settings) -> Check:
     return Check("owner share", True, derived_share(settings.store, len(tokens))[1])
 
 
+async def _bucket(settings: Settings) -> list[Check]:
+    """Team mode with RLM_MCP_BLOB_URL: the bucket answers a write, a read and a delete; its
+    clock against this host's (S3 signatures are refused beyond 15 minutes of skew)."""
+    location = settings.blobs.location
+    if location is None or settings.deployment.embedded:
+        if location is not None:
+            return [Check("bucket", True, "RLM_MCP_BLOB_URL is unused outside team mode", warn=True)]
+        return []
+    from rlm_mcp.store.bucket import Bucket
+
+    try:
+        skew = await Bucket(location, timeout_s=min(settings.blobs.blob_timeout_s, 15.0)).round_trip()
+    except RlmMcpError as exc:  # unreachable, refused, full; or obstore not installed
+        return [Check("bucket", False, exc.cause, exc.fix or "")]
+    detail = f"{location.url}: write, read and delete round trip"
+    if skew is None or abs(skew) <= BUCKET_SKEW_WARN_S:
+        return [Check("bucket", True, detail + ("" if skew is None else f", clock within {abs(skew):.0f} s"))]
+    return [
+        Check(
+            "bucket",
+            True,
+            f"{detail}; this host's clock is {abs(skew):.0f} s {'ahead of' if skew > 0 else 'behind'} the bucket's",
+            "Fix this host's time sync (NTP, chrony): S3 refuses requests signed more than 15 minutes off.",
+            warn=True,
+        )
+    ]
+
+
+BUCKET_SKEW_WARN_S = 60.0
+
+
 async def run_doctor(settings: Settings, out: Callable[[str], Any] = print) -> int:
     checks: list[Check] = []
     steps: list[Callable[[], Awaitable[Any]]] = [
         lambda: _owner_share(settings),
         lambda: _team(settings),
+        lambda: _bucket(settings),
         lambda: _backend(settings),
         lambda: _lm(settings),
         lambda: _profile(settings),

@@ -23,14 +23,27 @@ import pytest
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.testing.image_ensure import ensure_image
+from tests.fixtures_bucket import bucket_url, rclone_s3, seaweedfs
 from tests.fixtures_phoenix import phoenix
-from tests.fixtures_postgres import database_url, pg_cluster, pg_migrated_url, pg_template, pg_url, store_settings
+from tests.fixtures_postgres import (
+    STORES,
+    STORES_OF_BYTES,
+    database_url,
+    pg_cluster,
+    pg_migrated_url,
+    pg_template,
+    pg_url,
+    store_settings,
+)
 from tests.fixtures_sandbox import docker_image
 from tests.fixtures_spans import recorded_spans
 from tests.fixtures_store import http_server, root, settings, settings_factory
 from tests.tiers import MARKERS, NO_DOCKER, folder_markers, misfit, placement_error
 
 __all__ = [
+    "bucket_url",
+    "rclone_s3",
+    "seaweedfs",
     "database_url",
     "docker_image",
     "http_server",
@@ -66,6 +79,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from prerequisites import check
 
     check(session)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # store_settings: each store; tests of stored bytes also with the bytes in a bucket.
+    if "store_settings" in metafunc.fixturenames:
+        bytes_too = getattr(metafunc.module, "BLOBS_IN_A_BUCKET", False)
+        metafunc.parametrize("store_settings", STORES_OF_BYTES if bytes_too else STORES, indirect=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

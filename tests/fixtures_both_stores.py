@@ -44,9 +44,22 @@ def _runs_dir(settings: Settings) -> Path:
 
 
 async def stored_bytes(stores: Stores, sha256: str) -> bytes:
-    """The bytes the store itself holds for a blob (SQLite: its file; PostgreSQL: its chunks)."""
+    """The bytes the store itself holds for a blob (SQLite: its file; PostgreSQL: its chunks;
+    with a bucket: the object the index names)."""
     if stores.kind == "sqlite":
         return _sqlite(stores).blob_path(sha256).read_bytes()
+    from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
+
+    port = getattr(getattr(stores.contexts, "rows", None), "blobs", None)
+    if isinstance(port, BucketBlobs):
+        async with _db(stores).connection() as conn:
+            cur = await conn.execute(
+                "SELECT key FROM rlm_objects WHERE sha256 = %s AND state = 'live' ORDER BY key LIMIT 1", (sha256,)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            return b""
+        return b"".join([piece async for piece in port.bucket.read(row["key"])])
     async with _db(stores).connection() as conn:
         cur = await conn.execute(
             # copy 0, the one replicas read (each owner holding the bytes has a copy: store/pg/blobs.py)

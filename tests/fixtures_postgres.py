@@ -195,15 +195,27 @@ def pg_migrated_url(pg_cluster: Cluster, pg_template: str) -> Iterator[str]:
     yield from fresh_database(pg_cluster, pg_template)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+# The three stores of bytes; a module of tests on stored bytes opts in to the third by setting
+# BLOBS_IN_A_BUCKET = True (conftest's pytest_generate_tests): the others (run records, login
+# codes) hold no bytes, and a bucket would only add a SeaweedFS round to their time.
+STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+STORES_OF_BYTES = [*STORES, pytest.param("bucket", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture  # parametrized by conftest's pytest_generate_tests: STORES, or STORES_OF_BYTES
 def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Settings]:
-    """Settings for each store: the embedded SQLite one and PostgreSQL (a fresh database with
-    the current schema). Call it with overrides; `data_dir` may be given to act as a second replica."""
-    url = request.getfixturevalue("pg_migrated_url") if request.param == "postgres" else None
+    """Settings for each store: the embedded SQLite one, PostgreSQL (a fresh database with the
+    current schema) with the bytes in its rows, and, in modules that set BLOBS_IN_A_BUCKET, the
+    same with the bytes in a bucket (a fresh prefix on the session's SeaweedFS:
+    `fixtures_bucket`). Call it with overrides; `data_dir` may be given to act as a second replica."""
+    url = request.getfixturevalue("pg_migrated_url") if request.param != "sqlite" else None
+    blob_url = request.getfixturevalue("bucket_url") if request.param == "bucket" else None
 
     def make(**overrides: object) -> Settings:
         if url is not None:
             overrides.setdefault("database_url", url)
+        if blob_url is not None:
+            overrides.setdefault("blob_url", blob_url)
         return make_settings(tmp_path, **overrides)
 
     return make
@@ -217,15 +229,22 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 
 
 async def has_bytes(stores: Stores, sha256: str) -> bool:
-    """Whether the store still holds a blob (SQLite: its file; PostgreSQL: its row)."""
+    """Whether the store still holds a blob (SQLite: its file; PostgreSQL: its row; with a
+    bucket: its row, and then an object in the bucket; none once the row went)."""
     if stores.kind == "sqlite":
         from rlm_mcp.store.sqlite_index import ContextStore
 
         assert isinstance(stores.contexts, ContextStore)
         return stores.contexts.blob_path(sha256).exists()
     from rlm_mcp.store.pg import Database
+    from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
 
     assert isinstance(stores.lifecycle, Database)
     async with stores.lifecycle.connection() as conn:
         cur = await conn.execute("SELECT 1 FROM rlm_blobs WHERE sha256 = %s", (sha256,))
-        return await cur.fetchone() is not None
+        row = await cur.fetchone() is not None
+    bucket = getattr(getattr(stores.contexts, "rows", None), "blobs", None)
+    if isinstance(bucket, BucketBlobs):
+        objects = [k for k in await bucket.bucket.keys("c") if sha256 in k]
+        assert bool(objects) == row, f"row {'present' if row else 'gone'} but objects {objects}"
+    return row

@@ -18,6 +18,7 @@ import pytest
 from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.service.queue.rules import queue_rules
+from rlm_mcp.store.pg import bucket_of
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.sessions import PgSessionStore
@@ -88,12 +89,15 @@ DAY = 86400.0
 
 
 @asynccontextmanager
-async def replica(tmp_path: Path, url: str, name: str) -> AsyncIterator[tuple[PgSessionStore, PgRunQueue]]:
-    settings = Settings(database_url=url, data_dir=tmp_path / name, worker_lease_s=30.0)
+async def replica(
+    tmp_path: Path, url: str, name: str, *, blob_url: str | None = None
+) -> AsyncIterator[tuple[PgSessionStore, PgRunQueue]]:
+    """One replica's session store and queue; with `blob_url`, snapshots go to that bucket."""
+    settings = Settings(database_url=url, data_dir=tmp_path / name, worker_lease_s=30.0, blob_url=blob_url)
     async with make_stores(settings) as stores:
         db = stores.lifecycle
         assert isinstance(db, Database)
-        yield PgSessionStore(db), PgRunQueue(queue_rules(settings.queue), db)
+        yield PgSessionStore(db, bucket_of(stores)), PgRunQueue(queue_rules(settings.queue), db)
 
 
 @asynccontextmanager

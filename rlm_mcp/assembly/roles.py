@@ -61,7 +61,7 @@ def service_parts(settings: Settings, *, transport: Transport) -> ServiceParts:
     deployment = settings.deployment
     if deployment.database is None:
         return embedded(settings, transport=transport)
-    stores = team_stores(settings.store, deployment.database, replica=True)
+    stores = team_stores(settings.store, deployment.database, replica=True, blobs=settings.blobs)
     if deployment.role == "worker":
         return worker(settings, stores)
     return front(settings, stores, transport=transport)  # a front, or `both` (a front that executes)
@@ -116,7 +116,7 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
     liveness = LeaseLiveness()
     sandboxes = SandboxManager(settings.sandbox, liveness=liveness)
-    session_store = PgSessionStore(stores.db)
+    session_store = PgSessionStore(stores.db, stores.bucket)
     # The sessions whose sandboxes this process holds between runs, where it executes runs (the
     # worker enters them); the database holds every session's state for any replica.
     kept = settings.kept_sessions
@@ -184,7 +184,7 @@ def team_sessions(settings: Settings, stores: PgStores) -> TeamSessions:
     from rlm_mcp.service.team_sessions import TeamSessions
     from rlm_mcp.store.pg.sessions import PgSessionStore
 
-    return TeamSessions(settings.sessions, PgSessionStore(stores.db))
+    return TeamSessions(settings.sessions, PgSessionStore(stores.db, stores.bucket))
 
 
 def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
@@ -193,7 +193,7 @@ def make_stores(settings: Settings, *, replica: bool = False) -> Stores:
     database = settings.deployment.database
     if database is None:
         return embedded_stores(settings.store)
-    return team_stores(settings.store, database, replica=replica)
+    return team_stores(settings.store, database, replica=replica, blobs=settings.blobs)
 
 
 def run_ends(*hooks: RunEndHook, lm: LMClient | None = None) -> RunEnds:

@@ -2,7 +2,7 @@
 
 `rlm-mcp --help` is the command reference; docs/cli.md is generated from this parser
 (tools/docs_pages.py) and tests/unit/test_cli_help.py checks the help texts. Each command's
-handler lives in the module of its area (serve, records, tools, run, sessions, webhooks, eval), and imports
+handler lives in the module of its area (serve, records, tools, run, sessions, webhooks, blobs, eval), and imports
 what it needs when it runs, so `--help` stays fast.
 """
 
@@ -12,6 +12,7 @@ import argparse
 
 from rlm_mcp import __version__
 from rlm_mcp.cli import records, tools
+from rlm_mcp.cli.blobs import blobs_move
 from rlm_mcp.cli.common import command, run_async
 from rlm_mcp.cli.eval import add_parser as add_eval_parser
 from rlm_mcp.cli.options import add_override_options
@@ -76,6 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
     command(hooks_sub, "list", run_async(webhooks_list), "every kept delivery: id, state, attempts, last answer, URL")
     again = command(hooks_sub, "redeliver", run_async(webhooks_redeliver), "deliver a webhook again (same webhook-id)")
     again.add_argument("webhook_id", help="the delivery's id (msg_<run id>)")
+    blobs = command(sub, "blobs", None, "team mode: move context bytes and snapshots to the bucket")
+    blobs_sub = blobs.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    moving = command(
+        blobs_sub,
+        "move",
+        run_async(blobs_move),
+        "move the database's context bytes and snapshots to RLM_MCP_BLOB_URL while serving (resumable)",
+    )
+    moving.add_argument("--dry-run", action="store_true", help="only report what would move and how many bytes")
 
     ctx = command(sub, "contexts", None, "list or delete stored contexts")
     ctx_sub = ctx.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")

@@ -20,7 +20,7 @@ from rlm_mcp.visible import visible_line
 
 
 async def _team_list(settings: Settings, database: TeamDatabase) -> int:
-    async with team_stores(settings.store, database, replica=False) as stores:
+    async with team_stores(settings.store, database, replica=False, blobs=settings.blobs) as stores:
         team = team_sessions(settings, stores)
         listed = await team.list(owner=LOCAL_OWNER)
     if not listed:
@@ -34,7 +34,7 @@ async def _team_list(settings: Settings, database: TeamDatabase) -> int:
 
 
 async def _team_close(settings: Settings, database: TeamDatabase, session_id: str) -> int:
-    async with team_stores(settings.store, database, replica=False) as stores:
+    async with team_stores(settings.store, database, replica=False, blobs=settings.blobs) as stores:
         team = team_sessions(settings, stores)
         await team.close(session_id, owner=LOCAL_OWNER)
     print(f"closed {session_id}")

@@ -7,7 +7,8 @@ need.
 
 Each section is a model that owns its fields and their validators: `lm.py` (LM endpoints),
 `routing.py` (what routers are told; back-pressure), `loop.py` (one run), `sandbox.py`, `runs.py` (run slots and records; kept sessions), `store.py`
-(stores; what loads may read), `team.py` (team mode and the `Deployment` it decides), `server.py`
+(stores; what loads may read), `team.py` (team mode and the `Deployment` it decides), `blobs.py` (team mode's bytes: rows or a
+bucket), `server.py`
 (transport, HTTP, access, logs), `publish.py` (how often a worker writes a live summary),
 `events.py` (run event streams, webhooks). `Settings` holds one of each, as fields (the one list of
 sections: a new section is one field; `SECTIONS` and `FlatSettings` follow): `settings.sandbox` is what
@@ -34,6 +35,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from rlm_mcp.config.blobs import BlobSettings
 from rlm_mcp.config.derived import EngineSettings, KeptSessionSettings, QueueSettings, ServiceSettings
 from rlm_mcp.config.events import EventSettings
 from rlm_mcp.config.lm import CompletionTokensField, LMSettings, ModelPrice
@@ -59,6 +61,7 @@ __all__ = [
     "SECTIONS",
     "SETTING_FIELDS",
     "TEXT_MEMORY_FACTOR",
+    "BlobSettings",
     "CompletionTokensField",
     "Deployment",
     "EngineSettings",
@@ -129,6 +132,7 @@ class Settings(BaseSettings):
     store: StoreSettings = Field(default_factory=StoreSettings)
     loads: LoadSettings = Field(default_factory=LoadSettings)
     team: TeamSettings = Field(default_factory=TeamSettings)
+    blobs: BlobSettings = Field(default_factory=BlobSettings)
     publish: PublishSettings = Field(default_factory=PublishSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     events: EventSettings = Field(default_factory=EventSettings)

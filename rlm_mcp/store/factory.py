@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlm_mcp.config import StoreSettings, TeamDatabase
+from rlm_mcp.config import BlobSettings, StoreSettings, TeamDatabase
 from rlm_mcp.errors import TEAM_EXTRA_FIX, RlmMcpError
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.store.runs import RunStore
@@ -35,7 +35,9 @@ def embedded_stores(store: StoreSettings) -> Stores:
     )
 
 
-def team_stores(store: StoreSettings, team: TeamDatabase, *, replica: bool) -> PgStores:
+def team_stores(
+    store: StoreSettings, team: TeamDatabase, *, replica: bool, blobs: BlobSettings | None = None
+) -> PgStores:
     """Shared state on the PostgreSQL database `team` names. `replica`: this process serves clients (it is recorded as a
     replica and sweeps its local cache); the CLI's one-off commands pass False."""
     try:
@@ -45,4 +47,4 @@ def team_stores(store: StoreSettings, team: TeamDatabase, *, replica: bool) -> P
             f"RLM_MCP_DATABASE_URL is set but the PostgreSQL driver is not installed ({exc.name}).",
             f"Install the team extra. {TEAM_EXTRA_FIX} Or unset RLM_MCP_DATABASE_URL.",
         ) from None
-    return make_pg_stores(store, team, replica=replica)
+    return make_pg_stores(store, team, replica=replica, blobs=blobs)

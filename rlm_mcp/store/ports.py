@@ -12,7 +12,7 @@ Every entry point that reads or writes owned data takes the owner as a required 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +21,7 @@ from rlm_mcp.events import EventKey, LoggedEvent, RunEvent
 from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.ports.runs import RunRecord
+from rlm_mcp.store._ingest import Ingested
 from rlm_mcp.store.context_model import ContextInfo
 from rlm_mcp.store.upload_model import UploadState
 
@@ -84,6 +85,33 @@ class UploadStorePort(Protocol):
         format: ContextFormat | None,
         owner: Owner,
     ) -> UploadState: ...
+
+
+class BlobPort(Protocol):
+    """Where team mode keeps contexts' bytes, beneath the store's rules (`store.contexts`), which
+    stay written once: the database's rows (`store.pg.blobs.RowBlobs`, the default) or a bucket
+    (`store.pg.bucket_blobs.BucketBlobs`, RLM_MCP_BLOB_URL). `conn` is the index's transaction
+    (the context's rows commit with it); both keep one copy per owner holding the content, so a
+    load costs the same whether or not another owner stored those bytes."""
+
+    where: str  # what failures name: "the database" or the bucket's s3:// URL
+
+    async def put(self, conn: Any, ing: Ingested, owner: Owner, *, new: bool) -> None:
+        """Store `owner`'s copy of the ingested bytes (`new`: no context had them yet)."""
+        ...
+
+    async def release(self, conn: Any, sha256: str) -> tuple[bool, builtins.list[str]]:
+        """After a context of these bytes lost an owner or went: (whether the content is gone
+        for good, the objects to remove once the transaction committed)."""
+        ...
+
+    def read(self, sha256: str) -> AsyncIterator[bytes]:
+        """The content's bytes in order, a piece at a time (`UnknownIdError` when deleted)."""
+        ...
+
+    async def purge(self, keys: Sequence[str]) -> None:
+        """After the commit: remove the objects `release` named (best effort: the sweep retries)."""
+        ...
 
 
 class RunLogPort(Protocol):

@@ -100,11 +100,14 @@ def as_token(r: Replica, token: str) -> AbstractAsyncContextManager[Client]:
     return replica_client(r, token)
 
 
+@pytest.mark.parametrize("blobs", ["rows", "bucket"])
 async def test_a_session_continues_on_another_replica_and_after_its_worker_is_killed(
-    tmp_path: Path, pg_url: str
+    tmp_path: Path, pg_url: str, blobs: str, request: pytest.FixtureRequest
 ) -> None:
     # A long preference: the follow-up waits for the holder while it is alive, never for a lost one.
     env = {**SHORT_LEASES, "RLM_MCP_SESSION_PREFER_WORKER_S": "60"}
+    if blobs == "bucket":  # contexts and snapshots in SeaweedFS: the database holds no bytes
+        env |= {"RLM_MCP_BLOB_URL": request.getfixturevalue("bucket_url"), **request.getfixturevalue("seaweedfs").env()}
     with ScriptedLM(SCRIPT) as lm, ExitStack() as stack:
         a, b = (
             stack.enter_context(
@@ -179,10 +182,33 @@ async def test_a_session_continues_on_another_replica_and_after_its_worker_is_ki
             assert four["answer"] == "2|second|4|True|True"
             assert run_worker(pg_url, four["run_id"]) == survivor.owner
 
+            if blobs == "bucket":
+                assert _bytes_in_rows(pg_url) == (0, 0)
+                assert _objects(pg_url) == {"context": 2, "snapshot": 1}
             closed = await call(on_survivor, "rlm_close_session", session_id=session_id)
             assert closed["runs"][-1] == four["run_id"]
+            if blobs == "bucket":  # the closed session's snapshot object went with it
+                assert _objects(pg_url) == {"context": 2}
             error = await call_error(on_survivor, "rlm_complete", query="THIRD-Q", session_id=session_id)
             assert f"Session {session_id} was closed" in error and "keep_session=true" in error
+
+
+def _bytes_in_rows(db: str) -> tuple[int, int]:
+    with psycopg.connect(db) as conn:
+        found = conn.execute(
+            "SELECT (SELECT count(*) FROM rlm_blob_chunks), (SELECT count(*) FROM rlm_session_snapshots)"
+        ).fetchone()
+    assert found is not None
+    return int(found[0]), int(found[1])
+
+
+def _objects(db: str) -> dict[str, int]:
+    with psycopg.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT CASE WHEN session_id IS NULL THEN 'context' ELSE 'snapshot' END, count(*) FROM rlm_objects "
+            "WHERE state = 'live' GROUP BY 1"
+        ).fetchall()
+    return {kind: int(n) for kind, n in rows}
 
 
 PARTIAL = Script(

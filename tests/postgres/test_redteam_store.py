@@ -21,6 +21,7 @@ from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_store import run_record
 
 pytestmark = pytest.mark.anyio
+BLOBS_IN_A_BUCKET = True  # the store's rules also over bytes in a bucket (store_settings' 'bucket')
 
 StoreSettings = Callable[..., Settings]
 CHANGES = ["truncate", "grow", "remove"]

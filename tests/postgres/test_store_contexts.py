@@ -19,6 +19,7 @@ from tests.fixtures_both_stores import add_lapsed_pins, age_context, pin_count, 
 from tests.fixtures_postgres import has_bytes
 
 pytestmark = pytest.mark.anyio
+BLOBS_IN_A_BUCKET = True  # the store's rules also over bytes in a bucket (store_settings' 'bucket')
 
 StoreSettings = Callable[..., Settings]
 

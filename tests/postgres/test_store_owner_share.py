@@ -25,6 +25,7 @@ from tests.fixtures_postgres import has_bytes
 from tests.fixtures_store import make_settings
 
 pytestmark = pytest.mark.anyio
+BLOBS_IN_A_BUCKET = True  # the store's rules also over bytes in a bucket (store_settings' 'bucket')
 
 ALICE, BOB = Owner("token-alice"), Owner("token-bob")
 

@@ -13,6 +13,7 @@ from rlm_mcp.owners import LOCAL_OWNER
 from tests.fixtures_both_stores import age_uploads, stored_bytes, upload_chunks_kept
 
 pytestmark = pytest.mark.anyio
+BLOBS_IN_A_BUCKET = True  # the store's rules also over bytes in a bucket (store_settings' 'bucket')
 
 
 async def _send(uploads, data, index, upload_id=None, final=False, sha256=None, name=None, format=None):

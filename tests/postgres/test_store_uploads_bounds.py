@@ -19,6 +19,7 @@ from rlm_mcp.store.ports import UploadStorePort
 from tests.fixtures_both_stores import pending_upload_bytes
 
 pytestmark = pytest.mark.anyio
+BLOBS_IN_A_BUCKET = True  # the store's rules also over bytes in a bucket (store_settings' 'bucket')
 
 StoreSettings = Callable[..., Settings]
 

@@ -8,18 +8,24 @@ load of new bytes costs, and its speed never tells one token that another stored
 (deduplication is within an owner only). When an owner lets go of a content that others still
 hold, the copies beyond the number of holders are removed (`release`), so the database holds a
 content at most once per holder: each owner's bytes there stay within its share of the store.
+
+`RowBlobs` is this as the store's `BlobPort` (the default); `bucket_blobs.BucketBlobs` keeps
+the bytes in a bucket instead and reads these rows while a moved team's blobs are not moved yet.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
 
+from rlm_mcp.errors import UnknownIdError
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import CHUNK, Ingested
+from rlm_mcp.store.pg.db import Database, read_chunks
 
-__all__ = ["COPY_STRIDE", "add_copy", "owner_holds", "release", "write_copy"]
+__all__ = ["COPY_STRIDE", "RowBlobs", "add_copy", "deleted", "owner_holds", "release", "write_copy"]
 
 COPY_STRIDE = 1 << 20  # chunk indexes per copy (1 TiB of 1 MiB chunks): copy k starts at k * COPY_STRIDE
 _MAX_COPIES = (2**31 - 1) // COPY_STRIDE  # the chunk index is a PostgreSQL integer
@@ -81,3 +87,53 @@ async def release(conn: Conn, sha256: str) -> bool:
         (sha256, COPY_STRIDE, sha256),
     )
     return False
+
+
+def deleted(sha256: str) -> UnknownIdError:
+    """A blob whose row or bytes went away while a replica fetched it."""
+    return UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")
+
+
+async def row_chunks(db: Database, sha256: str) -> AsyncIterator[bytes]:
+    """Copy 0 of a blob's rows, a chunk at a time; `deleted` when it is gone."""
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT chunks FROM rlm_blobs WHERE sha256 = %s", (sha256,))
+        row = await cur.fetchone()
+        if row is None:
+            raise deleted(sha256)
+        async for block in read_chunks(
+            conn,
+            "SELECT data FROM rlm_blob_chunks WHERE sha256 = %s AND idx = %s",
+            sha256,
+            int(row["chunks"]),
+            missing=lambda: deleted(sha256),
+        ):
+            yield block
+
+
+class RowBlobs:
+    """The bytes as rows of `rlm_blob_chunks` (`store.ports.BlobPort`)."""
+
+    where = "the database"
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def put(self, conn: Conn, ing: Ingested, owner: Owner, *, new: bool) -> None:
+        # New content is streamed in (another writer waits on the key). An owner that does not
+        # hold these bytes yet writes a copy of its own: a load costs the same whether or not
+        # another token stored them (else its speed would tell).
+        chunks = -(-ing.bytes // CHUNK)
+        if new:
+            await write_copy(conn, ing, chunks, 0)
+        elif not await owner_holds(conn, owner, ing.sha256):
+            await add_copy(conn, ing, chunks)
+
+    async def release(self, conn: Conn, sha256: str) -> tuple[bool, list[str]]:
+        return await release(conn, sha256), []
+
+    def read(self, sha256: str) -> AsyncIterator[bytes]:
+        return row_chunks(self._db, sha256)
+
+    async def purge(self, keys: Sequence[str]) -> None:
+        return None

@@ -1,9 +1,11 @@
 """This replica's local copy of context bytes, content-addressed: `data_dir/cache/<sha[:2]>/<sha>`.
 
-The bytes live in PostgreSQL; a run streams a context to its sandbox from a local file, so one in use
+The bytes live in PostgreSQL's rows or a bucket (a `store.ports.BlobPort`); a run streams a context to its sandbox from a local file, so one in use
 is fetched here first (streamed chunk by chunk, checked against its sha256, renamed into place).
 A file whose blob is no longer in the database (deleted or evicted on any replica) is removed by
-`sweep`, which runs at each heartbeat and after every delete or eviction on this replica.
+`sweep`, which runs at each heartbeat and after every delete or eviction on this replica; with a
+bound (RLM_MCP_CACHE_MAX_BYTES) it also removes the least recently used files no run of this
+replica pins until the cache fits (a use touches its file's time).
 Cached files are private (0600 in a 0700 data dir: `rlm_mcp.store.private`), as the file store's
 blobs are: a sandbox receives the bytes over its stream, never by a mount.
 """
@@ -19,17 +21,18 @@ from pathlib import Path
 
 import anyio
 
-from rlm_mcp.errors import UnknownIdError
-from rlm_mcp.store.pg.db import Database, read_chunks
+from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.ports import BlobPort
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
 log = logging.getLogger("rlm_mcp.store")
 
 
 class BlobCache:
-    def __init__(self, root: Path, tmp_dir: Path) -> None:
+    def __init__(self, root: Path, tmp_dir: Path, max_bytes: int | None = None) -> None:
         self.root = root
         self.tmp_dir = tmp_dir
+        self.max_bytes = max_bytes
         self._locks: dict[str, anyio.Lock] = {}
 
     def path(self, sha256: str) -> Path:
@@ -66,12 +69,14 @@ class BlobCache:
         finally:
             Path(name).unlink(missing_ok=True)
 
-    async def fetch(self, db: Database, sha256: str, size: int) -> Path:
-        """The local file of a blob, streamed from the database when this replica lacks it."""
+    async def fetch(self, blobs: BlobPort, sha256: str, size: int) -> Path:
+        """The local file of a blob, streamed from where `blobs` keeps it when this replica
+        lacks it, checked against its digest before it is renamed into place."""
         target = self.path(sha256)
         lock = self._locks.setdefault(sha256, anyio.Lock())
         async with lock:
             if await anyio.to_thread.run_sync(self.has, sha256, size):
+                await anyio.to_thread.run_sync(os.utime, target)  # used now: the last to go past the bound
                 return target
             await anyio.to_thread.run_sync(self.prepare)
             fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="fetch-", suffix=".tmp")
@@ -79,22 +84,11 @@ class BlobCache:
             digest = hashlib.sha256()
             try:
                 with os.fdopen(fd, "wb") as out:
-                    async with db.connection() as conn:
-                        cur = await conn.execute("SELECT chunks FROM rlm_blobs WHERE sha256 = %s", (sha256,))
-                        row = await cur.fetchone()
-                        if row is None:
-                            raise _deleted(sha256)
-                        async for block in read_chunks(
-                            conn,
-                            "SELECT data FROM rlm_blob_chunks WHERE sha256 = %s AND idx = %s",
-                            sha256,
-                            int(row["chunks"]),
-                            missing=lambda: _deleted(sha256),
-                        ):
-                            digest.update(block)
-                            await anyio.to_thread.run_sync(out.write, block)
+                    async for block in blobs.read(sha256):
+                        digest.update(block)
+                        await anyio.to_thread.run_sync(out.write, block)
                 if digest.hexdigest() != sha256:
-                    raise RuntimeError(f"blob {sha256} read back from the database with another digest")
+                    raise RuntimeError(f"blob {sha256} read back from {blobs.where} with another digest")
                 await anyio.to_thread.run_sync(self.adopt, tmp, sha256)
             finally:
                 await anyio.Path(tmp).unlink(missing_ok=True)
@@ -127,9 +121,38 @@ class BlobCache:
         if gone:
             await anyio.to_thread.run_sync(self.drop, gone)
             log.info("removed %d cached blob(s) deleted elsewhere", len(gone))
+        if self.max_bytes is not None:
+            kept = [sha for sha in local if sha in known]
+            async with db.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT DISTINCT c.sha256 FROM rlm_pins p JOIN rlm_contexts c ON c.context_id = p.context_id "
+                    "WHERE p.replica_id = %s",
+                    (db.replica_id,),
+                )
+                pinned = {r["sha256"] for r in await cur.fetchall()}
+            over = await anyio.to_thread.run_sync(self._over_bound, kept, pinned, self.max_bytes)
+            if over:
+                log.info("removed %d cached blob(s) past RLM_MCP_CACHE_MAX_BYTES", len(over))
+            gone += over
         return gone
 
-
-def _deleted(sha256: str) -> UnknownIdError:
-    """A blob whose row or chunks went away while this replica fetched it."""
-    return UnknownIdError("context", sha256[:24], detail=" (its bytes were deleted)")
+    def _over_bound(self, shas: list[str], pinned: set[str], bound: int) -> list[str]:
+        """Remove the least recently used unpinned files until the cache fits `bound`."""
+        sized: list[tuple[float, int, str]] = []
+        for sha in shas:
+            try:
+                st = self.path(sha).stat()
+            except FileNotFoundError:
+                continue
+            sized.append((st.st_mtime, st.st_size, sha))
+        total = sum(size for _, size, _ in sized)
+        removed: list[str] = []
+        for _, size, sha in sorted(sized):
+            if total <= bound:
+                break
+            if sha in pinned:
+                continue
+            self.path(sha).unlink(missing_ok=True)
+            total -= size
+            removed.append(sha)
+        return removed

@@ -1,11 +1,12 @@
 """Contexts in PostgreSQL (team mode): the index beneath `store.contexts`' rules, shared by every
 replica.
 
-The bytes are rows of `rlm_blob_chunks` (1 MiB each, one blob per distinct sha256), written
-from a local temp file chunk by chunk and read back the same way into this replica's cache
-(`cache.BlobCache`), so no step holds a whole context in memory. Each owner holding a content
-has its own copy of the rows (`blobs`): deduplication is within an owner only, so a load's cost
-never tells one token that another stored the same bytes. A pin is live while its replica's
+The bytes are kept by a `store.ports.BlobPort`: rows of `rlm_blob_chunks` (1 MiB each, `blobs`,
+the default) or objects in a bucket (`bucket_blobs`, RLM_MCP_BLOB_URL), written from a local
+temp file piece by piece and read back the same way into this replica's cache
+(`cache.BlobCache`), so no step holds a whole context in memory. `rlm_blobs` indexes each
+content either way. Each owner holding a content has its own copy: deduplication is within an
+owner only, so a load's cost never tells one token that another stored the same bytes. A pin is live while its replica's
 heartbeat is recent; pins and heartbeats are stamped and judged by the database's clock
 (replicas' own clocks may differ), and so is every time the rules write or compare: a write
 transaction's `now` is the database's, read with its BEGIN (`Database.clocked_transaction`).
@@ -27,10 +28,11 @@ from rlm_mcp.store._ingest import CHUNK, Ingested
 from rlm_mcp.store.context_model import PIN_TTL_S, ContextInfo
 from rlm_mcp.store.contexts import Contexts
 from rlm_mcp.store.index import Row
-from rlm_mcp.store.pg import blobs
+from rlm_mcp.store.pg.blobs import RowBlobs
 from rlm_mcp.store.pg.cache import BlobCache
 from rlm_mcp.store.pg.db import NOW, REPLICA_TTL_S, Conn, Database, read_now
 from rlm_mcp.store.pg.locks import EVICT_LOCK_KEY, OWNER_LOCK_CLASS
+from rlm_mcp.store.ports import BlobPort
 from rlm_mcp.store.statements import POSTGRES
 
 __all__ = ["EVICT_LOCK_KEY", "OWNER_LOCK_CLASS", "PgContextIndex", "PgContextStore", "PgTx"]
@@ -73,10 +75,12 @@ class PgTx:
 
 
 class PgContextTx(PgTx):
-    def __init__(self, conn: Conn, replica_id: str, now: float | None = None) -> None:
+    def __init__(self, conn: Conn, replica_id: str, blobs: BlobPort, now: float | None = None) -> None:
         super().__init__(conn, now)
         self._replica_id = replica_id
+        self._blobs = blobs
         self.gone: list[str] = []  # blobs removed: dropped from this replica's cache after the commit
+        self.doomed: list[str] = []  # objects no row refers to any more: removed after the commit
 
     async def lock_context(self, context_id: str) -> None:
         await self.conn.execute("SELECT 1 FROM rlm_contexts WHERE context_id = %s FOR UPDATE", (context_id,))
@@ -93,23 +97,20 @@ class PgContextTx(PgTx):
             await self.conn.execute(_ADD_PIN, (pin_id, cid, self._replica_id, owner, PIN_TTL_S))
 
     async def put_blob(self, ing: Ingested, owner: Owner) -> None:
-        chunks = -(-ing.bytes // CHUNK)
+        # `chunks` counts the content's rows; 0: its bytes are in the bucket.
+        chunks = -(-ing.bytes // CHUNK) if isinstance(self._blobs, RowBlobs) else 0
         new = await self.one(
             "INSERT INTO rlm_blobs VALUES (%s, %s, %s, extract(epoch FROM now())) "
             "ON CONFLICT (sha256) DO NOTHING RETURNING sha256",
             (ing.sha256, ing.bytes, chunks),
         )
-        # New content is streamed in (another writer waits on the key). An owner that does not
-        # hold these bytes yet writes a copy of its own: a load costs the same whether or not
-        # another token stored them (else its speed would tell); see `blobs`.
-        if new is not None:
-            await blobs.write_copy(self.conn, ing, chunks, 0)
-        elif not await blobs.owner_holds(self.conn, owner, ing.sha256):
-            await blobs.add_copy(self.conn, ing, chunks)
+        await self._blobs.put(self.conn, ing, owner, new=new is not None)
 
     async def release_blob(self, sha256: str) -> None:
-        if await blobs.release(self.conn, sha256):  # else the copies beyond one per holder go
+        gone, doomed = await self._blobs.release(self.conn, sha256)  # else the copies beyond one per holder go
+        if gone:
             self.gone.append(sha256)
+        self.doomed += doomed
 
     async def blob_intact(self, row: Row) -> bool:
         return True  # `make_local` fetches the bytes, checked against their digest
@@ -118,10 +119,13 @@ class PgContextTx(PgTx):
 class PgContextIndex:
     sql = POSTGRES
 
-    def __init__(self, data_dir: Path, db: Database) -> None:
+    def __init__(
+        self, data_dir: Path, db: Database, blobs: BlobPort | None = None, cache_max_bytes: int | None = None
+    ) -> None:
         self._db = db
+        self.blobs: BlobPort = blobs if blobs is not None else RowBlobs(db)
         self.tmp_dir = data_dir / "tmp"
-        self.cache = BlobCache(data_dir / "cache", self.tmp_dir)
+        self.cache = BlobCache(data_dir / "cache", self.tmp_dir, cache_max_bytes)
         self.clock: Callable[[], float] = time.time  # this host's: its temp files' ages only
 
     def prepare(self) -> None:
@@ -133,15 +137,18 @@ class PgContextIndex:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[PgContextTx]:
         async with self._db.connection() as conn:  # autocommit: one statement each
-            yield PgContextTx(conn, self._db.replica_id)
+            yield PgContextTx(conn, self._db.replica_id, self.blobs)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[PgContextTx]:
         async with self._db.clocked_transaction() as (conn, now):
-            tx = PgContextTx(conn, self._db.replica_id, now)
+            tx = PgContextTx(conn, self._db.replica_id, self.blobs, now)
             yield tx
         if tx.gone:
             await anyio.to_thread.run_sync(self.cache.drop, tx.gone)
+        if tx.doomed:
+            with anyio.CancelScope(shield=True):  # committed: the objects go now, else at the next sweep
+                await self.blobs.purge(tx.doomed)
 
     async def present(self) -> bool:
         return True
@@ -151,13 +158,15 @@ class PgContextIndex:
 
     async def make_local(self, infos: Sequence[ContextInfo]) -> None:
         for info in infos:
-            await self.cache.fetch(self._db, info.sha256, info.bytes)
+            await self.cache.fetch(self.blobs, info.sha256, info.bytes)
 
 
 class PgContextStore(Contexts):
     """Stored contexts in PostgreSQL, cached per replica under `data_dir/cache`."""
 
-    def __init__(self, settings: StoreSettings, db: Database) -> None:
-        self.rows = PgContextIndex(Path(settings.data_dir), db)
+    def __init__(
+        self, settings: StoreSettings, db: Database, blobs: BlobPort | None = None, cache_max_bytes: int | None = None
+    ) -> None:
+        self.rows = PgContextIndex(Path(settings.data_dir), db, blobs, cache_max_bytes)
         super().__init__(settings, self.rows)
         self.cache = self.rows.cache

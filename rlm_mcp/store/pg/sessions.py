@@ -14,7 +14,8 @@ Rules kept here, so that no other module needs to know them:
   A snapshot comes from, and goes to, a file on the worker's host a chunk at a time: no more
   than one chunk of it is in memory. The owner's total is summed and the chunks written under a
   lock of that owner (an advisory lock keyed by the owner): two of an owner's sessions storing
-  at once are counted one after the other, so together they stay within the cap.
+  at once are counted one after the other, so together they stay within the cap. With a bucket
+  (RLM_MCP_BLOB_URL) the snapshot is an object instead (`snapshot_objects`), under the same rules.
 - Owner-private: every reader gets the owner column and `service.team_sessions` applies the
   owner rule (another owner's session is "unknown").
 """
@@ -31,6 +32,8 @@ import anyio
 
 from rlm_mcp.errors import BusyError
 from rlm_mcp.ports.session_store import SessionRow
+from rlm_mcp.store.pg import snapshot_objects
+from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
 from rlm_mcp.store.pg.db import Database, read_chunks
 from rlm_mcp.store.pg.locks import SESSION_LOCK_KEY, SNAPSHOT_OWNER_LOCK_CLASS
 
@@ -78,8 +81,9 @@ def _row(row: dict[str, Any]) -> SessionRow:
 class PgSessionStore:
     """Kept sessions on the team database (`ports.session_store.SessionStorePort`)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, bucket: BucketBlobs | None = None) -> None:
         self._db = db
+        self._bucket = bucket  # snapshots as objects there; None: as rows
 
     # --- fronts -----------------------------------------------------------------------------
 
@@ -160,9 +164,17 @@ class PgSessionStore:
                 (session_id,),
             )
             closed = await cur.fetchone() is not None
+            doomed: list[str] = []
             if closed:
                 await conn.execute("DELETE FROM rlm_session_snapshots WHERE session_id = %s", (session_id,))
+                doomed = await snapshot_objects.doom(conn, [session_id])
+        await self._purge(doomed)
         return closed
+
+    async def _purge(self, doomed: list[str]) -> None:
+        if doomed and self._bucket is not None:
+            with anyio.CancelScope(shield=True):  # committed: the objects go now, else at the next sweep
+                await self._bucket.purge(doomed)
 
     # --- workers ----------------------------------------------------------------------------
 
@@ -239,13 +251,20 @@ class PgSessionStore:
                 )
                 return why
             await conn.execute("DELETE FROM rlm_session_snapshots WHERE session_id = %s", (session_id,))
-            async for idx, chunk in _chunks(blob, size):
-                await conn.execute("INSERT INTO rlm_session_snapshots VALUES (%s, %s, %b)", (session_id, idx, chunk))
+            doomed: list[str] = []
+            if self._bucket is not None:
+                doomed = await snapshot_objects.store(self._bucket, conn, session_id, blob, size)
+            else:
+                async for idx, chunk in _chunks(blob, size):
+                    await conn.execute(
+                        "INSERT INTO rlm_session_snapshots VALUES (%s, %s, %b)", (session_id, idx, chunk)
+                    )
             await conn.execute(
                 "UPDATE rlm_sessions SET snapshot_gen = %s, snapshot_bytes = %s, snapshot_error = NULL "
                 "WHERE session_id = %s",
                 (generation, size, session_id),
             )
+        await self._purge(doomed)
         return None
 
     async def snapshot_failed(self, session_id: str, generation: int, why: str) -> None:
@@ -263,6 +282,9 @@ class PgSessionStore:
             row = await cur.fetchone()
             if row is None or row["snapshot_gen"] is None:
                 return None
+            key = await snapshot_objects.live_key(conn, session_id) if self._bucket is not None else None
+            if key is not None and self._bucket is not None:
+                return int(row["snapshot_gen"]), await snapshot_objects.read_bytes(self._bucket, key)
             cur = await conn.execute(
                 "SELECT data FROM rlm_session_snapshots WHERE session_id = %s ORDER BY idx", (session_id,), binary=True
             )
@@ -279,6 +301,9 @@ class PgSessionStore:
             row = await cur.fetchone()
             if row is None or row["snapshot_gen"] is None:
                 return None
+            key = await snapshot_objects.live_key(conn, session_id) if self._bucket is not None else None
+            if key is not None and self._bucket is not None:  # else rows stored before the bucket
+                return int(row["snapshot_gen"]), await snapshot_objects.read_into(self._bucket, key, path, _private)
             cur = await conn.execute(
                 "SELECT count(*) AS n FROM rlm_session_snapshots WHERE session_id = %s", (session_id,)
             )
@@ -328,12 +353,15 @@ class PgSessionStore:
                 {"max_age": max_age_s},
             )
             ended = [r["session_id"] for r in await cur.fetchall()]
+            doomed: list[str] = []
             if ended:
                 await conn.execute("DELETE FROM rlm_session_snapshots WHERE session_id = ANY(%s)", (ended,))
+                doomed = await snapshot_objects.doom(conn, ended)
             await conn.execute(
                 "DELETE FROM rlm_sessions WHERE state <> 'open' AND ended_at < now() - make_interval(secs => %s)",
                 (FORGET_ENDED_S,),
             )
+        await self._purge(doomed)
         return len(ended)
 
 
