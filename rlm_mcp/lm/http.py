@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -56,9 +56,13 @@ class HttpReply:
         return json.loads(self.content)
 
 
+# `json.dumps` with these options builds this encoder on every call; it keeps no state, so one does.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def encode_json(obj: Any) -> bytes:
     """A request body as httpx wrote it: compact, UTF-8, no NaN."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(obj).encode("utf-8")
 
 
 class HttpPool:
@@ -91,7 +95,9 @@ class HttpPool:
         try:
             async with self._session.request(method, url, data=json_body, headers=sent, timeout=timeout) as resp:
                 content = await resp.read()
-                return HttpReply(url, resp.status, CIMultiDictProxy(CIMultiDict(resp.headers)), content)
+                # aiohttp's parser made these headers for this reply alone and never changes them:
+                # kept as they are, not copied.
+                return HttpReply(url, resp.status, resp.headers, content)
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise HttpTimeout(str(exc) or type(exc).__name__) from exc
         except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:

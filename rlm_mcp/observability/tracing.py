@@ -29,11 +29,12 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.util.types import AttributeValue
 
@@ -66,9 +67,30 @@ _tracer: trace.Tracer | None = None
 
 def _active() -> trace.Tracer | None:
     global _tracer
-    if _tracer is None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if (
+        _tracer is None
+        and _provider_may_be_set()
+        and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    ):
         _tracer = trace.get_tracer("rlm_mcp")
     return _tracer
+
+
+# Whether the environment names a tracer provider for the API to load (`get_tracer_provider`
+# loads it on first use): read once, as the API's own entry point is meant to be.
+_ENV_PROVIDER: list[bool] = []
+
+
+def _provider_may_be_set() -> bool:
+    """False only when `get_tracer_provider()` would surely answer its proxy: no provider was
+    set and the environment names none. `get_tracer_provider` looks the variable up in
+    os.environ on every call (a KeyError raised and caught, ~1.5 us), and this is asked a few
+    times per sub-call while no tracer is installed, so the API's global is read first."""
+    if getattr(trace, "_TRACER_PROVIDER", True) is not None:
+        return True  # set (or an API version without that global: ask it)
+    if not _ENV_PROVIDER:
+        _ENV_PROVIDER.append(OTEL_PYTHON_TRACER_PROVIDER in os.environ)
+    return _ENV_PROVIDER[0]
 
 
 def wants_traces(environ: Mapping[str, str] | None = None) -> bool:
@@ -250,13 +272,30 @@ def run_span(
             otel_context.detach(token)
 
 
-@contextmanager
-def lm_span(*, model: str, role: str, endpoint: str, max_tokens: int) -> Iterator[Span]:
+class _NoSpan(AbstractContextManager[Span]):
+    """What `lm_span` gives while no tracer is installed: the API's invalid span, without the
+    cost of a generator context manager on every LM call."""
+
+    def __enter__(self) -> Span:
+        return trace.INVALID_SPAN
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+
+
+def lm_span(*, model: str, role: str, endpoint: str, max_tokens: int) -> AbstractContextManager[Span]:
     """One LM request, named and attributed by the GenAI semantic conventions."""
     tracer = _active()
     if tracer is None:
-        yield trace.INVALID_SPAN
-        return
+        return _NO_SPAN
+    return _lm_span(tracer, model=model, role=role, endpoint=endpoint, max_tokens=max_tokens)
+
+
+@contextmanager
+def _lm_span(tracer: trace.Tracer, *, model: str, role: str, endpoint: str, max_tokens: int) -> Iterator[Span]:
     attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": model,

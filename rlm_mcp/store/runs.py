@@ -63,19 +63,23 @@ def _cut_strings(value: Any, limit: int) -> Any:
     return value
 
 
+# What `json.dumps(event, ensure_ascii=False, default=str)` builds on every call; it keeps no state.
+_EVENT_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def encode_event(event: dict[str, Any], max_bytes: int) -> bytes:
     """One JSONL line of at most max_bytes from an event's JSON object (`events.to_json`; non-JSON
     values become strings). Cutting strings keeps the event readable as its type; the last
     resort, `{type, ts, truncated}`, reads back as an `events.EventStub`."""
-    line = json.dumps(event, ensure_ascii=False, default=str)
+    data = _EVENT_ENCODER.encode(event).encode()  # encoded once: its length is checked, then written
     limit = max_bytes // 2
-    while len(line.encode()) + 1 > max_bytes and limit >= 64:
-        line = json.dumps(_cut_strings(event, limit), ensure_ascii=False, default=str)
+    while len(data) + 1 > max_bytes and limit >= 64:
+        data = _EVENT_ENCODER.encode(_cut_strings(event, limit)).encode()
         limit //= 2
-    if len(line.encode()) + 1 > max_bytes:
+    if len(data) + 1 > max_bytes:
         # Too many small fields to cut: keep only what identifies the event.
-        line = json.dumps({"type": event.get("type"), "ts": event.get("ts"), "truncated": True}, default=str)
-    return (line + "\n").encode()
+        data = json.dumps({"type": event.get("type"), "ts": event.get("ts"), "truncated": True}, default=str).encode()
+    return data + b"\n"
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
