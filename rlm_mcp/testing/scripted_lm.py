@@ -55,51 +55,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
 import os
 import signal
 import socket
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from rlm_mcp.testing._http import (
-    Response,
-    encode_response,
-    error_response,
-    json_response,
-    read_request,
-    wait_or_disconnect,
-)
+from rlm_mcp.testing._http import Response, encode_response, json_response, read_request
+from rlm_mcp.testing.chat_serving import ChatServing
 from rlm_mcp.testing.endpoints import Endpoint
-from rlm_mcp.testing.prefix import PrefixLedger
-from rlm_mcp.testing.script import (
-    Replier,
-    Script,
-    classify,
-    count_prompt_tokens,
-    count_text_tokens,
-    cut_to_tokens,
-)
-from rlm_mcp.testing.vllm_replies import (
-    completion,
-    faulted,
-    model_cards,
-    tokenize,
-    unknown_model,
-    window_refusal,
-)
-
-log = logging.getLogger("rlm_mcp.testing.scripted_lm")
+from rlm_mcp.testing.script import Script
+from rlm_mcp.testing.vllm_replies import model_cards, tokenize
 
 
-class ScriptedLM:
-    """The server. `start()`/`stop()` or a (sync or async) context manager."""
+class ScriptedLM(ChatServing):
+    """The server. `start()`/`stop()` or a (sync or async) context manager.
+
+    The chat endpoint (request log, queue, latency, reply) is `ChatServing`'s
+    (`rlm_mcp.testing.chat_serving`); this class is the HTTP server around it."""
 
     def __init__(
         self,
@@ -110,20 +87,15 @@ class ScriptedLM:
         log_path: str | Path | None = None,
         endpoint: Endpoint | None = None,
     ) -> None:
-        self.script = script if isinstance(script, Script) else Script.model_validate(script or {})
-        self.endpoint = endpoint  # a personality (rlm_mcp.testing.endpoints); None: vLLM
+        super().__init__(
+            script if isinstance(script, Script) else Script.model_validate(script or {}),
+            log_path=Path(log_path) if log_path else None,
+            endpoint=endpoint,
+        )
         self.host, self.port = host, port
-        self.log_path = Path(log_path) if log_path else None
         self.hits: Counter[str] = Counter()
-        self.in_flight = self.max_in_flight = self.disconnects = self.connections = 0
-        self.serving = self.max_serving = 0  # chat requests past the `max_concurrency` queue
-        self._slots: asyncio.Semaphore | None = None  # `max_concurrency`, made on the server's loop
-        self._replier = Replier(self.script)
-        self.prefix = PrefixLedger()  # per session: what a prefix cache could reuse (testing/prefix.py)
+        self.connections = 0
         self.alive = True  # False once stop()ped: the process "was killed"
-        self._requests: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._ids = 0
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -137,14 +109,6 @@ class ScriptedLM:
     @property
     def base_url(self) -> str:
         return f"{self.root_url}{self.endpoint.api_prefix if self.endpoint else '/v1'}"
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return list(self._requests)
-
-    def requests_by_role(self, role: str) -> list[dict[str, Any]]:
-        return [r for r in self.requests if r["role"] == role]
 
     def reset_log(self) -> None:
         with self._lock:
@@ -197,9 +161,7 @@ class ScriptedLM:
     async def serve(self, on_ready: Any = None) -> None:
         """Serve until `stop()` (or, in the CLI, a signal). Runs on the current event loop."""
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        limit = self.script.max_concurrency
-        # asyncio's semaphore wakes its waiters in arrival order: the queue is FIFO, as vLLM's.
-        self._slots = asyncio.Semaphore(limit) if limit else None
+        self._open_queue()
         server = await asyncio.start_server(self._connection, self.host, self.port, backlog=1024)
         self.port = server.sockets[0].getsockname()[1]
         if on_ready is not None:
@@ -265,138 +227,6 @@ class ScriptedLM:
         if path == "/health" and method == "GET" and s.health:
             return 200, b"", {}
         return json_response(404, {"detail": "Not Found"})
-
-    # --- endpoints --------------------------------------------------------------------------
-    async def _chat(
-        self, body: bytes, headers: dict[str, str], reader: asyncio.StreamReader, buf: bytearray
-    ) -> Response | None:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return error_response(400, "invalid JSON body")
-        messages = data.get("messages") if isinstance(data, dict) else None
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            return error_response(400, "`messages` must be a list of message objects", "messages")
-        role, turn = classify(messages)
-        record: dict[str, Any] = {
-            "role": role,
-            "turn": turn,
-            "model": data.get("model"),
-            "received": time.time(),
-            "body": data,
-            "status": None,
-            "disconnected": False,
-            "headers": dict(headers),  # as received (names in lower case)
-            "session": headers.get("x-session-id"),
-            "usage": None,  # what the reply reported, when one was sent
-            "queued_s": 0.0,  # waited for a `max_concurrency` slot
-            "scripted_latency_s": None,  # the script's latency for the reply sent (delay + decode)
-        }
-        with self._lock:
-            self._requests.append(record)
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        outcome: Response | str = "cancelled"  # stays so if the server stops mid-request
-        try:
-            if self._slots is None:
-                outcome = await self._served(data, messages, role, turn, reader, buf, record)
-            else:
-                queued = time.monotonic()
-                async with self._slots:
-                    record["queued_s"] = round(time.monotonic() - queued, 6)
-                    outcome = await self._served(data, messages, role, turn, reader, buf, record)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
-                record["status"] = outcome[0] if isinstance(outcome, tuple) else outcome
-                if outcome == "disconnected":
-                    record["disconnected"] = True
-                    self.disconnects += 1
-                if self.log_path is not None:
-                    with self.log_path.open("a", encoding="utf-8") as fh:
-                        fh.write(json.dumps(record) + "\n")
-        return outcome if isinstance(outcome, tuple) else None
-
-    async def _served(
-        self,
-        data: dict[str, Any],
-        messages: list[dict[str, Any]],
-        role: Any,
-        turn: int | None,
-        reader: asyncio.StreamReader,
-        buf: bytearray,
-        record: dict[str, Any],
-    ) -> Response | str:
-        """`_chat_response`, counted as served (past the queue)."""
-        with self._lock:
-            self.serving += 1
-            self.max_serving = max(self.max_serving, self.serving)
-        try:
-            return await self._chat_response(data, messages, role, turn, reader, buf, record)
-        finally:
-            with self._lock:
-                self.serving -= 1
-
-    async def _chat_response(
-        self,
-        data: dict[str, Any],
-        messages: list[dict[str, Any]],
-        role: Any,
-        turn: int | None,
-        reader: asyncio.StreamReader,
-        buf: bytearray,
-        record: dict[str, Any],
-    ) -> Response | str:
-        """The response, or "disconnected" / "dropped" when none is to be sent."""
-        s = self.script
-        if (missing := unknown_model(self.script, self.endpoint, data.get("model"))) is not None:
-            return missing
-        fault = self._replier.take_fault(messages, role, turn)
-        delay = s.delay_for(role) + (fault.delay_s if fault else 0.0)
-        if delay > 0 and await wait_or_disconnect(delay, reader, buf):
-            return "disconnected"
-        if fault is not None and (fault_reply := faulted(fault)) is not None:
-            return fault_reply
-        window = s.max_model_len
-        prompt_tokens = count_prompt_tokens(messages)
-        field = "max_tokens" if "max_tokens" in data else "max_completion_tokens"
-        max_tokens = data.get(field)
-        admitted = self.endpoint.admit(data, prompt_tokens, window) if self.endpoint is not None else None
-        if isinstance(admitted, tuple):  # the endpoint's refusal
-            return admitted
-        if admitted is not None:
-            prompt_tokens, max_tokens = admitted.prompt_tokens, admitted.max_tokens
-        elif (refused := window_refusal(window, prompt_tokens, field, max_tokens)) is not None:
-            return refused
-        allowed = window - prompt_tokens
-        if isinstance(max_tokens, int):
-            allowed = min(allowed, max(max_tokens, 0))
-        try:
-            text = self._replier.reply(messages, role, turn)
-        except Exception as exc:  # a broken test callable: say so loudly, like a dead engine
-            log.exception("scripted reply failed")
-            return error_response(500, f"scripted reply raised {exc!r}")
-        finish = "stop"
-        if count_text_tokens(text) > allowed:
-            text, finish = cut_to_tokens(text, allowed), "length"
-        with self._lock:
-            self._ids += 1
-            ident = self._ids
-        response = completion(
-            s, data, text, ident=ident, finish=s.finish_reason or finish, prompt_tokens=prompt_tokens, fault=fault
-        )
-        usage = json.loads(response[1]).get("usage")
-        record["usage"] = usage
-        decode = s.decode_s(role, count_text_tokens(text))
-        record["scripted_latency_s"] = round(delay + decode, 6)
-        if decode > 0 and await wait_or_disconnect(decode, reader, buf):
-            return "disconnected"
-        if role == "root":
-            session = record["session"] or ""
-            self.prefix.completed(session, self.prefix.request(session, messages), text)
-            if s.session_token:
-                response = (*response[:2], {**response[2], "x-session-token": s.session_token})
-        return response
 
 
 # `--demo`: the root LM's one reply measures the context in the sandbox and answers with that, so
