@@ -13,13 +13,12 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine.formatting import head_tail
-from rlm_mcp.engine.tree import SUB_CALL_SLOT, RunTree
+from rlm_mcp.engine.tree import SUB_CALL_SLOT
 from rlm_mcp.engine.turn import RunContext
 from rlm_mcp.events import SubCalls
 from rlm_mcp.observability import tracing
-from rlm_mcp.ports import ChatModel, LMBridge, LMRequest
+from rlm_mcp.ports import LMBridge, LMRequest
 from rlm_mcp.ports.chat import Completion, LMContextLengthError, LMError
 
 log = logging.getLogger("rlm_mcp.engine")
@@ -36,42 +35,35 @@ ChildRunner = Callable[[str, int], Awaitable[str]]
 
 def make_bridge(ctx: RunContext, *, run_child: ChildRunner) -> LMBridge:
     """The bridge the run of `ctx` hands to `sandbox.execute` (its settings, LM, tree, depth and id)."""
-    return SubCallBridge(
-        settings=ctx.settings, lm=ctx.lm, tree=ctx.tree, depth=ctx.depth, run_id=ctx.run_id, run_child=run_child
-    )
+    return SubCallBridge(ctx, run_child=run_child)
 
 
 class SubCallBridge:
     """One run's sub-calls: the model policy and limits (`__call__`), one LM call per prompt
     (`one_llm`), a child RLM per prompt (`one_child`), and their events."""
 
-    def __init__(
-        self, *, settings: EngineSettings, lm: ChatModel, tree: RunTree, depth: int, run_id: str, run_child: ChildRunner
-    ) -> None:
-        self.settings = settings
-        self.lm = lm
-        self.tree = tree
-        self.depth = depth
-        self.run_id = run_id
+    def __init__(self, ctx: RunContext, *, run_child: ChildRunner) -> None:
+        # The run's settings, LM, tree, depth and id are read from its context, their one owner.
+        self.ctx = ctx
         self.run_child = run_child
-        self.sub_model = settings.effective_sub_model
-        self.allowed_models = settings.sandbox_models
+        self.sub_model = ctx.settings.effective_sub_model
+        self.allowed_models = ctx.settings.sandbox_models
 
     async def emit(
         self, model: str, completion: Completion | None, latency: float, error: str | None, prompt: str, answer: str
     ) -> None:
-        tree, text_cap = self.tree, self.settings.log_sub_call_chars
+        tree, text_cap = self.ctx.tree, self.ctx.settings.log_sub_call_chars
         # Sub-calls are made by the run at `depth`; they are accounted one level below it.
         # The log keeps the head and tail of what the sub-LM saw and said, with full lengths.
         await tree.emit_call(
             role="sub",
-            run_id=self.run_id,
+            run_id=self.ctx.run_id,
             model=model,
             completion=completion,
             latency_s=latency,
             error=error,
-            depth=self.depth + 1,
-            where=tree.where(self.run_id),
+            depth=self.ctx.depth + 1,
+            where=tree.where(self.ctx.run_id),
             prompt=head_tail(prompt, text_cap),
             prompt_chars=len(prompt),
             answer=head_tail(answer, text_cap),
@@ -80,7 +72,7 @@ class SubCallBridge:
 
     async def fit(self, prompt: str, model: str) -> int | str:
         """The completion budget this prompt leaves in the model's window, or an error string."""
-        lm, max_tokens = self.lm, self.settings.sub_max_tokens
+        lm, max_tokens = self.ctx.lm, self.ctx.settings.sub_max_tokens
         window = await lm.window(model, role="sub")
         # Refuse or clamp only against a window the server reported (or the setting); with
         # the 16384 fallback the server itself decides, and a rejection comes back as text.
@@ -98,7 +90,7 @@ class SubCallBridge:
         return max_tokens
 
     async def one_llm(self, prompt: str, model: str) -> str:
-        tree = self.tree
+        tree = self.ctx.tree
         if not isinstance(prompt, str):
             return f"Error: llm_query needs a str prompt, got {type(prompt).__name__}."
         if tree.over_budget():
@@ -108,12 +100,12 @@ class SubCallBridge:
             max_tokens = await self.fit(prompt, model)
             if isinstance(max_tokens, str):
                 return max_tokens
-            completion = await self.lm.complete(
+            completion = await self.ctx.lm.complete(
                 [{"role": "user", "content": prompt}],
                 model=model,
                 max_tokens=max_tokens,
                 role="sub",
-                session=self.run_id,
+                session=self.ctx.run_id,
             )
         except LMContextLengthError as exc:
             record = getattr(exc, "record", None)
@@ -138,7 +130,7 @@ class SubCallBridge:
         return completion.text
 
     async def one_child(self, prompt: str) -> str:
-        tree, child_depth = self.tree, self.depth + 1
+        tree, child_depth = self.ctx.tree, self.ctx.depth + 1
         # Like llm_query: a spent tree budget starts no child (each would make at
         # least one full root call); checked again once a child slot is free.
         async with tree.child_limiter(child_depth):
@@ -158,7 +150,7 @@ class SubCallBridge:
         return self.sub_model
 
     async def __call__(self, request: LMRequest) -> list[str]:
-        tree, depth, run_id = self.tree, self.depth, self.run_id
+        tree, depth, run_id = self.ctx.tree, self.ctx.depth, self.ctx.run_id
         prompts = list(request.prompts)
         count = len(prompts)
         if count == 0:
