@@ -282,7 +282,12 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         if (claim := task_claim()) is not None:  # asked for as a task (server/tasks.py): start, don't wait
             run = await _call(
                 svc(ctx).start_run(
-                    query, context_id, overrides, keep_session=session.keep_session, session_id=session.session_id
+                    query,
+                    context_id,
+                    overrides,
+                    keep_session=session.keep_session,
+                    session_id=session.session_id,
+                    webhook_url=session.webhook_url,
                 )
             )
             claim.run_id = run.run_id
