@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope
-from rlm_mcp.ports.webhooks import Delivery, DeliveryState
+from rlm_mcp.ports.webhooks import Attempt, Delivery
 from rlm_mcp.store._db import connect, in_thread, write_txn
 
 COLUMNS = (
@@ -30,6 +30,12 @@ def delivery_of(row: Any) -> Delivery:
         last_error=row["last_error"],
         delivered_at=row["delivered_at"],
     )
+
+
+def record_params(webhook_id: str, a: Attempt) -> tuple[object, ...]:
+    """The parameters of both stores' `record` UPDATE, in its placeholders' order (state twice:
+    once to set, once to decide whether `delivered_at` becomes `now`)."""
+    return (a.state, a.attempts, a.next_at, a.status, a.error, a.state, a.now, webhook_id)
 
 
 class SqliteWebhookOutbox:
@@ -64,24 +70,14 @@ class SqliteWebhookOutbox:
 
         return await in_thread(work)
 
-    async def record(
-        self,
-        webhook_id: str,
-        *,
-        state: DeliveryState,
-        attempts: int,
-        next_at: float,
-        status: int | None,
-        error: str | None,
-        now: float,
-    ) -> None:
+    async def record(self, webhook_id: str, attempt: Attempt) -> None:
         def work() -> None:
             with write_txn(self._path) as conn:
                 conn.execute(
                     "UPDATE webhook_outbox SET state = ?, attempts = ?, next_at = ?, last_status = ?, last_error = ?, "
                     "delivered_at = CASE WHEN ? = 'delivered' THEN ? ELSE delivered_at END, claimed_until = NULL "
                     "WHERE webhook_id = ?",
-                    (state, attempts, next_at, status, error, state, now, webhook_id),
+                    record_params(webhook_id, attempt),
                 )
 
         await in_thread(work)

@@ -5,9 +5,9 @@ lease, so a run end is delivered while any process of the team runs."""
 from __future__ import annotations
 
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope
-from rlm_mcp.ports.webhooks import Delivery, DeliveryState
+from rlm_mcp.ports.webhooks import Attempt, Delivery
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.webhooks import COLUMNS, delivery_of
+from rlm_mcp.store.webhooks import COLUMNS, delivery_of, record_params
 
 
 class PgWebhookOutbox:
@@ -35,23 +35,13 @@ class PgWebhookOutbox:
             )
             return [delivery_of(r) for r in await cur.fetchall()]
 
-    async def record(
-        self,
-        webhook_id: str,
-        *,
-        state: DeliveryState,
-        attempts: int,
-        next_at: float,
-        status: int | None,
-        error: str | None,
-        now: float,
-    ) -> None:
+    async def record(self, webhook_id: str, attempt: Attempt) -> None:
         async with self._db.connection() as conn:
             await conn.execute(
                 "UPDATE rlm_webhook_outbox SET state = %s, attempts = %s, next_at = %s, last_status = %s, "
                 "last_error = %s, delivered_at = CASE WHEN %s = 'delivered' THEN %s ELSE delivered_at END, "
                 "claimed_until = NULL WHERE webhook_id = %s",
-                (state, attempts, next_at, status, error, state, now, webhook_id),
+                record_params(webhook_id, attempt),
             )
 
     async def list(self, owner: OwnerScope, limit: int) -> list[Delivery]:
