@@ -23,6 +23,7 @@ DeliveryState = Literal["pending", "delivered", "failed"]
 
 @dataclass(frozen=True)
 class Delivery:
+    # The fields are the outbox tables' columns, by name and in order (`store.webhooks.COLUMNS`).
     webhook_id: str
     run_id: str
     owner: str

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Any
 
@@ -10,26 +11,14 @@ from rlm_mcp.owners import EVERY_OWNER, OwnerScope
 from rlm_mcp.ports.webhooks import Attempt, Delivery
 from rlm_mcp.store._db import connect, in_thread, write_txn
 
-COLUMNS = (
-    "webhook_id, run_id, owner, url, body, state, attempts, created_at, next_at, last_status, last_error, delivered_at"
-)
+# The table's columns are `Delivery`'s fields, by name and in order: one list for both stores'
+# SQL, their parameters (`astuple`) and the row builder. The columns' types (INTEGER/REAL,
+# integer/double precision) already read back as the fields' int and float.
+COLUMNS = ", ".join(f.name for f in fields(Delivery))
 
 
 def delivery_of(row: Any) -> Delivery:
-    return Delivery(
-        webhook_id=row["webhook_id"],
-        run_id=row["run_id"],
-        owner=row["owner"],
-        url=row["url"],
-        body=row["body"],
-        state=row["state"],
-        attempts=int(row["attempts"]),
-        created_at=float(row["created_at"]),
-        next_at=float(row["next_at"]),
-        last_status=row["last_status"],
-        last_error=row["last_error"],
-        delivered_at=row["delivered_at"],
-    )
+    return Delivery(**{f.name: row[f.name] for f in fields(Delivery)})
 
 
 def record_params(webhook_id: str, a: Attempt) -> tuple[object, ...]:
@@ -43,15 +32,13 @@ class SqliteWebhookOutbox:
         self._path = Path(data_dir) / "index.sqlite3"
 
     async def add(self, delivery: Delivery) -> bool:
-        d = delivery
 
         def work() -> bool:
             with write_txn(self._path) as conn:
                 cur = conn.execute(
                     f"INSERT INTO webhook_outbox ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT DO NOTHING",
-                    (d.webhook_id, d.run_id, d.owner, d.url, d.body, d.state, d.attempts, d.created_at, d.next_at)
-                    + (d.last_status, d.last_error, d.delivered_at),
+                    astuple(delivery),
                 )
                 return cur.rowcount == 1
 
