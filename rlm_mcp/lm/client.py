@@ -26,7 +26,7 @@ import anyio
 from rlm_mcp.config import LMSettings, RoutingSettings
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.catalog import ModelCatalog
-from rlm_mcp.lm.completions import Completions
+from rlm_mcp.lm.completions import ChatCall, Completions
 from rlm_mcp.lm.counting import TokenCounter
 from rlm_mcp.lm.discovery import ProbeResult
 from rlm_mcp.lm.endpoint import Endpoint, endpoint_configs
@@ -149,13 +149,15 @@ class LMClient:
         with tracing.lm_span(model=model, role=role, endpoint=endpoint, max_tokens=max_tokens) as span:
             try:
                 completion = await parts.completions.complete(
-                    messages,
-                    model=model,
-                    max_tokens=max_tokens,
-                    role=role,
-                    headers=headers,
-                    on_reply=remember if key is not None else None,
-                    xargs=program_hints(key) if key is not None and self.routing_settings.program_hints else None,
+                    ChatCall(
+                        messages,
+                        model=model,
+                        max_tokens=max_tokens,
+                        role=role,
+                        headers=headers,
+                        on_reply=remember if key is not None else None,
+                        xargs=program_hints(key) if key is not None and self.routing_settings.program_hints else None,
+                    )
                 )
             except LMError as err:
                 if err.record is not None:

@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -40,6 +41,21 @@ HeadersFor = Callable[[], dict[str, str]]
 OnReply = Callable[[HttpReply], None]
 
 
+@dataclass(frozen=True)
+class ChatCall:
+    """One chat completion as `Completions.complete` sends it: what the engine asked for
+    (`ChatModel.complete`'s messages, model, budget and role) and how `LMClient` routes it. One
+    value, so the client's call and the endpoint's signature do not each spell the list out."""
+
+    messages: list[dict[str, str]]
+    model: str
+    max_tokens: int
+    role: CallRole
+    headers: HeadersFor
+    on_reply: OnReply | None = None
+    xargs: dict[str, Any] | None = None  # fields added to the body's `vllm_xargs` (over the extra body's)
+
+
 class Completions:
     def __init__(
         self,
@@ -58,22 +74,13 @@ class Completions:
         self._retries = max(0, retries)
         self._backoff_base_s = backoff_base_s
 
-    async def complete(
-        self,
-        messages: list[dict[str, str]],
-        *,
-        model: str,
-        max_tokens: int,
-        role: CallRole,
-        headers: HeadersFor,
-        on_reply: OnReply | None = None,
-        xargs: dict[str, Any] | None = None,
-    ) -> Completion:
-        """One non-streamed chat completion, retried on transient failures. `xargs`: fields
-        added to the body's `vllm_xargs` (over those of the extra body).
+    async def complete(self, call: ChatCall) -> Completion:
+        """One non-streamed chat completion, retried on transient failures.
 
         Raises an `LMError`; its `record` is the failed call as accounted.
         """
+        messages, model, max_tokens, role = call.messages, call.model, call.max_tokens, call.role
+        headers, on_reply, xargs = call.headers, call.on_reply, call.xargs
         config = self.endpoint.config
         base: dict[str, Any] = {**config.extra_body, "model": model, "messages": messages, "stream": False}
         if xargs:

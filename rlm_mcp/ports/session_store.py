@@ -7,11 +7,11 @@ concrete store.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["SessionRow", "SessionStorePort"]
+__all__ = ["AfterRun", "SessionRow", "SessionStorePort"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,18 @@ class SessionRow:
     snapshot_error: str | None
 
 
+@dataclass(frozen=True)
+class AfterRun:
+    """The session as its run left it, which `SessionStorePort.finish_run` records: one value for
+    the port, the store and their callers rather than five keywords spelled out in each."""
+
+    worker_id: int | None  # the worker holding its sandbox now (None: none, the REPL is gone)
+    began: bool  # the run began: the session moves one generation on (and its snapshot error clears)
+    context_ids: list[str] = field(default_factory=list)
+    histories: list[list[dict[str, str]]] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
 class SessionStorePort(Protocol):
     """Every statement on team-mode kept sessions, as the service uses them."""
 
@@ -49,17 +61,7 @@ class SessionStorePort(Protocol):
     async def close(self, session_id: str) -> bool: ...
 
     # --- workers
-    async def finish_run(
-        self,
-        session_id: str,
-        run_id: str,
-        *,
-        worker_id: int | None,
-        context_ids: list[str],
-        histories: list[list[dict[str, str]]],
-        usage: dict[str, Any],
-        began: bool,
-    ) -> int | None: ...
+    async def finish_run(self, session_id: str, run_id: str, after: AfterRun) -> int | None: ...
     async def save_snapshot(
         self, session_id: str, generation: int, blob: bytes | Path, *, owner_cap: int
     ) -> str | None: ...

@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 
 from rlm_mcp.owners import OwnerScope
 
-__all__ = ["Delivery", "DeliveryState", "WebhookOutboxPort"]
+__all__ = ["Attempt", "Delivery", "DeliveryState", "WebhookOutboxPort"]
 
 # pending: due at `next_at` (or being delivered, under a claim); delivered; failed: attempts spent.
 DeliveryState = Literal["pending", "delivered", "failed"]
@@ -23,6 +23,7 @@ DeliveryState = Literal["pending", "delivered", "failed"]
 
 @dataclass(frozen=True)
 class Delivery:
+    # The fields are the outbox tables' columns, by name and in order (`store.webhooks.COLUMNS`).
     webhook_id: str
     run_id: str
     owner: str
@@ -37,6 +38,19 @@ class Delivery:
     delivered_at: float | None = None
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """What one delivery attempt came to, as `WebhookOutboxPort.record` writes it back to its row:
+    one value, so the port and both stores name the outcome's fields once."""
+
+    state: DeliveryState
+    attempts: int  # the row's attempt count, this one included
+    next_at: float  # when a pending delivery is due again
+    status: int | None  # the HTTP status the receiver answered, if it answered
+    error: str | None
+    now: float  # when it was recorded: the row's `delivered_at` when `state` is "delivered"
+
+
 class WebhookOutboxPort(Protocol):
     async def add(self, delivery: Delivery) -> bool:
         """Keep a new delivery; False (and nothing written) when its run end already has one."""
@@ -47,17 +61,7 @@ class WebhookOutboxPort(Protocol):
         whose lease runs on; each is claimed until `now + lease_s`."""
         ...
 
-    async def record(
-        self,
-        webhook_id: str,
-        *,
-        state: DeliveryState,
-        attempts: int,
-        next_at: float,
-        status: int | None,
-        error: str | None,
-        now: float,
-    ) -> None:
+    async def record(self, webhook_id: str, attempt: Attempt) -> None:
         """What an attempt came to (its claim is released)."""
         ...
 

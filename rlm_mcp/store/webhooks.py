@@ -3,33 +3,28 @@
 
 from __future__ import annotations
 
+from dataclasses import astuple, fields
 from pathlib import Path
 from typing import Any
 
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope
-from rlm_mcp.ports.webhooks import Delivery, DeliveryState
+from rlm_mcp.ports.webhooks import Attempt, Delivery
 from rlm_mcp.store._db import connect, in_thread, write_txn
 
-COLUMNS = (
-    "webhook_id, run_id, owner, url, body, state, attempts, created_at, next_at, last_status, last_error, delivered_at"
-)
+# The table's columns are `Delivery`'s fields, by name and in order: one list for both stores'
+# SQL, their parameters (`astuple`) and the row builder. The columns' types (INTEGER/REAL,
+# integer/double precision) already read back as the fields' int and float.
+COLUMNS = ", ".join(f.name for f in fields(Delivery))
 
 
 def delivery_of(row: Any) -> Delivery:
-    return Delivery(
-        webhook_id=row["webhook_id"],
-        run_id=row["run_id"],
-        owner=row["owner"],
-        url=row["url"],
-        body=row["body"],
-        state=row["state"],
-        attempts=int(row["attempts"]),
-        created_at=float(row["created_at"]),
-        next_at=float(row["next_at"]),
-        last_status=row["last_status"],
-        last_error=row["last_error"],
-        delivered_at=row["delivered_at"],
-    )
+    return Delivery(**{f.name: row[f.name] for f in fields(Delivery)})
+
+
+def record_params(webhook_id: str, a: Attempt) -> tuple[object, ...]:
+    """The parameters of both stores' `record` UPDATE, in its placeholders' order (state twice:
+    once to set, once to decide whether `delivered_at` becomes `now`)."""
+    return (a.state, a.attempts, a.next_at, a.status, a.error, a.state, a.now, webhook_id)
 
 
 class SqliteWebhookOutbox:
@@ -37,15 +32,13 @@ class SqliteWebhookOutbox:
         self._path = Path(data_dir) / "index.sqlite3"
 
     async def add(self, delivery: Delivery) -> bool:
-        d = delivery
 
         def work() -> bool:
             with write_txn(self._path) as conn:
                 cur = conn.execute(
                     f"INSERT INTO webhook_outbox ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT DO NOTHING",
-                    (d.webhook_id, d.run_id, d.owner, d.url, d.body, d.state, d.attempts, d.created_at, d.next_at)
-                    + (d.last_status, d.last_error, d.delivered_at),
+                    astuple(delivery),
                 )
                 return cur.rowcount == 1
 
@@ -64,24 +57,14 @@ class SqliteWebhookOutbox:
 
         return await in_thread(work)
 
-    async def record(
-        self,
-        webhook_id: str,
-        *,
-        state: DeliveryState,
-        attempts: int,
-        next_at: float,
-        status: int | None,
-        error: str | None,
-        now: float,
-    ) -> None:
+    async def record(self, webhook_id: str, attempt: Attempt) -> None:
         def work() -> None:
             with write_txn(self._path) as conn:
                 conn.execute(
                     "UPDATE webhook_outbox SET state = ?, attempts = ?, next_at = ?, last_status = ?, last_error = ?, "
                     "delivered_at = CASE WHEN ? = 'delivered' THEN ? ELSE delivered_at END, claimed_until = NULL "
                     "WHERE webhook_id = ?",
-                    (state, attempts, next_at, status, error, state, now, webhook_id),
+                    record_params(webhook_id, attempt),
                 )
 
         await in_thread(work)

@@ -15,6 +15,7 @@ from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.doctor import _bucket
 from rlm_mcp.owners import Owner
+from rlm_mcp.ports.session_store import AfterRun
 from rlm_mcp.store.pg import bucket_of
 from rlm_mcp.store.pg.contexts import PgContextStore
 from tests.fixtures_bucket import BUCKET, SeaweedFS
@@ -54,7 +55,7 @@ async def test_the_bucket_store_works_against_rclone_serve_s3(
     async with replica(tmp_path, pg_migrated_url, "s", blob_url=blob_url) as (store, queue):
         await store.open("ses_r", "alice", "run_r", cap=4, max_age_s=DAY)
         await queue.enqueue(summary("run_r", owner="alice"), 1)
-        await store.finish_run("ses_r", "run_r", worker_id=1, context_ids=[], histories=[], usage={}, began=True)
+        await store.finish_run("ses_r", "run_r", AfterRun(worker_id=1, began=True))
         assert await store.save_snapshot("ses_r", 1, snapshot, owner_cap=64 << 20) is None
         back = tmp_path / "back.bin"
         assert await store.read_snapshot_into("ses_r", back) == (1, 5 << 20)

@@ -19,6 +19,7 @@ from rlm_mcp.access import owner_of_token
 from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.owners import Owner
+from rlm_mcp.ports.session_store import AfterRun
 from rlm_mcp.store.bucket import BucketError
 from rlm_mcp.store.pg import Database, bucket_of
 from rlm_mcp.store.pg.contexts import PgContextStore
@@ -79,9 +80,7 @@ async def test_snapshots_are_objects_streamed_both_ways_and_go_with_their_sessio
         assert bucket is not None
         await store.open("ses_b1", "alice", "run_b1", cap=4, max_age_s=DAY)
         await queue.enqueue(summary("run_b1", owner="alice"), 1)
-        assert await store.finish_run(
-            "ses_b1", "run_b1", worker_id=1, context_ids=[], histories=[], usage={}, began=True
-        )
+        assert await store.finish_run("ses_b1", "run_b1", AfterRun(worker_id=1, began=True))
         assert await store.save_snapshot("ses_b1", 1, snapshot, owner_cap=64 << 20) is None
         first = await bucket.bucket.keys("s")
         assert len(first) == 1
@@ -162,7 +161,7 @@ async def test_blobs_move_moves_rows_to_the_bucket_resumably_and_reads_fall_back
     async with replica(tmp_path, pg_migrated_url, "old") as (sessions, queue):
         await sessions.open("ses_m", "alice", "run_m", cap=4, max_age_s=DAY)
         await queue.enqueue(summary("run_m", owner="alice"), 1)
-        await sessions.finish_run("ses_m", "run_m", worker_id=1, context_ids=[], histories=[], usage={}, began=True)
+        await sessions.finish_run("ses_m", "run_m", AfterRun(worker_id=1, began=True))
         assert await sessions.save_snapshot("ses_m", 1, b"snap" * 1000, owner_cap=1 << 20) is None
     async with make_stores(rows_only) as stores:
         one = await stores.contexts.put_bytes(shared, name="s", format="text", source={}, owner=ALICE)

@@ -13,6 +13,7 @@ from rlm_mcp.assembly import make_stores
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunLimits, RunRequest
+from rlm_mcp.ports.session_store import AfterRun
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
@@ -43,9 +44,7 @@ async def test_a_follow_up_racing_the_end_of_its_team_session_queues_nothing(
             sessions.queue_through(front)
             await store.open("ses_1", "alice", "run_first", cap=4, max_age_s=DAY)
             # Its first run ended on a worker: the session is free for a follow-up.
-            await store.finish_run(
-                "ses_1", "run_first", worker_id=None, context_ids=[], histories=[], usage={}, began=True
-            )
+            await store.finish_run("ses_1", "run_first", AfterRun(worker_id=None, began=True))
             assert (await sessions.find("ses_1", owner=ALICE)).session_id == "ses_1"
             if how == "closed":
                 await sessions.close("ses_1", owner=ALICE)

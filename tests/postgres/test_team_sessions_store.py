@@ -17,6 +17,7 @@ import pytest
 from rlm_mcp.cli.sessions import sessions_close, sessions_list
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError, NotFoundError
+from rlm_mcp.ports.session_store import AfterRun
 from rlm_mcp.store.pg.sessions import PgSessionStore
 from tests.fixtures_sessions import DAY, replica
 from tests.fixtures_store import final, summary
@@ -50,11 +51,9 @@ async def test_of_many_follow_ups_exactly_one_takes_the_session(tmp_path: Path, 
         generation = await b.finish_run(
             "ses_1",
             won[0],
-            worker_id=7,
-            context_ids=["ctx_a"],
-            histories=[[{"role": "user", "content": "q\u0000"}]],
-            usage={},
-            began=True,
+            AfterRun(
+                worker_id=7, began=True, context_ids=["ctx_a"], histories=[[{"role": "user", "content": "q\u0000"}]]
+            ),
         )
         assert generation == 1
         row = await a.read("ses_1")
@@ -89,9 +88,7 @@ async def test_a_snapshot_is_stored_for_its_generation_within_the_owner_cap(tmp_
         for sid in ("ses_s1", "ses_s2"):
             await store.open(sid, "alice", f"run_{sid}", cap=4, max_age_s=DAY)
             await queue.enqueue(summary(f"run_{sid}", owner="alice"), 1)
-            assert await store.finish_run(
-                sid, f"run_{sid}", worker_id=1, context_ids=["c"], histories=[], usage={}, began=True
-            )
+            assert await store.finish_run(sid, f"run_{sid}", AfterRun(worker_id=1, began=True, context_ids=["c"]))
         blob = bytes(range(256)) * 9000  # a little over two 1 MiB chunks
         assert await store.save_snapshot("ses_s1", 0, blob, owner_cap=10 << 20) is not None  # not its generation
         assert await store.save_snapshot("ses_s1", 1, blob, owner_cap=10 << 20) is None
@@ -178,9 +175,7 @@ async def test_doctor_counts_the_open_sessions_and_their_snapshot_bytes(tmp_path
         await store.open("ses_doc1", "alice", "run_doc1", cap=4, max_age_s=DAY)
         await queue.enqueue(summary("run_doc1", owner="alice"), 1)
         await queue.finish("run_doc1", final("run_doc1"))
-        generation = await store.finish_run(
-            "ses_doc1", "run_doc1", worker_id=None, context_ids=[], histories=[], usage={}, began=True
-        )
+        generation = await store.finish_run("ses_doc1", "run_doc1", AfterRun(worker_id=None, began=True))
         assert generation == 1
         assert await store.save_snapshot("ses_doc1", 1, b"x" * 3072, owner_cap=2**20) is None
         await store.open("ses_doc2", "bob", "run_doc2", cap=4, max_age_s=DAY)

@@ -10,6 +10,7 @@ import anyio
 import psycopg
 import pytest
 
+from rlm_mcp.ports.session_store import AfterRun
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_sessions import DAY, replica
 from tests.fixtures_store import summary
@@ -23,9 +24,7 @@ async def test_two_sessions_of_one_owner_storing_at_once_stay_within_the_owner_c
         for sid in ("ses_t1", "ses_t2"):
             await a.open(sid, "alice", f"run_{sid}", cap=4, max_age_s=DAY)
             await queue.enqueue(summary(f"run_{sid}", owner="alice"), 1)
-            assert await a.finish_run(
-                sid, f"run_{sid}", worker_id=1, context_ids=["c"], histories=[], usage={}, began=True
-            )
+            assert await a.finish_run(sid, f"run_{sid}", AfterRun(worker_id=1, began=True, context_ids=["c"]))
             files[sid] = tmp_path / f"{sid}.spool"
             files[sid].write_bytes(sid.encode() * (1 << 19))  # 3 MiB each, from a file as a worker stores it
         cap = 5 << 20  # room for one of them, not both

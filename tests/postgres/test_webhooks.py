@@ -28,6 +28,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import AccessDeniedError, BadArgumentError
 from rlm_mcp.owners import EVERY_OWNER, Owner
 from rlm_mcp.ports.runs import RunEnded
+from rlm_mcp.ports.webhooks import Attempt
 from rlm_mcp.service.loaders.addresses import AddressPolicy, parse_networks
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.webhooks.deliverer import Deliverer
@@ -233,7 +234,8 @@ async def test_the_cli_lists_deliveries_and_redelivers_one(
         hooks = webhooks(settings, stores)
         await RunEnds([hooks.on_run_end]).ended(ended("run_hook00000005", "https://hooks.example/x").record)
         await stores.webhooks.record(  # type: ignore[union-attr]
-            "msg_run_hook00000005", state="failed", attempts=8, next_at=0, status=500, error="answered HTTP 500", now=0
+            "msg_run_hook00000005",
+            Attempt(state="failed", attempts=8, next_at=0, status=500, error="answered HTTP 500", now=0),
         )
     assert await webhooks_list(argparse.Namespace(), settings) == 0
     listed = capsys.readouterr().out.splitlines()

@@ -45,7 +45,7 @@ from rlm_mcp.errors import NotFoundError, RlmMcpError
 from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import RunRequest
-from rlm_mcp.ports.session_store import SessionRow, SessionStorePort
+from rlm_mcp.ports.session_store import AfterRun, SessionRow, SessionStorePort
 from rlm_mcp.service import session_files
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.store.ports import ContextStorePort
@@ -252,11 +252,13 @@ class WorkerSessions:
             generation = await self._store.finish_run(
                 session_id,
                 run.run_id,
-                worker_id=self.worker_id() if repl.live else None,
-                context_ids=[spec.context_id or "" for spec in repl.contexts],
-                histories=repl.histories,
-                usage=held.usage.to_dict(),
-                began=run.began,
+                AfterRun(
+                    worker_id=self.worker_id() if repl.live else None,
+                    context_ids=[spec.context_id or "" for spec in repl.contexts],
+                    histories=repl.histories,
+                    usage=held.usage.to_dict(),
+                    began=run.began,
+                ),
             )
         except BaseException:
             # Not recorded (the database is away): this REPL is no longer the session's as the

@@ -21,7 +21,7 @@ import httpx
 from rlm_mcp.access import WebhookGrant
 from rlm_mcp.config import EventSettings
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.ports.webhooks import Delivery, WebhookOutboxPort
+from rlm_mcp.ports.webhooks import Attempt, Delivery, WebhookOutboxPort
 from rlm_mcp.service.loaders.addresses import AddressPolicy
 from rlm_mcp.service.webhooks.signing import headers
 from rlm_mcp.service.webhooks.targets import pin
@@ -106,12 +106,14 @@ class Deliverer:
         with anyio.CancelScope(shield=True):  # the attempt happened: its record must land
             await self._outbox.record(
                 d.webhook_id,
-                state="delivered" if state == "delivered" else "failed" if state == "failed" else "pending",
-                attempts=attempts,
-                next_at=now + (wait or 0.0),
-                status=status,
-                error=error[:500] if error else None,
-                now=now,
+                Attempt(
+                    state="delivered" if state == "delivered" else "failed" if state == "failed" else "pending",
+                    attempts=attempts,
+                    next_at=now + (wait or 0.0),
+                    status=status,
+                    error=error[:500] if error else None,
+                    now=now,
+                ),
             )
 
     async def _post(self, delivery: Delivery, grant: WebhookGrant) -> int:

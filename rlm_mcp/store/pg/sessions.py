@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 
 from rlm_mcp.errors import BusyError
-from rlm_mcp.ports.session_store import SessionRow
+from rlm_mcp.ports.session_store import AfterRun, SessionRow
 from rlm_mcp.store.pg import snapshot_objects
 from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
 from rlm_mcp.store.pg.db import Database, read_chunks
@@ -178,17 +178,7 @@ class PgSessionStore:
 
     # --- workers ----------------------------------------------------------------------------
 
-    async def finish_run(
-        self,
-        session_id: str,
-        run_id: str,
-        *,
-        worker_id: int | None,
-        context_ids: list[str],
-        histories: list[list[dict[str, str]]],
-        usage: dict[str, Any],
-        began: bool,
-    ) -> int | None:
+    async def finish_run(self, session_id: str, run_id: str, after: AfterRun) -> int | None:
         """Record the end of the session's run (before the run's own final record): the session
         is free, its state is the REPL's now, and this worker holds its sandbox (None: none). The
         new generation; None when the run no longer held the session."""
@@ -202,11 +192,11 @@ class PgSessionStore:
                 {
                     "sid": session_id,
                     "run": run_id,
-                    "worker": worker_id,
-                    "contexts": json.dumps(context_ids),
-                    "histories": json.dumps(histories),  # ASCII: \u0000 stays escaped
-                    "usage": json.dumps(usage),
-                    "began": began,
+                    "worker": after.worker_id,
+                    "contexts": json.dumps(after.context_ids),
+                    "histories": json.dumps(after.histories),  # ASCII: \u0000 stays escaped
+                    "usage": json.dumps(after.usage),
+                    "began": after.began,
                 },
             )
             row = await cur.fetchone()

@@ -4,10 +4,19 @@ lease, so a run end is delivered while any process of the team runs."""
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope
-from rlm_mcp.ports.webhooks import Delivery, DeliveryState
+from rlm_mcp.ports.webhooks import Attempt, Delivery
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.webhooks import COLUMNS, delivery_of
+from rlm_mcp.store.webhooks import COLUMNS, delivery_of, record_params
+
+# An attempt's outcome written back, its claim released (parameters: `record_params`).
+_RECORD = (
+    "UPDATE rlm_webhook_outbox SET state = %s, attempts = %s, next_at = %s, last_status = %s, "
+    "last_error = %s, delivered_at = CASE WHEN %s = 'delivered' THEN %s ELSE delivered_at END, "
+    "claimed_until = NULL WHERE webhook_id = %s"
+)
 
 
 class PgWebhookOutbox:
@@ -15,13 +24,11 @@ class PgWebhookOutbox:
         self._db = db
 
     async def add(self, delivery: Delivery) -> bool:
-        d = delivery
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 f"INSERT INTO rlm_webhook_outbox ({COLUMNS}) VALUES "
                 "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (d.webhook_id, d.run_id, d.owner, d.url, d.body, d.state, d.attempts, d.created_at, d.next_at)
-                + (d.last_status, d.last_error, d.delivered_at),
+                astuple(delivery),
             )
             return cur.rowcount == 1
 
@@ -35,24 +42,9 @@ class PgWebhookOutbox:
             )
             return [delivery_of(r) for r in await cur.fetchall()]
 
-    async def record(
-        self,
-        webhook_id: str,
-        *,
-        state: DeliveryState,
-        attempts: int,
-        next_at: float,
-        status: int | None,
-        error: str | None,
-        now: float,
-    ) -> None:
+    async def record(self, webhook_id: str, attempt: Attempt) -> None:
         async with self._db.connection() as conn:
-            await conn.execute(
-                "UPDATE rlm_webhook_outbox SET state = %s, attempts = %s, next_at = %s, last_status = %s, "
-                "last_error = %s, delivered_at = CASE WHEN %s = 'delivered' THEN %s ELSE delivered_at END, "
-                "claimed_until = NULL WHERE webhook_id = %s",
-                (state, attempts, next_at, status, error, state, now, webhook_id),
-            )
+            await conn.execute(_RECORD, record_params(webhook_id, attempt))
 
     async def list(self, owner: OwnerScope, limit: int) -> list[Delivery]:
         async with self._db.connection() as conn:
