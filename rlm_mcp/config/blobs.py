@@ -69,7 +69,8 @@ class BlobSettings(BaseModel):
         3600.0,
         gt=0,
         description="An object the database has no live row for (a front killed mid-upload) is removed this many "
-        "seconds after its intent row was written; longer than the slowest upload.",
+        "seconds after its intent row was written, and a multipart upload left unfinished this long after it began "
+        "(by the bucket's clock) is aborted; longer than the slowest upload.",
     )
     blob_sweep_interval_s: float = Field(
         300.0, gt=0, description="How often a replica sweeps the bucket's orphans and released objects."

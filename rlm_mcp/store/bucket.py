@@ -63,6 +63,7 @@ class Bucket:
 
         self.location = location
         self.url = location.url
+        self._timeout_s = timeout_s
         endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT") or ""
         self._store = S3Store(
             location.bucket,
@@ -175,6 +176,21 @@ class Bucket:
             return None
         # Last-Modified has whole seconds: the skew is known to about a second.
         return float(before - modified.timestamp())
+
+    async def abort_abandoned_uploads(self, older_than_s: float) -> int:
+        """Abort rlm-mcp's multipart uploads initiated more than `older_than_s` ago, by the
+        bucket's clock (`bucket_uploads.py`); how many. `BucketError` on any failure."""
+        from rlm_mcp.store.bucket_uploads import abort_abandoned_uploads
+
+        try:
+            return await abort_abandoned_uploads(self.location, older_than_s=older_than_s, timeout_s=self._timeout_s)
+        except ImportError as exc:
+            raise RlmMcpError(
+                f"The sweep of the bucket {self.url} cannot abort abandoned uploads: {exc.name} is not installed.",
+                f"Install the team extra, which includes aiobotocore. {TEAM_EXTRA_FIX}",
+            ) from None
+        except Exception as exc:
+            raise self.error(exc, "list the multipart uploads of") from None
 
     def error(self, exc: BaseException, doing: str) -> BucketError:
         """The one phrasing of a bucket failure."""

@@ -11,7 +11,8 @@ Nothing is lost and nothing leaks (`rlm_objects`, times by the database's clock)
 3. in the context's own transaction the row becomes `live`; a sweep that took the intent meanwhile
    makes this fail and the transaction roll back, so no context names a missing object.
 A front killed between 1 and 3 leaves an intent row: the sweep (`sweep`) removes its object
-after RLM_MCP_BLOB_GRACE_S. A release marks the objects no owner holds any more `doomed` in the
+after RLM_MCP_BLOB_GRACE_S; killed mid-upload, it also leaves an incomplete multipart upload, which
+the sweep aborts once it is older than the grace period by the bucket's clock. A release marks the objects no owner holds any more `doomed` in the
 releasing transaction; they are removed right after its commit (`purge`), or by the next sweep.
 A content whose `rlm_blobs` row still counts chunks (stored before the bucket, not moved yet:
 `rlm-mcp blobs move`) is read from the rows.
@@ -174,7 +175,7 @@ class BucketBlobs:
     async def sweep(self) -> int:
         """Remove the objects of doomed rows and of intent rows older than the grace period (by
         the database's clock), then their rows; how many went. Replicas sweeping together
-        take different rows (SKIP LOCKED)."""
+        take different rows (SKIP LOCKED). Then abort the abandoned multipart uploads."""
         removed = 0
         while True:
             async with self._db.transaction() as conn:
@@ -193,7 +194,16 @@ class BucketBlobs:
                 break
         if removed:
             log.info("removed %d object(s) from the bucket %s that nothing refers to", removed, self.where)
+        await self._abort_abandoned_uploads()
         return removed
+
+    async def _abort_abandoned_uploads(self) -> None:
+        """The multipart uploads a killed front left: janitor work whose failure is logged and
+        never fails the sweep of rows (the bucket's lifecycle rule is the second line)."""
+        try:
+            await self.bucket.abort_abandoned_uploads(self._grace_s)
+        except RlmMcpError as exc:
+            log.warning("the bucket sweep could not abort abandoned multipart uploads: %s", exc)
 
     async def orphans(self) -> list[str]:
         """Keys in the bucket that no row names (what the sweep would leave: none, if the rules hold)."""
