@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from rlm_mcp.config import Settings, TeamDatabase
+from rlm_mcp.config.blobs import BlobSettings
 from rlm_mcp.lm.endpoint import key_note
 
 
@@ -30,6 +31,8 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
         refuse_open_bind(settings, checked_tokens(settings), serves_mcp=False)
     if deployment.database is not None:  # a misconfigured database: one line, before anything starts
         anyio.run(_database_ready, deployment.database)
+        if settings.blobs.location is not None:  # so is a bucket that refuses or does not answer
+            anyio.run(_bucket_ready, settings.blobs)
     if deployment.executes_runs:  # this process runs sandboxes: never without their limits
         from rlm_mcp.sandbox.backends import refuse_unlimited_sandboxes
 
@@ -49,6 +52,19 @@ async def _database_ready(database: TeamDatabase) -> None:
     from rlm_mcp.store.pg import Database
 
     await Database(database.dsn, replica=False).prepare()
+
+
+async def _bucket_ready(blobs: BlobSettings) -> None:
+    """Team mode's bucket answers a write, a read and a delete (as `doctor`'s bucket row checks);
+    else a `BucketError` naming the bucket and the fix, never a credential."""
+    from rlm_mcp.store.bucket import Bucket
+
+    location = blobs.location
+    assert location is not None  # the caller checked
+    await Bucket(location, timeout_s=min(blobs.blob_timeout_s, BUCKET_CHECK_TIMEOUT_S)).round_trip()
+
+
+BUCKET_CHECK_TIMEOUT_S = 15.0  # a start-up check: a slow bucket fails it in seconds, not minutes
 
 
 async def _serve_worker(settings: Settings) -> None:
