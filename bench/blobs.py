@@ -8,6 +8,10 @@ replica's first fetch of it into its cache (the rows or a streamed get, digest-c
 database's size afterwards; then `--owners` owners each loading the same `--owner-mib` MiB (one
 copy per owner either way: the database's size tells where they went), and a `--snapshot-mib`
 MiB session snapshot saved and restored. Writes bench/results/blobs.json.
+
+With `--many N` (and `--many-mib M`) it runs only the other scenario: one owner loads N distinct
+M MiB text contexts one after another in one process (total time, peak RSS, the database's size
+after), into bench/results/blobs_many.json, so the two scenarios keep their own dates.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-async def _child(step: str, url: str, blob_url: str | None, path: Path, data_dir: Path, context_id: str) -> None:
+async def _child(
+    step: str, url: str, blob_url: str | None, path: Path, data_dir: Path, context_id: str, files: list[Path]
+) -> None:
     from rlm_mcp.assembly import make_stores
     from rlm_mcp.owners import Owner
     from rlm_mcp.store.pg.contexts import PgContextStore
@@ -53,6 +59,10 @@ async def _child(step: str, url: str, blob_url: str | None, path: Path, data_dir
             os.makedirs(data_dir, exist_ok=True)
             await sessions.read_snapshot_into("ses_bench", data_dir / "restored.bin")
             context_id = f"{saved:.1f}"
+        elif step == "many":
+            for i, one in enumerate(files):
+                await stores.contexts.put_file(one, name=f"many-{i}", format="text", source={}, owner=Owner("bench"))
+            context_id = str(len(files))
         elif step == "load":
             info = await stores.contexts.put_file(path, name="big", format="text", source={}, owner=Owner("bench"))
             context_id = info.context_id
@@ -98,9 +108,16 @@ def main() -> None:
     parser.add_argument("--owners", type=int, default=20)
     parser.add_argument("--owner-mib", type=int, default=100)
     parser.add_argument("--snapshot-mib", type=int, default=100)
+    parser.add_argument("--many", type=int, default=0, help="run only the many-contexts scenario, with this many")
+    parser.add_argument("--many-mib", type=int, default=10)
     args = parser.parse_args()
     if args.child:
-        asyncio.run(_child(args.child, args.url, args.blob_url, Path(args.file), Path(args.data_dir), args.context_id))
+        path = Path(args.file)
+        files = sorted(path.iterdir()) if args.child == "many" else []  # listed before the clock starts
+        asyncio.run(_child(args.child, args.url, args.blob_url, path, Path(args.data_dir), args.context_id, files))
+        return
+    if args.many:
+        _many(args.many, args.many_mib)
         return
 
     from bench.results_file import ResultFile
@@ -157,6 +174,55 @@ def main() -> None:
                     owners_size,
                     f"{snapped['context_id']} / {float(snapped['seconds']):.1f}",  # type: ignore[arg-type]
                     f"{float(snapped['rss_mib']):.0f}",  # type: ignore[arg-type]
+                )
+                print(result.rows[-1], flush=True)
+        print(result.write())
+    finally:
+        weed.close()
+        cluster.close()
+
+
+def _many(count: int, mib: int) -> None:
+    from bench.results_file import ResultFile
+    from tests.fixtures_bucket import BUCKET, SeaweedFS
+    from tests.fixtures_postgres import Cluster
+
+    cluster, weed = Cluster(), SeaweedFS()
+    result = ResultFile(
+        "blobs_many",
+        f"{count} distinct {mib} MiB contexts loaded one after another through team mode's rows and through an S3 bucket",
+        [
+            "store",
+            f"{count} \u00d7 {mib} MiB loaded (s)",
+            "per context (s)",
+            "peak RSS (MiB)",
+            "database size after (MiB)",
+        ],
+        note="PostgreSQL and SeaweedFS (weed mini) on loopback on the same machine; one owner, one fresh process per store",
+    )
+    try:
+        cluster.start()
+        weed.start()
+        os.environ.update(weed.env())
+        with tempfile.TemporaryDirectory(prefix="rlm-bench-blobs-") as tmp:
+            folder = Path(tmp) / "many"
+            folder.mkdir()
+            line = b"the quick brown fox jumps over the lazy dog 0123456789\n"
+            body = line * ((mib << 20) // len(line) - 1)
+            for i in range(count):
+                # A first line of its own per file: distinct bytes, so no load is a copy of another.
+                (folder / f"{i:05d}.txt").write_bytes(f"context {i:05d} of {count}\n".encode() + body)
+            for name, blob_url in (("rows", None), ("bucket", f"s3://{BUCKET}/bench")):
+                cluster.sql(f"CREATE DATABASE bench_many_{name}")
+                url = cluster.url(f"bench_many_{name}")
+                loaded = _run("many", url, blob_url, folder, Path(tmp) / f"{name}-m")
+                seconds = float(loaded["seconds"])  # type: ignore[arg-type]
+                result.add(
+                    name,
+                    f"{seconds:.1f}",
+                    f"{seconds / count:.2f}",
+                    f"{float(loaded['rss_mib']):.0f}",  # type: ignore[arg-type]
+                    _db_mib(url),
                 )
                 print(result.rows[-1], flush=True)
         print(result.write())
