@@ -40,6 +40,7 @@ from rlm_mcp.server.schemas import (
 )
 from rlm_mcp.server.tasks import RunTasks, TaskView, record_ttl_ms, task_claim
 from rlm_mcp.server.trace_header import HttpTraceContext, ServerSpans
+from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.caller import Caller, ChunkEncoding
 from rlm_mcp.service.limits import RunOverrides, WaitS
 from rlm_mcp.service.parts import ServiceParts
@@ -268,6 +269,22 @@ def _add_context_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Call
 
 
 def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller], settings: Settings) -> None:
+    async def start(
+        ctx: Context, query: str, context_id: str | list[str] | None, overrides: RunOverrides, session: SessionArgs
+    ) -> ActiveRun:
+        # The one way a tool starts a run without waiting (rlm_start, and rlm_complete asked as a
+        # task): every session argument goes with it, webhook_url included.
+        return await _call(
+            svc(ctx).start_run(
+                query,
+                context_id,
+                overrides,
+                keep_session=session.keep_session,
+                session_id=session.session_id,
+                webhook_url=session.webhook_url,
+            )
+        )
+
     @mcp.tool(annotations=_RUN)
     @run_tool
     async def rlm_complete(
@@ -280,16 +297,7 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         next call: the REPL and everything computed in it are kept."""
 
         if (claim := task_claim()) is not None:  # asked for as a task (server/tasks.py): start, don't wait
-            run = await _call(
-                svc(ctx).start_run(
-                    query,
-                    context_id,
-                    overrides,
-                    keep_session=session.keep_session,
-                    session_id=session.session_id,
-                    webhook_url=session.webhook_url,
-                )
-            )
+            run = await start(ctx, query, context_id, overrides, session)
             claim.run_id = run.run_id
             return RunOutcome(status="running", run_id=run.run_id, session_id=run.request.session_id)
 
@@ -316,15 +324,7 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
         """Start a run in the background and return its run_id at once: for clients that give up on
         long calls (then rlm_result with wait_s, rlm_status, rlm_cancel). keep_session / session_id
         as in rlm_complete."""
-        work = svc(ctx).start_run(
-            query,
-            context_id,
-            overrides,
-            keep_session=session.keep_session,
-            session_id=session.session_id,
-            webhook_url=session.webhook_url,
-        )
-        run = await _call(work)
+        run = await start(ctx, query, context_id, overrides, session)
         return RunStarted(run_id=run.run_id, status="running", session_id=run.request.session_id)
 
     @mcp.tool(annotations=_READ)
