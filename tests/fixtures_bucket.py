@@ -87,7 +87,7 @@ class SeaweedFS:
 
     def start(self) -> None:
         data = self.dir / "data"
-        data.mkdir()
+        data.mkdir(exist_ok=True)  # a restart after `stop()` keeps the bucket's objects
         argv = [
             _weed(),
             "mini",

@@ -5,7 +5,12 @@ while this process can serve, and 503 with `"status": "unavailable"` when it can
 its PostgreSQL is unreachable, `"database": "unreachable"`, or refused a statement for lack of
 disk or memory within the last 30 s, `"database": "disk full"` or `"out of memory"`: reads still
 work then, writes do not, and the logs and the tools' errors say what to free). `role` appears when the process knows it; `database` only in
-team mode. Nothing else is said: no host names, no database URL, no error text, no counts.
+team mode. With a bucket (RLM_MCP_BLOB_URL), `blobs` says `"ok"`, or what its requests failed with
+in the last 30 s and none succeeded since: `"unreachable"`, `"refused"` (credentials, policy) or
+`"full"` (a quota). A bucket fault leaves the answer 200: every replica shares the bucket, so
+taking this one out of the balancer helps no caller, and runs on contexts a worker has cached
+still run; it is there for monitoring (and the log says it once per change). Nothing else is
+said: no host names, no database URL, no bucket name, no error text, no counts.
 
 Why no token and no Host check: a balancer's probe carries neither a bearer token nor a name
 the replica would know (HAProxy sends none by default, Kubernetes sends the pod's IP). What the
@@ -60,20 +65,23 @@ class Readiness:
     ready: bool
     database: bool | None = None
     fault: str | None = None  # "disk full", "out of memory": the database refuses writes
+    blobs: str | None = None  # with a bucket: "ok", "unreachable", "refused", "full" (never 503)
 
 
 ReadinessCheck = Callable[[], Awaitable[Readiness]]
 
 
 def store_readiness(stores: Stores) -> ReadinessCheck:
-    """Ready when the store answers: always for the embedded store, a `SELECT 1` in team mode."""
+    """Ready when the store answers: always for the embedded store, a `SELECT 1` in team mode;
+    with what the bucket last said beside it (never a reason for 503)."""
 
     async def check() -> Readiness:
+        blobs = None if stores.blob_fault is None else (stores.blob_fault() or "ok")
         reachable = await stores.lifecycle.ping()
         if reachable is None:
-            return Readiness(ready=True)
+            return Readiness(ready=True, blobs=blobs)
         fault = stores.lifecycle.fault() if reachable else None
-        return Readiness(ready=reachable and fault is None, database=reachable, fault=fault)
+        return Readiness(ready=reachable and fault is None, database=reachable, fault=fault, blobs=blobs)
 
     return check
 
@@ -105,6 +113,11 @@ class _Cached:
                             else "its readiness check failed"
                         )
                         log.warning("health: this replica now answers 503 (%s): balancers take it out", why)
+                if self._value is not None and value.blobs != self._value.blobs and value.blobs is not None:
+                    if value.blobs == "ok":
+                        log.info("health: the bucket answers again")
+                    else:
+                        log.warning("health: the bucket is %s (runs on cached contexts still run)", value.blobs)
                 self._value, self._at = value, anyio.current_time()
             return self._value
 
@@ -136,6 +149,8 @@ def health_endpoint(check: ReadinessCheck, *, role: str | None = None, cache_s: 
             body["database"] = readiness.fault
         elif readiness.database is not None:
             body["database"] = "reachable" if readiness.database else "unreachable"
+        if readiness.blobs is not None:
+            body["blobs"] = readiness.blobs
         await _respond(send, 200 if readiness.ready else 503, body, head=method == "HEAD")
 
     return endpoint

@@ -11,12 +11,18 @@ Every failure is a `BucketError` naming the bucket (s3://bucket/prefix, never a 
 unreachable or slow, refused (credentials, policy), or full (a quota); a missing object is
 `BucketObjectMissing`. Texts the client returns are cut to their first line and cleared of the
 access key id and secret before they are shown.
+
+`fault()` is what the health route reports: the kind of the last failure ("unreachable",
+"refused", "full") while no request has succeeded since and it is under `FAULT_HOLD_S` old. It is
+learnt from the traffic (and each replica's periodic sweep), never by a probe of its own: a
+health check polled every second must not become a stream of paid requests.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +39,7 @@ PART_BYTES = 8 << 20  # a multipart upload's part (S3: at least 5 MiB, except th
 PUT_CONCURRENCY = 2
 READ_PIECE = 1 << 20  # what a streamed get hands over at a time: memory stays at about this
 CONNECT_TIMEOUT_S = 5.0
+FAULT_HOLD_S = 30.0  # as the database's fault (store/pg/db.py): a failure this old is no news
 _FULL = re.compile(r"quota|storage ?full|insufficient ?storage|no ?space|\b507\b|XMinioStorageFull", re.I)
 _DENIED = re.compile(r"\b403\b|access ?denied|forbidden|signature|invalidaccesskeyid", re.I)
 
@@ -76,6 +83,20 @@ class Bucket:
             },
             retry_config={"max_retries": 2, "retry_timeout": timedelta(seconds=timeout_s)},
         )
+        self._fault: tuple[str, float] | None = None  # (kind, monotonic time) of the last failure
+
+    def fault(self) -> str | None:
+        """ "unreachable", "refused" or "full" while the last failure is recent and nothing has
+        succeeded since; None otherwise (the health route)."""
+        if self._fault is None or time.monotonic() - self._fault[1] > FAULT_HOLD_S:
+            return None
+        return self._fault[0]
+
+    def _answered(self, *, wrote: bool) -> None:
+        """A request succeeded: the bucket answers. A read does not clear "full" (a full bucket
+        still serves reads); a write clears everything."""
+        if self._fault is not None and (wrote or self._fault[0] != "full"):
+            self._fault = None
 
     async def put_file(self, key: str, path: Path) -> None:
         """Upload a file, streamed (multipart above one part)."""
@@ -85,6 +106,7 @@ class Bucket:
             await obstore.put_async(self._store, key, path, chunk_size=PART_BYTES, max_concurrency=PUT_CONCURRENCY)
         except Exception as exc:
             raise self.error(exc, "write to") from None
+        self._answered(wrote=True)
 
     async def put_stream(self, key: str, pieces: AsyncIterator[bytes]) -> None:
         """Upload what `pieces` yields, streamed (parts of `PART_BYTES`, multipart above one)."""
@@ -98,6 +120,7 @@ class Bucket:
             raise  # the source failed (the database), not the bucket
         except Exception as exc:
             raise self.error(exc, "write to") from None
+        self._answered(wrote=True)
 
     async def put_bytes(self, key: str, data: bytes) -> None:
         import obstore
@@ -106,6 +129,7 @@ class Bucket:
             await obstore.put_async(self._store, key, data, use_multipart=False)
         except Exception as exc:
             raise self.error(exc, "write to") from None
+        self._answered(wrote=True)
 
     async def read(self, key: str) -> AsyncIterator[bytes]:
         """The object's bytes in pieces of about `READ_PIECE`."""
@@ -117,6 +141,7 @@ class Bucket:
                 yield bytes(piece)
         except Exception as exc:
             raise self.error(exc, "read from") from None
+        self._answered(wrote=False)
 
     async def delete(self, key: str) -> None:
         """Remove an object; one already gone is not an error."""
@@ -126,17 +151,20 @@ class Bucket:
         try:
             await obstore.delete_async(self._store, key)
         except NotFoundError:
-            return
+            pass
         except Exception as exc:
             raise self.error(exc, "delete from") from None
+        self._answered(wrote=True)
 
     async def head(self, key: str) -> dict[str, Any]:
         import obstore
 
         try:
-            return dict(await obstore.head_async(self._store, key))
+            meta = dict(await obstore.head_async(self._store, key))
         except Exception as exc:
             raise self.error(exc, "read from") from None
+        self._answered(wrote=False)
+        return meta
 
     async def keys(self, prefix: str) -> list[str]:
         """Every key under `prefix` (tests and the sweep's checks; the index is the authority)."""
@@ -148,6 +176,7 @@ class Bucket:
                 found += [str(o["path"]) for o in batch]
         except Exception as exc:
             raise self.error(exc, "list") from None
+        self._answered(wrote=False)
         return found
 
     async def round_trip(self) -> float | None:
@@ -183,7 +212,7 @@ class Bucket:
         from rlm_mcp.store.bucket_uploads import abort_abandoned_uploads
 
         try:
-            return await abort_abandoned_uploads(self.location, older_than_s=older_than_s, timeout_s=self._timeout_s)
+            aborted = await abort_abandoned_uploads(self.location, older_than_s=older_than_s, timeout_s=self._timeout_s)
         except ImportError as exc:
             raise RlmMcpError(
                 f"The sweep of the bucket {self.url} cannot abort abandoned uploads: {exc.name} is not installed.",
@@ -191,29 +220,34 @@ class Bucket:
             ) from None
         except Exception as exc:
             raise self.error(exc, "list the multipart uploads of") from None
+        self._answered(wrote=False)
+        return aborted
 
     def error(self, exc: BaseException, doing: str) -> BucketError:
         """The one phrasing of a bucket failure."""
         from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError
 
         detail = self._clean(exc)
-        if isinstance(exc, NotFoundError):
+        if isinstance(exc, NotFoundError):  # the bucket answered: no fault of the bucket's
             return BucketObjectMissing(
                 f"An object the database names is missing from the bucket {self.url} ({detail}).",
                 "Something removed it outside rlm-mcp (a lifecycle rule expiring objects?): load the context again.",
             )
         if _FULL.search(detail):
+            self._fault = ("full", time.monotonic())
             return BucketFullError(
                 f"The bucket {self.url} is full or over its quota: could not {doing} it ({detail}).",
                 "Raise the bucket's quota or free space in it, or lower RLM_MCP_STORE_MAX_BYTES so eviction keeps "
                 "the store smaller.",
             )
         if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or _DENIED.search(detail):
+            self._fault = ("refused", time.monotonic())
             return BucketError(
                 f"The bucket {self.url} refused this server: could not {doing} it ({detail}).",
                 "Check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and the bucket's policy (docs/object-storage.md "
                 "lists the actions rlm-mcp needs).",
             )
+        self._fault = ("unreachable", time.monotonic())
         return BucketError(
             f"The bucket {self.url} is unreachable or too slow: could not {doing} it ({detail}).",
             "Check that the S3 endpoint (AWS_ENDPOINT_URL) is up and reachable from this server; "

@@ -61,6 +61,9 @@ class Stores:
     spent_codes: SpentCodesPort = field(default_factory=LocalSpentCodes)
     # Run ends' callbacks, kept until delivered (None: a store without an outbox, in tests).
     webhooks: WebhookOutboxPort | None = None
+    # What the bucket of RLM_MCP_BLOB_URL last failed with, recently ("unreachable", "refused",
+    # "full"), else None; itself None without a bucket (the health route).
+    blob_fault: Callable[[], str | None] | None = None
     # Run once the store is open (the HTTP viewer fetches its shared key here).
     after_open: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 

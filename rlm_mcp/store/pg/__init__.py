@@ -68,6 +68,7 @@ def make_pg_stores(
         lifecycle=db,
         spent_codes=PgSpentCodes(db),
         webhooks=PgWebhookOutbox(db),
+        blob_fault=port.bucket.fault if port is not None else None,
         team=team,
         db=db,
         run_rows=runs,
