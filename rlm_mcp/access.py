@@ -259,8 +259,41 @@ def _secret_bytes(value: str, where: str) -> bytes:
 
 
 def webhook_grants(settings: ServerSettings) -> dict[str, WebhookGrant]:
-    """Each owner's webhook grant from the tokens file (owners without options have none);
-    ValueError naming the file's line when an option is malformed."""
+    """Each owner's webhook grant: from its tokens-file line, or, for the owners no line covers
+    (the local user of stdio and the CLI, the tokens of RLM_MCP_AUTH_TOKEN(S)), from
+    RLM_MCP_WEBHOOK_SECRET / RLM_MCP_WEBHOOK_ALLOW. Owners with neither have none. ValueError
+    naming the line or the setting when an option is malformed."""
+    grants = _file_grants(settings)
+    shared = _settings_grant(settings)
+    if shared is not None:
+        env_tokens = [t for t in (settings.auth_token, *settings.auth_tokens) if t and t.strip()]
+        for owner in (LOCAL_OWNER, *(owner_of_token(t.strip()) for t in env_tokens)):
+            grants.setdefault(owner, shared)  # a token's own line wins
+    return grants
+
+
+def _settings_grant(settings: ServerSettings) -> WebhookGrant | None:
+    secret = settings.webhook_secret.get_secret_value().strip() if settings.webhook_secret is not None else ""
+    allow = tuple(p.strip() for p in settings.webhook_allow if p.strip())
+    if not secret and not allow:
+        return None
+    if not secret:
+        raise ValueError("RLM_MCP_WEBHOOK_ALLOW is set without RLM_MCP_WEBHOOK_SECRET (nothing could sign)")
+    if not allow:
+        raise ValueError("RLM_MCP_WEBHOOK_SECRET is set without RLM_MCP_WEBHOOK_ALLOW (no callback URL is allowed)")
+    secrets = tuple(_secret_bytes(v.strip(), "RLM_MCP_WEBHOOK_SECRET") for v in secret.split(",") if v.strip())
+    _check_prefixes(allow, "RLM_MCP_WEBHOOK_ALLOW")
+    return WebhookGrant(secrets=secrets, allow=allow)
+
+
+def _check_prefixes(allow: Iterable[str], where: str) -> None:
+    for prefix in allow:
+        parts = urlsplit(prefix)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{where}: webhook_allow={prefix!r} is not an http(s) URL prefix")
+
+
+def _file_grants(settings: ServerSettings) -> dict[str, WebhookGrant]:
     if settings.auth_tokens_file is None:
         return {}
     path = settings.auth_tokens_file.expanduser()
@@ -269,10 +302,7 @@ def webhook_grants(settings: ServerSettings) -> dict[str, WebhookGrant]:
         where = f"{path}, token {n}"
         secrets = tuple(_secret_bytes(o.split("=", 1)[1], where) for o in options if o.startswith(_OPTIONS[0]))
         allow = tuple(o.split("=", 1)[1] for o in options if o.startswith(_OPTIONS[1]))
-        for prefix in allow:
-            parts = urlsplit(prefix)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"{where}: webhook_allow={prefix!r} is not an http(s) URL prefix")
+        _check_prefixes(allow, where)
         if secrets or allow:
             grants[owner_of_token(token)] = WebhookGrant(secrets=secrets, allow=allow)
     return grants

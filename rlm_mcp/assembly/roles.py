@@ -218,9 +218,11 @@ def webhooks(settings: Settings, stores: Stores) -> Webhooks:
     try:
         grants = webhook_grants(settings.server)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise RlmMcpError(
-            f"The tokens file's webhook options are not usable: {exc}", "Fix RLM_MCP_AUTH_TOKENS_FILE."
-        ) from None
+        if str(exc).startswith("RLM_MCP_WEBHOOK_"):
+            what, fix = "The webhook settings are not usable", "Fix RLM_MCP_WEBHOOK_SECRET / RLM_MCP_WEBHOOK_ALLOW."
+        else:
+            what, fix = "The tokens file's webhook options are not usable", "Fix RLM_MCP_AUTH_TOKENS_FILE."
+        raise RlmMcpError(f"{what}: {exc}", fix) from None
     policy = AddressPolicy(
         private=settings.loads.allow_private_urls, listed=tuple(parse_networks(settings.loads.allowed_url_addresses))
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from rlm_mcp.config.values import SECTION_CONFIG, CommaList
 
@@ -28,6 +28,16 @@ class ServerSettings(BaseModel):
         default_factory=list, description="More accepted tokens, comma-separated; each one owns its contexts and runs."
     )
     auth_tokens_file: Path | None = Field(None, description="File of accepted tokens, one per line ('#' comments).")
+    webhook_secret: SecretStr | None = Field(
+        None,
+        description="Webhooks for the owners no tokens-file line covers (stdio's local user, RLM_MCP_AUTH_TOKEN(S)): "
+        "the whsec_<base64> signing secret (comma-separated: several sign side by side during a rotation). "
+        "Needs RLM_MCP_WEBHOOK_ALLOW.",
+    )
+    webhook_allow: CommaList = Field(
+        default_factory=list,
+        description="The callback URL prefixes those owners' webhook_url may start with (comma-separated).",
+    )
     allowed_hosts: CommaList = Field(
         default_factory=list, description="Extra Host header values accepted over HTTP (e.g. a proxy's name)."
     )

@@ -1,5 +1,5 @@
 """Where a webhook may go: a callback URL a request names must be on its owner's allow-list
-(the tokens file's `webhook_allow=` prefixes), so a prompt-injected agent cannot send a run's
+(the tokens file's `webhook_allow=` prefixes, or RLM_MCP_WEBHOOK_ALLOW for the owners no line covers), so a prompt-injected agent cannot send a run's
 end anywhere else; at delivery the host is resolved once, every address it has must pass the URL
 loader's address rules (public, or private/loopback only where RLM_MCP_ALLOW_PRIVATE_URLS /
 RLM_MCP_ALLOWED_URL_ADDRESSES allow), and the connection goes to that pinned address (a DNS
@@ -43,12 +43,14 @@ def check_callback(url: str, grant: WebhookGrant | None) -> str:
     if grant is None or not grant.secrets:
         raise AccessDeniedError(
             "This token has no webhook secret, so it cannot ask for webhooks.",
-            "Ask the operator to add webhook_secret= and webhook_allow= to your token's line in the tokens file.",
+            "Ask the operator to add webhook_secret= and webhook_allow= to your token's line in the tokens file "
+            "(stdio's local user and RLM_MCP_AUTH_TOKEN(S): RLM_MCP_WEBHOOK_SECRET and RLM_MCP_WEBHOOK_ALLOW).",
         )
     if not on_allow_list(url, grant.allow):
         raise AccessDeniedError(
             "This webhook_url is not on your token's allow-list.",
-            "Use a URL under one of the prefixes the operator listed (webhook_allow= in the tokens file).",
+            "Use a URL under one of the prefixes the operator listed (webhook_allow= in the tokens file, or "
+            "RLM_MCP_WEBHOOK_ALLOW).",
         )
     return url
 
