@@ -354,5 +354,44 @@ async function poll() {
   if (running) setTimeout(poll, live.interval_ms);
 }
 
+// A live run page follows the run's event stream (`live.events`) rather than polling: each event
+// (a turn, a cell, a sub-call batch, the end) asks for the model once, so nothing is asked while
+// the run is quiet. The request names the event that caused it (`event=`). Events that arrive
+// while a request is out are folded into one more request after it. A stream the server refuses
+// (429: too many open, 404) or a browser without EventSource falls back to polling; a dropped
+// connection is resumed by EventSource itself (Last-Event-ID). The stream's `end` event stops it.
+function follow() {
+  const live = CONFIG.live;
+  let busy = false, pending = null;
+  const refresh = async (cause) => {
+    if (busy) { pending = cause; return; }
+    busy = true;
+    try {
+      const resp = await fetch(live.url + (live.url.includes("?") ? "&" : "?") + "since=" + encodeURIComponent(CONFIG.version ?? "") +
+        "&event=" + encodeURIComponent(cause), { credentials: "same-origin", cache: "no-store" });
+      if (resp.ok) {
+        const got = await resp.json();
+        if (got.version !== CONFIG.version) { CONFIG.version = got.version; CONFIG.data = got.data; draw(got.data); }
+      }
+    } catch (err) { /* the next event asks again */ }
+    busy = false;
+    if (pending !== null) { const next = pending; pending = null; refresh(next); }
+  };
+  const stream = new EventSource(live.events);
+  let opened = false;
+  stream.onopen = () => { opened = true; document.body.dataset.live = "stream"; };
+  stream.onmessage = (e) => refresh(e.lastEventId || "message");
+  for (const type of live.event_types || []) stream.addEventListener(type, (e) => refresh(e.lastEventId || type));
+  stream.addEventListener("end", () => { stream.close(); document.body.dataset.live = "ended"; refresh("end"); });
+  stream.onerror = () => {
+    // CONNECTING: EventSource reconnects by itself. CLOSED: the server refused the stream.
+    if (stream.readyState !== EventSource.CLOSED) return;
+    if (document.body.dataset.live === "ended") return;
+    document.body.dataset.live = "poll";
+    setTimeout(poll, opened ? 0 : live.interval_ms);
+  };
+}
+
 draw(CONFIG.data);
-if (CONFIG.live) setTimeout(poll, CONFIG.live.interval_ms);
+if (CONFIG.live && CONFIG.live.events && !(CONFIG.data && CONFIG.data.finished) && typeof EventSource === "function") follow();
+else if (CONFIG.live) setTimeout(poll, CONFIG.live.interval_ms);
