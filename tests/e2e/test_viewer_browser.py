@@ -270,12 +270,20 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         # Every request for the model was caused by a stream event (it names it): none was a poll.
         asked = _model_requests(browser, run_id)
         assert asked and all(re.search(r"[?&]event=\d+-\d+(&|$)", url) for url in asked), asked
+        # A hidden tab gives its stream back; shown again, it follows a new one (which brings
+        # the turn taken meanwhile).
+        _set_hidden(browser, True)
+        browser.wait_for("document.body.dataset.live === 'hidden'")
+        _append(store, run_id, *_turn(run_id, 3, "third reply"))
+        _set_hidden(browser, False)
+        browser.wait_for("document.querySelectorAll('section.turn').length === 3")
+        assert browser.eval("document.body.dataset.live") == "stream"
         # and it ends: the answer appears at the top
         usage = Usage(total=TokenCount(prompt_tokens=300, completion_tokens=20, calls=2), by_model={})
         _append(
             store,
             run_id,
-            RunEnd(run_id=run_id, status="completed", reason=None, iterations=2, usage=usage, duration_s=1.0, depth=0),
+            RunEnd(run_id=run_id, status="completed", reason=None, iterations=3, usage=usage, duration_s=1.0, depth=0),
         )
         anyio.run(_finish, store, run_id)
         browser.wait_for("document.querySelector('.final pre.answer') !== null")
@@ -289,6 +297,15 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         # a spent link does not log anyone in again
         again = httpx.get(f"{base}{link}", follow_redirects=False)
         assert again.status_code == 401
+
+
+def _set_hidden(browser: Browser, hidden: bool) -> None:
+    """The page's tab hidden or shown, as the page sees it (`document.hidden`, its event)."""
+    value = "true" if hidden else "false"
+    browser.eval(
+        f"Object.defineProperty(document, 'hidden', {{configurable: true, get: () => {value}}});"
+        "document.dispatchEvent(new Event('visibilitychange')); true"
+    )
 
 
 def _model_requests(browser: Browser, run_id: str) -> list[str]:

@@ -377,19 +377,31 @@ function follow() {
     busy = false;
     if (pending !== null) { const next = pending; pending = null; refresh(next); }
   };
-  const stream = new EventSource(live.events);
-  let opened = false;
-  stream.onopen = () => { opened = true; document.body.dataset.live = "stream"; };
-  stream.onmessage = (e) => refresh(e.lastEventId || "message");
-  for (const type of live.event_types || []) stream.addEventListener(type, (e) => refresh(e.lastEventId || type));
-  stream.addEventListener("end", () => { stream.close(); document.body.dataset.live = "ended"; refresh("end"); });
-  stream.onerror = () => {
-    // CONNECTING: EventSource reconnects by itself. CLOSED: the server refused the stream.
-    if (stream.readyState !== EventSource.CLOSED) return;
-    if (document.body.dataset.live === "ended") return;
-    document.body.dataset.live = "poll";
-    setTimeout(poll, opened ? 0 : live.interval_ms);
+  let stream = null, opened = false;
+  const state = (value) => { document.body.dataset.live = value; };
+  const open = () => {
+    const es = (stream = new EventSource(live.events));
+    es.onopen = () => { opened = true; state("stream"); };
+    es.onmessage = (e) => refresh(e.lastEventId || "message");
+    for (const type of live.event_types || []) es.addEventListener(type, (e) => refresh(e.lastEventId || type));
+    es.addEventListener("end", () => { es.close(); stream = null; state("ended"); refresh("end"); });
+    es.onerror = () => {
+      // CONNECTING: EventSource reconnects by itself. CLOSED: the server refused the stream.
+      if (es.readyState !== EventSource.CLOSED || es !== stream) return;
+      stream = null;
+      state("poll");
+      setTimeout(poll, opened ? 0 : live.interval_ms);
+    };
   };
+  // A hidden tab gives its stream back (a browser holds at most 6 connections to one HTTP/1.1
+  // server, and an owner a few streams), and opens a new one when shown again: the new stream
+  // starts from the run's first event, which costs a request only if the model changed.
+  document.addEventListener("visibilitychange", () => {
+    const now = document.body.dataset.live;
+    if (document.hidden && stream) { stream.close(); stream = null; state("hidden"); }
+    else if (!document.hidden && now === "hidden") open();
+  });
+  open();
 }
 
 draw(CONFIG.data);
