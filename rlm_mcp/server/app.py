@@ -14,6 +14,7 @@ import anyio
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
@@ -38,6 +39,7 @@ from rlm_mcp.server.schemas import (
     SessionList,
     UploadProgress,
 )
+from rlm_mcp.server.task_listen import TaskListen
 from rlm_mcp.server.tasks import RunTasks, TaskView, record_ttl_ms, task_claim
 from rlm_mcp.server.trace_header import HttpTraceContext, ServerSpans
 from rlm_mcp.service.active_run import ActiveRun
@@ -164,11 +166,18 @@ def build_server(
     def svc(ctx: Context) -> Caller:
         return caller_for(ctx.request_context.request)
 
-    tasks = RunTasks(
-        lambda ctx: caller_for(ctx.request),
-        TaskView(ttl_ms=record_ttl_ms(settings.runs.run_max_age_days), max_chars=settings.loop.answer_max_chars),
+    view = TaskView(ttl_ms=record_ttl_ms(settings.runs.run_max_age_days), max_chars=settings.loop.answer_max_chars)
+    tasks = RunTasks(lambda ctx: caller_for(ctx.request), view)
+    bus = InMemorySubscriptionBus()
+    mcp = RlmMcpServer(
+        "rlm-mcp",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        extensions=[tasks],
+        subscriptions=bus,
     )
-    mcp = RlmMcpServer("rlm-mcp", version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan, extensions=[tasks])
+    mcp.listen_with(TaskListen(bus, lambda ctx: caller_for(ctx.request), view))
     # The SDK's span per message named it with whatever the client sent: ours names it with the
     # server's own names (server/trace_header.py), after an HTTP traceparent header became _meta.
     mcp.middleware[:] = [m for m in mcp.middleware if not isinstance(m, OpenTelemetryMiddleware)]

@@ -5,15 +5,19 @@
 handshake era answered "Unknown prompt" with code 0). A name the client got wrong is the
 client's mistake, not the server's: it answers the spec's invalid-params error naming the
 prompt, in both eras, and logs nothing.
+
+`subscriptions/listen`: served by a handler of rlm-mcp's (`listen_with`, server/task_listen.py)
+that also carries the Tasks extension's task status notifications.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from mcp.server.lowlevel.server import RequestHandler
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult
+from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult, SubscriptionsListenRequestParams
 
 from rlm_mcp.service.service import RlmService
 
@@ -27,3 +31,7 @@ class RlmMcpServer(MCPServer[RlmService]):
         if name not in {prompt.name for prompt in await self.list_prompts()}:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown prompt: {name}", data={"name": name})
         return await super().get_prompt(name, arguments, context)
+
+    def listen_with(self, handler: RequestHandler[Any, SubscriptionsListenRequestParams]) -> None:
+        """Serve `subscriptions/listen` with `handler` instead of the SDK's own."""
+        self._lowlevel_server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, handler)

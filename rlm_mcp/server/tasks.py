@@ -21,6 +21,8 @@ whole of rlm-mcp's Tasks support, so it is the one thing to replace when that li
   a cancelled run is `cancelled`; `failed` is for protocol errors, which a run never is. Progress
   is the task's `statusMessage`. `ttlMs` is the age retention of run records
   (RLM_MCP_RUN_MAX_AGE_DAYS; null when records are kept for ever).
+- Status notifications (`notifications/tasks` on a `subscriptions/listen` stream naming
+  `taskIds`) are server/task_listen.py's.
 - `tasks/*` are refused with -32021 when the request does not declare the extension, and with
   -32020 when an `Mcp-Name` header disagrees with the task id.
 """

@@ -37,7 +37,14 @@ from rlm_mcp.viewer.auth import COOKIE, SESSION_TTL_S, ViewerAuth
 from rlm_mcp.viewer.chain import build_session, is_session_id, session_runs
 from rlm_mcp.viewer.model import build_run, index_entry
 from rlm_mcp.viewer.page import render_page
-from rlm_mcp.viewer.stream import END_ID, EventStreamResponse, StreamSlots, parse_last_event_id, run_messages
+from rlm_mcp.viewer.stream import (
+    END_ID,
+    EVENT_TYPES,
+    EventStreamResponse,
+    StreamSlots,
+    parse_last_event_id,
+    run_messages,
+)
 
 log = logging.getLogger("rlm_mcp.viewer")
 
@@ -213,8 +220,10 @@ class _Pages:
             title=f"rlm-mcp {'session' if session else 'run'} {run_id}",
             version=version,
             index_href="./",
-            # A session polls while it may grow a run; a run, until it has ended.
-            live={"url": f"api/runs/{run_id}", "interval_ms": POLL_MS * 3 if session else POLL_MS},
+            # A session polls while it may grow a run; a run follows its event stream until it
+            # has ended (polling when the stream is refused).
+            live={"url": f"api/runs/{run_id}", "interval_ms": POLL_MS * 3 if session else POLL_MS}
+            | ({} if session else {"events": f"api/runs/{run_id}/events", "event_types": EVENT_TYPES}),
         )
         return HTMLResponse(page, headers=_HEADERS)
 

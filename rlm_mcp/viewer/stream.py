@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import time
+import typing
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from rlm_mcp.config import EventSettings
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.events import EventKey, LoggedEvent, to_json
+from rlm_mcp.events import EventKey, LoggedEvent, RunEvent, to_json
 from rlm_mcp.owners import OwnerScope
 from rlm_mcp.store.ports import RunStorePort
 
@@ -42,6 +43,13 @@ log = logging.getLogger("rlm_mcp.viewer")
 
 END_ID = "end"
 BATCH = 200  # events read per store call
+# The SSE event names a run's stream uses before its `end` (a browser's EventSource has no
+# wildcard listener: the run page listens to each of these).
+EVENT_TYPES: tuple[str, ...] = (
+    *(str(kind.model_fields["type"].default) for kind in typing.get_args(typing.get_args(RunEvent)[0])),
+    "restart",
+    "unknown",
+)
 
 
 def parse_last_event_id(value: str | None) -> EventKey | str | None:

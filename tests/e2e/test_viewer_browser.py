@@ -262,20 +262,34 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         assert re.fullmatch(r"/runs/s/\w+/", home)  # the cookie's path (issue 20 item 6)
         assert _texts(browser, "main > p.meta .badge") == ["running"]
         _shot(browser, "viewer-live.png")
+        browser.wait_for("document.body.dataset.live === 'stream'")  # it follows the run's event stream
         # the run takes another turn: the open page shows it without a reload
         _append(store, run_id, *_turn(run_id, 2, "second reply"))
         browser.wait_for("document.querySelectorAll('section.turn').length === 2")
         assert "second reply" in _texts(browser, "section.turn[data-turn='2'] .reply")[0]
+        # Every request for the model was caused by a stream event (it names it): none was a poll.
+        asked = _model_requests(browser, run_id)
+        assert asked and all(re.search(r"[?&]event=\d+-\d+(&|$)", url) for url in asked), asked
+        # A hidden tab gives its stream back; shown again, it follows a new one (which brings
+        # the turn taken meanwhile).
+        _set_hidden(browser, True)
+        browser.wait_for("document.body.dataset.live === 'hidden'")
+        _append(store, run_id, *_turn(run_id, 3, "third reply"))
+        _set_hidden(browser, False)
+        browser.wait_for("document.querySelectorAll('section.turn').length === 3")
+        assert browser.eval("document.body.dataset.live") == "stream"
         # and it ends: the answer appears at the top
         usage = Usage(total=TokenCount(prompt_tokens=300, completion_tokens=20, calls=2), by_model={})
         _append(
             store,
             run_id,
-            RunEnd(run_id=run_id, status="completed", reason=None, iterations=2, usage=usage, duration_s=1.0, depth=0),
+            RunEnd(run_id=run_id, status="completed", reason=None, iterations=3, usage=usage, duration_s=1.0, depth=0),
         )
         anyio.run(_finish, store, run_id)
         browser.wait_for("document.querySelector('.final pre.answer') !== null")
         assert _texts(browser, ".final pre.answer") == ["forty-two"]
+        browser.wait_for("document.body.dataset.live === 'ended'")  # the stream's end closed it
+        assert all("event=" in url for url in _model_requests(browser, run_id))
         # the index, with the same cookie; it lists the run and refreshes too
         browser.open(f"{base}{home}", ready="document.querySelectorAll('tr.row').length === 1")
         _shot(browser, "viewer-index.png")
@@ -283,6 +297,53 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
         # a spent link does not log anyone in again
         again = httpx.get(f"{base}{link}", follow_redirects=False)
         assert again.status_code == 401
+
+
+def _set_hidden(browser: Browser, hidden: bool) -> None:
+    """The page's tab hidden or shown, as the page sees it (`document.hidden`, its event)."""
+    value = "true" if hidden else "false"
+    browser.eval(
+        f"Object.defineProperty(document, 'hidden', {{configurable: true, get: () => {value}}});"
+        "document.dispatchEvent(new Event('visibilitychange')); true"
+    )
+
+
+def _model_requests(browser: Browser, run_id: str) -> list[str]:
+    """The URLs of the requests the page made for the run's model, from the browser's own record
+    of its network requests (Resource Timing)."""
+    names = browser.eval("performance.getEntriesByType('resource').map((e) => e.name)")
+    return [url for url in names if f"/api/runs/{run_id}?" in url]
+
+
+def test_a_live_run_page_polls_when_its_stream_is_refused(tmp_path: Path, browser: Browser) -> None:
+    """One event stream per owner, held by a program: the page's is answered 429, and the page
+    still follows the run, by polling."""
+    port = free_port()
+    env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN, RLM_MCP_EVENT_STREAMS_PER_OWNER="1")
+    store = RunStore(_settings(tmp_path))
+    run_id = "run_live_1"
+    anyio.run(_create_live, store, run_id)
+    _append(store, run_id, *_turn(run_id, 1, "first reply"))
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with (
+        start_server(env, port) as base,
+        httpx.Client(base_url=base, headers=auth, timeout=30) as http,
+        http.stream("GET", f"/runs/api/runs/{run_id}/events") as held,
+    ):
+        assert held.status_code == 200  # the owner's one stream
+        link = http.post("/runs/api/login-link").json()["path"]
+        browser.open(f"{base}{link}&run={run_id}", ready="document.querySelectorAll('section.turn').length === 1")
+        browser.wait_for("document.body.dataset.live === 'poll'")
+        _append(store, run_id, *_turn(run_id, 2, "second reply"))
+        browser.wait_for("document.querySelectorAll('section.turn').length === 2")
+        assert any("event=" not in url for url in _model_requests(browser, run_id))  # polled
+
+
+async def _create_live(store: RunStore, run_id: str) -> None:
+    """A running run this token started, as the server records it."""
+    summary = {"query": "live question", "status": "running", "model": "m", "owner": owner_of_token(TOKEN)}
+    log = await store.create(run_record(run_id, summary))
+    await log.aclose()
 
 
 async def _finish(store: RunStore, run_id: str) -> None:

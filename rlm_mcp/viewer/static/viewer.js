@@ -354,5 +354,56 @@ async function poll() {
   if (running) setTimeout(poll, live.interval_ms);
 }
 
+// A live run page follows the run's event stream (`live.events`) rather than polling: each event
+// (a turn, a cell, a sub-call batch, the end) asks for the model once, so nothing is asked while
+// the run is quiet. The request names the event that caused it (`event=`). Events that arrive
+// while a request is out are folded into one more request after it. A stream the server refuses
+// (429: too many open, 404) or a browser without EventSource falls back to polling; a dropped
+// connection is resumed by EventSource itself (Last-Event-ID). The stream's `end` event stops it.
+function follow() {
+  const live = CONFIG.live;
+  let busy = false, pending = null;
+  const refresh = async (cause) => {
+    if (busy) { pending = cause; return; }
+    busy = true;
+    try {
+      const resp = await fetch(live.url + (live.url.includes("?") ? "&" : "?") + "since=" + encodeURIComponent(CONFIG.version ?? "") +
+        "&event=" + encodeURIComponent(cause), { credentials: "same-origin", cache: "no-store" });
+      if (resp.ok) {
+        const got = await resp.json();
+        if (got.version !== CONFIG.version) { CONFIG.version = got.version; CONFIG.data = got.data; draw(got.data); }
+      }
+    } catch (err) { /* the next event asks again */ }
+    busy = false;
+    if (pending !== null) { const next = pending; pending = null; refresh(next); }
+  };
+  let stream = null, opened = false;
+  const state = (value) => { document.body.dataset.live = value; };
+  const open = () => {
+    const es = (stream = new EventSource(live.events));
+    es.onopen = () => { opened = true; state("stream"); };
+    es.onmessage = (e) => refresh(e.lastEventId || "message");
+    for (const type of live.event_types || []) es.addEventListener(type, (e) => refresh(e.lastEventId || type));
+    es.addEventListener("end", () => { es.close(); stream = null; state("ended"); refresh("end"); });
+    es.onerror = () => {
+      // CONNECTING: EventSource reconnects by itself. CLOSED: the server refused the stream.
+      if (es.readyState !== EventSource.CLOSED || es !== stream) return;
+      stream = null;
+      state("poll");
+      setTimeout(poll, opened ? 0 : live.interval_ms);
+    };
+  };
+  // A hidden tab gives its stream back (a browser holds at most 6 connections to one HTTP/1.1
+  // server, and an owner a few streams), and opens a new one when shown again: the new stream
+  // starts from the run's first event, which costs a request only if the model changed.
+  document.addEventListener("visibilitychange", () => {
+    const now = document.body.dataset.live;
+    if (document.hidden && stream) { stream.close(); stream = null; state("hidden"); }
+    else if (!document.hidden && now === "hidden") open();
+  });
+  open();
+}
+
 draw(CONFIG.data);
-if (CONFIG.live) setTimeout(poll, CONFIG.live.interval_ms);
+if (CONFIG.live && CONFIG.live.events && !(CONFIG.data && CONFIG.data.finished) && typeof EventSource === "function") follow();
+else if (CONFIG.live) setTimeout(poll, CONFIG.live.interval_ms);
