@@ -34,6 +34,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.results_file import ResultFile
 from bench.run import bench_service
+from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
@@ -148,6 +149,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--record", action="store_true", help="write bench/results/subcall.json")
     args = parser.parse_args()
+    tune_for_serving()  # as `rlm-mcp serve` does before it starts: this process stands for a server
     anyio.run(bench, args.reps, args.batches, args.record)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.config.blobs import BlobSettings
 from rlm_mcp.lm.endpoint import key_note
@@ -40,6 +41,7 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.observability import tracing
 
     tracing.configure_from_env()  # only when OTEL_* variables ask for traces
+    tune_for_serving()  # a long-running process: the collector's settings for one (cli/collector.py)
     try:
         anyio.run(_serve if deployment.serves_mcp else _serve_worker, settings)
     finally:
