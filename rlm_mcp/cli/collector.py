@@ -6,7 +6,7 @@ ends, so each young collection finds most of them alive and promotes them: the
 middle generation's collections then walk every in-flight call's objects, and the full ones
 everything the process imported. Measured on the 2-core VM (2026-11-29, 200-way batches against
 the scripted server, `gc.callbacks` timing each collection's thread CPU): the collector took
-17-19% of the process's CPU, ~0.13 ms per sub-call; with the settings below ~6%, ~0.04 ms.
+16-18% of the process's CPU, ~0.13 ms per sub-call; with the settings below ~5%, ~0.04 ms.
 
 - `gc.freeze()` once the modules are imported: what exists at start-up (modules, classes,
   pydantic schemas) is never garbage, so full collections stop walking it.
