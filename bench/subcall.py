@@ -161,7 +161,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--record", action="store_true", help="write bench/results/subcall.json")
     args = parser.parse_args()
-    tune_for_serving()  # as `rlm-mcp serve` does before it starts: this process stands for a server
+    tune_for_serving()  # as `rlm-mcp serve` does before serving: this process stands for a server
     anyio.run(bench, args.reps, args.batches, args.record)
 
 

@@ -41,7 +41,6 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     from rlm_mcp.observability import tracing
 
     tracing.configure_from_env()  # only when OTEL_* variables ask for traces
-    tune_for_serving()  # a long-running process: the collector's settings for one (cli/collector.py)
     try:
         anyio.run(_serve if deployment.serves_mcp else _serve_worker, settings)
     finally:
@@ -132,6 +131,9 @@ async def _serve(settings: Settings) -> None:
 
 
 async def _serve_until_signal(serve: Callable[[], Awaitable[None]], closed: threading.Event) -> None:
+    # Server and worker alike, once their modules are imported and before the first request: a
+    # long-running process's collector settings (cli/collector.py).
+    tune_for_serving()
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
