@@ -15,8 +15,10 @@ raised to n, so both sides keep n requests in flight).
 
 The floor moves with the machine's load, so floor and rlm-mcp blocks alternate and the ratio
 is taken per rep (median of rlm-mcp's batches / median of the floor's batches in the same rep).
-Prints medians with min/max across reps; `--record` writes bench/results/subcall.json.
-Never fails on a timing.
+Prints medians with min/max across reps, the CPU ratio (rlm-mcp's whole process per sub-call over
+the floor's client per request) and the load average at the start and the end; `--record` writes
+bench/results/subcall.json. The process sets the garbage collector as `rlm-mcp serve` does
+(rlm_mcp/cli/collector.py), for both sides: they share it. Never fails on a timing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.results_file import ResultFile
 from bench.run import bench_service
+from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
@@ -87,6 +90,7 @@ async def floor_batches(url: str, n: int, batches: int, session: aiohttp.ClientS
 
 
 async def bench(reps: int, batches: int, record: bool) -> None:
+    loads = [_load()]
     per_rep: dict[int, list[tuple[float, float]]] = {n: [] for n in SIZES}  # (floor, ours) per rep
     cpu: dict[int, list[tuple[float, float]]] = {n: [] for n in SIZES}  # CPU of this process, same
     async with bench_service(script(batches), max_concurrent_lm_calls=max(SIZES)) as service:
@@ -116,11 +120,12 @@ async def bench(reps: int, batches: int, record: bool) -> None:
                     per_rep[n].append((statistics.median(floor), statistics.median(mine)))
                     cpu[n].append((floor_cpu, mine_cpu))
                 print(f"rep {rep + 1}/{reps} done", file=sys.stderr)
+    load = f"load average {loads[0]} at the start, {_load()} at the end"
     out = ResultFile(
         "subcall",
         "Per sub-call against the floor (aiohttp bare requests to the same scripted server, same run)",
         ["batch", "floor per request", "rlm-mcp per sub-call", "rlm-mcp / floor", "host CPU per call: floor, rlm-mcp"],
-        note=f"{reps} reps of {batches} batches, floor and rlm-mcp alternating; median [min, max] across reps",
+        note=f"{reps} reps of {batches} batches, floor and rlm-mcp alternating; median [min, max] across reps; {load}",
     )
     print(f"\n{'batch':<8}{'floor ms/request':<26}{'rlm-mcp ms/sub-call':<26}{'ratio (per rep)':<24}host CPU ms/call")
     for n in SIZES:
@@ -128,14 +133,22 @@ async def bench(reps: int, batches: int, record: bool) -> None:
         mine = [m * 1000 for _, m in per_rep[n]]
         ratios = [m / f for f, m in per_rep[n]]
         cells = [f"{statistics.median(v):.2f} [{min(v):.2f}, {max(v):.2f}]" for v in (floors, mine, ratios)]
-        host = (
-            f"{statistics.median(f * 1000 for f, _ in cpu[n]):.2f}, "
-            f"{statistics.median(m * 1000 for _, m in cpu[n]):.2f} ms"
-        )
-        print(f"{n:<8}{cells[0] + ' ms':<26}{cells[1] + ' ms':<26}{cells[2]:<24}{host}")
+        floor_cpu = statistics.median(f * 1000 for f, _ in cpu[n])
+        mine_cpu = statistics.median(m * 1000 for _, m in cpu[n])
+        host = f"{floor_cpu:.2f}, {mine_cpu:.2f} ms"
+        print(f"{n:<8}{cells[0] + ' ms':<26}{cells[1] + ' ms':<26}{cells[2]:<24}{host} ({mine_cpu / floor_cpu:.2f}x)")
         out.add(f"{n}-way", cells[0] + " ms", cells[1] + " ms", cells[2] + "×", host)
+    print(load)
     if record:
         print(f"written: {out.write()}")
+
+
+def _load() -> str:
+    """The 1-minute load average: the floor moves with it, so it is printed beside the figures."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
 
 
 async def _quiet(progress: float, total: float | None, message: str) -> None:
@@ -148,6 +161,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--record", action="store_true", help="write bench/results/subcall.json")
     args = parser.parse_args()
+    tune_for_serving()  # as `rlm-mcp serve` does before serving: this process stands for a server
     anyio.run(bench, args.reps, args.batches, args.record)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.config.blobs import BlobSettings
 from rlm_mcp.lm.endpoint import key_note
@@ -130,6 +131,9 @@ async def _serve(settings: Settings) -> None:
 
 
 async def _serve_until_signal(serve: Callable[[], Awaitable[None]], closed: threading.Event) -> None:
+    # Server and worker alike, once their modules are imported and before the first request: a
+    # long-running process's collector settings (cli/collector.py).
+    tune_for_serving()
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:

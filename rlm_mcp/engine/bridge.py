@@ -48,6 +48,7 @@ class SubCallBridge:
         self.run_child = run_child
         self.sub_model = ctx.settings.effective_sub_model
         self.allowed_models = ctx.settings.sandbox_models
+        self._known_windows: dict[str, int] = {}  # per model, once the client knows it (see `fit`)
 
     async def emit(
         self, model: str, completion: Completion | None, latency: float, error: str | None, prompt: str, answer: str
@@ -73,11 +74,17 @@ class SubCallBridge:
     async def fit(self, prompt: str, model: str) -> int | str:
         """The completion budget this prompt leaves in the model's window, or an error string."""
         lm, max_tokens = self.ctx.lm, self.ctx.settings.sub_max_tokens
-        window = await lm.window(model, role="sub")
-        # Refuse or clamp only against a window the server reported (or the setting); with
-        # the 16384 fallback the server itself decides, and a rejection comes back as text.
-        known = await lm.window_known(model, role="sub")
-        if known and len(prompt.encode("utf-8", "surrogatepass")) + _TEMPLATE_SLACK > window - max_tokens:
+        window = self._known_windows.get(model)
+        if window is None:
+            window = await lm.window(model, role="sub")
+            # Refuse or clamp only against a window the server reported (or the setting); with
+            # the 16384 fallback the server itself decides, and a rejection comes back as text.
+            if not await lm.window_known(model, role="sub"):
+                return max_tokens
+            # A known window never changes (the setting, or what the server reported, kept by
+            # the client): asked once per run and model, not twice per sub-call.
+            self._known_windows[model] = window
+        if len(prompt.encode("utf-8", "surrogatepass")) + _TEMPLATE_SLACK > window - max_tokens:
             tokens = await lm.count_tokens([{"role": "user", "content": prompt}], model=model, role="sub")
             room = window - tokens
             if room < min(_MIN_SUB_COMPLETION, max_tokens):
