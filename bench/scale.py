@@ -218,7 +218,9 @@ async def soak(client: Client, pid: int, owner: str, context_id: str, args: argp
         await one_run(client, context_id, f"soak run warm-up {i}")
     # And one concurrent round: bounded pools (Docker API keep-alive connections, SQLite
     # connections, worker threads) grow to their working size once; the baseline includes them.
-    await runs_at_once(client, context_id, "soak run concurrent warm-up", 2 * SOAK_PARALLEL)
+    # No wider than the measured concurrent runs (a smoke's few need no 16-run warm-up).
+    warm_concurrent = min(2 * SOAK_PARALLEL, args.concurrent)
+    await runs_at_once(client, context_id, "soak run concurrent warm-up", warm_concurrent)
     base_containers = await containers_settle(owner, args.pool)
     base = proc_sample(pid)
     every = max(1, args.sequential // 20)
@@ -238,7 +240,7 @@ async def soak(client: Client, pid: int, owner: str, context_id: str, args: argp
     end = proc_sample(pid)
     rss.append((args.sequential + args.concurrent, end["rss"]))
     print(
-        f"soak: {warm} warm-up runs and {2 * SOAK_PARALLEL} concurrent ones, then {args.sequential} sequential and {args.concurrent} concurrent "
+        f"soak: {warm} warm-up runs and {warm_concurrent} concurrent ones, then {args.sequential} sequential and {args.concurrent} concurrent "
         f"({SOAK_PARALLEL} at a time)"
     )
     print(

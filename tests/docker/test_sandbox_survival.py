@@ -82,7 +82,7 @@ class SlowBridge:
 
 async def test_a_background_call_in_flight_does_not_stop_the_cell_clock(tmp_path: Path) -> None:
     bridge = SlowBridge(delay_s=60)
-    async with ready_manager(pool_size=0, cell_timeout_s=3) as mgr, mgr.open([text_context(tmp_path, "ctx")]) as sb:
+    async with ready_manager(pool_size=0, cell_timeout_s=2) as mgr, mgr.open([text_context(tmp_path, "ctx")]) as sb:
         r = await sb.execute(
             "import threading\nthreading.Thread(target=llm_query, args=('slow',), daemon=True).start()\n"
             "n = 0\nwhile True:\n    n += 1",
@@ -90,15 +90,15 @@ async def test_a_background_call_in_flight_does_not_stop_the_cell_clock(tmp_path
         )
         assert r.timed_out and r.error and "RLM_MCP_CELL_TIMEOUT_S" in r.error
         assert bridge.finished == []  # interrupted while the background call was still in flight
-        # The cell's own wait for the model is still not counted: 5 s of waiting on a 3 s limit.
-        bridge.delay_s = 5
+        # The cell's own wait for the model is still not counted: 3 s of waiting on a 2 s limit.
+        bridge.delay_s = 3
         r = await sb.execute("print(llm_query('slow'))", bridge)
         assert r.error is None and r.stdout == "echo:slow\n"
 
 
 async def test_a_cell_is_cut_at_its_wall_clock_ceiling(tmp_path: Path) -> None:
     bridge = SlowBridge(delay_s=120)
-    settings = dict(pool_size=0, cell_timeout_s=60, cell_wall_timeout_s=4)
+    settings = dict(pool_size=0, cell_timeout_s=60, cell_wall_timeout_s=2)
     async with ready_manager(**settings) as mgr, mgr.open([text_context(tmp_path, "ctx")]) as sb:
         r = await sb.execute("x = 1\nprint(llm_query('slow'))", bridge)
         assert r.timed_out and r.error and "RLM_MCP_CELL_WALL_TIMEOUT_S" in r.error

@@ -39,7 +39,7 @@ def test_scale_and_soak_benches_run_over_both_transports() -> None:
         str(BENCH / "scale.py"), "scale", "--transport", "http", "--runs", "2", "--single", "1", "--turns", "2"
     )
     assert "server CPU per turn" in out and "slowest/fastest" in out
-    out = run_bench(str(BENCH / "scale.py"), "soak", "--sequential", "4", "--concurrent", "4", "--settle", "0")
+    out = run_bench(str(BENCH / "scale.py"), "soak", "--sequential", "2", "--concurrent", "2", "--settle", "0")
     assert "RSS" in out and "slope" in out and "containers 2 -> 2" in out
 
 

@@ -82,10 +82,11 @@ async def test_a_frozen_worker_resumed_after_its_run_was_claimed_again_stops_it(
             assert row(pg_url, run_id)["summary"]["result"]["status"] == "completed"
 
 
-# A first turn whose cell outlasts the database outage below, then the answer.
+# A first turn whose cell outlasts the database outage below (by about as much as the outage
+# outlasts the lease), then the answer.
 LONG_CELL = """```repl
 import time
-time.sleep(25)
+time.sleep(18)
 print("slept through it")
 ```"""
 
@@ -93,7 +94,7 @@ print("slept through it")
 async def test_a_database_outage_longer_than_the_lease_loses_no_run(
     tmp_path: Path, pg_cluster: Cluster, pg_url: str
 ) -> None:
-    """PostgreSQL away for 15 s under a 6 s lease, while a run's cell runs: the worker holds its
+    """PostgreSQL away for 9 s under a 6 s lease, while a run's cell runs: the worker holds its
     run (no LM call, no new cell) until a heartbeat answers, the sweepers wait a full lease after
     the database is back before they judge any lease, and the run ends `completed` on its first
     attempt, never queued again and never ended as a lost worker's."""
@@ -106,7 +107,10 @@ async def test_a_database_outage_longer_than_the_lease_loses_no_run(
             await wait_until(lambda: in_cell(pg_url, run_id), within_s=120, what="the long cell to run")
         pg_cluster.stop()
         try:
-            await anyio.sleep(15)  # the outage itself (what is tested), not a wait for a condition
+            # The outage itself (what is tested), not a wait for a condition: one and a half leases, so
+            # the heartbeat is a lease old when the database comes back (a sweeper that judged it at once
+            # would queue the run again).
+            await anyio.sleep(9)
         finally:
             pg_cluster.start()
         async with client(both) as on_both:

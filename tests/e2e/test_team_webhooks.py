@@ -27,10 +27,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 consume = snippet("events-and-webhooks.md", "consume")["consume"]
 verify = snippet("events-and-webhooks.md", "verify")["verify"]
 TOKEN = "team-hook-token"
-# Long enough for the test to kill the front while it runs (the kill takes well under a second).
+# Long enough for the test to kill the front while it runs (the kill takes well under a second;
+# the test sees the cell start within a poll of 20 ms).
 SLOW = """```repl
 import time
-time.sleep(8)
+time.sleep(4)
 ```"""
 
 
