@@ -196,6 +196,13 @@ class Throttles:
         self._heard: dict[tuple[str, str], float] = {}  # limits others announced for gates not made yet
         self._channel: ThrottleChannel | None = None
         self._me = uuid.uuid4().hex[:12]  # this process, so it skips its own notes
+        # A team front's view: the workers' gates as they announce them (lm/throttle_board.py).
+        self.team_view: Callable[[], list[dict[str, object]]] | None = None
+
+    @property
+    def me(self) -> str:
+        """This process's id on the team's channels."""
+        return self._me
 
     @property
     def shared(self) -> bool:
@@ -214,6 +221,11 @@ class Throttles:
     def states(self) -> list[dict[str, object]]:
         """Every gate's state, for the viewer."""
         return [gate.state() for gate in list(self._gates.values())]
+
+    def view(self) -> list[dict[str, object]]:
+        """What the viewer shows: the team's workers' gates where this is a team front, else this
+        process's own."""
+        return self.team_view() if self.team_view is not None else self.states()
 
     async def publish_cut(self, gate: Gate) -> None:
         """Tell the team (when there is one) that `gate` was cut. Never raises."""

@@ -82,7 +82,7 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
 
     async def throttle_states() -> list[dict[str, object]]:  # this process's LM limits (lm/throttle.py)
         throttles = getattr(getattr(holder.get("service"), "lm", None), "throttles", None)
-        return throttles.states() if throttles is not None else []
+        return throttles.view() if throttles is not None else []
 
     viewer = build_viewer(
         stores.runs,

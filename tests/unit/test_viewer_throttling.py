@@ -5,6 +5,7 @@ written before these fields reads as a run without waits."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 from rlm_mcp.access import HostPolicy
 from rlm_mcp.events import LLMCall, from_json, to_json
 from rlm_mcp.lm.throttle import Throttles
+from rlm_mcp.lm.throttle_board import MAX_NOTE_CHARS, STALE_S, ThrottleBoard, note_of
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.store import RunStore
 from rlm_mcp.testing.settings import make_settings
@@ -92,3 +94,18 @@ async def test_the_throttle_api_shows_each_endpoints_limit_and_cuts(tmp_path: Pa
         "queueing_cuts": 0,
         "latency_ratio": None,
     }
+
+
+def test_the_board_forgets_a_silent_worker_and_keeps_notes_within_notify() -> None:
+    now = [100.0]
+    board = ThrottleBoard(clock=lambda: now[0])
+    gate = {"endpoint": "root", "model": "m", "limit": 3}
+    board.on_note(note_of("w1", [gate]))
+    board.on_note("not json")
+    board.on_note('{"from": 1, "gates": []}')
+    assert board.states() == [{**gate, "process": "w1"}]
+    now[0] += STALE_S + 1
+    assert board.states() == []
+    many = [{"endpoint": "root", "model": "m" * 100, "n": i} for i in range(200)]
+    note = note_of("w2", many)
+    assert len(note) <= MAX_NOTE_CHARS + 64 and 0 < len(json.loads(note)["gates"]) < 200
