@@ -150,6 +150,7 @@ class Gate:
         if median >= signal.cut_ratio:
             self._may_grow = False
             self.queueing_cuts += 1
+            metrics.lm_queueing_cut(self.endpoint)
             self._cut(signal.factor(median), f"queues its calls (latency {median:.1f}× its baseline)", now)
         else:
             self._may_grow = median <= signal.clear_ratio

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from prometheus_client import REGISTRY
 
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.lm.queueing import QueueingSignal, cell
@@ -51,6 +52,7 @@ async def test_the_limit_settles_near_the_endpoints_concurrency_and_grows_back(t
         async with LMClient(settings.lm, backoff_base_s=0.05) as client:
             gate = client.throttles.gate("root", lm.base_url, "rlm-v0.1")
             assert gate.allowed == 32 and lm.max_in_flight == 0
+            counted = REGISTRY.get_sample_value("rlm_mcp_lm_queueing_cuts_total", {"endpoint": "root"}) or 0.0
             # The endpoint is first met idle: its unqueued latency is the baseline (a client whose
             # first calls already queue learns that latency as the norm, as TCP Vegas does).
             await client.complete(MESSAGES, model="rlm-v0.1", max_tokens=16, role="sub")
@@ -81,6 +83,8 @@ async def test_the_limit_settles_near_the_endpoints_concurrency_and_grows_back(t
             lm.add_capacity(28)
             await load(client, 32, lambda: gate.allowed >= 12)
             assert gate.state()["latency_ratio"] is not None
+            cuts = REGISTRY.get_sample_value("rlm_mcp_lm_queueing_cuts_total", {"endpoint": "root"})
+            assert cuts == counted + gate.queueing_cuts  # /metrics counts them
 
 
 async def test_off_by_default_latency_does_not_move_the_limit(tmp_path: Path) -> None:
