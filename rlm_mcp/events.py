@@ -119,7 +119,22 @@ class LLMCall(_Event):
     batch slot that made them (when there is one) and keep the head and tail of prompt and answer."""
 
     OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset(
-        {"ts", "iteration", "block", "batch", "index", "prompt", "prompt_chars", "answer", "answer_chars", "cost_usd"}
+        {
+            "ts",
+            "iteration",
+            "block",
+            "batch",
+            "index",
+            "prompt",
+            "prompt_chars",
+            "answer",
+            "answer_chars",
+            "cost_usd",
+            "queued_s",
+            "retries",
+            "throttled",
+            "backoff_s",
+        }
     )
     type: Literal["llm_call"] = "llm_call"
     run_id: str
@@ -141,6 +156,13 @@ class LLMCall(_Event):
     answer: str | None = None
     answer_chars: int | None = None
     cost_usd: float | None = None  # by the price table; absent when the model has no price
+    # What the call waited besides its answer, each absent when none (and in older logs): seconds
+    # for a place under the endpoint's limit and the process's slots (1 ms or more), attempts after
+    # the first, answers 429/503 among them, seconds slept between attempts (part of latency_s).
+    queued_s: Number | None = None
+    retries: int | None = None
+    throttled: int | None = None
+    backoff_s: Number | None = None
     ts: Number | None = None
 
 

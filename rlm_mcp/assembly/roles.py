@@ -103,6 +103,7 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
     executes runs when `settings.deployment.executes_runs` says so, and enqueues and follows runs
     when `follows` (a front). Only team stores reach here (`PgStores`): the embedded deployment
     has none to give."""
+    from rlm_mcp.lm.throttle_board import ThrottleBoard, publish_states
     from rlm_mcp.service.queue import WorkerParts, open_front, open_queue, queue_rules
     from rlm_mcp.service.queue.liveness import LeaseLiveness
     from rlm_mcp.service.queue.sessions import WorkerSessions
@@ -110,7 +111,7 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
     from rlm_mcp.store.pg.db import Database
     from rlm_mcp.store.pg.queue import PgRunQueue
     from rlm_mcp.store.pg.sessions import PgSessionStore
-    from rlm_mcp.store.pg.throttle import PgThrottleChannel
+    from rlm_mcp.store.pg.throttle import THROTTLE_STATE_CHANNEL, PgThrottleChannel
 
     run_store = stores.run_rows
     # A stopped sandbox is reaped only once its owner's worker lease has lapsed.
@@ -134,11 +135,18 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
         await queue_db.open()
         stack.push_async_callback(queue_db.close)
         queue = PgRunQueue(queue_rules(settings.queue), queue_db)
+        shared = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(shared.cancel_scope.cancel)
+        states = PgThrottleChannel(stores.db, THROTTLE_STATE_CHANNEL)
         if settings.deployment.executes_runs:
-            # The processes that call the LM share what the endpoints answer about load (lm/throttle.py).
-            shared = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(shared.cancel_scope.cancel)
+            # The processes that call the LM share what the endpoints answer about load (lm/throttle.py)
+            # and announce their limits to the fronts' viewers (lm/throttle_board.py).
             shared.start_soon(lm.throttles.share, PgThrottleChannel(stores.db))
+            shared.start_soon(publish_states, lm.throttles, states)
+        if follows:  # a front's viewer shows the workers' limits
+            board = ThrottleBoard()
+            lm.throttles.team_view = board.states
+            shared.start_soon(board.listen, states)
         worker = WorkerParts(stores.contexts, run_store, run_store, held) if held is not None else None
         executed = await open_queue(
             stack, settings.queue, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends

@@ -59,6 +59,15 @@ class LMSettings(BaseModel):
             "adapts below it to 429/503 answers."
         ),
     )
+    lm_queueing_cut: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "Latency as a load signal: cut an endpoint's limit when its calls take this many times "
+            "the latency of its fastest recent calls of their size (e.g. 2); 0: off (429/503 only)."
+        ),
+    )
     max_sub_calls_per_run: int = Field(2000, description="Sub-LM calls one run tree may make.")
     allowed_sub_models: CommaList = Field(
         default_factory=list,
@@ -116,6 +125,16 @@ class LMSettings(BaseModel):
     def _parse_extra_body(cls, value: Any, info: ValidationInfo) -> Any:
         name = f"RLM_MCP_{(info.field_name or '').upper()}"
         return json_object(value, name, empty={} if info.field_name == "extra_body" else None)
+
+    @field_validator("lm_queueing_cut", mode="after")
+    @classmethod
+    def _check_queueing_cut(cls, value: float) -> float:
+        if 0 < value <= 1:
+            raise ValueError(
+                "RLM_MCP_LM_QUEUEING_CUT is a ratio of latencies above 1 (e.g. 2: cut when calls take twice "
+                "as long as the fastest recent ones of their size), or 0 for off"
+            )
+        return value
 
     @field_validator("base_url", mode="after")
     @classmethod

@@ -148,5 +148,9 @@ class RunTree:
                 answer=answer,
                 answer_chars=answer_chars,
                 cost_usd=record.cost_usd if record else None,
+                queued_s=round(record.queued_s, 3) if record and record.queued_s >= 0.001 else None,
+                retries=record.retries or None if record else None,
+                throttled=record.throttled or None if record else None,
+                backoff_s=round(record.backoff_s, 3) or None if record else None,
             )
         )

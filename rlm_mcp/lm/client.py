@@ -64,7 +64,7 @@ class LMClient:
         backoff = 0.5 if backoff_base_s is None else backoff_base_s
         root_config, sub_config = endpoint_configs(settings)
         # Per endpoint and model, adapting to 429/503 answers; the fixed limit is their ceiling.
-        self.throttles = Throttles(settings.max_concurrent_lm_calls)
+        self.throttles = Throttles(settings.max_concurrent_lm_calls, queueing_cut=settings.lm_queueing_cut)
 
         def parts(config: Any) -> _Parts:
             endpoint = Endpoint(config, request_timeout_s=settings.request_timeout_s)

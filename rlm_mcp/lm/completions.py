@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -26,7 +26,7 @@ from rlm_mcp.lm.http import HttpError, HttpReply, HttpTimeout, HttpTransportErro
 from rlm_mcp.lm.length_field import set_budget
 from rlm_mcp.lm.responses import parse_completion, server_message
 from rlm_mcp.lm.retry import TOTAL_SLEEP_CAP_S, backoff_s, retry_after_s, retryable_status
-from rlm_mcp.lm.throttle import THROTTLE_STATUSES, THROTTLED_SLEEP_CAP_S, WAIT_OUT_STATUSES, Throttles
+from rlm_mcp.lm.throttle import THROTTLE_STATUSES, THROTTLED_SLEEP_CAP_S, WAIT_OUT_STATUSES, Gate, Throttles
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports.chat import CallRecord, Completion, LMError, LMRequestError
 
@@ -54,6 +54,25 @@ class ChatCall:
     headers: HeadersFor
     on_reply: OnReply | None = None
     xargs: dict[str, Any] | None = None  # fields added to the body's `vllm_xargs` (over the extra body's)
+
+
+class _Tally:
+    """What one call's attempts cost besides the answer (the run log and the viewer show it):
+    filled in by `_post`, also when it raises."""
+
+    __slots__ = ("backoff_s", "queued_s", "retries", "throttled")
+
+    def __init__(self) -> None:
+        self.queued_s = 0.0  # waiting for a place (the endpoint's limit, the process's slots)
+        self.retries = 0  # attempts after the first
+        self.throttled = 0  # answers 429/503
+        self.backoff_s = 0.0  # slept between attempts
+
+
+def _tallied(completion: Completion, tally: _Tally) -> Completion:
+    """`completion` with its retries accounted (only calls that retried pay for the copy)."""
+    record = replace(completion.record, retries=tally.retries, throttled=tally.throttled, backoff_s=tally.backoff_s)
+    return replace(completion, record=record)
 
 
 class Completions:
@@ -91,37 +110,48 @@ class Completions:
         field = length_field.field_for(model)
         body = set_budget(base, field, max_tokens)
         started = time.perf_counter()
-        queued = [0.0]  # filled by _post, also when it raises
+        gate = self._throttles.gate(config.name, self.endpoint.base_url, model)
+        tally = _Tally()
         try:
             try:
-                response = await self._post(body, model, queued, headers)
+                response = await self._post(body, model, tally, headers, gate)
             except LMRequestError as refused:
                 if not length_field.switch_after(model, field, refused.status, refused.server_message or ""):
                     raise
                 log.info("%s refused max_tokens for model %s; using max_completion_tokens", config.base_url, model)
                 body = set_budget(base, "max_completion_tokens", max_tokens)
-                response = await self._post(body, model, queued, headers)
+                tally.retries += 1
+                response = await self._post(body, model, tally, headers, gate)
             if on_reply is not None:
                 on_reply(response)
-            completion = parse_completion(response, messages, model, role, started, queued[0], config.setting)
+            completion = parse_completion(response, messages, model, role, started, tally.queued_s, config.setting)
+            if tally.retries:
+                completion = _tallied(completion, tally)
+            elif gate.queueing is not None:  # a clean first answer: its latency is a load signal
+                record = completion.record
+                gate.answered_in(record.latency_s, record.prompt_tokens, record.completion_tokens)
         except LMError as err:
             err.record = CallRecord(
                 model,
                 0,
                 0,
-                time.perf_counter() - started - queued[0],
+                time.perf_counter() - started - tally.queued_s,
                 "error",
                 role,
                 error=str(err),
-                queued_s=queued[0],
+                queued_s=tally.queued_s,
+                retries=tally.retries,
+                throttled=tally.throttled,
+                backoff_s=tally.backoff_s,
             )
             raise
         return completion
 
-    async def _post(self, body: dict[str, Any], model: str, queued: list[float], headers: HeadersFor) -> HttpReply:
+    async def _post(
+        self, body: dict[str, Any], model: str, tally: _Tally, headers: HeadersFor, gate: Gate
+    ) -> HttpReply:
         url = f"{self.endpoint.base_url}/chat/completions"
         config = self.endpoint.config
-        gate = self._throttles.gate(config.name, self.endpoint.base_url, model)
         slept = 0.0
         throttled_s = 0.0
         attempt = 0  # failures other than "less load, please": those wait without counting
@@ -134,7 +164,7 @@ class Completions:
             sent_at = await gate.acquire()
             try:
                 async with self._slots():
-                    queued[0] += time.perf_counter() - asked
+                    tally.queued_s += time.perf_counter() - asked
                     try:
                         response = await self.endpoint.http().request("POST", url, json_body=payload, headers=headers())
                     except HttpTimeout as exc:
@@ -154,6 +184,7 @@ class Completions:
             turns += 1
             if failure.status in THROTTLE_STATUSES:  # fewer in flight here (and, shared, in the team)
                 assert failure.status is not None
+                tally.throttled += 1
                 if gate.throttled(failure.status, sent_at):
                     await self._throttles.publish_cut(gate)
             if waited_out := (failure.status in WAIT_OUT_STATUSES):
@@ -171,6 +202,8 @@ class Completions:
                     raise failure
                 slept += delay
                 attempt += 1
+            tally.retries += 1
+            tally.backoff_s += delay
             metrics.lm_retry(config.name, errors.error_kind(failure))
             log.log(
                 logging.INFO if waited_out else logging.WARNING,

@@ -16,7 +16,18 @@ published on the `ThrottleChannel` (PostgreSQL NOTIFY) as the endpoint, the mode
 limit, and every other process cuts its own gate for that endpoint and model unless it cut within
 `SHARED_CUT_HOLD_S` (it already learned the same thing). So when an endpoint refuses load every
 worker backs off together, and the team's total in flight falls with it instead of staying at
-workers × ceiling. (Rising latency is not read as a signal: only the server's own answers are.)
+workers × ceiling.
+
+Rising latency is a second signal, off by default (`RLM_MCP_LM_QUEUEING_CUT`): with it on, each
+gate reads the queueing in its answered calls' latency (lm/queueing.py: each call against the
+fastest recent call of its size), cuts the limit in proportion when the calls of a round take
+the cut ratio × their baseline or more, and lets it grow again only once they are back near it.
+Off by default because the endpoints this project is built for (vLLM) batch what they are sent:
+latency per token rises with the batch while throughput rises too, so a latency-driven cut there
+trades throughput for latency the run does not ask for; it suits an endpoint that queues rather
+than refuses (a hosted API, a server shared with other users). Latency cuts are not shared with
+the team: every worker whose calls wait in the same queue sees the same latency and cuts on its
+own, so sharing would cut each worker once for its own round and again for each peer's.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from collections.abc import Callable
 
 import anyio
 
+from rlm_mcp.lm.queueing import QueueingSignal
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports.throttle import ThrottleChannel
 
@@ -49,13 +61,28 @@ SHARED_CUT_HOLD_S = 1.0  # a process that cut this recently ignores others' cuts
 class Gate:
     """One endpoint and model's concurrency limit and the calls waiting under it."""
 
-    def __init__(self, endpoint: str, url: str, model: str, ceiling: int, start: float | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        url: str,
+        model: str,
+        ceiling: int,
+        start: float | None = None,
+        *,
+        queueing_cut: float = 0.0,
+    ) -> None:
         self.endpoint, self.url, self.model = endpoint, url, model
         self.ceiling = max(1, ceiling)
         self.limit = float(self.ceiling) if start is None else min(float(self.ceiling), max(1.0, start))
         self.in_flight = 0
         self._waiters: deque[anyio.Event] = deque()
         self._cut_at = -math.inf  # monotonic time of the last cut
+        # Read by the viewer: answers that asked for less load, cuts for them (or a peer's), and
+        # cuts for queueing.
+        self.throttled_answers = self.cuts = self.queueing_cuts = 0
+        # The latency signal (None: off) and whether it lets the limit grow (hold or cut: no).
+        self.queueing = QueueingSignal(queueing_cut) if queueing_cut > 1 else None
+        self._may_grow = True
         metrics.lm_limit(endpoint, model, self.allowed)
 
     @property
@@ -89,8 +116,9 @@ class Gate:
             self._waiters.popleft().set()
 
     def answered(self) -> None:
-        """A call was answered: one more place per limit's worth of answers, up to the ceiling."""
-        if self.limit < self.ceiling:
+        """A call was answered: one more place per limit's worth of answers, up to the ceiling
+        (unless the latency signal holds it)."""
+        if self.limit < self.ceiling and self._may_grow:
             before = self.allowed
             self.limit = min(float(self.ceiling), self.limit + 1.0 / self.limit)
             if self.allowed != before:
@@ -101,32 +129,81 @@ class Gate:
         """The endpoint asked for less load: halve the limit, unless this call was sent before the
         last cut (that cut already answered it). Whether it cut."""
         metrics.lm_throttled(self.endpoint, status)
+        self.throttled_answers += 1
         if sent_at < self._cut_at:
             return False
         self._cut()
         return True
+
+    def answered_in(
+        self, latency_s: float, prompt_tokens: int, completion_tokens: int, now: float | None = None
+    ) -> None:
+        """The latency of a call answered at its first attempt (at `now`, monotonic), for the
+        queueing signal (when it is on)."""
+        signal = self.queueing
+        if signal is None:
+            return
+        now = time.monotonic() if now is None else now
+        median = signal.observe(latency_s, prompt_tokens, completion_tokens, now, self.allowed)
+        if median is None:
+            return
+        if median >= signal.cut_ratio:
+            self._may_grow = False
+            self.queueing_cuts += 1
+            metrics.lm_queueing_cut(self.endpoint)
+            self._cut(signal.factor(median), f"queues its calls (latency {median:.1f}× its baseline)", now)
+        else:
+            self._may_grow = median <= signal.clear_ratio
 
     def shared_cut(self) -> None:
         """Another process cut its limit for this endpoint and model."""
         if time.monotonic() - self._cut_at >= SHARED_CUT_HOLD_S:
             self._cut()
 
-    def _cut(self) -> None:
-        self._cut_at = time.monotonic()
-        self.limit = max(1.0, self.limit / 2)
+    def _cut(self, factor: float = 0.5, why: str = "asked for less load", now: float | None = None) -> None:
+        self._cut_at = time.monotonic() if now is None else now
+        self.cuts += 1
+        self.limit = max(1.0, self.limit * factor)
+        if self.queueing is not None:
+            self.queueing.restart(self._cut_at)
         metrics.lm_limit(self.endpoint, self.model, self.allowed)
-        log.info("%s (%s) asked for less load: at most %d calls in flight now", self.url, self.model, self.allowed)
+        log.info("%s (%s) %s: at most %d calls in flight now", self.url, self.model, why, self.allowed)
+
+    def state(self) -> dict[str, object]:
+        """What the viewer shows of this gate (plain JSON)."""
+        signal = self.queueing
+        return {
+            "endpoint": self.endpoint,
+            "url": self.url,
+            "model": self.model,
+            "limit": self.allowed,
+            "ceiling": self.ceiling,
+            "in_flight": self.in_flight,
+            "waiting": len(self._waiters),
+            "throttled": self.throttled_answers,
+            "cuts": self.cuts,
+            "queueing_cuts": self.queueing_cuts,
+            "latency_ratio": None if signal is None or signal.last_median is None else round(signal.last_median, 2),
+        }
 
 
 class Throttles:
     """The gates of one process, by endpoint and model, and the team channel they share."""
 
-    def __init__(self, ceiling: int) -> None:
+    def __init__(self, ceiling: int, *, queueing_cut: float = 0.0) -> None:
         self.ceiling = max(1, ceiling)
+        self.queueing_cut = queueing_cut  # RLM_MCP_LM_QUEUEING_CUT; 0: latency is no signal
         self._gates: dict[tuple[str, str], Gate] = {}
         self._heard: dict[tuple[str, str], float] = {}  # limits others announced for gates not made yet
         self._channel: ThrottleChannel | None = None
         self._me = uuid.uuid4().hex[:12]  # this process, so it skips its own notes
+        # A team front's view: the workers' gates as they announce them (lm/throttle_board.py).
+        self.team_view: Callable[[], list[dict[str, object]]] | None = None
+
+    @property
+    def me(self) -> str:
+        """This process's id on the team's channels."""
+        return self._me
 
     @property
     def shared(self) -> bool:
@@ -137,8 +214,19 @@ class Throttles:
         gate = self._gates.get((url, model))
         if gate is None:
             start = self._heard.pop((url, model), None)
-            gate = self._gates[(url, model)] = Gate(endpoint, url, model, self.ceiling, start)
+            gate = self._gates[(url, model)] = Gate(
+                endpoint, url, model, self.ceiling, start, queueing_cut=self.queueing_cut
+            )
         return gate
+
+    def states(self) -> list[dict[str, object]]:
+        """Every gate's state, for the viewer."""
+        return [gate.state() for gate in list(self._gates.values())]
+
+    def view(self) -> list[dict[str, object]]:
+        """What the viewer shows: the team's workers' gates where this is a team front, else this
+        process's own."""
+        return self.team_view() if self.team_view is not None else self.states()
 
     async def publish_cut(self, gate: Gate) -> None:
         """Tell the team (when there is one) that `gate` was cut. Never raises."""

@@ -28,6 +28,7 @@ __all__ = [
     "lm_cost",
     "lm_error",
     "lm_limit",
+    "lm_queueing_cut",
     "lm_retry",
     "lm_throttled",
     "run_finished",
@@ -103,6 +104,11 @@ LM_THROTTLED = Counter(
     f"{_P}_lm_throttled",
     "Answers that asked for less load (429, 503), by endpoint and status.",
     ["endpoint", "status"],
+)
+LM_QUEUEING_CUTS = Counter(
+    f"{_P}_lm_queueing_cuts",
+    "Limit cuts for queueing read from latency (RLM_MCP_LM_QUEUEING_CUT), by endpoint.",
+    ["endpoint"],
 )
 LM_ERRORS = Counter(f"{_P}_lm_errors", "LM requests that failed for good, by kind.", ["endpoint", "kind"])
 LM_COST = Counter(
@@ -220,6 +226,10 @@ def lm_limit(endpoint: str, model: str, limit: int) -> None:
 
 def lm_throttled(endpoint: str, status: int) -> None:
     LM_THROTTLED.labels(endpoint, str(status)).inc()
+
+
+def lm_queueing_cut(endpoint: str) -> None:
+    LM_QUEUEING_CUTS.labels(endpoint).inc()
 
 
 def lm_error(endpoint: str, kind: str) -> None:

@@ -38,6 +38,11 @@ class CallRecord:
     cached_prompt_tokens: int = 0
     # USD by the price table (RLM_MCP_MODEL_PRICES); None when the model has no price.
     cost_usd: float | None = None
+    # Attempts after the first (any cause); of all attempts, those answered 429/503 ("less load");
+    # and the seconds slept between attempts (part of latency_s, not of queued_s).
+    retries: int = 0
+    throttled: int = 0
+    backoff_s: float = 0.0
 
 
 @dataclass(frozen=True)

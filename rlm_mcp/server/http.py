@@ -80,8 +80,17 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
         service = holder.get("service")
         return await service.session_state(session_id, owner=owner) if service is not None else None
 
+    async def throttle_states() -> list[dict[str, object]]:  # this process's LM limits (lm/throttle.py)
+        throttles = getattr(getattr(holder.get("service"), "lm", None), "throttles", None)
+        return throttles.view() if throttles is not None else []
+
     viewer = build_viewer(
-        stores.runs, auth, session_state=session_state, events=settings.events, webhooks=stores.webhooks
+        stores.runs,
+        auth,
+        session_state=session_state,
+        events=settings.events,
+        webhooks=stores.webhooks,
+        throttles=throttle_states,
     )
     # /healthz (the balancer's check) is the one route in front of the guard: no token, says little.
     # `role` in team mode only (--role both|front|worker); the embedded server has no roles.

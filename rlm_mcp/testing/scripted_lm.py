@@ -136,6 +136,19 @@ class ScriptedLM(ChatServing):
             raise RuntimeError(f"scripted LM failed to start: {failure[0]!r}") from failure[0]
         return self
 
+    def add_capacity(self, more: int) -> None:
+        """Serve `more` chat requests more at once from now on (an endpoint that scales out;
+        queued requests start at once). Only with `max_concurrency` set."""
+        loop, slots = self._loop, self._slots
+        if loop is None or slots is None:
+            raise RuntimeError("add_capacity needs a started server with max_concurrency")
+
+        def grow() -> None:
+            for _ in range(more):
+                slots.release()  # asyncio's Semaphore is unbounded: each release is one more place
+
+        loop.call_soon_threadsafe(grow)
+
     def stop(self) -> None:
         self.alive = False
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():

@@ -86,6 +86,9 @@ class _Builder:
                 "children": [],
                 "elided": 0,
                 "usage": None,
+                # Its LM calls' waits: for a place under the endpoint's limit (queued), and
+                # retries, answers 429/503 (throttled) and the sleeps between attempts (backoff).
+                "lm_waits": {"calls": 0, "queued_s": 0.0, "retried": 0, "retries": 0, "throttled": 0, "backoff_s": 0.0},
             }
             self.runs[run_id] = found
         return found
@@ -221,6 +224,7 @@ class _Builder:
         }
         if e.cost_usd is not None:  # by the price table; unpriced calls have no cost
             call["cost_usd"] = e.cost_usd
+        self._waits(e, call)
         if e.role == "root":
             turns = self.run(e.run_id)["turns"]
             turn = self.turn(e.run_id, e.iteration) if e.iteration is not None else (turns[-1] if turns else None)
@@ -230,6 +234,25 @@ class _Builder:
         call.update(_fields(e, "index", "prompt", "prompt_chars", "answer", "answer_chars"))
         if e.batch is not None:
             self.batch(e.run_id, e.batch, e.iteration, e.block)["calls"].append(call)
+
+    def _waits(self, e: LLMCall, call: Json) -> None:
+        """A call's waits (logged only when there were some: older logs have none) on the call and
+        summed on its run."""
+        waits = self.run(e.run_id)["lm_waits"]
+        waits["calls"] += 1
+        if e.queued_s is not None:
+            call["queued_s"] = e.queued_s
+            waits["queued_s"] = round(waits["queued_s"] + e.queued_s, 3)
+        if e.retries is not None:
+            call["retries"] = e.retries
+            waits["retried"] += 1
+            waits["retries"] += e.retries
+        if e.throttled is not None:
+            call["throttled"] = e.throttled
+            waits["throttled"] += e.throttled
+        if e.backoff_s is not None:
+            call["backoff_s"] = e.backoff_s
+            waits["backoff_s"] = round(waits["backoff_s"] + e.backoff_s, 3)
 
     def _sub_calls(self, e: SubCalls) -> None:
         batch = self.batch(e.run_id, e.batch, e.iteration, e.block)
@@ -271,6 +294,10 @@ def build_run(record: RunRecord, events: Iterable[LoggedEvent]) -> Json:
         root.update(status=result.status, reason=result.reason)
     root["query"] = root["query"] or record.request.query
     times = [t for run in builder.runs.values() for t in (run["start"], run["end"]) if isinstance(t, (int, float))]
+    waits: Json = {}  # the LM waits of the whole tree (the run and its children)
+    for run in builder.runs.values():
+        for key, value in run["lm_waits"].items():
+            waits[key] = round(waits.get(key, 0) + value, 3)
     return {
         "run_id": root_id,
         "query": record.request.query,
@@ -288,6 +315,7 @@ def build_run(record: RunRecord, events: Iterable[LoggedEvent]) -> Json:
         "session_id": record.request.session_id,  # a kept session's run (docs/sessions.md)
         "t0": min(times) if times else record.created_at,
         "t1": max(times) if times else record.created_at,
+        "lm_waits": waits,
         "runs": builder.runs,
         "notes": builder.notes,
     }

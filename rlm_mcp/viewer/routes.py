@@ -54,6 +54,9 @@ POLL_MS = 1000
 INDEX_LIMIT = 500
 # What the process holding a kept session knows of it (`RlmService.session_state`), or None.
 SessionState = Callable[[str, OwnerScope], Awaitable[dict[str, object] | None]]
+# The LM back-pressure each endpoint and model is under (`lm/throttle.py` `Gate.state`), as the
+# process that serves the viewer knows it: the runs list shows it.
+ThrottleStates = Callable[[], Awaitable[list[dict[str, object]]]]
 
 _HEADERS = {
     "Cache-Control": "no-store",
@@ -77,12 +80,15 @@ def build_viewer(
     session_state: SessionState | None = None,
     events: EventSettings | None = None,
     webhooks: WebhookOutboxPort | None = None,
+    throttles: ThrottleStates | None = None,
 ) -> ASGIApp:
     """The app of every path under /runs/ (the same pages also under /runs/s/<key>/, the cookie's
     path); `events`: the event streams' bounds (the defaults when None); `webhooks`: the outbox
-    whose deliveries `/runs/api/webhooks` shows each owner."""
+    whose deliveries `/runs/api/webhooks` shows each owner; `throttles`: the LM limits
+    `/runs/api/throttles` shows (none when None)."""
     pages = _Pages(records, auth, session_state, events or EventSettings())
     pages.webhooks = webhooks
+    pages.throttles = throttles
     app = Starlette(
         routes=[
             Route(f"{PREFIX}/", pages.index),
@@ -90,6 +96,7 @@ def build_viewer(
             Route(f"{PREFIX}/api/runs", pages.index_api),
             Route(f"{PREFIX}/api/runs/{{run_id}}/events", pages.run_events),
             Route(f"{PREFIX}/api/webhooks", pages.webhook_list),
+            Route(f"{PREFIX}/api/throttles", pages.throttle_list),
             Route(f"{PREFIX}/api/webhooks/{{webhook_id}}/redeliver", pages.webhook_redeliver, methods=["POST"]),
             Route(f"{PREFIX}/api/runs/{{run_id}}", pages.run_api),
             Route(f"{PREFIX}/api/login-link", pages.login_link, methods=["POST"]),
@@ -125,6 +132,7 @@ class _Pages:
         self.events = events or EventSettings()
         self.streams = StreamSlots(self.events)
         self.webhooks: WebhookOutboxPort | None = None
+        self.throttles: ThrottleStates | None = None
 
     def owner_of(self, request: Request) -> OwnerScope:
         """Whose runs this request may see (`EVERY_OWNER`: the local viewer's session)."""
@@ -263,6 +271,14 @@ class _Pages:
             return refused
         rows = await self.webhooks.list(self.owner_of(request), INDEX_LIMIT) if self.webhooks is not None else []
         data = [{k: v for k, v in asdict(d).items() if k not in ("body", "owner")} for d in rows]
+        return JSONResponse({"data": data}, headers=_HEADERS)
+
+    async def throttle_list(self, request: Request) -> Response:
+        """Each LM endpoint and model's limit, calls in flight and throttling (no run data: every
+        signed-in asker sees the same)."""
+        if (refused := self.denied(request)) is not None:
+            return refused
+        data = await self.throttles() if self.throttles is not None else []
         return JSONResponse({"data": data}, headers=_HEADERS)
 
     async def webhook_redeliver(self, request: Request) -> Response:

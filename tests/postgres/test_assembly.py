@@ -77,3 +77,15 @@ def test_processes_that_call_the_lm_share_its_throttle_cuts(
     # Embedded: one process, nothing to share with. A team front executes no run, so it calls no
     # LM and listens to nothing; `both` executes runs and shares.
     assert anyio.run(shares) is team_executor
+
+
+@pytest.mark.parametrize("role", ["both", "front"])
+def test_team_fronts_show_the_workers_limits(store_settings: Callable[..., Settings], role: str) -> None:
+    settings = store_settings(role=role)
+
+    async def board() -> bool:
+        async with assembly.build_service(settings, mode="http") as service:
+            return service.lm.throttles.team_view is not None
+
+    # A team front's viewer shows the workers' gates (lm/throttle_board.py); embedded, its own.
+    assert anyio.run(board) is (not settings.deployment.embedded)

@@ -145,10 +145,29 @@ function timeline(run, model) {
 }
 
 // ---- a run page ---------------------------------------------------------------------------
+// What an LM call waited besides its answer (logged only when it did): a place under the
+// endpoint's limit, retries, answers 429/503, sleeps between attempts.
+function fmtWaits(call) {
+  let text = call.queued_s ? ` · waited ${fmtS(call.queued_s)}` : "";
+  if (call.retries) text += ` · ${call.retries} ${call.retries === 1 ? "retry" : "retries"}` +
+    (call.throttled ? ` (${call.throttled}× 429/503)` : "") + (call.backoff_s ? `, ${fmtS(call.backoff_s)} backing off` : "");
+  return text;
+}
+
+// The run tree's LM waits, one line; null when no call waited or retried.
+function waitsLine(w) {
+  if (!w || !(w.retried || w.queued_s >= 0.05)) return null;
+  const parts = [];
+  if (w.queued_s >= 0.05) parts.push(`waited ${fmtS(w.queued_s)} in all for a place under the endpoints' limits`);
+  if (w.retried) parts.push(`${fmtN(w.retried)} of ${fmtN(w.calls)} calls retried (${fmtN(w.retries)} retries, ` +
+    `${fmtN(w.throttled)} answers 429/503, ${fmtS(w.backoff_s)} backing off)`);
+  return h("p", { class: "meta lmwaits" + (w.throttled ? " warn" : "") }, "LM calls: " + parts.join(" · "));
+}
+
 function callView(call, key) {
   const bad = call.status !== "ok";
   const sum = [h("span", { class: "idx" }, `#${call.index}`), " ", badge(bad ? "error" : "ok"), " ",
-    h("span", { class: "meta" }, `${call.model} · ${fmtN(call.prompt_tokens)}+${fmtN(call.completion_tokens)} tok · ${fmtS(call.latency_s)}${fmtCost(call.cost_usd)}`),
+    h("span", { class: "meta" }, `${call.model} · ${fmtN(call.prompt_tokens)}+${fmtN(call.completion_tokens)} tok · ${fmtS(call.latency_s)}${fmtCost(call.cost_usd)}${fmtWaits(call)}`),
     " ", h("span", { class: "preview" }, String(call.prompt || "").slice(0, 90))];
   return lazy(key, sum, () => h("div", { class: "callbody" },
     h("div", { class: "lbl" }, `prompt (${fmtN(call.prompt_chars)} chars)`), h("pre", { class: "prompt" }, call.prompt || ""),
@@ -242,6 +261,8 @@ function runPage(model) {
     const chain = (CONFIG.index_href || "./") + encodeURIComponent(model.session_id);
     page.append(h("p", { class: "meta" }, "kept session ", h("a", { href: chain, class: "session-link", title: "every run of this session, in order" }, model.session_id)));
   }
+  const waits = waitsLine(model.lm_waits);
+  if (waits) page.append(waits);
   if (model.status !== "completed" && model.status !== "running" && model.reason) page.append(h("div", { class: "banner bad" }, `${model.status}: ${model.reason}`));
   for (const note of model.notes) page.append(h("div", { class: "banner warn" }, note));
   page.append(h("section", { class: "final" }, h("div", { class: "lbl" }, "answer"),
@@ -326,8 +347,37 @@ function indexPage(runs) {
   search.addEventListener("input", apply);
   status.addEventListener("change", apply);
   apply();
-  return h("main", { class: "index" }, h("h1", {}, "rlm-mcp runs"), h("div", { class: "filters" }, search, " ", status),
+  return h("main", { class: "index" }, h("h1", {}, "rlm-mcp runs"), GATES.length ? throttlePanel(GATES) : null, h("div", { class: "filters" }, search, " ", status),
     h("table", {}, h("thead", {}, h("tr", {}, ["time", "query", "status", "duration", "tokens", "", "model"].map((x) => h("th", {}, x)))), body));
+}
+
+// ---- the LM endpoints' limits, on the runs list ----------------------------------------------
+// Each endpoint and model's limit as the serving process knows it (lm/throttle.py), fetched
+// beside the index's own data; nothing is drawn while no endpoint was called.
+let GATES = [];  // the last answer of api/throttles (a redrawn index keeps its panel)
+
+function throttlePanel(gates) {
+  const rows = gates.map((g) => h("tr", { class: "gate" + (g.limit < g.ceiling ? " warn" : "") },
+    h("td", {}, `${g.endpoint} · ${g.model}`), h("td", {}, `${g.limit} of ${g.ceiling}`), h("td", {}, `${g.in_flight}` + (g.waiting ? ` (+${g.waiting} waiting)` : "")),
+    h("td", {}, fmtN(g.throttled)), h("td", {}, `${fmtN(g.cuts)}` + (g.queueing_cuts ? ` (${fmtN(g.queueing_cuts)} for latency)` : "")),
+    h("td", {}, g.latency_ratio === null || g.latency_ratio === undefined ? "–" : `${g.latency_ratio}×`), h("td", { class: "meta" }, g.process || "")));
+  return h("section", { class: "throttles" }, h("div", { class: "lbl" }, "LM endpoints: calls allowed in flight"),
+    h("table", {}, h("thead", {}, h("tr", {}, ["endpoint · model", "limit", "in flight", "429/503", "cuts", "latency", ""].map((x) => h("th", {}, x)))), h("tbody", {}, rows)));
+}
+
+async function refreshThrottles() {
+  try {
+    const resp = await fetch((CONFIG.run_href || "") + "api/throttles", { credentials: "same-origin", cache: "no-store" });
+    if (resp.ok) {
+      GATES = (await resp.json()).data || [];
+      const old = document.querySelector("section.throttles");
+      const panel = GATES.length ? throttlePanel(GATES) : null;
+      if (old && panel) old.replaceWith(panel);
+      else if (old) old.remove();
+      else if (panel) document.querySelector("main.index h1")?.after(panel);
+    }
+  } catch (err) { /* the server may be restarting: the next tick tries again */ }
+  if (CONFIG.live) setTimeout(refreshThrottles, CONFIG.live.interval_ms);
 }
 
 // ---- drawing and live updates -------------------------------------------------------------
@@ -407,3 +457,4 @@ function follow() {
 draw(CONFIG.data);
 if (CONFIG.live && CONFIG.live.events && !(CONFIG.data && CONFIG.data.finished) && typeof EventSource === "function") follow();
 else if (CONFIG.live) setTimeout(poll, CONFIG.live.interval_ms);
+if (CONFIG.view === "index" && CONFIG.live) refreshThrottles();
