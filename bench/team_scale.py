@@ -146,6 +146,11 @@ class Db:
             cur = await conn.execute(sql, params)
             return list(await cur.fetchall())
 
+    async def transactions(self) -> int:
+        """Transactions committed in the cluster so far (the bench's own few included)."""
+        rows = await self.rows("SELECT sum(xact_commit)::bigint AS n FROM pg_stat_database")
+        return int(rows[0]["n"])
+
     async def claim_latencies(self, run_ids: list[str]) -> list[float]:
         """Queued -> claimed, both on the database's clock (`rlm_runs.queued_at`, `claimed_at`)."""
         rows = await self.rows(
@@ -309,6 +314,7 @@ async def team_round(
             profiles.stop()
             pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
             profiles.start(pids)
+            xacts = await db.transactions()
             pg_before, before = tree_cpu(pg_pid), {r.name: cpu_seconds(r.pid) for r in b.replicas}
             t0 = time.perf_counter()
             run_ids = await many_runs(client, context_id, "concurrent", args.runs)
@@ -317,11 +323,13 @@ async def team_round(
             spent = {r.name: (cpu_seconds(r.pid) - before[r.name]) / turns for r in b.replicas}
             team_cpu_turn = sum(spent.values())
             pg_cpu = (tree_cpu(pg_pid) - pg_before) / turns
+            xacts = (await db.transactions() - xacts) / turns
             profiles.stop()
         print(
             f"team mode: 3 replicas (both, both, front) behind HAProxy; {args.runs} runs of {args.turns} turns at once"
         )
         print(f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {pg_cpu * 1000:.2f} ms)")
+        print(f"  PostgreSQL transactions per turn (each autocommit statement is one): {xacts:.1f}")
         print("  by replica: " + ", ".join(f"{n} {v * 1000:.2f} ms" for n, v in spent.items()))
         idle_turn = idle.total() * wall / turns
         print(
@@ -334,6 +342,7 @@ async def team_round(
             postgres=f"{pg_cpu * 1000:.2f} ms",
             idle_share=f"{idle_turn * 1000:.2f} ms ({idle_turn / team_cpu_turn:.0%})",
             wall=f"{wall:.1f} s",
+            transactions=f"{xacts:.1f}",
         )
         print(f"  runs per worker pid: {await db.workers_of(run_ids)}")
         print(f"  claim latency, {args.runs} runs at once: {ms(await db.claim_latencies(run_ids))}")
