@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -154,7 +155,7 @@ def record(figures: dict[str, str]) -> Path:
     """Append one run's figures to bench/results/team_cpu.json (its rows: one per run)."""
     path = RESULTS / "team_cpu.json"
     columns = list(figures)
-    data = {"title": "Team mode's CPU per turn against embedded, one row per run", "rows": []}
+    data: dict[str, Any] = {"title": "Team mode's CPU per turn against embedded, one row per run", "rows": []}
     if path.exists():
         data = json.loads(path.read_text(encoding="utf-8"))
     data.update(

@@ -48,8 +48,7 @@ from psycopg.rows import dict_row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import team_cpu  # bench/team_cpu.py, beside this file
-
+from bench import team_cpu
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import Balanced, balanced_replicas
 from tests.fixtures_postgres import Cluster

@@ -5,7 +5,10 @@ failure until the connection has come back healthy again. The clock is the test'
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
 from rlm_mcp.store.pg import db as db_module
 from rlm_mcp.store.pg.db import FRESH_S, REUSE_S, Database
@@ -13,8 +16,12 @@ from rlm_mcp.store.pg.db import FRESH_S, REUSE_S, Database
 pytestmark = pytest.mark.anyio
 
 
-class _Conn:
+class _Stand:
     """Stands in for a pooled connection: `_check` only keys its bookkeeping on it."""
+
+
+def _Conn() -> Any:
+    return _Stand()
 
 
 class _Clock:
@@ -32,7 +39,7 @@ def checked(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     async def check_connection(conn: object) -> None:
         seen.append(conn)
 
-    monkeypatch.setattr(db_module.AsyncConnectionPool, "check_connection", staticmethod(check_connection))
+    monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(check_connection))
     return seen
 
 
