@@ -7,7 +7,10 @@ LM is the zero-latency scripted server. Prints:
 
 - server CPU per turn: the three replicas' CPU (user + system, from /proc) for `--runs` runs at
   once through the balancer, against one embedded process (SQLite, no queue) running the same
-  runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted;
+  runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted; also
+  each replica's share, PostgreSQL's transactions per turn, and each replica's idle CPU (no run,
+  `--idle-s`) with the part of the figure it makes up; `--py-spy`/`--profile` add per-replica
+  profile shares, `--record` appends the figures to bench/results/team_cpu.json (bench/team_cpu.py);
 - how the runs spread over the two workers (their records name the worker);
 - claim latency, from the run's row (`queued_at` -> `claimed_at`, the database's clock), p50 and
   p99, for the concurrent runs and for `--claims` runs one at a time (goal p50 <= 20 ms);
@@ -48,10 +51,10 @@ from psycopg.rows import dict_row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import team_cpu
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import Balanced, balanced_replicas
 from tests.fixtures_postgres import Cluster
-from tests.fixtures_team import Replica
 
 Embedded = tuple[Callable[..., Any], Callable[..., dict[str, str]]]
 TOKEN = "bench-" + secrets.token_hex(8)
@@ -144,6 +147,11 @@ class Db:
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
             cur = await conn.execute(sql, params)
             return list(await cur.fetchall())
+
+    async def transactions(self) -> int:
+        """Transactions committed in the cluster so far (the bench's own few included)."""
+        rows = await self.rows("SELECT sum(xact_commit)::bigint AS n FROM pg_stat_database")
+        return int(rows[0]["n"])
 
     async def claim_latencies(self, run_ids: list[str]) -> list[float]:
         """Queued -> claimed, both on the database's clock (`rlm_runs.queued_at`, `claimed_at`)."""
@@ -273,11 +281,14 @@ async def worker_death(b: Balanced, db: Db, context_id: str, runs: int) -> tuple
     return took, reasons
 
 
-def replica_cpu(replicas: list[Replica]) -> float:
-    return sum(cpu_seconds(r.pid) for r in replicas)
-
-
-async def team_round(args: argparse.Namespace, tmp: Path, lm_url: str, cluster: Cluster) -> float:
+async def team_round(
+    args: argparse.Namespace,
+    tmp: Path,
+    lm_url: str,
+    cluster: Cluster,
+    profiles: team_cpu.Profiles,
+    figures: dict[str, str],
+) -> float:
     url = cluster.url()
     db = Db(url)
     env = {
@@ -297,14 +308,44 @@ async def team_round(args: argparse.Namespace, tmp: Path, lm_url: str, cluster: 
             context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
             await many_runs(client, context_id, "warm-up", 4)
             sequential = [await complete(client, context_id, f"scale run sequential {i}") for i in range(args.claims)]
-            pg_before, before = tree_cpu(cluster.proc.pid if cluster.proc else 0), replica_cpu(b.replicas)
+            pids = {r.name: r.pid for r in b.replicas}
+            pg_pid = cluster.proc.pid if cluster.proc else 0
+            pg_idle = tree_cpu(pg_pid)
+            profiles.start(pids, prefix="idle-")
+            idle = await team_cpu.Idle.measure(pids, args.idle_s)
+            profiles.stop()
+            pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
+            profiles.start(pids)
+            xacts = await db.transactions()
+            pg_before, before = tree_cpu(pg_pid), {r.name: cpu_seconds(r.pid) for r in b.replicas}
+            t0 = time.perf_counter()
             run_ids = await many_runs(client, context_id, "concurrent", args.runs)
-            team_cpu = (replica_cpu(b.replicas) - before) / (args.runs * args.turns)
-            pg_cpu = (tree_cpu(cluster.proc.pid if cluster.proc else 0) - pg_before) / (args.runs * args.turns)
+            wall = time.perf_counter() - t0
+            turns = args.runs * args.turns
+            spent = {r.name: (cpu_seconds(r.pid) - before[r.name]) / turns for r in b.replicas}
+            team_cpu_turn = sum(spent.values())
+            pg_cpu = (tree_cpu(pg_pid) - pg_before) / turns
+            xacts = (await db.transactions() - xacts) / turns
+            profiles.stop()
         print(
             f"team mode: 3 replicas (both, both, front) behind HAProxy; {args.runs} runs of {args.turns} turns at once"
         )
-        print(f"  server CPU per turn {team_cpu * 1000:.2f} ms (PostgreSQL beside it: {pg_cpu * 1000:.2f} ms)")
+        print(f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {pg_cpu * 1000:.2f} ms)")
+        print(f"  PostgreSQL transactions per turn (each autocommit statement is one): {xacts:.1f}")
+        print("  by replica: " + ", ".join(f"{n} {v * 1000:.2f} ms" for n, v in spent.items()))
+        idle_turn = idle.total() * wall / turns
+        print(
+            f"  idle, no run: {idle.render()} (PostgreSQL {pg_idle * 1000:.1f} ms/s); over the round's "
+            f"{wall:.1f} s: {idle_turn * 1000:.2f} ms per turn ({idle_turn / team_cpu_turn:.0%} of the team's)"
+        )
+        figures.update(
+            team=f"{team_cpu_turn * 1000:.2f} ms",
+            by_replica=" / ".join(f"{v * 1000:.2f}" for v in spent.values()),
+            postgres=f"{pg_cpu * 1000:.2f} ms",
+            idle_share=f"{idle_turn * 1000:.2f} ms ({idle_turn / team_cpu_turn:.0%})",
+            wall=f"{wall:.1f} s",
+            transactions=f"{xacts:.1f}",
+        )
         print(f"  runs per worker pid: {await db.workers_of(run_ids)}")
         print(f"  claim latency, {args.runs} runs at once: {ms(await db.claim_latencies(run_ids))}")
         print(f"  claim latency, one run at a time: {ms(await db.claim_latencies(sequential))}")
@@ -317,37 +358,57 @@ async def team_round(args: argparse.Namespace, tmp: Path, lm_url: str, cluster: 
         print(f"  worker SIGKILLed -> its runs' final status (lease {args.lease:g} s): {ms(took)}")
         for reason in sorted(set(reasons)):
             print(f"    reason: {reason}")
-    return team_cpu
+    return team_cpu_turn
 
 
-async def embedded_round(args: argparse.Namespace, tmp: Path, lm_url: str, embedded: Embedded) -> float:
+async def embedded_round(
+    args: argparse.Namespace,
+    tmp: Path,
+    lm_url: str,
+    embedded: Embedded,
+    profiles: team_cpu.Profiles,
+    figures: dict[str, str],
+) -> float:
     server, server_env = embedded  # bench/scale.py's: the embedded server, as its scale mode runs it
     env = server_env(lm_url, tmp, f"bench-{secrets.token_hex(6)}", args.runs)
     env["RLM_MCP_POOL_SIZE"] = str(args.pool)
     async with server("http", env) as (client, pid):
         context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
         await many_runs(client, context_id, "warm-up", 4)
+        idle = await team_cpu.Idle.measure({"embedded": pid}, args.idle_s)
+        profiles.start({"embedded": pid})
         before = cpu_seconds(pid)
         await many_runs(client, context_id, "concurrent", args.runs)
         per_turn = (cpu_seconds(pid) - before) / (args.runs * args.turns)
-    print(f"embedded single process (SQLite, no queue): server CPU per turn {per_turn * 1000:.2f} ms")
+        profiles.stop()
+    print(
+        f"embedded single process (SQLite, no queue): server CPU per turn {per_turn * 1000:.2f} ms "
+        f"(idle, no run: {idle.render()})"
+    )
+    figures["embedded"] = f"{per_turn * 1000:.2f} ms"
     return per_turn
 
 
 async def team(args: argparse.Namespace, embedded: Embedded) -> None:
     """`embedded`: bench/scale.py's (server, server_env), passed in so this module does not import it back."""
-    print(f"machine: {os.cpu_count()} CPUs")
+    print(f"machine: {os.cpu_count()} CPUs; load average {team_cpu.load_average()}")
+    profiles = team_cpu.Profiles(args.py_spy, args.profile)
+    figures: dict[str, str] = {"label": args.label, "load (start)": team_cpu.load_average()}
     async with AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlm-team-scale-")))
         lm_url = stack.enter_context(scripted_lm_process(script(args.turns)))
         (tmp / "embedded").mkdir()
-        per_turn = await embedded_round(args, tmp / "embedded", lm_url, embedded)
+        per_turn = await embedded_round(args, tmp / "embedded", lm_url, embedded, profiles, figures)
         cluster = Cluster()
         stack.callback(cluster.stop)
         cluster.start()
         (tmp / "team").mkdir()
-        team_cpu = await team_round(args, tmp / "team", lm_url, cluster)
-    print(f"server CPU per turn, team / embedded: {team_cpu / per_turn:.2f} (goal <= 1.3)")
+        team_cpu_turn = await team_round(args, tmp / "team", lm_url, cluster, profiles, figures)
+    print(f"server CPU per turn, team / embedded: {team_cpu_turn / per_turn:.2f} (goal <= 1.3)")
+    print(f"load average at the end: {team_cpu.load_average()}")
+    figures.update(ratio=f"{team_cpu_turn / per_turn:.2f}", load_end=team_cpu.load_average())
+    if args.record:
+        print(f"written: {team_cpu.record(figures)}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -361,4 +422,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="team: RLM_MCP_LIVE_SUMMARY_INTERVAL_S of the replicas (default: the setting's default)",
     )
+    parser.add_argument("--idle-s", type=float, default=10.0, help="team: idle seconds measured before the round")
+    parser.add_argument("--py-spy", default=None, help="team: a py-spy binary (outside the project) to profile with")
+    parser.add_argument("--profile", type=Path, default=None, help="team: folder for py-spy's raw stacks")
+    parser.add_argument("--label", default="", help="team: this run's label in the recorded row (before, after)")
+    parser.add_argument("--record", action="store_true", help="team: append this run to bench/results/team_cpu.json")
     parser.add_argument("--death-runs", type=int, default=4, help="team: long runs when a worker is killed")

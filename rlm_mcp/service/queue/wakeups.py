@@ -69,6 +69,10 @@ class Wakeups:
         """Keep listening, reconnecting after any failure (the queue's `listen_runs`)."""
 
         def on_note(payload: str) -> None:
+            # Every replica hears every run's announcements: a run not followed here is let go
+            # before its summary is parsed and validated (most of them, with several fronts).
+            if payload.partition(" ")[0] not in self._events:
+                return
             run_id, live = decode_live(payload)
             self.wake(run_id, live)
 

@@ -1,8 +1,8 @@
 """The PostgreSQL connection pool of one process, its errors, and this replica's heartbeat.
 
 psycopg 3's async pool checks a connection before lending it (`check_connection`) unless it was
-given back within `FRESH_S`, so a PostgreSQL restart costs the next calls a reconnect, never a
-process restart. A call that cannot
+given back within `FRESH_S` (or within `REUSE_S` while another came back within `FRESH_S`), so a
+PostgreSQL restart costs the next calls a reconnect, never a process restart. A call that cannot
 get a connection within `CONNECT_TIMEOUT_S` fails with `DatabaseUnavailableError`, which names
 the host and the fix and never the password (nor the URL, which may carry it); a statement
 refused for lack of disk or memory fails with `DatabaseResourceError` (`faults`), remembered for
@@ -54,6 +54,12 @@ CONNECT_TIMEOUT_S = 10.0
 # bench/scale.py team). After any failed statement every connection is checked again, so the
 # calls after a PostgreSQL restart succeed (the first one during it fails, as it would anyway).
 FRESH_S = 0.25
+# psycopg's pool lends its least recently returned connection, so on a pool of a dozen connections
+# under a steady load each one has sat idle longer than FRESH_S and was checked nearly every time.
+# A connection given back within REUSE_S is lent unchecked too while the pool as a whole gave one
+# back within FRESH_S (the database answered that recently) and nothing failed since it was given
+# back (a failure forgets every return, below): what the check would have told.
+REUSE_S = 2.0
 # How often this replica writes its row in rlm_replicas (its pins stay live while the row is fresher
 # than REPLICA_TTL_S) and sweeps its blob cache; not the progress heartbeat of a run
 # (service.progress.HEARTBEAT_S).
@@ -141,6 +147,7 @@ class Database:
         self._tg: anyio.abc.TaskGroup | None = None
         self.on_heartbeat: list[Any] = []  # async callables run after each heartbeat (cache sweep)
         self._returned_at: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
+        self._answered_at = float("-inf")  # the last time any connection came back healthy
         self._fault: tuple[str, float] | None = None  # the last resource refusal and when
 
     @property
@@ -149,11 +156,14 @@ class Database:
         return self._url
 
     async def _returned(self, conn: Conn) -> None:
-        self._returned_at[conn] = time.monotonic()
+        self._returned_at[conn] = self._answered_at = time.monotonic()
 
     async def _check(self, conn: Conn) -> None:
-        if time.monotonic() - self._returned_at.get(conn, float("-inf")) >= FRESH_S:
-            await AsyncConnectionPool.check_connection(conn)
+        now = time.monotonic()
+        idle = now - self._returned_at.get(conn, float("-inf"))
+        if idle < FRESH_S or (idle < REUSE_S and now - self._answered_at < FRESH_S):
+            return
+        await AsyncConnectionPool.check_connection(conn)
 
     def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
         """The one mapping of a driver failure: out of disk or memory (SQLSTATE class 53), or unreachable."""
@@ -248,6 +258,7 @@ class Database:
                 yield conn
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self._returned_at.clear()  # one connection failed: check every other before lending it
+            self._answered_at = float("-inf")
             raise self.unavailable(exc) from None
 
     @asynccontextmanager

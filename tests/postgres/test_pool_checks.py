@@ -1,0 +1,82 @@
+"""When the pool checks a connection before lending it (store/pg/db.py `Database._check`):
+psycopg's pool lends its least recently returned connection, so the check is skipped for one
+given back within REUSE_S while the pool as a whole answered within FRESH_S, and never after a
+failure until the connection has come back healthy again. The clock is the test's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from rlm_mcp.store.pg import db as db_module
+from rlm_mcp.store.pg.db import FRESH_S, REUSE_S, Database
+
+pytestmark = pytest.mark.anyio
+
+
+class _Stand:
+    """Stands in for a pooled connection: `_check` only keys its bookkeeping on it."""
+
+
+def _Conn() -> Any:
+    return _Stand()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    seen: list[object] = []
+
+    async def check_connection(conn: object) -> None:
+        seen.append(conn)
+
+    monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(check_connection))
+    return seen
+
+
+async def test_a_recent_connection_is_lent_unchecked_while_the_pool_answers(
+    checked: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(db_module, "time", clock)
+    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)  # never opened: no server needed
+    old, recent, fresh = _Conn(), _Conn(), _Conn()
+    await db._returned(old)
+    clock.now += REUSE_S + 0.1
+    await db._returned(recent)
+    clock.now += REUSE_S / 2
+    await db._returned(fresh)
+    clock.now += FRESH_S / 2
+    await db._check(fresh)  # given back within FRESH_S
+    await db._check(recent)  # within REUSE_S, and the pool answered within FRESH_S
+    await db._check(old)  # idle past REUSE_S
+    assert checked == [old]
+    clock.now += FRESH_S  # nothing came back since: the pool has not answered lately
+    await db._check(recent)
+    assert checked == [old, recent]
+
+
+async def test_after_a_failure_every_connection_is_checked(
+    checked: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(db_module, "time", clock)
+    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
+    a, b = _Conn(), _Conn()
+    await db._returned(a)
+    await db._returned(b)
+    with pytest.raises(db_module.DatabaseUnavailableError):
+        async with db.connection():  # the pool is not open: a failure, as a restart would give
+            pass
+    await db._check(a)
+    await db._check(b)
+    assert checked == [a, b]
