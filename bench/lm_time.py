@@ -119,6 +119,7 @@ async def main_async(args: argparse.Namespace) -> None:
     ideal = {name: ideal_s(path, script, args.concurrency) for name, (_, path, _) in TRAJECTORIES.items()}
     if args.reference_python:
         ensure_reference_image(args.reference_python)
+    load_before = os.getloadavg()
     ours_raw: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}
     ours_cpu: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}  # the server's CPU per run
     ref_raw: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}
@@ -156,6 +157,7 @@ async def main_async(args: argparse.Namespace) -> None:
         finally:
             if reference is not None:
                 reference.close()
+    args.load = (load_before, os.getloadavg())
     report(args, ideal, ours_raw, ours_cpu, ref_raw)
 
 
@@ -200,10 +202,13 @@ def report(
             f"{args.tokens_per_s:g} tokens/s, {args.concurrency} served at once; {args.reps} reps, "
             f"median [min, max]; big context {args.big_mib} MiB; warm pool {args.pool}"
             + ("" if args.reference_python else "; reference not run (needs its venv and image: by hand)")
+            + "; load average (1, 5, 15 min) "
+            + " -> ".join("/".join(f"{x:.1f}" for x in load) for load in args.load)
         ),
     )
+    print("\nload average (1, 5, 15 min) " + " -> ".join("/".join(f"{x:.1f}" for x in load) for load in args.load))
     print(
-        f"\n{'scenario':<14}{'ideal':>9}  {'rlm-mcp wall/ideal':<26}{'overhead':>10}{'server CPU':>12}  "
+        f"{'scenario':<14}{'ideal':>9}  {'rlm-mcp wall/ideal':<26}{'overhead':>10}{'server CPU':>12}  "
         "reference wall/ideal"
     )
     for name, walls in ours.items():

@@ -31,11 +31,11 @@ from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.bridge import ChildRunner, make_bridge
 from rlm_mcp.engine.formatting import head_tail
+from rlm_mcp.engine.opening import SandboxOpener
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.engine.session import (
     ONE_RUN,
-    Opened,
     Opening,
     SandboxSource,
     SessionSandbox,
@@ -137,22 +137,7 @@ class RLMEngine:
             with anyio.CancelScope(deadline=tree.deadline) as scope:
                 try:
                     progress.phase = RunPhase.SANDBOX
-                    levels_below = max(limits.max_depth - 1 - depth, 0)  # child runs this one may nest
-                    source: SandboxSource = session if session is not None else ONE_RUN
-                    opened = await source.open(
-                        Opening(
-                            self.sandboxes,
-                            stack,
-                            contexts,
-                            levels_below,
-                            snapshot_chunk(self.settings.cell_output_bytes),
-                        )
-                    )
-                    sandbox = opened.sandbox
-                    bridge = make_bridge(ctx, run_child=self._child_runner(tree, run_id))
-                    status, reason = await self._loop(ctx, sandbox, bridge, query, contexts, session, opened)
-                    if session is not None:
-                        await self._store_history(ctx, sandbox, status, session)
+                    status, reason = await self._open_and_loop(ctx, stack, query, contexts, session)
                 except StopRun as stop:
                     status, reason = stop.status, stop.reason
             if scope.cancelled_caught:
@@ -236,15 +221,57 @@ class RLMEngine:
         session.histories.append(messages)
         session.history_count += 1
 
+    async def _open_and_loop(
+        self,
+        ctx: RunContext,
+        stack: AsyncExitStack,
+        query: str | None,
+        contexts: Sequence[ContextSpec],
+        session: SessionSandbox | None,
+    ) -> tuple[RunStatus, str | None]:
+        """Open the run's sandbox beside the loop's first root call (engine/opening.py), play the
+        loop, and store a session's conversation. Failures are raised once the opening is
+        settled: a session's opening finishes (its REPL stays what the session counts), a
+        one-run opening is abandoned (the run's stack closes whatever it had opened)."""
+        limits = ctx.limits
+        levels_below = max(limits.max_depth - 1 - ctx.depth, 0)  # child runs this one may nest
+        source: SandboxSource = session if session is not None else ONE_RUN
+        numbering = session.numbering() if session is not None else (0, 0, [])
+        opening = Opening(
+            self.sandboxes, stack, contexts, levels_below, snapshot_chunk(self.settings.cell_output_bytes)
+        )
+        opener = SandboxOpener(
+            source, opening, after=(lambda _: session.bound(contexts)) if session is not None else (lambda _: None)
+        )
+        bridge = make_bridge(ctx, run_child=self._child_runner(ctx.tree, ctx.run_id))
+        failure: Exception | None = None
+        outcome: tuple[RunStatus, str | None] = ("error", None)
+        async with anyio.create_task_group() as tg:
+            with anyio.CancelScope() as loop_scope:  # cancelled when the sandbox cannot open
+                tg.start_soon(opener.run, loop_scope)
+                try:
+                    outcome = await self._loop(ctx, opener, bridge, query, contexts, numbering)
+                    if session is not None:
+                        await self._store_history(ctx, (await opener.get()).sandbox, outcome[0], session)
+                except Exception as exc:  # StopRun too: raised once the opening is settled
+                    failure = exc
+                if source.keeps:
+                    await opener.settled()
+            tg.cancel_scope.cancel()  # a one-run opening the run no longer needs
+        if failure is None and loop_scope.cancelled_caught:
+            failure = opener.error  # the sandbox could not open: the run had not started
+        if failure is not None:
+            raise failure
+        return outcome
+
     async def _loop(
         self,
         ctx: RunContext,
-        sandbox: Sandbox,
+        opener: SandboxOpener,
         bridge: LMBridge,
         query: str | None,
         contexts: Sequence[ContextSpec],
-        session: SessionSandbox | None = None,
-        opened: Opened | None = None,
+        numbering: tuple[int, int, list[ContextSpec]],
     ) -> tuple[RunStatus, str | None]:
         settings = self.settings
         ctx.window = await self.lm.window(settings.model)
@@ -254,26 +281,17 @@ class RLMEngine:
         sub_capacity = max(sub_window - settings.sub_max_tokens, sub_window // 2)
         history = ctx.history
         history.add("system", self.profile.system, "system", 0)
-        first = session.context_count if session is not None else 0
-        histories = session.history_count if session is not None else 0
-        if session is not None and first and not contexts:
+        first, histories, bound = numbering
+        if first and not contexts:
             # A follow-up that adds no context (the reference always adds one): the metadata
             # describes the session's contexts, then says nothing new was added.
-            metadata = await self.profile.metadata(query, session.contexts, sub_capacity)
+            metadata = await self.profile.metadata(query, bound, sub_capacity)
             metadata += "\n\n" + msg.no_new_context_note(first)
         else:
             metadata = await self.profile.metadata(query, contexts, sub_capacity, first_index=first)
         history.add("user", metadata, "metadata", 0)
         context_count = first + len(contexts)
-        if session is not None:
-            session.context_count = context_count
-            session.contexts.extend(contexts)
-            session.runs += 1
-        runner = TurnRunner(ctx, sandbox, bridge, context_count=context_count, profile=self.profile)
-        if opened is not None and opened.restored_lost:
-            runner.pending_notice = msg.restored_lost_note(opened.restored_lost)
-        if opened is not None and opened.note:
-            runner.pending_notice = opened.note
+        runner = TurnRunner(ctx, opener, bridge, context_count=context_count, profile=self.profile)
         max_iterations = ctx.limits.max_iterations
         for iteration in range(1, max_iterations + 1):
             text = self.profile.turn(iteration, max_iterations, context_count, histories)

@@ -78,13 +78,21 @@ class Opened:
 
 
 class SandboxSource(Protocol):
-    """Where a run's sandbox comes from, already decided (warm, restored or fresh)."""
+    """Where a run's sandbox comes from, already decided (warm, restored or fresh).
+
+    `keeps`: the sandbox outlives the run (a session's REPL). The run then lets an opening it
+    no longer needs finish (its first call failed): one cut off halfway would leave the REPL
+    holding contexts the session does not count. A one-run sandbox is simply abandoned."""
+
+    keeps: bool
 
     async def open(self, opening: Opening) -> Opened: ...
 
 
 class OneRunSandbox:
     """A run outside any session (or a child run): its own sandbox, closed with the run."""
+
+    keeps = False
 
     async def open(self, opening: Opening) -> Opened:
         factory = opening.factory(opening.contexts, levels_below=opening.levels_below)
@@ -129,6 +137,21 @@ class SessionSandbox:
     # one): the contexts and histories come back, the variables do not (the first output says
     # so); embedded mode ends a session that has no snapshot instead.
     next_run: NextRun = "fresh"
+    keeps = True  # a SandboxSource whose sandbox outlives the run
+
+    def numbering(self) -> tuple[int, int, list[ContextSpec]]:
+        """(contexts bound, conversations stored, the bound contexts) as this run's REPL will
+        hold them once `open` has run: known before it runs, so the first root call can be
+        written while the sandbox opens (a fresh sandbox starts the count again)."""
+        if self.next_run == "fresh":
+            return 0, 0, []
+        return self.context_count, self.history_count, list(self.contexts)
+
+    def bound(self, contexts: Sequence[ContextSpec]) -> None:
+        """Count this run's contexts and the run itself, once its sandbox is open."""
+        self.context_count += len(contexts)
+        self.contexts.extend(contexts)
+        self.runs += 1
 
     @property
     def partial(self) -> bool:

@@ -10,6 +10,7 @@ from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import messages as msg
 from rlm_mcp.engine.answer import AnswerState
 from rlm_mcp.engine.formatting import cap_messages, cap_text, format_outputs
+from rlm_mcp.engine.opening import SandboxOpener
 from rlm_mcp.engine.parsing import find_legacy_final, find_repl_blocks, has_unclosed_repl_block
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.tree import RunTree, Where
@@ -72,15 +73,31 @@ class RunContext:
 
 class TurnRunner:
     def __init__(
-        self, ctx: RunContext, sandbox: Sandbox, bridge: LMBridge, *, context_count: int, profile: PromptProfile
+        self, ctx: RunContext, opener: SandboxOpener, bridge: LMBridge, *, context_count: int, profile: PromptProfile
     ) -> None:
+        """`opener`: the run's sandbox, still opening while the first root call is in flight;
+        the first reply is taken once it is open (engine/opening.py)."""
         self.ctx = ctx
         self.profile = profile
-        self.sandbox = sandbox
+        self.opener = opener
+        self._sandbox: Sandbox | None = None
         self.bridge = bridge
         self.context_count = context_count
         # Shown once, with the run's first REPL output (a kept session restored with names lost).
         self.pending_notice: str | None = None
+
+    async def sandbox(self) -> Sandbox:
+        """The run's sandbox, waiting for it to open the first time (the phase says so meanwhile)."""
+        if self._sandbox is None:
+            if self.ctx.depth == 0 and not self.opener.done:
+                self.ctx.progress.phase = RunPhase.SANDBOX
+            opened = await self.opener.get()
+            if opened.restored_lost:
+                self.pending_notice = msg.restored_lost_note(opened.restored_lost)
+            if opened.note:
+                self.pending_notice = opened.note
+            self._sandbox = opened.sandbox
+        return self._sandbox
 
     async def turn(self, iteration: int, turn_text: str) -> tuple[RunStatus, str | None] | None:
         """Play one turn; return (status, reason) when the run must end, else None."""
@@ -160,6 +177,10 @@ class TurnRunner:
                     raise
                 where = f" at {exc.endpoint}" if exc.endpoint else ""
                 raise StopRun("error", f"root LM call{where} failed: {exc}") from None
+            if ctx.root_calls == 0:
+                # The first reply counts (and the run has started) only once the sandbox it will
+                # run in is open; a sandbox that cannot open raises here, the reply unused.
+                await self.sandbox()
             ctx.root_calls += 1
             ctx.tree.record(completion.record)
             await self._emit_call(model, completion, time.monotonic() - started, None)
@@ -260,7 +281,8 @@ class TurnRunner:
             with tracing.span(
                 "rlm.cell", {"rlm.turn": iteration, "rlm.cell.block": index, "rlm.depth": ctx.depth}
             ) as span:
-                result = await self.sandbox.execute(code, self.bridge, training_cell=self.profile.training_cell)
+                sandbox = await self.sandbox()
+                result = await sandbox.execute(code, self.bridge, training_cell=self.profile.training_cell)
                 tracing.cell_done(span, error=result.error, timed_out=result.timed_out, restarted=result.restarted)
         finally:
             ctx.tree.open_cells.pop(ctx.run_id, None)

@@ -1,0 +1,66 @@
+"""A run's sandbox, opened beside its first root call.
+
+The first root call sees the system prompt and the contexts' metadata, never the REPL, so the
+sandbox (a pool container with the contexts loaded, a kept session's restore, a warm session's
+new contexts) opens while that call is in flight: a 50 MiB load hides behind the model's
+latency. The run takes the first reply only once the sandbox is open (`TurnRunner` waits here
+before it counts the reply), so a run whose sandbox cannot open has not started, exactly as
+before the overlap (docs/architecture.md, "Opening the sandbox beside the first call").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+
+from rlm_mcp.engine.session import Opened, Opening, SandboxSource
+
+
+class SandboxOpener:
+    """Opens one run's sandbox in a task of its own; the loop waits for it with `get`."""
+
+    def __init__(self, source: SandboxSource, opening: Opening, *, after: Callable[[Opened], None]) -> None:
+        """`after`: the run's bookkeeping once the sandbox is open (a session's counts), done in
+        the opening task so it is done whenever the sandbox opened, whatever the loop did."""
+        self._source = source
+        self._opening = opening
+        self._after = after
+        self._done = anyio.Event()
+        self._opened: Opened | None = None
+        self.error: Exception | None = None  # why the sandbox did not open
+
+    async def run(self, on_failure: anyio.CancelScope) -> None:
+        """The opening task. A failure is kept for `get` and cancels `on_failure` (the loop's
+        scope): an in-flight first call is abandoned, its reply could not be used."""
+        try:
+            opened = await self._source.open(self._opening)
+        except Exception as exc:
+            self.error = exc
+            on_failure.cancel()
+        else:
+            self._opened = opened
+            self._after(opened)
+        finally:
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def settled(self) -> None:
+        """Wait until the opening has ended, opened or failed."""
+        await self._done.wait()
+
+    async def get(self) -> Opened:
+        """The open sandbox (waiting for it); the opening's error when it failed."""
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        if self._opened is None:  # the opening task was cancelled: so is whoever waits here
+            await anyio.lowlevel.checkpoint()
+            raise RuntimeError("the sandbox opening was cancelled")
+        return self._opened
+
+
+__all__ = ["SandboxOpener"]
