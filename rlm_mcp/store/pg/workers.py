@@ -145,7 +145,7 @@ async def listen_forever(
     The loop sleeps on the connection's socket until the server sends something (or the
     keep-alive is due), then takes what arrived without waiting (`notifies(timeout=0)`).
     psycopg's own `notifies(timeout=...)` wakes every 0.1 s to look for an interrupt: with a
-    listener or three per replica that was most of an idle team's CPU (issue 39 item 6).
+    listener or three per replica that was most of an idle team's CPU.
     Nothing is lost between the two steps: the socket stays readable until its data is read,
     and what arrives during the keep-alive's statement psycopg keeps for the next `notifies`."""
     while True:
