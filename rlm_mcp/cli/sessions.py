@@ -4,24 +4,37 @@ in team mode (RLM_MCP_DATABASE_URL), the CLI's own sessions in the team database
 from __future__ import annotations
 
 import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import anyio
 
-from rlm_mcp.assembly import make_stores, team_sessions
 from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.service import session_files
 from rlm_mcp.service.views import session_usage
-from rlm_mcp.store.factory import team_stores
 from rlm_mcp.usage import Usage
 from rlm_mcp.visible import visible_line
 
+if TYPE_CHECKING:
+    from rlm_mcp.service.team_sessions import TeamSessions
+
+
+@asynccontextmanager
+async def _team_sessions(settings: Settings, database: TeamDatabase) -> AsyncIterator[TeamSessions]:
+    # The assembly loads every layer: imported when a command runs, not by `--help` (start-up time).
+    from rlm_mcp.assembly import team_sessions
+    from rlm_mcp.store.factory import team_stores
+
+    async with team_stores(settings.store, database, replica=False, blobs=settings.blobs) as stores:
+        yield team_sessions(settings, stores)
+
 
 async def _team_list(settings: Settings, database: TeamDatabase) -> int:
-    async with team_stores(settings.store, database, replica=False, blobs=settings.blobs) as stores:
-        team = team_sessions(settings, stores)
+    async with _team_sessions(settings, database) as team:
         listed = await team.list(owner=LOCAL_OWNER)
     if not listed:
         print("No kept sessions open. Keep one with `rlm-mcp run --keep-session ...`.")
@@ -34,8 +47,7 @@ async def _team_list(settings: Settings, database: TeamDatabase) -> int:
 
 
 async def _team_close(settings: Settings, database: TeamDatabase, session_id: str) -> int:
-    async with team_stores(settings.store, database, replica=False, blobs=settings.blobs) as stores:
-        team = team_sessions(settings, stores)
+    async with _team_sessions(settings, database) as team:
         await team.close(session_id, owner=LOCAL_OWNER)
     print(f"closed {session_id}")
     return 0
@@ -48,6 +60,8 @@ async def sessions_list(args: argparse.Namespace, settings: Settings) -> int:
     if not records:
         print("No kept sessions stored. Keep one with `rlm-mcp run --keep-session ...`.")
         return 0
+    from rlm_mcp.assembly import make_stores  # (start-up time: see _team_sessions)
+
     async with make_stores(settings) as stores:
         for r in sorted(records, key=lambda r: float(r.get("created_at") or 0)):
             started = datetime.fromtimestamp(float(r.get("created_at") or 0)).strftime("%Y-%m-%d %H:%M:%S")
