@@ -5,7 +5,8 @@ its imports on each start, so the heavy libraries that only some paths use load 
 - httpx (with, where installed, its command line's click, rich and pygments) loads with the first
   URL load (service/loaders `fetch_url`) or webhook delivery (service/webhooks/deliverer.py);
 - the assembly (engine, LM client, sandboxes, services) loads only for the commands that build
-  parts: the argument parser (`--help`, and every command before it runs) does not import it.
+  parts: the argument parser (`--help`, and every command before it runs) does not import it, nor
+  the engine (service/limits.py imports `RunLimits` when it makes one).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _loaded(code: str, names: tuple[str, ...], data_dir: Path) -> list[str]:
 
 def test_the_parser_loads_no_part_of_the_service(tmp_path: Path) -> None:
     code = "from rlm_mcp.cli import build_parser\nbuild_parser()"
-    heavy = (*_LATE, "mcp", "docker", "psycopg", "rlm_mcp.assembly", "rlm_mcp.lm.client", "rlm_mcp.sandbox")
+    heavy = (*_LATE, "mcp", "docker", "psycopg", "rlm_mcp.assembly", "rlm_mcp.engine", "rlm_mcp.lm", "rlm_mcp.sandbox")
     assert _loaded(code, heavy, tmp_path) == []
 
 
