@@ -14,7 +14,6 @@ import anyio
 from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.errors import NotFoundError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
-from rlm_mcp.service import session_files
 from rlm_mcp.service.views import session_usage
 from rlm_mcp.usage import Usage
 from rlm_mcp.visible import visible_line
@@ -56,12 +55,14 @@ async def _team_close(settings: Settings, database: TeamDatabase, session_id: st
 async def sessions_list(args: argparse.Namespace, settings: Settings) -> int:
     if (database := settings.deployment.database) is not None:
         return await _team_list(settings, database)
+    # The stores and the assembly load when the command runs, not with the parser (start-up time).
+    from rlm_mcp.assembly import make_stores
+    from rlm_mcp.service import session_files
+
     records = await anyio.to_thread.run_sync(session_files.peek, settings.store.data_dir)
     if not records:
         print("No kept sessions stored. Keep one with `rlm-mcp run --keep-session ...`.")
         return 0
-    from rlm_mcp.assembly import make_stores  # (start-up time: see _team_sessions)
-
     async with make_stores(settings) as stores:
         for r in sorted(records, key=lambda r: float(r.get("created_at") or 0)):
             started = datetime.fromtimestamp(float(r.get("created_at") or 0)).strftime("%Y-%m-%d %H:%M:%S")
@@ -87,6 +88,8 @@ async def sessions_close(args: argparse.Namespace, settings: Settings) -> int:
     session_id = args.session_id
     if (database := settings.deployment.database) is not None:
         return await _team_close(settings, database, session_id)
+    from rlm_mcp.service import session_files  # (start-up time: see sessions_list)
+
     if not await anyio.to_thread.run_sync(session_files.close, settings.store.data_dir, session_id, str(LOCAL_OWNER)):
         raise NotFoundError(f"No stored session '{session_id}'.", "List them with `rlm-mcp sessions list`.")
     print(f"closed {session_id}")
