@@ -32,8 +32,8 @@ def _loaded(code: str, names: tuple[str, ...], data_dir: Path) -> list[str]:
 
 def test_the_parser_loads_no_part_of_the_service(tmp_path: Path) -> None:
     code = "from rlm_mcp.cli import build_parser\nbuild_parser()"
-    heavy = (*_LATE, "mcp", "docker", "psycopg", "prometheus_client", "rlm_mcp.assembly", "rlm_mcp.engine", "rlm_mcp.lm")
-    heavy += ("rlm_mcp.sandbox", "rlm_mcp.store")
+    services = ("rlm_mcp.assembly", "rlm_mcp.engine", "rlm_mcp.lm", "rlm_mcp.sandbox", "rlm_mcp.store")
+    heavy = (*_LATE, "mcp", "docker", "psycopg", "prometheus_client", *services)
     assert _loaded(code, heavy, tmp_path) == []
 
 
