@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 
-from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import RlmMcpError
 
@@ -25,6 +24,7 @@ async def blobs_move(args: argparse.Namespace, settings: Settings) -> int:
         )
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
+    from rlm_mcp.assembly import make_stores  # here, not at the top: it loads every layer (start-up time)
     from rlm_mcp.store.pg import Database, bucket_of
     from rlm_mcp.store.pg.blob_move import move, plan
 

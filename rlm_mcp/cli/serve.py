@@ -19,10 +19,12 @@ import anyio
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.config import Settings, TeamDatabase
 from rlm_mcp.config.blobs import BlobSettings
-from rlm_mcp.lm.endpoint import key_note
 
 
 def serve_command(args: argparse.Namespace, settings: Settings) -> int:
+    # Here, not at the top: the LM layer loads its HTTP client, which the other commands need not pay for.
+    from rlm_mcp.lm.endpoint import key_note
+
     if (note := key_note(settings.lm)) is not None:
         logging.getLogger("rlm_mcp.lm").warning("%s; set RLM_MCP_SUB_API_KEY if that server needs one", note)
     deployment = settings.deployment.served()  # a front or worker without the database: refused there

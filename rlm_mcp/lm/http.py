@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from multidict import CIMultiDictProxy
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -66,9 +65,14 @@ def encode_json(obj: Any) -> bytes:
 
 
 class HttpPool:
-    """One endpoint's connections for the whole process. Make it (and use it) on the running loop."""
+    """One endpoint's connections for the whole process. Make it (and use it) on the running loop.
+
+    aiohttp is imported by the pool's methods, not at the top: a process starts without it (it is
+    the largest import of the LM layer) and loads it with its first LM call."""
 
     def __init__(self, *, headers: dict[str, str], timeout_s: float, connect_s: float, trust_env: bool) -> None:
+        import aiohttp
+
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_s)
         self._session = aiohttp.ClientSession(
             headers=headers,
@@ -88,6 +92,8 @@ class HttpPool:
         timeout_s: float | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> HttpReply:
+        import aiohttp  # loaded by __init__ already: a lookup in sys.modules
+
         timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         sent: Mapping[str, str] | None = _JSON_HEADERS if json_body is not None else None
         if headers:

@@ -6,13 +6,15 @@ the same ranges), the service validates with `RunOverrides`, and the CLI builds 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlm_mcp.config import LoopSettings
-from rlm_mcp.engine import RunLimits
 from rlm_mcp.errors import BadArgumentError
+
+if TYPE_CHECKING:
+    from rlm_mcp.engine import RunLimits
 
 MaxIterations = Annotated[int | None, Field(ge=1, le=200, description="Root turns (default 20).")]
 MaxDepth = Annotated[int | None, Field(ge=1, le=5, description="1: rlm_query is a plain sub-call; 2+: child RLMs.")]
@@ -48,6 +50,9 @@ class RunOverrides(BaseModel):
 
     def limits(self, settings: LoopSettings) -> RunLimits:
         """The run's limits: these values where given, the settings' otherwise."""
+        # The engine package loads its whole loop: imported here, not by the CLI's parser (start-up time).
+        from rlm_mcp.engine import RunLimits
+
         return RunLimits(
             max_iterations=self.max_iterations if self.max_iterations is not None else settings.max_iterations,
             max_depth=self.max_depth if self.max_depth is not None else settings.max_depth,

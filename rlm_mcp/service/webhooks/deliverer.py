@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Mapping
 
 import anyio
-import httpx
 
 from rlm_mcp.access import WebhookGrant
 from rlm_mcp.config import EventSettings
@@ -81,6 +80,10 @@ class Deliverer:
 
     async def attempt(self, delivery: Delivery) -> None:
         """Post one delivery and record what came of it."""
+        # httpx is imported by the first delivery, not with the module: most processes never post
+        # one, and it (with its command line's click, rich and pygments) is a large start-up cost.
+        import httpx
+
         attempts = delivery.attempts + 1
         status: int | None = None
         error: str | None = None
@@ -117,6 +120,8 @@ class Deliverer:
             )
 
     async def _post(self, delivery: Delivery, grant: WebhookGrant) -> int:
+        import httpx  # (see attempt)
+
         target = await pin(delivery.url, self._policy)
         body = delivery.body.encode()
         sent = headers(grant.secrets, delivery.webhook_id, int(self._clock()), body)
