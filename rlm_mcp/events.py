@@ -22,7 +22,9 @@ older versions did not write yet are optional here, which is the reader for thei
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple
+from math import isfinite
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Union, get_args, get_origin
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -332,12 +334,49 @@ class EventKey(NamedTuple):
     seq: int
 
 
+_FLAT_LEAVES = (str, int, float, bool, type(None))
+_flat: dict[type[BaseModel], tuple[str, ...] | None] = {}
+
+
+def _is_flat(annotation: Any) -> bool:
+    """Whether a field's values are JSON scalars as they are (their JSON-mode dump is themselves)."""
+    if get_origin(annotation) is Literal:
+        return all(isinstance(arg, _FLAT_LEAVES) for arg in get_args(annotation))
+    args = get_args(annotation)
+    if args:  # a union (`int | None`, `Number`)
+        return get_origin(annotation) in (Union, UnionType) and all(_is_flat(arg) for arg in args)
+    return annotation in _FLAT_LEAVES
+
+
+def _flat_fields(cls: type[BaseModel]) -> tuple[str, ...] | None:
+    """The field names of an event class whose fields are all flat, in their order; None otherwise."""
+    try:
+        return _flat[cls]
+    except KeyError:
+        fields = cls.model_fields
+        flat = all(_is_flat(f.annotation) for f in fields.values())
+        names = _flat[cls] = tuple(fields) if flat else None
+        return names
+
+
 def to_json(event: LoggedEvent, *, ts: float | None = None) -> dict[str, Any]:
     """The event as the JSON object a log line holds (key order included); `ts` stamps it with
     the time it is written (the log does, as it appends)."""
     if isinstance(event, UnreadableEvent):
         return event.raw if isinstance(event.raw, dict) else {"value": event.raw}
-    data = event.model_dump(mode="json")
+    names = _flat_fields(type(event))
+    if names is not None and not event.__pydantic_extra__:
+        # Every field a str, number, bool or None: the object is the fields' own values, read
+        # straight from the instance (pydantic's serializer would return the same values and
+        # costs more than the JSON encoding of the line; `llm_call`, one per sub-call, is one).
+        values = event.__dict__
+        data = {name: values[name] for name in names}
+        if all(type(v) is not float or isfinite(v) for v in data.values()):
+            if ts is not None:
+                data["ts"] = ts
+            omit = event.OMIT_WHEN_NONE
+            return {k: v for k, v in data.items() if not (v is None and k in omit)}
+    data = event.model_dump(mode="json")  # nested records, extra fields, or a non-finite float (null)
     if ts is not None:
         data["ts"] = ts  # in its place: every event declares `ts`
     omit = event.OMIT_WHEN_NONE
