@@ -4,6 +4,7 @@ flat event (no pydantic dump) and the orjson reading of an LM reply (issue 39 it
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,8 +12,9 @@ import pytest
 from rlm_mcp.events import LLMCall, LogTruncated, TurnStart, loads, to_json
 from rlm_mcp.lm.http import HttpReply
 from rlm_mcp.lm.responses import parse_completion, read_reply
-from rlm_mcp.ports.chat import LMMalformedResponseError
+from rlm_mcp.ports.chat import CallRecord, LMMalformedResponseError
 from rlm_mcp.store.runs import encode_event
+from rlm_mcp.usage import Usage
 
 _CALL: dict[str, Any] = {
     "run_id": "r1",
@@ -106,3 +108,22 @@ def test_a_long_count_is_reported_exactly(caplog: pytest.LogCaptureFixture) -> N
     completion = parse_completion(_reply(body.encode()), [{"role": "user", "content": "q"}], "m", "sub", 0.0, 0.0)
     assert completion.record.estimated
     assert "(12345678901234567890..., 1)" in caplog.text
+
+
+def test_a_call_is_accounted_as_add_counts_it() -> None:
+    plain = CallRecord("m", 12, 7, 0.01, "ok", "sub", estimated=False, queued_s=0.0)
+    priced = CallRecord(
+        "m", 5, 1, 0.01, "ok", "sub", estimated=False, queued_s=0.0, cached_prompt_tokens=3, cost_usd=0.25
+    )
+    by_call, by_add = Usage(), Usage()
+    for record in (plain, priced, plain, replace(plain, model="n")):
+        by_call.add_call(record)
+        by_add.add(
+            record.model,
+            record.prompt_tokens,
+            record.completion_tokens,
+            cached_prompt_tokens=record.cached_prompt_tokens,
+            cost_usd=record.cost_usd,
+        )
+    assert by_call.model_dump_json() == by_add.model_dump_json()
+    assert by_call.total.calls == 4 and by_call.by_model["n"].calls == 1
