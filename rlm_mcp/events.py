@@ -359,6 +359,23 @@ def _flat_fields(cls: type[BaseModel]) -> tuple[str, ...] | None:
         return names
 
 
+def _flat_json(
+    values: dict[str, Any], names: tuple[str, ...], omit: frozenset[str], ts: float | None
+) -> dict[str, Any] | None:
+    """`to_json` of a flat event in one pass over its fields; None when a float is not finite
+    (pydantic's JSON mode writes it as null: the general path does)."""
+    data: dict[str, Any] = {}
+    for name in names:
+        value = values[name]
+        if type(value) is float and not isfinite(value):
+            return None
+        if name == "ts" and ts is not None:
+            value = ts
+        if value is not None or name not in omit:
+            data[name] = value
+    return data
+
+
 def to_json(event: LoggedEvent, *, ts: float | None = None) -> dict[str, Any]:
     """The event as the JSON object a log line holds (key order included); `ts` stamps it with
     the time it is written (the log does, as it appends)."""
@@ -369,13 +386,9 @@ def to_json(event: LoggedEvent, *, ts: float | None = None) -> dict[str, Any]:
         # Every field a str, number, bool or None: the object is the fields' own values, read
         # straight from the instance (pydantic's serializer would return the same values and
         # costs more than the JSON encoding of the line; `llm_call`, one per sub-call, is one).
-        values = event.__dict__
-        data = {name: values[name] for name in names}
-        if all(type(v) is not float or isfinite(v) for v in data.values()):
-            if ts is not None:
-                data["ts"] = ts
-            omit = event.OMIT_WHEN_NONE
-            return {k: v for k, v in data.items() if not (v is None and k in omit)}
+        flat = _flat_json(event.__dict__, names, event.OMIT_WHEN_NONE, ts)
+        if flat is not None:
+            return flat
     data = event.model_dump(mode="json")  # nested records, extra fields, or a non-finite float (null)
     if ts is not None:
         data["ts"] = ts  # in its place: every event declares `ts`
