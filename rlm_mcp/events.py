@@ -22,7 +22,9 @@ older versions did not write yet are optional here, which is the reader for thei
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple
+from math import isfinite
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Union, get_args, get_origin
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -332,12 +334,62 @@ class EventKey(NamedTuple):
     seq: int
 
 
+_FLAT_LEAVES = (str, int, float, bool, type(None))
+_flat: dict[type[BaseModel], tuple[str, ...] | None] = {}
+
+
+def _is_flat(annotation: Any) -> bool:
+    """Whether a field's values are JSON scalars as they are (their JSON-mode dump is themselves)."""
+    if get_origin(annotation) is Literal:
+        return all(isinstance(arg, _FLAT_LEAVES) for arg in get_args(annotation))
+    args = get_args(annotation)
+    if args:  # a union (`int | None`, `Number`)
+        return get_origin(annotation) in (Union, UnionType) and all(_is_flat(arg) for arg in args)
+    return annotation in _FLAT_LEAVES
+
+
+def _flat_fields(cls: type[BaseModel]) -> tuple[str, ...] | None:
+    """The field names of an event class whose fields are all flat, in their order; None otherwise."""
+    try:
+        return _flat[cls]
+    except KeyError:
+        fields = cls.model_fields
+        flat = all(_is_flat(f.annotation) for f in fields.values())
+        names = _flat[cls] = tuple(fields) if flat else None
+        return names
+
+
+def _flat_json(
+    values: dict[str, Any], names: tuple[str, ...], omit: frozenset[str], ts: float | None
+) -> dict[str, Any] | None:
+    """`to_json` of a flat event in one pass over its fields; None when a float is not finite
+    (pydantic's JSON mode writes it as null: the general path does)."""
+    data: dict[str, Any] = {}
+    for name in names:
+        value = values[name]
+        if type(value) is float and not isfinite(value):
+            return None
+        if name == "ts" and ts is not None:
+            value = ts
+        if value is not None or name not in omit:
+            data[name] = value
+    return data
+
+
 def to_json(event: LoggedEvent, *, ts: float | None = None) -> dict[str, Any]:
     """The event as the JSON object a log line holds (key order included); `ts` stamps it with
     the time it is written (the log does, as it appends)."""
     if isinstance(event, UnreadableEvent):
         return event.raw if isinstance(event.raw, dict) else {"value": event.raw}
-    data = event.model_dump(mode="json")
+    names = _flat_fields(type(event))
+    if names is not None and not event.__pydantic_extra__:
+        # Every field a str, number, bool or None: the object is the fields' own values, read
+        # straight from the instance (pydantic's serializer would return the same values and
+        # costs more than the JSON encoding of the line; `llm_call`, one per sub-call, is one).
+        flat = _flat_json(event.__dict__, names, event.OMIT_WHEN_NONE, ts)
+        if flat is not None:
+            return flat
+    data = event.model_dump(mode="json")  # nested records, extra fields, or a non-finite float (null)
     if ts is not None:
         data["ts"] = ts  # in its place: every event declares `ts`
     omit = event.OMIT_WHEN_NONE

@@ -54,11 +54,12 @@ class TokenCount(BaseModel):
     def total(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def absorb(self, other: TokenCount) -> None:
-        """Add `other`'s counts to these (a cost stays None while neither side has one)."""
+    def absorb(self, other: Accounted) -> None:
+        """Add `other`'s counts to these (a cost stays None while neither side has one): another
+        bucket's, or one call's (its record, which counts as one call)."""
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
-        self.calls += other.calls
+        self.calls += other.calls if isinstance(other, TokenCount) else 1
         self.cached_prompt_tokens += other.cached_prompt_tokens
         if other.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
@@ -117,14 +118,14 @@ class Usage(BaseModel):
         bucket.absorb(counts)
 
     def add_call(self, call: AccountedCall) -> None:
-        """Count one LM call as its record accounts it (`rlm_mcp.ports.chat.CallRecord`)."""
-        self.add(
-            call.model,
-            call.prompt_tokens,
-            call.completion_tokens,
-            cached_prompt_tokens=call.cached_prompt_tokens,
-            cost_usd=call.cost_usd,
-        )
+        """Count one LM call as its record accounts it (`rlm_mcp.ports.chat.CallRecord`). Its
+        counts are ints and its cost a float or None already: added as they are, with no
+        `TokenCount` built and validated for them (one call per sub-call, 200 in a batch)."""
+        bucket = self.by_model.get(call.model)
+        if bucket is None:
+            bucket = self.by_model[call.model] = TokenCount()
+        self.total.absorb(call)
+        bucket.absorb(call)
 
     def merge(self, other: Usage) -> None:
         """Add another tree's usage to this one."""

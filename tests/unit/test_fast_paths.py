@@ -1,0 +1,129 @@
+"""The hot path's shortcuts read and write exactly what the general code does: `to_json` of a
+flat event (no pydantic dump) and the orjson reading of an LM reply (issue 39 item 5)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from rlm_mcp.events import LLMCall, LogTruncated, TurnStart, loads, to_json
+from rlm_mcp.lm.http import HttpReply
+from rlm_mcp.lm.responses import parse_completion, read_reply
+from rlm_mcp.ports.chat import CallRecord, LMMalformedResponseError
+from rlm_mcp.store.runs import encode_event
+from rlm_mcp.usage import Usage
+
+_CALL: dict[str, Any] = {
+    "run_id": "r1",
+    "role": "sub",
+    "model": "m",
+    "prompt_tokens": 3,
+    "completion_tokens": 4,
+    "latency_s": 0.25,
+    "status": "ok",
+    "finish_reason": "stop",
+    "error": None,
+    "depth": 1,
+}
+
+
+def _dumped(event: Any, ts: float | None = None) -> dict[str, Any]:
+    """The general path: pydantic's JSON-mode dump, stamped, optional Nones left out."""
+    data = event.model_dump(mode="json")
+    if ts is not None:
+        data["ts"] = ts
+    return {k: v for k, v in data.items() if not (v is None and k in event.OMIT_WHEN_NONE)}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        LLMCall(**_CALL),
+        LLMCall(**_CALL, iteration=2, block=0, batch=1, index=7, prompt="é q", prompt_chars=3, queued_s=2, retries=1),
+        LLMCall(**{**_CALL, "latency_s": float("inf")}, cost_usd=float("nan")),  # JSON mode: null
+        LLMCall(**_CALL, newer_field={"kept": [1, 2]}),  # a newer version's field, after the known ones
+        TurnStart(run_id="r", iteration=1, max_iterations=5, depth=0),
+        LogTruncated(max_bytes=10),
+    ],
+)
+@pytest.mark.parametrize("ts", [None, 1780000000.5])
+def test_to_json_of_a_flat_event_is_the_dump(event: Any, ts: float | None) -> None:
+    got = to_json(event, ts=ts)
+    assert list(got.items()) == list(_dumped(event, ts).items())  # key order included
+    assert encode_event(got, 1 << 20) == encode_event(_dumped(event, ts), 1 << 20)
+
+
+def test_a_flat_event_reads_back_to_the_same_line() -> None:
+    line = encode_event(to_json(LLMCall(**_CALL, batch=2, index=0, answer="a"), ts=5), 1 << 20)
+    assert encode_event(to_json(loads(line)), 1 << 20) == line
+
+
+_BIG = 12345678901234567890123  # past 64 bits: orjson alone would read a float
+
+
+def _reply(body: bytes) -> HttpReply:
+    return HttpReply("http://lm/v1/chat/completions", 200, None, body)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps(
+            {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 2}}
+        ),
+        json.dumps(
+            {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": _BIG, "completion_tokens": 1}}
+        ),
+        json.dumps({"choices": [{"message": {"content": _BIG}}]}),
+        json.dumps({"choices": [{"message": {"content": [{"text": -_BIG}]}}]}),
+        json.dumps(
+            {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens_details": {"cached_tokens": _BIG}}}
+        ),
+        json.dumps({"choices": [], "id": _BIG}),
+        '{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": NaN}}',
+        "\ufeff" + json.dumps({"choices": [{"message": {"content": "bom"}}]}),
+        '{"a": 1, "a": 2}',
+    ],
+)
+def test_a_reply_reads_as_json_reads_it(body: str) -> None:
+    raw = body.encode("utf-8")
+    assert repr(read_reply(_reply(raw))) == repr(json.loads(raw))
+
+
+@pytest.mark.parametrize("body", [b"not json", b"", b"\xff{", b'{"choices": [}'])
+def test_a_reply_that_is_not_json_raises_as_before(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        json.loads(body)
+    with pytest.raises(LMMalformedResponseError, match="with a body that is not JSON"):
+        parse_completion(_reply(body), [{"role": "user", "content": "q"}], "m", "sub", 0.0, 0.0)
+
+
+def test_a_long_count_is_reported_exactly(caplog: pytest.LogCaptureFixture) -> None:
+    body = json.dumps(
+        {"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": _BIG, "completion_tokens": 1}}
+    )
+    completion = parse_completion(_reply(body.encode()), [{"role": "user", "content": "q"}], "m", "sub", 0.0, 0.0)
+    assert completion.record.estimated
+    assert "(12345678901234567890..., 1)" in caplog.text
+
+
+def test_a_call_is_accounted_as_add_counts_it() -> None:
+    plain = CallRecord("m", 12, 7, 0.01, "ok", "sub", estimated=False, queued_s=0.0)
+    priced = CallRecord(
+        "m", 5, 1, 0.01, "ok", "sub", estimated=False, queued_s=0.0, cached_prompt_tokens=3, cost_usd=0.25
+    )
+    by_call, by_add = Usage(), Usage()
+    for record in (plain, priced, plain, replace(plain, model="n")):
+        by_call.add_call(record)
+        by_add.add(
+            record.model,
+            record.prompt_tokens,
+            record.completion_tokens,
+            cached_prompt_tokens=record.cached_prompt_tokens,
+            cost_usd=record.cost_usd,
+        )
+    assert by_call.model_dump_json() == by_add.model_dump_json()
+    assert by_call.total.calls == 4 and by_call.by_model["n"].calls == 1
