@@ -6,8 +6,6 @@ import logging
 import time
 from typing import Any
 
-import orjson
-
 from rlm_mcp.events import CallRole
 from rlm_mcp.lm.errors import no_choices, not_json
 from rlm_mcp.lm.http import HttpReply
@@ -34,37 +32,6 @@ def server_message(response: HttpReply) -> str:
     return str(data)[:500]
 
 
-def read_reply(response: HttpReply) -> Any:
-    """A 200 answer's JSON, as `response.json()` reads it, parsed by orjson (a fifth of the time:
-    a 200-way batch parses 200 replies on the event loop). orjson reads an integer past 64 bits as
-    a float where `json` keeps it exact, and refuses what `json` accepts (NaN, a BOM, UTF-16): a
-    reply where that could change what `parse_completion` reads is parsed again by `json`."""
-    try:
-        data = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        return response.json()
-    return data if _read_alike(data) else response.json()
-
-
-def _read_alike(data: Any) -> bool:
-    """Whether every value `parse_completion` uses of this orjson reading is one `json` reads the
-    same: a string content, and counts that are no float (a float may be a long integer)."""
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return False  # the error names the body: as `json` read it
-    message = choices[0].get("message")
-    if isinstance(message, dict) and not isinstance(message.get("content"), (str, type(None))):
-        return False
-    usage = data.get("usage")
-    if isinstance(usage, dict):
-        if type(usage.get("prompt_tokens")) is float or type(usage.get("completion_tokens")) is float:
-            return False
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and type(details.get("cached_tokens")) is float:
-            return False
-    return True
-
-
 def parse_completion(
     response: HttpReply,
     messages: list[dict[str, str]],
@@ -78,7 +45,7 @@ def parse_completion(
     `setting` names the variable that sets this endpoint's address (for the fix)."""
     url = response.url
     try:
-        data = read_reply(response)
+        data = response.json()
     except ValueError:
         raise not_json(url, response.status_code, response.text, setting) from None
     choices = data.get("choices") if isinstance(data, dict) else None
