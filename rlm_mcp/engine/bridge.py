@@ -19,7 +19,7 @@ from rlm_mcp.engine.turn import RunContext
 from rlm_mcp.events import SubCalls
 from rlm_mcp.observability import tracing
 from rlm_mcp.ports import LMBridge, LMRequest
-from rlm_mcp.ports.chat import Completion, LMContextLengthError, LMError
+from rlm_mcp.ports.chat import CallRecord, Completion, LMContextLengthError, LMError
 
 log = logging.getLogger("rlm_mcp.engine")
 
@@ -51,7 +51,15 @@ class SubCallBridge:
         self._known_windows: dict[str, int] = {}  # per model, once the client knows it (see `fit`)
 
     async def emit(
-        self, model: str, completion: Completion | None, latency: float, error: str | None, prompt: str, answer: str
+        self,
+        model: str,
+        completion: Completion | None,
+        latency: float,
+        error: str | None,
+        prompt: str,
+        answer: str,
+        *,
+        failed: CallRecord | None = None,
     ) -> None:
         tree, text_cap = self.ctx.tree, self.ctx.settings.log_sub_call_chars
         # Sub-calls are made by the run at `depth`; they are accounted one level below it.
@@ -69,6 +77,7 @@ class SubCallBridge:
             prompt_chars=len(prompt),
             answer=head_tail(answer, text_cap),
             answer_chars=len(answer),
+            failed=failed,
         )
 
     async def fit(self, prompt: str, model: str) -> int | str:
@@ -115,19 +124,17 @@ class SubCallBridge:
                 session=self.ctx.run_id,
             )
         except LMContextLengthError as exc:
-            record = getattr(exc, "record", None)
-            if record is not None:  # a rejected call is a call, as everywhere else (exact usage)
-                tree.record(record)
+            if exc.record is not None:  # a rejected call is a call, as everywhere else (exact usage)
+                tree.record(exc.record)
             said = getattr(exc, "server_message", None) or str(exc)
             reply = f"Error: this prompt ({len(prompt)} chars) is too large for the sub-LLM's window: {said} Split the text into smaller chunks."
-            await self.emit(model, None, time.monotonic() - started, str(exc), prompt, reply)
+            await self.emit(model, None, time.monotonic() - started, str(exc), prompt, reply, failed=exc.record)
             return reply
         except LMError as exc:
-            record = getattr(exc, "record", None)
-            if record is not None:  # a failed call still counts (and may have used tokens)
-                tree.record(record)
+            if exc.record is not None:  # a failed call still counts (and may have used tokens)
+                tree.record(exc.record)
             reply = f"Error: sub-LLM call failed: {exc}"
-            await self.emit(model, None, time.monotonic() - started, str(exc), prompt, reply)
+            await self.emit(model, None, time.monotonic() - started, str(exc), prompt, reply, failed=exc.record)
             return reply
         except Exception as exc:
             log.exception("sub-call failed unexpectedly")

@@ -122,11 +122,13 @@ class RunTree:
         prompt_chars: int | None = None,
         answer: str | None = None,
         answer_chars: int | None = None,
+        failed: CallRecord | None = None,
     ) -> None:
-        """The `llm_call` event of one root or sub call (failed calls have no completion):
-        `where` names the turn (root) or the cell and batch slot (sub); a sub-call also records
-        the head and tail of its prompt and answer."""
-        record = completion.record if completion is not None else None
+        """The `llm_call` event of one root or sub call: `where` names the turn (root) or the
+        cell and batch slot (sub); a sub-call also records the head and tail of its prompt and
+        answer. A failed call has no completion; `failed` is its record as the LM client
+        accounted it, so the retries, 429s and sleeps that came before the failure are logged."""
+        record = completion.record if completion is not None else failed
         await self.emit(
             LLMCall(
                 run_id=run_id,

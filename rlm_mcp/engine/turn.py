@@ -21,6 +21,7 @@ from rlm_mcp.observability import tracing
 from rlm_mcp.ports import CellResult, ChatModel, LMBridge, Sandbox
 from rlm_mcp.ports.chat import (
     DEFAULT_WINDOW,
+    CallRecord,
     Completion,
     LMConnectionError,
     LMContextLengthError,
@@ -156,7 +157,7 @@ class TurnRunner:
                 )
             except LMContextLengthError as exc:
                 self._account_failure(exc)
-                await self._emit_call(model, None, time.monotonic() - started, str(exc))
+                await self._emit_call(model, None, time.monotonic() - started, str(exc), failed=exc.record)
                 if attempt == 2:
                     said = getattr(exc, "server_message", None) or str(exc)
                     raise StopRun(
@@ -170,7 +171,7 @@ class TurnRunner:
                 continue
             except LMError as exc:
                 self._account_failure(exc)
-                await self._emit_call(model, None, time.monotonic() - started, str(exc))
+                await self._emit_call(model, None, time.monotonic() - started, str(exc), failed=exc.record)
                 # Endpoint down or model unknown at the first call: the caller's setup is
                 # wrong, so it is theirs to fix (the loop raises it as RunNotStarted).
                 if not ctx.started and isinstance(exc, (LMConnectionError, LMModelNotFoundError)):
@@ -189,9 +190,8 @@ class TurnRunner:
 
     def _account_failure(self, exc: LMError) -> None:
         # The LM client attaches the failed call's record (status "error"): it counts as a call.
-        record = getattr(exc, "record", None)
-        if record is not None:
-            self.ctx.tree.record(record)
+        if exc.record is not None:
+            self.ctx.tree.record(exc.record)
 
     async def _fit(self, max_tokens: int, window: int) -> int:
         ctx = self.ctx
@@ -328,7 +328,15 @@ class TurnRunner:
             )
         )
 
-    async def _emit_call(self, model: str, completion: Completion | None, latency: float, error: str | None) -> None:
+    async def _emit_call(
+        self,
+        model: str,
+        completion: Completion | None,
+        latency: float,
+        error: str | None,
+        *,
+        failed: CallRecord | None = None,
+    ) -> None:
         ctx = self.ctx
         await ctx.tree.emit_call(
             role="root",
@@ -339,6 +347,7 @@ class TurnRunner:
             error=error,
             depth=ctx.depth,
             where=Where(iteration=ctx.iterations),
+            failed=failed,
         )
 
     def _budget_reason(self) -> str:
