@@ -2,7 +2,7 @@
 scripted LM with realistic latency, reporting wall ÷ ideal per scenario.
 
     .venv/bin/python bench/lm_time.py [--reps 3] [--root-delay 0.5] [--sub-delay 0.2]
-        [--tokens-per-s 100] [--concurrency 16] [--big-mib 50] [--record]
+        [--tokens-per-s 100] [--concurrency 16] [--big-mib 50] [--only fan_200 ...] [--record]
         [--reference-python /work/rlms-venv/bin/python]   # the reference beside it (by hand)
 
 The scripted server (rlm_mcp.testing.scripted_lm) takes `--root-delay` / `--sub-delay` seconds
@@ -120,9 +120,10 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.reference_python:
         ensure_reference_image(args.reference_python)
     load_before = os.getloadavg()
-    ours_raw: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}
-    ours_cpu: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}  # the server's CPU per run
-    ref_raw: dict[str, list[float]] = {name: [] for name in TRAJECTORIES}
+    chosen = {name: TRAJECTORIES[name] for name in (args.only or TRAJECTORIES)}
+    ours_raw: dict[str, list[float]] = {name: [] for name in chosen}
+    ours_cpu: dict[str, list[float]] = {name: [] for name in chosen}  # the server's CPU per run
+    ref_raw: dict[str, list[float]] = {name: [] for name in chosen}
     with tempfile.TemporaryDirectory(prefix="rlm-bench-") as tmp_name, scripted_lm_process(script) as url:
         tmp = Path(tmp_name)
         paths = write_contexts(tmp)
@@ -146,7 +147,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 await ours.run("one_1k")  # warm-up: pool filled, model discovered
                 (server,) = children_named(os.getpid(), "rlm-mcp")
                 for rep in range(args.reps):
-                    for name, (ctx, _, ref_ok) in TRAJECTORIES.items():
+                    for name, (ctx, _, ref_ok) in chosen.items():
                         await anyio.sleep(args.gap)  # the warm pool refills while no sandbox is in use
                         cpu0 = cpu_seconds(server)
                         ours_raw[name].append(await run_ours(client, ids[ctx], name))
@@ -238,8 +239,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gap", type=float, default=1.5, help="idle seconds before each run (warm pool)")
     parser.add_argument("--pool", type=int, default=CHILDREN + 2, help=f"warm sandboxes (default {CHILDREN + 2})")
     parser.add_argument("--reference-python", default="", help="the reference's venv python: run it beside")
+    parser.add_argument(
+        "--only", nargs="+", choices=list(TRAJECTORIES), help="run only these scenarios (short runs while iterating)"
+    )
     parser.add_argument("--record", action="store_true", help="write bench/results/lm_time.json")
     args = parser.parse_args(argv)
+    if args.record and args.only:
+        parser.error("--record writes every scenario: drop --only")
     if args.reference_python and not os.path.exists(args.reference_python):
         parser.error(f"no reference interpreter at {args.reference_python}")
     anyio.run(main_async, args)

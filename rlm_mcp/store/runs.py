@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -82,14 +83,32 @@ def encode_event(event: dict[str, Any], max_bytes: int) -> bytes:
     return data + b"\n"
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def _encode_summary(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`: readers see the old file or the new one, never a part."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".summary-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, ensure_ascii=False, default=str)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+async def _small_here(size: int, work: Callable[[], None]) -> None:
+    """Run a record's file work here when it writes at most INLINE_WRITE_BYTES, else in a worker
+    thread. A small record's write (a temporary file, its bytes, a rename, all in the page cache)
+    takes a fraction of a millisecond, less than the hop to a worker thread and back, which on a
+    loaded machine costs milliseconds; and a run's first and last writes are on its caller's path
+    (the record exists before the run starts; the final one is written before the caller wakes).
+    The same trade as `RunLog.append`'s small lines."""
+    if size <= INLINE_WRITE_BYTES:
+        work()
+    else:
+        await in_thread(work)
 
 
 def _open_events(run_dir: Path) -> IO[bytes]:
@@ -127,10 +146,12 @@ class RunLog:
         return self._dir.name
 
     async def open(self) -> None:
-        """Open the log's file (the run starts); a second call, or one after aclose, does nothing."""
+        """Open the log's file (the run starts); a second call, or one after aclose, does nothing.
+        Opened here, not in a worker thread: creating one file in a folder this run just made
+        costs microseconds, the hop milliseconds on a loaded machine (the run waits for it)."""
         async with self._lock:
             if self._fh is None and not self._closed:
-                fh = await in_thread(lambda: _open_events(self._dir))
+                fh = _open_events(self._dir)
                 self._fh, self._written = fh, fh.tell()
 
     async def append(self, event: RunEvent) -> None:
@@ -161,15 +182,18 @@ class RunLog:
         self._written += len(line)
 
     async def write_summary(self, record: RunRecord) -> None:
-        stored = record.to_stored()
-        await in_thread(lambda: _write_json_atomic(self._dir / "summary.json", stored))
+        data = _encode_summary(record.to_stored())
+        path = self._dir / "summary.json"
+        await _small_here(len(data), lambda: _write_atomic(path, data))
 
     async def aclose(self) -> None:
+        """Close the log's file. Every line was flushed as it was written, so closing writes
+        nothing: done here, with no await (no worker-thread hop on the run's last step, and
+        nothing a cancellation could interrupt)."""
         self._closed = True
         fh, self._fh = self._fh, None
         if fh is not None:
-            with anyio.CancelScope(shield=True):
-                await in_thread(fh.close)
+            fh.close()
 
 
 def read_record(path: Path) -> RunRecord | None:
@@ -198,7 +222,7 @@ class RunStore:
         run_id = record.run_id
         run_dir = self._run_dir(run_id)
         created_at = record.created_at
-        stored = record.to_stored()
+        data = _encode_summary(record.to_stored())
 
         def work() -> None:
             private_dir(self._dir.parent)  # the data dir: 0700 (run logs say what users asked)
@@ -207,9 +231,9 @@ class RunStore:
                 run_dir.mkdir()
             except FileExistsError:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.") from None
-            _write_json_atomic(run_dir / "summary.json", stored)
+            _write_atomic(run_dir / "summary.json", data)
 
-        await in_thread(work)  # the events file waits for RunLog.open: a queued run holds no descriptor
+        await _small_here(len(data), work)  # the events file waits for RunLog.open: a queued run holds no descriptor
         return RunLog(run_dir, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
 
     async def read_summary(self, run_id: str, *, owner: OwnerScope) -> RunRecord:

@@ -64,6 +64,7 @@ class ChatServing:
         self._requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._ids = 0
+        self._clock = time.monotonic  # what the script's latency is measured on (tests replace it)
 
     @property
     def requests(self) -> list[dict[str, Any]]:
@@ -145,11 +146,17 @@ class ChatServing:
         """The response, or "disconnected" / "dropped" when none is to be sent."""
         s = self.script
         data, messages, role, turn, record = request.data, request.messages, request.role, request.turn, request.record
+        # Served from now (past the queue): the reply goes out when the script's latency, counted
+        # from here, has passed. The server's own work on it (reading the prompt, building the
+        # reply) happens within that time, not after it: otherwise each served request would
+        # hold its slot for its latency plus this process's CPU, and a batch's rounds would take
+        # longer than the script says (bench/lm_time.py's ideal is the script's latency).
+        served_at = self._clock()
         if (missing := unknown_model(self.script, self.endpoint, data.get("model"))) is not None:
             return missing
         fault = self._replier.take_fault(messages, role, turn)
         delay = s.delay_for(role) + (fault.delay_s if fault else 0.0)
-        if delay > 0 and await wait_or_disconnect(delay, request.reader, request.buf):
+        if delay > 0 and await self._wait_until(served_at + delay, request):
             return "disconnected"
         if fault is not None and (fault_reply := faulted(fault)) is not None:
             return fault_reply
@@ -185,7 +192,7 @@ class ChatServing:
         record["usage"] = usage
         decode = s.decode_s(role, count_text_tokens(text))
         record["scripted_latency_s"] = round(delay + decode, 6)
-        if decode > 0 and await wait_or_disconnect(decode, request.reader, request.buf):
+        if decode > 0 and await self._wait_until(served_at + delay + decode, request):
             return "disconnected"
         if role == "root":
             session = record["session"] or ""
@@ -193,3 +200,9 @@ class ChatServing:
             if s.session_token:
                 response = (*response[:2], {**response[2], "x-session-token": s.session_token})
         return response
+
+    async def _wait_until(self, deadline: float, request: ChatRequest) -> bool:
+        """Wait until `deadline` (on `_clock`), watching the client: True when it hung up. Past
+        the deadline already (the server's own work took that long): no wait."""
+        left = deadline - self._clock()
+        return left > 0 and await wait_or_disconnect(left, request.reader, request.buf)

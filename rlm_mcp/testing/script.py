@@ -30,6 +30,8 @@ The script: a JSON object, every key optional (the Python model is `Script`, bel
     delay_s          0 | {"root": S, "sub": S}   per-call latency: delay before each chat reply
     tokens_per_s     null | R | {"root": R, "sub": R}   decode rate: a reply of N completion
                      tokens takes N / R more seconds (null: no decode time)
+                     (both counted from when the request is served: the server's own work
+                     on a reply is within them, not added to them)
     max_concurrency  null             at most this many chat requests served at once; the rest
                      wait in arrival order (their wait is part of their latency, as on vLLM)
     finish_reason    null             forces this finish_reason on every reply

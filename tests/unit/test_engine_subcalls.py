@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
+from rlm_mcp.engine import loop as loop_module
 from rlm_mcp.ports.chat import LMServerError
 from tests.fixtures_engine import FakeChatModel, count_tokens, make_settings, repl, run_engine
 
@@ -204,3 +206,34 @@ async def test_no_child_rlm_starts_once_the_token_budget_is_spent(tmp_path: Path
     child_roots = [c for c in lm.root_calls if not c.messages[1]["content"].startswith("Answer the following")]
     assert child_roots == []
     assert result.usage.to_dict()["total"]["calls"] == len(lm.calls)
+
+
+@pytest.mark.parametrize(("size", "in_loop"), [(100, True), (70_000, False)])
+async def test_a_childs_prompt_file_is_written_on_the_loop_unless_large(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, in_loop: bool
+) -> None:
+    """A small prompt's file is written without a worker-thread hop (each child of a batch
+    waited for its own); a large one still goes to a thread. Either way the child reads it as
+    its context and the file is gone after the child."""
+    written: list[tuple[Path, bool]] = []
+    write = loop_module._write_temp_context
+
+    def recorded(data: bytes) -> Path:
+        path = write(data)
+        written.append((path, threading.current_thread() is threading.main_thread()))
+        return path
+
+    monkeypatch.setattr(loop_module, "_write_temp_context", recorded)
+
+    def script(messages: list[dict[str, str]], index: int) -> str:
+        if not messages[1]["content"].startswith("Answer the following"):
+            return repl('answer["content"] = str(len(context))\nanswer["ready"] = True')
+        if sum(1 for m in messages if m["role"] == "assistant") == 0:
+            return repl(f"r = rlm_query('x' * {size})\nprint(r)")
+        return repl('answer["content"] = r\nanswer["ready"] = True')
+
+    result, _, factory, _ = await run_engine(tmp_path, FakeChatModel(root=script), max_depth=2)
+    assert result.answer == str(size)
+    assert factory.opened[1].ns["context"] == "x" * size
+    assert [on_loop for _, on_loop in written] == [in_loop]
+    assert not written[0][0].exists()

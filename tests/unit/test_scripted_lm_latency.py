@@ -84,3 +84,43 @@ def test_cli_flags_set_the_latency_model(tmp_path: Path) -> None:
     (entry,) = [json.loads(line) for line in log_file.read_text().splitlines()]
     # "ok" is 1 token: 0.002 s of latency + 1 / 1000 s of decode
     assert entry["scripted_latency_s"] == pytest.approx(0.003) and entry["queued_s"] >= 0
+
+
+class _Clock:
+    """A clock the test moves: the sub-call's reply function advances it (the server's own work
+    on a request), and each of the server's waits advances it by what was waited."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.waits: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def wait(self, delay: float, reader: object, buf: object) -> bool:
+        self.waits.append(round(delay, 9))
+        self.now += delay
+        return False  # the client stayed
+
+
+@pytest.mark.parametrize(("work", "waits"), [(0.0, [0.5, 0.25]), (0.1, [0.5, 0.15]), (0.6, [0.5])])
+def test_the_servers_own_work_is_within_the_scripted_latency(
+    monkeypatch: pytest.MonkeyPatch, work: float, waits: list[float]
+) -> None:
+    """A served request is answered when its scripted latency, counted from when it was served,
+    has passed: time the server spent building the reply shortens the wait, instead of holding
+    the slot past the script (decode 0.25 s: 10 tokens at 40/s)."""
+    clock = _Clock()
+
+    def reply(prompt: str) -> str:
+        clock.now += work  # building this reply took `work` seconds of the server's time
+        return REPLY
+
+    monkeypatch.setattr("rlm_mcp.testing.chat_serving.wait_or_disconnect", clock.wait)
+    script = Script(delay_s={"sub": 0.5}, tokens_per_s={"sub": 40.0}, sub_fn=reply)
+    with ScriptedLM(script) as lm, httpx.Client() as client:
+        lm._clock = clock
+        r = client.post(f"{lm.base_url}/chat/completions", json=body(0))
+        assert r.json()["choices"][0]["message"]["content"] == REPLY
+    assert clock.waits == waits
+    assert lm.requests[0]["scripted_latency_s"] == pytest.approx(0.75)  # what the script says, as before
