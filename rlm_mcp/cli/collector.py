@@ -13,15 +13,17 @@ batches.
 - `gc.freeze()` once the modules are imported: what exists at start-up (modules, classes,
   pydantic schemas) is never garbage, so full collections stop walking it.
 - A young-generation threshold of 100,000, above what a busy batch keeps alive: the young
-  generation's count is allocations net of frees, and 200 LM calls in flight hold ~20,000
-  container objects at their peak (the LM client alone; the bridge and the events add more),
-  so at 10,000 every 200-way batch set off collections that walked its own live calls (and
-  promoted them, for the middle generation to walk again). Above the live set a collection
-  comes only when garbage that refcounting cannot free accumulates, and finds little alive.
+  generation's count is allocations net of frees, and a 200-way batch of sub-calls holds
+  ~18,000 container objects at its peak (about 90 per call in flight, read from
+  `gc.get_count()` as the batch's first answers came), so at 10,000 every 200-way batch set
+  off collections that walked its own live calls (and promoted them, for the middle
+  generation to walk again). Above the live set a collection
+  comes only when garbage that refcounting cannot free accumulates, and finds little alive
+  (up to ~1,000 calls in flight; the default RLM_MCP_MAX_CONCURRENT_LM_CALLS is 16).
   Measured 2026-11-29 (`gc.callbacks`, 200-way batches of `bench/subcall.py`): at 10,000 the
   collector took ~0.08 ms of CPU per sub-call (~0.03 ms per bare request of the floor's
   client); at 100,000 no young collection ran during the batches. The cost: cyclic garbage
-  (tracebacks, aiohttp's request and response pairs) waits up to that many allocations longer
+  (tracebacks, other reference cycles) waits up to that many allocations longer
   before it is found; a full collection still runs when the older generations fill.
 
 Only process entry points that serve (and the benchmarks that stand for them) call this; the
