@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import uuid
+import warnings
 
 import pytest
 from opentelemetry import trace
@@ -22,6 +24,29 @@ def test_request_ids_are_fresh_version_4_uuids() -> None:
     for rid in ids:
         parsed = uuid.UUID(hex=rid)
         assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, rid)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_process_does_not_repeat_its_parents_request_ids() -> None:
+    # The ids come from `random` (not the OS per call): a forked worker must not inherit the
+    # parent's sequence.
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns on fork in a process with threads (a test run may hold some); the
+        # child only draws ids, writes them and exits, taking no lock another thread could hold.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: its next ids, then out at once (no test machinery in a fork)
+        os.write(write_end, " ".join(request_id() for _ in range(3)).encode())
+        os._exit(0)
+    os.close(write_end)
+    try:
+        mine = [request_id() for _ in range(3)]
+        with os.fdopen(read_end, "rb") as pipe:
+            theirs = pipe.read().decode().split()
+    finally:
+        os.waitpid(pid, 0)
+    assert len(theirs) == 3 and not set(theirs) & set(mine)
 
 
 def test_a_request_body_is_the_compact_utf8_json_it_was() -> None:
