@@ -216,10 +216,11 @@ async def _rehearsed(url: str, where: str) -> MigrationError | None:
     transaction rolled back (nothing changes); None when they apply or this cannot tell."""
     import psycopg
 
+    from rlm_mcp.store.pg.connect import Connection
     from rlm_mcp.store.pg.migrations import rehearse
 
     try:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
+        async with await Connection.connect(url, autocommit=True, connect_timeout=10) as conn:
             return await rehearse(conn, where=f"database {where}")
     except psycopg.Error:  # unreachable meanwhile, or not allowed: the other rows say so
         return None

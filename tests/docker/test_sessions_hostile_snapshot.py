@@ -124,9 +124,9 @@ async def test_the_sweep_releases_each_session_on_its_own_and_a_snapshot_stops_a
             lm.base_url,
             pool_size=0,
             max_sandboxes=2,
-            cell_timeout_s=5,
+            cell_timeout_s=4,
             cell_output_bytes=8192,
-            session_snapshot_wait_s=10,
+            session_snapshot_wait_s=6,  # with the cell timeout: a snapshot is cut at 10 s
             session_idle_s=1,
         )
         async with build_service(settings) as service:
@@ -144,7 +144,7 @@ async def test_the_sweep_releases_each_session_on_its_own_and_a_snapshot_stops_a
                 other = await local.session(kept)
                 return other["sandbox_live"] is False and (await local.session(slow))["running"] == SAVING
 
-            # The slow session's snapshot (a minute, cut at 15 s) does not hold the other's back.
+            # The slow session's snapshot (a minute, cut at 10 s) does not hold the other's back.
             await wait_until(released_beside_the_slow_one, within_s=12, what="the other session released first")
             assert isinstance((await local.session(kept))["snapshot_bytes"], int)
 
@@ -152,7 +152,7 @@ async def test_the_sweep_releases_each_session_on_its_own_and_a_snapshot_stops_a
                 return service.sessions.why_ended(slow) is not None
 
             await wait_until(slow_ended, within_s=60, what="the slow snapshot stopped at its deadline")
-            with pytest.raises(Exception, match=f"Session {slow} ended after .*did not finish within 15 s"):
+            with pytest.raises(Exception, match=f"Session {slow} ended after .*did not finish within 10 s"):
                 await local.start_run("AGAIN-Q", None, RunOverrides(), session_id=slow)
             again = await local.complete_in_session("AGAIN-Q", None, RunOverrides(), _quiet, session_id=kept)
             assert again[0].answer == "42"

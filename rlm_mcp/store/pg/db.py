@@ -33,6 +33,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from rlm_mcp import __version__
 from rlm_mcp.database_url import redact
 from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.store.pg.connect import Connection
 from rlm_mcp.store.pg.faults import (
     DatabaseResourceError,
     DatabaseUnavailableError,
@@ -136,6 +137,7 @@ class Database:
             min_size=1,
             max_size=max_size,
             open=False,
+            connection_class=Connection,  # an attempt given up on closes its socket at once (connect.py)
             timeout=CONNECT_TIMEOUT_S,
             check=self._check,
             reset=self._returned,
@@ -200,7 +202,7 @@ class Database:
         Every failure is one `RlmMcpError` naming the cause and the fix (`serve` checks it before
         it starts anything, so a misconfigured database is one line, never a traceback)."""
         try:
-            async with await psycopg.AsyncConnection.connect(
+            async with await Connection.connect(
                 self._url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
             ) as conn:
                 if (problem := await encoding_problem(conn, self.where)) is not None:
@@ -228,7 +230,7 @@ class Database:
     async def _role(self) -> tuple[str, str]:
         """(role, schema) of a fresh connection, for the privilege error; placeholders if that fails."""
         try:
-            async with await psycopg.AsyncConnection.connect(
+            async with await Connection.connect(
                 self._url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S)
             ) as conn:
                 _, role, schema = await may_create_tables(conn)

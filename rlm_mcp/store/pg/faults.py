@@ -21,6 +21,7 @@ import psycopg
 
 from rlm_mcp.database_url import redact
 from rlm_mcp.errors import RlmMcpError, StoreUnreachableError
+from rlm_mcp.store.pg.connect import Connection
 
 __all__ = [
     "DatabaseResourceError",
@@ -136,7 +137,7 @@ def _pair(row: Any) -> tuple[str, str]:
 async def setup_rows(url: str, where: str, *, pending: bool) -> list[tuple[str, bool, str, str]]:
     """`doctor`'s rows (name, ok, detail, fix) for the database's encoding and, while migrations
     are pending (`pending`), whether the role may create the tables. Changes nothing."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
+    async with await Connection.connect(url, autocommit=True, connect_timeout=10) as conn:
         rows: list[tuple[str, bool, str, str]] = []
         problem = await encoding_problem(conn, where)
         if problem is None:

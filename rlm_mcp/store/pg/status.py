@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from rlm_mcp.store.pg.connect import Connection
 from rlm_mcp.store.pg.db import CONNECT_TIMEOUT_S, REPLICA_TTL_S, Database, describe
 from rlm_mcp.store.pg.migrations import LATEST
 
@@ -40,7 +41,7 @@ async def team_status(url: str, worker_lease_s: float, *, clock: Callable[[], fl
     status = TeamStatus(where=describe(url))
     probe = Database(url, replica=False)
     try:
-        async with await psycopg.AsyncConnection.connect(
+        async with await Connection.connect(
             url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S), row_factory=dict_row
         ) as conn:
             before = clock()

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 
 import anyio
-import psycopg
 
 from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules
 from rlm_mcp.ports.runs import WorkerRef
 from rlm_mcp.store.pg import queue_statements as sql
+from rlm_mcp.store.pg.connect import Connection
 from rlm_mcp.store.pg.db import Conn, Database
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -150,7 +150,7 @@ async def listen_forever(
     and what arrives during the keep-alive's statement psycopg keeps for the next `notifies`."""
     while True:
         try:
-            conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = await Connection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
             try:
                 await conn.execute(sql.LISTEN.format(channel=channel).encode())
                 on_connect()
