@@ -21,10 +21,9 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TypeVar
 
 import anyio
 
@@ -49,6 +48,7 @@ from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
 from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
+from rlm_mcp.file_work import small_here
 from rlm_mcp.observability import tracing
 from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
 from rlm_mcp.resource_errors import unexpected_failure
@@ -321,7 +321,7 @@ class RLMEngine:
             tree.child_count += 1
             tree.progress.children = tree.child_count
             child_id = f"{parent_run_id}.{tree.child_count}"
-            path = await _small_here(len(data), _write_temp_context, data)
+            path = await small_here(len(data), lambda: _write_temp_context(data))
             try:
                 spec = ContextSpec(
                     path=path, format="text", kind="str", chars=len(prompt), bytes=len(data), name="rlm_query prompt"
@@ -360,24 +360,13 @@ class RLMEngine:
                 )
             finally:
                 with anyio.CancelScope(shield=True):
-                    await _small_here(len(data), _unlink, path)
+                    await small_here(len(data), lambda: _unlink(path))
                     await self.lm.session_done(child_id)  # its router session, if one counts them
             if result.answer is not None and (result.status == "completed" or result.answer):
                 return result.answer
             return f"Error: the recursive RLM call ended with status {result.status}: {result.reason or 'no answer'}"
 
         return run_child
-
-
-# A child's prompt up to this size is written (and removed) on the event loop: microseconds,
-# where a batch of children hopping to worker threads at once waited 1-8 ms each at load ~8.
-_INLINE_PROMPT_BYTES = 64 << 10
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-async def _small_here(size: int, work: Callable[[T], R], arg: T) -> R:
-    return work(arg) if size <= _INLINE_PROMPT_BYTES else await anyio.to_thread.run_sync(work, arg)
 
 
 def _write_temp_context(data: bytes) -> Path:

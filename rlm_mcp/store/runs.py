@@ -17,7 +17,6 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +25,7 @@ import anyio
 from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
 from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
+from rlm_mcp.file_work import INLINE_FILE_BYTES, small_here
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store._db import in_thread
@@ -36,7 +36,6 @@ log = logging.getLogger("rlm_mcp.store")
 
 MAX_EVENT_BYTES = 256 << 10
 MAX_LOG_BYTES = 64 << 20
-INLINE_WRITE_BYTES = 64 << 10  # larger events are written from a worker thread
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _MARK = "…[truncated {n} chars]"
 
@@ -98,19 +97,6 @@ def _write_atomic(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-async def _small_here(size: int, work: Callable[[], None]) -> None:
-    """Run a record's file work here when it writes at most INLINE_WRITE_BYTES, else in a worker
-    thread. A small record's write (a temporary file, its bytes, a rename, all in the page cache)
-    takes a fraction of a millisecond, less than the hop to a worker thread and back, which on a
-    loaded machine costs milliseconds; and a run's first and last writes are on its caller's path
-    (the record exists before the run starts; the final one is written before the caller wakes).
-    The same trade as `RunLog.append`'s small lines."""
-    if size <= INLINE_WRITE_BYTES:
-        work()
-    else:
-        await in_thread(work)
-
-
 def _open_events(run_dir: Path) -> IO[bytes]:
     fd = os.open(run_dir / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE)
     return os.fdopen(fd, "ab")
@@ -158,14 +144,14 @@ class RunLog:
         if self._fh is None and not self._closed:
             await self.open()
         line = encode_event(to_json(event, ts=time.time()), self._max_event)
-        if len(line) <= INLINE_WRITE_BYTES and not self._lock.locked():
+        if len(line) <= INLINE_FILE_BYTES and not self._lock.locked():
             # A small append lands in the page cache in microseconds: written here, with no
             # await (a lock round or a worker-thread hop costs more than the write, and a turn
             # has several events). The lock only orders appends behind a large write in flight.
             self._write(line)
             return
         async with self._lock:
-            if len(line) <= INLINE_WRITE_BYTES:
+            if len(line) <= INLINE_FILE_BYTES:
                 self._write(line)
             else:
                 await in_thread(lambda: self._write(line))
@@ -184,7 +170,7 @@ class RunLog:
     async def write_summary(self, record: RunRecord) -> None:
         data = _encode_summary(record.to_stored())
         path = self._dir / "summary.json"
-        await _small_here(len(data), lambda: _write_atomic(path, data))
+        await small_here(len(data), lambda: _write_atomic(path, data))
 
     async def aclose(self) -> None:
         """Close the log's file. Every line was flushed as it was written, so closing writes
@@ -233,7 +219,7 @@ class RunStore:
                 raise BadArgumentError(f"Run id '{run_id}' already exists.", "Use a new, unique run id.") from None
             _write_atomic(run_dir / "summary.json", data)
 
-        await _small_here(len(data), work)  # the events file waits for RunLog.open: a queued run holds no descriptor
+        await small_here(len(data), work)  # the events file waits for RunLog.open: a queued run holds no descriptor
         return RunLog(run_dir, created_at=created_at, max_event_bytes=self._max_event, max_log_bytes=self._max_log)
 
     async def read_summary(self, run_id: str, *, owner: OwnerScope) -> RunRecord:

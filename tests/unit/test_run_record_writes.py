@@ -14,11 +14,10 @@ import anyio
 import pytest
 
 from rlm_mcp.events import TurnStart
+from rlm_mcp.file_work import INLINE_FILE_BYTES
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
 from rlm_mcp.ports.runs import RunLimits, RunRecord, RunRequest, RunResult
-from rlm_mcp.store import runs as run_store
-from rlm_mcp.store._db import in_thread
-from rlm_mcp.store.runs import INLINE_WRITE_BYTES, RunStore
+from rlm_mcp.store.runs import RunStore
 from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.usage import Usage
 
@@ -45,18 +44,18 @@ def _ended(record: RunRecord, answer: str) -> RunRecord:
     return record.model_copy(update={"status": "completed", "result": result})
 
 
-@pytest.mark.parametrize(("answer", "hops"), [("42", 0), ("x" * (INLINE_WRITE_BYTES + 1), 1)])
+@pytest.mark.parametrize(("answer", "hops"), [("42", 0), ("x" * (INLINE_FILE_BYTES + 1), 1)])
 def test_a_runs_record_writes_hop_to_a_thread_only_when_large(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str, hops: int
 ) -> None:
     threads: list[str] = []
-    real = in_thread
+    real = anyio.to_thread.run_sync
 
-    async def counted(func: Callable[[], T]) -> T:
+    async def counted(func: Callable[[], T], *args: object, **kwargs: object) -> T:
         threads.append(getattr(func, "__name__", "?"))
-        return await real(func)
+        return await real(func, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(run_store, "in_thread", counted)
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)  # every worker-thread hop, whoever asks
     store = RunStore(make_settings(data_dir=tmp_path / "data").store)
     record = _record()
 
