@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import signal
 import ssl
@@ -185,6 +186,26 @@ class Db:
         return {"done": row["done"], "worker_id": row["worker_id"], **json.loads(row["summary"])}
 
 
+async def statements(db: Db, turns: int, top: int = 16) -> str:
+    """The statements PostgreSQL ran during the round, by calls per turn (pg_stat_statements),
+    those that differ only by how many rows they write counted as one."""
+    rows = await db.rows(
+        "SELECT calls, total_exec_time, query FROM pg_stat_statements WHERE query NOT LIKE %s",
+        ("%pg_stat_statements%",),
+    )
+    grouped: dict[str, list[float]] = {}
+    for r in rows:
+        query = re.sub(r"\$\d+", "$", " ".join(str(r["query"]).split()))
+        query = re.sub(r"(\([^()]*\))(, \([^()]*\))+", r"\1, ...", query)[:140]
+        calls, took = grouped.setdefault(query, [0, 0.0])
+        grouped[query] = [calls + r["calls"], took + r["total_exec_time"]]
+    total = sum(c for c, _ in grouped.values())
+    lines = [f"  statements per turn (pg_stat_statements; the bench's own included): {total / turns:.2f} in all"]
+    for query, (calls, took) in sorted(grouped.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"    {calls / turns:6.2f}/turn {took / calls:7.3f} ms  {query}")
+    return "\n".join(lines)
+
+
 async def until(predicate: Any, within_s: float, what: str, every_s: float = 0.01) -> None:
     with anyio.fail_after(within_s):
         while not await predicate():
@@ -317,6 +338,8 @@ async def team_round(
             pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
             profiles.start(pids)
             xacts = await db.transactions()
+            if args.statements:
+                await db.rows("SELECT pg_stat_statements_reset()")
             pg_before, before = tree_cpu(pg_pid), {r.name: cpu_seconds(r.pid) for r in b.replicas}
             t0 = time.perf_counter()
             run_ids = await many_runs(client, context_id, "concurrent", args.runs)
@@ -346,6 +369,8 @@ async def team_round(
             wall=f"{wall:.1f} s",
             transactions=f"{xacts:.1f}",
         )
+        if args.statements:
+            print(await statements(db, turns))
         print(f"  runs per worker pid: {await db.workers_of(run_ids)}")
         print(f"  claim latency, {args.runs} runs at once: {ms(await db.claim_latencies(run_ids))}")
         print(f"  claim latency, one run at a time: {ms(await db.claim_latencies(sequential))}")
@@ -402,6 +427,11 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         cluster = Cluster()
         stack.callback(cluster.stop)
         cluster.start()
+        if args.statements:  # preloaded only at start: set, then restart
+            cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            cluster.stop()
+            cluster.start()
+            cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         (tmp / "team").mkdir()
         team_cpu_turn = await team_round(args, tmp / "team", lm_url, cluster, profiles, figures)
     print(f"server CPU per turn, team / embedded: {team_cpu_turn / per_turn:.2f} (goal <= 1.3)")
@@ -425,6 +455,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-s", type=float, default=10.0, help="team: idle seconds measured before the round")
     parser.add_argument("--py-spy", default=None, help="team: a py-spy binary (outside the project) to profile with")
     parser.add_argument("--profile", type=Path, default=None, help="team: folder for py-spy's raw stacks")
+    parser.add_argument(
+        "--statements", action="store_true", help="team: list PostgreSQL's statements per turn (pg_stat_statements)"
+    )
     parser.add_argument("--label", default="", help="team: this run's label in the recorded row (before, after)")
     parser.add_argument("--record", action="store_true", help="team: append this run to bench/results/team_cpu.json")
     parser.add_argument("--death-runs", type=int, default=4, help="team: long runs when a worker is killed")

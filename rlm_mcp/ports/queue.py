@@ -120,11 +120,12 @@ class RunQueuePort(Protocol):
     async def unregister_worker(self, worker_id: int) -> None: ...
     async def heartbeat(self, worker_id: int) -> Beat: ...
     async def claim(
-        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True, polled: bool = False
     ) -> RunRow | None:
         """The next run for this worker, now `running` under a new attempt; None when no queued
         run fits. `sessions=False`: none of a kept session's runs (this worker's image cannot
-        restore one)."""
+        restore one). `polled`: the worker's timed look (no wake-up came): the queue may first
+        look cheaply whether any run is queued at all, and claim only then."""
         ...
 
     async def cancels(self, worker_id: int) -> list[str]: ...

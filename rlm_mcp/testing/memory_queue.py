@@ -234,7 +234,7 @@ class MemoryRunQueue:
         return Beat(registered, held)
 
     async def claim(
-        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True, polled: bool = False
     ) -> RunRow | None:
         await anyio.lowlevel.checkpoint()
         now = self._now()

@@ -96,6 +96,8 @@ CLAIM = (
     f"FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, "
     "extract(epoch FROM now() - r.queued_at) AS waited_s"
 )
+# A worker's timed look before it claims (the partial index `rlm_runs_queued` answers it).
+ANY_QUEUED = "SELECT EXISTS (SELECT 1 FROM rlm_runs WHERE state = 'queued') AS any"
 CANCELS = "SELECT run_id FROM rlm_runs WHERE state = 'running' AND worker_id = %(worker)s AND cancel_requested"
 REQUEUE = (
     "WITH up AS (UPDATE rlm_runs SET state = 'queued', worker_id = NULL, requeues = requeues + 1, "

@@ -143,24 +143,33 @@ async def listen_forever(
     calling `on_note` with each payload and `on_connect` after each (re)connect; never returns.
 
     The loop sleeps on the connection's socket until the server sends something (or the
-    keep-alive is due), then takes what arrived without waiting (`notifies(timeout=0)`).
-    psycopg's own `notifies(timeout=...)` wakes every 0.1 s to look for an interrupt: with a
-    listener or three per replica that was most of an idle team's CPU.
+    keep-alive is due), then takes what arrived from libpq at once (`consume_input`, then each
+    notification). psycopg's own `notifies(timeout=...)` wakes every 0.1 s to look for an
+    interrupt: with a listener or three per replica that was most of an idle team's CPU; and
+    even with no timeout, its async generator, lock and wait cost more per wake-up than the
+    two libpq calls, and every replica wakes for every run's announcement.
     Nothing is lost between the two steps: the socket stays readable until its data is read,
-    and what arrives during the keep-alive's statement psycopg keeps for the next `notifies`."""
+    and what arrives during the keep-alive's statement psycopg keeps for `notifies(timeout=0)`,
+    which drains it after that statement."""
     while True:
         try:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
             try:
                 await conn.execute(sql.LISTEN.format(channel=channel).encode())
                 on_connect()
+                pgconn, encoding = conn.pgconn, conn.info.encoding
                 while True:
                     with anyio.move_on_after(KEEPALIVE_S) as quiet:
-                        await anyio.wait_readable(conn.pgconn.socket)
+                        await anyio.wait_readable(pgconn.socket)
                     if quiet.cancelled_caught:
                         await conn.execute(sql.PING)  # notices a dead connection
-                    async for note in conn.notifies(timeout=0):
-                        on_note(note.payload)
+                        # What came during the statement, kept by psycopg (its backlog).
+                        async for note in conn.notifies(timeout=0):
+                            on_note(note.payload)
+                        continue
+                    pgconn.consume_input()  # raises on a dead connection: listen again
+                    while (note := pgconn.notifies()) is not None:
+                        on_note(note.extra.decode(encoding))
             finally:
                 # Shielded: this loop ends by cancellation (its process stopping), and a close cut
                 # short by it leaves the connection open until the collector finds it.
