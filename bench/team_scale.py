@@ -341,11 +341,15 @@ async def team_round(
             if args.statements:
                 await db.rows("SELECT pg_stat_statements_reset()")
             pg_before, before = tree_cpu(pg_pid), {r.name: cpu_seconds(r.pid) for r in b.replicas}
+            loops = {r.name: team_cpu.loop_cpu_seconds(r.pid) for r in b.replicas}
+            wakes = {r.name: team_cpu.loop_wakeups(r.pid) for r in b.replicas}
             t0 = time.perf_counter()
             run_ids = await many_runs(client, context_id, "concurrent", args.runs)
             wall = time.perf_counter() - t0
             turns = args.runs * args.turns
             spent = {r.name: (cpu_seconds(r.pid) - before[r.name]) / turns for r in b.replicas}
+            loops = {r.name: (team_cpu.loop_cpu_seconds(r.pid) - loops[r.name]) / turns for r in b.replicas}
+            wakes = {r.name: (team_cpu.loop_wakeups(r.pid) - wakes[r.name]) / turns for r in b.replicas}
             team_cpu_turn = sum(spent.values())
             pg_cpu = (tree_cpu(pg_pid) - pg_before) / turns
             xacts = (await db.transactions() - xacts) / turns
@@ -355,7 +359,11 @@ async def team_round(
         )
         print(f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {pg_cpu * 1000:.2f} ms)")
         print(f"  PostgreSQL transactions per turn (each autocommit statement is one): {xacts:.1f}")
-        print("  by replica: " + ", ".join(f"{n} {v * 1000:.2f} ms" for n, v in spent.items()))
+        print(
+            "  by replica (of which its event loop's thread): "
+            + ", ".join(f"{n} {v * 1000:.2f} ms ({loops[n] * 1000:.2f})" for n, v in spent.items())
+        )
+        print("  event loop context switches per turn: " + ", ".join(f"{n} {v:.1f}" for n, v in wakes.items()))
         idle_turn = idle.total() * wall / turns
         print(
             f"  idle, no run: {idle.render()} (PostgreSQL {pg_idle * 1000:.1f} ms/s); over the round's "
@@ -402,12 +410,15 @@ async def embedded_round(
         await many_runs(client, context_id, "warm-up", 4)
         idle = await team_cpu.Idle.measure({"embedded": pid}, args.idle_s)
         profiles.start({"embedded": pid})
-        before = cpu_seconds(pid)
+        before, loop, wakes = cpu_seconds(pid), team_cpu.loop_cpu_seconds(pid), team_cpu.loop_wakeups(pid)
         await many_runs(client, context_id, "concurrent", args.runs)
         per_turn = (cpu_seconds(pid) - before) / (args.runs * args.turns)
+        loop = (team_cpu.loop_cpu_seconds(pid) - loop) / (args.runs * args.turns)
+        wakes = (team_cpu.loop_wakeups(pid) - wakes) // (args.runs * args.turns)
         profiles.stop()
     print(
         f"embedded single process (SQLite, no queue): server CPU per turn {per_turn * 1000:.2f} ms "
+        f"(its event loop's thread {loop * 1000:.2f}, {wakes} context switches per turn) "
         f"(idle, no run: {idle.render()})"
     )
     figures["embedded"] = f"{per_turn * 1000:.2f} ms"

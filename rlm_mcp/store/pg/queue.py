@@ -115,7 +115,8 @@ class PgRunQueue(PgWorkerRegistry):
         to cancel it (False: its worker writes the end)."""
         async with self._db.connection() as conn:
             cur = await conn.execute(
-                sql.CANCEL_QUEUED, {"summary": _dump(summary_if_queued), "run_id": run_id, "channel": sql.CHANNEL}
+                sql.CANCEL_QUEUED,
+                {"summary": _dump(summary_if_queued), "run_id": run_id, "channel": sql.run_channel(run_id)},
             )
             row = await cur.fetchone()
             if row is not None and row["ended"]:
@@ -198,7 +199,7 @@ class PgRunQueue(PgWorkerRegistry):
                 "summary": _dump(summary),
                 "run_id": run_id,
                 "attempt": attempt,
-                "channel": sql.CHANNEL,
+                "channel": sql.run_channel(run_id),
                 "queue_channel": sql.QUEUE_CHANNEL,
             },
         )
@@ -212,7 +213,7 @@ class PgRunQueue(PgWorkerRegistry):
             return await self._finish(conn, run_id, summary, attempt=attempt)
 
     async def _finish(self, conn: Conn, run_id: str, summary: RunRecord, *, attempt: int | None) -> bool:
-        params = {"summary": _dump(summary), "run_id": run_id, "attempt": attempt, "channel": sql.CHANNEL}
+        params = {"summary": _dump(summary), "run_id": run_id, "attempt": attempt, "channel": sql.run_channel(run_id)}
         cur = await conn.execute(sql.FINISH_ANY if attempt is None else sql.FINISH_ATTEMPT, params)
         row = await cur.fetchone()
         return bool(row and row["ended"])

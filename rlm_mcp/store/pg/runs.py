@@ -135,7 +135,7 @@ class PgRunLog:
         self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, announce: bool = False
     ) -> bool:
         """Write the staged events, with the record `summary` (never over a final one), the
-        `lm_called` mark and (`announce`) a NOTIFY on the runs' channel, in one statement. The NOTIFY's
+        `lm_called` mark and (`announce`) a NOTIFY on the run's channel, in one statement. The NOTIFY's
         payload is the record's live summary (`ports.runs.encode_live`: bounded) while the run
         is live, else the run id alone. False when the run has ended (a summary written over an
         ended run is dropped, the events and counters are written), its record is gone, or (with
@@ -190,7 +190,7 @@ class PgRunLog:
                 # The summary rides along only while the run is live (a run that ended
                 # elsewhere is announced by its id alone: its follower reads the final row).
                 select += ", pg_notify(%s, CASE WHEN live THEN %s ELSE %s END)"
-                params += [queue_sql.CHANNEL, payload, self._run_id]
+                params += [queue_sql.run_channel(self._run_id), payload, self._run_id]
             select += " FROM (SELECT coalesce((SELECT NOT done FROM up), false) AS live) AS s"
             try:
                 async with self._db.connection() as conn:
