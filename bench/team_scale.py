@@ -8,8 +8,12 @@ LM is the zero-latency scripted server. Prints:
 - server CPU per turn: the three replicas' CPU (user + system, from /proc) for `--runs` runs at
   once through the balancer, against one embedded process (SQLite, no queue) running the same
   runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted; also
-  each replica's share, PostgreSQL's transactions per turn, and each replica's idle CPU (no run,
-  `--idle-s`) with the part of the figure it makes up; `--py-spy`/`--profile` add per-replica
+  each replica's share (and of it, its event loop's thread: the rest is worker threads, Docker
+  and kernel I/O; and the loop thread's context switches per turn, about its wake-ups), the
+  same for the embedded process, PostgreSQL's transactions per turn, and each replica's idle CPU
+  (no run, `--idle-s`) with the part of the figure it makes up; `--statements` lists
+  PostgreSQL's statements per turn (pg_stat_statements, preloaded by a restart of the bench's
+  cluster); `--py-spy`/`--profile` add per-replica
   profile shares, `--record` appends the figures to bench/results/team_cpu.json (bench/team_cpu.py);
 - how the runs spread over the two workers (their records name the worker);
 - claim latency, from the run's row (`queued_at` -> `claimed_at`, the database's clock), p50 and
