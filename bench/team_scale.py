@@ -8,8 +8,12 @@ LM is the zero-latency scripted server. Prints:
 - server CPU per turn: the three replicas' CPU (user + system, from /proc) for `--runs` runs at
   once through the balancer, against one embedded process (SQLite, no queue) running the same
   runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted; also
-  each replica's share, PostgreSQL's transactions per turn, and each replica's idle CPU (no run,
-  `--idle-s`) with the part of the figure it makes up; `--py-spy`/`--profile` add per-replica
+  each replica's share (and of it, its event loop's thread: the rest is worker threads, Docker
+  and kernel I/O; and the loop thread's context switches per turn, about its wake-ups), the
+  same for the embedded process, PostgreSQL's transactions per turn, and each replica's idle CPU
+  (no run, `--idle-s`) with the part of the figure it makes up; `--statements` lists
+  PostgreSQL's statements per turn (pg_stat_statements, preloaded by a restart of the bench's
+  cluster); `--py-spy`/`--profile` add per-replica
   profile shares, `--record` appends the figures to bench/results/team_cpu.json (bench/team_cpu.py);
 - how the runs spread over the two workers (their records name the worker);
 - claim latency, from the run's row (`queued_at` -> `claimed_at`, the database's clock), p50 and
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import signal
 import ssl
@@ -185,6 +190,26 @@ class Db:
         return {"done": row["done"], "worker_id": row["worker_id"], **json.loads(row["summary"])}
 
 
+async def statements(db: Db, turns: int, top: int = 16) -> str:
+    """The statements PostgreSQL ran during the round, by calls per turn (pg_stat_statements),
+    those that differ only by how many rows they write counted as one."""
+    rows = await db.rows(
+        "SELECT calls, total_exec_time, query FROM pg_stat_statements WHERE query NOT LIKE %s",
+        ("%pg_stat_statements%",),
+    )
+    grouped: dict[str, list[float]] = {}
+    for r in rows:
+        query = re.sub(r"\$\d+", "$", " ".join(str(r["query"]).split()))
+        query = re.sub(r"(\([^()]*\))(, \([^()]*\))+", r"\1, ...", query)[:140]
+        calls, took = grouped.setdefault(query, [0, 0.0])
+        grouped[query] = [calls + r["calls"], took + r["total_exec_time"]]
+    total = sum(c for c, _ in grouped.values())
+    lines = [f"  statements per turn (pg_stat_statements; the bench's own included): {total / turns:.2f} in all"]
+    for query, (calls, took) in sorted(grouped.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"    {calls / turns:6.2f}/turn {took / calls:7.3f} ms  {query}")
+    return "\n".join(lines)
+
+
 async def until(predicate: Any, within_s: float, what: str, every_s: float = 0.01) -> None:
     with anyio.fail_after(within_s):
         while not await predicate():
@@ -317,12 +342,18 @@ async def team_round(
             pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
             profiles.start(pids)
             xacts = await db.transactions()
+            if args.statements:
+                await db.rows("SELECT pg_stat_statements_reset()")
             pg_before, before = tree_cpu(pg_pid), {r.name: cpu_seconds(r.pid) for r in b.replicas}
+            loops = {r.name: team_cpu.loop_cpu_seconds(r.pid) for r in b.replicas}
+            wakes = {r.name: team_cpu.loop_wakeups(r.pid) for r in b.replicas}
             t0 = time.perf_counter()
             run_ids = await many_runs(client, context_id, "concurrent", args.runs)
             wall = time.perf_counter() - t0
             turns = args.runs * args.turns
             spent = {r.name: (cpu_seconds(r.pid) - before[r.name]) / turns for r in b.replicas}
+            loops = {r.name: (team_cpu.loop_cpu_seconds(r.pid) - loops[r.name]) / turns for r in b.replicas}
+            wakes = {r.name: (team_cpu.loop_wakeups(r.pid) - wakes[r.name]) / turns for r in b.replicas}
             team_cpu_turn = sum(spent.values())
             pg_cpu = (tree_cpu(pg_pid) - pg_before) / turns
             xacts = (await db.transactions() - xacts) / turns
@@ -332,7 +363,11 @@ async def team_round(
         )
         print(f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {pg_cpu * 1000:.2f} ms)")
         print(f"  PostgreSQL transactions per turn (each autocommit statement is one): {xacts:.1f}")
-        print("  by replica: " + ", ".join(f"{n} {v * 1000:.2f} ms" for n, v in spent.items()))
+        print(
+            "  by replica (of which its event loop's thread): "
+            + ", ".join(f"{n} {v * 1000:.2f} ms ({loops[n] * 1000:.2f})" for n, v in spent.items())
+        )
+        print("  event loop context switches per turn: " + ", ".join(f"{n} {v:.1f}" for n, v in wakes.items()))
         idle_turn = idle.total() * wall / turns
         print(
             f"  idle, no run: {idle.render()} (PostgreSQL {pg_idle * 1000:.1f} ms/s); over the round's "
@@ -346,6 +381,8 @@ async def team_round(
             wall=f"{wall:.1f} s",
             transactions=f"{xacts:.1f}",
         )
+        if args.statements:
+            print(await statements(db, turns))
         print(f"  runs per worker pid: {await db.workers_of(run_ids)}")
         print(f"  claim latency, {args.runs} runs at once: {ms(await db.claim_latencies(run_ids))}")
         print(f"  claim latency, one run at a time: {ms(await db.claim_latencies(sequential))}")
@@ -377,12 +414,15 @@ async def embedded_round(
         await many_runs(client, context_id, "warm-up", 4)
         idle = await team_cpu.Idle.measure({"embedded": pid}, args.idle_s)
         profiles.start({"embedded": pid})
-        before = cpu_seconds(pid)
+        before, loop, wakes = cpu_seconds(pid), team_cpu.loop_cpu_seconds(pid), team_cpu.loop_wakeups(pid)
         await many_runs(client, context_id, "concurrent", args.runs)
         per_turn = (cpu_seconds(pid) - before) / (args.runs * args.turns)
+        loop = (team_cpu.loop_cpu_seconds(pid) - loop) / (args.runs * args.turns)
+        wakes = (team_cpu.loop_wakeups(pid) - wakes) // (args.runs * args.turns)
         profiles.stop()
     print(
         f"embedded single process (SQLite, no queue): server CPU per turn {per_turn * 1000:.2f} ms "
+        f"(its event loop's thread {loop * 1000:.2f}, {wakes} context switches per turn) "
         f"(idle, no run: {idle.render()})"
     )
     figures["embedded"] = f"{per_turn * 1000:.2f} ms"
@@ -402,6 +442,11 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         cluster = Cluster()
         stack.callback(cluster.stop)
         cluster.start()
+        if args.statements:  # preloaded only at start: set, then restart
+            cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            cluster.stop()
+            cluster.start()
+            cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         (tmp / "team").mkdir()
         team_cpu_turn = await team_round(args, tmp / "team", lm_url, cluster, profiles, figures)
     print(f"server CPU per turn, team / embedded: {team_cpu_turn / per_turn:.2f} (goal <= 1.3)")
@@ -425,6 +470,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-s", type=float, default=10.0, help="team: idle seconds measured before the round")
     parser.add_argument("--py-spy", default=None, help="team: a py-spy binary (outside the project) to profile with")
     parser.add_argument("--profile", type=Path, default=None, help="team: folder for py-spy's raw stacks")
+    parser.add_argument(
+        "--statements", action="store_true", help="team: list PostgreSQL's statements per turn (pg_stat_statements)"
+    )
     parser.add_argument("--label", default="", help="team: this run's label in the recorded row (before, after)")
     parser.add_argument("--record", action="store_true", help="team: append this run to bench/results/team_cpu.json")
     parser.add_argument("--death-runs", type=int, default=4, help="team: long runs when a worker is killed")

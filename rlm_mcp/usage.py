@@ -133,8 +133,15 @@ class Usage(BaseModel):
             self._count(model, counts)
 
     def copy_of(self) -> Usage:
-        """An independent copy (a record or event keeps the counts of one moment)."""
-        return self.model_copy(deep=True)
+        """An independent copy (a record or event keeps the counts of one moment). Each bucket
+        holds only numbers, so a shallow copy of each is independent: what a deep `model_copy`
+        gives, without its generic deep copy (a team worker copies the usage at every live
+        summary it publishes, each front following the run at every one it applies)."""
+        return Usage.model_construct(
+            _fields_set=set(self.model_fields_set),
+            total=self.total.model_copy(),
+            by_model={model: counts.model_copy() for model, counts in self.by_model.items()},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()

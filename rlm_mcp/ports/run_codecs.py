@@ -11,13 +11,14 @@ these pieces.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 import pydantic
 
 from rlm_mcp.owners import LOCAL_OWNER, Owner
 from rlm_mcp.ports.run_values import (
+    RECORD_VERSION,
     LiveState,
     LiveSummary,
     Notice,
@@ -49,13 +50,18 @@ def state_json(state: LiveState) -> dict[str, Any]:
     }
 
 
+_LIMIT_FIELDS = tuple(f.name for f in fields(RunLimits))
+
+
 def request_json(request: RunRequest) -> dict[str, Any]:
     """The request's keys of the stored record, in the first release's order."""
     return {
         "query": request.query,
         "context_ids": list(request.context_ids),
         "owner": str(request.owner),
-        "limits": asdict(request.limits),
+        # Its fields are numbers or None: a shallow dict is `asdict`'s result without its
+        # recursive deep copy (a team worker encodes the record at every live summary).
+        "limits": {name: getattr(request.limits, name) for name in _LIMIT_FIELDS},
     }
 
 
@@ -151,8 +157,10 @@ LIVE_MAX_BYTES = 4000
 bytes or more; the channel name and the run id fit in what is left)."""
 
 
-def encode_live(run_id: str, live: LiveSummary) -> str:
-    """The NOTIFY payload that announces `live`: the run id, a space, then the summary as JSON
+def encode_live(run_id: str, live: LiveState) -> str:
+    """The NOTIFY payload that announces `live` (a live summary, or a record: its live summary is
+    the same JSON, so a worker encodes its record without building one): the run id, a space,
+    then the summary as JSON
     (the keys of the stored record, so a follower of the first release applies it too). Never
     longer than `LIVE_MAX_BYTES`: the per-model usage is left out when it would not fit, and the
     run id alone is sent if even that does not (the follower then reads the row)."""
@@ -183,8 +191,9 @@ def decode_live(payload: str) -> tuple[str, LiveSummary | None]:
         return run_id, None
 
 
-def _live_json(live: LiveSummary) -> dict[str, Any]:
-    data = {**state_json(live), "version": live.version}
+def _live_json(live: LiveState) -> dict[str, Any]:
+    # A record's own `version` may be an older writer's; an announcement is this version's.
+    data = {**state_json(live), "version": live.version if isinstance(live, LiveSummary) else RECORD_VERSION}
     return {k: v for k, v in data.items() if v is not None}
 
 

@@ -160,6 +160,12 @@ class RunRecord(LiveState):
     def to_stored(self) -> dict[str, Any]:
         """The JSON object stored and served (`rlm://runs/{id}`): flat, in the first release's
         key order, with None fields left out."""
+        return {**self.stored_head(), **self.stored_tail()}
+
+    def stored_head(self) -> dict[str, Any]:
+        """The first keys of `to_stored`: the run id, its request and its creation, which never
+        change while the run executes (a team worker encodes them once per run, not at each
+        live summary it publishes)."""
         r = self.request
         data: dict[str, Any] = {
             "run_id": self.run_id,
@@ -169,6 +175,12 @@ class RunRecord(LiveState):
             "session_id": r.session_id,
             "trace_context": r.trace_context,
             "webhook_url": r.webhook_url,
+        }
+        return {k: v for k, v in data.items() if v is not None}
+
+    def stored_tail(self) -> dict[str, Any]:
+        """The keys of `to_stored` after `stored_head`'s: the state, the result, the version."""
+        data: dict[str, Any] = {
             **state_json(self),
             "result": self.result.model_dump(mode="json") if self.result is not None else None,
             "not_started": self.not_started.model_dump() if self.not_started is not None else None,

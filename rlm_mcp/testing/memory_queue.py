@@ -234,7 +234,7 @@ class MemoryRunQueue:
         return Beat(registered, held)
 
     async def claim(
-        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True, polled: bool = False
     ) -> RunRow | None:
         await anyio.lowlevel.checkpoint()
         now = self._now()
@@ -368,6 +368,12 @@ class MemoryRunQueue:
 
     async def listen_queue(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
         await self._listen(self._queue_listeners, on_note, on_connect)
+
+    def follow_run(self, run_id: str) -> None:
+        """Nothing to do: every listener hears every run here (one process, no wake-up to spare)."""
+
+    def forget_run(self, run_id: str) -> None:
+        """Nothing to do (`follow_run`)."""
 
     @staticmethod
     async def _listen(

@@ -4,12 +4,19 @@ in bursts and while the keep-alive statement runs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import anyio
 import psycopg
 import pytest
 
+from rlm_mcp.store.pg import queue_statements as sql
 from rlm_mcp.store.pg import workers
+from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.testing.waiting import wait_until
+from tests.fixtures_sessions import team
+from tests.fixtures_store import summary
 
 pytestmark = pytest.mark.anyio
 
@@ -44,3 +51,54 @@ async def test_notifications_during_the_keepalive_are_kept(pg_url: str, monkeypa
     # runs are read by psycopg then, and must still reach the callback (once each).
     monkeypatch.setattr(workers, "KEEPALIVE_S", 0.001)
     assert await _listened(pg_url, 200, in_one_transaction=False) == [str(i) for i in range(200)]
+
+
+async def test_a_replica_hears_only_the_runs_it_follows_from_when_it_follows_them(tmp_path: Path, pg_url: str) -> None:
+    """Each run announces itself on its own channel (issue 39 item 6: every replica used to be
+    woken for every run's every live summary): a replica hears a run from when it follows it
+    (its LISTEN goes out while the loop waits) until it forgets it, plus the shared channel an
+    earlier version's workers announce on; another replica hears none of it."""
+    async with team(tmp_path, pg_url) as (_, follower, _settings), team(tmp_path / "b", pg_url) as (_, other, _s):
+        heard: dict[str, list[str]] = {"follower": [], "other": []}
+        connected = [anyio.Event(), anyio.Event()]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: follower.listen_runs(heard["follower"].append, on_connect=connected[0].set))
+            tg.start_soon(lambda: other.listen_runs(heard["other"].append, on_connect=connected[1].set))
+            for event in connected:
+                await event.wait()
+            await follower.enqueue(summary("run_followed00000001"), 1)
+            await follower.enqueue(summary("run_unfollowed000001"), 1)
+            follower.follow_run("run_followed00000001")
+            # Its LISTEN is in place once the loop has sent it: a marker sent after the follow
+            # and before the announcements arrives first only if it is.
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+
+                async def announce(payload: str, run_id: str) -> None:
+                    await conn.execute("SELECT pg_notify(%s, %s)", (sql.run_channel(run_id), payload))
+
+                await wait_until_listening(conn, follower, "run_followed00000001")
+                await follower.cancel("run_unfollowed000001", summary("run_unfollowed000001").ended("cancelled", "x"))
+                await announce("run_followed00000001 {}", "run_followed00000001")
+                await follower.cancel("run_followed00000001", summary("run_followed00000001").ended("cancelled", "x"))
+                await conn.execute("SELECT pg_notify(%s, %s)", (sql.CHANNEL, "run_old_version_000001"))
+                await wait_until(lambda: len(heard["follower"]) >= 3, what="the followed run's announcements")
+                assert heard["follower"] == [
+                    "run_followed00000001 {}",
+                    "run_followed00000001",
+                    "run_old_version_000001",
+                ]
+                assert heard["other"] == ["run_old_version_000001"]
+            tg.cancel_scope.cancel()
+
+
+async def wait_until_listening(conn: psycopg.AsyncConnection[Any], queue: PgRunQueue, run_id: str) -> None:
+    """Until the listener's connection LISTENs to the run's channel (pg_listening_channels is
+    per session: asked through the server's own view of every session's channels)."""
+    channel = sql.run_channel(run_id)
+
+    async def listening() -> bool:
+        cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s", (f"%LISTEN {channel}%",))
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    await wait_until(listening, what=f"the LISTEN of {run_id}")

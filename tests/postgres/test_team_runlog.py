@@ -20,7 +20,7 @@ from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError
 from rlm_mcp.store.pg.queue import PgRunQueue
-from rlm_mcp.store.pg.queue_statements import CHANNEL
+from rlm_mcp.store.pg.queue_statements import run_channel
 from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_postgres import Cluster
@@ -86,7 +86,7 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
         assert log.staged == 3
 
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
-            await listener.execute(f"LISTEN {CHANNEL}")
+            await listener.execute(f"LISTEN {run_channel(RUN)}")  # the run's own channel
             assert await log.publish(
                 run_record(RUN, {"status": "running", "iterations": 2, "owner": ALICE}), lm_called=True
             )
@@ -103,7 +103,7 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
         assert await queue.finish(RUN, run_record(RUN, {"status": "error", "result": {"status": "error"}}))
         await log.append(_cell(2))
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
-            await listener.execute(f"LISTEN {CHANNEL}")
+            await listener.execute(f"LISTEN {run_channel(RUN)}")  # the run's own channel
             assert not await log.publish(
                 run_record(RUN, {"status": "running", "iterations": 3, "owner": ALICE}), lm_called=True
             )

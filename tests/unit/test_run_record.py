@@ -175,3 +175,23 @@ def test_a_run_goes_back_to_the_queue_only_unanswered_and_once(lm_called: bool, 
 def test_run_ids_come_from_one_source_and_differ() -> None:
     ids = {new_run_id() for _ in range(100)}
     assert len(ids) == 100 and all(i.startswith("run_") and len(i) == 24 for i in ids)
+
+
+def test_a_workers_live_summary_is_the_records_own_json_whatever_it_encoded_before() -> None:
+    """A team worker's log encodes the record's head once per run and the live summary from the
+    record itself (issue 39 item 6): the bytes stored and announced are those of `to_stored` and
+    of the record's `live()`, at every publish, the final one included, and for an old record."""
+    from rlm_mcp.store.pg.runs import PgRunLog, _dump
+
+    first = record(status="running", iterations=1)
+    log = PgRunLog(None, first.run_id, created_at=1.0, max_event_bytes=1000, max_log_bytes=10_000)  # type: ignore[arg-type]
+    notice = Notice(kind=NoticeKind.RUNNING_ON, worker=WorkerRef(worker_id=4, host="h", pid=7))
+    later = first.model_copy(update={"iterations": 2, "usage": Usage.of(USAGE), "notice": notice, "sub_calls": 3})
+    final = later.ended("cancelled", "by the caller")
+    other = record(status="running", webhook_url="https://example.org/h?q=é").model_copy(update={"run_id": "run_other"})
+    old = RunRecord.from_stored(FIRST_RELEASE_QUEUED)  # version 1: its announcement is this version's
+    for each in (first, later, final, other, later, old):
+        assert log._dump(each) == _dump(each)
+        assert json.loads(log._dump(each)) == each.to_stored()
+        if not each.done:
+            assert encode_live(each.run_id, each) == encode_live(each.run_id, each.live())

@@ -42,8 +42,10 @@ class Wakeups:
         return True, self._pending.pop(run_id)
 
     def follow(self, run_id: str) -> None:
-        """Keep the run's wake-ups from now on (its follower reads the row first)."""
+        """Keep the run's wake-ups from now on (its follower reads the row first); the queue's
+        listener hears the run's announcements from now on (its own channel)."""
         self._events.setdefault(run_id, anyio.Event())
+        self._queue.follow_run(run_id)
 
     def wake(self, run_id: str, summary: LiveSummary | None = READ_ROW) -> None:
         """Wake the run's follower, if it is followed here; `summary` is the live summary a
@@ -60,6 +62,7 @@ class Wakeups:
         """Drop the run's wake-up (nobody follows it any more)."""
         self._events.pop(run_id, None)
         self._pending.pop(run_id, None)
+        self._queue.forget_run(run_id)
 
     def wake_all(self) -> None:
         for run_id in list(self._events):
@@ -69,8 +72,9 @@ class Wakeups:
         """Keep listening, reconnecting after any failure (the queue's `listen_runs`)."""
 
         def on_note(payload: str) -> None:
-            # Every replica hears every run's announcements: a run not followed here is let go
-            # before its summary is parsed and validated (most of them, with several fronts).
+            # A replica hears the runs it follows (each run's own channel), but also an earlier
+            # version's workers' announcements of every run, and a run it stopped following may
+            # still be listened to: a run not followed here is let go before its summary is parsed.
             if payload.partition(" ")[0] not in self._events:
                 return
             run_id, live = decode_live(payload)

@@ -245,7 +245,7 @@ class QueueWorker:
     # --- claims ---------------------------------------------------------------------------
 
     async def _claim_forever(self, tg: anyio.abc.TaskGroup) -> None:
-        waited = False
+        waited = polled = False
         while True:
             await self._slots.acquire()
             self._wake = anyio.Event()  # before the claim: a run queued during it wakes us
@@ -254,15 +254,18 @@ class QueueWorker:
                     # Woken for a new run while busy: leave it a moment to an idler worker, so
                     # runs spread over the workers (draining a backlog is never delayed).
                     await anyio.sleep(SPREAD_S * len(self._running))
-                row = await self._claim()
+                row = await self._claim(polled=polled)
             except BaseException:
                 self._slots.release()
                 raise
             waited = row is None
+            polled = False
             if row is None:
                 self._slots.release()
-                with anyio.move_on_after(self._settings.queue_poll_s):
+                with anyio.move_on_after(self._settings.queue_poll_s) as timer:
                     await self._wake.wait()
+                # No wake-up within the poll interval: the next claim is the timed look.
+                polled = timer.cancelled_caught
                 continue
             tg.start_soon(self._process, row)
 
@@ -271,14 +274,14 @@ class QueueWorker:
         """Sandbox slots a claimed run may use: the free ones and those idle sessions hold."""
         return self._sandboxes.free_slots + (self.sessions.reclaimable if self.sessions is not None else 0)
 
-    async def _claim(self) -> RunRow | None:
+    async def _claim(self, *, polled: bool = False) -> RunRow | None:
         while self._free_sandboxes < 1 or self._lease_lapsed():  # noqa: ASYNC110 (no event to wait on)
             await anyio.sleep(0.1)  # a sandbox closes within a run's lifetime: cheap to look
         try:
             assert self.worker_id is not None
             sessions = await self._can_restore_sessions()
             return await self._queue.claim(
-                self.worker_id, self._free_sandboxes, self._sandboxes.max_slots, sessions=sessions
+                self.worker_id, self._free_sandboxes, self._sandboxes.max_slots, sessions=sessions, polled=polled
             )
         except Exception as exc:
             log.info("could not claim a run: %s", exc)

@@ -115,7 +115,8 @@ class PgRunQueue(PgWorkerRegistry):
         to cancel it (False: its worker writes the end)."""
         async with self._db.connection() as conn:
             cur = await conn.execute(
-                sql.CANCEL_QUEUED, {"summary": _dump(summary_if_queued), "run_id": run_id, "channel": sql.CHANNEL}
+                sql.CANCEL_QUEUED,
+                {"summary": _dump(summary_if_queued), "run_id": run_id, "channel": sql.run_channel(run_id)},
             )
             row = await cur.fetchone()
             if row is not None and row["ended"]:
@@ -141,11 +142,21 @@ class PgRunQueue(PgWorkerRegistry):
     # --- workers' runs ----------------------------------------------------------------------
 
     async def claim(
-        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True, polled: bool = False
     ) -> RunRow | None:
         """The next run for this worker (`queue_statements.CLAIM`), now `running` under a new
         attempt; None when no queued run fits. `sessions=False`: none of a kept session's runs
-        (this worker's image cannot restore one)."""
+        (this worker's image cannot restore one). `polled` (the worker's timed look, no wake-up
+        came): one statement asks whether any run is queued first, and the claim's transaction
+        (four round trips and the claim lock) runs only then; an idle worker polls once a poll
+        interval. Nothing is missed: a run queued after that look announces itself ("queued"),
+        and the worker clears its wake-up before it looks."""
+        if polled:
+            async with self._db.connection() as conn:
+                cur = await conn.execute(sql.ANY_QUEUED)
+                found = await cur.fetchone()
+            if found is None or not found["any"]:
+                return None
         async with self._db.transaction() as conn:
             cur = await conn.execute(sql.CLAIM_LOCK_AND_SLOTS, {"key": CLAIM_LOCK_KEY, "lease": self._lease})
             live = await cur.fetchone()
@@ -188,7 +199,7 @@ class PgRunQueue(PgWorkerRegistry):
                 "summary": _dump(summary),
                 "run_id": run_id,
                 "attempt": attempt,
-                "channel": sql.CHANNEL,
+                "channel": sql.run_channel(run_id),
                 "queue_channel": sql.QUEUE_CHANNEL,
             },
         )
@@ -202,7 +213,7 @@ class PgRunQueue(PgWorkerRegistry):
             return await self._finish(conn, run_id, summary, attempt=attempt)
 
     async def _finish(self, conn: Conn, run_id: str, summary: RunRecord, *, attempt: int | None) -> bool:
-        params = {"summary": _dump(summary), "run_id": run_id, "attempt": attempt, "channel": sql.CHANNEL}
+        params = {"summary": _dump(summary), "run_id": run_id, "attempt": attempt, "channel": sql.run_channel(run_id)}
         cur = await conn.execute(sql.FINISH_ANY if attempt is None else sql.FINISH_ATTEMPT, params)
         row = await cur.fetchone()
         return bool(row and row["ended"])

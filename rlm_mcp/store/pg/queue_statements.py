@@ -24,8 +24,23 @@ Rules kept here (docs/architecture.md, "Team mode"):
 
 from __future__ import annotations
 
-CHANNEL = "rlm_run_progress"  # payload: a run id, optionally a space and its live summary
+import hashlib
+
+# Where a run's announcements go: its own channel (`run_channel`), which only the replicas
+# following the run LISTEN to, so a replica is not woken for the runs it does not follow (every
+# replica used to hear every run's every live summary). Payload: the run id, optionally a space
+# and its live summary. `CHANNEL`, the one channel of earlier versions, is still listened to, so
+# a front hears the workers of the previous version during a rolling upgrade.
+CHANNEL = "rlm_run_progress"
 QUEUE_CHANNEL = "rlm_run_queue"  # payload: "queued", or "cancel RUN_ID"
+
+
+def run_channel(run_id: str) -> str:
+    """The run's own channel: a digest of its id (lower-case hex: a plain identifier, never
+    quoted, and within PostgreSQL's 63 bytes whatever the id's length)."""
+    return "rlm_run_" + hashlib.sha1(run_id.encode(), usedforsecurity=False).hexdigest()[:32]
+
+
 NOW = "extract(epoch FROM now())"  # the database's clock as Unix seconds (the float columns)
 
 COLUMNS = (
@@ -96,6 +111,8 @@ CLAIM = (
     f"FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, "
     "extract(epoch FROM now() - r.queued_at) AS waited_s"
 )
+# A worker's timed look before it claims (the partial index `rlm_runs_queued` answers it).
+ANY_QUEUED = "SELECT EXISTS (SELECT 1 FROM rlm_runs WHERE state = 'queued') AS any"
 CANCELS = "SELECT run_id FROM rlm_runs WHERE state = 'running' AND worker_id = %(worker)s AND cancel_requested"
 REQUEUE = (
     "WITH up AS (UPDATE rlm_runs SET state = 'queued', worker_id = NULL, requeues = requeues + 1, "
@@ -163,7 +180,8 @@ MARK_GONE = f"UPDATE rlm_workers SET gone_at = {NOW} WHERE worker_id = %(worker)
 DB_CLOCK = "SELECT extract(epoch FROM clock_timestamp()) AS t"
 
 # --- wake-ups ---------------------------------------------------------------------------------
-LISTEN = "LISTEN {channel}"  # a channel name above, never a value from outside
+LISTEN = "LISTEN {channel}"  # a channel name above or a `run_channel`, never a value from outside
+UNLISTEN = "UNLISTEN {channel}"
 PING = "SELECT 1"
 
 # --- the run log's parts (`runs.py`), the only other writes of `state` -------------------------

@@ -33,6 +33,12 @@ def _dump(record: RunRecord) -> str:
     return json.dumps(record.to_stored(), ensure_ascii=False)
 
 
+def _same_head(a: RunRecord, b: RunRecord) -> bool:
+    """Whether the two records' `stored_head` is the same (the request is immutable: the same
+    object, the same keys)."""
+    return a.request is b.request and a.run_id == b.run_id and a.created_at == b.created_at
+
+
 class PgRunLog:
     """The open log of one run. Events are staged in order, each with the next sequence, and
     written by `flush`: all staged rows in one multi-row INSERT, in the same statement as the
@@ -65,6 +71,9 @@ class PgRunLog:
         self._closed = False
         self._detached = False
         self._staged: list[tuple[int, str]] = []  # (seq, line without its newline), in seq order
+        # The stored record's head (`RunRecord.stored_head`) as JSON without its closing brace,
+        # and the record it was encoded from (its request and creation never change).
+        self._head: tuple[RunRecord, str] | None = None
         self._lock = anyio.Lock()  # one flush at a time: rows leave the stage only once written
 
     @property
@@ -126,7 +135,7 @@ class PgRunLog:
         self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, announce: bool = False
     ) -> bool:
         """Write the staged events, with the record `summary` (never over a final one), the
-        `lm_called` mark and (`announce`) a NOTIFY on the runs' channel, in one statement. The NOTIFY's
+        `lm_called` mark and (`announce`) a NOTIFY on the run's channel, in one statement. The NOTIFY's
         payload is the record's live summary (`ports.runs.encode_live`: bounded) while the run
         is live, else the run id alone. False when the run has ended (a summary written over an
         ended run is dropped, the events and counters are written), its record is gone, or (with
@@ -165,9 +174,9 @@ class PgRunLog:
             if summary is not None:
                 # Never over a final summary (`queue_statements.SET_SUMMARY`, the one writer of state).
                 sets += list(queue_sql.SET_SUMMARY)
-                params += [_dump(summary), summary.done]
+                params += [self._dump(summary), summary.done]
                 if not summary.done:
-                    payload = encode_live(self._run_id, summary.live())
+                    payload = encode_live(self._run_id, summary)
             if mark_lm_called:
                 sets.append("lm_called = true")
             where = "run_id = %s"
@@ -181,7 +190,7 @@ class PgRunLog:
                 # The summary rides along only while the run is live (a run that ended
                 # elsewhere is announced by its id alone: its follower reads the final row).
                 select += ", pg_notify(%s, CASE WHEN live THEN %s ELSE %s END)"
-                params += [queue_sql.CHANNEL, payload, self._run_id]
+                params += [queue_sql.run_channel(self._run_id), payload, self._run_id]
             select += " FROM (SELECT coalesce((SELECT NOT done FROM up), false) AS live) AS s"
             try:
                 async with self._db.connection() as conn:
@@ -191,6 +200,14 @@ class PgRunLog:
                 row = None
             del self._staged[: len(rows)]
         return bool(row and row["live"])
+
+    def _dump(self, record: RunRecord) -> str:
+        """`_dump(record)`, its head encoded once per run: the same text, spliced (a worker
+        publishes a live summary at every progress event; its request is most of the JSON)."""
+        head = self._head
+        if head is None or not _same_head(head[0], record):
+            head = self._head = (record, json.dumps(record.stored_head(), ensure_ascii=False)[:-1])
+        return head[1] + ", " + json.dumps(record.stored_tail(), ensure_ascii=False)[1:]
 
     async def write_summary(self, summary: RunRecord) -> None:
         """The staged events and the record, in one statement (none once detached)."""

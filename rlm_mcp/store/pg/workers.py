@@ -33,6 +33,41 @@ KEEPALIVE_S = 10.0
 CONNECT_TIMEOUT_S = 10
 
 
+class Follows:
+    """The run channels (`queue_statements.run_channel`) a replica's runs listener is to LISTEN
+    to: the runs it follows. Changed by the followers (`follow`, `forget`), applied by the loop
+    (`listen_forever`) between two waits: a new channel interrupts the wait, and the LISTEN goes
+    out at once; a forgotten one is left until the next LISTEN goes out (an ended run announces
+    nothing more), so following a run costs one statement, not two."""
+
+    def __init__(self) -> None:
+        self.wanted: set[str] = set()
+        self.listened: set[str] = set()  # on the listener's current connection
+        self.waiting: anyio.CancelScope | None = None  # the loop's wait, while it waits
+        self.interrupted = False
+
+    def follow(self, channel: str) -> None:
+        if channel in self.wanted:
+            return
+        self.wanted.add(channel)
+        if channel not in self.listened and self.waiting is not None:
+            self.interrupted = True
+            self.waiting.cancel()
+
+    def forget(self, channel: str) -> None:
+        self.wanted.discard(channel)
+
+    def changes(self) -> tuple[str, set[str]] | None:
+        """The statement that brings the connection to `wanted` (None while nothing new is
+        wanted), and what it listens to then."""
+        new = self.wanted - self.listened
+        if not new:
+            return None
+        commands = [sql.LISTEN.format(channel=c) for c in sorted(new)]
+        commands += [sql.UNLISTEN.format(channel=c) for c in sorted(self.listened - self.wanted)]
+        return "; ".join(commands), set(self.wanted)
+
+
 class PgWorkerRegistry:
     """The workers of the team database: registration, heartbeats, leases."""
 
@@ -42,6 +77,7 @@ class PgWorkerRegistry:
         self._rules = rules
         self._db = db
         self._lease = rules.lease_s
+        self._follows = Follows()  # the runs this process follows: their channels
 
     async def live_workers(self) -> int:
         async with self._db.connection() as conn:
@@ -128,8 +164,16 @@ class PgWorkerRegistry:
     # --- wake-ups -------------------------------------------------------------------------
 
     async def listen_runs(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
-        """The runs' announcements (`queue_statements.CHANNEL`); never returns."""
-        await listen_forever(self._db.url, sql.CHANNEL, on_note, on_connect=on_connect)
+        """The announcements of the runs followed here (`follow_run`: each run's own channel), and
+        those of an earlier version's workers (`queue_statements.CHANNEL`); never returns."""
+        await listen_forever(self._db.url, sql.CHANNEL, on_note, on_connect=on_connect, follows=self._follows)
+
+    def follow_run(self, run_id: str) -> None:
+        """Hear `run_id`'s announcements from now on (`listen_runs`: its LISTEN goes out at once)."""
+        self._follows.follow(sql.run_channel(run_id))
+
+    def forget_run(self, run_id: str) -> None:
+        self._follows.forget(sql.run_channel(run_id))
 
     async def listen_queue(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
         """The workers' wake-ups (`queue_statements.QUEUE_CHANNEL`); never returns."""
@@ -137,30 +181,65 @@ class PgWorkerRegistry:
 
 
 async def listen_forever(
-    url: str, channel: str, on_note: Callable[[str], None], *, on_connect: Callable[[], object]
+    url: str,
+    channel: str,
+    on_note: Callable[[str], None],
+    *,
+    on_connect: Callable[[], object],
+    follows: Follows | None = None,
 ) -> None:
     """LISTEN on `channel` over one connection of its own (not the pool's: it stays open),
     calling `on_note` with each payload and `on_connect` after each (re)connect; never returns.
 
     The loop sleeps on the connection's socket until the server sends something (or the
-    keep-alive is due), then takes what arrived without waiting (`notifies(timeout=0)`).
-    psycopg's own `notifies(timeout=...)` wakes every 0.1 s to look for an interrupt: with a
-    listener or three per replica that was most of an idle team's CPU.
+    keep-alive is due), then takes what arrived from libpq at once (`consume_input`, then each
+    notification). psycopg's own `notifies(timeout=...)` wakes every 0.1 s to look for an
+    interrupt: with a listener or three per replica that was most of an idle team's CPU; and
+    even with no timeout, its async generator, lock and wait cost more per wake-up than the
+    two libpq calls, and every replica wakes for every run's announcement.
     Nothing is lost between the two steps: the socket stays readable until its data is read,
-    and what arrives during the keep-alive's statement psycopg keeps for the next `notifies`."""
+    and what arrives during the keep-alive's statement psycopg keeps for `notifies(timeout=0)`,
+    which drains it after that statement.
+
+    `follows`: more channels, which change while it listens (the runs a front follows): each
+    new one interrupts the wait and is LISTENed to before the next; after a reconnect, all."""
     while True:
         try:
             conn = await Connection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
             try:
                 await conn.execute(sql.LISTEN.format(channel=channel).encode())
+                if follows is not None:
+                    follows.listened = set()  # a new session listens to nothing else yet
                 on_connect()
+                pgconn, encoding = conn.pgconn, conn.info.encoding
                 while True:
+                    change = follows.changes() if follows is not None else None
+                    if follows is not None and change is not None:
+                        await conn.execute(change[0].encode())
+                        follows.listened = change[1]
+                        async for note in conn.notifies(timeout=0):  # what came during the statement
+                            on_note(note.payload)
+                        continue  # runs followed meanwhile: theirs too, before the wait
+                    # No await from here to the wait: a run followed from now on interrupts it.
                     with anyio.move_on_after(KEEPALIVE_S) as quiet:
-                        await anyio.wait_readable(conn.pgconn.socket)
+                        if follows is not None:
+                            follows.waiting, follows.interrupted = quiet, False
+                        try:
+                            await anyio.wait_readable(pgconn.socket)
+                        finally:
+                            if follows is not None:
+                                follows.waiting = None
+                    if follows is not None and follows.interrupted:
+                        continue  # a run to follow: its LISTEN first (the socket is looked at next)
                     if quiet.cancelled_caught:
                         await conn.execute(sql.PING)  # notices a dead connection
-                    async for note in conn.notifies(timeout=0):
-                        on_note(note.payload)
+                        # What came during the statement, kept by psycopg (its backlog).
+                        async for note in conn.notifies(timeout=0):
+                            on_note(note.payload)
+                        continue
+                    pgconn.consume_input()  # raises on a dead connection: listen again
+                    while (raw := pgconn.notifies()) is not None:
+                        on_note(raw.extra.decode(encoding))
             finally:
                 # Shielded: this loop ends by cancellation (its process stopping), and a close cut
                 # short by it leaves the connection open until the collector finds it.
