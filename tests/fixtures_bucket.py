@@ -193,6 +193,18 @@ async def object_rows(db: Any) -> list[tuple[str, str]]:
         return [(r["key"], r["state"]) for r in await cur.fetchall()]
 
 
+async def aged_past(db: Any, grace_s: float) -> bool:
+    """Whether every rlm_objects row is older than `grace_s` by the database's clock, the one the
+    sweep judges intents by: a test waits for this rather than assume time passed since its writes."""
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT coalesce(bool_and(created_at < extract(epoch FROM now()) - %s), true) AS past FROM rlm_objects",
+            (grace_s,),
+        )
+        row = await cur.fetchone()
+        return bool(row["past"])
+
+
 @pytest.fixture(scope="session")
 def rclone_s3() -> Iterator[SeaweedFS]:
     server = RcloneS3()

@@ -182,7 +182,7 @@ async def rule_a_sweeper_judges_leases_only_after_a_full_lease_connected(open_te
 
 
 async def rule_a_run_no_worker_takes_ends_at_the_queue_timeout(open_team: OpenTeam) -> None:
-    async with open_team(run_queue_timeout_s=1.0) as team:
+    async with open_team(run_queue_timeout_s=30.0) as team:
         await team.queue.enqueue(summary("run_timeout000000001"), 1)
         sweeper = Sweeper(team.settings.queue, team.queue, clock=Clock())
         await sweeper.sweep_once()

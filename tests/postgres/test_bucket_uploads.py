@@ -17,7 +17,7 @@ from rlm_mcp.config.blobs import bucket_location
 from rlm_mcp.store.bucket_uploads import _client_kwargs
 from rlm_mcp.store.pg import bucket_of
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_bucket import SECRET, bucket_settings, object_rows
+from tests.fixtures_bucket import SECRET, aged_past, bucket_settings, object_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -72,13 +72,20 @@ async def test_the_sweep_aborts_abandoned_uploads_and_leaves_fresh_and_foreign_o
 async def test_a_failed_listing_is_logged_without_credentials_and_the_rows_are_swept(
     tmp_path: Path, pg_migrated_url: str, bucket_url: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
-    settings = bucket_settings(tmp_path, pg_migrated_url, bucket_url, blob_grace_s=0.001)
+    grace_s = 0.001
+    settings = bucket_settings(tmp_path, pg_migrated_url, bucket_url, blob_grace_s=grace_s)
     async with make_stores(settings) as stores:
         bucket = bucket_of(stores)
         assert bucket is not None
         key = await bucket.intend(owner="alice", sha256="cd" * 32, size=4)
         await bucket.bucket.put_bytes(key, b"left")
         await bucket.intend(owner="alice", sha256="ef" * 32, size=4)  # the rows' own sweep must still happen
+        # The sweep takes only intents older than the grace period by the database's clock: the
+        # second was written a fraction of a millisecond ago, so wait until both are past it
+        # (without this the sweep rightly left the younger one, once in a few runs).
+        await wait_until(
+            lambda: aged_past(stores.lifecycle, grace_s), within_s=30, what="the intents to age past the grace period"
+        )
         # The janitor's client is made at each sweep, from the environment: a wrong secret now
         # makes its listing fail while the store's client (made at start) still works.
         wrong = "sk-wrong-" + SECRET[-8:]

@@ -125,7 +125,7 @@ async def test_concurrent_sweepers_tell_each_end_once_after_its_record(tmp_path:
     """The run-end hook, shared by three sweepers: a lost worker's run that had an LM reply ends
     and is told once; one that had none is queued again and not told; a run no worker took ends
     at the queue timeout and is told once. Each time the final record was committed first."""
-    async with team(tmp_path, pg_url, run_queue_timeout_s=1.0, queue_poll_s=0.2) as (db, queue, settings):
+    async with team(tmp_path, pg_url, run_queue_timeout_s=30.0, queue_poll_s=0.2) as (db, queue, settings):
         told = Told(queue)
         worker = await queue.register_worker("owner-ends", 4)
         for name, lm_called in (("run_ends_lost0000001", True), ("run_ends_fresh000001", False)):
@@ -160,7 +160,7 @@ async def test_concurrent_sweepers_tell_each_end_once_after_its_record(tmp_path:
 async def test_a_nul_in_a_query_never_stalls_the_sweeps(tmp_path: Path, pg_url: str) -> None:
     """A run whose query holds a NUL, lost before its first LM reply, is queued again; a second
     loss ends it; and the sweeps go on doing their work for the other runs all along."""
-    async with team(tmp_path, pg_url, run_queue_timeout_s=1.0, queue_poll_s=0.2) as (db, queue, settings):
+    async with team(tmp_path, pg_url, run_queue_timeout_s=30.0, queue_poll_s=0.2) as (db, queue, settings):
         worker = await queue.register_worker("owner-nul", 4)
         await queue.enqueue(summary("run_nul_query0000001", query="a\x00b"), 1)
         claimed = await queue.claim(worker, 8, 8)
