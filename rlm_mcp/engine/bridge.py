@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import anyio
+import anyio.lowlevel
 
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.tree import SUB_CALL_SLOT
@@ -171,6 +172,9 @@ class SubCallBridge:
         async def worker(prompt: str) -> str:
             return await (self.one_child(prompt) if recursive else self.one_llm(prompt, model))
 
+        # As many at once as can be served at once: the process's LM slots, or the tree's
+        # children per depth (engine/tree.py), each the ceiling its calls wait under anyway.
+        width = tree.max_concurrent_children if recursive else self.ctx.settings.max_concurrent_lm_calls
         batch = tree.next_batch()
         where = tree.where(run_id)
         batch_started = time.monotonic()
@@ -180,7 +184,7 @@ class SubCallBridge:
             "rlm.depth": depth,
         }
         with tracing.span("rlm.sub_calls", attributes) as span:
-            results = await _gather(prompts[:granted], worker, batch) + [refused] * (count - granted)
+            results = await _gather(prompts[:granted], worker, batch, width) + [refused] * (count - granted)
             if count > granted:
                 span.set_attribute("rlm.sub_calls.refused", count - granted)
         failed = sum(1 for r in results if r.startswith("Error: "))
@@ -203,18 +207,30 @@ class SubCallBridge:
         return results
 
 
-async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], batch: int) -> list[str]:
-    results: list[str] = [""] * len(prompts)
+async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], batch: int, width: int) -> list[str]:
+    """Each prompt's answer, in prompt order, from at most `width` tasks taking prompts in order.
 
-    async def slot(index: int, prompt: str) -> None:
-        SUB_CALL_SLOT.set((batch, index))  # this task's own context: names the events it causes
-        try:
-            results[index] = await worker(prompt)
-        except Exception as exc:  # one failing prompt must not fail its batch
-            log.exception("sub-call failed unexpectedly")
-            results[index] = f"Error: the sub-call failed: {type(exc).__name__}: {exc}"
+    A task per prompt would run every prompt's first steps (checks, window fitting, the call's
+    body, bookkeeping) before the first request of a big batch left; `width` tasks, as many as
+    can be in flight at once, keep that work next to each prompt's own request.
+    """
+    results: list[str] = [""] * len(prompts)
+    pending = iter(enumerate(prompts))  # shared: each task takes the next prompt not yet taken
+
+    async def slot() -> None:
+        for index, prompt in pending:
+            SUB_CALL_SLOT.set((batch, index))  # this task's own context: names the events it causes
+            try:
+                results[index] = await worker(prompt)
+            except Exception as exc:  # one failing prompt must not fail its batch
+                log.exception("sub-call failed unexpectedly")
+                results[index] = f"Error: the sub-call failed: {type(exc).__name__}: {exc}"
 
     async with anyio.create_task_group() as tg:
-        for index, prompt in enumerate(prompts):
-            tg.start_soon(slot, index, prompt)
+        for _ in range(min(max(1, width), len(prompts))):
+            tg.start_soon(slot)
+            # Let the task just started take its first steps, and what they schedule (the
+            # client writes a request's body in a task of its own), before the next one starts:
+            # the first request leaves after one prompt's preparation, not `width` of them.
+            await anyio.lowlevel.checkpoint()
     return results
