@@ -226,11 +226,15 @@ async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], b
                 log.exception("sub-call failed unexpectedly")
                 results[index] = f"Error: the sub-call failed: {type(exc).__name__}: {exc}"
 
+    tasks = min(max(1, width), len(prompts))
     async with anyio.create_task_group() as tg:
-        for _ in range(min(max(1, width), len(prompts))):
+        for started in range(1, tasks + 1):
             tg.start_soon(slot)
-            # Let the task just started take its first steps, and what they schedule (the
-            # client writes a request's body in a task of its own), before the next one starts:
-            # the first request leaves after one prompt's preparation, not `width` of them.
-            await anyio.lowlevel.checkpoint()
+            if started & (started - 1) == 0 and started < tasks:
+                # Let the tasks started so far take their first steps, and what those schedule
+                # (the client writes a request's body in a task of its own), before starting as
+                # many again: the first request leaves after one prompt's preparation, the k-th
+                # after at most 2k, in log2(tasks) loop turns (one turn per task costs a
+                # zero-latency 200-way batch ~7% more CPU).
+                await anyio.lowlevel.checkpoint()
     return results
