@@ -227,14 +227,20 @@ async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], b
                 results[index] = f"Error: the sub-call failed: {type(exc).__name__}: {exc}"
 
     tasks = min(max(1, width), len(prompts))
+    # A batch of more prompts than tasks runs in rounds, each task a chain of calls: the sooner
+    # each chain's first request leaves, the sooner the batch ends. One of at most `tasks`
+    # prompts gains nothing from that (it ends with its last request, which leaves after every
+    # prompt's preparation either way), and the extra loop turns cost a zero-latency 16-way
+    # batch ~8% more CPU per call, so it starts all its tasks at once.
+    rounds = len(prompts) > tasks
     async with anyio.create_task_group() as tg:
         for started in range(1, tasks + 1):
             tg.start_soon(slot)
-            if started & (started - 1) == 0 and started < tasks:
+            if rounds and started & (started - 1) == 0 and started < tasks:
                 # Let the tasks started so far take their first steps, and what those schedule
                 # (the client writes a request's body in a task of its own), before starting as
                 # many again: the first request leaves after one prompt's preparation, the k-th
-                # after at most 2k, in log2(tasks) loop turns (one turn per task costs a
+                # after at most 2k, in log2(tasks) loop turns (one turn per task cost a
                 # zero-latency 200-way batch ~7% more CPU).
                 await anyio.lowlevel.checkpoint()
     return results
