@@ -44,6 +44,7 @@ class EngineSettings:
     min_completion_tokens: int
     max_sub_calls_per_run: int
     max_concurrent_children: int
+    max_concurrent_lm_calls: int  # the LM client's slots: a sub-call batch's width (engine/bridge.py)
     submit_on_max_iterations: bool
     output_chars: int
     max_prompts_per_batch: int
@@ -61,6 +62,7 @@ class EngineSettings:
             min_completion_tokens=lm.min_completion_tokens,
             max_sub_calls_per_run=lm.max_sub_calls_per_run,
             max_concurrent_children=loop.max_concurrent_children,
+            max_concurrent_lm_calls=lm.max_concurrent_lm_calls,
             submit_on_max_iterations=loop.submit_on_max_iterations,
             output_chars=loop.output_chars,
             max_prompts_per_batch=sandbox.max_prompts_per_batch,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import anyio
+import anyio.lowlevel
 
 from rlm_mcp.engine.formatting import head_tail
 from rlm_mcp.engine.tree import SUB_CALL_SLOT
@@ -178,6 +179,9 @@ class SubCallBridge:
         async def worker(prompt: str) -> str:
             return await (self.one_child(prompt) if recursive else self.one_llm(prompt, model))
 
+        # As many at once as can be served at once: the process's LM slots, or the tree's
+        # children per depth (engine/tree.py), each the ceiling its calls wait under anyway.
+        width = tree.max_concurrent_children if recursive else self.ctx.settings.max_concurrent_lm_calls
         batch = tree.next_batch()
         where = tree.where(run_id)
         batch_started = time.monotonic()
@@ -187,7 +191,7 @@ class SubCallBridge:
             "rlm.depth": depth,
         }
         with tracing.span("rlm.sub_calls", attributes) as span:
-            results = await _gather(prompts[:granted], worker, batch) + [refused] * (count - granted)
+            results = await _gather(prompts[:granted], worker, batch, width) + [refused] * (count - granted)
             if count > granted:
                 span.set_attribute("rlm.sub_calls.refused", count - granted)
         failed = sum(1 for r in results if r.startswith("Error: "))
@@ -210,18 +214,40 @@ class SubCallBridge:
         return results
 
 
-async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], batch: int) -> list[str]:
+async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], batch: int, width: int) -> list[str]:
+    """Each prompt's answer, in prompt order, from at most `width` tasks taking prompts in order.
+
+    A task per prompt would run every prompt's first steps (checks, window fitting, the call's
+    body, bookkeeping) before the first request of a big batch left; `width` tasks, as many as
+    can be in flight at once, keep that work next to each prompt's own request.
+    """
     results: list[str] = [""] * len(prompts)
+    pending = iter(enumerate(prompts))  # shared: each task takes the next prompt not yet taken
 
-    async def slot(index: int, prompt: str) -> None:
-        SUB_CALL_SLOT.set((batch, index))  # this task's own context: names the events it causes
-        try:
-            results[index] = await worker(prompt)
-        except Exception as exc:  # one failing prompt must not fail its batch
-            log.exception("sub-call failed unexpectedly")
-            results[index] = f"Error: the sub-call failed: {type(exc).__name__}: {exc}"
+    async def slot() -> None:
+        for index, prompt in pending:
+            SUB_CALL_SLOT.set((batch, index))  # this task's own context: names the events it causes
+            try:
+                results[index] = await worker(prompt)
+            except Exception as exc:  # one failing prompt must not fail its batch
+                log.exception("sub-call failed unexpectedly")
+                results[index] = f"Error: the sub-call failed: {type(exc).__name__}: {exc}"
 
+    tasks = min(max(1, width), len(prompts))
+    # A batch of more prompts than tasks runs in rounds, each task a chain of calls: the sooner
+    # each chain's first request leaves, the sooner the batch ends. One of at most `tasks`
+    # prompts gains nothing from that (it ends with its last request, which leaves after every
+    # prompt's preparation either way), and the extra loop turns cost a zero-latency 16-way
+    # batch ~8% more CPU per call, so it starts all its tasks at once.
+    rounds = len(prompts) > tasks
     async with anyio.create_task_group() as tg:
-        for index, prompt in enumerate(prompts):
-            tg.start_soon(slot, index, prompt)
+        for started in range(1, tasks + 1):
+            tg.start_soon(slot)
+            if rounds and started & (started - 1) == 0 and started < tasks:
+                # Let the tasks started so far take their first steps, and what those schedule
+                # (the client writes a request's body in a task of its own), before starting as
+                # many again: the first request leaves after one prompt's preparation, the k-th
+                # after at most 2k, in log2(tasks) loop turns (one turn per task cost a
+                # zero-latency 200-way batch ~7% more CPU).
+                await anyio.lowlevel.checkpoint()
     return results

@@ -1,0 +1,82 @@
+"""A big sub-call batch: its first requests leave at once, its work per prompt happens next to
+that prompt's request (engine/bridge.py `_gather`), and its answers stay in prompt order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from rlm_mcp.ports.chat import Completion
+from tests.fixtures_engine import FakeChatModel, make_settings, repl, run_engine
+
+pytestmark = pytest.mark.anyio
+
+DONE = repl('answer["content"]="done"; answer["ready"]=True')
+
+
+@dataclass
+class SendingModel(FakeChatModel):
+    """A sub-call's request leaves one loop turn after `complete` is entered, as the real client's
+    does (aiohttp writes a request's body in a task of its own): `log` says, in order, when each
+    prompt's call was entered ("enter") and when its request left ("sent"); `most` is the most
+    sub-calls in progress at once."""
+
+    log: list[tuple[str, str]] = field(default_factory=list)
+    in_progress: int = 0
+    most: int = 0
+
+    async def complete(
+        self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: str, session: str | None = None
+    ) -> Completion:
+        if role != "sub":
+            return await super().complete(messages, model=model, max_tokens=max_tokens, role=role, session=session)
+        prompt = messages[-1]["content"]
+        self.in_progress += 1
+        self.most = max(self.most, self.in_progress)
+        try:
+            self.log.append(("enter", prompt))
+            await anyio.lowlevel.checkpoint()
+            self.log.append(("sent", prompt))
+            return await super().complete(messages, model=model, max_tokens=max_tokens, role=role, session=session)
+        finally:
+            self.in_progress -= 1
+
+
+def _batch(n: int) -> str:
+    return repl(f"r = llm_query_batched(['p%d' % i for i in range({n})])\nprint(r == ['P%d' % i for i in range({n})])")
+
+
+def _printed(lm: FakeChatModel) -> str:
+    """What the batch's cell printed, as the second root call was shown it."""
+    output = next(m["content"] for m in lm.root_calls[1].messages if "REPL output" in m["content"])
+    return "True" if "True" in output else output
+
+
+async def test_a_big_batch_sends_its_first_request_before_preparing_the_others(tmp_path: Path) -> None:
+    # 64 prompts, 16 slots: the first request leaves before the 16th prompt's call is even begun
+    # (before, all 64 calls were begun first; with 16 tasks started at once, all 16).
+    settings = make_settings(tmp_path, max_concurrent_lm_calls=16)
+    lm = SendingModel(root=[_batch(64), DONE], sub=str.upper)
+    result, *_ = await run_engine(tmp_path, lm, settings=settings)
+    assert result.status == "completed" and result.sub_calls == 64
+    assert lm.log.index(("sent", "p0")) < lm.log.index(("enter", "p15"))
+    assert _printed(lm) == "True"  # answers in prompt order
+
+
+async def test_a_batch_works_on_at_most_as_many_prompts_as_the_lm_slots(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, max_concurrent_lm_calls=4)
+    lm = SendingModel(root=[_batch(40), DONE], sub=str.upper)
+    result, events, *_ = await run_engine(tmp_path, lm, settings=settings)
+    assert result.status == "completed" and result.sub_calls == 40
+    assert lm.most == 4  # before, all 40 prompts were under way at once
+    assert _printed(lm) == "True"
+    # prompts are taken in order, and every call still names its batch and its own slot
+    assert [p for kind, p in lm.log if kind == "enter"] == [f"p{i}" for i in range(40)]
+    calls = [e for e in events.of("llm_call") if e["role"] == "sub"]
+    assert sorted(e["index"] for e in calls) == list(range(40))
+    assert {e["batch"] for e in calls} == {events.of("sub_calls")[0]["batch"]}
+    assert all(e["prompt"] == f"p{e['index']}" for e in calls)
