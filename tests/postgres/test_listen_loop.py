@@ -81,7 +81,12 @@ async def test_a_replica_hears_only_the_runs_it_follows_from_when_it_follows_the
                 await announce("run_followed00000001 {}", "run_followed00000001")
                 await follower.cancel("run_followed00000001", summary("run_followed00000001").ended("cancelled", "x"))
                 await conn.execute("SELECT pg_notify(%s, %s)", (sql.CHANNEL, "run_old_version_000001"))
-                await wait_until(lambda: len(heard["follower"]) >= 3, what="the followed run's announcements")
+                # Each session gets its notifications in commit order, so once the other replica
+                # has heard the last one it has heard whatever it was going to hear before it.
+                await wait_until(
+                    lambda: len(heard["follower"]) >= 3 and len(heard["other"]) >= 1,
+                    what="the followed run's announcements, and the shared channel's on both replicas",
+                )
                 assert heard["follower"] == [
                     "run_followed00000001 {}",
                     "run_followed00000001",
