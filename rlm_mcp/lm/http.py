@@ -8,10 +8,12 @@ client, not the server, the bottleneck of a 16-way batch (bench/lm.py prints bot
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from multidict import CIMultiDictProxy
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -52,7 +54,25 @@ class HttpReply:
 
     def json(self) -> Any:
         """The body as JSON; ValueError when it is not."""
-        return json.loads(self.content)
+        return decode_json(self.content)
+
+
+# A run of digits this long may be an integer past 64 bits, which orjson reads as a float.
+_LONG_NUMBER = re.compile(rb"\d{19}")
+
+
+def decode_json(content: bytes) -> Any:
+    """`json.loads(content)`, the same values and the same errors, in a fifth of its time for
+    what servers send: orjson reads strict UTF-8 JSON (a reply per LM call, 200 in a sub-call
+    batch), and whatever it refuses or could read differently goes to the standard library as
+    before: what orjson rejects (a UTF-16 body, NaN, a lone surrogate's escape, a number past a
+    float) and bodies with a 19-digit run (an integer orjson would make a float)."""
+    if _LONG_NUMBER.search(content) is None:
+        try:
+            return orjson.loads(content)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(content)
 
 
 # `json.dumps` with these options builds this encoder on every call; it keeps no state, so one does.
