@@ -11,7 +11,7 @@ import pytest
 from rlm_mcp.events import LLMCall, LogTruncated, TurnStart, loads, to_json
 from rlm_mcp.ports.chat import CallRecord
 from rlm_mcp.store.runs import encode_event
-from rlm_mcp.usage import Usage
+from rlm_mcp.usage import TokenCount, Usage
 
 _CALL: dict[str, Any] = {
     "run_id": "r1",
@@ -75,3 +75,23 @@ def test_a_call_is_accounted_as_add_counts_it() -> None:
         )
     assert by_call.model_dump_json() == by_add.model_dump_json()
     assert by_call.total.calls == 4 and by_call.by_model["n"].calls == 1
+
+
+def test_absorbing_sets_what_setting_the_fields_sets() -> None:
+    # `absorb` writes the model's fields directly: the values, the fields set (what
+    # `exclude_unset` and `copy_of` read) and the JSON must be what attribute sets give.
+    for cost in (None, 0.5):
+        record = CallRecord("m", 5, 2, 0.01, "ok", "sub", cached_prompt_tokens=1, cost_usd=cost)
+        absorbed, assigned = TokenCount(), TokenCount()
+        absorbed.absorb(record)
+        absorbed.absorb(TokenCount(prompt_tokens=1, calls=2))
+        for counts in (record, TokenCount(prompt_tokens=1, calls=2)):
+            assigned.prompt_tokens += counts.prompt_tokens
+            assigned.completion_tokens += counts.completion_tokens
+            assigned.calls += counts.calls if isinstance(counts, TokenCount) else 1
+            assigned.cached_prompt_tokens += counts.cached_prompt_tokens
+            if counts.cost_usd is not None:
+                assigned.cost_usd = (assigned.cost_usd or 0.0) + counts.cost_usd
+        assert absorbed == assigned and absorbed.model_fields_set == assigned.model_fields_set
+        assert absorbed.model_dump(exclude_unset=True) == assigned.model_dump(exclude_unset=True)
+        assert absorbed.model_dump_json() == assigned.model_dump_json()
