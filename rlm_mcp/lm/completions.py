@@ -75,6 +75,16 @@ def _tallied(completion: Completion, tally: _Tally) -> Completion:
     return replace(completion, record=record)
 
 
+async def _take(slots: anyio.Semaphore) -> None:
+    """One of the process's slots: at once when one is free (no await: anyio's `acquire` checks
+    for cancellation first, walking the task's cancel scopes, a sub-call's eleven nested ones,
+    where the request just after is a checkpoint anyway), else waiting in line for one."""
+    try:
+        slots.acquire_nowait()
+    except anyio.WouldBlock:
+        await slots.acquire()
+
+
 class Completions:
     def __init__(
         self,
@@ -163,7 +173,9 @@ class Completions:
             asked = time.perf_counter()
             sent_at = await gate.acquire()
             try:
-                async with self._slots():
+                slots = self._slots()
+                await _take(slots)
+                try:
                     tally.queued_s += time.perf_counter() - asked
                     try:
                         response = await self.endpoint.http().request("POST", url, json_body=payload, headers=headers())
@@ -179,6 +191,8 @@ class Completions:
                             return response
                         failure = await self._status_error(response, url, model, attempt + 1)
                         wait = retry_after_s(response)
+                finally:
+                    slots.release()
             finally:
                 gate.release()
             turns += 1

@@ -15,4 +15,6 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 def valid_text(text: str) -> str:
     """`text` with every lone UTF-16 surrogate replaced by U+FFFD (it is valid UTF-8 then)."""
+    if text.isascii():  # no surrogate: a check in C instead of the pattern's scan (every LM reply)
+        return text
     return LONE_SURROGATE.sub(REPLACEMENT, text)

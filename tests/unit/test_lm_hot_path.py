@@ -1,5 +1,5 @@
 """The sub-call path's cheaper forms give what the plain ones gave: request ids, request bodies,
-log lines and the LM span while no tracer is installed."""
+reply bodies, budgets, valid text, log lines and the LM span while no tracer is installed."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ import math
 import os
 import uuid
 import warnings
+from typing import Any
 
+import anyio
 import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import trace
 
-from rlm_mcp.lm.http import encode_json
+from rlm_mcp.lm.http import HttpReply, decode_json, encode_json
+from rlm_mcp.lm.length_field import set_budget
+from rlm_mcp.lm.responses import parse_completion
 from rlm_mcp.lm.routing import request_id
 from rlm_mcp.observability import tracing
+from rlm_mcp.ports.chat import LMMalformedResponseError
+from rlm_mcp.ports.text import LONE_SURROGATE, REPLACEMENT, valid_text
 from rlm_mcp.store.runs import encode_event
 
 
@@ -73,3 +80,79 @@ def test_the_lm_span_without_a_tracer_is_the_invalid_span_and_lets_errors_throug
         assert span is trace.INVALID_SPAN
     with pytest.raises(KeyError), tracing.lm_span(model="m", role="sub", endpoint="root", max_tokens=8):
         raise KeyError("x")
+
+
+# What servers send, and what they should not: every body `decode_json` takes through orjson or
+# hands to the standard library must come back as `json.loads` gives it, errors included.
+_BODIES = [
+    b'{"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": 8}}',
+    '{"a": "héllo ✓", "b": [1, -0, -0.0, 0.1, 1E5, 5e-324, 1.7976931348623157e308]}'.encode(),
+    b'{"a": 1, "a": 2}',  # a repeated key: the last one
+    b'\xef\xbb\xbf{"bom": true}',  # a UTF-8 byte-order mark
+    '{"utf16": 1}'.encode("utf-16"),  # not UTF-8 at all
+    b'"\\ud83d"',  # a lone surrogate's escape: a str holding it (the parser's caller replaces it)
+    b'{"usage": {"prompt_tokens": 123456789012345678901234567890}}',  # an integer past 64 bits
+    b'{"n": -9999999999999999999}',
+    b'{"n": 18446744073709551615}',
+    b"[NaN, Infinity, -Infinity, 1e400]",
+    b"",
+    b"not json",
+    b'{"a": 1,}',
+    b'{"a": 1} trailing',
+    b'"a\nb"',  # a raw control character in a string
+    b'"\xc3\x28"',  # invalid UTF-8
+    b"[" * 5000 + b"]" * 5000,  # nested past the standard library's recursion limit
+]
+
+
+def _outcome(decode: Any, body: bytes) -> tuple[str, str]:
+    try:
+        value = decode(body)
+    except Exception as exc:  # the error itself is what is compared
+        return type(exc).__name__, str(exc)
+    return type(value).__name__, repr(value)
+
+
+@pytest.mark.parametrize("body", _BODIES)
+def test_a_reply_body_decodes_as_the_standard_library_decodes_it(body: bytes) -> None:
+    assert _outcome(decode_json, body) == _outcome(json.loads, body)
+
+
+def test_a_reply_that_is_not_json_is_still_named_so() -> None:
+    reply = HttpReply("http://lm.test/v1/chat/completions", 200, CIMultiDictProxy(CIMultiDict()), b"<html>oops")
+    with pytest.raises(LMMalformedResponseError, match="not JSON: '<html>oops'"):
+        parse_completion(reply, [{"role": "user", "content": "q"}], "m", "sub", 0.0, 0.0)
+
+
+def test_a_budget_replaces_either_field_in_the_bodys_order() -> None:
+    body = {"temperature": 0.1, "max_tokens": 5, "model": "m", "max_completion_tokens": 6, "stream": False}
+    out = set_budget(body, "max_completion_tokens", 0)
+    assert list(out.items()) == [("temperature", 0.1), ("model", "m"), ("stream", False), ("max_completion_tokens", 1)]
+    assert body["max_tokens"] == 5  # the given body is left as it was
+
+
+@pytest.mark.parametrize("text", ["", "plain ascii", "héllo ✓", "half \ud83d of it", "\udfff\ud800"])
+def test_text_is_made_valid_as_the_pattern_makes_it(text: str) -> None:
+    assert valid_text(text) == LONE_SURROGATE.sub(REPLACEMENT, text)
+
+
+@pytest.mark.anyio
+async def test_a_slot_is_taken_at_once_when_free_and_a_cancelled_waiter_leaves_none_taken() -> None:
+    from anyio.lowlevel import checkpoint
+
+    from rlm_mcp.lm.completions import _take
+
+    slots = anyio.Semaphore(1, fast_acquire=True)
+    await _take(slots)
+    assert slots.value == 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_take, slots)
+        await anyio.wait_all_tasks_blocked()  # the second taker waits in line
+        tg.cancel_scope.cancel()
+    slots.release()
+    assert slots.value == 1
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await _take(slots)  # free: taken without a checkpoint, as before the request's own
+        await checkpoint()  # the cancellation lands at the next one
+    assert scope.cancelled_caught and slots.value == 0
