@@ -19,7 +19,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from rlm_mcp.config import Settings
-from rlm_mcp.engine import RunLimits, RunProgress
+from rlm_mcp.engine import RunLimits, RunProgress, RunResult
 from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.ports.chat import CallRecord, Completion, LMContextLengthError
@@ -350,3 +350,43 @@ async def run_engine(
         emit=events,
     )
     return result, events, factory, progress
+
+
+async def run_at_endpoint(
+    tmp_path: Path,
+    url: str,
+    *,
+    run_id: str,
+    max_iterations: int,
+    lm_retries: int,
+    backoff_base_s: float,
+    timeout_s: float,
+) -> tuple[RunResult, list[RunEvent]]:
+    """One engine run whose LM is the real client (`LMClient`) talking to the OpenAI-compatible
+    endpoint at `url` (serving `rlm-v0.1`), with the project's system prompt and the in-process
+    sandbox: the run's result and every event it emitted, in order. The one owner of that setup
+    for tests whose endpoint is a loopback server of their own."""
+    from rlm_mcp.engine import RLMEngine
+    from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
+    from rlm_mcp.lm.client import LMClient
+
+    events: list[RunEvent] = []
+
+    async def sink(event: RunEvent) -> None:
+        events.append(event)
+
+    settings = make_settings(
+        tmp_path, base_url=url, model="rlm-v0.1", max_iterations=max_iterations, lm_retries=lm_retries
+    )
+    async with LMClient(settings.lm, backoff_base_s=backoff_base_s) as client:
+        engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+        limits = make_limits(settings, timeout_s=timeout_s)
+        result = await engine.run(
+            run_id=run_id,
+            query="Count the parts.",
+            contexts=[make_context(tmp_path)],
+            limits=limits,
+            progress=RunProgress(run_id=run_id, max_iterations=limits.max_iterations),
+            emit=sink,
+        )
+    return result, events

@@ -11,17 +11,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
-from rlm_mcp.engine import RLMEngine, RunProgress
-from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.events import LoggedEvent
-from rlm_mcp.lm.client import LMClient
 from rlm_mcp.testing.servers import free_port
-from rlm_mcp.testing.settings import make_settings
-from tests.fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
+from tests.fixtures_engine import repl, run_at_endpoint
 
 
 @dataclass
@@ -101,23 +96,9 @@ async def refusing_endpoint(state: Refusals) -> AsyncIterator[str]:
 async def throttled_run(tmp_path: Path) -> tuple[Refusals, list[LoggedEvent]]:
     """One run making a 32-way batch against an endpoint that refuses past 4 in flight."""
     state = Refusals(limit=4, batch=32)
-    events: list[LoggedEvent] = []
-
-    async def sink(event: Any) -> None:
-        events.append(event)
-
     async with refusing_endpoint(state) as url:
-        settings = make_settings(tmp_path, base_url=url, model="rlm-v0.1", max_iterations=3, lm_retries=1)
-        async with LMClient(settings.lm, backoff_base_s=0.05) as client:
-            engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
-            limits = make_limits(settings, timeout_s=120)
-            result = await engine.run(
-                run_id="run_t",
-                query="Count the parts.",
-                contexts=[make_context(tmp_path)],
-                limits=limits,
-                progress=RunProgress(run_id="run_t", max_iterations=limits.max_iterations),
-                emit=sink,
-            )
+        result, events = await run_at_endpoint(
+            tmp_path, url, run_id="run_t", max_iterations=3, lm_retries=1, backoff_base_s=0.05, timeout_s=120
+        )
     assert result.status == "completed"
-    return state, events
+    return state, list(events)

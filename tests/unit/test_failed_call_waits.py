@@ -8,19 +8,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
 
-from rlm_mcp.engine import RLMEngine, RunProgress
-from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
 from rlm_mcp.events import LLMCall, LoggedEvent
-from rlm_mcp.lm.client import LMClient
 from rlm_mcp.testing.servers import free_port
-from rlm_mcp.testing.settings import make_settings
 from rlm_mcp.viewer.model import build_run
-from tests.fixtures_engine import FakeSandboxFactory, make_context, make_limits, repl
+from tests.fixtures_engine import repl, run_at_endpoint
 from tests.fixtures_store import run_record
 
 pytestmark = pytest.mark.anyio
@@ -65,25 +60,11 @@ async def failing_endpoint(*, fail_root: bool) -> AsyncIterator[str]:
 
 
 async def run_against(tmp_path: Path, *, fail_root: bool) -> tuple[str, list[LoggedEvent]]:
-    events: list[LoggedEvent] = []
-
-    async def sink(event: Any) -> None:
-        events.append(event)
-
     async with failing_endpoint(fail_root=fail_root) as url:
-        settings = make_settings(tmp_path, base_url=url, model="rlm-v0.1", max_iterations=2, lm_retries=2)
-        async with LMClient(settings.lm, backoff_base_s=0.01) as client:
-            engine = RLMEngine(settings.engine, client, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
-            limits = make_limits(settings, timeout_s=60)
-            result = await engine.run(
-                run_id="run_f",
-                query="Count the parts.",
-                contexts=[make_context(tmp_path)],
-                limits=limits,
-                progress=RunProgress(run_id="run_f", max_iterations=limits.max_iterations),
-                emit=sink,
-            )
-    return result.status, events
+        result, events = await run_at_endpoint(
+            tmp_path, url, run_id="run_f", max_iterations=2, lm_retries=2, backoff_base_s=0.01, timeout_s=60
+        )
+    return result.status, list(events)
 
 
 async def test_a_sub_call_that_ran_out_of_retries_logs_them(tmp_path: Path) -> None:
