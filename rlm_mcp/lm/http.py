@@ -8,7 +8,6 @@ client, not the server, the bottleneck of a 16-way batch (bench/lm.py prints bot
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,8 +56,10 @@ class HttpReply:
         return decode_json(self.content)
 
 
-# A run of digits this long may be an integer past 64 bits, which orjson reads as a float.
-_LONG_NUMBER = re.compile(rb"\d{19}")
+# A run of digits this long may be an integer past 64 bits, which orjson reads as a float. Found
+# by mapping every digit to 9 and looking for the run of nines: a tenth of a pattern's scan.
+_DIGITS_AS_NINES = bytes.maketrans(b"0123456789", b"9" * 10)
+_LONG_NUMBER = b"9" * 19
 
 
 def decode_json(content: bytes) -> Any:
@@ -67,7 +68,7 @@ def decode_json(content: bytes) -> Any:
     batch), and whatever it refuses or could read differently goes to the standard library as
     before: what orjson rejects (a UTF-16 body, NaN, a lone surrogate's escape, a number past a
     float) and bodies with a 19-digit run (an integer orjson would make a float)."""
-    if _LONG_NUMBER.search(content) is None:
+    if content.translate(_DIGITS_AS_NINES).find(_LONG_NUMBER) < 0:
         try:
             return orjson.loads(content)
         except orjson.JSONDecodeError:
