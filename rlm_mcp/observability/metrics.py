@@ -19,6 +19,8 @@ from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
+from rlm_mcp.observability.lm_calls import LMCallMetrics
+
 __all__ = [
     "SandboxCounts",
     "SessionCounts",
@@ -73,26 +75,9 @@ RUN_SUB_CALLS = Histogram(
 TURNS = Counter(f"{_P}_turns", "Root turns of finished runs.")
 SUB_CALLS = Counter(f"{_P}_sub_calls", "Sub-calls (llm_query and friends) of finished run trees.")
 
-LM_CALLS = Counter(
-    f"{_P}_lm_calls", "LM requests by endpoint, model, role and outcome.", ["endpoint", "model", "role", "outcome"]
-)
-LM_DURATION = Histogram(
-    f"{_P}_lm_call_duration_seconds",
-    "Latency of one LM request, retries included, slot wait excluded.",
-    ["endpoint", "model", "role"],
-    buckets=_LM_S,
-)
-LM_QUEUED = Histogram(
-    f"{_P}_lm_call_queued_seconds",
-    "Time an LM request waited for a concurrency slot (RLM_MCP_MAX_CONCURRENT_LM_CALLS).",
-    ["endpoint"],
-    buckets=_LM_S,
-)
-LM_TOKENS = Counter(
-    f"{_P}_lm_tokens",
-    "Tokens of LM requests: prompt, completion, and the prompt tokens served from the prefix cache.",
-    ["model", "role", "kind"],
-)
+# Calls, latency, slot wait and tokens: one lock per LM call instead of seven (lm_calls.py).
+LM_CALLS = LMCallMetrics(_P, _LM_S)
+REGISTRY.register(LM_CALLS)
 LM_RETRIES = Counter(f"{_P}_lm_retries", "LM request attempts retried, by what failed.", ["endpoint", "kind"])
 LM_LIMIT = Gauge(
     f"{_P}_lm_concurrency_limit",
@@ -167,24 +152,6 @@ def run_finished(status: str, duration_s: float, turns: int, sub_calls: int, *, 
     SUB_CALLS.inc(sub_calls)
 
 
-class _LMChildren:
-    """The labelled children one (endpoint, model, role, outcome) updates, looked up once:
-    `labels()` takes a lock and builds a tuple each time, several microseconds per sub-call."""
-
-    __slots__ = ("calls", "cached", "completion", "duration", "prompt", "queued")
-
-    def __init__(self, endpoint: str, model: str, role: str, outcome: str) -> None:
-        self.calls = LM_CALLS.labels(endpoint, model, role, outcome)
-        self.duration = LM_DURATION.labels(endpoint, model, role)
-        self.queued = LM_QUEUED.labels(endpoint)
-        self.prompt = LM_TOKENS.labels(model, role, "prompt")
-        self.completion = LM_TOKENS.labels(model, role, "completion")
-        self.cached = LM_TOKENS.labels(model, role, "cached_prompt")
-
-
-_lm_children: dict[tuple[str, str, str, str], _LMChildren] = {}
-
-
 def lm_call(
     endpoint: str,
     model: str,
@@ -197,19 +164,9 @@ def lm_call(
     cached_prompt_tokens: int,
 ) -> None:
     """One LM request ended (`outcome`: ok, or the error kind's name)."""
-    key = (endpoint, model, role, outcome)
-    children = _lm_children.get(key)
-    if children is None:
-        children = _lm_children[key] = _LMChildren(*key)
-    children.calls.inc()
-    children.duration.observe(latency_s)
-    children.queued.observe(queued_s)
-    if prompt_tokens:
-        children.prompt.inc(prompt_tokens)
-    if completion_tokens:
-        children.completion.inc(completion_tokens)
-    if cached_prompt_tokens:
-        children.cached.inc(cached_prompt_tokens)
+    LM_CALLS.observe(
+        endpoint, model, role, outcome, latency_s, queued_s, prompt_tokens, completion_tokens, cached_prompt_tokens
+    )
 
 
 def lm_cost(model: str, role: str, cost_usd: float) -> None:
