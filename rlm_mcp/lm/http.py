@@ -81,8 +81,35 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 
 
 def encode_json(obj: Any) -> bytes:
-    """A request body as httpx wrote it: compact, UTF-8, no NaN."""
+    """A request body as httpx wrote it: compact, UTF-8, no NaN. Written by orjson when it writes
+    the same bytes (`_plain`: a sub-call's body, 200 in a batch, in a twentieth of the time),
+    else by the standard library, whose bytes and errors these are."""
+    if _plain(obj):
+        try:
+            return orjson.dumps(obj)
+        except orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate, deep nesting
+            pass
     return _ENCODER.encode(obj).encode("utf-8")
+
+
+def _plain(value: Any) -> bool:
+    """Whether `value` holds only what orjson writes byte for byte as `_ENCODER` does: str (every
+    code point escaped alike), int, bool, None, and lists and str-keyed dicts of them. Not a float
+    (orjson writes `1e16` where Python writes `1e+16`, and NaN as null), a tuple or a subclass."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is dict:
+        for key, item in value.items():  # noqa: SIM110 - a loop, not all(...): no generator per container
+            if type(key) is not str or not (type(item) is str or _plain(item)):
+                return False
+        return True
+    if kind is list:
+        for item in value:  # noqa: SIM110
+            if not (type(item) is str or _plain(item)):
+                return False
+        return True
+    return False
 
 
 class HttpPool:

@@ -156,3 +156,33 @@ async def test_a_slot_is_taken_at_once_when_free_and_a_cancelled_waiter_leaves_n
         await _take(slots)  # free: taken without a checkpoint, as before the request's own
         await checkpoint()  # the cancellation lands at the next one
     assert scope.cancelled_caught and slots.value == 0
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = ["x"]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+_REQUEST_BODIES: list[Any] = [
+    {"model": "m", "messages": [{"role": "user", "content": "q0 1"}], "stream": False, "max_tokens": 4096},
+    {"model": "m", "messages": [{"role": "user", "content": "".join(map(chr, range(0x7F))) + "é ✓ \u2028 😀"}]},
+    {"temperature": 0.7, "top_p": 1e-7, "penalty": 1e16, "model": "m"},  # floats: the standard library's digits
+    {"n": 2**64, "m": -(2**63) - 1, "k": 2**63},  # past 64 bits, and just inside
+    {"vllm_xargs": {"agentic_context": {"program_id": "run_1", "expected_resume": True, "blocks": None}}},
+    {"stop": ("a", "b")},  # a tuple
+    {1: "int key", None: "none key"},
+    {"content": "half \ud83d"},  # a lone surrogate: the UnicodeEncodeError it always raised
+    {"temperature": math.nan},  # ValueError, as before
+    {"deep": _nested(300)},  # past orjson's nesting limit
+    {"obj": object()},  # not JSON at all
+]
+
+
+@pytest.mark.parametrize("body", _REQUEST_BODIES)
+def test_a_request_body_is_written_as_the_standard_library_writes_it(body: Any) -> None:
+    def standard(value: Any) -> bytes:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+    assert _outcome(encode_json, body) == _outcome(standard, body)
