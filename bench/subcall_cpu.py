@@ -1,0 +1,114 @@
+"""Thread CPU per sub-call against the floor's per request, during the batches only: the steadiest
+figure of `bench/subcall.py`'s setup on a shared machine.
+
+    .venv/bin/python bench/subcall_cpu.py [--n 200] [--reps 3] [--batches 8] [--profile PREFIX]
+
+Same service, script and floor as bench/subcall.py (a real sandbox, the scripted LM in a
+subprocess, bare aiohttp requests n at a time), but what is timed is the event loop thread's own
+CPU (`time.thread_time`) while a batch is in flight: around each floor batch, and around the
+sub-call bridge's handling of each n-prompt batch (the LM client, the bridge, the events, the
+accounting; not the sandbox's frames, which another process writes). Wall times on a loaded
+2-core machine follow whoever else holds the cores; this follows only what this thread did.
+
+`--profile PREFIX` also writes cProfile data with the thread-CPU clock, enabled only during those
+batches (PREFIX.ours, PREFIX.floor; read with `pstats`): a wall-clock sampler on a loaded machine
+charges a waiting thread to wherever it stopped, this does not. Profiled times are inflated by the
+profiler's cost per call, so read shares, not microseconds. Never fails on a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
+from bench.run import bench_service
+from bench.subcall import SIZES, _load, _quiet, floor_batches, script
+from rlm_mcp.cli.collector import tune_for_serving
+from rlm_mcp.engine.bridge import SubCallBridge
+from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.service.caller import Caller
+from rlm_mcp.service.limits import RunOverrides
+
+
+async def bench(n: int, reps: int, batches: int, profile: str | None) -> None:
+    ours_cpu: list[float] = []
+    floor_cpu: list[float] = []
+    ours_prof = cProfile.Profile(time.thread_time) if profile else None
+    floor_prof = cProfile.Profile(time.thread_time) if profile else None
+    timing = False  # off during the warm-up
+    bridge_call = SubCallBridge.__call__
+
+    async def timed_call(self: SubCallBridge, request: Any) -> list[str]:
+        if not timing or len(request.prompts) != n:
+            return await bridge_call(self, request)
+        if ours_prof:
+            ours_prof.enable()
+        started = time.thread_time()
+        try:
+            return await bridge_call(self, request)
+        finally:
+            ours_cpu.append((time.thread_time() - started) / n)
+            if ours_prof:
+                ours_prof.disable()
+
+    SubCallBridge.__call__ = timed_call  # type: ignore[method-assign]
+    load_before = _load()
+    async with bench_service(script(batches), max_concurrent_lm_calls=max(SIZES)) as service:
+        url: str = service.lm.settings.base_url
+        local = Caller(service, LOCAL_OWNER)
+        context = await local.load_context(text="hello " * 1000)
+
+        async def ours() -> None:
+            await anyio.sleep(1.5)  # the warm pool refills only while no sandbox is in use
+            result = await local.complete(f"batch of {n}: go", context.context_id, RunOverrides(), _quiet)
+            assert result.status == "completed", result
+
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await floor_batches(url, n, 1, session)  # warm-up: connections, model, pool
+            await ours()
+            timing = True
+            for _ in range(reps):
+                for _ in range(batches):
+                    if floor_prof:
+                        floor_prof.enable()
+                    started = time.thread_time()
+                    await floor_batches(url, n, 1, session)
+                    floor_cpu.append((time.thread_time() - started) / n)
+                    if floor_prof:
+                        floor_prof.disable()
+                await ours()
+    floor, mine = statistics.median(floor_cpu) * 1e6, statistics.median(ours_cpu) * 1e6
+    print(
+        f"{n}-way, thread CPU during the batches: floor {floor:.0f} µs per request, rlm-mcp {mine:.0f} µs "
+        f"per sub-call, {mine / floor:.2f}x (medians of {len(floor_cpu)} and {len(ours_cpu)} batches); "
+        f"load average {load_before} at the start, {_load()} at the end"
+    )
+    if ours_prof and floor_prof:
+        ours_prof.dump_stats(f"{profile}.ours")
+        floor_prof.dump_stats(f"{profile}.floor")
+        print(f"profiles: {profile}.ours, {profile}.floor")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=200, choices=SIZES)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--profile", metavar="PREFIX", help="also write thread-CPU cProfile data")
+    args = parser.parse_args()
+    tune_for_serving()  # as bench/subcall.py does: this process stands for a server
+    anyio.run(bench, args.n, args.reps, args.batches, args.profile)
+
+
+if __name__ == "__main__":
+    main()
