@@ -99,7 +99,9 @@ class PgWorkerRegistry:
         return int(row["worker_id"])
 
     async def unregister_worker(self, worker_id: int) -> None:
-        await self.mark_gone(worker_id)
+        # A stopping process's statement: on a connection of its own (`Database.parting_connection`).
+        async with self._db.parting_connection() as conn:
+            await conn.execute(sql.MARK_GONE, {"worker": worker_id})
 
     async def heartbeat(self, worker_id: int) -> Beat:
         async with self._db.connection() as conn:
