@@ -176,3 +176,7 @@ class FencedRunStore(Protocol):
     """Where a worker reopens the log of a run it claimed (`attempt`: the claim's)."""
 
     async def reopen(self, run_id: str, *, attempt: int | None = None) -> FencedRunLog: ...
+    def reopen_claimed(self, row: RunRow) -> FencedRunLog:
+        """`reopen(row.run_id, attempt=row.attempt)` without reading the row again: the claim's
+        own row says where the log goes on (a worker's every run saved that round trip)."""
+        ...

@@ -393,6 +393,9 @@ class MemoryRunQueue:
         run = self._runs[run_id]
         return MemoryRunLog(functools.partial(self._flush, run_id, attempt), run_id, run.row.next_seq)
 
+    def reopen_claimed(self, row: RunRow) -> MemoryRunLog:
+        return MemoryRunLog(functools.partial(self._flush, row.run_id, row.attempt), row.run_id, row.next_seq)
+
     def _flush(
         self,
         run_id: str,
