@@ -369,7 +369,7 @@ class MemoryRunQueue:
     async def listen_queue(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
         await self._listen(self._queue_listeners, on_note, on_connect)
 
-    def follow_run(self, run_id: str) -> None:
+    async def follow_run(self, run_id: str) -> None:
         """Nothing to do: every listener hears every run here (one process, no wake-up to spare)."""
 
     def forget_run(self, run_id: str) -> None:
