@@ -369,7 +369,7 @@ class MemoryRunQueue:
     async def listen_queue(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
         await self._listen(self._queue_listeners, on_note, on_connect)
 
-    def follow_run(self, run_id: str) -> None:
+    async def follow_run(self, run_id: str) -> None:
         """Nothing to do: every listener hears every run here (one process, no wake-up to spare)."""
 
     def forget_run(self, run_id: str) -> None:
@@ -392,6 +392,9 @@ class MemoryRunQueue:
         await anyio.lowlevel.checkpoint()
         run = self._runs[run_id]
         return MemoryRunLog(functools.partial(self._flush, run_id, attempt), run_id, run.row.next_seq)
+
+    def reopen_claimed(self, row: RunRow) -> MemoryRunLog:
+        return MemoryRunLog(functools.partial(self._flush, row.run_id, row.attempt), row.run_id, row.next_seq)
 
     def _flush(
         self,

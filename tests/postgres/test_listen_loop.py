@@ -68,7 +68,7 @@ async def test_a_replica_hears_only_the_runs_it_follows_from_when_it_follows_the
                 await event.wait()
             await follower.enqueue(summary("run_followed00000001"), 1)
             await follower.enqueue(summary("run_unfollowed000001"), 1)
-            follower.follow_run("run_followed00000001")
+            await follower.follow_run("run_followed00000001")
             # Its LISTEN is in place once the loop has sent it: a marker sent after the follow
             # and before the announcements arrives first only if it is.
             async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
@@ -107,3 +107,31 @@ async def wait_until_listening(conn: psycopg.AsyncConnection[Any], queue: PgRunQ
         return bool(row and row[0])
 
     await wait_until(listening, what=f"the LISTEN of {run_id}")
+
+
+async def test_a_run_is_heard_from_the_moment_following_it_returns(tmp_path: Path, pg_url: str) -> None:
+    """A front follows a run before it queues it (and before it reads the row of a run it
+    finds): an announcement sent once `follow` has returned reaches the follower. Before, the
+    LISTEN went out later, on the listener's next turn, and a worker quick enough announced
+    into the gap; the follower heard that only at its next row poll (RLM_MCP_QUEUE_POLL_S)."""
+    from rlm_mcp.service.queue.wakeups import Wakeups
+
+    async with team(tmp_path, pg_url) as (_, queue, _settings):
+        wakeups = Wakeups(queue)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wakeups.listen_forever)
+            # The listener is connected once a run followed now is woken by what it hears.
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+                await wakeups.follow("run_first_followed01")
+                await wait_until_listening(conn, queue, "run_first_followed01")
+                for n in range(20):  # each at once after its follow: none may fall into a gap
+                    run_id = f"run_followed_now{n:04d}"
+                    await wakeups.follow(run_id)
+                    await conn.execute(
+                        "SELECT pg_notify(%s, %s)", (sql.run_channel(run_id), run_id + ' {"iterations": 1}')
+                    )
+                    with anyio.fail_after(30):  # a bound, not a timing: a missed one never comes
+                        woken, live = await wakeups.wait(run_id, 3600)
+                    assert woken and live is not None and live.iterations == 1  # the note itself, not a poll
+                    wakeups.forget(run_id)
+            tg.cancel_scope.cancel()

@@ -140,3 +140,40 @@ async def test_a_failed_flush_keeps_its_events_for_the_next_one_in_order(
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "llm_call", "cell", "turn_start", "llm_call"]
         assert record["done"] and record["next_seq"] == 5
+
+
+async def test_a_claimed_runs_log_goes_on_from_the_claims_row_without_reading_it(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(tmp_path, database_url=pg_url)
+    async with make_stores(settings) as stores:
+        db = stores.lifecycle
+        assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
+        queue = PgRunQueue(queue_rules(settings.queue), db)
+        worker = await queue.register_worker("owner-claimed", 2)
+        await queue.enqueue(run_record(RUN, {"status": "queued", "owner": ALICE}), 1)
+        first = await queue.claim(worker, 2, 2)
+        assert first is not None and first.attempt == 1
+        log = QueueRunLog(stores.runs.reopen_claimed(first))
+        await log.append(_turn(1))
+        await log.append(_call(1))  # the first answered call: written at once
+        assert await queue.requeue(RUN, 1, run_record(RUN, {"status": "queued", "owner": ALICE}))
+        second = await queue.claim(worker, 2, 2)
+        assert second is not None and second.attempt == 2 and second.next_seq == 2
+
+        used: list[object] = []
+        lend = db.connection
+
+        def counted() -> Any:
+            used.append(1)
+            return lend()
+
+        monkeypatch.setattr(db, "connection", counted)
+        again = QueueRunLog(stores.runs.reopen_claimed(second))
+        assert used == []  # the claim's row said where the log goes on: nothing read
+        monkeypatch.undo()
+
+        await again.append(_turn(1))
+        await again.write_summary(run_record(RUN, {"status": "running", "iterations": 1, "owner": ALICE}))
+        types, record = await _rows(pg_url)  # sequences without a gap or a duplicate
+        assert types == ["turn_start", "llm_call", "turn_start"] and record["next_seq"] == 3

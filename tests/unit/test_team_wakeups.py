@@ -22,7 +22,7 @@ async def test_a_wake_up_while_the_follower_is_busy_is_kept_and_the_latest_wins(
     wakeups.wake("run_a", LiveSummary(iterations=1))  # not followed here: nothing is kept
     assert await wakeups.wait("run_a", 0) == (False, READ_ROW)
 
-    wakeups.follow("run_b")
+    await wakeups.follow("run_b")
     wakeups.wake("run_b", LiveSummary(iterations=1))  # the follower is reading its row meanwhile
     wakeups.wake("run_b", LiveSummary(iterations=2))
     assert await wakeups.wait("run_b", 60) == (True, LiveSummary(iterations=2))
@@ -61,7 +61,7 @@ async def test_the_listener_decodes_only_the_announcements_of_runs_followed_here
     monkeypatch.setattr(queue, "listen_runs", listen_runs)
     await wakeups.listen_forever()
     (on_note,) = heard
-    wakeups.follow("run_b")
+    await wakeups.follow("run_b")
     on_note(encode_live("run_a", LiveSummary(iterations=1)))  # another replica's run
     on_note(encode_live("run_b", LiveSummary(iterations=2)))
     on_note("run_c")

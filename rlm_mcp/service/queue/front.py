@@ -107,8 +107,15 @@ class QueueFront:
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         run = ActiveRun(run_id, request, progress)
-        # Refused (BusyError) when a waiting bound is reached, counted with the insert under one lock.
-        await self._queue.enqueue(run.record(), need_of(request), prefer_worker=prefer_worker, prefer_s=prefer_s)
+        # Followed before it is queued: a worker may announce it as soon as it is (a quick run,
+        # its end), and what is announced before the listener's LISTEN is heard only at the poll.
+        await self._wakeups.follow(run_id)
+        try:
+            # Refused (BusyError) when a waiting bound is reached, counted with the insert under one lock.
+            await self._queue.enqueue(run.record(), need_of(request), prefer_worker=prefer_worker, prefer_s=prefer_s)
+        except BaseException:
+            self._wakeups.forget(run_id)
+            raise
         self._follow(run, known=True)
         return run
 
@@ -124,6 +131,12 @@ class QueueFront:
             return known if sees(owner, known.request.owner) else None
         row = await self._queue.read(run_id)
         if row is None or row.done or not sees(owner, row.owner) or self._tg is None:
+            return None
+        await self._wakeups.follow(run_id)  # heard from now on: its watcher reads the row next
+        if (known := self._mirrors.get(run_id)) is not None:  # followed meanwhile, by another call
+            return known if sees(owner, known.request.owner) else None
+        if self._tg is None:  # stopped meanwhile
+            self._wakeups.forget(run_id)
             return None
         record = row.summary
         progress = RunProgress(run_id=run_id, max_iterations=record.request.limits.max_iterations, status="queued")
@@ -160,9 +173,9 @@ class QueueFront:
             run.notify("queued")
 
     def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
+        """Mirror the run and watch it (its wake-ups are followed already: `Wakeups.follow`)."""
         assert self._tg is not None
         self._mirrors[run.run_id] = run
-        self._wakeups.follow(run.run_id)
         self._tg.start_soon(functools.partial(self._watch, run, known=known))
 
     async def _refresh(self, run: ActiveRun) -> bool:

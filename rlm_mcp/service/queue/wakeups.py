@@ -41,11 +41,11 @@ class Wakeups:
             return False, READ_ROW
         return True, self._pending.pop(run_id)
 
-    def follow(self, run_id: str) -> None:
-        """Keep the run's wake-ups from now on (its follower reads the row first); the queue's
-        listener hears the run's announcements from now on (its own channel)."""
+    async def follow(self, run_id: str) -> None:
+        """Keep the run's wake-ups from now on (its follower reads the row after this); returns
+        once the queue's listener hears the run's announcements (its own channel)."""
         self._events.setdefault(run_id, anyio.Event())
-        self._queue.follow_run(run_id)
+        await self._queue.follow_run(run_id)
 
     def wake(self, run_id: str, summary: LiveSummary | None = READ_ROW) -> None:
         """Wake the run's follower, if it is followed here; `summary` is the live summary a

@@ -334,7 +334,7 @@ class QueueWorker:
         async def finish(final: RunRecord) -> bool:
             return await self._queue.finish(run_id, final, attempt=attempt)
 
-        run_log = QueueRunLog(await self._run_store.reopen(run_id, attempt=attempt), hand_back=hand_back, finish=finish)
+        run_log = QueueRunLog(self._run_store.reopen_claimed(row), hand_back=hand_back, finish=finish)
         self._requeues[run_id] = row.requeues
         sessions = self.sessions if request.session_id is not None else None
         try:

@@ -246,11 +246,29 @@ class Database:
         with anyio.CancelScope(shield=True):
             if tg is not None:
                 try:
-                    async with self.connection() as conn:
+                    async with self.parting_connection() as conn:
                         await conn.execute("DELETE FROM rlm_replicas WHERE replica_id = %s", (self.replica_id,))
                 except RlmMcpError:
                     pass
             await self.pool.close()
+
+    @asynccontextmanager
+    async def parting_connection(self) -> AsyncIterator[Conn]:
+        """A connection of its own (not the pool's) for a stopping process's last statements.
+
+        A replica stopped by a signal cleans up after its server's main task has returned, while
+        asyncio.run's last step cancels every task left, the pool's own among them: the pool
+        then lends a connection already idle in it and opens no other. A statement in flight at
+        that moment (a heartbeat, a worker's timed look) is cancelled and its connection
+        discarded, so a clean-up that asked the pool waited its whole timeout (10 s) for nothing
+        and was dropped (tests/postgres/test_team_stop.py)."""
+        try:
+            async with await Connection.connect(
+                self._url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT_S), row_factory=dict_row
+            ) as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            raise self.unavailable(exc) from None
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Conn]:

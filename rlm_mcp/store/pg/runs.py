@@ -21,6 +21,7 @@ import psycopg
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
+from rlm_mcp.ports.queue import RunRow
 from rlm_mcp.ports.runs import RunRecord, encode_live
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
@@ -265,6 +266,23 @@ class PgRunStore:
             attempt=attempt,
         )
         log.resume(int(row["next_seq"]), int(row["log_bytes"]))
+        return log
+
+    def reopen_claimed(self, row: RunRow) -> PgRunLog:
+        """`reopen(row.run_id, attempt=row.attempt)` from the claim's row (`queue_statements.CLAIM`
+        returns the run's `next_seq`, `log_bytes` and `created_at`, read under the claim's row
+        lock): no statement. Nothing can have moved them since: an earlier attempt's writes are
+        fenced off by the claim, and this attempt has written nothing yet."""
+        check_run_id(row.run_id)
+        log = PgRunLog(
+            self._db,
+            row.run_id,
+            created_at=row.created_at,
+            max_event_bytes=self._max_event,
+            max_log_bytes=self._max_log,
+            attempt=row.attempt,
+        )
+        log.resume(row.next_seq, row.log_bytes)
         return log
 
     async def read_summary(self, run_id: str, *, owner: OwnerScope) -> RunRecord:

@@ -31,6 +31,8 @@ FORGET_AFTER_S = 86400.0
 RECONNECT_S = 1.0
 KEEPALIVE_S = 10.0
 CONNECT_TIMEOUT_S = 10
+# The longest a follower waits for its run's LISTEN (one round trip on a live connection).
+FOLLOW_WAIT_S = 2.0
 
 
 class Follows:
@@ -38,21 +40,32 @@ class Follows:
     to: the runs it follows. Changed by the followers (`follow`, `forget`), applied by the loop
     (`listen_forever`) between two waits: a new channel interrupts the wait, and the LISTEN goes
     out at once; a forgotten one is left until the next LISTEN goes out (an ended run announces
-    nothing more), so following a run costs one statement, not two."""
+    nothing more), so following a run costs one statement, not two. A follower waits for its
+    LISTEN (`follow`'s event) while the listener is connected: what is announced after that
+    reaches it; while the listener is not, its reconnect LISTENs to every run followed before it
+    wakes every follower (`on_connect`), which then reads the row."""
 
     def __init__(self) -> None:
         self.wanted: set[str] = set()
         self.listened: set[str] = set()  # on the listener's current connection
         self.waiting: anyio.CancelScope | None = None  # the loop's wait, while it waits
         self.interrupted = False
+        self.connected = False  # the listener's connection is up and its LISTENs are applied
+        self._settled: dict[str, anyio.Event] = {}  # set once the channel's LISTEN is in place
 
-    def follow(self, channel: str) -> None:
-        if channel in self.wanted:
-            return
+    def follow(self, channel: str) -> anyio.Event | None:
+        """Want the channel; the event to wait for until its LISTEN is in place (None: it is,
+        or no listener is connected)."""
         self.wanted.add(channel)
-        if channel not in self.listened and self.waiting is not None:
-            self.interrupted = True
-            self.waiting.cancel()
+        if channel in self.listened or not self.connected:
+            return None
+        event = self._settled.get(channel)
+        if event is None:
+            event = self._settled[channel] = anyio.Event()
+            if self.waiting is not None:
+                self.interrupted = True
+                self.waiting.cancel()
+        return event
 
     def forget(self, channel: str) -> None:
         self.wanted.discard(channel)
@@ -66,6 +79,20 @@ class Follows:
         commands = [sql.LISTEN.format(channel=c) for c in sorted(new)]
         commands += [sql.UNLISTEN.format(channel=c) for c in sorted(self.listened - self.wanted)]
         return "; ".join(commands), set(self.wanted)
+
+    def applied(self, listened: set[str]) -> None:
+        """The connection LISTENs to `listened` now: their followers go on."""
+        self.listened = listened
+        for channel in [c for c in self._settled if c in listened or c not in self.wanted]:
+            self._settled.pop(channel).set()
+
+    def disconnected(self) -> None:
+        """The connection is gone: nothing is listened to, and no follower waits for it."""
+        self.connected = False
+        self.listened = set()
+        for event in self._settled.values():
+            event.set()
+        self._settled.clear()
 
 
 class PgWorkerRegistry:
@@ -99,7 +126,9 @@ class PgWorkerRegistry:
         return int(row["worker_id"])
 
     async def unregister_worker(self, worker_id: int) -> None:
-        await self.mark_gone(worker_id)
+        # A stopping process's statement: on a connection of its own (`Database.parting_connection`).
+        async with self._db.parting_connection() as conn:
+            await conn.execute(sql.MARK_GONE, {"worker": worker_id})
 
     async def heartbeat(self, worker_id: int) -> Beat:
         async with self._db.connection() as conn:
@@ -168,9 +197,15 @@ class PgWorkerRegistry:
         those of an earlier version's workers (`queue_statements.CHANNEL`); never returns."""
         await listen_forever(self._db.url, sql.CHANNEL, on_note, on_connect=on_connect, follows=self._follows)
 
-    def follow_run(self, run_id: str) -> None:
-        """Hear `run_id`'s announcements from now on (`listen_runs`: its LISTEN goes out at once)."""
-        self._follows.follow(sql.run_channel(run_id))
+    async def follow_run(self, run_id: str) -> None:
+        """Hear `run_id`'s announcements from now on (`listen_runs`): returns once its LISTEN is
+        in place (or at once while the listener is not connected: its reconnect wakes every
+        follower). Bounded: a listener stuck on a dead connection delays no caller past
+        `FOLLOW_WAIT_S` (the follower's row poll covers what it then misses)."""
+        event = self._follows.follow(sql.run_channel(run_id))
+        if event is not None:
+            with anyio.move_on_after(FOLLOW_WAIT_S):
+                await event.wait()
 
     def forget_run(self, run_id: str) -> None:
         self._follows.forget(sql.run_channel(run_id))
@@ -209,14 +244,20 @@ async def listen_forever(
             try:
                 await conn.execute(sql.LISTEN.format(channel=channel).encode())
                 if follows is not None:
+                    # The runs followed already, before `on_connect` wakes their followers to
+                    # read their rows: what is announced after a read reaches them.
                     follows.listened = set()  # a new session listens to nothing else yet
+                    if (first := follows.changes()) is not None:
+                        await conn.execute(first[0].encode())
+                        follows.applied(first[1])
+                    follows.connected = True
                 on_connect()
                 pgconn, encoding = conn.pgconn, conn.info.encoding
                 while True:
                     change = follows.changes() if follows is not None else None
                     if follows is not None and change is not None:
                         await conn.execute(change[0].encode())
-                        follows.listened = change[1]
+                        follows.applied(change[1])
                         async for note in conn.notifies(timeout=0):  # what came during the statement
                             on_note(note.payload)
                         continue  # runs followed meanwhile: theirs too, before the wait
@@ -241,6 +282,8 @@ async def listen_forever(
                     while (raw := pgconn.notifies()) is not None:
                         on_note(raw.extra.decode(encoding))
             finally:
+                if follows is not None:
+                    follows.disconnected()
                 # Shielded: this loop ends by cancellation (its process stopping), and a close cut
                 # short by it leaves the connection open until the collector finds it.
                 with anyio.CancelScope(shield=True):
