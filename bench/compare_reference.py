@@ -43,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,29 @@ def children_named(parent: int, needle: str) -> list[int]:
         if ppid == parent and needle.encode() in cmdline:
             found.append(int(entry))
     return found
+
+
+@contextmanager
+def scripted_lm(python: str, log: Path, folder: Path) -> Iterator[str]:
+    """The scripted LM in a subprocess: this checkout's (`scripted_lm_process`), or with
+    `python` another checkout's venv running its own `rlm_mcp.testing.scripted_lm`."""
+    if not python:
+        with scripted_lm_process(script(), log_path=log) as url:
+            yield url
+        return
+    script_file = folder / "script.json"
+    script_file.write_text(json.dumps(script()), encoding="utf-8")
+    argv = [python, "-m", "rlm_mcp.testing.scripted_lm", "--script", str(script_file), "--log", str(log)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=folder) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            if not url.startswith("http://"):
+                raise RuntimeError(f"the scripted LM at {python} did not start (exit {proc.poll()})")
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 def task_cpu_ns(pid: int) -> int:
@@ -385,7 +410,7 @@ async def run_reps(
     chosen = args.only or list(SCENARIOS)
     got = Gathered({name: [] for name in chosen}, {name: [] for name in chosen})
     (server_pid,) = children_named(os.getpid(), Path(args.server_bin).name)
-    (lm_pid,) = children_named(os.getpid(), "scripted_lm")
+    (lm_pid,) = children_named(os.getpid(), "rlm_mcp.testing.scripted_lm")
     for rep in range(args.reps):
         for name in chosen:
             if reference is None:
@@ -435,7 +460,7 @@ async def main_async(args: argparse.Namespace) -> None:
         tmp = Path(tmp_name)
         paths = write_contexts(tmp)
         log = RequestLog(tmp / "requests.jsonl")
-        with scripted_lm_process(script(), log_path=log.path) as url:
+        with scripted_lm(args.lm_python, log.path, tmp) as url:
             env = server_env(url, tmp / "data", tmp)
             params = StdioServerParameters(command=args.server_bin, args=[], env=env)
             reference = None if args.ours_only else Reference(args.reference_python, url, tmp)
@@ -485,12 +510,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--big-mib", type=int, default=50, help="size of the big context (smoke runs: small)")
     parser.add_argument("--server", default="", help="the rlm-mcp executable (default: this venv's)")
+    parser.add_argument(
+        "--lm-python", default="", help="run the scripted LM of this interpreter's checkout (default: this one's)"
+    )
     parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
     parser.add_argument("--verbose", action="store_true", help="print each ten_1m run's turn intervals")
     parser.add_argument("--record", action="store_true", help="write bench/results/compare_reference.json")
     args = parser.parse_args(argv)
-    if args.record and (args.only or args.server):
-        parser.error("--record writes every scenario of this checkout: drop --only and --server")
+    if args.record and (args.only or args.server or args.lm_python):
+        parser.error("--record writes every scenario of this checkout: drop --only, --server and --lm-python")
     anyio.run(main_async, args)
 
 
