@@ -364,7 +364,12 @@ def spread(values: list[float]) -> str:
     return f"{fmt(statistics.median(values))} [{fmt(min(values))}, {fmt(max(values))}]"
 
 
-def report(args: argparse.Namespace, ours: dict[str, list[float]], ref: dict[str, list[float]] | None) -> None:
+def report(
+    args: argparse.Namespace,
+    ours: dict[str, list[float]],
+    ref: dict[str, list[float]] | None,
+    cpu: dict[str, list[float]],
+) -> None:
     loads = " -> ".join("/".join(f"{x:.1f}" for x in load) for load in args.load)
     out = ResultFile(
         "compare_reference",
@@ -383,12 +388,20 @@ def report(args: argparse.Namespace, ours: dict[str, list[float]], ref: dict[str
         theirs, ratio = "-", "-"
         if ref is not None and ref.get(key):
             theirs = spread(ref[key])
-            ratio = f"{statistics.median(ref[key]) / max(statistics.median(values), 1e-9):.0f}x"
-            # "In every run": the worst of ours against the best of theirs, beside the medians'.
-            if min(ref[key]) > 0 and max(values) > 0:
-                ratio += f" (worst {min(ref[key]) / max(values):.0f}x)"
+            # No ratio against a figure of ours at or below zero (a derived difference of two
+            # noisy runs can be): it would read as a huge factor.
+            if statistics.median(values) > 0:
+                ratio = f"{statistics.median(ref[key]) / statistics.median(values):.0f}x"
+                # "In every run": the worst of ours against the best of theirs, beside the medians'.
+                if min(ref[key]) > 0 and max(values) > 0:
+                    ratio += f" (worst {min(ref[key]) / max(values):.0f}x)"
         print(f"{key:<26}{spread(values):<36}{theirs:<36}{ratio}")
         out.add(key, spread(values), theirs, ratio)
+    if cpu:
+        print("CPU per further turn by process ((ten_1m - one_1m) / 9 per rep, /proc schedstat; rlm-mcp's runs):")
+    for group, values in cpu.items():
+        print(f"  {group:<30}{spread(values)}")
+        out.add(f"CPU per further turn: {group}", spread(values), "-", "")
     if args.record:
         print(f"written: {out.write()}")
 
@@ -437,15 +450,14 @@ async def run_reps(
     return got
 
 
-def report_cpu(cpu_ns: dict[str, list[dict[str, int]]]) -> None:
-    """CPU per further turn by process, from the one_1m and ten_1m runs of each rep."""
+def cpu_per_turn(cpu_ns: dict[str, list[dict[str, int]]]) -> dict[str, list[float]]:
+    """CPU seconds per further turn by process, per rep, from each rep's one_1m and ten_1m runs."""
     if not (cpu_ns["one_1m"] and cpu_ns["ten_1m"]):
-        return
+        return {}
     pairs = list(zip(cpu_ns["ten_1m"], cpu_ns["one_1m"], strict=True))
-    print("CPU per further turn ((ten_1m - one_1m) / 9 per rep, from /proc schedstat):")
-    for group in cpu_ns["one_1m"][0]:
-        print(f"  {group:<30}{spread([(ten[group] - one[group]) / 9e9 for ten, one in pairs])}")
-    print(f"  {'all of these':<30}{spread([(sum(ten.values()) - sum(one.values())) / 9e9 for ten, one in pairs])}")
+    out = {group: [(ten[group] - one[group]) / 9e9 for ten, one in pairs] for group in cpu_ns["one_1m"][0]}
+    out["all of these"] = [(sum(ten.values()) - sum(one.values())) / 9e9 for ten, one in pairs]
+    return out
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -493,8 +505,8 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     if reference is not None:
         print(f"reference: driver peak RSS {reference.peak_rss_mb:.0f} MB")
-    report_cpu(got.cpu_ns)
-    report(args, derive(got.ours, got.turns_ours), None if reference is None else derive(got.ref, got.turns_ref))
+    ref = None if reference is None else derive(got.ref, got.turns_ref)
+    report(args, derive(got.ours, got.turns_ours), ref, cpu_per_turn(got.cpu_ns))
 
 
 def main(argv: list[str] | None = None) -> None:
