@@ -18,6 +18,16 @@ Scenarios (each a whole `rlm_complete` / `RLM.completion`):
   one_50m    1 turn on 50 MiB                five_50m   5 turns on 50 MiB
 Derived, per rep: further turn = (ten_1m - one_1m) / 9; sub-call = (batch_1m - one_1m - 5 turns) / 80;
 turn at 50 MiB = (five_50m - one_50m) / 4. Prints medians, min/max and reference/ours ratios.
+
+Measured, per rep: further turn = the median of the nine intervals between one root request's
+arrival at the scripted server and the next within one ten_1m run (its request log), which is
+what the derived figure estimates (an LM reply, the cell, the next request), taken inside one run
+instead of as the difference of two whole runs' wall times. The scripted server appends each
+request to its log before answering it, the same work in every turn for both sides.
+
+`--server PATH` runs another checkout's `rlm-mcp` (e.g. an older tree's venv) against this
+bench, alternating trees within one period; `--only NAME...` runs some scenarios (no derived
+figures that need the others); `--record` writes bench/results/compare_reference.json.
 Never fails on a timing.
 """
 
@@ -33,12 +43,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench's own modules
+from bench.results_file import ResultFile
 from rlm_mcp.testing import scripted_lm_process
 
 HERE = Path(__file__).resolve().parent
@@ -113,6 +128,78 @@ def children_named(parent: int, needle: str) -> list[int]:
         if ppid == parent and needle.encode() in cmdline:
             found.append(int(entry))
     return found
+
+
+@contextmanager
+def scripted_lm(python: str, log: Path, folder: Path) -> Iterator[str]:
+    """The scripted LM in a subprocess: this checkout's (`scripted_lm_process`), or with
+    `python` another checkout's venv running its own `rlm_mcp.testing.scripted_lm`."""
+    if not python:
+        with scripted_lm_process(script(), log_path=log) as url:
+            yield url
+        return
+    script_file = folder / "script.json"
+    script_file.write_text(json.dumps(script()), encoding="utf-8")
+    argv = [python, "-m", "rlm_mcp.testing.scripted_lm", "--script", str(script_file), "--log", str(log)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=folder) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            if not url.startswith("http://"):
+                raise RuntimeError(f"the scripted LM at {python} did not start (exit {proc.poll()})")
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def task_cpu_ns(pid: int) -> int:
+    """CPU time of a process, all its threads, in ns (schedstat: finer than stat's 10 ms ticks)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def process_groups(server: int, lm: int) -> dict[str, list[int]]:
+    """The processes a turn passes through: this server, the scripted LM, Docker's daemons, and
+    every container's shim and processes (the sandbox's kernel; other users' containers too)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        names[int(entry)] = stat[stat.index("(") + 1 : stat.rindex(")")]
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    shims = {pid for pid, name in names.items() if name.startswith("containerd-shim")}
+    inside = set(shims)
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parents.items() if ppid in inside} - inside
+        inside |= more
+        grew = bool(more)
+    return {
+        "rlm-mcp server": [server],
+        "scripted LM": [lm],
+        "dockerd + containerd": [pid for pid, name in names.items() if name in ("dockerd", "containerd")],
+        "every container (others' too)": sorted(inside),
+    }
+
+
+def cpu_snapshot(groups: dict[str, list[int]]) -> dict[str, int]:
+    return {name: sum(task_cpu_ns(pid) for pid in pids) for name, pids in groups.items()}
 
 
 # --- the reference -------------------------------------------------------------------------
@@ -194,6 +281,8 @@ def server_env(base_url: str, data_dir: Path, root: Path) -> dict[str, str]:
     }
     if "DOCKER_HOST" in os.environ:
         env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
+    # The bench's own RLM_MCP_* settings win (e.g. an older tree's server given this image).
+    env.update({k: v for k, v in os.environ.items() if k.startswith("RLM_MCP_")})
     return env
 
 
@@ -210,28 +299,59 @@ class Ours:
         )
         seconds = time.perf_counter() - started
         out = result.structured_content or {}
+        if not out and result.content:  # an older server answers the record as JSON text only
+            out = json.loads(getattr(result.content[0], "text", "") or "{}")
         if out.get("answer") != "done":
             raise RuntimeError(f"rlm-mcp {name}: unexpected result {out!r}")
         return seconds
 
 
 # --- figures ---------------------------------------------------------------------------------
-def derive(raw: dict[str, list[float]]) -> dict[str, list[float]]:
-    """Per-rep derived figures (seconds), from the per-rep scenario times."""
-    reps = len(raw["one_1k"])
-    out: dict[str, list[float]] = {
-        "one-turn run (1 KiB)": raw["one_1k"],
-        "further turn (1 MiB)": [],
-        "sub-call (16-way)": [],
-        "one-turn run (50 MiB)": raw["one_50m"],
-        "turn at 50 MiB": [],
-        "5 turns on 50 MiB": raw["five_50m"],
-    }
-    for i in range(reps):
-        turn = (raw["ten_1m"][i] - raw["one_1m"][i]) / 9
-        out["further turn (1 MiB)"].append(turn)
-        out["sub-call (16-way)"].append((raw["batch_1m"][i] - raw["one_1m"][i] - 5 * turn) / 80)
-        out["turn at 50 MiB"].append((raw["five_50m"][i] - raw["one_50m"][i]) / 4)
+class RequestLog:
+    """The scripted server's request log (JSON lines, one per answered request), read by run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def since_last(self) -> list[dict[str, Any]]:
+        """The requests answered since the last call (every request of the run just finished)."""
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        self.offset += len(data)
+        return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def turn_intervals(requests: list[dict[str, Any]]) -> list[float]:
+    """Seconds between consecutive root requests' arrivals (each: a reply, a cell, the next request)."""
+    roots = sorted(r["received"] for r in requests if r["role"] == "root")
+    return [b - a for a, b in zip(roots, roots[1:], strict=False)]
+
+
+def derive(raw: dict[str, list[float]], turns: list[float]) -> dict[str, list[float]]:
+    """Per-rep figures (seconds): the measured turn, and those derived from the scenario times."""
+    out: dict[str, list[float]] = {}
+    if "one_1k" in raw:
+        out["one-turn run (1 KiB)"] = raw["one_1k"]
+    if turns:
+        out["further turn, measured"] = turns
+    if "ten_1m" in raw and "one_1m" in raw:
+        derived = [(ten - one) / 9 for ten, one in zip(raw["ten_1m"], raw["one_1m"], strict=True)]
+        out["further turn, derived"] = derived
+        if "batch_1m" in raw:
+            out["sub-call (16-way)"] = [
+                (batch - one - 5 * turn) / 80
+                for batch, one, turn in zip(raw["batch_1m"], raw["one_1m"], derived, strict=True)
+            ]
+    if "one_50m" in raw:
+        out["one-turn run (50 MiB)"] = raw["one_50m"]
+        if "five_50m" in raw:
+            out["turn at 50 MiB"] = [(f - o) / 4 for f, o in zip(raw["five_50m"], raw["one_50m"], strict=True)]
+    if "five_50m" in raw:
+        out["5 turns on 50 MiB"] = raw["five_50m"]
     return out
 
 
@@ -240,16 +360,104 @@ def fmt(seconds: float) -> str:
     return f"{ms / 1000:.2f} s" if abs(ms) >= 1000 else f"{ms:.2f} ms"
 
 
-def report(ours: dict[str, list[float]], ref: dict[str, list[float]] | None) -> None:
-    print(f"\n{'figure':<24}{'rlm-mcp median [min, max]':<36}{'reference median [min, max]':<36}ratio")
+def spread(values: list[float]) -> str:
+    return f"{fmt(statistics.median(values))} [{fmt(min(values))}, {fmt(max(values))}]"
+
+
+def report(
+    args: argparse.Namespace,
+    ours: dict[str, list[float]],
+    ref: dict[str, list[float]] | None,
+    cpu: dict[str, list[float]],
+) -> None:
+    loads = " -> ".join("/".join(f"{x:.1f}" for x in load) for load in args.load)
+    out = ResultFile(
+        "compare_reference",
+        "rlm-mcp beside the reference library",
+        ["figure (median [min, max])", "rlm-mcp over stdio", "reference", "ratio"],
+        note=(
+            f"zero-latency scripted LM in a subprocess; {args.reps} reps"
+            + ("" if ref is None else ", interleaved")
+            + f"; big context {args.big_mib} MiB; load average (1, 5, 15 min) {loads}"
+            + ("" if ref is not None else "; reference not run")
+        ),
+    )
+    print(f"\nload average (1, 5, 15 min) {loads}")
+    print(f"{'figure':<26}{'rlm-mcp median [min, max]':<36}{'reference median [min, max]':<36}ratio")
     for key, values in ours.items():
-        mine = f"{fmt(statistics.median(values))} [{fmt(min(values))}, {fmt(max(values))}]"
         theirs, ratio = "-", "-"
-        if ref is not None:
-            other = ref[key]
-            theirs = f"{fmt(statistics.median(other))} [{fmt(min(other))}, {fmt(max(other))}]"
-            ratio = f"{statistics.median(other) / max(statistics.median(values), 1e-9):.0f}x"
-        print(f"{key:<24}{mine:<36}{theirs:<36}{ratio}")
+        if ref is not None and ref.get(key):
+            theirs = spread(ref[key])
+            # No ratio against a figure of ours at or below zero (a derived difference of two
+            # noisy runs can be): it would read as a huge factor.
+            if statistics.median(values) > 0:
+                ratio = f"{statistics.median(ref[key]) / statistics.median(values):.0f}x"
+                # "In every run": the worst of ours against the best of theirs, beside the medians'.
+                if min(ref[key]) > 0 and max(values) > 0:
+                    ratio += f" (worst {min(ref[key]) / max(values):.0f}x)"
+        print(f"{key:<26}{spread(values):<36}{theirs:<36}{ratio}")
+        out.add(key, spread(values), theirs, ratio)
+    if cpu:
+        print("CPU per further turn by process ((ten_1m - one_1m) / 9 per rep, /proc schedstat; rlm-mcp's runs):")
+    for group, values in cpu.items():
+        print(f"  {group:<30}{spread(values)}")
+        out.add(f"CPU per further turn: {group}", spread(values), "-", "")
+    if args.record:
+        print(f"written: {out.write()}")
+
+
+@dataclass
+class Gathered:
+    """Per-scenario times of each side, the measured turns (a median per rep), and CPU per run."""
+
+    ours: dict[str, list[float]]
+    ref: dict[str, list[float]]
+    turns_ours: list[float] = field(default_factory=list)
+    turns_ref: list[float] = field(default_factory=list)
+    cpu_ns: dict[str, list[dict[str, int]]] = field(default_factory=lambda: {"one_1m": [], "ten_1m": []})
+
+
+async def run_reps(
+    args: argparse.Namespace, ours: Ours, reference: Reference | None, log: RequestLog, paths: dict[str, Path]
+) -> Gathered:
+    chosen = args.only or list(SCENARIOS)
+    got = Gathered({name: [] for name in chosen}, {name: [] for name in chosen})
+    (server_pid,) = children_named(os.getpid(), Path(args.server_bin).name)
+    (lm_pid,) = children_named(os.getpid(), "rlm_mcp.testing.scripted_lm")
+    for rep in range(args.reps):
+        for name in chosen:
+            if reference is None:
+                # Back to back, each run would find the pool still refilling from the last
+                # (interleaved, the reference's seconds-long run gives it time).
+                await anyio.sleep(args.gap)
+            log.since_last()
+            groups = process_groups(server_pid, lm_pid) if name in got.cpu_ns else {}
+            before = cpu_snapshot(groups)
+            got.ours[name].append(await ours.run(name))
+            if groups:
+                after = cpu_snapshot(groups)
+                got.cpu_ns[name].append({k: after[k] - before[k] for k in groups})
+            if name == "ten_1m":
+                gaps = turn_intervals(log.since_last())
+                got.turns_ours.append(statistics.median(gaps))
+                if args.verbose:
+                    print("turns (ms):", " ".join(f"{g * 1000:.1f}" for g in gaps), file=sys.stderr)
+            if reference is not None:
+                got.ref[name].append(await anyio.to_thread.run_sync(reference.run, name, paths[SCENARIOS[name][0]]))
+                if name == "ten_1m":
+                    got.turns_ref.append(statistics.median(turn_intervals(log.since_last())))
+        print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
+    return got
+
+
+def cpu_per_turn(cpu_ns: dict[str, list[dict[str, int]]]) -> dict[str, list[float]]:
+    """CPU seconds per further turn by process, per rep, from each rep's one_1m and ten_1m runs."""
+    if not (cpu_ns["one_1m"] and cpu_ns["ten_1m"]):
+        return {}
+    pairs = list(zip(cpu_ns["ten_1m"], cpu_ns["one_1m"], strict=True))
+    # No total: the containers' group holds other users' containers too (on a shared machine,
+    # whatever they did meanwhile), so it is shown alone.
+    return {group: [(ten[group] - one[group]) / 9e9 for ten, one in pairs] for group in cpu_ns["one_1m"][0]}
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -258,16 +466,16 @@ async def main_async(args: argparse.Namespace) -> None:
         print(f"note: the '50 MiB' rows use a {args.big_mib} MiB context", file=sys.stderr)
     if not args.ours_only:
         ensure_reference_image(args.reference_python)
+    args.server_bin = args.server or str(Path(sys.executable).parent / "rlm-mcp")
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="rlm-bench-") as tmp_name:
         tmp = Path(tmp_name)
         paths = write_contexts(tmp)
-        with scripted_lm_process(script()) as url:
-            params = StdioServerParameters(
-                command=str(Path(sys.executable).parent / "rlm-mcp"), args=[], env=server_env(url, tmp / "data", tmp)
-            )
+        log = RequestLog(tmp / "requests.jsonl")
+        with scripted_lm(args.lm_python, log.path, tmp) as url:
+            env = server_env(url, tmp / "data", tmp)
+            params = StdioServerParameters(command=args.server_bin, args=[], env=env)
             reference = None if args.ours_only else Reference(args.reference_python, url, tmp)
-            raw_ours: dict[str, list[float]] = {name: [] for name in SCENARIOS}
-            raw_ref: dict[str, list[float]] = {name: [] for name in SCENARIOS}
             try:
                 async with Client(params) as client:
                     ids: dict[str, str] = {}
@@ -279,27 +487,17 @@ async def main_async(args: argparse.Namespace) -> None:
                         ids[key] = (handle.structured_content or {})["context_id"]
                     ours = Ours(client, ids)
                     await ours.run("one_1k")  # warm-up: pool filled, model discovered
-                    for rep in range(args.reps):
-                        for name in SCENARIOS:
-                            if reference is None:
-                                # Back to back, each run would find the pool still refilling from the
-                                # last (interleaved, the reference's seconds-long run gives it time).
-                                await anyio.sleep(args.gap)
-                            raw_ours[name].append(await ours.run(name))
-                            if reference is not None:
-                                raw_ref[name].append(
-                                    await anyio.to_thread.run_sync(reference.run, name, paths[SCENARIOS[name][0]])
-                                )
-                        print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
-                    servers = children_named(os.getpid(), "rlm-mcp")
+                    got = await run_reps(args, ours, reference, log, paths)
+                    servers = children_named(os.getpid(), Path(args.server_bin).name)
                     server_peak = max((peak_rss_mb(pid) for pid in servers), default=0.0)
             finally:
                 if reference is not None:
                     reference.close()
+    args.load = (load_before, os.getloadavg())
     docker = await anyio.run_process(["docker", "--version"])
     print(
         f"machine: {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB; "
-        f"{docker.stdout.decode().strip()}"
+        f"{docker.stdout.decode().strip()}; server {args.server_bin}"
     )
     print(
         f"rlm-mcp: rlm_load_context of a file: 1 KiB {fmt(load_s['1k'])}, 1 MiB {fmt(load_s['1m'])}, "
@@ -307,7 +505,8 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     if reference is not None:
         print(f"reference: driver peak RSS {reference.peak_rss_mb:.0f} MB")
-    report(derive(raw_ours), None if reference is None else derive(raw_ref))
+    ref = None if reference is None else derive(got.ref, got.turns_ref)
+    report(args, derive(got.ours, got.turns_ours), ref, cpu_per_turn(got.cpu_ns))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -322,7 +521,17 @@ def main(argv: list[str] | None = None) -> None:
         help="--ours-only: idle seconds before each run, so the warm pool is full (default 1.5)",
     )
     parser.add_argument("--big-mib", type=int, default=50, help="size of the big context (smoke runs: small)")
-    anyio.run(main_async, parser.parse_args(argv))
+    parser.add_argument("--server", default="", help="the rlm-mcp executable (default: this venv's)")
+    parser.add_argument(
+        "--lm-python", default="", help="run the scripted LM of this interpreter's checkout (default: this one's)"
+    )
+    parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
+    parser.add_argument("--verbose", action="store_true", help="print each ten_1m run's turn intervals")
+    parser.add_argument("--record", action="store_true", help="write bench/results/compare_reference.json")
+    args = parser.parse_args(argv)
+    if args.record and (args.only or args.server or args.lm_python):
+        parser.error("--record writes every scenario of this checkout: drop --only, --server and --lm-python")
+    anyio.run(main_async, args)
 
 
 if __name__ == "__main__":

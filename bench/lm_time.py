@@ -4,6 +4,7 @@ scripted LM with realistic latency, reporting wall ÷ ideal per scenario.
     .venv/bin/python bench/lm_time.py [--reps 3] [--root-delay 0.5] [--sub-delay 0.2]
         [--tokens-per-s 100] [--concurrency 16] [--big-mib 50] [--only fan_200 ...] [--record]
         [--reference-python /work/rlms-venv/bin/python]   # the reference beside it (by hand)
+        [--server OTHER/.venv/bin/rlm-mcp]                 # another checkout's server (alternate trees)
 
 The scripted server (rlm_mcp.testing.scripted_lm) takes `--root-delay` / `--sub-delay` seconds
 per call plus completion tokens / `--tokens-per-s`, and serves at most `--concurrency` requests
@@ -135,7 +136,8 @@ async def main_async(args: argparse.Namespace) -> None:
             # (seconds each on a loaded 2-core machine), not the harness.
             "RLM_MCP_POOL_SIZE": str(args.pool),
         }
-        params = StdioServerParameters(command=str(Path(sys.executable).parent / "rlm-mcp"), args=[], env=env)
+        server_bin = args.server or str(Path(sys.executable).parent / "rlm-mcp")
+        params = StdioServerParameters(command=server_bin, args=[], env=env)
         reference = Reference(args.reference_python, url, tmp) if args.reference_python else None
         try:
             async with Client(params) as client:
@@ -145,7 +147,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     ids[key] = (handle.structured_content or {})["context_id"]
                 ours = Ours(client, ids)
                 await ours.run("one_1k")  # warm-up: pool filled, model discovered
-                (server,) = children_named(os.getpid(), "rlm-mcp")
+                (server,) = children_named(os.getpid(), Path(server_bin).name)
                 for rep in range(args.reps):
                     for name, (ctx, _, ref_ok) in chosen.items():
                         await anyio.sleep(args.gap)  # the warm pool refills while no sandbox is in use
@@ -242,10 +244,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--only", nargs="+", choices=list(TRAJECTORIES), help="run only these scenarios (short runs while iterating)"
     )
+    parser.add_argument("--server", default="", help="the rlm-mcp executable (default: this venv's)")
     parser.add_argument("--record", action="store_true", help="write bench/results/lm_time.json")
     args = parser.parse_args(argv)
-    if args.record and args.only:
-        parser.error("--record writes every scenario: drop --only")
+    if args.record and (args.only or args.server):
+        parser.error("--record writes every scenario of this checkout: drop --only and --server")
     if args.reference_python and not os.path.exists(args.reference_python):
         parser.error(f"no reference interpreter at {args.reference_python}")
     anyio.run(main_async, args)

@@ -6,6 +6,11 @@ new contexts) opens while that call is in flight: a 50 MiB load hides behind the
 latency. The run takes the first reply only once the sandbox is open (`TurnRunner` waits here
 before it counts the reply), so a run whose sandbox cannot open has not started, exactly as
 before the overlap (docs/architecture.md, "Opening the sandbox beside the first call").
+
+The opening starts once the first root request is on its way (`release`), not when the run
+starts: its first steps (the pool's take, the contexts' frames) run on the event loop, and
+scheduled first they ran ahead of the request at the loop's first yield, delaying the model's
+start by a millisecond or more on a busy host (the run's critical path is the model's).
 """
 
 from __future__ import annotations
@@ -27,13 +32,19 @@ class SandboxOpener:
         self._opening = opening
         self._after = after
         self._done = anyio.Event()
+        self._released = anyio.Event()
         self._opened: Opened | None = None
         self.error: Exception | None = None  # why the sandbox did not open
 
     async def run(self, on_failure: anyio.CancelScope) -> None:
         """The opening task. A failure is kept for `get` and cancels `on_failure` (the loop's
-        scope): an in-flight first call is abandoned, its reply could not be used."""
+        scope): an in-flight first call is abandoned, its reply could not be used. Waits for
+        `release` first."""
         try:
+            await self._released.wait()
+            # One more loop round: the request's own write (aiohttp sends a body from a task of
+            # its own, created after this wait was woken) goes out before the opening's steps.
+            await anyio.lowlevel.checkpoint()
             opened = await self._source.open(self._opening)
         except Exception as exc:
             self.error = exc
@@ -44,16 +55,23 @@ class SandboxOpener:
         finally:
             self._done.set()
 
+    def release(self) -> None:
+        """Let the opening start: the first root request is being sent (or the loop ended
+        without one, or the sandbox is wanted). Idempotent."""
+        self._released.set()
+
     @property
     def done(self) -> bool:
         return self._done.is_set()
 
     async def settled(self) -> None:
-        """Wait until the opening has ended, opened or failed."""
+        """Wait until the opening has ended, opened or failed (released now if it was not)."""
+        self.release()
         await self._done.wait()
 
     async def get(self) -> Opened:
         """The open sandbox (waiting for it); the opening's error when it failed."""
+        self.release()
         await self._done.wait()
         if self.error is not None:
             raise self.error

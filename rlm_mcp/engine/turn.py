@@ -151,6 +151,9 @@ class TurnRunner:
             if ctx.depth == 0:
                 ctx.progress.phase = RunPhase.LM
             started = time.monotonic()
+            # The sandbox opens once the first request is on its way (engine/opening.py): the
+            # opener's task is woken now and runs at this call's first yield, behind the request.
+            self.opener.release()
             try:
                 completion = await ctx.lm.complete(
                     ctx.history.snapshot(), model=model, max_tokens=max_tokens, role="root", session=ctx.run_id

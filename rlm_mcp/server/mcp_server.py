@@ -8,17 +8,23 @@ prompt, in both eras, and logs nothing.
 
 `subscriptions/listen`: served by a handler of rlm-mcp's (`listen_with`, server/task_listen.py)
 that also carries the Tasks extension's task status notifications.
+
+stdio: answers are written on the event loop instead of through two worker threads
+(server/stdio_out.py), with fd 1 kept off the wire as the SDK keeps it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+import anyio
 from mcp.server.lowlevel.server import RequestHandler
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult, SubscriptionsListenRequestParams
 
+from rlm_mcp.server.stdio_out import PipeOut, claimed_stdout, wire_is_a_stream
 from rlm_mcp.service.service import RlmService
 
 
@@ -35,3 +41,16 @@ class RlmMcpServer(MCPServer[RlmService]):
     def listen_with(self, handler: RequestHandler[Any, SubscriptionsListenRequestParams]) -> None:
         """Serve `subscriptions/listen` with `handler` instead of the SDK's own."""
         self._lowlevel_server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, handler)
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdin/stdout, the answers written by `PipeOut` when stdout is a pipe or a
+        socket (the SDK's own transport otherwise)."""
+        if not wire_is_a_stream(1):
+            await super().run_stdio_async()
+            return
+        with claimed_stdout() as wire:
+            # The SDK's writer calls only `write` and `flush` on its stdout.
+            stdout = cast("anyio.AsyncFile[str]", PipeOut(wire))
+            async with stdio_server(stdout=stdout) as (read_stream, write_stream):
+                lowlevel = self._lowlevel_server
+                await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())

@@ -226,7 +226,12 @@ async def test_a_reply_that_came_before_the_sandbox_failed_is_not_taken(tmp_path
 
 async def test_a_first_call_that_fails_abandons_a_one_run_opening(tmp_path: Path) -> None:
     journal = Journal()
-    lm = JournalLM(root=[LMConnectionError("connection refused", endpoint="http://lm/v1")], journal=journal)
+    # The call fails once the opening is under way (it starts once the request is on its way).
+    lm = JournalLM(
+        root=[LMConnectionError("connection refused", endpoint="http://lm/v1")],
+        journal=journal,
+        hold=lambda: journal.wait_for("open start"),
+    )
     factory = SlowFactory(journal, forever)
     with anyio.fail_after(GUARD_S), pytest.raises(RunNotStarted) as raised:
         await run(tmp_path, lm, factory)
@@ -283,3 +288,55 @@ async def test_stopped_while_both_are_in_flight(tmp_path: Path, how: str) -> Non
     (end,) = events.of("run_end")
     assert end["status"] == ("cancelled" if how == "cancel" else "timeout")
     assert ended == ([] if how == "cancel" else ["timeout"])
+
+
+class YieldingEvents(Events):
+    """A sink that yields to the event loop on each event, as the run log's writes may."""
+
+    async def __call__(self, event: Any) -> None:
+        await anyio.lowlevel.checkpoint()
+        await super().__call__(event)
+
+
+async def test_the_opening_starts_once_the_first_root_request_is_on_its_way(tmp_path: Path) -> None:
+    journal = Journal()
+    lm = JournalLM(root=[submit('"42"')], journal=journal)
+    factory = SlowFactory(journal, anyio.lowlevel.checkpoint)
+    settings = make_settings()
+    engine = RLMEngine(settings.engine, lm, factory, system_prompt="SYS")
+    with anyio.fail_after(GUARD_S):
+        result = await engine.run(
+            run_id="run-1",
+            query="q",
+            contexts=[make_context(tmp_path)],
+            limits=make_limits(settings, max_iterations=4),
+            progress=RunProgress(run_id="run-1", max_iterations=4),
+            emit=YieldingEvents(),
+        )
+    assert result.status == "completed"
+    # The opening's first steps run on the event loop: started with the run, they ran at the
+    # loop's first yield, ahead of the request the run's critical path waits on.
+    assert journal.entries.index("lm request") < journal.entries.index("open start")
+
+
+@dataclass
+class NoWindowLM(JournalLM):
+    """A model whose window lookup fails: the loop ends before its first root call."""
+
+    async def window(self, model: str, *, role: str = "root") -> int:
+        raise LMConnectionError("connection refused", endpoint="http://lm/v1")
+
+
+async def test_a_loop_that_ends_before_its_first_call_lets_a_sessions_opening_finish(tmp_path: Path) -> None:
+    journal = Journal()
+    lm = NoWindowLM(root=[submit('"42"')], journal=journal)
+    factory = SlowFactory(journal, anyio.lowlevel.checkpoint)
+    session = SessionSandbox("ses_test")
+    try:
+        with anyio.fail_after(GUARD_S), pytest.raises(RunNotStarted):
+            await run(tmp_path, lm, factory, session=session)
+        # No request was ever sent, yet the session's REPL opened (what the session counts).
+        assert "lm request" not in journal.entries and "open done" in journal.entries
+        assert session.live and session.context_count == 1
+    finally:
+        await session.release()
