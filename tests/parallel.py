@@ -18,9 +18,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from rlm_mcp.testing.servers import PORT_CLAIMS_VAR
+
+__all__ = ["Timeout"]  # what `shared_lock(...).acquire()` raises when its time is up
 
 # Each worker starts PostgreSQL clusters, S3 servers, rlm-mcp servers and sandboxes of its own: a
 # big machine's cores are not worth a worker each (memory, Docker's own pace), so at most this many.
