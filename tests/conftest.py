@@ -17,12 +17,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.testing.image_ensure import ensure_image
+from tests import parallel
 from tests.fixtures_bucket import bucket_url, rclone_s3, seaweedfs
 from tests.fixtures_phoenix import phoenix
 from tests.fixtures_postgres import (
@@ -68,6 +70,9 @@ CLEARED_SETTINGS = sorted(name for name in os.environ if name.upper().startswith
 for _name in CLEARED_SETTINGS:
     del os.environ[_name]
 
+_PORT_CLAIMS = pytest.StashKey[Path | None]()
+_PREPARED = pytest.StashKey[bool]()
+
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     if not CLEARED_SETTINGS:
@@ -75,10 +80,39 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return "cleared from the test environment: " + ", ".join(CLEARED_SETTINGS)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many workers `-n auto` (the test command's addopts) starts: tests/parallel.py."""
+    return parallel.worker_count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # In the controller (or a run without workers); the workers inherit the folder's variable.
+    config.stash[_PORT_CLAIMS] = parallel.start_port_claims()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    parallel.end_port_claims(config.stash.get(_PORT_CLAIMS, None))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     from prerequisites import check
 
     check(session)
+
+
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """In an xdist controller, once the first worker has collected (every worker collects the
+    same tests) and before any test is sent out: the prerequisite check, then the sandbox image
+    built once for all workers when Docker tests are selected."""
+    from prerequisites import check_ids, docker_needed
+
+    config = node.config  # type: ignore[attr-defined]
+    if config.stash.get(_PREPARED, False):
+        return
+    config.stash[_PREPARED] = True
+    check_ids(config.rootpath, ids)
+    if docker_needed(config.rootpath, ids):
+        _ensure_sandbox_image()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -161,13 +195,18 @@ def sandbox_image_built() -> Iterator[None]:
     (online if a registry answers, else offline when root and debootstrap allow). Docker not
     running is left to the Docker tests, which fail with the fix."""
 
+    _ensure_sandbox_image()
+    yield
+
+
+def _ensure_sandbox_image() -> None:
     def log(line: str) -> None:
         print(f"[sandbox image] {line}", file=sys.__stderr__, flush=True)  # past pytest's capture
 
     try:
-        ensure_image(Settings(), log)
+        with parallel.image_lock():  # one build at a time on this machine
+            ensure_image(Settings(), log)
     except DockerUnavailableError:
         pass
     except SandboxError as exc:
         pytest.exit(f"{exc.cause} Fix: {exc.fix}", returncode=1)
-    yield

@@ -11,6 +11,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tests.parallel import shared_lock
+
 JS_DIR = Path(__file__).resolve().parent / "js"
 
 
@@ -35,6 +37,13 @@ def npm_installed(source: Path, npm: Sequence[str], env: Mapping[str, str] | Non
     target = _cache_root() / hashlib.sha256(lock + (source / "package.json").read_bytes()).hexdigest()[:16]
     if (target / ".installed").exists():
         return target
+    with shared_lock(target):  # one `npm ci` at a time, not one per worker
+        if not (target / ".installed").exists():
+            _install(source, npm, env, target)
+    return target
+
+
+def _install(source: Path, npm: Sequence[str], env: Mapping[str, str] | None, target: Path) -> None:
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -54,7 +63,6 @@ def npm_installed(source: Path, npm: Sequence[str], env: Mapping[str, str] | Non
         staging.rename(target)
     except OSError:  # another test process installed it first
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def js_bin(name: str) -> str:

@@ -19,6 +19,7 @@ import pytest
 
 from rlm_mcp.reference.wheel import fetch_wheel, wheel_path
 from rlm_mcp.testing.scripted_lm import ScriptedLM
+from tests.parallel import shared_lock
 from tests.paths import TESTS
 
 CACHE = Path(os.environ.get("RLM_MCP_TEST_CACHE", Path.home() / ".cache" / "rlm-mcp-tests"))
@@ -27,7 +28,8 @@ CACHE = Path(os.environ.get("RLM_MCP_TEST_CACHE", Path.home() / ".cache" / "rlm-
 @pytest.fixture(scope="session")
 def reference_wheel() -> Path:
     try:
-        return fetch_wheel(CACHE)
+        with shared_lock(CACHE / "reference-wheel"):  # one download, not one per worker
+            return fetch_wheel(CACHE)
     except Exception as exc:
         pytest.fail(f"the pinned reference wheel rlms 0.1.3 could not be fetched from PyPI: {exc}")
 
@@ -48,14 +50,22 @@ REFERENCE_REQUIREMENTS = ["openai==2.14.0", "python-dotenv==1.2.1", "rich==14.2.
 @pytest.fixture(scope="session")
 def reference_python(reference_wheel: Path) -> Path:
     """A venv (cached per machine) with rlms 0.1.3; its python. Fails clearly if it cannot be built."""
-    import subprocess
-    import sys
-
     venv = CACHE / "rlms-0.1.3-venv"
     python = venv / "bin" / "python"
     marker = venv / ".complete"
     if marker.is_file():
         return python
+    with shared_lock(venv):  # another worker's `venv --clear` would wipe a venv being built
+        if not marker.is_file():
+            _build_reference_venv(venv, python, reference_wheel)
+            marker.write_text("ok\n")
+    return python
+
+
+def _build_reference_venv(venv: Path, python: Path, reference_wheel: Path) -> None:
+    import subprocess
+    import sys
+
     steps = [
         [sys.executable, "-m", "venv", "--clear", str(venv)],
         [str(python), "-m", "pip", "install", "-q", "--no-deps", str(reference_wheel)],
@@ -65,8 +75,6 @@ def reference_python(reference_wheel: Path) -> Path:
         proc = subprocess.run(step, capture_output=True, text=True, timeout=600, check=False)
         if proc.returncode != 0:
             pytest.fail(f"building the reference venv failed at {' '.join(step[-3:])}:\n{proc.stderr[-2000:]}")
-    marker.write_text("ok\n")
-    return python
 
 
 # The reference run as the adapter card shows it, in the reference's venv (reference_python).

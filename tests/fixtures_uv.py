@@ -11,6 +11,8 @@ from pathlib import Path
 
 import platformdirs
 
+from tests.parallel import shared_lock
+
 REPO = Path(__file__).resolve().parents[1]
 # Forwarded to commands run as a user would run them (certificates, caches, index settings).
 PASS_THROUGH = (
@@ -70,8 +72,11 @@ def cached_venv(requirement: str, *, timeout_s: float = 600) -> Path:
     use; a marker says the install finished, so a half-finished one is started again."""
     home = Path(platformdirs.user_cache_dir("rlm-mcp-tests")) / requirement.replace("==", "-")
     done = home / ".installed"
-    if not done.exists():
-        shutil.rmtree(home, ignore_errors=True)
-        make_venv(home, requirement, timeout_s=timeout_s)
-        done.write_text(requirement + "\n", encoding="utf-8")
+    if done.exists():
+        return home
+    with shared_lock(home, timeout_s=timeout_s + 60):  # another worker may be installing it
+        if not done.exists():
+            shutil.rmtree(home, ignore_errors=True)
+            make_venv(home, requirement, timeout_s=timeout_s)
+            done.write_text(requirement + "\n", encoding="utf-8")
     return home

@@ -3,6 +3,7 @@ server in a subprocess and wait until it accepts connections."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import tempfile
@@ -15,12 +16,43 @@ from typing import IO, Any
 POLL_S = 0.05
 
 
+# A folder shared by the processes of one test run (tests/parallel.py sets it up for the suite and
+# its xdist workers): a file per port handed out, so that two workers never get the same one.
+PORT_CLAIMS_VAR = "RLM_TEST_PORT_CLAIMS"
+# Ports this process handed out: the kernel may give a released port again at once, and a server
+# given a port is often not listening on it yet when the next port is asked for.
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (bound and released; IPv6 when `host` is an IPv6 address)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as sock:
+    """A port nothing listens on now (bound and released; IPv6 when `host` is an IPv6 address)
+    and not handed out before by this process or, in a test run, by another of its processes."""
+    for _ in range(1000):
+        port = _kernel_port(host)
+        if _claim(port):
+            return port
+    raise RuntimeError("no free port left that was not handed out already")
+
+
+def _kernel_port(host: str) -> int:
+    """The port the kernel picks for a bind to port 0, released again."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _claim(port: int) -> bool:
+    if port in _handed_out:
+        return False
+    _handed_out.add(port)
+    folder = os.environ.get(PORT_CLAIMS_VAR)
+    if not folder:
+        return True
+    try:
+        os.close(os.open(os.path.join(folder, str(port)), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
 
 
 def close_pipes(proc: subprocess.Popen[Any]) -> None:

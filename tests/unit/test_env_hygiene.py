@@ -25,7 +25,7 @@ def test_a_pytest_run_with_settings_exported_does_not_see_them(tmp_path: Path) -
         "RLM_MCP_CONFIG": str(tmp_path / "absent.toml"),
     }
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", f"{__file__}::test_no_exported_setting_reaches_a_test", "--no-cov"],
+        [sys.executable, "-m", "pytest", f"{__file__}::test_no_exported_setting_reaches_a_test", "--no-cov", "-n", "0"],
         env=env,
         capture_output=True,
         text=True,

@@ -25,6 +25,10 @@ def test_missing_node_and_docker_are_listed_in_one_message_before_any_test() -> 
             "tests/clients/test_claude_code_cli.py",
             "tests/e2e/test_eval_e2e.py",
             "--no-cov",
+            # One xdist worker, as the test command runs (tests/parallel.py): the controller
+            # checks, from the worker's collection; a worker that exited would be a crash report.
+            "-n",
+            "1",
         ],
         cwd=REPO,
         env=env,
