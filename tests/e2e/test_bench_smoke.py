@@ -30,7 +30,13 @@ def test_lm_bench_prints_throughput() -> None:
 
 def test_stdio_side_of_the_comparison_runs_every_scenario() -> None:
     out = run_bench(str(BENCH / "compare_reference.py"), "--ours-only", "--reps", "1", "--big-mib", "2", "--gap", "0")
-    for row in ("one-turn run (1 KiB)", "further turn (1 MiB)", "sub-call (16-way)", "turn at 50 MiB"):
+    for row in (
+        "one-turn run (1 KiB)",
+        "further turn, measured",
+        "further turn, derived",
+        "sub-call (16-way)",
+        "turn at 50 MiB",
+    ):
         assert row in out
 
 
