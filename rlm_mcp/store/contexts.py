@@ -274,8 +274,12 @@ class Contexts:
         finally:
             # Shielded: a cancelled run must still release its pins.
             with anyio.CancelScope(shield=True):
-                async with self.index.write() as tx:
-                    await tx.execute(self._sql.remove_pin, (pin_id,))
+                await self._unpin(pin_id)
+
+    async def _unpin(self, pin_id: str) -> None:
+        """Remove the pins `_pin` added (PostgreSQL's store: one statement of its own)."""
+        async with self.index.write() as tx:
+            await tx.execute(self._sql.remove_pin, (pin_id,))
 
     async def _pin(self, context_ids: builtins.list[str], pin_id: str, owner: Owner) -> builtins.list[ContextInfo]:
         infos = []

@@ -13,7 +13,7 @@ import pytest
 from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BadArgumentError, NotFoundError, TooLargeError
-from rlm_mcp.owners import LOCAL_OWNER
+from rlm_mcp.owners import LOCAL_OWNER, Owner
 from rlm_mcp.store import ContextStore
 from tests.fixtures_both_stores import add_lapsed_pins, age_context, pin_count, stored_bytes
 from tests.fixtures_postgres import has_bytes
@@ -163,6 +163,32 @@ async def test_in_use_pins_and_marks_used(store_settings: StoreSettings) -> None
                 await store.delete(a.context_id, owner=LOCAL_OWNER)
         assert await pin_count(stores) == 0
         assert await store.delete(a.context_id, owner=LOCAL_OWNER)
+
+
+async def test_in_use_is_all_or_none_and_per_owner(store_settings: StoreSettings) -> None:
+    """A refused pin marks nothing used either (PostgreSQL's is one statement whose writes need
+    every id), the infos come in the ids' order, and another owner's context is unknown."""
+    async with _open(store_settings) as stores:
+        store = stores.contexts
+        a = await store.put_bytes(b"a", name="a", format="text", source={}, owner=LOCAL_OWNER)
+        b = await store.put_bytes(b"b", name="b", format="text", source={}, owner=LOCAL_OWNER)
+        aged = (await store.get(a.context_id, owner=LOCAL_OWNER)).last_used_at
+        missing = "ctx_" + "0" * 24  # well formed, not stored
+        with pytest.raises(NotFoundError, match=missing):
+            async with store.in_use([a.context_id, missing], owner=LOCAL_OWNER):
+                pass
+        assert await pin_count(stores) == 0
+        assert (await store.get(a.context_id, owner=LOCAL_OWNER)).last_used_at == aged
+        with pytest.raises(NotFoundError):
+            async with store.in_use([a.context_id], owner=Owner("someone-else")):
+                pass
+        assert await pin_count(stores) == 0
+        async with store.in_use([b.context_id, a.context_id], owner=LOCAL_OWNER) as infos:
+            assert [i.context_id for i in infos] == [b.context_id, a.context_id]
+            assert infos[1].last_used_at > aged
+            assert (await store.get(a.context_id, owner=LOCAL_OWNER)).last_used_at == infos[1].last_used_at
+            assert await pin_count(stores) == 2
+        assert await pin_count(stores) == 0
 
 
 async def test_eviction_lru_by_size(store_settings: StoreSettings) -> None:

@@ -25,8 +25,8 @@ import anyio
 from rlm_mcp.config import StoreSettings
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import CHUNK, Ingested
-from rlm_mcp.store.context_model import PIN_TTL_S, ContextInfo
-from rlm_mcp.store.contexts import Contexts
+from rlm_mcp.store.context_model import PIN_TTL_S, ContextInfo, context_info, well_formed_id
+from rlm_mcp.store.contexts import Contexts, unknown_context
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg.blobs import RowBlobs
 from rlm_mcp.store.pg.cache import BlobCache
@@ -43,6 +43,28 @@ _LAPSED_PINS = (
     "(SELECT 1 FROM rlm_replicas r WHERE r.replica_id = p.replica_id AND r.seen_at > extract(epoch FROM now()) - %s)"
 )
 _ADD_PIN = "INSERT INTO rlm_pins VALUES (%s, %s, %s, %s, extract(epoch FROM now()) + %s)"
+# A run's pins in one statement (`PgContextStore._pin`): the owner's rows of the ids, each marked
+# used (the context's and the owner's `last_used_at`) and pinned, all or none: the writes apply
+# only when every distinct id was found (else the caller raises, as the shared rule's rollback
+# leaves nothing behind). One round trip where the shared rule's transaction took seven (BEGIN,
+# the clock, the row, two touches, the pin, COMMIT), and the context's row lock is held for the
+# statement only: every run of a team touches the same row of a shared context.
+_PIN = (
+    "WITH t AS (SELECT extract(epoch FROM now())::float8 AS now), "
+    "found AS (SELECT c.context_id, c.sha256, c.bytes, c.format, c.kind, c.chars, "
+    "  o.name, o.source, o.created_at, o.last_used_at "
+    "  FROM rlm_contexts c JOIN rlm_context_owners o ON o.context_id = c.context_id "
+    "  WHERE c.context_id = ANY(%(ids)s) AND o.owner = %(owner)s), "
+    "ok AS (SELECT (SELECT count(*) FROM found) = %(n)s AS every), "
+    "touched AS (UPDATE rlm_contexts c SET last_used_at = t.now FROM t, ok "
+    "  WHERE ok.every AND c.context_id IN (SELECT context_id FROM found) RETURNING c.context_id), "
+    "owned AS (UPDATE rlm_context_owners o SET last_used_at = t.now FROM t, ok "
+    "  WHERE ok.every AND o.owner = %(owner)s AND o.context_id IN (SELECT context_id FROM found) RETURNING o.context_id), "
+    "pinned AS (INSERT INTO rlm_pins SELECT %(pin)s, f.context_id, %(replica)s, %(owner)s, t.now + %(ttl)s "
+    "  FROM found f, t, ok WHERE ok.every RETURNING context_id) "
+    "SELECT f.*, t.now FROM found f, t"
+)
+_REMOVE_PIN = "DELETE FROM rlm_pins WHERE pin_id = %s"
 
 
 class PgTx:
@@ -170,3 +192,31 @@ class PgContextStore(Contexts):
         self.rows = PgContextIndex(Path(settings.data_dir), db, blobs, cache_max_bytes)
         super().__init__(settings, self.rows)
         self.cache = self.rows.cache
+        self._db = db
+
+    async def _pin(self, context_ids: list[str], pin_id: str, owner: Owner) -> list[ContextInfo]:
+        """The shared rule (`Contexts._pin`: resolve, mark used, pin, all or none) in one
+        statement (`_PIN`); NotFoundError naming the first id the owner does not hold."""
+        params = {
+            "ids": [cid for cid in dict.fromkeys(context_ids) if well_formed_id(cid)],
+            "owner": str(owner),
+            "n": len(set(context_ids)),  # a malformed id is never found: then nothing is written
+            "pin": pin_id,
+            "replica": self._db.replica_id,
+            "ttl": PIN_TTL_S,
+        }
+        async with self._db.connection() as conn:
+            cur = await conn.execute(_PIN, params)
+            rows = {r["context_id"]: r for r in await cur.fetchall()}
+        infos = []
+        for cid in context_ids:
+            row = rows.get(cid)
+            if row is None:
+                raise unknown_context(cid)  # nothing was written: the statement's writes need every id
+            infos.append(context_info(row).model_copy(update={"last_used_at": row["now"]}))
+        return infos
+
+    async def _unpin(self, pin_id: str) -> None:
+        """One autocommit statement (the shared rule's write transaction took four round trips)."""
+        async with self._db.connection() as conn:
+            await conn.execute(_REMOVE_PIN, (pin_id,))
