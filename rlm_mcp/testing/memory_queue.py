@@ -391,10 +391,15 @@ class MemoryRunQueue:
     async def reopen(self, run_id: str, *, attempt: int | None = None) -> MemoryRunLog:
         await anyio.lowlevel.checkpoint()
         run = self._runs[run_id]
-        return MemoryRunLog(functools.partial(self._flush, run_id, attempt), run_id, run.row.next_seq)
+        end = functools.partial(self._end_logged, run_id, attempt)
+        return MemoryRunLog(functools.partial(self._flush, run_id, attempt), run_id, run.row.next_seq, end)
 
     def reopen_claimed(self, row: RunRow) -> MemoryRunLog:
-        return MemoryRunLog(functools.partial(self._flush, row.run_id, row.attempt), row.run_id, row.next_seq)
+        end = functools.partial(self._end_logged, row.run_id, row.attempt)
+        return MemoryRunLog(functools.partial(self._flush, row.run_id, row.attempt), row.run_id, row.next_seq, end)
+
+    def _end_logged(self, run_id: str, attempt: int | None, summary: RunRecord) -> bool:
+        return self._finish(run_id, summary, attempt)
 
     def _flush(
         self,

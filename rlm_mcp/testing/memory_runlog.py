@@ -13,18 +13,20 @@ import anyio
 from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.ports.runs import RunRecord
 
-__all__ = ["MemoryRunLog", "Write"]
+__all__ = ["End", "MemoryRunLog", "Write"]
 
 # (staged (seq, line) rows, the next sequence, the record, mark lm_called, announce) -> still live
 Write = Callable[[list[tuple[int, str]], int, RunRecord | None, bool, bool], bool]
+End = Callable[[RunRecord], bool]  # the queue's fenced end write of the run -> this call ended it
 
 
 class MemoryRunLog:
     """`ports.queue.FencedRunLog` over a `MemoryRunQueue`'s run: `write` is the queue's fenced
     write of this run under the claim's attempt."""
 
-    def __init__(self, write: Write, run_id: str, seq: int) -> None:
+    def __init__(self, write: Write, run_id: str, seq: int, end: End) -> None:
         self._write = write
+        self._end = end
         self._run_id = run_id
         self._seq = seq
         self._staged: list[tuple[int, str]] = []
@@ -60,6 +62,14 @@ class MemoryRunLog:
             summary = None
         rows, self._staged = self._staged, []
         return self._write(rows, self._seq, summary, mark_lm_called, announce)
+
+    async def finish(self, summary: RunRecord) -> bool:
+        """The staged events and the end write, with nothing in between (one statement on
+        PostgreSQL: `PgRunLog.finish`)."""
+        await anyio.lowlevel.checkpoint()
+        rows, self._staged = self._staged, []
+        self._write(rows, self._seq, None, False, False)
+        return self._end(summary)
 
     async def aclose(self) -> None:
         self._closed = True

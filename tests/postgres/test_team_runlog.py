@@ -177,3 +177,49 @@ async def test_a_claimed_runs_log_goes_on_from_the_claims_row_without_reading_it
         await again.write_summary(run_record(RUN, {"status": "running", "iterations": 1, "owner": ALICE}))
         types, record = await _rows(pg_url)  # sequences without a gap or a duplicate
         assert types == ["turn_start", "llm_call", "turn_start"] and record["next_seq"] == 3
+
+
+async def test_the_final_record_and_the_last_events_are_one_fenced_statement(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's log ends its run with the events still staged in one statement (the end write
+    of the queue, fenced by the attempt); a former attempt's log writes neither, and says so."""
+    settings = make_settings(tmp_path, database_url=pg_url)
+    async with make_stores(settings) as stores:
+        db = stores.lifecycle
+        assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
+        queue = PgRunQueue(queue_rules(settings.queue), db)
+        worker = await queue.register_worker("owner-finish", 2)
+        await queue.enqueue(run_record(RUN, {"status": "queued", "owner": ALICE}), 1)
+        first = await queue.claim(worker, 2, 2)
+        assert first is not None
+        stale = stores.runs.reopen_claimed(first)
+        stale.stage(_turn(1))
+        assert await queue.requeue(RUN, 1, run_record(RUN, {"status": "queued", "owner": ALICE}))
+        second = await queue.claim(worker, 2, 2)
+        assert second is not None and second.attempt == 2
+        final = run_record(RUN, {"status": "running", "owner": ALICE}).ended("cancelled", "stopped by its caller")
+        assert not await stale.finish(final)  # fenced: not this attempt's run any more
+        types, record = await _rows(pg_url)
+        assert types == [] and not record["done"]
+
+        fenced = stores.runs.reopen_claimed(second)
+        fenced.stage(_turn(1))
+        fenced.stage(_cell(1))
+        used: list[object] = []
+        lend = db.connection
+
+        def counted() -> Any:
+            used.append(1)
+            return lend()
+
+        monkeypatch.setattr(db, "connection", counted)
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+            await listener.execute(f"LISTEN {run_channel(RUN)}")
+            assert await fenced.finish(final)
+            note = await anext(listener.notifies(timeout=5))
+        monkeypatch.undo()
+        assert len(used) == 1 and note.payload == RUN  # one statement; the wake-up names the run
+        types, record = await _rows(pg_url)
+        assert types == ["turn_start", "cell"] and record["done"] and record["next_seq"] == 2
+        assert not await fenced.finish(final)  # ended already: this call did not end it

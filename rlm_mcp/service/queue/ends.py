@@ -4,6 +4,7 @@ could not start; and `EndReporting`, where team mode tells the run-end hook."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rlm_mcp.errors import RlmMcpError
@@ -44,6 +45,14 @@ class EndReporting:
 
     async def finish(self, run_id: str, summary: RunRecord, *, attempt: int | None = None) -> bool:
         done = await self._inner.finish(run_id, summary, attempt=attempt)
+        if done:
+            await self._ends.ended(summary)
+        return done
+
+    async def finish_by(self, write: Callable[[], Awaitable[bool]], summary: RunRecord) -> bool:
+        """`finish`, written by `write` (a worker's run log ends its run with its last events in
+        one statement: `FencedRunLog.finish`); the hook is told as `finish` tells it."""
+        done = await write()
         if done:
             await self._ends.ended(summary)
         return done

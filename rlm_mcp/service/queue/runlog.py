@@ -10,9 +10,10 @@ Events are staged and written in one statement per flush (`PgRunLog.flush`), at 
   wake-up together, on a progress event, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S: the
   latest state after a burst), and every RLM_MCP_QUEUE_POLL_S while events are staged
   (`QueueWorker._report_until_done`);
-- the final summary (`write_summary`: the staged events, then the final record through the
-  queue's one conditional end write, `finish`, which tells the run-end hook), `aclose`, and the
-  worker's own final write.
+- the final summary (`write_summary`: the staged events and the final record in one statement,
+  the queue's one conditional end write, fenced by the attempt: `FencedRunLog.finish`, after
+  which the run-end hook is told), `aclose`, and the worker's own final write (which, after a
+  failed statement, writes the events and then the record through the queue's `finish`).
 
 What a SIGKILL of the worker loses: the events staged since the last flush, at most one poll
 interval's worth (or one live-summary interval's, if that is set longer), and the live summary's
@@ -49,7 +50,8 @@ class QueueRunLog:
     ) -> None:
         """`hand_back`: asked before the final summary is written; True: the run goes back to
         the queue instead (the log detaches and writes no summary). `finish`: how the final
-        summary is written (the queue's fenced end write; None: with the events, by the log)."""
+        summary is written with the events still staged (the queue's fenced end write, in one
+        statement with them: `FencedRunLog.finish`; None: with the events, by the log)."""
         self._inner = inner
         self._finish = finish
         self._marked = False
@@ -107,8 +109,8 @@ class QueueRunLog:
             await self._inner.flush()
             return
         if summary.done and self._finish is not None:
-            # The events first (they land only while the run is this attempt's), then the end.
-            await self._inner.flush()
+            # The events and the end together (the events land only while the run is this
+            # attempt's): `finish` writes both in one statement.
             await self._finish(summary)
             self.final_written = True  # written now, or the run had ended elsewhere already
             return

@@ -83,7 +83,8 @@ class QueueWorker:
         self._settings = settings
         # Every end this worker writes (the final record, a run that could not start or was
         # stopped unrecorded) goes through the queue's `finish`, which tells the run-end hook.
-        self._queue: RunQueuePort = EndReporting(queue, ends if ends is not None else RunEnds())
+        self._reporting = EndReporting(queue, ends if ends is not None else RunEnds())
+        self._queue: RunQueuePort = self._reporting
         self._run_store = run_store
         self._runs = runs
         self._sandboxes = sandboxes
@@ -331,10 +332,13 @@ class QueueWorker:
             self._handing_back.add(run_id)
             return True
 
-        async def finish(final: RunRecord) -> bool:
-            return await self._queue.finish(run_id, final, attempt=attempt)
+        fenced = self._run_store.reopen_claimed(row)
 
-        run_log = QueueRunLog(self._run_store.reopen_claimed(row), hand_back=hand_back, finish=finish)
+        async def finish(final: RunRecord) -> bool:
+            # The log's last events and the end write in one statement (fenced by the attempt).
+            return await self._reporting.finish_by(lambda: fenced.finish(final), final)
+
+        run_log = QueueRunLog(fenced, hand_back=hand_back, finish=finish)
         self._requeues[run_id] = row.requeues
         sessions = self.sessions if request.session_id is not None else None
         try:

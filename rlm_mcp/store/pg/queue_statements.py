@@ -127,6 +127,15 @@ _FINISH = (
 )
 FINISH_ATTEMPT = _FINISH.format(fence="state = 'running' AND attempt = %(attempt)s")
 FINISH_ANY = _FINISH.format(fence="state <> 'done'")
+# A worker's final record with its run log's last events (`runs.PgRunLog.finish`): FINISH_ATTEMPT's
+# write, with the log's counters, after the events' CTE (`EVENTS_FENCE`d); positional parameters:
+# the summary, next_seq, log_bytes, the run id, the attempt, then the channel and the run id.
+FINISH_LOGGED = (
+    f"up AS (UPDATE rlm_runs SET summary = %s, state = 'done', updated_at = {NOW}, "
+    "next_seq = GREATEST(next_seq, %s), log_bytes = GREATEST(log_bytes, %s) "
+    "WHERE run_id = %s AND state = 'running' AND attempt = %s RETURNING run_id) "
+    "SELECT (SELECT count(*) FROM up) AS ended, pg_notify(%s, %s)"
+)
 
 # --- sweepers ---------------------------------------------------------------------------------
 LOST_RUNS = (

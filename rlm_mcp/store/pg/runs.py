@@ -150,20 +150,7 @@ class PgRunLog:
             if not rows and summary is None and not mark_lm_called and not announce:
                 return True
             params: list[Any] = []
-            ctes = []
-            attempt = self._attempt or 0
-            if rows:
-                values = ", ".join(["(%s, %s::integer, %s::bigint, %s)"] * len(rows))
-                for seq, line in rows:
-                    params += [self._run_id, attempt, seq, line]
-                fence = ""
-                if self._attempt is not None:  # nothing lands once the run is not this attempt's
-                    fence = queue_sql.EVENTS_FENCE
-                    params += [self._run_id, self._attempt]
-                ctes.append(
-                    "ev AS (INSERT INTO rlm_run_events (run_id, attempt, seq, line) SELECT * FROM "
-                    f"(VALUES {values}) AS v (run_id, attempt, seq, line){fence} ON CONFLICT DO NOTHING)"
-                )
+            ctes = self._events_cte(rows, params)
             # The database's clock: record ages are compared across replicas (pruning).
             sets = [
                 "updated_at = extract(epoch FROM clock_timestamp())",
@@ -201,6 +188,47 @@ class PgRunLog:
                 row = None
             del self._staged[: len(rows)]
         return bool(row and row["live"])
+
+    def _events_cte(self, rows: list[tuple[int, str]], params: list[Any]) -> list[str]:
+        """The staged rows' INSERT as a CTE (none when nothing is staged), its parameters added
+        to `params`; fenced by the attempt, if any: nothing lands once the run is not its."""
+        if not rows:
+            return []
+        values = ", ".join(["(%s, %s::integer, %s::bigint, %s)"] * len(rows))
+        for seq, line in rows:
+            params += [self._run_id, self._attempt or 0, seq, line]
+        fence = ""
+        if self._attempt is not None:
+            fence = queue_sql.EVENTS_FENCE
+            params += [self._run_id, self._attempt]
+        return [
+            "ev AS (INSERT INTO rlm_run_events (run_id, attempt, seq, line) SELECT * FROM "
+            f"(VALUES {values}) AS v (run_id, attempt, seq, line){fence} ON CONFLICT DO NOTHING)"
+        ]
+
+    async def finish(self, summary: RunRecord) -> bool:
+        """The staged events and the final record `summary` in one statement: the queue's fenced
+        end write (`queue_statements.FINISH_LOGGED`, the same as `PgRunQueue.finish` with this
+        log's attempt) and the wake-up; True if this call ended the run. Only for a worker's log
+        (an attempt) that is not detached. A failed call keeps the rows staged (the caller
+        retries with `flush` and the queue's `finish`, `service/queue/final_writes.py`)."""
+        if self._attempt is None or self._detached or not summary.done:
+            raise RuntimeError("finish: only a worker's attached log ends its run, with a final record")
+        async with self._lock:
+            rows = list(self._staged)
+            params: list[Any] = []
+            ctes = self._events_cte(rows, params)
+            params += [_dump(summary), self._seq, self._written, self._run_id, self._attempt]
+            params += [queue_sql.run_channel(self._run_id), self._run_id]
+            ctes.append(queue_sql.FINISH_LOGGED)
+            try:
+                async with self._db.connection() as conn:
+                    cur = await conn.execute("WITH " + ", ".join(ctes), params)
+                    row = await cur.fetchone()
+            except psycopg.errors.ForeignKeyViolation:  # the record was pruned: nothing to end
+                row = None
+            del self._staged[: len(rows)]
+        return bool(row and row["ended"])
 
     def _dump(self, record: RunRecord) -> str:
         """`_dump(record)`, its head encoded once per run: the same text, spliced (a worker
