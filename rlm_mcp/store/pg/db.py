@@ -305,6 +305,25 @@ class Database:
                 raise
             await conn.commit()
 
+    @asynccontextmanager
+    async def opened_transaction(self, first: str) -> AsyncIterator[tuple[Conn, dict[str, Any] | None]]:
+        """A transaction whose first statement `first` (text without parameters, made of constants)
+        goes with its BEGIN in one round trip, as `clocked_transaction`'s clock does; yields the
+        connection and that statement's first row (None if it returned none). Commits when the
+        block ends, rolls back when it raises."""
+        async with self.connection() as conn:
+            cur = await conn.execute("BEGIN; " + first)
+            cur.nextset()  # the BEGIN's result, then the statement's
+            row = await cur.fetchone() if cur.description is not None else None
+            try:
+                yield conn, row
+            except BaseException:
+                # A broken connection cannot roll back: the pool discards it on its return.
+                with anyio.CancelScope(shield=True), contextlib.suppress(psycopg.Error):
+                    await conn.rollback()
+                raise
+            await conn.commit()
+
     async def shared_key(self, name: str) -> bytes:
         """A random 32-byte key, made by whichever replica asks first, the same for all."""
         async with self.connection() as conn:

@@ -78,10 +78,9 @@ class PgRunQueue(PgWorkerRegistry):
         `prefer_worker`: for `prefer_s` seconds only that worker may claim the run (a kept
         session's follow-up waits for the worker that holds its live sandbox), unless it is lost."""
         rules = self._rules
-        async with self._db.transaction() as conn:
-            # The lock first, in a statement of its own: the count must see every run inserted by
-            # the starts that held it before (a statement's snapshot is taken when it begins).
-            await conn.execute(sql.XACT_LOCK, {"key": ENQUEUE_LOCK_KEY})
+        # The lock first, in a statement of its own (sent with the BEGIN): the count must see every
+        # run inserted by the starts that held it before (a statement's snapshot is taken when it begins).
+        async with self._db.opened_transaction(sql.xact_lock(ENQUEUE_LOCK_KEY)) as (conn, _):
             cur = await conn.execute(
                 sql.ENQUEUE,
                 {
@@ -148,7 +147,7 @@ class PgRunQueue(PgWorkerRegistry):
         attempt; None when no queued run fits. `sessions=False`: none of a kept session's runs
         (this worker's image cannot restore one). `polled` (the worker's timed look, no wake-up
         came): one statement asks whether any run is queued first, and the claim's transaction
-        (four round trips and the claim lock) runs only then; an idle worker polls once a poll
+        (three round trips and the claim lock) runs only then; an idle worker polls once a poll
         interval. Nothing is missed: a run queued after that look announces itself ("queued"),
         and the worker clears its wake-up before it looks."""
         if polled:
@@ -157,9 +156,7 @@ class PgRunQueue(PgWorkerRegistry):
                 found = await cur.fetchone()
             if found is None or not found["any"]:
                 return None
-        async with self._db.transaction() as conn:
-            cur = await conn.execute(sql.CLAIM_LOCK_AND_SLOTS, {"key": CLAIM_LOCK_KEY, "lease": self._lease})
-            live = await cur.fetchone()
+        async with self._db.opened_transaction(sql.claim_lock_and_slots(CLAIM_LOCK_KEY, self._lease)) as (conn, live):
             # Each owner's share of every live worker's run slots (the rule embedded mode applies
             # to its own slots); this worker is live, so there is at least one slot.
             share = self._rules.share(max(1, int(live["slots"]) if live else 1))

@@ -54,6 +54,14 @@ _LIVE = "gone_at IS NULL AND heartbeat_at > now() - make_interval(secs => %(leas
 
 XACT_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
 
+
+def xact_lock(key: int) -> str:
+    """XACT_LOCK as text without parameters, to go with its transaction's BEGIN in one round trip
+    (`Database.opened_transaction`; a statement of its own still: the next one's snapshot follows
+    the lock). `key`: a constant of `locks.py`."""
+    return f"SELECT pg_advisory_xact_lock({int(key)})"
+
+
 # --- fronts -----------------------------------------------------------------------------------
 # Count, insert and wake the workers in one statement (after XACT_LOCK in a statement of its own:
 # the count must see every run inserted by the starts that held the lock before).
@@ -91,6 +99,14 @@ GAUGES = (
 CLAIM_LOCK_AND_SLOTS = (
     f"SELECT pg_advisory_xact_lock(%(key)s), (SELECT coalesce(sum(slots), 0) FROM rlm_workers WHERE {_LIVE}) AS slots"
 )
+
+
+def claim_lock_and_slots(key: int, lease: float) -> str:
+    """CLAIM_LOCK_AND_SLOTS as text without parameters (`xact_lock`'s reason): `key` a constant of
+    `locks.py`, `lease` the setting's seconds, written as a numeric literal."""
+    return CLAIM_LOCK_AND_SLOTS.replace("%(key)s", str(int(key))).replace("%(lease)s", repr(float(lease)))
+
+
 # How a kept session's run names its session in its stored record (`CLAIM` with `sessions` off).
 SESSION_KEY = '"session_id": "'
 
