@@ -62,6 +62,7 @@ class PgRunLog:
         and resumed writes nothing over the run's next attempt)."""
         self._db = db
         self._run_id = run_id
+        self._channel = queue_sql.run_channel(run_id)  # a digest: taken once, not at every publish
         self._attempt = attempt
         self._created_at = created_at
         self._seq = 0
@@ -178,7 +179,7 @@ class PgRunLog:
                 # The summary rides along only while the run is live (a run that ended
                 # elsewhere is announced by its id alone: its follower reads the final row).
                 select += ", pg_notify(%s, CASE WHEN live THEN %s ELSE %s END)"
-                params += [queue_sql.run_channel(self._run_id), payload, self._run_id]
+                params += [self._channel, payload, self._run_id]
             select += " FROM (SELECT coalesce((SELECT NOT done FROM up), false) AS live) AS s"
             try:
                 async with self._db.connection() as conn:
@@ -219,7 +220,7 @@ class PgRunLog:
             params: list[Any] = []
             ctes = self._events_cte(rows, params)
             params += [_dump(summary), self._seq, self._written, self._run_id, self._attempt]
-            params += [queue_sql.run_channel(self._run_id), self._run_id]
+            params += [self._channel, self._run_id]
             ctes.append(queue_sql.FINISH_LOGGED)
             try:
                 async with self._db.connection() as conn:
