@@ -414,6 +414,8 @@ def flat_line(event: LoggedEvent, *, ts: float | None = None) -> bytes | None:
     flat object `":` ends each key and `,"` starts each key after the first; one inside a string
     (a value starting with `:` or ending with `,`, an escaped quote) would make more of them than
     there are keys, and that line is left to the standard library."""
+    if isinstance(event, UnreadableEvent):
+        return None
     names = _flat_fields(type(event))
     if names is None or event.__pydantic_extra__:
         return None
