@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import anyio
 import anyio.lowlevel
@@ -51,7 +52,7 @@ class SubCallBridge:
         self.allowed_models = ctx.settings.sandbox_models
         self._known_windows: dict[str, int] = {}  # per model, once the client knows it (see `fit`)
 
-    async def emit(
+    def emit(
         self,
         model: str,
         completion: Completion | None,
@@ -61,11 +62,13 @@ class SubCallBridge:
         answer: str,
         *,
         failed: CallRecord | None = None,
-    ) -> None:
+    ) -> Awaitable[None]:
+        """The sub-call's `llm_call` event, to await: the tree's own coroutine, handed back rather
+        than awaited in one more frame (one per sub-call, 200 in a batch)."""
         tree, text_cap = self.ctx.tree, self.ctx.settings.log_sub_call_chars
         # Sub-calls are made by the run at `depth`; they are accounted one level below it.
         # The log keeps the head and tail of what the sub-LM saw and said, with full lengths.
-        await tree.emit_call(
+        return tree.emit_call(
             role="sub",
             run_id=self.ctx.run_id,
             model=model,
@@ -176,8 +179,9 @@ class SubCallBridge:
         refused = f"Error: the run's limit of {tree.max_sub_calls} sub-calls is reached; finish with what you have."
         recursive = request.kind == "rlm" and depth + 1 < tree.limits.max_depth
 
-        async def worker(prompt: str) -> str:
-            return await (self.one_child(prompt) if recursive else self.one_llm(prompt, model))
+        # The prompt's coroutine itself, not one awaiting it: every resumption of a call (its
+        # request's steps, 200 calls in a batch) passes through each frame of the chain.
+        worker: Callable[[str], Awaitable[str]] = self.one_child if recursive else partial(self.one_llm, model=model)
 
         # As many at once as can be served at once: the process's LM slots, or the tree's
         # children per depth (engine/tree.py), each the ceiling its calls wait under anyway.

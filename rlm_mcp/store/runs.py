@@ -24,7 +24,7 @@ import anyio
 
 from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
-from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
+from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, flat_line, loads, to_json
 from rlm_mcp.file_work import INLINE_FILE_BYTES, small_here
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRecord
@@ -80,6 +80,17 @@ def encode_event(event: dict[str, Any], max_bytes: int) -> bytes:
         # Too many small fields to cut: keep only what identifies the event.
         data = json.dumps({"type": event.get("type"), "ts": event.get("ts"), "truncated": True}, default=str).encode()
     return data + b"\n"
+
+
+def event_line(event: RunEvent, max_bytes: int) -> bytes:
+    """The log line of `event`, stamped with the time now: `encode_event(to_json(event, ts=now),
+    max_bytes)`, byte for byte, written by `events.flat_line` when it can (a flat event within
+    the cap: every sub-call's `llm_call`)."""
+    ts = time.time()
+    data = flat_line(event, ts=ts)
+    if data is not None and len(data) < max_bytes:
+        return data + b"\n"
+    return encode_event(to_json(event, ts=ts), max_bytes)
 
 
 def _encode_summary(data: dict[str, Any]) -> bytes:
@@ -143,7 +154,7 @@ class RunLog:
     async def append(self, event: RunEvent) -> None:
         if self._fh is None and not self._closed:
             await self.open()
-        line = encode_event(to_json(event, ts=time.time()), self._max_event)
+        line = event_line(event, self._max_event)
         if len(line) <= INLINE_FILE_BYTES and not self._lock.locked():
             # A small append lands in the page cache in microseconds: written here, with no
             # await (a lock round or a worker-thread hop costs more than the write, and a turn

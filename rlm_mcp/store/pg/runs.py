@@ -25,7 +25,7 @@ from rlm_mcp.ports.queue import RunRow
 from rlm_mcp.ports.runs import RunRecord, encode_live
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event, unknown_run
+from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event, event_line, unknown_run
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -120,7 +120,7 @@ class PgRunLog:
         await self.flush()
 
     def stage(self, event: RunEvent) -> None:
-        self.stage_line(encode_event(to_json(event, ts=time.time()), self._max_event))
+        self.stage_line(event_line(event, self._max_event))
 
     def stage_line(self, line: bytes) -> None:
         """Give the line the next sequence (or the truncation marker, once the log is full)."""
