@@ -10,7 +10,9 @@ of each run (the first turn waits for the sandbox, the last ends the run): the r
 cell's frames, the events, the next request's building and sending, and whatever else the loop
 thread ran meanwhile. A turn's wall time on a loaded 2-core machine follows whoever else holds the
 cores; this follows only what this thread did. Processes other than this one (the scripted LM, the
-sandbox, Docker) are not counted: compare_reference.py shows them per process.
+sandbox, Docker) are not counted: compare_reference.py shows them per process. Beside it, the
+event-loop rounds per turn: the same from run to run for the same code, so a round removed shows
+where the CPU figure is within its noise.
 
 To compare two trees, run this file with each tree's interpreter from that tree's folder
 (`cd OLD && .venv/bin/python /path/to/bench/turn_cpu.py`), alternating: it imports the rlm_mcp
@@ -24,6 +26,7 @@ so read shares, not microseconds. Never fails on a timing.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import os
 import statistics
@@ -33,7 +36,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -69,6 +72,25 @@ async def service_for(turns: int) -> AsyncIterator[Any]:
             yield service
 
 
+class _RoundCounter:
+    """Counts the loop's rounds (`_run_once`): the same in every run for the same code, unlike
+    CPU time on a shared machine, so a round removed shows even where the CPU figure is noise."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.rounds = 0
+        self._loop: Any = cast(Any, loop)  # its private `_run_once`, wrapped
+        run_once = self._loop._run_once
+
+        def counted() -> None:
+            self.rounds += 1
+            run_once()
+
+        self._loop._run_once = counted
+
+    def close(self) -> None:
+        del self._loop._run_once  # the class's method again
+
+
 async def _quiet(progress: float, total: float | None, message: str) -> None:
     return None
 
@@ -83,6 +105,7 @@ def _load() -> str:
 async def bench(runs: int, turns: int, profile: str | None) -> None:
     per_run: list[float] = []  # CPU seconds per further turn, one figure per run
     spent: list[float] = []
+    rounds = [0, 0]  # event-loop rounds while a timed turn ran, and the timed turns
     prof = cProfile.Profile(time.thread_time) if profile else None
     timing = False  # off during the warm-up run
     original = TurnRunner.turn
@@ -92,15 +115,18 @@ async def bench(runs: int, turns: int, profile: str | None) -> None:
             return await original(self, iteration, turn_text)
         if prof:
             prof.enable()
-        started = time.thread_time()
+        started, first_round = time.thread_time(), counter.rounds
         try:
             return await original(self, iteration, turn_text)
         finally:
             spent.append(time.thread_time() - started)
+            rounds[0] += counter.rounds - first_round
+            rounds[1] += 1
             if prof:
                 prof.disable()
 
     TurnRunner.turn = timed_turn  # type: ignore[method-assign]
+    counter = _RoundCounter(asyncio.get_running_loop())
     load_before = _load()
     async with service_for(turns) as service:
         local = Caller(service, LOCAL_OWNER)
@@ -118,9 +144,11 @@ async def bench(runs: int, turns: int, profile: str | None) -> None:
             await one_run()
             per_run.append(sum(spent) / len(spent))
     TurnRunner.turn = original  # type: ignore[method-assign]
+    counter.close()
     print(
         f"event-loop thread CPU per further turn: median {statistics.median(per_run) * 1e6:.0f} µs "
-        f"[{min(per_run) * 1e6:.0f}, {max(per_run) * 1e6:.0f}] over {runs} runs of {turns} turns "
+        f"[{min(per_run) * 1e6:.0f}, {max(per_run) * 1e6:.0f}], event-loop rounds per turn "
+        f"{rounds[0] / max(rounds[1], 1):.2f}; over {runs} runs of {turns} turns "
         f"(turns 2-{turns - 1} of each); rlm_mcp from {Path(sys.modules['rlm_mcp'].__file__ or '').parent}; "
         f"load average {load_before} at the start, {_load()} at the end"
     )
