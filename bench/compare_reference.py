@@ -43,8 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,27 +129,14 @@ def children_named(parent: int, needle: str) -> list[int]:
     return found
 
 
-@contextmanager
-def scripted_lm(python: str, log: Path, folder: Path) -> Iterator[str]:
-    """The scripted LM in a subprocess: this checkout's (`scripted_lm_process`), or with
-    `python` another checkout's venv running its own `rlm_mcp.testing.scripted_lm`."""
+def scripted_lm(python: str, log: Path, folder: Path) -> AbstractContextManager[str]:
+    """The scripted LM in a subprocess: this checkout's, or with `python` another checkout's
+    venv running its own, from `folder` and on the script as this bench writes it."""
     if not python:
-        with scripted_lm_process(script(), log_path=log) as url:
-            yield url
-        return
+        return scripted_lm_process(script(), log_path=log)
     script_file = folder / "script.json"
     script_file.write_text(json.dumps(script()), encoding="utf-8")
-    argv = [python, "-m", "rlm_mcp.testing.scripted_lm", "--script", str(script_file), "--log", str(log)]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=folder) as proc:
-        try:
-            assert proc.stdout is not None
-            url = proc.stdout.readline().strip()
-            if not url.startswith("http://"):
-                raise RuntimeError(f"the scripted LM at {python} did not start (exit {proc.poll()})")
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    return scripted_lm_process(script_file, log_path=log, python=python, cwd=folder)
 
 
 def task_cpu_ns(pid: int) -> int:

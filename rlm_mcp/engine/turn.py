@@ -235,8 +235,8 @@ class TurnRunner:
         outputs: list[str] = []
         outcome: tuple[RunStatus, str | None] | None = None
         for index, code in enumerate(blocks, start=1):
-            result = await self._execute(iteration, index, code)
-            outputs.append(self.profile.format_cell(result))
+            result, output = await self._execute(iteration, index, code)
+            outputs.append(output)
             if result.error:
                 ctx.consecutive_errors += 1
             else:
@@ -273,7 +273,9 @@ class TurnRunner:
             ctx.history.add("user", "\n\n".join(notes), "notice", iteration)
         return outcome
 
-    async def _execute(self, iteration: int, index: int, code: str) -> CellResult:
+    async def _execute(self, iteration: int, index: int, code: str) -> tuple[CellResult, str]:
+        """Run one block; its result and its output as the model will read it (formatted once:
+        the `cell` event and the next message carry the same text)."""
         ctx = self.ctx
         if ctx.depth == 0:
             ctx.progress.phase = RunPhase.CELL
@@ -309,12 +311,12 @@ class TurnRunner:
                 depth=ctx.depth,
             )
         )
-        return result
+        return result, output
 
     async def _final_var(self, iteration: int, name: str) -> str | None:
         """Resolve FINAL_VAR(name) by having the sandbox set the answer from that variable."""
         code = f'answer["content"] = {name}\nanswer["ready"] = True'
-        result = await self._execute(iteration, 0, code)
+        result, _ = await self._execute(iteration, 0, code)
         if result.error or not self.ctx.answer.observe(result.answer):
             return f"FINAL_VAR({name}) was not accepted: there is no variable named {name} in the REPL."
         return None

@@ -23,6 +23,7 @@ from rlm_mcp.errors import SandboxError
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.ports.kernel import (
+    ChannelEvent,
     ExecFrame,
     ExecResultFrame,
     HostFrame,
@@ -50,6 +51,23 @@ class _CellTimeout:
     interrupted: bool = False  # the cell's limit passed and the kernel was sent an interrupt
     wall: bool = False  # the wall-clock ceiling passed (not the running-time limit)
     killed: bool = False  # the interrupt did not stop the cell within GRACE_S: the cell was abandoned
+
+
+@dataclass
+class _Reading:
+    """What the reading of one cell's frames found so far."""
+
+    cell_id: int
+    frame: ExecResultFrame | None = None  # the cell's result
+    lost: ContainerLost | None = None  # the kernel died or broke the protocol
+    pending: LMRequestFrame | None = None  # a sub-call request read before the cell had a task group
+    ended: ChannelEvent | None = None  # the channel ended (eof, violation): why is asked next
+    logs: int = 0
+
+    @property
+    def open(self) -> bool:
+        """Whether the cell is still to be read (no result, no loss)."""
+        return self.frame is None and self.lost is None and self.ended is None
 
 
 class _Clock:
@@ -233,46 +251,48 @@ class KernelSandbox:
     async def _run_cell(
         self, container: KernelChannel, code: str, bridge: LMBridge, *, training_cell: bool
     ) -> CellResult:
-        cell_id = container.new_id()
         clock = _Clock()
         state = _CellTimeout()
-        frame: ExecResultFrame | None = None
-        logs = 0
-        lost: ContainerLost | None = None
-        async with anyio.create_task_group() as tg:
+        reading = _Reading(container.new_id())
+        groups: list[anyio.abc.TaskGroup] = []  # the cell's task group, once it needs one
+        quick = anyio.CancelScope()
 
-            def expire() -> None:
-                tg.start_soon(self._interrupt, container, state, tg.cancel_scope)
+        def expire() -> None:
+            if groups:
+                groups[0].start_soon(self._interrupt, container, state, groups[0].cancel_scope)
+            else:
+                quick.cancel()  # the task group opens and starts the interrupt
 
-            watchdog = _Watchdog(self._settings, clock, state, expire)
-            try:
-                await self._send(container, ExecFrame(id=cell_id, code=code, training_cell=training_cell))
-                while True:
-                    event = await container.receive()
-                    if event.kind != "frame" or event.frame is None:
-                        lost = await death(container, self._settings, event.kind, event.detail)
-                        break
-                    msg = event.frame
-                    if isinstance(msg, ExecResultFrame) and msg.id == cell_id:
-                        frame = msg
-                        break
-                    if isinstance(msg, LMRequestFrame):
-                        await self._on_lm_request(tg, container, clock, msg, bridge)
-                    elif isinstance(msg, LogFrame):
-                        logs += 1
-                        if logs <= MAX_LOG_FRAMES:
-                            log.debug("sandbox %s: %s", container.name, msg.message[:500])
-                    else:
-                        lost = ContainerLost(f"The sandbox broke the host protocol (an unexpected {msg.type} frame).")
-                        break
-            except ContainerLost as exc:
-                lost = exc
-            finally:
-                watchdog.cancel()
-            if state.interrupted or self._gate.outstanding:
-                tg.cancel_scope.cancel()  # the interrupt's grace, sub-calls the cell left behind
-        if lost is not None:
-            raise lost
+        watchdog = _Watchdog(self._settings, clock, state, expire)
+        try:
+            await self._send(container, ExecFrame(id=reading.cell_id, code=code, training_cell=training_cell))
+            # Most cells make no sub-call and end in time: their result is read without a task
+            # group (entering and leaving one costs an event-loop round on every cell). The first
+            # sub-call request, or the watchdog, opens one and the cell is read on inside it.
+            with quick:
+                await self._read(container, reading, None, clock, bridge)
+            await self._why_ended(container, reading)
+            if reading.open:
+                async with anyio.create_task_group() as tg:
+                    groups.append(tg)
+                    try:
+                        if state.interrupted:  # the limit passed while the cell was read without a group
+                            tg.start_soon(self._interrupt, container, state, tg.cancel_scope)
+                        await self._read(container, reading, tg, clock, bridge)
+                        await self._why_ended(container, reading)
+                    except ContainerLost as exc:
+                        reading.lost = exc
+                    finally:
+                        watchdog.cancel()
+                    if state.interrupted or self._gate.outstanding:
+                        tg.cancel_scope.cancel()  # the interrupt's grace, sub-calls the cell left behind
+        except ContainerLost as exc:
+            reading.lost = exc
+        finally:
+            watchdog.cancel()
+        if reading.lost is not None:
+            raise reading.lost
+        frame = reading.frame
         if frame is None:
             if state.killed:
                 raise ContainerLost(
@@ -282,6 +302,46 @@ class KernelSandbox:
                 )
             raise ContainerLost("The sandbox stopped answering.")
         return self._to_result(frame, state.interrupted, state.wall)
+
+    async def _why_ended(self, container: KernelChannel, reading: _Reading) -> None:
+        if reading.ended is not None:
+            event, reading.ended = reading.ended, None
+            reading.lost = await death(container, self._settings, event.kind, event.detail)
+
+    async def _read(
+        self,
+        container: KernelChannel,
+        reading: _Reading,
+        tg: anyio.abc.TaskGroup | None,
+        clock: _Clock,
+        bridge: LMBridge,
+    ) -> None:
+        """Read the cell's frames until its result or its end; without a task group (`tg` None),
+        only until its first sub-call request, which is kept in `reading` for the group."""
+        if reading.pending is not None and tg is not None:
+            first, reading.pending = reading.pending, None
+            await self._on_lm_request(tg, container, clock, first, bridge)
+        while True:
+            event = await container.receive()
+            if event.kind != "frame" or event.frame is None:
+                reading.ended = event  # asked why by the caller, out of the scope the watchdog cancels
+                return
+            msg = event.frame
+            if isinstance(msg, ExecResultFrame) and msg.id == reading.cell_id:
+                reading.frame = msg
+                return
+            if isinstance(msg, LMRequestFrame):
+                if tg is None:
+                    reading.pending = msg
+                    return
+                await self._on_lm_request(tg, container, clock, msg, bridge)
+            elif isinstance(msg, LogFrame):
+                reading.logs += 1
+                if reading.logs <= MAX_LOG_FRAMES:
+                    log.debug("sandbox %s: %s", container.name, msg.message[:500])
+            else:
+                reading.lost = ContainerLost(f"The sandbox broke the host protocol (an unexpected {msg.type} frame).")
+                return
 
     def _limit_text(self, wall: bool) -> str:
         if wall:

@@ -257,6 +257,30 @@ def test_process_helper_carries_the_script_and_log(tmp_path: Path) -> None:
     assert [(e["role"], e["status"]) for e in read_log(log_file)] == [("sub", 200)]
 
 
+def test_process_helper_runs_another_interpreter_in_its_folder_on_a_raw_script(tmp_path: Path) -> None:
+    # Another checkout's scripted LM (bench/compare_reference.py --lm-python): its interpreter,
+    # from its own folder, on the script file exactly as written (never re-read by this checkout).
+    import os
+    import sys
+
+    from rlm_mcp.testing import scripted_lm_process
+
+    work = tmp_path / "work"
+    work.mkdir()
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\npwd > ran-here\nexec {sys.executable} "$@"\n', encoding="utf-8")
+    os.chmod(python, 0o755)
+    raw = tmp_path / "script.json"
+    raw.write_text('{"sub_default": "raw {prompt}"}', encoding="utf-8")
+    with scripted_lm_process(raw, python=python, cwd=work) as url, httpx.Client() as client:
+        r = client.post(
+            f"{url}/chat/completions", json={"model": "rlm-v0.1", "messages": [{"role": "user", "content": "x"}]}
+        )
+        assert text_of(r) == "raw x"
+    assert (work / "ran-here").read_text(encoding="utf-8").strip() == str(work)
+    assert raw.read_text(encoding="utf-8") == '{"sub_default": "raw {prompt}"}'
+
+
 def test_a_kept_alive_connection_survives_delayed_replies() -> None:
     # The delay watches the socket for a hang-up; the next request on the same connection must
     # still be read (it used to fail with "read() called while another coroutine is waiting").

@@ -268,22 +268,23 @@ class KernelContainer:
     async def _submit(self, job: Any) -> None:
         if self.closed:
             raise BrokenPipeError("sandbox closed")
-        loop = self._loop
-        done = anyio.Event()
-        box: list[BaseException | None] = [None]
-
-        def finished(exc: BaseException | None) -> None:
-            box[0] = exc
-            try:
-                loop.call_soon_threadsafe(done.set)  # never blocks the writer thread
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-
         with self._write_lock:
             if isinstance(job, bytes):
-                job = job[self._send_now(job) :]
-                if not job:
+                sent = self._send_now(job)
+                if sent == len(job):  # the common case: no event, no closure, no hand-off
                     return
+                job = job[sent:]
+            loop = self._loop
+            done = anyio.Event()
+            box: list[BaseException | None] = [None]
+
+            def finished(exc: BaseException | None) -> None:
+                box[0] = exc
+                try:
+                    loop.call_soon_threadsafe(done.set)  # never blocks the writer thread
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    pass
+
             self._pending_writes += 1
             self._writes.put((job, finished))
         await done.wait()
