@@ -28,7 +28,7 @@ from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.sandbox.cpu import CpuShares
 from rlm_mcp.sandbox.liveness import ProcessLiveness
 from rlm_mcp.sandbox.pool import WarmPool
-from rlm_mcp.sandbox.quiet import QuietGate
+from rlm_mcp.sandbox.quiet import REFILL_MAX_WAIT_S, QuietGate
 from rlm_mcp.sandbox.recovery import LostCount, start_loaded
 from rlm_mcp.sandbox.session import KernelSandbox
 from rlm_mcp.sandbox.slots import SandboxSlots
@@ -84,7 +84,7 @@ class SandboxManager:
         self._removals = anyio.Semaphore(max(BACKGROUND_REMOVALS, settings.max_sandboxes))
         # Pool refills and background removals wait until no run is using a sandbox (quiet.py).
         self._quiet = QuietGate()
-        self._pool = WarmPool(settings.pool_size, self._start_container, self._discard, quiet=self._quiet.wait_quiet)
+        self._pool = WarmPool(settings.pool_size, self._start_container, self._discard, quiet=self._refill_quiet)
         self._tg: anyio.abc.TaskGroup | None = None
         self._exit_stack: contextlib.AsyncExitStack | None = None
         # Frees a slot held by something idle (a kept session's REPL between its runs) when a
@@ -207,6 +207,10 @@ class SandboxManager:
                         await self._retire(container)
 
     # -- containers ------------------------------------------------------------------------
+    async def _refill_quiet(self) -> None:
+        """What the pool's refill waits for while it still holds a container (quiet.py)."""
+        await self._quiet.wait_quiet(REFILL_MAX_WAIT_S)
+
     async def _acquire(self) -> KernelChannel:
         """A container for a run: from the pool, else a new one; counted in the CPU shares."""
         container = self._pool.take()
