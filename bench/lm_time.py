@@ -142,7 +142,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     order = servers if rep % 2 == 0 else servers[::-1]
                     for name, (ctx, _, ref_ok) in chosen.items():
                         for server in order:
-                            await anyio.sleep(args.gap)  # the warm pool refills while no sandbox is in use
+                            await server.settle(args)  # a warm start: the pool refilled, used sandboxes gone
                             await server.measure(name, ctx)
                         if reference is not None and ref_ok:
                             ref_raw[name].append(await anyio.to_thread.run_sync(reference.run, name, paths[ctx]))
@@ -181,6 +181,7 @@ class Server:
             # (seconds each on a loaded 2-core machine), not the harness.
             "RLM_MCP_POOL_SIZE": str(args.pool),
         }
+        self.owner = env["RLM_MCP_INSTANCE_ID"]  # its sandboxes' owner label
         params = StdioServerParameters(command=self.executable, args=[], env=env)
         known = set(children_named(os.getpid(), Path(self.executable).name))
         self.client = client = await stack.enter_async_context(Client(params))
@@ -190,11 +191,39 @@ class Server:
         await Ours(client, self.ids).run("one_1k")  # warm-up: pool filled, model discovered
         (self.pid,) = set(children_named(os.getpid(), Path(self.executable).name)) - known
 
+    async def settle(self, args: argparse.Namespace) -> None:
+        """Wait (at most SETTLE_MAX_S) until the server's sandboxes are its warm pool alone, all
+        running: the pool refills while no sandbox is in use, and a run of children takes five,
+        which a loaded 2-core host does not start again within a fixed pause. Then `--gap`
+        seconds more. `--gap 0` (smoke runs) waits for nothing."""
+        if args.gap <= 0:
+            return
+        with anyio.move_on_after(SETTLE_MAX_S):
+            while not await anyio.to_thread.run_sync(pool_settled, self.owner, args.pool):
+                await anyio.sleep(0.2)
+        await anyio.sleep(args.gap)
+
     async def measure(self, name: str, ctx: str) -> None:
         assert self.client is not None
         cpu0 = cpu_seconds(self.pid)
         self.walls[name].append(await run_ours(self.client, self.ids[ctx], name))
         self.cpu[name].append(cpu_seconds(self.pid) - cpu0)
+
+
+SETTLE_MAX_S = 60.0
+LABEL_OWNER = "rlm-mcp.owner"  # the label the Docker backend gives every sandbox (its server's id)
+
+
+def pool_settled(owner: str, pool: int) -> bool:
+    """Whether `owner`'s sandboxes are `pool` running containers and nothing else."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        states = [c["State"] for c in client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"})]
+    finally:
+        client.close()
+    return len(states) == pool and all(state == "running" for state in states)
 
 
 def compare(ideal: dict[str, float], after: Server, before: Server) -> None:
@@ -250,7 +279,7 @@ def report(
         note=(
             f"scripted LM: root {args.root_delay:g} s, sub {args.sub_delay:g} s per call, "
             f"{args.tokens_per_s:g} tokens/s, {args.concurrency} served at once; {args.reps} reps, "
-            f"median [min, max]; big context {args.big_mib} MiB; warm pool {args.pool}"
+            f"median [min, max]; big context {args.big_mib} MiB; warm pool {args.pool}, each run started once it was full again"
             + ("" if args.reference_python else "; reference not run (needs its venv and image: by hand)")
             + "; load average (1, 5, 15 min) "
             + " -> ".join("/".join(f"{x:.1f}" for x in load) for load in args.load)
@@ -285,7 +314,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens-per-s", type=float, default=100.0, help="decode rate (default 100)")
     parser.add_argument("--concurrency", type=int, default=16, help="requests the LM serves at once (default 16)")
     parser.add_argument("--big-mib", type=int, default=50, help="size of the big context (smoke runs: small)")
-    parser.add_argument("--gap", type=float, default=1.5, help="idle seconds before each run (warm pool)")
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=1.0,
+        help="idle seconds before each run, once the warm pool is full again (0: no wait at all)",
+    )
     parser.add_argument("--pool", type=int, default=CHILDREN + 2, help=f"warm sandboxes (default {CHILDREN + 2})")
     parser.add_argument("--reference-python", default="", help="the reference's venv python: run it beside")
     parser.add_argument(
