@@ -192,15 +192,23 @@ class Server:
         (self.pid,) = set(children_named(os.getpid(), Path(self.executable).name)) - known
 
     async def settle(self, args: argparse.Namespace) -> None:
-        """Wait (at most SETTLE_MAX_S) until the server's sandboxes are its warm pool alone, all
-        running: the pool refills while no sandbox is in use, and a run of children takes five,
-        which a loaded 2-core host does not start again within a fixed pause. Then `--gap`
-        seconds more. `--gap 0` (smoke runs) waits for nothing."""
+        """Wait (at most SETTLE_MAX_S) until the server's sandboxes have been its warm pool alone,
+        all running and the same ones, for STEADY_S: the pool refills while no sandbox is in
+        use, a run of children takes five, which a loaded 2-core host does not start again
+        within a fixed pause, and a used sandbox stays running until its removal (up to a second
+        after the run). Then `--gap` seconds more. `--gap 0` (smoke runs) waits for nothing."""
         if args.gap <= 0:
             return
+        seen: tuple[frozenset[str], float] = (frozenset(), 0.0)
         with anyio.move_on_after(SETTLE_MAX_S):
-            while not await anyio.to_thread.run_sync(pool_settled, self.owner, args.pool):
-                await anyio.sleep(0.2)
+            while True:
+                ids = await anyio.to_thread.run_sync(pool_ids, self.owner, args.pool)
+                now = time.monotonic()
+                if ids is None or ids != seen[0]:
+                    seen = (ids or frozenset(), now)
+                elif now - seen[1] >= STEADY_S:
+                    break
+                await anyio.sleep(0.25)
         await anyio.sleep(args.gap)
 
     async def measure(self, name: str, ctx: str) -> None:
@@ -211,19 +219,22 @@ class Server:
 
 
 SETTLE_MAX_S = 60.0
+STEADY_S = 1.5  # longer than a used sandbox waits for its removal (sandbox/quiet.py)
 LABEL_OWNER = "rlm-mcp.owner"  # the label the Docker backend gives every sandbox (its server's id)
 
 
-def pool_settled(owner: str, pool: int) -> bool:
-    """Whether `owner`'s sandboxes are `pool` running containers and nothing else."""
+def pool_ids(owner: str, pool: int) -> frozenset[str] | None:
+    """The ids of `owner`'s sandboxes when they are `pool` running containers and nothing else."""
     import docker
 
     client = docker.from_env()
     try:
-        states = [c["State"] for c in client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"})]
+        found = client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"})
     finally:
         client.close()
-    return len(states) == pool and all(state == "running" for state in states)
+    if len(found) != pool or any(c["State"] != "running" for c in found):
+        return None
+    return frozenset(c["Id"] for c in found)
 
 
 def compare(ideal: dict[str, float], after: Server, before: Server) -> None:
@@ -317,8 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--gap",
         type=float,
-        default=1.0,
-        help="idle seconds before each run, once the warm pool is full again (0: no wait at all)",
+        default=0.5,
+        help="idle seconds before each run, once the warm pool is full and steady (0: no wait at all)",
     )
     parser.add_argument("--pool", type=int, default=CHILDREN + 2, help=f"warm sandboxes (default {CHILDREN + 2})")
     parser.add_argument("--reference-python", default="", help="the reference's venv python: run it beside")
