@@ -4,7 +4,8 @@ scripted LM with realistic latency, reporting wall ÷ ideal per scenario.
     .venv/bin/python bench/lm_time.py [--reps 3] [--root-delay 0.5] [--sub-delay 0.2]
         [--tokens-per-s 100] [--concurrency 16] [--big-mib 50] [--only fan_200 ...] [--record]
         [--reference-python /work/rlms-venv/bin/python]   # the reference beside it (by hand)
-        [--server OTHER/.venv/bin/rlm-mcp]                 # another checkout's server (alternate trees)
+        [--server OTHER/.venv/bin/rlm-mcp]                 # another checkout's server instead of this one
+        [--before OLD/.venv/bin/rlm-mcp]                   # A/B: an older tree's server beside this one
 
 The scripted server (rlm_mcp.testing.scripted_lm) takes `--root-delay` / `--sub-delay` seconds
 per call plus completion tokens / `--tokens-per-s`, and serves at most `--concurrency` requests
@@ -29,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,38 +124,26 @@ async def main_async(args: argparse.Namespace) -> None:
         ensure_reference_image(args.reference_python)
     load_before = os.getloadavg()
     chosen = {name: TRAJECTORIES[name] for name in (args.only or TRAJECTORIES)}
-    ours_raw: dict[str, list[float]] = {name: [] for name in chosen}
-    ours_cpu: dict[str, list[float]] = {name: [] for name in chosen}  # the server's CPU per run
+    servers = [Server("rlm-mcp", args.server or str(Path(sys.executable).parent / "rlm-mcp"), chosen)]
+    if args.before:
+        servers.append(Server("before", args.before, chosen))
     ref_raw: dict[str, list[float]] = {name: [] for name in chosen}
     with tempfile.TemporaryDirectory(prefix="rlm-bench-") as tmp_name, scripted_lm_process(script) as url:
         tmp = Path(tmp_name)
         paths = write_contexts(tmp)
-        env = {
-            **server_env(url, tmp / "data", tmp),
-            "RLM_MCP_MAX_DEPTH": "2",
-            "RLM_MCP_MAX_CONCURRENT_LM_CALLS": str(max(64, args.concurrency)),
-            # Warm sandboxes for the parent and its children: a smaller pool measures cold starts
-            # (seconds each on a loaded 2-core machine), not the harness.
-            "RLM_MCP_POOL_SIZE": str(args.pool),
-        }
-        server_bin = args.server or str(Path(sys.executable).parent / "rlm-mcp")
-        params = StdioServerParameters(command=server_bin, args=[], env=env)
         reference = Reference(args.reference_python, url, tmp) if args.reference_python else None
         try:
-            async with Client(params) as client:
-                ids: dict[str, str] = {}
-                for key, path in paths.items():
-                    handle = await client.call_tool("rlm_load_context", {"path": str(path)})
-                    ids[key] = (handle.structured_content or {})["context_id"]
-                ours = Ours(client, ids)
-                await ours.run("one_1k")  # warm-up: pool filled, model discovered
-                (server,) = children_named(os.getpid(), Path(server_bin).name)
+            async with AsyncExitStack() as stack:
+                for index, server in enumerate(servers):
+                    await server.start(stack, args, url, tmp / f"data{index}", tmp, paths)
                 for rep in range(args.reps):
+                    # With --before, the two servers take turns, and which goes first alternates
+                    # per rep: a drift in the machine's load falls on both alike.
+                    order = servers if rep % 2 == 0 else servers[::-1]
                     for name, (ctx, _, ref_ok) in chosen.items():
-                        await anyio.sleep(args.gap)  # the warm pool refills while no sandbox is in use
-                        cpu0 = cpu_seconds(server)
-                        ours_raw[name].append(await run_ours(client, ids[ctx], name))
-                        ours_cpu[name].append(cpu_seconds(server) - cpu0)
+                        for server in order:
+                            await server.settle(args)  # a warm start: the pool refilled, used sandboxes gone
+                            await server.measure(name, ctx)
                         if reference is not None and ref_ok:
                             ref_raw[name].append(await anyio.to_thread.run_sync(reference.run, name, paths[ctx]))
                     print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
@@ -161,7 +151,104 @@ async def main_async(args: argparse.Namespace) -> None:
             if reference is not None:
                 reference.close()
     args.load = (load_before, os.getloadavg())
-    report(args, ideal, ours_raw, ours_cpu, ref_raw)
+    ours = servers[0]
+    report(args, ideal, ours.walls, ours.cpu, ref_raw)
+    if args.before:
+        compare(ideal, ours, servers[1])
+
+
+class Server:
+    """One `rlm-mcp` stdio server under test (this checkout's, or another's with --before/--server):
+    its client, context ids, process, and what each run took."""
+
+    def __init__(self, label: str, executable: str, chosen: dict[str, Any]) -> None:
+        self.label = label
+        self.executable = executable
+        self.walls: dict[str, list[float]] = {name: [] for name in chosen}
+        self.cpu: dict[str, list[float]] = {name: [] for name in chosen}  # the server's CPU per run
+        self.client: Client | None = None
+        self.ids: dict[str, str] = {}
+        self.pid = 0
+
+    async def start(
+        self, stack: AsyncExitStack, args: argparse.Namespace, url: str, data: Path, root: Path, paths: dict[str, Path]
+    ) -> None:
+        env = {
+            **server_env(url, data, root),
+            "RLM_MCP_MAX_DEPTH": "2",
+            "RLM_MCP_MAX_CONCURRENT_LM_CALLS": str(max(64, args.concurrency)),
+            # Warm sandboxes for the parent and its children: a smaller pool measures cold starts
+            # (seconds each on a loaded 2-core machine), not the harness.
+            "RLM_MCP_POOL_SIZE": str(args.pool),
+        }
+        self.owner = env["RLM_MCP_INSTANCE_ID"]  # its sandboxes' owner label
+        params = StdioServerParameters(command=self.executable, args=[], env=env)
+        known = set(children_named(os.getpid(), Path(self.executable).name))
+        self.client = client = await stack.enter_async_context(Client(params))
+        for key, path in paths.items():
+            handle = await client.call_tool("rlm_load_context", {"path": str(path)})
+            self.ids[key] = (handle.structured_content or {})["context_id"]
+        await Ours(client, self.ids).run("one_1k")  # warm-up: pool filled, model discovered
+        (self.pid,) = set(children_named(os.getpid(), Path(self.executable).name)) - known
+
+    async def settle(self, args: argparse.Namespace) -> None:
+        """Wait (at most SETTLE_MAX_S) until the server's sandboxes have been its warm pool alone,
+        all running and the same ones, for STEADY_S: the pool refills while no sandbox is in
+        use, a run of children takes five, which a loaded 2-core host does not start again
+        within a fixed pause, and a used sandbox stays running until its removal (up to a second
+        after the run). Then `--gap` seconds more. `--gap 0` (smoke runs) waits for nothing."""
+        if args.gap <= 0:
+            return
+        seen: tuple[frozenset[str], float] = (frozenset(), 0.0)
+        with anyio.move_on_after(SETTLE_MAX_S):
+            while True:
+                ids = await anyio.to_thread.run_sync(pool_ids, self.owner, args.pool)
+                now = time.monotonic()
+                if ids is None or ids != seen[0]:
+                    seen = (ids or frozenset(), now)
+                elif now - seen[1] >= STEADY_S:
+                    break
+                await anyio.sleep(0.25)
+        await anyio.sleep(args.gap)
+
+    async def measure(self, name: str, ctx: str) -> None:
+        assert self.client is not None
+        cpu0 = cpu_seconds(self.pid)
+        self.walls[name].append(await run_ours(self.client, self.ids[ctx], name))
+        self.cpu[name].append(cpu_seconds(self.pid) - cpu0)
+
+
+SETTLE_MAX_S = 60.0
+STEADY_S = 1.5  # longer than a used sandbox waits for its removal (sandbox/quiet.py)
+LABEL_OWNER = "rlm-mcp.owner"  # the label the Docker backend gives every sandbox (its server's id)
+
+
+def pool_ids(owner: str, pool: int) -> frozenset[str] | None:
+    """The ids of `owner`'s sandboxes when they are `pool` running containers and nothing else."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        found = client.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={owner}"})
+    finally:
+        client.close()
+    if len(found) != pool or any(c["State"] != "running" for c in found):
+        return None
+    return frozenset(c["Id"] for c in found)
+
+
+def compare(ideal: dict[str, float], after: Server, before: Server) -> None:
+    """The two servers side by side (--before): wall ÷ ideal of each, and the median of the
+    per-rep differences (each rep ran both, back to back)."""
+    print(f"\n{'scenario':<14}{'before wall/ideal':<26}{'this wall/ideal':<26}{'this - before (median of pairs)':>32}")
+    for name, walls in after.walls.items():
+        base = ideal[name]
+        cells = []
+        for server in (before, after):
+            ratios = [w / base for w in server.walls[name]]
+            cells.append(f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]")
+        pairs = [(a - b) * 1000 for a, b in zip(walls, before.walls[name], strict=True)]
+        print(f"{name:<14}{cells[0]:<26}{cells[1]:<26}{statistics.median(pairs):>+28.1f} ms")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -203,7 +290,7 @@ def report(
         note=(
             f"scripted LM: root {args.root_delay:g} s, sub {args.sub_delay:g} s per call, "
             f"{args.tokens_per_s:g} tokens/s, {args.concurrency} served at once; {args.reps} reps, "
-            f"median [min, max]; big context {args.big_mib} MiB; warm pool {args.pool}"
+            f"median [min, max]; big context {args.big_mib} MiB; warm pool {args.pool}, each run started once it was full again"
             + ("" if args.reference_python else "; reference not run (needs its venv and image: by hand)")
             + "; load average (1, 5, 15 min) "
             + " -> ".join("/".join(f"{x:.1f}" for x in load) for load in args.load)
@@ -238,17 +325,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens-per-s", type=float, default=100.0, help="decode rate (default 100)")
     parser.add_argument("--concurrency", type=int, default=16, help="requests the LM serves at once (default 16)")
     parser.add_argument("--big-mib", type=int, default=50, help="size of the big context (smoke runs: small)")
-    parser.add_argument("--gap", type=float, default=1.5, help="idle seconds before each run (warm pool)")
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=0.5,
+        help="idle seconds before each run, once the warm pool is full and steady (0: no wait at all)",
+    )
     parser.add_argument("--pool", type=int, default=CHILDREN + 2, help=f"warm sandboxes (default {CHILDREN + 2})")
     parser.add_argument("--reference-python", default="", help="the reference's venv python: run it beside")
     parser.add_argument(
         "--only", nargs="+", choices=list(TRAJECTORIES), help="run only these scenarios (short runs while iterating)"
     )
     parser.add_argument("--server", default="", help="the rlm-mcp executable (default: this venv's)")
+    parser.add_argument(
+        "--before",
+        default="",
+        help="another checkout's rlm-mcp executable, run alternately with this one (A/B within one period)",
+    )
     parser.add_argument("--record", action="store_true", help="write bench/results/lm_time.json")
     args = parser.parse_args(argv)
-    if args.record and (args.only or args.server):
-        parser.error("--record writes every scenario of this checkout: drop --only and --server")
+    if args.record and (args.only or args.server or args.before):
+        parser.error("--record writes every scenario of this checkout: drop --only, --server and --before")
     if args.reference_python and not os.path.exists(args.reference_python):
         parser.error(f"no reference interpreter at {args.reference_python}")
     anyio.run(main_async, args)

@@ -28,7 +28,7 @@ from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.sandbox.cpu import CpuShares
 from rlm_mcp.sandbox.liveness import ProcessLiveness
 from rlm_mcp.sandbox.pool import WarmPool
-from rlm_mcp.sandbox.quiet import QuietGate
+from rlm_mcp.sandbox.quiet import REFILL_MAX_WAIT_S, QuietGate
 from rlm_mcp.sandbox.recovery import LostCount, start_loaded
 from rlm_mcp.sandbox.session import KernelSandbox
 from rlm_mcp.sandbox.slots import SandboxSlots
@@ -84,7 +84,7 @@ class SandboxManager:
         self._removals = anyio.Semaphore(max(BACKGROUND_REMOVALS, settings.max_sandboxes))
         # Pool refills and background removals wait until no run is using a sandbox (quiet.py).
         self._quiet = QuietGate()
-        self._pool = WarmPool(settings.pool_size, self._start_container, self._discard, quiet=self._quiet.wait_quiet)
+        self._pool = WarmPool(settings.pool_size, self._start_container, self._discard, quiet=self._refill_quiet)
         self._tg: anyio.abc.TaskGroup | None = None
         self._exit_stack: contextlib.AsyncExitStack | None = None
         # Frees a slot held by something idle (a kept session's REPL between its runs) when a
@@ -207,6 +207,10 @@ class SandboxManager:
                         await self._retire(container)
 
     # -- containers ------------------------------------------------------------------------
+    async def _refill_quiet(self) -> None:
+        """What the pool's refill waits for while it still holds a container (quiet.py)."""
+        await self._quiet.wait_quiet(REFILL_MAX_WAIT_S)
+
     async def _acquire(self) -> KernelChannel:
         """A container for a run: from the pool, else a new one; counted in the CPU shares."""
         container = self._pool.take()
@@ -245,16 +249,20 @@ class SandboxManager:
             self._retired.discard(container)
 
     async def _retire(self, container: KernelChannel) -> None:
-        """Close a used container now and remove it from Docker in the background.
+        """Take a used container out of the CPU shares now; close it and remove it from Docker in
+        the background.
 
-        The removal is a ~0.2 s Docker round trip the caller (a finishing run) need not wait for.
-        At most `_removals` run in the background; past that the caller removes it itself, so a
-        burst of runs cannot pile up dead containers. Shutdown removes whatever is still pending.
+        The removal is a ~0.2 s Docker round trip the caller (a finishing run, or a child run whose
+        parent waits for its answer) need not wait for, and so is the close: it wakes the
+        container's reader and writer threads, and the kernel's exit sets Docker's daemon to work,
+        all while the run's answer is on its way (timestamps on the 2-core VM: 0.2-5.9 ms on a
+        one-turn run's path). At most `_removals` run in the background; past that the caller
+        removes it itself, so a burst of runs cannot pile up dead containers. Shutdown removes
+        whatever is still pending.
         """
         if container in self._retired:
             return  # retired once already: a second removal would take a second slot
         self._retired.add(container)
-        container.close()
         with anyio.CancelScope(shield=True):
             await self._cpu.remove(container)  # the run is done with it: the others' shares grow back now
         if self._tg is None or not self._try_removal_slot():
@@ -272,7 +280,7 @@ class SandboxManager:
     async def _remove_in_background(self, container: KernelChannel) -> None:
         try:
             await self._quiet.wait_quiet()
-            await self._discard(container)
+            await self._discard(container)  # closes it, then removes it
         finally:
             self._removals.release()
 

@@ -5,7 +5,8 @@ process a few ms in docker-py). On a 2-core host that work, done the moment a ru
 returns a container, lands on the run's own critical path (measured: +20 ms on a one-turn run).
 So the pool refill and the background removals ask this gate first: it opens once no sandbox
 has been in use for `settle_s` (long enough for a finished run's record and result to go out),
-and after `max_wait_s` whatever happens, so a server that is never idle still refills and cleans.
+and after `max_wait_s` whatever happens, so a server that is never idle still refills and cleans
+(the refill, while the pool still holds a container, after `REFILL_MAX_WAIT_S`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ import anyio
 
 SETTLE_S = 0.05
 MAX_WAIT_S = 1.0
+# The warm pool's refill waits longer while it still holds a container (an empty pool refills at
+# once): one container start costs the daemon a few hundred ms of CPU, and started a second into
+# a run it landed on that run's cells and requests (measured: a child run's sub-call 80-110 ms
+# late on the 2-core VM). Removals keep `MAX_WAIT_S`: past their bound a finishing run removes
+# its own container.
+REFILL_MAX_WAIT_S = 10.0
 
 
 class QuietGate:
@@ -47,9 +54,10 @@ class QuietGate:
             if self._busy == 0 and self._idle is not None:
                 self._idle.set()
 
-    async def wait_quiet(self) -> None:
-        """Return once no sandbox has been in use for `settle_s`, or after `max_wait_s`."""
-        with anyio.move_on_after(self.max_wait_s):
+    async def wait_quiet(self, max_wait_s: float | None = None) -> None:
+        """Return once no sandbox has been in use for `settle_s`, or after `max_wait_s` (the
+        gate's own when None)."""
+        with anyio.move_on_after(self.max_wait_s if max_wait_s is None else max_wait_s):
             while True:
                 if self._busy and self._idle is not None:
                     await self._idle.wait()

@@ -185,12 +185,17 @@ class Contexts:
 
     # --- reading -------------------------------------------------------------------------
 
-    async def _select(self, tx: ContextTx, context_id: str, owner: OwnerScope) -> Row | None:
+    def _selecting(self, context_id: str, owner: OwnerScope) -> tuple[str, tuple[str, ...]] | None:
+        """The statement that reads the context as `owner` sees it; None for an id that cannot exist."""
         if not well_formed_id(context_id):
             return None
         if owner is EVERY_OWNER:
-            return await tx.one(self._sql.context_row, (context_id,))
-        return await tx.one(self._sql.owned_row, (context_id, owner))
+            return self._sql.context_row, (context_id,)
+        return self._sql.owned_row, (context_id, owner)
+
+    async def _select(self, tx: ContextTx, context_id: str, owner: OwnerScope) -> Row | None:
+        selecting = self._selecting(context_id, owner)
+        return None if selecting is None else await tx.one(*selecting)
 
     async def get(self, context_id: str, *, owner: OwnerScope) -> ContextInfo:
         """The context as `owner` sees it; NotFoundError when that owner has none by this id."""
@@ -282,6 +287,7 @@ class Contexts:
             await tx.execute(self._sql.remove_pin, (pin_id,))
 
     async def _pin(self, context_ids: builtins.list[str], pin_id: str, owner: Owner) -> builtins.list[ContextInfo]:
+        # The embedded store does the same in one worker-thread hop (`store.sqlite_index`): keep both alike.
         infos = []
         async with self.index.write() as tx:
             now = await tx.now()

@@ -20,15 +20,17 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 
 from rlm_mcp.config import StoreSettings
-from rlm_mcp.owners import Owner
+from rlm_mcp.owners import Owner, OwnerScope
+from rlm_mcp.store import _db
 from rlm_mcp.store._ingest import Ingested
 from rlm_mcp.store.blob_check import check_blob
-from rlm_mcp.store.context_model import ContextInfo
-from rlm_mcp.store.contexts import Contexts
+from rlm_mcp.store.context_model import ContextInfo, context_info
+from rlm_mcp.store.contexts import Contexts, unknown_context
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pins import ADD_PIN, live_pins, pin_rows
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
@@ -36,6 +38,8 @@ from rlm_mcp.store.sqlite_tx import SqliteTx, transaction
 from rlm_mcp.store.statements import SQLITE
 
 __all__ = ["ContextStore", "SqliteContextIndex", "SqliteContextTx"]
+
+T = TypeVar("T")
 
 
 class SqliteContextTx(SqliteTx):
@@ -117,6 +121,19 @@ class SqliteContextIndex:
     async def make_local(self, infos: Sequence[ContextInfo]) -> None:
         return None  # blob files are local
 
+    async def in_one_step(self, work: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        """`work` as one whole transaction (`write`) or read, in ONE worker-thread hop.
+
+        A `SqliteTx` takes a hop per statement whose result it needs and one more to commit; a
+        hop costs more than the statements (0.3-1.5 ms on a loaded 2-core host, against tens of
+        microseconds of SQLite), and a run's start waits for its context read and its pins."""
+
+        def step() -> T:
+            with _db.write_txn(self.db_path) if write else _db.connect(self.db_path) as conn:
+                return work(conn)
+
+        return await _db.in_thread(step)
+
 
 class ContextStore(Contexts):
     """The embedded store: the SQLite index and blob files under `settings.data_dir`."""
@@ -128,6 +145,38 @@ class ContextStore(Contexts):
 
     def blob_path(self, sha256: str) -> Path:
         return self.files.local_path(sha256)
+
+    # A run's start reads its contexts (`get`, when the call is checked) and pins them (`_pin`):
+    # the same rules as `Contexts`', each in one worker-thread hop instead of two and three.
+
+    async def get(self, context_id: str, *, owner: OwnerScope) -> ContextInfo:
+        selecting = self._selecting(context_id, owner)
+        row = None
+        if selecting is not None:
+            row = await self.files.in_one_step(lambda conn: conn.execute(*selecting).fetchone(), write=False)
+        if row is None:
+            raise unknown_context(context_id)
+        return context_info(row)
+
+    async def _pin(self, context_ids: list[str], pin_id: str, owner: Owner) -> list[ContextInfo]:
+        now = self.files.clock()  # the transaction's `now`, read once
+        sql, files = self._sql, self.files
+        selecting = [(cid, self._selecting(cid, owner)) for cid in context_ids]
+
+        def pin(conn: sqlite3.Connection) -> list[ContextInfo]:
+            infos = []
+            for cid, select in selecting:
+                row = conn.execute(*select).fetchone() if select is not None else None
+                if row is None or not check_blob(files.local_path(row["sha256"]), row["bytes"], row["context_id"]):
+                    raise unknown_context(cid)  # the transaction rolls back: no pin is left behind
+                conn.execute(sql.touch_context, (now, cid))
+                conn.execute(sql.touch_ownership, (now, cid, owner))
+                infos.append(context_info(row).model_copy(update={"last_used_at": now}))
+            for values in pin_rows(pin_id, context_ids, owner, now):
+                conn.execute(ADD_PIN, values)
+            return infos
+
+        return await files.in_one_step(pin, write=True)
 
     def _prepare(self) -> None:
         self.files.prepare()

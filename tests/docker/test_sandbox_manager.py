@@ -57,7 +57,9 @@ async def test_pool_warm_acquire_never_reused_and_refilled(tmp_path: Path) -> No
                 r = await sb2.execute("print('mine' in globals())", no_bridge)
                 assert r.stdout == "False\n"
         # After release, the used containers are gone (removed in the background), never handed out again.
-        assert pooled.closed and pooled not in mgr._pool._ready
+        assert pooled not in mgr._pool._ready
+        assert not pooled.closed  # not on the run's way out: closed with its removal, in the background
+        assert await wait_for(lambda: pooled.closed)
         client = await docker_client(mgr)
         assert await wait_for(
             lambda: container_id(pooled) not in {c["Id"] for c in owner_containers(client, mgr.owner_id)}
@@ -365,10 +367,16 @@ async def test_used_containers_are_removed_after_the_run_returns_and_on_exit(tmp
         for _ in range(BACKGROUND_REMOVALS + 2):
             async with mgr.open([]) as sb:
                 used.append(sb.container)
-        assert all(c is not None and c.closed for c in used)
-        # Both, under one deadline: the engine may list a container as gone (Podman does) before
-        # its removal call has returned and the manager has let go of it.
-        assert await wait_for(lambda: owner_containers(client, mgr.owner_id) == [] and not mgr._live)
+        # All of it, under one deadline: the engine may list a container as gone (Podman does)
+        # before its removal call has returned and the manager has let go of it; a container
+        # removed in the background is closed there too.
+        assert await wait_for(
+            lambda: (
+                all(c is not None and c.closed for c in used)
+                and owner_containers(client, mgr.owner_id) == []
+                and not mgr._live
+            )
+        )
         # A run that ends as the manager exits: its removal still completes before the exit returns.
         async with mgr.open([]) as sb:
             last = sb.container

@@ -55,3 +55,12 @@ async def test_a_use_that_starts_and_ends_within_the_settle_time_restarts_it() -
             pass
         assert gate._generation == generation + 1  # the waiter will see it and settle again
         tg.cancel_scope.cancel()
+
+
+async def test_a_waiter_may_bound_its_own_wait() -> None:
+    """The pool's refill waits longer than removals (REFILL_MAX_WAIT_S): each waiter its own bound."""
+    gate = QuietGate(settle_s=0.0, max_wait_s=3600)
+    async with gate.in_use():
+        with anyio.fail_after(30):
+            await gate.wait_quiet(0.05)  # busy all along: returns after its own bound, not the gate's
+        assert gate.busy == 1
