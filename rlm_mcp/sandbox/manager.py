@@ -28,7 +28,7 @@ from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.sandbox.cpu import CpuShares
 from rlm_mcp.sandbox.liveness import ProcessLiveness
 from rlm_mcp.sandbox.pool import WarmPool
-from rlm_mcp.sandbox.quiet import REFILL_MAX_WAIT_S, QuietGate
+from rlm_mcp.sandbox.quiet import QuietGate, refill_wait_s
 from rlm_mcp.sandbox.recovery import LostCount, start_loaded
 from rlm_mcp.sandbox.session import KernelSandbox
 from rlm_mcp.sandbox.slots import SandboxSlots
@@ -208,8 +208,10 @@ class SandboxManager:
 
     # -- containers ------------------------------------------------------------------------
     async def _refill_quiet(self) -> None:
-        """What the pool's refill waits for while it still holds a container (quiet.py)."""
-        await self._quiet.wait_quiet(REFILL_MAX_WAIT_S)
+        """What the pool's refill waits for while it still holds a container (quiet.py): the long
+        wait only while it holds at least half its size, so a burst that drains it finds the
+        refill started within the gate's own bound rather than meeting cold starts."""
+        await self._quiet.wait_quiet(refill_wait_s(len(self._pool), self._pool.size))
 
     async def _acquire(self) -> KernelChannel:
         """A container for a run: from the pool, else a new one; counted in the CPU shares."""

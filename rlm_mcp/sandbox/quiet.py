@@ -6,7 +6,7 @@ returns a container, lands on the run's own critical path (measured: +20 ms on a
 So the pool refill and the background removals ask this gate first: it opens once no sandbox
 has been in use for `settle_s` (long enough for a finished run's record and result to go out),
 and after `max_wait_s` whatever happens, so a server that is never idle still refills and cleans
-(the refill, while the pool still holds a container, after `REFILL_MAX_WAIT_S`).
+(the refill, while the pool still holds at least half its size, after `REFILL_MAX_WAIT_S`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,18 @@ import anyio
 
 SETTLE_S = 0.05
 MAX_WAIT_S = 1.0
-# The warm pool's refill waits longer while it still holds a container (an empty pool refills at
-# once): one container start costs the daemon a few hundred ms of CPU, and started a second into
+# The warm pool's refill waits longer while it still holds at least half its size (below that,
+# the gate's own bound; an empty pool refills at once): one container start costs the daemon a few hundred ms of CPU, and started a second into
 # a run it landed on that run's cells and requests (measured: a child run's sub-call 80-110 ms
 # late on the 2-core VM). Removals keep `MAX_WAIT_S`: past their bound a finishing run removes
 # its own container.
 REFILL_MAX_WAIT_S = 10.0
+
+
+def refill_wait_s(ready: int, size: int) -> float | None:
+    """How long a pool holding `ready` of its `size` containers waits for quiet before starting
+    another: `REFILL_MAX_WAIT_S` while it holds at least half, else the gate's own bound (None)."""
+    return REFILL_MAX_WAIT_S if ready * 2 >= size else None
 
 
 class QuietGate:

@@ -64,3 +64,15 @@ async def test_a_waiter_may_bound_its_own_wait() -> None:
         with anyio.fail_after(30):
             await gate.wait_quiet(0.05)  # busy all along: returns after its own bound, not the gate's
         assert gate.busy == 1
+
+
+def test_a_pool_below_half_refills_within_the_gates_own_bound() -> None:
+    """The long refill wait holds only while the pool keeps at least half its size: a burst that
+    drains it further gets its refill started within the gate's bound, not the long one."""
+    from rlm_mcp.sandbox.quiet import REFILL_MAX_WAIT_S, refill_wait_s
+
+    assert refill_wait_s(6, 6) == REFILL_MAX_WAIT_S
+    assert refill_wait_s(3, 6) == REFILL_MAX_WAIT_S
+    assert refill_wait_s(2, 6) is None
+    assert refill_wait_s(1, 6) is None
+    assert refill_wait_s(1, 1) == REFILL_MAX_WAIT_S
