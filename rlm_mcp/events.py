@@ -440,7 +440,7 @@ def _scalar_ok(value: Any) -> bool:
     """Whether orjson writes this JSON scalar exactly as the standard library does."""
     kind = type(value)
     if kind is float:
-        return value == 0.0 or 1e-4 <= abs(value) < 1e16  # NaN and infinities fail too
+        return bool(value == 0.0 or 1e-4 <= abs(value) < 1e16)  # NaN and infinities fail too
     return value is None or kind is str or kind is int or kind is bool
 
 
@@ -469,7 +469,7 @@ def flat_line(event: LoggedEvent, *, ts: float | None = None) -> bytes | None:
     data: dict[str, Any] = {}
     keys = commas = parts = 0
     for name, records in fields:
-        value = ts if name == "ts" and ts is not None else values[name]
+        value: Any = ts if name == "ts" and ts is not None else values[name]
         if records is not None:
             items: list[dict[str, Any]] = []
             for record in value:
