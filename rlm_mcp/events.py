@@ -364,9 +364,10 @@ def _flat_fields(cls: type[BaseModel]) -> tuple[str, ...] | None:
         return names
 
 
-# A field of a line `flat_line` writes: its name, and for a list of records the records' field names.
-_LineField = tuple[str, tuple[str, ...] | None]
-_line: dict[type[BaseModel], tuple[_LineField, ...] | None] = {}
+# What `flat_line` writes of an event class: its field names in order, and for each field that
+# is a list of flat records (a turn's messages) the records' field names.
+_LineFields = tuple[tuple[str, ...], dict[str, tuple[str, ...]]]
+_line: dict[type[BaseModel], _LineFields | None] = {}
 
 
 def _record_list(annotation: Any) -> tuple[str, ...] | None:
@@ -380,22 +381,22 @@ def _record_list(annotation: Any) -> tuple[str, ...] | None:
     return tuple(fields) if all(_is_flat(f.annotation) for f in fields.values()) else None
 
 
-def _line_fields(cls: type[BaseModel]) -> tuple[_LineField, ...] | None:
-    """The fields `flat_line` writes for an event class, in their order: flat fields, and lists
-    of flat records (a turn's messages); None when another field is not."""
+def _line_fields(cls: type[BaseModel]) -> _LineFields | None:
+    """The fields `flat_line` writes for an event class: flat fields, and lists of flat records;
+    None when another field is not."""
     try:
         return _line[cls]
     except KeyError:
-        found: list[_LineField] = []
+        lists: dict[str, tuple[str, ...]] = {}
         for name, field in cls.model_fields.items():
             if _is_flat(field.annotation):
-                found.append((name, None))
-            elif (records := _record_list(field.annotation)) is not None:
-                found.append((name, records))
-            else:
+                continue
+            records = _record_list(field.annotation)
+            if records is None:
                 _line[cls] = None
                 return None
-        fields = _line[cls] = tuple(found)
+            lists[name] = records
+        fields = _line[cls] = (tuple(cls.model_fields), lists)
         return fields
 
 
@@ -436,12 +437,23 @@ def to_json(event: LoggedEvent, *, ts: float | None = None) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not (v is None and k in omit)}
 
 
-def _scalar_ok(value: Any) -> bool:
-    """Whether orjson writes this JSON scalar exactly as the standard library does."""
-    kind = type(value)
-    if kind is float:
-        return bool(value == 0.0 or 1e-4 <= abs(value) < 1e16)  # NaN and infinities fail too
-    return value is None or kind is str or kind is int or kind is bool
+def _records(value: list[BaseModel], names: tuple[str, ...]) -> list[dict[str, Any]] | None:
+    """A list of flat records as JSON objects; None when a value is not written alike."""
+    items = []
+    for record in value:
+        fields = record.__dict__
+        item = {}
+        for name in names:
+            field = fields[name]
+            kind = type(field)
+            if kind is float:
+                if not (field == 0.0 or 1e-4 <= abs(field) < 1e16):
+                    return None
+            elif field is not None and kind is not str and kind is not int and kind is not bool:
+                return None
+            item[name] = field
+        items.append(item)
+    return items
 
 
 def flat_line(event: LoggedEvent, *, ts: float | None = None) -> bytes | None:
@@ -458,45 +470,51 @@ def flat_line(event: LoggedEvent, *, ts: float | None = None) -> bytes | None:
     `1e-05` or `5e-05`). The separators are then widened to the stored `", "`, `": "` and
     `}, {`: `":` ends each key, `,"` starts each key after an object's first and `},{` parts
     two records of a list; one inside a string (a value starting with `:` or ending with `,`,
-    an escaped quote, a `},{`) would make more of them than the structure has, and that line is
-    left to the standard library."""
+    an escaped quote, a `},{` where there are records) would make more of them than the
+    structure has, and that line is left to the standard library."""
     if isinstance(event, UnreadableEvent):
         return None
     fields = _line_fields(type(event))
     if fields is None or event.__pydantic_extra__:
         return None
+    names, lists = fields
     values, omit = event.__dict__, event.OMIT_WHEN_NONE
     data: dict[str, Any] = {}
-    keys = commas = parts = 0
-    for name, records in fields:
+    keys = commas = parts = 0  # beyond the top object's own: those of its lists' records
+    for name in names:
         value: Any = ts if name == "ts" and ts is not None else values[name]
-        if records is not None:
-            items: list[dict[str, Any]] = []
-            for record in value:
-                fields_of = record.__dict__
-                item = {key: fields_of[key] for key in records}
-                if not all(_scalar_ok(v) for v in item.values()):
-                    return None
-                items.append(item)
-            keys += len(records) * len(items)
-            commas += (len(records) - 1) * len(items)
-            parts += max(len(items) - 1, 0)
-            value = items
+        kind = type(value)
+        if kind is float:
+            if not (value == 0.0 or 1e-4 <= abs(value) < 1e16):  # NaN and infinities fail too
+                return None
         elif value is None:
             if name in omit:
                 continue
-        elif not _scalar_ok(value):
-            return None
+        elif kind is not str and kind is not int and kind is not bool:
+            record_names = lists.get(name)
+            if record_names is None:
+                return None
+            items = _records(value, record_names)
+            if items is None:
+                return None
+            count = len(items)
+            keys += len(record_names) * count
+            commas += (len(record_names) - 1) * count
+            parts += max(count - 1, 0)
+            value = items
         data[name] = value
     try:
         compact = orjson.dumps(data)
     except orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate
         return None
-    keys += len(data)
-    commas += len(data) - 1
-    if compact.count(b'":') != keys or compact.count(b',"') != commas or compact.count(b"},{") != parts:
+    top = len(data)
+    if compact.count(b'":') != top + keys or compact.count(b',"') != top - 1 + commas:
         return None
     line = compact.replace(b'":', b'": ').replace(b',"', b', "')
+    if not lists:
+        return line
+    if compact.count(b"},{") != parts:
+        return None
     return line.replace(b"},{", b"}, {") if parts else line
 
 
