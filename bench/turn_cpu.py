@@ -18,6 +18,12 @@ To compare two trees, run this file with each tree's interpreter from that tree'
 (`cd OLD && .venv/bin/python /path/to/bench/turn_cpu.py`), alternating: it imports the rlm_mcp
 of the folder it is run from.
 
+`--phases` also prints the loop thread's CPU inside each call of the turn's parts over the same
+turns (the LM client's call, its HTTP request, the cell, each kind of run-log append): time the
+loop thread spent in a call while it awaited counts too, whatever ran meanwhile (the progress
+waiter the turn's `turn_start` wakes runs during the LM request). Unlike `--profile` it adds only
+two clock reads per call.
+
 `--profile PREFIX` also writes cProfile data with the thread-CPU clock over those turns
 (PREFIX.turns; read with `pstats`). Profiled times are inflated by the profiler's cost per call,
 so read shares, not microseconds. Never fails on a timing.
@@ -102,7 +108,63 @@ def _load() -> str:
         return "?"
 
 
-async def bench(runs: int, turns: int, profile: str | None) -> None:
+class _Phases:
+    """Thread CPU inside the calls of a turn's parts, while `on` (the timed turns)."""
+
+    PARTS = (
+        ("rlm_mcp.lm.client", "LMClient", "complete", "LM call"),
+        ("rlm_mcp.lm.http", "HttpPool", "request", "LM call: its HTTP request"),
+        ("rlm_mcp.sandbox.session", "KernelSandbox", "execute", "cell"),
+    )
+
+    def __init__(self) -> None:
+        self.on = False
+        self.spent: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._undo: list[tuple[type, str, Any]] = []
+
+    def _count(self, key: str, started: float) -> None:
+        if self.on:
+            self.spent[key] = self.spent.get(key, 0.0) + time.thread_time() - started
+            self.calls[key] = self.calls.get(key, 0) + 1
+
+    def _wrap(self, cls: type, name: str, key: Any) -> None:
+        original = cls.__dict__[name]
+        phases = self
+
+        async def timed(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return await original(obj, *args, **kwargs)
+            finally:
+                phases._count(key(args) if callable(key) else key, started)
+
+        setattr(cls, name, timed)
+        self._undo.append((cls, name, original))
+
+    def install(self) -> None:
+        import importlib
+
+        for module, cls_name, method, label in self.PARTS:
+            cls = getattr(importlib.import_module(module), cls_name, None)
+            if cls is not None and method in cls.__dict__:  # another tree may lack one
+                self._wrap(cls, method, label)
+        from rlm_mcp.store.runs import RunLog
+
+        self._wrap(RunLog, "append", lambda args: f"log append: {args[0].type}")
+
+    def uninstall(self) -> None:
+        for cls, name, original in reversed(self._undo):
+            setattr(cls, name, original)
+
+    def report(self, turns: int) -> str:
+        return "\n".join(
+            f"  {key}: {self.spent[key] / turns * 1e6:.0f} µs per turn ({self.calls[key] / turns:g} calls per turn)"
+            for key in sorted(self.spent)
+        )
+
+
+async def bench(runs: int, turns: int, profile: str | None, phases: _Phases | None = None) -> None:
     per_run: list[float] = []  # CPU seconds per further turn, one figure per run
     spent: list[float] = []
     rounds = [0, 0]  # event-loop rounds while a timed turn ran, and the timed turns
@@ -115,6 +177,8 @@ async def bench(runs: int, turns: int, profile: str | None) -> None:
             return await original(self, iteration, turn_text)
         if prof:
             prof.enable()
+        if phases:
+            phases.on = True
         started, first_round = time.thread_time(), counter.rounds
         try:
             return await original(self, iteration, turn_text)
@@ -122,6 +186,8 @@ async def bench(runs: int, turns: int, profile: str | None) -> None:
             spent.append(time.thread_time() - started)
             rounds[0] += counter.rounds - first_round
             rounds[1] += 1
+            if phases:
+                phases.on = False
             if prof:
                 prof.disable()
 
@@ -152,6 +218,10 @@ async def bench(runs: int, turns: int, profile: str | None) -> None:
         f"(turns 2-{turns - 1} of each); rlm_mcp from {Path(sys.modules['rlm_mcp'].__file__ or '').parent}; "
         f"load average {load_before} at the start, {_load()} at the end"
     )
+    if phases:
+        phases.uninstall()
+        print(f"event-loop thread CPU inside the turn's parts (turns 2-{turns - 1}):")
+        print(phases.report(rounds[1]))
     if prof:
         prof.dump_stats(f"{profile}.turns")
         print(f"profile: {profile}.turns")
@@ -162,11 +232,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--profile", metavar="PREFIX", help="also write thread-CPU cProfile data")
+    parser.add_argument("--phases", action="store_true", help="also print the thread CPU inside the turn's parts")
     args = parser.parse_args()
     if args.turns < 3:
         parser.error("--turns must be at least 3 (turns 2 to N-1 are timed)")
     tune_for_serving()  # as `rlm-mcp serve` does: this process stands for a server
-    anyio.run(bench, args.runs, args.turns, args.profile)
+    phases = _Phases() if args.phases else None
+    if phases:
+        phases.install()
+    anyio.run(bench, args.runs, args.turns, args.profile, phases)
 
 
 if __name__ == "__main__":

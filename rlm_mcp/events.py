@@ -364,6 +364,42 @@ def _flat_fields(cls: type[BaseModel]) -> tuple[str, ...] | None:
         return names
 
 
+# What `flat_line` writes of an event class: its field names in order, and for each field that
+# is a list of flat records (a turn's messages) the records' field names.
+_LineFields = tuple[tuple[str, ...], dict[str, tuple[str, ...]]]
+_line: dict[type[BaseModel], _LineFields | None] = {}
+
+
+def _record_list(annotation: Any) -> tuple[str, ...] | None:
+    """The field names of `list[R]`'s record R when R's fields are all flat; None otherwise."""
+    if get_origin(annotation) is not list:
+        return None
+    (item,) = get_args(annotation)
+    if not (isinstance(item, type) and issubclass(item, _Record)):
+        return None
+    fields = item.model_fields
+    return tuple(fields) if all(_is_flat(f.annotation) for f in fields.values()) else None
+
+
+def _line_fields(cls: type[BaseModel]) -> _LineFields | None:
+    """The fields `flat_line` writes for an event class: flat fields, and lists of flat records;
+    None when another field is not."""
+    try:
+        return _line[cls]
+    except KeyError:
+        lists: dict[str, tuple[str, ...]] = {}
+        for name, field in cls.model_fields.items():
+            if _is_flat(field.annotation):
+                continue
+            records = _record_list(field.annotation)
+            if records is None:
+                _line[cls] = None
+                return None
+            lists[name] = records
+        fields = _line[cls] = (tuple(cls.model_fields), lists)
+        return fields
+
+
 def _flat_json(
     values: dict[str, Any], names: tuple[str, ...], omit: frozenset[str], ts: float | None
 ) -> dict[str, Any] | None:
@@ -401,28 +437,52 @@ def to_json(event: LoggedEvent, *, ts: float | None = None) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not (v is None and k in omit)}
 
 
+def _records(value: list[BaseModel], names: tuple[str, ...]) -> list[dict[str, Any]] | None:
+    """A list of flat records as JSON objects; None when a value is not written alike."""
+    items = []
+    for record in value:
+        fields = record.__dict__
+        item = {}
+        for name in names:
+            field = fields[name]
+            kind = type(field)
+            if kind is float:
+                if not (field == 0.0 or 1e-4 <= abs(field) < 1e16):
+                    return None
+            elif field is not None and kind is not str and kind is not int and kind is not bool:
+                return None
+            item[name] = field
+        items.append(item)
+    return items
+
+
 def flat_line(event: LoggedEvent, *, ts: float | None = None) -> bytes | None:
     """The bytes `json.dumps(to_json(event, ts=ts), ensure_ascii=False)` writes (no newline), for
-    a flat event whose values orjson writes exactly as the standard library does; None for any
-    other (the caller encodes `to_json(event)`). One `llm_call` line per sub-call, 200 in a
-    batch: the standard library's encoder costs more than the call's other bookkeeping.
+    an event of flat fields (and lists of flat records: a turn's messages) whose values orjson
+    writes exactly as the standard library does; None for any other (the caller encodes
+    `to_json(event)`). One `llm_call` line per sub-call, 200 in a batch, and a turn's three
+    lines: the standard library's encoder (and pydantic's dump, for a turn) costs more than the
+    call's or the turn's other bookkeeping.
 
     orjson writes the same JSON value compactly: every str escaped alike (all code points
     checked, tests/unit/test_event_lines.py), int, bool and null alike, a float alike when it
     is 0 or 1e-4 <= |x| < 1e16 (below, orjson writes `1e-5` or `0.00005` where Python writes
-    `1e-05` or `5e-05`). The separators are then widened to the stored `", "` and `": "`: in a
-    flat object `":` ends each key and `,"` starts each key after the first; one inside a string
-    (a value starting with `:` or ending with `,`, an escaped quote) would make more of them than
-    there are keys, and that line is left to the standard library."""
+    `1e-05` or `5e-05`). The separators are then widened to the stored `", "`, `": "` and
+    `}, {`: `":` ends each key, `,"` starts each key after an object's first and `},{` parts
+    two records of a list; one inside a string (a value starting with `:` or ending with `,`,
+    an escaped quote, a `},{` where there are records) would make more of them than the
+    structure has, and that line is left to the standard library."""
     if isinstance(event, UnreadableEvent):
         return None
-    names = _flat_fields(type(event))
-    if names is None or event.__pydantic_extra__:
+    fields = _line_fields(type(event))
+    if fields is None or event.__pydantic_extra__:
         return None
+    names, lists = fields
     values, omit = event.__dict__, event.OMIT_WHEN_NONE
     data: dict[str, Any] = {}
+    keys = commas = parts = 0  # beyond the top object's own: those of its lists' records
     for name in names:
-        value = ts if name == "ts" and ts is not None else values[name]
+        value: Any = ts if name == "ts" and ts is not None else values[name]
         kind = type(value)
         if kind is float:
             if not (value == 0.0 or 1e-4 <= abs(value) < 1e16):  # NaN and infinities fail too
@@ -431,16 +491,31 @@ def flat_line(event: LoggedEvent, *, ts: float | None = None) -> bytes | None:
             if name in omit:
                 continue
         elif kind is not str and kind is not int and kind is not bool:
-            return None
+            record_names = lists.get(name)
+            if record_names is None:
+                return None
+            items = _records(value, record_names)
+            if items is None:
+                return None
+            count = len(items)
+            keys += len(record_names) * count
+            commas += (len(record_names) - 1) * count
+            parts += max(count - 1, 0)
+            value = items
         data[name] = value
     try:
         compact = orjson.dumps(data)
     except orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate
         return None
-    keys = len(data)
-    if compact.count(b'":') != keys or compact.count(b',"') != keys - 1:
+    top = len(data)
+    if compact.count(b'":') != top + keys or compact.count(b',"') != top - 1 + commas:
         return None
-    return compact.replace(b'":', b'": ').replace(b',"', b', "')
+    line = compact.replace(b'":', b'": ').replace(b',"', b', "')
+    if not lists:
+        return line
+    if compact.count(b"},{") != parts:
+        return None
+    return line.replace(b"},{", b"}, {") if parts else line
 
 
 def from_json(obj: object) -> LoggedEvent:

@@ -105,8 +105,16 @@ def _plain(value: Any) -> bool:
                 return False
         return True
     if kind is list:
-        for item in value:  # noqa: SIM110
-            if not (type(item) is str or _plain(item)):
+        for item in value:
+            if type(item) is str:
+                continue
+            if type(item) is dict:
+                # A chat message, here without a call of its own: a request carries the whole
+                # conversation, so this runs once per message of every root call.
+                for key, field in item.items():
+                    if type(key) is not str or not (type(field) is str or _plain(field)):
+                        return False
+            elif not _plain(item):
                 return False
         return True
     return False

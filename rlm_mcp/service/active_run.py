@@ -12,6 +12,7 @@ on every run's end with the run-end hook (`service.run_ends`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -100,10 +101,24 @@ async def wait_with_heartbeat(
     `heartbeat_s` seconds (clients that reset their timeout on progress need this)."""
     seen = run.seq
     while not run.done.is_set():
-        changed = await run.wait_change(heartbeat_s, since=seen)
-        seen = run.seq
-        if run.done.is_set():
-            break
-        await report(run.last_event if changed else None)
+        # One cancel scope until the heartbeat is due, its deadline moved at every wake: entering
+        # a scope per wait cost more than the rest of a wake, and a turn wakes this once. The
+        # deadline is lifted while a report is sent, so the heartbeat never interrupts one.
+        with anyio.CancelScope() as heartbeat:
+            while True:
+                if run.seq == seen:
+                    heartbeat.deadline = anyio.current_time() + heartbeat_s
+                    await run._changed.wait()
+                    if heartbeat.cancel_called:  # came due as it woke: a heartbeat, sent below
+                        break
+                    heartbeat.deadline = math.inf
+                seen = run.seq
+                if run.done.is_set():
+                    break
+                await report(run.last_event)
+        if heartbeat.cancel_called:  # nothing happened for heartbeat_s
+            seen = run.seq
+            if not run.done.is_set():
+                await report(None)
     assert run.result is not None
     return run.result

@@ -361,6 +361,38 @@ async def test_an_event_during_a_progress_report_is_not_lost() -> None:
     assert [e for e, _ in seen] == ["turn_start", "turn_start"], seen
 
 
+async def test_a_quiet_run_gets_heartbeats_and_the_events_after_them() -> None:
+    # Nothing happens for a heartbeat's time: a line without an event, again and again; an
+    # event after them is reported once, and the run's end ends the wait without a line.
+    from rlm_mcp.engine import RunLimits, RunProgress
+    from rlm_mcp.ports.runs import RunRequest
+    from rlm_mcp.service.active_run import ActiveRun, wait_with_heartbeat
+
+    limits = RunLimits(max_iterations=3, max_depth=1, timeout_s=60, token_budget=None, max_errors=5)
+    run = ActiveRun(
+        "r",
+        RunRequest(query="q", context_ids=["c"], limits=limits, owner=LOCAL_OWNER),
+        RunProgress(run_id="r", max_iterations=3),
+    )
+    seen: list[str | None] = []
+
+    async def report(event: str | None) -> None:
+        seen.append(event)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(wait_with_heartbeat, run, report, heartbeat_s=0.05))
+            await wait_until(lambda: len(seen) >= 2, what="two heartbeats")
+            run.notify("turn_start")
+            await wait_until(lambda: "turn_start" in seen, what="the turn reported")
+            await wait_until(lambda: seen[-1] is None, what="a heartbeat after the turn")
+            run.result = object()  # type: ignore[assignment]
+            run.done.set()
+            run.notify("run_end")
+    assert seen[:2] == [None, None], seen
+    assert [e for e in seen if e is not None] == ["turn_start"], seen
+
+
 async def test_old_finished_runs_are_served_from_their_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_url: str | None
 ) -> None:

@@ -115,13 +115,14 @@ def test_any_call_event_gives_the_standard_librarys_line(
 @pytest.mark.parametrize("run_id", ["run_fixture_full", "run_fixture_capped"])
 def test_the_old_logs_lines_are_written_alike(run_id: str) -> None:
     """The lines the code of 822c879 wrote: each flat event's line comes back byte for byte
-    (every `llm_call` takes the fast way, none of them is declined)."""
+    (every `llm_call` and every turn's `turn_start`, `cell` and `turn` take the fast way, none
+    of them is declined)."""
     fast = 0
     for line in (TESTS / "data" / "runlog_v0" / run_id / "events.jsonl").read_bytes().splitlines():
         event = ev.loads(line)
         got = ev.flat_line(event)
         assert got is None or got == line
-        if isinstance(event, ev.LLMCall):
+        if isinstance(event, (ev.LLMCall, ev.Turn, ev.TurnStart, ev.Cell)):  # a turn's lines too
             assert got == line
             fast += 1
     assert fast
@@ -137,3 +138,47 @@ def test_the_log_writes_the_line_it_wrote_before() -> None:
     # Over the cap: the standard library's way, strings cut.
     capped = event_line(ev.LLMCall(**_CALL, prompt="x" * 2000), 600)
     assert len(capped) <= 600 and ev.loads(capped).type == "llm_call"
+
+
+def _turn(*contents: str, role: str = "user") -> ev.Turn:
+    messages = [ev.ChatMessage(role=role, content=c) for c in contents]
+    return ev.Turn(run_id="r1", iteration=2, depth=0, new_messages=messages)
+
+
+def test_a_turns_messages_are_written_as_the_standard_library_writes_them() -> None:
+    for contents in [(), ("one",), ("é ✓\n", "```repl\nprint(1)\n```", "third")]:
+        assert _same_or_declined(_turn(*contents)) is not None
+    assert _same_or_declined(_turn("a", "b"), ts=None) is not None
+
+
+@pytest.mark.parametrize("text", ["},{", "x}", "{x", '"},{"', "}, {", '":', ',"', "\\", ":x", "x,"])
+def test_a_turns_messages_that_hold_the_separators(text: str) -> None:
+    _same_or_declined(_turn(text, "plain"))
+    _same_or_declined(_turn("plain", text, role=text))
+
+
+def test_a_turn_past_what_orjson_writes_alike_is_declined() -> None:
+    assert ev.flat_line(_turn("a\ud800b"), ts=1.0) is None  # a lone surrogate: the log refuses it as before
+    extra = ev.Turn(run_id="r1", iteration=2, depth=0, new_messages=[], newer_field=[1])
+    assert ev.flat_line(extra, ts=1.0) is None
+    run_start = ev.RunStart(
+        run_id="r1",
+        depth=0,
+        query="q",
+        contexts=[],
+        limits=ev.LimitsRecord(max_iterations=1, max_depth=1, timeout_s=1, token_budget=None, max_errors=1),
+        model="m",
+        sub_model="m",
+        prompt_profile="p",
+    )
+    assert ev.flat_line(run_start, ts=1.0) is None  # a record that is no list
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    contents=st.lists(_texts, max_size=4),
+    role=_texts,
+    ts=st.none() | _floats,
+)
+def test_any_turn_gives_the_standard_librarys_line(contents: list[str], role: str, ts: float | None) -> None:
+    _same_or_declined(_turn(*contents, role=role), ts)

@@ -158,6 +158,12 @@ async def test_a_slot_is_taken_at_once_when_free_and_a_cancelled_waiter_leaves_n
     assert scope.cancelled_caught and slots.value == 0
 
 
+class _Str(str):
+    """A str subclass: orjson would write it, the standard library writes it as its str."""
+
+    __slots__ = ()
+
+
 def _nested(depth: int) -> list[Any]:
     value: list[Any] = ["x"]
     for _ in range(depth):
@@ -177,6 +183,12 @@ _REQUEST_BODIES: list[Any] = [
     {"temperature": math.nan},  # ValueError, as before
     {"deep": _nested(300)},  # past orjson's nesting limit
     {"obj": object()},  # not JSON at all
+    # What a list's dicts (chat messages) hold: checked in place, as deep as elsewhere.
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}, "plain"]},
+    {"messages": [{"role": "user", "weight": 1e16}]},  # a float in a message
+    {"messages": [{"role": "user", "content": "ok"}, {2: "int key"}]},
+    {"messages": [{"role": "user", "content": _Str("a str subclass")}]},
+    {"messages": [{"role": "user", "content": "ok"}, ("a", "tuple")]},
 ]
 
 
