@@ -277,11 +277,17 @@ class Database:
     async def connection(self) -> AsyncIterator[Conn]:
         """A pooled connection (autocommit; use `conn.transaction()` for several statements)."""
         try:
-            async with self.pool.connection() as conn:
-                try:
-                    yield conn
-                finally:
-                    self._returned(conn)
+            # The pool's own `connection()` also enters the connection's context, whose exit
+            # asks for a commit or a rollback under the connection's lock: nothing to do on an
+            # autocommit connection, yet a cost at every statement. Transactions end themselves
+            # (`conn.transaction()`, `clocked_transaction`); one left open is rolled back by the
+            # pool when the connection comes back.
+            conn = await self.pool.getconn()
+            try:
+                yield conn
+            finally:
+                self._returned(conn)
+                await self.pool.putconn(conn)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self._returned_at.clear()  # one connection failed: check every other before lending it
             self._answered_at = float("-inf")
