@@ -78,3 +78,8 @@ def test_lm_time_bench_prints_wall_over_ideal_for_every_trajectory() -> None:
     )
     for row in ("one_1k", "ten_1m", "batch_1m", "five_50m", "fan_200", "children_d2"):
         assert any(line.startswith(row + " ") for line in out.splitlines()), row
+
+
+def test_team_publish_bench_prints_cpu_per_publish() -> None:
+    out = run_bench(str(BENCH / "team_publish.py"), "--publishes", "30")
+    assert "us CPU per publish" in out and "30 publishes" in out

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.anyio
 class _Stand:
     """Stands in for a pooled connection: `_check` only keys its bookkeeping on it."""
 
+    broken = False
+
 
 def _Conn() -> Any:
     return _Stand()
@@ -50,11 +52,11 @@ async def test_a_recent_connection_is_lent_unchecked_while_the_pool_answers(
     monkeypatch.setattr(db_module, "time", clock)
     db = Database("postgresql://u@127.0.0.1:1/x", replica=False)  # never opened: no server needed
     old, recent, fresh = _Conn(), _Conn(), _Conn()
-    await db._returned(old)
+    db._returned(old)
     clock.now += REUSE_S + 0.1
-    await db._returned(recent)
+    db._returned(recent)
     clock.now += REUSE_S / 2
-    await db._returned(fresh)
+    db._returned(fresh)
     clock.now += FRESH_S / 2
     await db._check(fresh)  # given back within FRESH_S
     await db._check(recent)  # within REUSE_S, and the pool answered within FRESH_S
@@ -72,11 +74,26 @@ async def test_after_a_failure_every_connection_is_checked(
     monkeypatch.setattr(db_module, "time", clock)
     db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
     a, b = _Conn(), _Conn()
-    await db._returned(a)
-    await db._returned(b)
+    db._returned(a)
+    db._returned(b)
     with pytest.raises(db_module.DatabaseUnavailableError):
         async with db.connection():  # the pool is not open: a failure, as a restart would give
             pass
     await db._check(a)
     await db._check(b)
     assert checked == [a, b]
+
+
+async def test_a_connection_that_came_back_broken_is_checked_before_it_is_lent_again(
+    checked: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(db_module, "time", clock)
+    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
+    healthy, broken = _Conn(), _Conn()
+    broken.broken = True
+    db._returned(healthy)
+    db._returned(broken)
+    await db._check(healthy)
+    await db._check(broken)
+    assert checked == [broken]

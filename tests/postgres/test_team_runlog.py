@@ -5,6 +5,7 @@ sequence holds across flushes and a failed flush, and a summary never lands over
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,13 @@ from psycopg.rows import dict_row
 from rlm_mcp.assembly import make_stores
 from rlm_mcp.events import Cell, LLMCall, TurnStart
 from rlm_mcp.owners import Owner
-from rlm_mcp.ports.runs import decode_live
+from rlm_mcp.ports.runs import decode_live, encode_live
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.queue_statements import run_channel
-from rlm_mcp.store.pg.runs import PgRunStore
+from rlm_mcp.store.pg.runs import PgRunLog, PgRunStore
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_postgres import Cluster
 from tests.fixtures_store import run_record
@@ -223,3 +224,19 @@ async def test_the_final_record_and_the_last_events_are_one_fenced_statement(
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "cell"] and record["done"] and record["next_seq"] == 2
         assert not await fenced.finish(final)  # ended already: this call did not end it
+
+
+def test_a_live_publish_sends_the_announcement_encode_live_would_build() -> None:
+    """The publish reuses its record's tail as the announcement's JSON: the same text as
+    `encode_live`'s, a notice and per-model usage included, and its fallbacks when too long."""
+    log = PgRunLog(None, RUN, created_at=0.0, max_event_bytes=1000, max_log_bytes=10_000)  # type: ignore[arg-type]
+    usage = {"total": {"calls": 2, "prompt_tokens": 10, "completion_tokens": 3}}
+    fields = {"status": "running", "iterations": 2, "owner": ALICE, "phase": "cell", "last_event": "turn 2"}
+    small = run_record(RUN, fields | {"usage": usage | {"by_model": {"m": usage["total"]}}})
+    many = {f"model-{n:04d}": usage["total"] for n in range(200)}  # too long with its per-model usage
+    large = run_record(RUN, fields | {"usage": usage | {"by_model": many}})
+    for record in (small, large):
+        stored, tail = log._dump_parts(record)
+        assert json.loads(stored) == record.to_stored()
+        assert log._live_payload(record, tail) == encode_live(RUN, record)
+    assert len(encode_live(RUN, large)) < len(json.dumps(large.to_stored()))  # the fallback was taken

@@ -140,7 +140,8 @@ class Database:
             connection_class=Connection,  # an attempt given up on closes its socket at once (connect.py)
             timeout=CONNECT_TIMEOUT_S,
             check=self._check,
-            reset=self._returned,
+            # No `reset`: the pool would hand every returned connection to its worker task (a
+            # task switch per statement); `connection` notes the return itself (`_returned`).
             kwargs={"row_factory": dict_row, "autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
             reconnect_timeout=0,  # keep trying in the background after an outage, never give up
             name="rlm-mcp",
@@ -157,8 +158,10 @@ class Database:
         """The database's URL (the queue's listeners open connections of their own to it)."""
         return self._url
 
-    async def _returned(self, conn: Conn) -> None:
-        self._returned_at[conn] = self._answered_at = time.monotonic()
+    def _returned(self, conn: Conn) -> None:
+        """A lent connection came back in working order (not broken): `_check` lends it unchecked for a while."""
+        if not conn.broken:
+            self._returned_at[conn] = self._answered_at = time.monotonic()
 
     async def _check(self, conn: Conn) -> None:
         now = time.monotonic()
@@ -274,8 +277,17 @@ class Database:
     async def connection(self) -> AsyncIterator[Conn]:
         """A pooled connection (autocommit; use `conn.transaction()` for several statements)."""
         try:
-            async with self.pool.connection() as conn:
+            # The pool's own `connection()` also enters the connection's context, whose exit
+            # asks for a commit or a rollback under the connection's lock: nothing to do on an
+            # autocommit connection, yet a cost at every statement. Transactions end themselves
+            # (`conn.transaction()`, `clocked_transaction`); one left open is rolled back by the
+            # pool when the connection comes back.
+            conn = await self.pool.getconn()
+            try:
                 yield conn
+            finally:
+                self._returned(conn)
+                await self.pool.putconn(conn)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self._returned_at.clear()  # one connection failed: check every other before lending it
             self._answered_at = float("-inf")
@@ -343,6 +355,7 @@ class Database:
             try:
                 async with self.pool.connection(timeout=PING_TIMEOUT_S) as conn:
                     await conn.execute("SELECT 1")
+                    self._returned(conn)
                 return True
             except PoolTimeout:
                 return self._all_lent()

@@ -22,7 +22,7 @@ from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
 from rlm_mcp.ports.queue import RunRow
-from rlm_mcp.ports.runs import RunRecord, encode_live
+from rlm_mcp.ports.runs import LIVE_MAX_BYTES, RunRecord, encode_live
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event, event_line, unknown_run
@@ -76,7 +76,9 @@ class PgRunLog:
         # The stored record's head (`RunRecord.stored_head`) as JSON without its closing brace,
         # and the record it was encoded from (its request and creation never change).
         self._head: tuple[RunRecord, str] | None = None
-        self._lock = anyio.Lock()  # one flush at a time: rows leave the stage only once written
+        # One flush at a time: rows leave the stage only once written. Uncontended (the usual
+        # case: one reporter per run), taken without a checkpoint's extra pass of the loop.
+        self._lock = anyio.Lock(fast_acquire=True)
 
     @property
     def run_id(self) -> str:
@@ -163,9 +165,10 @@ class PgRunLog:
             if summary is not None:
                 # Never over a final summary (`queue_statements.SET_SUMMARY`, the one writer of state).
                 sets += list(queue_sql.SET_SUMMARY)
-                params += [self._dump(summary), summary.done]
+                stored, tail = self._dump_parts(summary)
+                params += [stored, summary.done]
                 if not summary.done:
-                    payload = encode_live(self._run_id, summary)
+                    payload = self._live_payload(summary, tail)
             if mark_lm_called:
                 sets.append("lm_called = true")
             where = "run_id = %s"
@@ -231,13 +234,29 @@ class PgRunLog:
             del self._staged[: len(rows)]
         return bool(row and row["ended"])
 
-    def _dump(self, record: RunRecord) -> str:
+    def _dump_parts(self, record: RunRecord) -> tuple[str, str]:
         """`_dump(record)`, its head encoded once per run: the same text, spliced (a worker
-        publishes a live summary at every progress event; its request is most of the JSON)."""
+        publishes a live summary at every progress event; its request is most of the JSON);
+        and the tail's JSON (`RunRecord.stored_tail`), which `_live_payload` reuses."""
         head = self._head
         if head is None or not _same_head(head[0], record):
             head = self._head = (record, json.dumps(record.stored_head(), ensure_ascii=False)[:-1])
-        return head[1] + ", " + json.dumps(record.stored_tail(), ensure_ascii=False)[1:]
+        tail = json.dumps(record.stored_tail(), ensure_ascii=False)
+        return head[1] + ", " + tail[1:], tail
+
+    def _live_payload(self, record: RunRecord, tail: str) -> str:
+        """`encode_live(run_id, record)` of a live record. Without a result or a start failure,
+        the record's tail is its live summary's JSON, key for key (`state_json` and this writer's
+        version), so its text is sent as it is, not encoded a second time; `encode_live` decides
+        what is too long (it leaves the per-model usage out, or sends the run id alone)."""
+        if record.result is None and record.not_started is None:
+            payload = f"{self._run_id} {tail}"
+            if len(payload.encode()) <= LIVE_MAX_BYTES:
+                return payload
+        return encode_live(self._run_id, record)
+
+    def _dump(self, record: RunRecord) -> str:
+        return self._dump_parts(record)[0]
 
     async def write_summary(self, summary: RunRecord) -> None:
         """The staged events and the record, in one statement (none once detached)."""
