@@ -21,7 +21,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -89,12 +89,15 @@ class RLMEngine:
         progress: RunProgress,
         emit: EventSink,
         session: SessionSandbox | None = None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> RunResult:
         """Run one RLM tree to its end; always a structured result, except that cancellation
         propagates and a failure before the root model's first reply raises `RunNotStarted`.
 
         `session`: the run belongs to a kept session (engine/session.py): its REPL is reused when
-        live (this run's contexts become the next context_i), else opened and kept for the next."""
+        live (this run's contexts become the next context_i), else opened and kept for the next.
+        `ready`: awaited before the run's sandbox opens, beside the first root call (the service
+        pins the contexts there); it fails the run as a sandbox that cannot open does."""
         tree = RunTree(
             progress=progress,
             limits=limits,
@@ -105,7 +108,14 @@ class RLMEngine:
             max_concurrent_children=self.settings.max_concurrent_children,
         )
         return await self._run(
-            tree, depth=0, run_id=run_id, query=query, contexts=contexts, progress=progress, session=session
+            tree,
+            depth=0,
+            run_id=run_id,
+            query=query,
+            contexts=contexts,
+            progress=progress,
+            session=session,
+            ready=ready,
         )
 
     async def _run(
@@ -118,6 +128,7 @@ class RLMEngine:
         contexts: Sequence[ContextSpec],
         progress: RunProgress,
         session: SessionSandbox | None = None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> RunResult:
         limits = tree.limits
         started = time.monotonic()
@@ -138,7 +149,7 @@ class RLMEngine:
             with anyio.CancelScope(deadline=tree.deadline) as scope:
                 try:
                     progress.phase = RunPhase.SANDBOX
-                    status, reason = await self._open_and_loop(ctx, stack, query, contexts, session)
+                    status, reason = await self._open_and_loop(ctx, stack, query, contexts, session, ready)
                 except StopRun as stop:
                     status, reason = stop.status, stop.reason
             if scope.cancelled_caught:
@@ -229,6 +240,7 @@ class RLMEngine:
         query: str | None,
         contexts: Sequence[ContextSpec],
         session: SessionSandbox | None,
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[RunStatus, str | None]:
         """Open the run's sandbox beside the loop's first root call (engine/opening.py), play the
         loop, and store a session's conversation. Failures are raised once the opening is
@@ -242,7 +254,10 @@ class RLMEngine:
             self.sandboxes, stack, contexts, levels_below, snapshot_chunk(self.settings.cell_output_bytes)
         )
         opener = SandboxOpener(
-            source, opening, after=(lambda _: session.bound(contexts)) if session is not None else (lambda _: None)
+            source,
+            opening,
+            after=(lambda _: session.bound(contexts)) if session is not None else (lambda _: None),
+            ready=ready,
         )
         bridge = make_bridge(ctx, run_child=self._child_runner(ctx.tree, ctx.run_id))
         failure: Exception | None = None

@@ -7,6 +7,10 @@ latency. The run takes the first reply only once the sandbox is open (`TurnRunne
 before it counts the reply), so a run whose sandbox cannot open has not started, exactly as
 before the overlap (docs/architecture.md, "Opening the sandbox beside the first call").
 
+A run may also hand the opener a step to await before the sandbox opens (`ready`: the service
+pins the run's contexts there, beside the first call instead of before it); its failure is the
+opening's.
+
 The opening starts once the first root request is on its way (`release`), not when the run
 starts: its first steps (the pool's take, the contexts' frames) run on the event loop, and
 scheduled first they ran ahead of the request at the loop's first yield, delaying the model's
@@ -15,7 +19,7 @@ start by a millisecond or more on a busy host (the run's critical path is the mo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -25,10 +29,19 @@ from rlm_mcp.engine.session import Opened, Opening, SandboxSource
 class SandboxOpener:
     """Opens one run's sandbox in a task of its own; the loop waits for it with `get`."""
 
-    def __init__(self, source: SandboxSource, opening: Opening, *, after: Callable[[Opened], None]) -> None:
+    def __init__(
+        self,
+        source: SandboxSource,
+        opening: Opening,
+        *,
+        after: Callable[[Opened], None],
+        ready: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """`after`: the run's bookkeeping once the sandbox is open (a session's counts), done in
-        the opening task so it is done whenever the sandbox opened, whatever the loop did."""
+        the opening task so it is done whenever the sandbox opened, whatever the loop did;
+        `ready`: awaited before the sandbox opens (a failure there fails the opening)."""
         self._source = source
+        self._ready = ready
         self._opening = opening
         self._after = after
         self._done = anyio.Event()
@@ -45,6 +58,8 @@ class SandboxOpener:
             # One more loop round: the request's own write (aiohttp sends a body from a task of
             # its own, created after this wait was woken) goes out before the opening's steps.
             await anyio.lowlevel.checkpoint()
+            if self._ready is not None:
+                await self._ready()
             opened = await self._source.open(self._opening)
         except Exception as exc:
             self.error = exc

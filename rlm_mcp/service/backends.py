@@ -8,10 +8,12 @@ on PostgreSQL (`service.queue`), whatever the role, so any replica's worker may 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import OwnerScope
+from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.service.active_run import ActiveRun
 
@@ -28,6 +30,11 @@ class RunBackend(Protocol):
         """The live run, wherever it executes; None when unknown, another owner's or ended."""
         ...
 
-    async def start(self, request: RunRequest, engine: RLMEngine | None) -> ActiveRun: ...
+    async def start(
+        self, request: RunRequest, engine: RLMEngine | None, *, contexts: Sequence[ContextSpec] | None = None
+    ) -> ActiveRun:
+        """`contexts`: the request's contexts as the call's admission read them (a backend may
+        use them instead of reading them again)."""
+        ...
 
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None: ...

@@ -197,7 +197,7 @@ class Caller:
         )
         if kept:  # claimed there: a session ended since `find` is refused, saying why
             return await sessions.start(request, engine)
-        return await service.runs.start(request, engine)
+        return await service.runs.start(request, engine, contexts=specs)
 
     async def complete(
         self,

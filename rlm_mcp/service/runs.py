@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 
 import anyio
@@ -25,6 +25,7 @@ from rlm_mcp.errors import BusyError, RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
 from rlm_mcp.observability import metrics, tracing
 from rlm_mcp.owners import OwnerScope, sees
+from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunRecord, RunRequest, new_run_id
 from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.active_run import ActiveRun
@@ -69,6 +70,45 @@ class _Hooks:
     # Whether this manager tells the run-end hook (runs it started; a team worker's runs are
     # told by the queue's end write, `service.queue.ends.EndReporting`).
     tells_end: bool = True
+    # The contexts as the call's admission read them: given, a run that takes its slot at once
+    # pins them beside its first LM call (`_LatePin`) instead of before it.
+    specs: Sequence[ContextSpec] | None = None
+
+
+class _LatePin:
+    """A run's contexts, pinned beside its first LM call: by the sandbox's opening (the engine's
+    `ready`, awaited before the sandbox loads them), not before the run's first request (their
+    SQLite write was on its path). The outcome is kept: `check` gives the caller the pin's failure
+    as the run's, even when the run ended without opening its sandbox, so a context gone since
+    the call was admitted fails the call (`RunNotStarted`) as it did when the pin came first."""
+
+    def __init__(
+        self, pins: AsyncExitStack, enter: Callable[[], AbstractAsyncContextManager[list[ContextInfo]]]
+    ) -> None:
+        self._pins = pins
+        self._enter = enter
+        self._lock = anyio.Lock()
+        self._done = False
+        self._error: Exception | None = None
+
+    async def get(self) -> None:
+        """Pin (once: the pins go onto `pins`, released by the run's task); the pin's error."""
+        async with self._lock:
+            if not self._done:
+                try:
+                    await self._pins.enter_async_context(self._enter())
+                except Exception as exc:
+                    self._error = exc
+                self._done = True  # not when cancelled midway: a later call pins again
+        if self._error is not None:
+            raise self._error
+
+    async def check(self) -> None:
+        """`get`, its refusal raised as the run's not having started (as a pin before the run)."""
+        try:
+            await self.get()
+        except RlmMcpError as exc:
+            raise RunNotStarted(exc) from exc
 
 
 # Loop rounds the caller woken by a run's end takes to send its answer (the MCP tool returns, the
@@ -170,8 +210,10 @@ class RunManager:
         *,
         repl: SessionSandbox | None = None,
         on_end: SessionHook | None = None,
+        contexts: Sequence[ContextSpec] | None = None,
     ) -> ActiveRun:
-        """`repl` and `on_end`: the run continues a kept session (embedded mode only)."""
+        """`repl` and `on_end`: the run continues a kept session (embedded mode only);
+        `contexts`: the request's contexts as the call's admission read them (`_LatePin`)."""
         if self._tg is None or engine is None:
             raise RuntimeError("RunManager used outside its context, or without an engine")
         # Bounded before anything is opened; runs that will take a free slot at once do not count
@@ -197,7 +239,7 @@ class RunManager:
         except BaseException:
             del self._runs[run_id]
             raise
-        await self._tg.start(self._execute, run, engine, log, _Hooks(repl=repl, on_end=on_end))
+        await self._tg.start(self._execute, run, engine, log, _Hooks(repl=repl, on_end=on_end, specs=contexts))
         return run
 
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
@@ -287,19 +329,27 @@ class RunManager:
         self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack, hooks: _Hooks
     ) -> RunResult:
         """Pin the contexts (onto `pins`, which the caller releases) and run once a slot is free."""
-        # Pinned while queued too: eviction (here or in another process) must not take the
-        # contexts while the run waits for a slot.
+        request = run.request
+
+        def enter() -> AbstractAsyncContextManager[list[ContextInfo]]:
+            return self._contexts.in_use(request.context_ids, owner=request.owner)
+
+        contexts: list[ContextInfo] | _LatePin
+        if hooks.specs is not None and self._gate.try_acquire(request.owner, run, shared=hooks.shared):
+            run.notify("queued")  # as `_acquire_slot` says it
+            contexts = _LatePin(pins, enter)
+        else:
+            # Pinned while queued too: eviction (here or in another process) must not take the
+            # contexts while the run waits for a slot.
+            try:
+                contexts = await pins.enter_async_context(enter())
+            except RlmMcpError as exc:  # a context deleted since the call was checked
+                raise RunNotStarted(exc) from exc
+            await self._acquire_slot(run, hooks)
         try:
-            infos: list[ContextInfo] = await pins.enter_async_context(
-                self._contexts.in_use(run.request.context_ids, owner=run.request.owner)
-            )
-        except RlmMcpError as exc:  # a context deleted since the call was checked
-            raise RunNotStarted(exc) from exc
-        await self._acquire_slot(run, hooks)
-        try:
-            return await self._run_pinned(run, engine, log, infos, hooks)
+            return await self._run_pinned(run, engine, log, contexts, hooks)
         finally:
-            self._gate.release(run.request.owner)
+            self._gate.release(request.owner)
 
     async def _acquire_slot(self, run: ActiveRun, hooks: _Hooks) -> None:
         timeout = self._settings.run_queue_timeout_s
@@ -327,8 +377,14 @@ class RunManager:
         )
 
     async def _run_pinned(
-        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, infos: list[ContextInfo], hooks: _Hooks
+        self,
+        run: ActiveRun,
+        engine: RLMEngine,
+        log: RunLogPort,
+        contexts: list[ContextInfo] | _LatePin,
+        hooks: _Hooks,
     ) -> RunResult:
+        """`contexts`: pinned already, or pinned beside the first LM call (`_LatePin`)."""
         run.progress.status = "running"
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
@@ -350,17 +406,30 @@ class RunManager:
                 run.scope.cancel()  # before the LM call or the cell the event announces
                 await anyio.lowlevel.checkpoint()
 
-        specs = [self._contexts.spec(info) for info in infos]
+        late: _LatePin | None = None
+        if isinstance(contexts, _LatePin):
+            assert hooks.specs is not None
+            late, specs = contexts, list(hooks.specs)
+        else:
+            specs = [self._contexts.spec(info) for info in contexts]
         with tracing.run_span(run.request.trace_context, {"rlm.run.id": run.run_id, "rlm.run.depth": 0}) as span:
-            result = await engine.run(
-                run_id=run.run_id,
-                query=run.request.query,
-                contexts=specs,
-                limits=run.request.limits,
-                progress=run.progress,
-                emit=emit,
-                session=hooks.repl,
-            )
+            try:
+                result = await engine.run(
+                    run_id=run.run_id,
+                    query=run.request.query,
+                    contexts=specs,
+                    limits=run.request.limits,
+                    progress=run.progress,
+                    emit=emit,
+                    session=hooks.repl,
+                    ready=late.get if late is not None else None,
+                )
+            except RunNotStarted:
+                if late is not None:
+                    await late.check()  # the pin's failure comes first, as when it came before the run
+                raise
+            if late is not None:
+                await late.check()
             tracing.run_span_done(span, result.status, result.iterations, result.sub_calls, result.usage.total)
             return result
 

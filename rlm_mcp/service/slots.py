@@ -63,6 +63,13 @@ class SlotGate:
         self._running[owner] += 1
         holder.slotted = True
 
+    def try_acquire(self, owner: str, holder: Holder, *, shared: bool = True) -> bool:
+        """Take a slot for `holder` if one is free for `owner` now (as `acquire` would at once)."""
+        if not self._may_take(owner, shared):
+            return False
+        self._take(owner, holder)
+        return True
+
     async def acquire(self, owner: str, holder: Holder, *, shared: bool = True) -> None:
         """Take a slot for `holder`, one of `owner`'s runs, waiting as long as it takes (the
         caller bounds the wait with a cancel scope); `holder.slotted` turns True as it gets it.

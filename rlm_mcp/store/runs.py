@@ -147,7 +147,7 @@ class RunLog:
         self._max_event = max_event_bytes
         self._max_log = max_log_bytes
         self._truncated = False
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)
 
     @property
     def run_id(self) -> str:

@@ -14,6 +14,7 @@ import collections
 import functools
 import logging
 import time
+from collections.abc import Sequence
 
 import anyio
 
@@ -21,6 +22,7 @@ from rlm_mcp.config import QueueSettings
 from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
+from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus, new_run_id
 from rlm_mcp.service.active_run import ActiveRun
@@ -97,9 +99,11 @@ class QueueFront:
         run_id: str | None = None,
         prefer_worker: int | None = None,
         prefer_s: float = 0.0,
+        contexts: Sequence[ContextSpec] | None = None,
     ) -> ActiveRun:
         """`run_id`: chosen by the caller (a kept session names its run before it is queued);
-        `prefer_worker`: the worker that alone may claim it for `prefer_s` seconds."""
+        `prefer_worker`: the worker that alone may claim it for `prefer_s` seconds; `contexts`:
+        unused (the worker that claims the run reads and pins them)."""
         if self._tg is None:
             raise RuntimeError("QueueFront used outside its context")
         run_id = run_id or new_run_id()
