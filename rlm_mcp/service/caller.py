@@ -229,9 +229,18 @@ class Caller:
         )
         values = ProgressValues()  # MCP: each progress value must exceed the previous one
         try:
+            named = 0  # the last turn a notification has named
 
             async def on_progress(event: str | None) -> None:
+                nonlocal named
                 p = run.progress
+                turn = min(p.iterations, p.max_iterations)
+                # Every turn is named once (docs/long-runs.md), even one that began and ended
+                # while the previous notification was being sent: its details are gone by now,
+                # its number is not.
+                for missed in range(named + 1, turn):
+                    await report(values.next(missed), float(p.max_iterations), f"turn {missed}/{p.max_iterations}")
+                named = max(named, turn)
                 await report(values.next(p.iterations), float(p.max_iterations), describe(p))
 
             await report(values.next(0), float(run.progress.max_iterations), f"run {run.run_id} started")
