@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 from rlm_mcp.assembly import make_stores
 from rlm_mcp.events import Cell, LLMCall, TurnStart
 from rlm_mcp.owners import Owner
+from rlm_mcp.ports.queue import RunRow
 from rlm_mcp.ports.runs import decode_live, encode_live
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.runlog import QueueRunLog
@@ -143,34 +144,61 @@ async def test_a_failed_flush_keeps_its_events_for_the_next_one_in_order(
         assert record["done"] and record["next_seq"] == 5
 
 
+class _Claimed(NamedTuple):
+    db: Database
+    runs: PgRunStore
+    queue: PgRunQueue
+    worker: int
+    first: RunRow
+
+
+async def _claimed(stores: Any, settings: Any, owner: str) -> _Claimed:
+    """The run enqueued and claimed once by a new worker of `owner`."""
+    db, runs = stores.lifecycle, stores.runs
+    assert isinstance(db, Database) and isinstance(runs, PgRunStore)
+    queue = PgRunQueue(queue_rules(settings.queue), db)
+    worker = await queue.register_worker(owner, 2)
+    await queue.enqueue(run_record(RUN, {"status": "queued", "owner": ALICE}), 1)
+    first = await queue.claim(worker, 2, 2)
+    assert first is not None and first.attempt == 1
+    return _Claimed(db, runs, queue, worker, first)
+
+
+async def _claimed_again(queue: PgRunQueue, worker: int) -> RunRow:
+    """The first attempt given back to the queue and the run claimed again: attempt 2."""
+    assert await queue.requeue(RUN, 1, run_record(RUN, {"status": "queued", "owner": ALICE}))
+    second = await queue.claim(worker, 2, 2)
+    assert second is not None and second.attempt == 2
+    return second
+
+
+def _count_lends(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """A list that grows by one each time `db` lends a connection (until `monkeypatch.undo`)."""
+    used: list[object] = []
+    lend = db.connection
+
+    def counted() -> Any:
+        used.append(1)
+        return lend()
+
+    monkeypatch.setattr(db, "connection", counted)
+    return used
+
+
 async def test_a_claimed_runs_log_goes_on_from_the_claims_row_without_reading_it(
     tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = make_settings(tmp_path, database_url=pg_url)
     async with make_stores(settings) as stores:
-        db = stores.lifecycle
-        assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
-        queue = PgRunQueue(queue_rules(settings.queue), db)
-        worker = await queue.register_worker("owner-claimed", 2)
-        await queue.enqueue(run_record(RUN, {"status": "queued", "owner": ALICE}), 1)
-        first = await queue.claim(worker, 2, 2)
-        assert first is not None and first.attempt == 1
-        log = QueueRunLog(stores.runs.reopen_claimed(first))
+        db, runs, queue, worker, first = await _claimed(stores, settings, "owner-claimed")
+        log = QueueRunLog(runs.reopen_claimed(first))
         await log.append(_turn(1))
         await log.append(_call(1))  # the first answered call: written at once
-        assert await queue.requeue(RUN, 1, run_record(RUN, {"status": "queued", "owner": ALICE}))
-        second = await queue.claim(worker, 2, 2)
-        assert second is not None and second.attempt == 2 and second.next_seq == 2
+        second = await _claimed_again(queue, worker)
+        assert second.next_seq == 2
 
-        used: list[object] = []
-        lend = db.connection
-
-        def counted() -> Any:
-            used.append(1)
-            return lend()
-
-        monkeypatch.setattr(db, "connection", counted)
-        again = QueueRunLog(stores.runs.reopen_claimed(second))
+        used = _count_lends(db, monkeypatch)
+        again = QueueRunLog(runs.reopen_claimed(second))
         assert used == []  # the claim's row said where the log goes on: nothing read
         monkeypatch.undo()
 
@@ -187,34 +215,19 @@ async def test_the_final_record_and_the_last_events_are_one_fenced_statement(
     of the queue, fenced by the attempt); a former attempt's log writes neither, and says so."""
     settings = make_settings(tmp_path, database_url=pg_url)
     async with make_stores(settings) as stores:
-        db = stores.lifecycle
-        assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
-        queue = PgRunQueue(queue_rules(settings.queue), db)
-        worker = await queue.register_worker("owner-finish", 2)
-        await queue.enqueue(run_record(RUN, {"status": "queued", "owner": ALICE}), 1)
-        first = await queue.claim(worker, 2, 2)
-        assert first is not None
-        stale = stores.runs.reopen_claimed(first)
+        db, runs, queue, worker, first = await _claimed(stores, settings, "owner-finish")
+        stale = runs.reopen_claimed(first)
         stale.stage(_turn(1))
-        assert await queue.requeue(RUN, 1, run_record(RUN, {"status": "queued", "owner": ALICE}))
-        second = await queue.claim(worker, 2, 2)
-        assert second is not None and second.attempt == 2
+        second = await _claimed_again(queue, worker)
         final = run_record(RUN, {"status": "running", "owner": ALICE}).ended("cancelled", "stopped by its caller")
         assert not await stale.finish(final)  # fenced: not this attempt's run any more
         types, record = await _rows(pg_url)
         assert types == [] and not record["done"]
 
-        fenced = stores.runs.reopen_claimed(second)
+        fenced = runs.reopen_claimed(second)
         fenced.stage(_turn(1))
         fenced.stage(_cell(1))
-        used: list[object] = []
-        lend = db.connection
-
-        def counted() -> Any:
-            used.append(1)
-            return lend()
-
-        monkeypatch.setattr(db, "connection", counted)
+        used = _count_lends(db, monkeypatch)
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
             await listener.execute(f"LISTEN {run_channel(RUN)}")
             assert await fenced.finish(final)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,20 +14,8 @@ from hypothesis import strategies as st
 
 from rlm_mcp import events as ev
 from rlm_mcp.store.runs import encode_event, event_line
+from tests.event_samples import LLM_CALL_FIELDS
 from tests.paths import TESTS
-
-_CALL: dict[str, Any] = {
-    "run_id": "r1",
-    "role": "sub",
-    "model": "m",
-    "prompt_tokens": 3,
-    "completion_tokens": 4,
-    "latency_s": 0.25,
-    "status": "ok",
-    "finish_reason": "stop",
-    "error": None,
-    "depth": 1,
-}
 
 
 def _stdlib(event: ev.LoggedEvent, ts: float | None) -> bytes:
@@ -45,13 +32,13 @@ def test_every_code_point_is_written_as_the_standard_library_writes_it() -> None
     points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
     for start in range(0, len(points), 4096):
         text = "".join(points[start : start + 4096])
-        line = _same_or_declined(ev.LLMCall(**_CALL, prompt=text, answer=text[::-1]))
+        line = _same_or_declined(ev.LLMCall(**LLM_CALL_FIELDS, prompt=text, answer=text[::-1]))
         if '"' not in text:  # a quote (escaped) may make a `":` inside the string: declined
             assert line is not None
 
 
 def test_a_lone_surrogate_is_declined_and_the_log_refuses_it_as_before() -> None:
-    event = ev.LLMCall(**_CALL, prompt="a\ud800b")
+    event = ev.LLMCall(**LLM_CALL_FIELDS, prompt="a\ud800b")
     assert ev.flat_line(event, ts=1.0) is None
     with pytest.raises(UnicodeEncodeError):
         event_line(event, 1 << 20)
@@ -62,19 +49,19 @@ def test_a_lone_surrogate_is_declined_and_the_log_refuses_it_as_before() -> None
     [0.0, -0.0, 1e-4, -1e-4, 9.999e-05, 1e-05, 5e-324, 0.1, 1.5, 1795462398.14241, 9999999999999998.0, 1e16, 1e300],
 )
 def test_floats_of_every_size(value: float) -> None:
-    line = _same_or_declined(ev.LLMCall(**{**_CALL, "latency_s": value}, queued_s=value))
+    line = _same_or_declined(ev.LLMCall(**{**LLM_CALL_FIELDS, "latency_s": value}, queued_s=value))
     assert (line is not None) == (value == 0 or 1e-4 <= abs(value) < 1e16)
 
 
 @pytest.mark.parametrize("text", [":x", "x,", ',"', '":', 'a","b":"c', "\\", '\\"', "x:", ",x"])
 def test_strings_that_hold_the_separators(text: str) -> None:
-    _same_or_declined(ev.LLMCall(**_CALL, prompt=text, answer=text))
+    _same_or_declined(ev.LLMCall(**LLM_CALL_FIELDS, prompt=text, answer=text))
 
 
 def test_what_is_not_flat_is_declined() -> None:
-    assert ev.flat_line(ev.LLMCall(**_CALL, newer_field={"kept": [1]}), ts=1.0) is None  # extra field
-    assert ev.flat_line(ev.LLMCall(**{**_CALL, "latency_s": math.inf}), ts=1.0) is None  # JSON mode: null
-    assert ev.flat_line(ev.LLMCall(**{**_CALL, "prompt_tokens": 1 << 70}), ts=1.0) is None  # past 64 bits
+    assert ev.flat_line(ev.LLMCall(**LLM_CALL_FIELDS, newer_field={"kept": [1]}), ts=1.0) is None  # extra field
+    assert ev.flat_line(ev.LLMCall(**{**LLM_CALL_FIELDS, "latency_s": math.inf}), ts=1.0) is None  # JSON mode: null
+    assert ev.flat_line(ev.LLMCall(**{**LLM_CALL_FIELDS, "prompt_tokens": 1 << 70}), ts=1.0) is None  # past 64 bits
     assert ev.flat_line(ev.LogTruncated(max_bytes=10), ts=2.0) == _stdlib(ev.LogTruncated(max_bytes=10), 2.0)
 
 
@@ -103,7 +90,7 @@ def test_any_call_event_gives_the_standard_librarys_line(
     batch: int | None,
 ) -> None:
     event = ev.LLMCall(
-        **{**_CALL, "latency_s": latency, "prompt_tokens": tokens, "error": error},
+        **{**LLM_CALL_FIELDS, "latency_s": latency, "prompt_tokens": tokens, "error": error},
         prompt=prompt,
         answer=answer,
         batch=batch,
@@ -129,14 +116,16 @@ def test_the_old_logs_lines_are_written_alike(run_id: str) -> None:
 
 
 def test_the_log_writes_the_line_it_wrote_before() -> None:
-    event = ev.LLMCall(**_CALL, iteration=1, block=0, batch=2, index=7, prompt="é q", prompt_chars=3, answer="a")
+    event = ev.LLMCall(
+        **LLM_CALL_FIELDS, iteration=1, block=0, batch=2, index=7, prompt="é q", prompt_chars=3, answer="a"
+    )
     before = time.time()
     line = event_line(event, 1 << 20)
     stamped = json.loads(line)["ts"]
     assert before <= stamped <= time.time()
     assert line == encode_event(ev.to_json(event, ts=stamped), 1 << 20)
     # Over the cap: the standard library's way, strings cut.
-    capped = event_line(ev.LLMCall(**_CALL, prompt="x" * 2000), 600)
+    capped = event_line(ev.LLMCall(**LLM_CALL_FIELDS, prompt="x" * 2000), 600)
     assert len(capped) <= 600 and ev.loads(capped).type == "llm_call"
 
 

@@ -12,19 +12,7 @@ from rlm_mcp.events import LLMCall, LogTruncated, TurnStart, loads, to_json
 from rlm_mcp.ports.chat import CallRecord
 from rlm_mcp.store.runs import encode_event
 from rlm_mcp.usage import TokenCount, Usage
-
-_CALL: dict[str, Any] = {
-    "run_id": "r1",
-    "role": "sub",
-    "model": "m",
-    "prompt_tokens": 3,
-    "completion_tokens": 4,
-    "latency_s": 0.25,
-    "status": "ok",
-    "finish_reason": "stop",
-    "error": None,
-    "depth": 1,
-}
+from tests.event_samples import LLM_CALL_FIELDS
 
 
 def _dumped(event: Any, ts: float | None = None) -> dict[str, Any]:
@@ -38,10 +26,20 @@ def _dumped(event: Any, ts: float | None = None) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "event",
     [
-        LLMCall(**_CALL),
-        LLMCall(**_CALL, iteration=2, block=0, batch=1, index=7, prompt="é q", prompt_chars=3, queued_s=2, retries=1),
-        LLMCall(**{**_CALL, "latency_s": float("inf")}, cost_usd=float("nan")),  # JSON mode: null
-        LLMCall(**_CALL, newer_field={"kept": [1, 2]}),  # a newer version's field, after the known ones
+        LLMCall(**LLM_CALL_FIELDS),
+        LLMCall(
+            **LLM_CALL_FIELDS,
+            iteration=2,
+            block=0,
+            batch=1,
+            index=7,
+            prompt="é q",
+            prompt_chars=3,
+            queued_s=2,
+            retries=1,
+        ),
+        LLMCall(**{**LLM_CALL_FIELDS, "latency_s": float("inf")}, cost_usd=float("nan")),  # JSON mode: null
+        LLMCall(**LLM_CALL_FIELDS, newer_field={"kept": [1, 2]}),  # a newer version's field, after the known ones
         TurnStart(run_id="r", iteration=1, max_iterations=5, depth=0),
         LogTruncated(max_bytes=10),
     ],
@@ -54,7 +52,7 @@ def test_to_json_of_a_flat_event_is_the_dump(event: Any, ts: float | None) -> No
 
 
 def test_a_flat_event_reads_back_to_the_same_line() -> None:
-    line = encode_event(to_json(LLMCall(**_CALL, batch=2, index=0, answer="a"), ts=5), 1 << 20)
+    line = encode_event(to_json(LLMCall(**LLM_CALL_FIELDS, batch=2, index=0, answer="a"), ts=5), 1 << 20)
     assert encode_event(to_json(loads(line)), 1 << 20) == line
 
 
