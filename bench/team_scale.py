@@ -6,8 +6,9 @@ balancer): `rlm1` and `rlm2` are `--role both` (the two workers), `rlm3` is `--r
 LM is the zero-latency scripted server. Prints:
 
 - server CPU per turn: the three replicas' CPU (user + system, from /proc) for `--runs` runs at
-  once through the balancer, against one embedded process (SQLite, no queue) running the same
-  runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted; also
+  once through the balancer (`--calls-to front`: to the front-only replica, which then follows
+  every run while the workers only execute them), against one embedded process (SQLite, no
+  queue) running the same runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted; also
   each replica's share (and of it, its event loop's thread: the rest is worker threads, Docker
   and kernel I/O; and the loop thread's context switches per turn, about its wake-ups), the
   same for the embedded process, PostgreSQL's transactions per turn, and each replica's idle CPU
@@ -329,7 +330,10 @@ async def team_round(
         env["RLM_MCP_LIVE_SUMMARY_INTERVAL_S"] = str(args.live_summary_interval)
     roles = ["both", "both", "front"]
     with balanced_replicas(tmp, database_url=url, lm_url=lm_url, tokens=[TOKEN], env=env, roles=roles) as b:
-        async with client_of(b.url, cafile=b.cafile) as client:
+        # --calls-to front: every call to the front-only replica, so it follows all the runs and
+        # the two workers only execute them (the front's following cost, and the workers', apart).
+        url, cafile = (b.replicas[2].base, None) if args.calls_to == "front" else (b.url, b.cafile)
+        async with client_of(url, cafile=cafile) as client:
             context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
             await many_runs(client, context_id, "warm-up", 4)
             sequential = [await complete(client, context_id, f"scale run sequential {i}") for i in range(args.claims)]
@@ -358,9 +362,8 @@ async def team_round(
             pg_cpu = (tree_cpu(pg_pid) - pg_before) / turns
             xacts = (await db.transactions() - xacts) / turns
             profiles.stop()
-        print(
-            f"team mode: 3 replicas (both, both, front) behind HAProxy; {args.runs} runs of {args.turns} turns at once"
-        )
+        calls = "every call to rlm3" if args.calls_to == "front" else "calls through HAProxy"
+        print(f"team mode: 3 replicas (both, both, front), {calls}; {args.runs} runs of {args.turns} turns at once")
         print(f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {pg_cpu * 1000:.2f} ms)")
         print(f"  PostgreSQL transactions per turn (each autocommit statement is one): {xacts:.1f}")
         print(
@@ -476,3 +479,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label", default="", help="team: this run's label in the recorded row (before, after)")
     parser.add_argument("--record", action="store_true", help="team: append this run to bench/results/team_cpu.json")
     parser.add_argument("--death-runs", type=int, default=4, help="team: long runs when a worker is killed")
+    parser.add_argument(
+        "--calls-to",
+        choices=["balancer", "front"],
+        default="balancer",
+        help="team: where the bench's calls go: HAProxy (each replica fronts some runs) or the front-only replica (rlm3)",
+    )

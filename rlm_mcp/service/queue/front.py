@@ -4,7 +4,8 @@
 `RlmService` and `rlm_complete`'s progress reporting do not know where a run executes. Each run
 this process follows is an `ActiveRun` mirror, refreshed whenever its wake-up arrives
 (`wakeups.Wakeups`: from the live summary the wake-up carries, else from the run's row) and from
-the row at least every RLM_MCP_QUEUE_POLL_S. Any replica follows any run
+the row after a poll interval (RLM_MCP_QUEUE_POLL_S) without one, unless the listener heard
+other runs meanwhile (`Wakeups.heard_within`: then nothing was lost). Any replica follows any run
 (`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
 """
 
@@ -201,18 +202,25 @@ class QueueFront:
         """Follow the run until it ends; `known`: the mirror already shows its row (the run was
         just queued here), so the first wake-up is awaited before anything is read."""
         live: LiveSummary | None = None  # the live summary the last wake-up carried: no row to read
+        look = True  # read the row (a wake-up without a summary, or nothing heard at all)
+        poll = self._settings.queue_poll_s
         try:
             while not run.done.is_set():
                 if known:
                     known = False
                 elif live is not None:
                     apply(run, live)
-                elif not await self._refresh(run):
+                elif look and not await self._refresh(run):
                     break
                 if run.progress.status == "queued" and not run.done.is_set():
                     await self._say_if_no_worker(run)
                 if not run.done.is_set():
-                    _, live = await self._wakeups.wait(run.run_id, self._settings.queue_poll_s)
+                    woken, live = await self._wakeups.wait(run.run_id, poll)
+                    # Nothing for this run within the poll interval: its row is read unless the
+                    # listener heard other runs meanwhile (its session is alive, so this run's
+                    # announcements were not lost: `Wakeups.heard_within`). A busy front's quiet
+                    # runs (a sandbox starting, a long LM call, a queue wait) cost no statement.
+                    look = woken or not self._wakeups.heard_within(poll)
         finally:
             self._wakeups.forget(run.run_id)
             self._finished.append(run.run_id)

@@ -4,15 +4,23 @@ a listening connection on PostgreSQL).
 A notification's payload is the run id, or the run's live summary when a worker publishes one
 (its one encoding: `ports.runs.encode_live` / `decode_live`): the follower applies that summary
 without reading the row. A notification with the id alone means "read the row" (a final status, a requeue,
-a summary too big for a payload). Waiters poll anyway (RLM_MCP_QUEUE_POLL_S), because
-notifications sent while this connection was down (a PostgreSQL restart) are lost; after a
-reconnect every waiter is woken once, for the same reason, and reads its row.
+a summary too big for a payload). Notifications sent while this connection was down (a
+PostgreSQL restart) are lost: after a reconnect every waiter is woken once and reads its row,
+and a waiter that heard nothing for a poll interval (RLM_MCP_QUEUE_POLL_S) reads its row too,
+unless the listener heard an announcement (any run's) within that interval (`heard_within`).
+One session delivers every notification committed after its LISTEN, in commit order, so
+while it hears anything at all, a quiet run is quiet, not lost; a session that died silently
+hears nothing, and its waiters read their rows again within two poll intervals (its keep-alive
+statement then finds it dead, and the reconnect wakes them all).
 
 A wake-up that arrives while its follower is busy (reading the row, telling its clients) is kept
 for the follower's next `wait`, never dropped.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import anyio
 
@@ -23,11 +31,18 @@ READ_ROW = None  # what `wait` returns when the follower must read the row
 
 
 class Wakeups:
-    def __init__(self, queue: RunQueuePort) -> None:
+    def __init__(self, queue: RunQueuePort, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._queue = queue
+        self._clock = clock
         self._events: dict[str, anyio.Event] = {}  # by followed run id
         # A wake-up not yet taken by its follower: the latest live summary, or READ_ROW.
         self._pending: dict[str, LiveSummary | None] = {}
+        self._heard_at = float("-inf")  # monotonic: the listener's last announcement, any run's
+
+    def heard_within(self, within_s: float) -> bool:
+        """Whether the listener heard an announcement (any run's) in the last `within_s` seconds:
+        its session was alive then, so nothing announced before it was lost."""
+        return self._clock() - self._heard_at < within_s
 
     async def wait(self, run_id: str, within_s: float) -> tuple[bool, LiveSummary | None]:
         """(woken, summary): woken within `within_s` (or already, since the last `wait`), and
@@ -72,6 +87,7 @@ class Wakeups:
         """Keep listening, reconnecting after any failure (the queue's `listen_runs`)."""
 
         def on_note(payload: str) -> None:
+            self._heard_at = self._clock()
             # A replica hears the runs it follows (each run's own channel), but also an earlier
             # version's workers' announcements of every run, and a run it stopped following may
             # still be listened to: a run not followed here is let go before its summary is parsed.

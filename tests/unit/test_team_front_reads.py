@@ -1,0 +1,98 @@
+"""When a front reads a followed run's row (`QueueFront._watch`, `Wakeups.heard_within`), on the
+in-memory queue: a run heard of nothing for a poll interval is read again while the listener
+heard nothing either (an announcement may have been lost), and is not while the listener hears
+other runs (its session is alive, so this run's announcements would have come)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from rlm_mcp.ports.queue import RunRow
+from rlm_mcp.ports.runs import LiveSummary, encode_live
+from rlm_mcp.service.queue.front import QueueFront
+from rlm_mcp.service.queue.rules import queue_rules
+from rlm_mcp.service.queue.wakeups import Wakeups
+from rlm_mcp.testing.memory_queue import MemoryRunQueue
+from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_queue_team import summary
+
+pytestmark = pytest.mark.anyio
+
+
+class Counted:
+    """The queue's row reads and the follower's waits, counted; `waits_reached(n)` is set once
+    the follower has waited `n` times."""
+
+    def __init__(self, queue: MemoryRunQueue, wakeups: Wakeups, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads = 0
+        self.waits = 0
+        self._targets: list[tuple[int, anyio.Event]] = []
+        real_read, real_wait = queue.read, wakeups.wait
+
+        async def read(run_id: str) -> RunRow | None:
+            self.reads += 1
+            return await real_read(run_id)
+
+        async def wait(run_id: str, within_s: float) -> tuple[bool, LiveSummary | None]:
+            self.waits += 1
+            for n, event in self._targets:
+                if self.waits >= n:
+                    event.set()
+            return await real_wait(run_id, within_s)
+
+        monkeypatch.setattr(queue, "read", read)
+        monkeypatch.setattr(wakeups, "wait", wait)
+
+    async def waits_reached(self, n: int) -> None:
+        event = anyio.Event()
+        self._targets.append((n, event))
+        if self.waits >= n:
+            event.set()
+        with anyio.fail_after(30):
+            await event.wait()
+
+
+async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = make_settings(queue_poll_s=0.01).queue
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue)
+    counted = Counted(queue, wakeups, monkeypatch)
+    async with QueueFront(settings, queue, wakeups) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000001")
+        worker = await queue.register_worker("owner-quiet", 4)
+        row = await queue.claim(worker, 8, 8)
+        assert row is not None
+        log = await queue.reopen(row.run_id, attempt=row.attempt)
+        # Written without its announcement (as if the NOTIFY was lost): only a read shows it.
+        assert await log.flush(summary=summary(row.run_id, status="running", iterations=3))
+        with anyio.fail_after(30):
+            while run.progress.iterations != 3:
+                await run.wait_change(1.0)
+        assert counted.reads >= 1
+
+
+async def test_a_quiet_run_is_not_read_while_the_listener_hears_other_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = make_settings(queue_poll_s=0.01).queue
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue, clock=lambda: 0.0)  # what was heard was heard just now
+    counted = Counted(queue, wakeups, monkeypatch)
+    heard: list[Callable[[str], None]] = []
+    real_listen = queue.listen_runs
+
+    async def listen_runs(on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
+        heard.append(on_note)
+        await real_listen(on_note, on_connect=on_connect)
+
+    monkeypatch.setattr(queue, "listen_runs", listen_runs)
+    async with QueueFront(settings, queue, wakeups) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000002")
+        await counted.waits_reached(1)
+        assert heard
+        heard[0](encode_live("run_another000000001", LiveSummary(iterations=1)))  # another run, not followed here
+        before = counted.reads
+        await counted.waits_reached(counted.waits + 5)  # five poll intervals with nothing for this run
+        assert counted.reads == before
+        assert run.progress.status == "queued"
