@@ -268,4 +268,3 @@ async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], b
                 # zero-latency 200-way batch ~7% more CPU).
                 await anyio.lowlevel.checkpoint()
     return results
-
