@@ -1,7 +1,7 @@
 """Per sub-call against the floor, in one run: what a sub-call costs rlm-mcp beyond what the
 scripted server itself costs, on this machine at this moment.
 
-    .venv/bin/python bench/subcall.py [--reps 5] [--batches 4] [--record]
+    .venv/bin/python bench/subcall.py [--reps 5] [--batches 4] [--record] [--sizes 1,2,4,8,16,32]
 
 The floor: bare chat-completion requests sent with aiohttp (the client library rlm-mcp's LM
 client uses) straight to the zero-latency scripted server in a subprocess, `n` at a time on a
@@ -17,7 +17,10 @@ The floor moves with the machine's load, so floor and rlm-mcp blocks alternate a
 is taken per rep (median of rlm-mcp's batches / median of the floor's batches in the same rep).
 Prints medians with min/max across reps, the CPU ratio (rlm-mcp's whole process per sub-call over
 the floor's client per request) and the load average at the start and the end; `--record` writes
-bench/results/subcall.json. The process sets the garbage collector as `rlm-mcp serve` does
+bench/results/subcall.json. `--sizes` measures other batch sizes (`--record` refuses them: the
+file is the 16/200 table) and, with three sizes or more, fits a batch's wall time as
+fixed + n x per call on each side (least squares over the per-rep medians): what a batch costs
+once and what each of its calls costs. The process sets the garbage collector as `rlm-mcp serve` does
 (rlm_mcp/cli/collector.py), for both sides: they share it. Never fails on a timing.
 """
 
@@ -57,9 +60,9 @@ def cell(n: int, batches: int) -> str:
     )
 
 
-def script(batches: int) -> dict[str, object]:
+def script(batches: int, sizes: tuple[int, ...] = SIZES) -> dict[str, object]:
     return {
-        "root_by_query": [{"match": f"batch of {n}:", "replies": [cell(n, batches)]} for n in SIZES],
+        "root_by_query": [{"match": f"batch of {n}:", "replies": [cell(n, batches)]} for n in sizes],
         "sub_default": "ok",
         "max_model_len": 65536,
     }
@@ -89,11 +92,11 @@ async def floor_batches(url: str, n: int, batches: int, session: aiohttp.ClientS
     return out, (time.process_time() - cpu0) / (n * batches)
 
 
-async def bench(reps: int, batches: int, record: bool) -> None:
+async def bench(reps: int, batches: int, record: bool, sizes: tuple[int, ...] = SIZES) -> None:
     loads = [_load()]
-    per_rep: dict[int, list[tuple[float, float]]] = {n: [] for n in SIZES}  # (floor, ours) per rep
-    cpu: dict[int, list[tuple[float, float]]] = {n: [] for n in SIZES}  # CPU of this process, same
-    async with bench_service(script(batches), max_concurrent_lm_calls=max(SIZES)) as service:
+    per_rep: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}  # (floor, ours) per rep
+    cpu: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}  # CPU of this process, same
+    async with bench_service(script(batches, sizes), max_concurrent_lm_calls=max(sizes)) as service:
         url: str = service.lm.settings.base_url
         local = Caller(service, LOCAL_OWNER)
         context = await local.load_context(text="hello " * 1000)
@@ -110,11 +113,11 @@ async def bench(reps: int, batches: int, record: bool) -> None:
 
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
         async with aiohttp.ClientSession(connector=connector) as session:
-            for n in SIZES:  # warm-up: connections opened, model discovered, pool filled
+            for n in sizes:  # warm-up: connections opened, model discovered, pool filled
                 await floor_batches(url, n, 1, session)
                 await ours(n)
             for rep in range(reps):
-                for n in SIZES:
+                for n in sizes:
                     floor, floor_cpu = await floor_batches(url, n, batches, session)
                     mine, mine_cpu = await ours(n)
                     per_rep[n].append((statistics.median(floor), statistics.median(mine)))
@@ -128,7 +131,7 @@ async def bench(reps: int, batches: int, record: bool) -> None:
         note=f"{reps} reps of {batches} batches, floor and rlm-mcp alternating; median [min, max] across reps; {load}",
     )
     print(f"\n{'batch':<8}{'floor ms/request':<26}{'rlm-mcp ms/sub-call':<26}{'ratio (per rep)':<24}host CPU ms/call")
-    for n in SIZES:
+    for n in sizes:
         floors = [f * 1000 for f, _ in per_rep[n]]
         mine = [m * 1000 for _, m in per_rep[n]]
         ratios = [m / f for f, m in per_rep[n]]
@@ -139,8 +142,23 @@ async def bench(reps: int, batches: int, record: bool) -> None:
         print(f"{n:<8}{cells[0] + ' ms':<26}{cells[1] + ' ms':<26}{cells[2]:<24}{host} ({mine_cpu / floor_cpu:.2f}x)")
         out.add(f"{n}-way", cells[0] + " ms", cells[1] + " ms", cells[2] + "×", host)
     print(load)
+    if len(sizes) >= 3:
+        for side, pick in (("floor", 0), ("rlm-mcp", 1)):
+            fixed, per_call = fit_batches({n: [p[pick] for p in per_rep[n]] for n in sizes})
+            print(f"fit, {side:<8} a batch of n = {fixed * 1000:.2f} ms + n x {per_call * 1000:.3f} ms")
     if record:
         print(f"written: {out.write()}")
+
+
+def fit_batches(per_call: dict[int, list[float]]) -> tuple[float, float]:
+    """Least squares of a batch's wall (n x the per-call medians of each rep) on n: the seconds a
+    batch costs once and the seconds each call in it costs."""
+    points = [(n, n * value) for n, values in per_call.items() for value in values]
+    mean_n = statistics.fmean(n for n, _ in points)
+    mean_w = statistics.fmean(w for _, w in points)
+    spread = sum((n - mean_n) ** 2 for n, _ in points)
+    slope = sum((n - mean_n) * (w - mean_w) for n, w in points) / spread
+    return mean_w - slope * mean_n, slope
 
 
 def _load() -> str:
@@ -160,9 +178,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--record", action="store_true", help="write bench/results/subcall.json")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="batch sizes, comma-separated (three or more: a fit)"
+    )
     args = parser.parse_args()
+    sizes = tuple(int(n) for n in args.sizes.split(","))
+    if args.record and sizes != SIZES:
+        parser.error(f"--record writes the {SIZES} table; leave --sizes out")
     tune_for_serving()  # as `rlm-mcp serve` does before serving: this process stands for a server
-    anyio.run(bench, args.reps, args.batches, args.record)
+    anyio.run(bench, args.reps, args.batches, args.record, sizes)
 
 
 if __name__ == "__main__":

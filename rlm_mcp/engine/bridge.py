@@ -225,6 +225,19 @@ async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], b
     body, bookkeeping) before the first request of a big batch left; `width` tasks, as many as
     can be in flight at once, keep that work next to each prompt's own request.
     """
+    if len(prompts) == 1:
+        # One prompt (every llm_query): its call runs in this task, with the slot set for the
+        # events it causes and reset after. A task group of one task cost this call two more
+        # event-loop rounds (the task's start, the group's join) and nothing ran beside it.
+        token = SUB_CALL_SLOT.set((batch, 0))
+        try:
+            return [await worker(prompts[0])]
+        except Exception as exc:  # as in a batch: the prompt's answer says it failed
+            log.exception("sub-call failed unexpectedly")
+            return [f"Error: the sub-call failed: {type(exc).__name__}: {exc}"]
+        finally:
+            SUB_CALL_SLOT.reset(token)
+
     results: list[str] = [""] * len(prompts)
     pending = iter(enumerate(prompts))  # shared: each task takes the next prompt not yet taken
 

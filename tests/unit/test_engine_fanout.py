@@ -80,3 +80,18 @@ async def test_a_batch_works_on_at_most_as_many_prompts_as_the_lm_slots(tmp_path
     assert sorted(e["index"] for e in calls) == list(range(40))
     assert {e["batch"] for e in calls} == {events.of("sub_calls")[0]["batch"]}
     assert all(e["prompt"] == f"p{e['index']}" for e in calls)
+
+
+async def test_a_single_prompt_names_its_batch_and_slot_and_only_its_own_events(tmp_path: Path) -> None:
+    # One prompt is answered in the requesting task itself (no task group): its call still names
+    # its own batch and slot 0, and the root calls around it name none.
+    one = repl("a = llm_query('p0')\nb = llm_query('p1')\nprint(a, b)")
+    lm = SendingModel(root=[one, DONE], sub=str.upper)
+    result, events, *_ = await run_engine(tmp_path, lm)
+    assert result.status == "completed" and result.sub_calls == 2
+    subs = [e for e in events.of("llm_call") if e["role"] == "sub"]
+    batches = [e["batch"] for e in events.of("sub_calls")]
+    assert [(e["batch"], e["index"], e["prompt"]) for e in subs] == [(batches[0], 0, "p0"), (batches[1], 0, "p1")]
+    roots = [e for e in events.of("llm_call") if e["role"] == "root"]
+    assert len(roots) == 2 and all(e.get("batch") is None and e.get("index") is None for e in roots)
+    assert "P0 P1" in next(m["content"] for m in lm.root_calls[1].messages if "REPL output" in m["content"])

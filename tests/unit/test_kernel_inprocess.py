@@ -3,6 +3,10 @@ clipping, the sub-call waiter). The kernel as a whole runs in real sandboxes in 
 
 from __future__ import annotations
 
+import json
+import os
+import queue
+import struct
 import threading
 
 import pytest
@@ -59,3 +63,39 @@ def test_waiter_hands_the_reply_from_the_reader_thread_to_the_caller() -> None:
     reader.start()
     assert waiter.wait() is reply
     reader.join()
+
+
+def _frame(obj: dict[str, object]) -> bytes:
+    data = json.dumps(obj).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+def test_reader_splits_frames_and_raw_context_bytes_that_arrive_in_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The reader takes what the pipe holds in one read: a load_context frame, its raw bytes,
+    # the next frames and a lone header byte all land in its buffer together.
+    exits: list[int] = []
+
+    def record_exit(code: int) -> None:  # the kernel ends its process on a broken stream
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", record_exit)
+    r, w = os.pipe()  # both ends stay open: the reader ends the process when its input closes
+    reader = object.__new__(kernel.Kernel)  # only the reader's state, not the process rewiring
+    reader.proto_in = r
+    reader.tasks = queue.SimpleQueue()
+    reader.waiters_lock = threading.Lock()
+    waiter = kernel._Waiter()
+    reader.waiters = {7: waiter}
+    reader.in_cell = False
+    load = _frame({"type": "load_context", "id": 1, "index": 0, "format": "text", "bytes": 5})
+    answer = _frame({"type": "lm_result", "id": 7, "results": ["ok"]})
+    cell = _frame({"type": "exec", "id": 2, "code": "x = 1"})
+    os.write(w, load + b"h\x00llo" + answer + cell[:1])
+    threading.Thread(target=reader.reader, daemon=True).start()
+    loaded = reader.tasks.get(timeout=10)
+    assert (loaded["type"], bytes(loaded["raw"])) == ("load_context", b"h\x00llo")
+    os.write(w, cell[1:])  # the rest of a frame whose first byte came with the others
+    assert reader.tasks.get(timeout=10) == {"type": "exec", "id": 2, "code": "x = 1"}
+    assert waiter.wait() == {"type": "lm_result", "id": 7, "results": ["ok"]}  # answered before the exec
+    assert exits == []

@@ -53,18 +53,24 @@ def _clip(text, limit):
 
 
 class _Waiter:
-    """One sub-call waiting for the host's reply: the reader thread answers, the caller waits."""
+    """One sub-call waiting for the host's reply: the reader thread answers, the caller waits.
+
+    A bare lock held until the answer, not a threading.Event: an Event's wait and set go through
+    a Condition written in Python (a lock made per wait, a waiter list), the caller's wake-up
+    here is one C-level release. The reader pops a waiter before answering it: one answer each.
+    """
 
     def __init__(self):
-        self._event = threading.Event()
+        self._done = threading.Lock()
+        self._done.acquire()
         self._reply = {}
 
     def answer(self, reply):
         self._reply = reply
-        self._event.set()
+        self._done.release()
 
     def wait(self):
-        self._event.wait()
+        self._done.acquire()
         return self._reply
 
 
@@ -198,7 +204,9 @@ class Kernel:
         self.retired = []
         self._heal_fds()
         self.write_lock = threading.Lock()
-        self.tasks = queue.Queue()
+        # SimpleQueue: put and get in C, the main thread's wake-up one lock release (queue.Queue
+        # runs a Python Condition on both sides of every frame the main thread handles).
+        self.tasks = queue.SimpleQueue()
         self.waiters = {}
         self.waiters_lock = threading.Lock()
         self.next_id = 0
@@ -295,38 +303,44 @@ class Kernel:
             except OSError:
                 os._exit(70)  # the host is gone: nothing left to do
 
-    def _read_exact(self, n):
-        chunks = []
-        while n:
-            data = os.read(self.proto_in, min(n, 1 << 20))
+    def _fill(self, buf, n):
+        """Read until `buf` holds at least `n` bytes. Reads take what the pipe holds (a frame's
+        header and body, often several frames, in one read), not one read per header and body."""
+        while len(buf) < n:
+            data = os.read(self.proto_in, min(max(n - len(buf), 1 << 16), 1 << 20))
             if not data:
                 raise EOFError
-            chunks.append(data)
-            n -= len(data)
-        return b"".join(chunks)
+            buf += data
 
-    def _read_payload(self, n):
+    def _read_payload(self, buf, n):
         # A context's bytes follow its load_context frame raw (no JSON): read straight into one
         # buffer, so a 50 MiB context costs one decode here and no escaping on either side.
-        buf = bytearray(n)
-        view = memoryview(buf)
-        pos = 0
+        # The first bytes may already be in the reader's buffer `buf` (taken out of it here).
+        raw = bytearray(n)
+        pos = min(n, len(buf))
+        raw[:pos] = buf[:pos]
+        del buf[:pos]
+        view = memoryview(raw)
         while pos < n:
             got = os.readv(self.proto_in, [view[pos : pos + (1 << 22)]])
             if not got:
                 raise EOFError
             pos += got
         view.release()
-        return buf
+        return raw
 
     def reader(self):
+        buf = bytearray()
         try:
             while True:
-                (size,) = struct.unpack(">I", self._read_exact(4))
-                msg = json.loads(self._read_exact(size))
+                self._fill(buf, 4)
+                (size,) = struct.unpack_from(">I", buf)
+                self._fill(buf, 4 + size)
+                msg = json.loads(buf[4 : 4 + size])
+                del buf[: 4 + size]
                 kind = msg.get("type")
                 if kind == "load_context":
-                    msg["raw"] = self._read_payload(int(msg["bytes"]))
+                    msg["raw"] = self._read_payload(buf, int(msg["bytes"]))
                 if kind == "lm_result":
                     with self.waiters_lock:
                         waiter = self.waiters.pop(msg.get("id"), None)
