@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 from multidict import CIMultiDictProxy
 
+from rlm_mcp.lm.env_routes import DIRECT, EnvRoutes
+
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -124,19 +126,28 @@ class HttpPool:
     """One endpoint's connections for the whole process. Make it (and use it) on the running loop.
 
     aiohttp is imported by the pool's methods, not at the top: a process starts without it (it is
-    the largest import of the LM layer) and loads it with its first LM call."""
+    the largest import of the LM layer) and loads it with its first LM call.
+
+    `trust_env`: the environment's proxy and `.netrc` login are honoured as aiohttp's own
+    `trust_env` honours them, but looked up once per URL (lm/env_routes.py says why)."""
 
     def __init__(self, *, headers: dict[str, str], timeout_s: float, connect_s: float, trust_env: bool) -> None:
         import aiohttp
 
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_s)
+        # A proxy from the environment must not capture a local vLLM (the caller decides).
+        self._routes = EnvRoutes() if trust_env else None
+        # With a proxy passed per request, aiohttp copies a session's default headers into the
+        # proxy's (the API key would reach the proxy as Proxy-Authorization): with routes, the
+        # pool's headers go on each request instead.
+        self._headers = headers if trust_env else None
         self._session = aiohttp.ClientSession(
-            headers=headers,
+            headers=None if trust_env else headers,
             timeout=self._timeout,
             # No connection cap: the client's semaphore bounds concurrent calls; idle ones are kept alive.
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
-            # A proxy from the environment must not capture a local vLLM (the caller decides).
-            trust_env=trust_env,
+            # The environment is read by `_routes` instead: once per URL, not twice per request in a thread.
+            trust_env=False,
         )
 
     async def request(
@@ -154,8 +165,24 @@ class HttpPool:
         sent: Mapping[str, str] | None = _JSON_HEADERS if json_body is not None else None
         if headers:
             sent = {**(sent or {}), **headers}
+        route = DIRECT
+        if self._routes is not None:
+            sent = {**(self._headers or {}), **(sent or {})}
+            route = await self._routes.route(url, sent)
+            if route.auth is not None:
+                sent["Authorization"] = route.auth
+            if route.request_proxy_auth is not None:
+                sent["Proxy-Authorization"] = route.request_proxy_auth
         try:
-            async with self._session.request(method, url, data=json_body, headers=sent, timeout=timeout) as resp:
+            async with self._session.request(
+                method,
+                url,
+                data=json_body,
+                headers=sent,
+                timeout=timeout,
+                proxy=route.proxy,
+                proxy_headers=route.proxy_headers,
+            ) as resp:
                 content = await resp.read()
                 # aiohttp's parser made these headers for this reply alone and never changes them:
                 # kept as they are, not copied.
