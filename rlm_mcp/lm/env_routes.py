@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import anyio
+from multidict import CIMultiDict
 
 
 @dataclass(frozen=True)
@@ -75,13 +76,13 @@ class EnvRoutes:
     def __init__(self) -> None:
         self._routes: dict[str, Route] = {}
 
-    async def route(self, url: str, headers: Mapping[str, str]) -> Route:
+    async def route(self, url: str, headers: CIMultiDict[str]) -> Route:
         """The route for a request to `url` with `headers` (all of them: the pool's too)."""
         route = self._routes.get(url)
         if route is None:
             # Concurrent first requests may each look it up: the same answer, stored once.
             route = self._routes.setdefault(url, await anyio.to_thread.run_sync(_lookup, url))
-        if route.auth is not None and any(name.lower() == "authorization" for name in headers):
+        if route.auth is not None and "Authorization" in headers:
             # The endpoint's API key: a netrc login never replaces it.
             route = Route(route.proxy, route.proxy_headers, route.request_proxy_auth, None)
         return route

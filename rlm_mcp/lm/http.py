@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from rlm_mcp.lm.env_routes import DIRECT, EnvRoutes
 
@@ -167,12 +167,15 @@ class HttpPool:
             sent = {**(sent or {}), **headers}
         route = DIRECT
         if self._routes is not None:
-            sent = {**(self._headers or {}), **(sent or {})}
-            route = await self._routes.route(url, sent)
+            # The request's headers over the pool's, by name whatever its case (as aiohttp merges them).
+            merged = CIMultiDict(self._headers or {})
+            merged.update(sent or {})
+            route = await self._routes.route(url, merged)
             if route.auth is not None:
-                sent["Authorization"] = route.auth
+                merged["Authorization"] = route.auth
             if route.request_proxy_auth is not None:
-                sent["Proxy-Authorization"] = route.request_proxy_auth
+                merged["Proxy-Authorization"] = route.request_proxy_auth
+            sent = merged
         try:
             async with self._session.request(
                 method,

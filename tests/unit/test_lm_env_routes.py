@@ -24,14 +24,17 @@ REPLY = b'{"ok": true}'
 @asynccontextmanager
 async def recording_proxy() -> AsyncIterator[tuple[str, list[tuple[str, dict[str, str]]]]]:
     """A plain-http forward proxy that answers every request itself: (its URL, what it received:
-    the request line and the headers, lower-cased names)."""
+    the request line and the headers, lower-cased names, a repeated one's values joined)."""
     seen: list[tuple[str, dict[str, str]]] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
                 line, *fields = head.decode("latin-1").split("\r\n")[:-2]
-                headers = {name.strip().lower(): value.strip() for name, value in (f.split(":", 1) for f in fields)}
+                headers: dict[str, str] = {}
+                for name, value in (f.split(":", 1) for f in fields):  # a repeated name: its values joined
+                    key = name.strip().lower()
+                    headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
                 await reader.readexactly(int(headers.get("content-length", "0")))
                 seen.append((line, headers))
                 if line.startswith("CONNECT "):  # an https target: refused, its request line is what counts
@@ -142,8 +145,13 @@ async def test_a_netrc_login_is_sent_unless_the_endpoint_has_a_key(
                 await pool.request("POST", REMOTE, json_body=b"{}")
             finally:
                 await pool.aclose()
+            pool = _pool(headers)
+            try:  # a request's own key (a router's) replaces the pool's, whatever the name's case
+                await pool.request("POST", REMOTE, json_body=b"{}", headers={"authorization": "Bearer router"})
+            finally:
+                await pool.aclose()
     basic = "Basic " + base64.b64encode(b"alice:wonder").decode()
-    assert [h.get("authorization") for _, h in seen] == [basic, "Bearer key"]
+    assert [h.get("authorization") for _, h in seen] == [basic, "Bearer router", "Bearer key", "Bearer router"]
     assert "proxy-authorization" not in seen[0][1]
 
 
