@@ -1,17 +1,20 @@
-"""What honouring the environment (a proxy, `.netrc`) costs per LM request: aiohttp's own
-`trust_env`, which looks both up in worker threads on every request, beside rlm-mcp's pool, which
-looks them up once per URL (lm/env_routes.py), and beside the pool with the environment ignored
-(a loopback endpoint's).
+"""The LM client's HTTP pools per request, before and after: honouring the environment (a proxy,
+`.netrc`) for an endpoint off loopback, and plain http to a loopback endpoint.
 
     .venv/bin/python bench/lm_env.py [--calls 400] [--reps 3]
 
 Sequential POSTs of a root call's size to the zero-latency scripted LM in a subprocess, over one
-keep-alive connection; no proxy is set, so every request goes direct and only the lookups differ.
-The endpoint is on loopback (where rlm-mcp never reads the environment), so the pool is made with
-`trust_env` forced on, as it is for an endpoint off loopback. Prints, per variant, the event-loop
-thread's CPU per request (`time.thread_time`), the process's (worker threads included) and the
-loop rounds per request, median [min, max] over reps taken in turn, and the load average. Print
-only; never fails on a timing.
+keep-alive connection; no proxy is set, so every request goes direct. Four variants, reps taken
+in turn:
+  aiohttp, trust_env (before, off loopback): aiohttp looks the proxy and `.netrc` up in worker
+    threads on every request;
+  pool, environment read once per URL (now, off loopback): lm/env_routes.py, then aiohttp;
+  aiohttp, environment ignored (before, loopback);
+  pool, plain http (now, loopback): lm/plain_http.py.
+The endpoint is on loopback; the off-loopback variants force `trust_env` on, as an endpoint off
+loopback has it. Prints, per variant, the event-loop thread's CPU per request
+(`time.thread_time`), the process's (worker threads included) and the loop rounds per request,
+median [min, max] over reps, and the load average. Print only; never fails on a timing.
 """
 
 from __future__ import annotations
@@ -68,11 +71,16 @@ async def bench(calls: int, reps: int) -> None:
     with scripted_lm_process({"root_default": "ok", "sub_default": "ok", "max_model_len": 65536}) as base:
         url = f"{base}/chat/completions"
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=True)
+        bare = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=False)
         routed = HttpPool(headers={}, timeout_s=600, connect_s=10, trust_env=True)
         direct = HttpPool(headers={}, timeout_s=600, connect_s=10, trust_env=False)
 
         async def aiohttp_trust_env() -> None:
             async with session.post(url, data=BODY, headers=HEADERS) as resp:
+                await resp.read()
+
+        async def aiohttp_bare() -> None:
+            async with bare.post(url, data=BODY, headers=HEADERS) as resp:
                 await resp.read()
 
         async def pool_routed() -> None:
@@ -82,9 +90,10 @@ async def bench(calls: int, reps: int) -> None:
             await direct.request("POST", url, json_body=BODY, headers=HEADERS)
 
         variants: dict[str, Send] = {
-            "aiohttp trust_env (before)": aiohttp_trust_env,
-            "pool, environment read once per URL": pool_routed,
-            "pool, environment ignored (loopback)": pool_direct,
+            "aiohttp, trust_env (before, off loopback)": aiohttp_trust_env,
+            "pool, environment read once per URL (now, off loopback)": pool_routed,
+            "aiohttp, environment ignored (before, loopback)": aiohttp_bare,
+            "pool, plain http (now, loopback)": pool_direct,
         }
         figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
         load_before = _load()
@@ -97,6 +106,7 @@ async def bench(calls: int, reps: int) -> None:
                     figures[name].append(await measure(send, calls))
         finally:
             await session.close()
+            await bare.close()
             await routed.aclose()
             await direct.aclose()
     print(f"{calls} sequential requests x {reps} reps per variant; load average {load_before} -> {_load()}")

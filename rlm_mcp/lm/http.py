@@ -1,81 +1,32 @@
-"""The LM client's HTTP layer: one aiohttp keep-alive pool, replies read whole, errors in three kinds.
+"""The LM client's HTTP layer: one keep-alive pool per endpoint, replies read whole, errors in
+three kinds (lm/http_reply.py).
 
+A plain-http endpoint the environment is not read for (a loopback vLLM) is spoken to by
+lm/plain_http.py (llhttp's parser, half aiohttp's CPU per request); everything else by aiohttp.
 aiohttp rather than httpx: its C parser and simple pool cost ~0.15 ms of CPU per request here,
 httpx ~1-2 ms (its pool's per-request bookkeeping grows with concurrency), which made the
 client, not the server, the bottleneck of a 16-way batch (bench/lm.py prints both).
 """
-
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 
 from rlm_mcp.lm.env_routes import DIRECT, EnvRoutes
+from rlm_mcp.lm.http_reply import (
+    HttpError,
+    HttpReply,
+    HttpTimeout,
+    HttpTransportError,
+    HttpUnreadable,
+    decode_json,
+)
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-class HttpError(Exception):
-    """Any failure to get a whole reply."""
-
-
-class HttpTimeout(HttpError):
-    """Connect or read took longer than allowed."""
-
-
-class HttpTransportError(HttpError):
-    """No reply: the connection was refused, reset or closed early (worth a retry)."""
-
-
-class HttpUnreadable(HttpError):
-    """A reply came but could not be read (corrupt encoding, broken framing)."""
-
-
-@dataclass(frozen=True)
-class HttpReply:
-    """A whole HTTP reply, read before the connection went back to the pool."""
-
-    url: str
-    status_code: int
-    headers: CIMultiDictProxy[str]
-    content: bytes
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", "replace")
-
-    @property
-    def is_success(self) -> bool:
-        return 200 <= self.status_code < 300
-
-    def json(self) -> Any:
-        """The body as JSON; ValueError when it is not."""
-        return decode_json(self.content)
-
-
-# A run of digits this long may be an integer past 64 bits, which orjson reads as a float. Found
-# by mapping every digit to 9 and looking for the run of nines: a tenth of a pattern's scan.
-_DIGITS_AS_NINES = bytes.maketrans(b"0123456789", b"9" * 10)
-_LONG_NUMBER = b"9" * 19
-
-
-def decode_json(content: bytes) -> Any:
-    """`json.loads(content)`, the same values and the same errors, in a fifth of its time for
-    what servers send: orjson reads strict UTF-8 JSON (a reply per LM call, 200 in a sub-call
-    batch), and whatever it refuses or could read differently goes to the standard library as
-    before: what orjson rejects (a UTF-16 body, NaN, a lone surrogate's escape, a number past a
-    float) and bodies with a 19-digit run (an integer orjson would make a float)."""
-    if content.translate(_DIGITS_AS_NINES).find(_LONG_NUMBER) < 0:
-        try:
-            return orjson.loads(content)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(content)
 
 
 # `json.dumps` with these options builds this encoder on every call; it keeps no state, so one does.
@@ -137,6 +88,10 @@ class HttpPool:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_s)
         # A proxy from the environment must not capture a local vLLM (the caller decides).
         self._routes = EnvRoutes() if trust_env else None
+        # Plain http with the environment unread (a loopback endpoint): lm/plain_http.py says why.
+        from rlm_mcp.lm.plain_http import PlainPool
+
+        self._plain = None if trust_env else PlainPool(headers, timeout_s=timeout_s, connect_s=connect_s)
         # With a proxy passed per request, aiohttp copies a session's default headers into the
         # proxy's (the API key would reach the proxy as Proxy-Authorization): with routes, the
         # pool's headers go on each request instead.
@@ -165,6 +120,9 @@ class HttpPool:
         sent: Mapping[str, str] | None = _JSON_HEADERS if json_body is not None else None
         if headers:
             sent = {**(sent or {}), **headers}
+        plain = self._plain
+        if plain is not None and plain.takes(method, url, sent):
+            return await plain.request(method, url, body=json_body, headers=sent, timeout_s=timeout_s)
         route = DIRECT
         if self._routes is not None:
             # The request's headers over the pool's, by name whatever its case (as aiohttp merges them).
@@ -200,4 +158,18 @@ class HttpPool:
             raise HttpUnreadable(f"{type(exc).__name__}: {exc}") from exc
 
     async def aclose(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
         await self._session.close()
+
+
+__all__ = [
+    "HttpError",
+    "HttpPool",
+    "HttpReply",
+    "HttpTimeout",
+    "HttpTransportError",
+    "HttpUnreadable",
+    "decode_json",
+    "encode_json",
+]

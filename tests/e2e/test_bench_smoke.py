@@ -68,7 +68,7 @@ def test_subcall_bench_prints_the_floor_beside_each_batch_size() -> None:
 
 def test_lm_env_bench_prints_each_variant() -> None:
     out = run_bench(str(BENCH / "lm_env.py"), "--calls", "20", "--reps", "1")
-    assert out.count("loop rounds") == 3 and "load average" in out
+    assert out.count("loop rounds") == 4 and "load average" in out
 
 
 def test_lm_floor_bench_prints_each_batch_shape_over_its_ideal() -> None:
