@@ -7,6 +7,7 @@ aiohttp rather than httpx: its C parser and simple pool cost ~0.15 ms of CPU per
 httpx ~1-2 ms (its pool's per-request bookkeeping grows with concurrency), which made the
 client, not the server, the bottleneck of a 16-way batch (bench/lm.py prints both).
 """
+
 from __future__ import annotations
 
 import json
