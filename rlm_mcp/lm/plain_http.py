@@ -201,9 +201,23 @@ class PlainPool:
         if body is not None or method == "POST":
             head.append(f"Content-Length: {len(body or b'')}\r\n")
         head.append("\r\n")
-        request = "".join(head).encode("latin-1") + (body or b"")
+        request = "".join(head).encode("utf-8") + (body or b"")  # header values as aiohttp writes them
 
-        conn = await self._connection(host, port, loop, deadline)
+        # A GET on a reused connection the server closed as it was sent is sent once more on a
+        # new one, as aiohttp retries an idempotent request; a POST's failure is the caller's.
+        retry = method == "GET"
+        while True:
+            conn, reused = await self._connection(host, port, loop, deadline)
+            try:
+                return HttpReply(url, *await self._exchange(conn, request, loop, deadline, (host, port)))
+            except HttpTransportError:
+                if not (retry and reused):
+                    raise
+                retry = False
+
+    async def _exchange(
+        self, conn: _Connection, request: bytes, loop: asyncio.AbstractEventLoop, deadline: float, key: tuple[str, int]
+    ) -> _Answer:
         waiter: asyncio.Future[_Answer] = loop.create_future()
         conn.waiter = waiter
         conn.reusable = False
@@ -211,22 +225,24 @@ class PlainPool:
         try:
             assert conn.transport is not None
             conn.transport.write(request)
-            status, reply_headers, content = await waiter
+            return await waiter
         finally:
             timer.cancel()
             conn.waiter = None
             if conn.reusable and not conn.closed and not self._closed:
-                self._idle.setdefault((host, port), []).append(conn)
+                self._idle.setdefault(key, []).append(conn)
             else:
                 conn.close()
-        return HttpReply(url, status, reply_headers, content)
 
-    async def _connection(self, host: str, port: int, loop: asyncio.AbstractEventLoop, deadline: float) -> _Connection:
+    async def _connection(
+        self, host: str, port: int, loop: asyncio.AbstractEventLoop, deadline: float
+    ) -> tuple[_Connection, bool]:
+        """An open connection to (host, port) and whether it served a request before."""
         idle = self._idle.get((host, port))
         while idle:
             conn = idle.pop()
             if not conn.closed:
-                return conn
+                return conn, True
         try:
             async with asyncio.timeout_at(min(deadline, loop.time() + self._connect_s)):
                 _, conn = await loop.create_connection(_Connection, host, port)
@@ -236,7 +252,7 @@ class PlainPool:
             raise HttpTransportError(
                 f"Cannot connect to host {host}:{port} ssl:default [{exc.strerror or exc}]"
             ) from exc
-        return conn
+        return conn, False
 
     def close(self) -> None:
         """Close the idle connections; those in flight close when their request ends."""

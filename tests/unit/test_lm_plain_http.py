@@ -186,3 +186,18 @@ async def test_a_header_that_is_not_one_line_never_reaches_the_wire() -> None:
         finally:
             await client.aclose()
     assert heads == []
+
+
+async def test_a_get_the_server_drops_on_a_reused_connection_is_sent_again_and_a_post_is_not() -> None:
+    answers = {0: ok(b"first"), 1: b"", 2: ok(b"again"), 3: ok(b"warm"), 4: b""}
+    async with raw_server(lambda n: answers[n]) as (url, heads):
+        client = pool()
+        try:
+            assert (await client.request("GET", url + "/v1/models")).content == b"first"
+            assert (await client.request("GET", url + "/v1/models")).content == b"again"  # dropped, then resent
+            assert (await client.request("POST", url + "/v1/chat/completions", json_body=b"{}")).content == b"warm"
+            with pytest.raises(HttpTransportError, match="Server disconnected"):
+                await client.request("POST", url + "/v1/chat/completions", json_body=b"{}")
+        finally:
+            await client.aclose()
+    assert len(heads) == 5
