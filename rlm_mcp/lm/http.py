@@ -81,7 +81,8 @@ class HttpPool:
     the largest import of the LM layer) and loads it with its first LM call.
 
     `trust_env`: the environment's proxy and `.netrc` login are honoured as aiohttp's own
-    `trust_env` honours them, but looked up once per URL (lm/env_routes.py says why)."""
+    `trust_env` honours them, but looked up once per URL (lm/env_routes.py says why). Without it
+    (a loopback endpoint), a GET or POST to a plain-http URL goes through lm/plain_http.py."""
 
     def __init__(self, *, headers: dict[str, str], timeout_s: float, connect_s: float, trust_env: bool) -> None:
         import aiohttp
@@ -117,13 +118,13 @@ class HttpPool:
     ) -> HttpReply:
         import aiohttp  # loaded by __init__ already: a lookup in sys.modules
 
-        timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         sent: Mapping[str, str] | None = _JSON_HEADERS if json_body is not None else None
         if headers:
             sent = {**(sent or {}), **headers}
         plain = self._plain
         if plain is not None and plain.takes(method, url, sent):
             return await plain.request(method, url, body=json_body, headers=sent, timeout_s=timeout_s)
+        timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         route = DIRECT
         if self._routes is not None:
             # The request's headers over the pool's, by name whatever its case (as aiohttp merges them).
