@@ -3,10 +3,10 @@ framed by httptools (llhttp, the parser uvicorn uses): the LM client's hot path.
 
 Why not aiohttp here: per request its client builds a request object, a response object, a
 timeout handle, a cookie filter and, on Python 3.11, a task to write the body (a loop round of
-its own): 0.26-0.29 ms of the event loop's CPU per bare request on the 2-core VM against
-0.15-0.17 ms for this, and in a root turn 0.64-0.80 ms against 0.29-0.34 ms for the LM call's
-HTTP request, 0.7 fewer loop rounds per turn (bench/turn_cpu.py --phases; `bench/lm_env.py`
-prints both pools side by side). Everything else (https, a proxy, a `.netrc` login, other
+its own). On the 2-core VM: 0.31 ms of the event loop's CPU and 3.6 loop rounds per bare
+request against 0.15 ms and 2 (`bench/lm_env.py`, both side by side); in a further root turn the
+LM call's HTTP request 0.59-0.65 ms against 0.21-0.24 ms, 0.8 fewer loop rounds per turn
+(bench/turn_cpu.py --phases, alternating trees). Everything else (https, a proxy, a `.netrc` login, other
 methods) stays on aiohttp (lm/http.py).
 
 What it does, as aiohttp did for these requests: one request at a time per connection, idle
