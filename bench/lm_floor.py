@@ -5,8 +5,9 @@ machine's scheduling are above that for any client. This measures them alone.
 
     .venv/bin/python bench/lm_floor.py [--reps 5] [--sub-delay 0.2] [--tokens-per-s 100] [--concurrency 16]
 
-The same scripted server and latency as bench/lm_time.py (its defaults), and bare aiohttp requests
-(the client library rlm-mcp's LM client uses, on one keep-alive pool) in the shapes of its batch
+The same scripted server and latency as bench/lm_time.py (its defaults), and bare requests from
+rlm-mcp's own HTTP pool (lm/http.py, the one its LM client uses: plain http to this loopback
+server through lm/plain_http.py, on one keep-alive pool) in the shapes of its batch
 rows: one round of 16 (a `batch_1m` turn; five of them in that row), and 200 prompts at 16 served
 at once, 64 in flight (`fan_200`: rlm-mcp's LM limit there is 64). Prints each shape's wall over
 its ideal, median [min, max] across reps, and the load average. Print only (no --record): the
@@ -24,26 +25,24 @@ import sys
 import time
 from pathlib import Path
 
-import aiohttp
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's rlm_mcp
+from rlm_mcp.lm.http import HttpPool
 from rlm_mcp.testing import Script, scripted_lm_process
 
 SHAPES = (("16 prompts, 16 in flight (one batch_1m turn)", 16, 16), ("200 prompts, 64 in flight (fan_200)", 200, 64))
 
 
-async def batch(session: aiohttp.ClientSession, url: str, n: int, width: int) -> float:
+async def batch(pool: HttpPool, url: str, n: int, width: int) -> float:
     """Seconds of n bare requests, `width` tasks each taking the next prompt as its last ends."""
-    headers = {"Content-Type": "application/json"}
     prompts = iter(range(n))
 
     async def slot() -> None:
         for i in prompts:
             body = json.dumps({"model": "rlm-v0.1", "messages": [{"role": "user", "content": f"q{i}"}]}).encode()
-            async with session.post(f"{url}/chat/completions", data=body, headers=headers) as resp:
-                await resp.read()
-                assert resp.status == 200, resp.status
+            reply = await pool.request("POST", f"{url}/chat/completions", json_body=body)
+            assert reply.status_code == 200, reply.status_code
 
     started = time.perf_counter()
     async with anyio.create_task_group() as tg:
@@ -65,13 +64,15 @@ async def bench(args: argparse.Namespace) -> None:
     load = os.getloadavg()[0]
     walls: dict[str, list[float]] = {name: [] for name, _, _ in SHAPES}
     with scripted_lm_process(script) as url:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        pool = HttpPool(headers={}, timeout_s=600, connect_s=10, trust_env=False)  # as a loopback endpoint's
+        try:
             for _, n, width in SHAPES:  # warm-up: the connections opened
-                await batch(session, url, n, width)
+                await batch(pool, url, n, width)
             for _ in range(args.reps):
                 for name, n, width in SHAPES:
-                    walls[name].append(await batch(session, url, n, width))
+                    walls[name].append(await batch(pool, url, n, width))
+        finally:
+            await pool.aclose()
     print(f"scripted sub latency {latency:.3f} s, {args.concurrency} served at once; {args.reps} reps")
     for name, n, _ in SHAPES:
         ideal = math.ceil(n / args.concurrency) * latency

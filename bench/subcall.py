@@ -3,9 +3,10 @@ scripted server itself costs, on this machine at this moment.
 
     .venv/bin/python bench/subcall.py [--reps 5] [--batches 4] [--record] [--sizes 1,2,4,8,16,32]
 
-The floor: bare chat-completion requests sent with aiohttp (the client library rlm-mcp's LM
-client uses) straight to the zero-latency scripted server in a subprocess, `n` at a time on a
-pool of keep-alive connections, timed per batch; the floor per request is a batch's wall / n.
+The floor: bare chat-completion requests sent with rlm-mcp's own HTTP pool (lm/http.py, the one
+its LM client uses: plain http through lm/plain_http.py to this loopback server) straight to the
+zero-latency scripted server in a subprocess, `n` at a time on a pool of keep-alive connections,
+timed per batch; the floor per request is a batch's wall / n.
 
 rlm-mcp: one run per rep (real Docker sandbox, warm pool, run log written, in-process service)
 whose one cell times `llm_query_batched` of `n` prompts inside the sandbox, `--batches` times:
@@ -33,13 +34,13 @@ import sys
 import time
 from pathlib import Path
 
-import aiohttp
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.results_file import ResultFile
 from bench.run import bench_service
 from rlm_mcp.cli.collector import tune_for_serving
+from rlm_mcp.lm.http import HttpPool
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
@@ -68,18 +69,16 @@ def script(batches: int, sizes: tuple[int, ...] = SIZES) -> dict[str, object]:
     }
 
 
-async def floor_batches(url: str, n: int, batches: int, session: aiohttp.ClientSession) -> tuple[list[float], float]:
+async def floor_batches(url: str, n: int, batches: int, pool: HttpPool) -> tuple[list[float], float]:
     """Seconds per request of `batches` rounds of n bare requests in flight at once, and this
     process's CPU seconds per request."""
     body = json.dumps(
         {"model": "rlm-v0.1", "messages": [{"role": "user", "content": "q0 0"}], "max_tokens": 4096}
     ).encode()
-    headers = {"Content-Type": "application/json"}
 
     async def one() -> None:
-        async with session.post(f"{url}/chat/completions", data=body, headers=headers) as resp:
-            await resp.read()
-            assert resp.status == 200, resp.status
+        reply = await pool.request("POST", f"{url}/chat/completions", json_body=body)
+        assert reply.status_code == 200, reply.status_code
 
     out = []
     cpu0 = time.process_time()
@@ -111,22 +110,24 @@ async def bench(reps: int, batches: int, record: bool, sizes: tuple[int, ...] = 
             assert result.status == "completed", result
             return [t / n for t in json.loads(str(result.answer))], cpu / (n * batches)
 
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        pool = HttpPool(headers={}, timeout_s=600, connect_s=10, trust_env=False)  # as a loopback endpoint's
+        try:
             for n in sizes:  # warm-up: connections opened, model discovered, pool filled
-                await floor_batches(url, n, 1, session)
+                await floor_batches(url, n, 1, pool)
                 await ours(n)
             for rep in range(reps):
                 for n in sizes:
-                    floor, floor_cpu = await floor_batches(url, n, batches, session)
+                    floor, floor_cpu = await floor_batches(url, n, batches, pool)
                     mine, mine_cpu = await ours(n)
                     per_rep[n].append((statistics.median(floor), statistics.median(mine)))
                     cpu[n].append((floor_cpu, mine_cpu))
                 print(f"rep {rep + 1}/{reps} done", file=sys.stderr)
+        finally:
+            await pool.aclose()
     load = f"load average {loads[0]} at the start, {_load()} at the end"
     out = ResultFile(
         "subcall",
-        "Per sub-call against the floor (aiohttp bare requests to the same scripted server, same run)",
+        "Per sub-call against the floor (bare requests from rlm-mcp's HTTP pool to the same scripted server, same run)",
         ["batch", "floor per request", "rlm-mcp per sub-call", "rlm-mcp / floor", "host CPU per call: floor, rlm-mcp"],
         note=f"{reps} reps of {batches} batches, floor and rlm-mcp alternating; median [min, max] across reps; {load}",
     )

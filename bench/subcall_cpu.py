@@ -4,7 +4,7 @@ figure of `bench/subcall.py`'s setup on a shared machine.
     .venv/bin/python bench/subcall_cpu.py [--n 200] [--reps 3] [--batches 8] [--profile PREFIX]
 
 Same service, script and floor as bench/subcall.py (a real sandbox, the scripted LM in a
-subprocess, bare aiohttp requests n at a time), but what is timed is the event loop thread's own
+subprocess, bare requests from rlm-mcp's own HTTP pool n at a time), but what is timed is the event loop thread's own
 CPU (`time.thread_time`) while a batch is in flight: around each floor batch, and around the
 sub-call bridge's handling of each n-prompt batch (the LM client, the bridge, the events, the
 accounting; not the sandbox's frames, which another process writes). Wall times on a loaded
@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
@@ -34,6 +33,7 @@ from bench.run import bench_service
 from bench.subcall import SIZES, _load, _quiet, floor_batches, script
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.engine.bridge import SubCallBridge
+from rlm_mcp.lm.http import HttpPool
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
@@ -72,9 +72,9 @@ async def bench(n: int, reps: int, batches: int, profile: str | None) -> None:
             result = await local.complete(f"batch of {n}: go", context.context_id, RunOverrides(), _quiet)
             assert result.status == "completed", result
 
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            await floor_batches(url, n, 1, session)  # warm-up: connections, model, pool
+        pool = HttpPool(headers={}, timeout_s=600, connect_s=10, trust_env=False)  # as a loopback endpoint's
+        try:
+            await floor_batches(url, n, 1, pool)  # warm-up: connections, model, pool
             await ours()
             timing = True
             for _ in range(reps):
@@ -82,11 +82,13 @@ async def bench(n: int, reps: int, batches: int, profile: str | None) -> None:
                     if floor_prof:
                         floor_prof.enable()
                     started = time.thread_time()
-                    await floor_batches(url, n, 1, session)
+                    await floor_batches(url, n, 1, pool)
                     floor_cpu.append((time.thread_time() - started) / n)
                     if floor_prof:
                         floor_prof.disable()
                 await ours()
+        finally:
+            await pool.aclose()
     floor, mine = statistics.median(floor_cpu) * 1e6, statistics.median(ours_cpu) * 1e6
     print(
         f"{n}-way, thread CPU during the batches: floor {floor:.0f} µs per request, rlm-mcp {mine:.0f} µs "

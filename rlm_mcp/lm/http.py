@@ -1,5 +1,8 @@
-"""The LM client's HTTP layer: one aiohttp keep-alive pool, replies read whole, errors in three kinds.
+"""The LM client's HTTP layer: one keep-alive pool per endpoint, replies read whole, errors in
+three kinds (lm/http_reply.py).
 
+A plain-http endpoint the environment is not read for (a loopback vLLM) is spoken to by
+lm/plain_http.py (llhttp's parser, half aiohttp's CPU per request); everything else by aiohttp.
 aiohttp rather than httpx: its C parser and simple pool cost ~0.15 ms of CPU per request here,
 httpx ~1-2 ms (its pool's per-request bookkeeping grows with concurrency), which made the
 client, not the server, the bottleneck of a 16-way batch (bench/lm.py prints both).
@@ -9,71 +12,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict
+
+from rlm_mcp.lm.env_routes import DIRECT, EnvRoutes
+from rlm_mcp.lm.http_reply import (
+    HttpError,
+    HttpReply,
+    HttpTimeout,
+    HttpTransportError,
+    HttpUnreadable,
+    decode_json,
+)
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
-
-
-class HttpError(Exception):
-    """Any failure to get a whole reply."""
-
-
-class HttpTimeout(HttpError):
-    """Connect or read took longer than allowed."""
-
-
-class HttpTransportError(HttpError):
-    """No reply: the connection was refused, reset or closed early (worth a retry)."""
-
-
-class HttpUnreadable(HttpError):
-    """A reply came but could not be read (corrupt encoding, broken framing)."""
-
-
-@dataclass(frozen=True)
-class HttpReply:
-    """A whole HTTP reply, read before the connection went back to the pool."""
-
-    url: str
-    status_code: int
-    headers: CIMultiDictProxy[str]
-    content: bytes
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", "replace")
-
-    @property
-    def is_success(self) -> bool:
-        return 200 <= self.status_code < 300
-
-    def json(self) -> Any:
-        """The body as JSON; ValueError when it is not."""
-        return decode_json(self.content)
-
-
-# A run of digits this long may be an integer past 64 bits, which orjson reads as a float. Found
-# by mapping every digit to 9 and looking for the run of nines: a tenth of a pattern's scan.
-_DIGITS_AS_NINES = bytes.maketrans(b"0123456789", b"9" * 10)
-_LONG_NUMBER = b"9" * 19
-
-
-def decode_json(content: bytes) -> Any:
-    """`json.loads(content)`, the same values and the same errors, in a fifth of its time for
-    what servers send: orjson reads strict UTF-8 JSON (a reply per LM call, 200 in a sub-call
-    batch), and whatever it refuses or could read differently goes to the standard library as
-    before: what orjson rejects (a UTF-16 body, NaN, a lone surrogate's escape, a number past a
-    float) and bodies with a 19-digit run (an integer orjson would make a float)."""
-    if content.translate(_DIGITS_AS_NINES).find(_LONG_NUMBER) < 0:
-        try:
-            return orjson.loads(content)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(content)
 
 
 # `json.dumps` with these options builds this encoder on every call; it keeps no state, so one does.
@@ -124,19 +78,33 @@ class HttpPool:
     """One endpoint's connections for the whole process. Make it (and use it) on the running loop.
 
     aiohttp is imported by the pool's methods, not at the top: a process starts without it (it is
-    the largest import of the LM layer) and loads it with its first LM call."""
+    the largest import of the LM layer) and loads it with its first LM call.
+
+    `trust_env`: the environment's proxy and `.netrc` login are honoured as aiohttp's own
+    `trust_env` honours them, but looked up once per URL (lm/env_routes.py says why). Without it
+    (a loopback endpoint), a GET or POST to a plain-http URL goes through lm/plain_http.py."""
 
     def __init__(self, *, headers: dict[str, str], timeout_s: float, connect_s: float, trust_env: bool) -> None:
         import aiohttp
 
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_s)
+        # A proxy from the environment must not capture a local vLLM (the caller decides).
+        self._routes = EnvRoutes() if trust_env else None
+        # Plain http with the environment unread (a loopback endpoint): lm/plain_http.py says why.
+        from rlm_mcp.lm.plain_http import PlainPool
+
+        self._plain = None if trust_env else PlainPool(headers, timeout_s=timeout_s, connect_s=connect_s)
+        # With a proxy passed per request, aiohttp copies a session's default headers into the
+        # proxy's (the API key would reach the proxy as Proxy-Authorization): with routes, the
+        # pool's headers go on each request instead.
+        self._headers = headers if trust_env else None
         self._session = aiohttp.ClientSession(
-            headers=headers,
+            headers=None if trust_env else headers,
             timeout=self._timeout,
             # No connection cap: the client's semaphore bounds concurrent calls; idle ones are kept alive.
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
-            # A proxy from the environment must not capture a local vLLM (the caller decides).
-            trust_env=trust_env,
+            # The environment is read by `_routes` instead: once per URL, not twice per request in a thread.
+            trust_env=False,
         )
 
     async def request(
@@ -150,12 +118,34 @@ class HttpPool:
     ) -> HttpReply:
         import aiohttp  # loaded by __init__ already: a lookup in sys.modules
 
-        timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         sent: Mapping[str, str] | None = _JSON_HEADERS if json_body is not None else None
         if headers:
             sent = {**(sent or {}), **headers}
+        plain = self._plain
+        if plain is not None and plain.takes(method, url, sent):
+            return await plain.request(method, url, body=json_body, headers=sent, timeout_s=timeout_s)
+        timeout = self._timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
+        route = DIRECT
+        if self._routes is not None:
+            # The request's headers over the pool's, by name whatever its case (as aiohttp merges them).
+            merged = CIMultiDict(self._headers or {})
+            merged.update(sent or {})
+            route = await self._routes.route(url, merged)
+            if route.auth is not None:
+                merged["Authorization"] = route.auth
+            if route.request_proxy_auth is not None:
+                merged["Proxy-Authorization"] = route.request_proxy_auth
+            sent = merged
         try:
-            async with self._session.request(method, url, data=json_body, headers=sent, timeout=timeout) as resp:
+            async with self._session.request(
+                method,
+                url,
+                data=json_body,
+                headers=sent,
+                timeout=timeout,
+                proxy=route.proxy,
+                proxy_headers=route.proxy_headers,
+            ) as resp:
                 content = await resp.read()
                 # aiohttp's parser made these headers for this reply alone and never changes them:
                 # kept as they are, not copied.
@@ -170,4 +160,18 @@ class HttpPool:
             raise HttpUnreadable(f"{type(exc).__name__}: {exc}") from exc
 
     async def aclose(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
         await self._session.close()
+
+
+__all__ = [
+    "HttpError",
+    "HttpPool",
+    "HttpReply",
+    "HttpTimeout",
+    "HttpTransportError",
+    "HttpUnreadable",
+    "decode_json",
+    "encode_json",
+]

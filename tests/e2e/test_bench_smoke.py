@@ -66,6 +66,11 @@ def test_subcall_bench_prints_the_floor_beside_each_batch_size() -> None:
     assert sum(1 for line in out.splitlines() if line.split()[:1] in (["16"], ["200"])) == 2
 
 
+def test_lm_env_bench_prints_each_variant() -> None:
+    out = run_bench(str(BENCH / "lm_env.py"), "--calls", "20", "--reps", "1")
+    assert out.count("loop rounds") == 4 and "load average" in out
+
+
 def test_lm_floor_bench_prints_each_batch_shape_over_its_ideal() -> None:
     out = run_bench(str(BENCH / "lm_floor.py"), "--reps", "1", "--sub-delay", "0.01")
     assert sum(1 for line in out.splitlines() if "wall / ideal" in line) == 2 and "load average" in out
