@@ -1,7 +1,8 @@
 """The metadata index: one SQLite file shared by every server process using a data dir.
 
 Each operation borrows a connection inside a worker thread (a few idle ones are kept per file,
-see `_borrow`), which keeps connections off the event loop; this process's writers queue on a
+see `_borrow`), which keeps connections off the event loop, except a read that cannot wait
+(`read_here`: a context's row at a run's admission); this process's writers queue on a
 mutex, other processes' on SQLite's busy handler. WAL mode lets readers run while one process writes; the busy timeout makes a
 second writer wait instead of failing with "database is locked". Every write runs inside
 `BEGIN IMMEDIATE`, so the write lock is taken up front and a read-then-write sequence cannot
