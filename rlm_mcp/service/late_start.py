@@ -81,11 +81,7 @@ class LateRecord:
         self.settled = anyio.Event()  # created, or failed
         self._log: RunLogPort | None = None
         self._error: Exception | None = None
-        self.log = _EarlyLog(self)
-
-    @property
-    def failed(self) -> Exception | None:
-        return self._error
+        self.log = _EarlyLog(self, record.run_id)
 
     async def create(self) -> RunLogPort:
         """Create the record (once), then write the events that waited for it; the store's error
@@ -110,15 +106,16 @@ class _EarlyLog:
     """The run's log as its task writes it: the store's log once the record exists; before,
     the events in memory, in order (nothing reads a run's log before its record exists)."""
 
-    def __init__(self, record: LateRecord) -> None:
+    def __init__(self, record: LateRecord, run_id: str) -> None:
         self._record = record
+        self._run_id = run_id
         self._log: RunLogPort | None = None
         self._opened = False
         self._waiting: list[RunEvent] = []
 
     @property
     def run_id(self) -> str:
-        return self._record._record.run_id
+        return self._run_id
 
     async def attach(self, log: RunLogPort) -> None:
         """The record exists: the events so far go to its log (a failed write is the run's log's
