@@ -85,9 +85,12 @@ class SandboxOpener:
         await self._done.wait()
 
     async def get(self) -> Opened:
-        """The open sandbox (waiting for it); the opening's error when it failed."""
+        """The open sandbox (waiting for it); the opening's error when it failed. Open already
+        (the usual case: it opened during the first call): no loop round, as waiting on a set
+        event takes one, and the run's first reply is waiting."""
         self.release()
-        await self._done.wait()
+        if not self._done.is_set():
+            await self._done.wait()
         if self.error is not None:
             raise self.error
         if self._opened is None:  # the opening task was cancelled: so is whoever waits here

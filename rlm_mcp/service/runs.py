@@ -29,6 +29,7 @@ from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunRecord, RunRequest, new_run_id
 from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.service.late_start import LatePin, LateRecord
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
 from rlm_mcp.service.slots import SlotGate
@@ -71,45 +72,17 @@ class _Hooks:
     # told by the queue's end write, `service.queue.ends.EndReporting`).
     tells_end: bool = True
     # The contexts as the call's admission read them: given, a run that takes its slot at once
-    # pins them beside its first LM call (`_LatePin`) instead of before it.
+    # pins them beside its first LM call (`LatePin`) instead of before it.
     specs: Sequence[ContextSpec] | None = None
+    # A run `start` accepted: its record, created beside its first LM call when it takes its slot
+    # at once, else before it waits for one (`LateRecord`); None: the record exists (`adopt`).
+    record: LateRecord | None = None
 
 
-class _LatePin:
-    """A run's contexts, pinned beside its first LM call: by the sandbox's opening (the engine's
-    `ready`, awaited before the sandbox loads them), not before the run's first request (their
-    SQLite write was on its path). The outcome is kept: `check` gives the caller the pin's failure
-    as the run's, even when the run ended without opening its sandbox, so a context gone since
-    the call was admitted fails the call (`RunNotStarted`) as it did when the pin came first."""
-
-    def __init__(
-        self, pins: AsyncExitStack, enter: Callable[[], AbstractAsyncContextManager[list[ContextInfo]]]
-    ) -> None:
-        self._pins = pins
-        self._enter = enter
-        self._lock = anyio.Lock()
-        self._done = False
-        self._error: Exception | None = None
-
-    async def get(self) -> None:
-        """Pin (once: the pins go onto `pins`, released by the run's task); the pin's error."""
-        async with self._lock:
-            if not self._done:
-                try:
-                    await self._pins.enter_async_context(self._enter())
-                except Exception as exc:
-                    self._error = exc
-                self._done = True  # not when cancelled midway: a later call pins again
-        if self._error is not None:
-            raise self._error
-
-    async def check(self) -> None:
-        """`get`, its refusal raised as the run's not having started (as a pin before the run)."""
-        try:
-            await self.get()
-        except RlmMcpError as exc:
-            raise RunNotStarted(exc) from exc
-
+# How long `start` waits for a run to create its record beside its first LM call before creating
+# it itself: the run's steps before that call take loop rounds, unless they wait on the LM
+# endpoint (its discovery, a token count), which `start` does not wait for.
+RECORD_WAIT_S = 0.05
 
 # Loop rounds the caller woken by a run's end takes to send its answer (the MCP tool returns, the
 # SDK hands the result to its writer task, which writes it): the pins' release waits that long.
@@ -123,6 +96,17 @@ async def _answer_first() -> None:
     release's hop in between)."""
     for _ in range(ANSWER_ROUNDS):
         await anyio.lowlevel.checkpoint()
+
+
+async def _recorded(hooks: _Hooks) -> bool:
+    """Whether the run's record exists (created now if the run ended before it was)."""
+    if hooks.record is None:
+        return True
+    try:
+        await hooks.record.create()
+    except Exception:
+        return False
+    return True
 
 
 class RunManager:
@@ -213,7 +197,7 @@ class RunManager:
         contexts: Sequence[ContextSpec] | None = None,
     ) -> ActiveRun:
         """`repl` and `on_end`: the run continues a kept session (embedded mode only);
-        `contexts`: the request's contexts as the call's admission read them (`_LatePin`)."""
+        `contexts`: the request's contexts as the call's admission read them (`LatePin`)."""
         if self._tg is None or engine is None:
             raise RuntimeError("RunManager used outside its context, or without an engine")
         # Bounded before anything is opened; runs that will take a free slot at once do not count
@@ -234,12 +218,23 @@ class RunManager:
         )
         run = ActiveRun(run_id, request, progress)
         self._runs[run_id] = run
-        try:
-            log = await self._records.create(run.record())
-        except BaseException:
-            del self._runs[run_id]
-            raise
-        await self._tg.start(self._execute, run, engine, log, _Hooks(repl=repl, on_end=on_end, specs=contexts))
+        record = LateRecord(self._records, run.record())
+        hooks = _Hooks(repl=repl, on_end=on_end, specs=contexts, record=record)
+        await self._tg.start(self._execute, run, engine, record.log, hooks)
+        # Returned once the record exists: the run id handed out always names a stored record.
+        # Shielded: a caller that went away meanwhile still gets the run (and cancels it).
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(RECORD_WAIT_S):
+                await record.settled.wait()
+            try:
+                await record.create()  # the run has not yet: before its first request after all
+            except Exception:
+                # Refused (a full disk): the run was never accepted, as when the record came first.
+                if run.scope is not None:
+                    run.scope.cancel()
+                await run.done.wait()
+                self._runs.pop(run_id, None)
+                raise
         return run
 
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
@@ -286,24 +281,34 @@ class RunManager:
                     metrics.run_finished(
                         result.status, result.duration_s, result.iterations, result.sub_calls, started=run.began
                     )
-                    if hooks.on_result is not None:
-                        try:
-                            await hooks.on_result(run)
-                        except Exception:
-                            logger.exception("the session of run %s could not record its end", run.run_id)
-                    final = await self._finish_record(run, log)
-                    if hooks.on_end is not None:
-                        try:
-                            await hooks.on_end(run)
-                        except Exception:
-                            logger.exception("the session of run %s could not take its end", run.run_id)
-                    if hooks.tells_end:
-                        await self._ends.ended(final)
-                    run.done.set()
-                    run.notify("run_end")
-                    self._forget_old_runs()
-                    await self._prune_records()
-                    await _answer_first()
+                    if not await _recorded(hooks):
+                        # Its record was refused: `start` raises the store's error and forgets the
+                        # run, which was never accepted (there is no end to write or to tell).
+                        run.done.set()
+                    else:
+                        await self._end(run, log, hooks, result)
+
+    async def _end(self, run: ActiveRun, log: RunLogPort, hooks: _Hooks, result: RunResult) -> None:
+        """The run's end, once its result is known: the session's, its final record, the run-end
+        hook, its waiters woken; then housekeeping, and the answer let out first."""
+        if hooks.on_result is not None:
+            try:
+                await hooks.on_result(run)
+            except Exception:
+                logger.exception("the session of run %s could not record its end", run.run_id)
+        final = await self._finish_record(run, log)
+        if hooks.on_end is not None:
+            try:
+                await hooks.on_end(run)
+            except Exception:
+                logger.exception("the session of run %s could not take its end", run.run_id)
+        if hooks.tells_end:
+            await self._ends.ended(final)
+        run.done.set()
+        run.notify("run_end")
+        self._forget_old_runs()
+        await self._prune_records()
+        await _answer_first()
 
     async def _prune_records(self) -> None:
         """Keep the records on disk bounded too (at most once every few minutes)."""
@@ -327,27 +332,39 @@ class RunManager:
 
     async def _run_in_slot(
         self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack, hooks: _Hooks
-    ) -> RunResult:
-        """Pin the contexts (onto `pins`, which the caller releases) and run once a slot is free."""
+    ) -> RunResult | None:
+        """Pin the contexts (onto `pins`, which the caller releases) and run once a slot is free.
+        None: the run's record was refused (`start` raises the store's error)."""
         request = run.request
 
         def enter() -> AbstractAsyncContextManager[list[ContextInfo]]:
             return self._contexts.in_use(request.context_ids, owner=request.owner)
 
-        contexts: list[ContextInfo] | _LatePin
+        late: LatePin | None = None
+        ready: Callable[[], Awaitable[None]] | None = None
         if hooks.specs is not None and self._gate.try_acquire(request.owner, run, shared=hooks.shared):
             run.notify("queued")  # as `_acquire_slot` says it
-            contexts = _LatePin(pins, enter)
+            # The record and the pins beside the first LM call: the engine's `ready` step.
+            specs, late, record = list(hooks.specs), LatePin(pins, enter), hooks.record
+
+            async def ready() -> None:
+                if record is not None:
+                    await record.create()
+                await late.get()
+
         else:
+            if not await _recorded(hooks):  # before it waits: a queued run is listed from its record
+                return None
             # Pinned while queued too: eviction (here or in another process) must not take the
             # contexts while the run waits for a slot.
             try:
-                contexts = await pins.enter_async_context(enter())
+                infos = await pins.enter_async_context(enter())
             except RlmMcpError as exc:  # a context deleted since the call was checked
                 raise RunNotStarted(exc) from exc
             await self._acquire_slot(run, hooks)
+            specs = [self._contexts.spec(info) for info in infos]
         try:
-            return await self._run_pinned(run, engine, log, contexts, hooks)
+            return await self._run_pinned(run, engine, log, specs, hooks, late=late, ready=ready)
         finally:
             self._gate.release(request.owner)
 
@@ -381,10 +398,14 @@ class RunManager:
         run: ActiveRun,
         engine: RLMEngine,
         log: RunLogPort,
-        contexts: list[ContextInfo] | _LatePin,
+        specs: list[ContextSpec],
         hooks: _Hooks,
+        *,
+        late: LatePin | None,
+        ready: Callable[[], Awaitable[None]] | None,
     ) -> RunResult:
-        """`contexts`: pinned already, or pinned beside the first LM call (`_LatePin`)."""
+        """`late`: the contexts' pins when they go beside the first LM call, in the engine's
+        `ready` step (None: pinned already)."""
         run.progress.status = "running"
         run.progress.phase = RunPhase.STARTING
         run.progress.started = time.monotonic()
@@ -406,12 +427,6 @@ class RunManager:
                 run.scope.cancel()  # before the LM call or the cell the event announces
                 await anyio.lowlevel.checkpoint()
 
-        late: _LatePin | None = None
-        if isinstance(contexts, _LatePin):
-            assert hooks.specs is not None
-            late, specs = contexts, list(hooks.specs)
-        else:
-            specs = [self._contexts.spec(info) for info in contexts]
         with tracing.run_span(run.request.trace_context, {"rlm.run.id": run.run_id, "rlm.run.depth": 0}) as span:
             try:
                 result = await engine.run(
@@ -422,7 +437,7 @@ class RunManager:
                     progress=run.progress,
                     emit=emit,
                     session=hooks.repl,
-                    ready=late.get if late is not None else None,
+                    ready=ready,
                 )
             except RunNotStarted:
                 if late is not None:

@@ -134,6 +134,14 @@ class SqliteContextIndex:
 
         return await _db.in_thread(step)
 
+    async def quick_read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """`work` (a read of a few rows) on the event loop when that cannot wait (`_db.read_here`),
+        else in one worker-thread hop."""
+        done = _db.read_here(self.db_path, work)
+        if done is not None:
+            return done[0]
+        return await self.in_one_step(work, write=False)
+
 
 class ContextStore(Contexts):
     """The embedded store: the SQLite index and blob files under `settings.data_dir`."""
@@ -147,13 +155,14 @@ class ContextStore(Contexts):
         return self.files.local_path(sha256)
 
     # A run's start reads its contexts (`get`, when the call is checked) and pins them (`_pin`):
-    # the same rules as `Contexts`', each in one worker-thread hop instead of two and three.
+    # the same rules as `Contexts`'; the read on the event loop unless it would wait (the call's
+    # admission waits for it), the pins in one worker-thread hop instead of three.
 
     async def get(self, context_id: str, *, owner: OwnerScope) -> ContextInfo:
         selecting = self._selecting(context_id, owner)
         row = None
         if selecting is not None:
-            row = await self.files.in_one_step(lambda conn: conn.execute(*selecting).fetchone(), write=False)
+            row = await self.files.quick_read(lambda conn: conn.execute(*selecting).fetchone())
         if row is None:
             raise unknown_context(context_id)
         return context_info(row)
