@@ -139,6 +139,13 @@ def run_started() -> None:
     RUNS_RUNNING.inc()
 
 
+def run_withdrawn(*, started: bool) -> None:
+    """A run whose record the store refused: never accepted, so not finished either; it leaves
+    the running gauge if it had begun executing (it stays in `runs_started`, a counter)."""
+    if started:
+        RUNS_RUNNING.dec()
+
+
 def run_finished(status: str, duration_s: float, turns: int, sub_calls: int, *, started: bool) -> None:
     """A run's record was written with `status`; `started`: it had begun executing (counted by
     `run_started`), rather than ending while it waited for a slot."""

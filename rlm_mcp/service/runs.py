@@ -278,14 +278,15 @@ class RunManager:
                         run.shut_down = True
                     run.result = result
                     run.progress.status = result.status
-                    metrics.run_finished(
-                        result.status, result.duration_s, result.iterations, result.sub_calls, started=run.began
-                    )
                     if not await _recorded(hooks):
                         # Its record was refused: `start` raises the store's error and forgets the
-                        # run, which was never accepted (there is no end to write or to tell).
+                        # run, which was never accepted (there is no end to write, count or tell).
+                        metrics.run_withdrawn(started=run.began)
                         run.done.set()
                     else:
+                        metrics.run_finished(
+                            result.status, result.duration_s, result.iterations, result.sub_calls, started=run.began
+                        )
                         await self._end(run, log, hooks, result)
 
     async def _end(self, run: ActiveRun, log: RunLogPort, hooks: _Hooks, result: RunResult) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from prometheus_client import REGISTRY
 
 from rlm_mcp.assembly import make_stores
 from rlm_mcp.engine import RLMEngine
@@ -102,6 +103,20 @@ async def test_start_does_not_wait_for_the_lm_endpoint_before_the_first_request(
     ][:2] == ["run_start", "turn_start"]
 
 
+def _finished() -> float:
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        if metric.name == "rlm_mcp_runs_finished"
+        for sample in metric.samples
+        if sample.name == "rlm_mcp_runs_finished_total"
+    )
+
+
+def _running() -> float:
+    return REGISTRY.get_sample_value("rlm_mcp_runs_running") or 0.0
+
+
 class _Refusing:
     """The run store, refusing every new record (a full disk)."""
 
@@ -134,8 +149,11 @@ async def test_a_refused_record_fails_the_call_and_leaves_no_run(tmp_path: Path,
             ends=RunEnds([hook]),
         ) as runs:
             request = RunRequest(query="q", context_ids=[info.context_id], limits=make_limits(settings), owner=ALICE)
+            finished, running = _finished(), _running()
             with pytest.raises(OSError, match="No space left on device"), anyio.fail_after(30):
                 await runs.start(request, engine, contexts=[stores.contexts.spec(info)] if late else None)
+            # a run never accepted is not counted as finished (in any status) nor left running
+            assert (_finished(), _running()) == (finished, running)
             # the contexts are not held by a run that never was
             assert await stores.contexts.delete(info.context_id, owner=ALICE)
     assert told == []
