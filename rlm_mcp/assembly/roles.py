@@ -61,7 +61,10 @@ def service_parts(settings: Settings, *, transport: Transport) -> ServiceParts:
     deployment = settings.deployment
     if deployment.database is None:
         return embedded(settings, transport=transport)
-    stores = team_stores(settings.store, deployment.database, replica=True, blobs=settings.blobs)
+    # A replica that executes runs keeps a store connection per run slot open: each running run
+    # writes its log on its own connection (store/pg/__init__.py `make_pg_stores`).
+    warm = settings.runs.max_runs if deployment.executes_runs else 1
+    stores = team_stores(settings.store, deployment.database, replica=True, blobs=settings.blobs, warm=warm)
     if deployment.role == "worker":
         return worker(settings, stores)
     return front(settings, stores, transport=transport)  # a front, or `both` (a front that executes)

@@ -12,6 +12,8 @@ as `rlm://runs/{id}`. Everywhere it is a `RunRecord`; the JSON form exists only 
 - `LiveSummary` with `encode_live` / `decode_live`: the small part of a record that a worker
   announces on each progress event (NOTIFY payloads are capped at 8000 bytes by PostgreSQL; this
   one never exceeds `LIVE_MAX_BYTES`).
+- `encode_final` / `decode_announcement`: a run's end announced with its final record's stored
+  JSON when it fits (`FINAL_MAX_BYTES`), so a follower reads no row at the end.
 
 Version rule: `version` is `RECORD_VERSION` of the writer (a record without it was written by
 the first release: version 1). A new version only adds optional fields; a reader ignores fields it
@@ -30,6 +32,7 @@ text is that rendering, kept for readers of the first release and for people.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -223,6 +226,34 @@ def summed_usage(records: Iterable[RunRecord]) -> Usage:
     return total
 
 
+# -- a run's end, announced with its final record ------------------------------------------------
+# The payload is the run id, a space, this word, then the record's stored JSON. A reader of an
+# earlier version finds no JSON object after the id (`decode_live`), so to it the payload says
+# "read the row", as the run id alone did: it still sees the end, one statement later.
+FINAL_MARK = "final "
+FINAL_MAX_BYTES = 7900  # PostgreSQL refuses a payload of 8000 bytes or more: the id alone then
+
+
+def encode_final(run_id: str, stored: str) -> str:
+    """The announcement of a run's end with its final record (`stored`: its `to_stored()` JSON
+    text, as the row holds it); the run id alone when that would not fit in a payload."""
+    payload = f"{run_id} {FINAL_MARK}{stored}"
+    return payload if len(payload.encode()) <= FINAL_MAX_BYTES else run_id
+
+
+def decode_announcement(payload: str) -> tuple[str, LiveSummary | RunRecord | None]:
+    """The run id and what its announcement carries: a live summary, the final record, or None
+    (the id alone, or nothing readable: read the row)."""
+    run_id, _, rest = payload.partition(" ")
+    if not rest.startswith(FINAL_MARK):
+        return decode_live(payload)
+    try:
+        record = RunRecord.from_stored(json.loads(rest[len(FINAL_MARK) :]))
+    except ValueError:  # not JSON, not a record (pydantic's errors are ValueErrors too)
+        return run_id, None
+    return run_id, (record if record.done and record.run_id == run_id else None)
+
+
 # -- the run-end hook -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunEnded:
@@ -258,6 +289,8 @@ class RunEndHook(Protocol):
 
 __all__ = [
     "FINAL_STATUSES",
+    "FINAL_MARK",
+    "FINAL_MAX_BYTES",
     "LIVE_MAX_BYTES",
     "NOTICE_TEXT_MAX",
     "RECORD_VERSION",
@@ -277,7 +310,9 @@ __all__ = [
     "TokenCount",
     "Usage",
     "WorkerRef",
+    "decode_announcement",
     "decode_live",
+    "encode_final",
     "encode_live",
     "live_fields",
     "may_requeue",

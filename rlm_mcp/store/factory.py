@@ -36,10 +36,11 @@ def embedded_stores(store: StoreSettings) -> Stores:
 
 
 def team_stores(
-    store: StoreSettings, team: TeamDatabase, *, replica: bool, blobs: BlobSettings | None = None
+    store: StoreSettings, team: TeamDatabase, *, replica: bool, blobs: BlobSettings | None = None, warm: int = 1
 ) -> PgStores:
     """Shared state on the PostgreSQL database `team` names. `replica`: this process serves clients (it is recorded as a
-    replica and sweeps its local cache); the CLI's one-off commands pass False."""
+    replica and sweeps its local cache); the CLI's one-off commands pass False. `warm`: pooled
+    connections kept open from the start (`make_pg_stores`)."""
     try:
         from rlm_mcp.store.pg import make_pg_stores
     except ImportError as exc:
@@ -47,4 +48,4 @@ def team_stores(
             f"RLM_MCP_DATABASE_URL is set but the PostgreSQL driver is not installed ({exc.name}).",
             f"Install the team extra. {TEAM_EXTRA_FIX} Or unset RLM_MCP_DATABASE_URL.",
         ) from None
-    return make_pg_stores(store, team, replica=replica, blobs=blobs)
+    return make_pg_stores(store, team, replica=replica, blobs=blobs, warm=warm)

@@ -89,3 +89,24 @@ def test_team_fronts_show_the_workers_limits(store_settings: Callable[..., Setti
 
     # A team front's viewer shows the workers' gates (lm/throttle_board.py); embedded, its own.
     assert anyio.run(board) is (not settings.deployment.embedded)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("role", "kept_open"), [("worker", 3), ("both", 3), ("front", 1)])
+def test_a_replica_that_executes_runs_opens_a_store_connection_per_run_slot(
+    pg_migrated_url: str, tmp_path: Path, role: str, kept_open: int
+) -> None:
+    # (The heartbeat's statement at the start may take one more while they open: at least.)
+    # Each running run writes its log on its own pooled connection; a replica that executes runs
+    # opens one per run slot from the start, not one at a time while a burst's first turns wait.
+    settings = make_settings(tmp_path, database_url=pg_migrated_url, role=role, max_runs=3)
+
+    async def opened() -> tuple[int, int]:
+        stores = assembly.service_parts(settings, transport="http").stores
+        async with stores:
+            pool = stores.db.pool  # type: ignore[attr-defined]  # team mode's bundle
+            await pool.wait(timeout=30)
+            return int(pool.get_stats()["pool_size"]), pool.min_size
+
+    size, kept = anyio.run(opened)
+    assert size >= kept_open and kept == kept_open

@@ -17,7 +17,7 @@ from rlm_mcp.assembly import make_stores
 from rlm_mcp.events import Cell, LLMCall, TurnStart
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.queue import RunRow
-from rlm_mcp.ports.runs import decode_live, encode_live
+from rlm_mcp.ports.runs import decode_announcement, decode_live, encode_live
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError
@@ -212,7 +212,9 @@ async def test_the_final_record_and_the_last_events_are_one_fenced_statement(
     tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker's log ends its run with the events still staged in one statement (the end write
-    of the queue, fenced by the attempt); a former attempt's log writes neither, and says so."""
+    of the queue, fenced by the attempt) and announces the final record with it; a former
+    attempt's log writes neither, says so, and announces the run id alone (its record is not
+    the run's)."""
     settings = make_settings(tmp_path, database_url=pg_url)
     async with make_stores(settings) as stores:
         db, runs, queue, worker, first = await _claimed(stores, settings, "owner-finish")
@@ -220,7 +222,11 @@ async def test_the_final_record_and_the_last_events_are_one_fenced_statement(
         stale.stage(_turn(1))
         second = await _claimed_again(queue, worker)
         final = run_record(RUN, {"status": "running", "owner": ALICE}).ended("cancelled", "stopped by its caller")
-        assert not await stale.finish(final)  # fenced: not this attempt's run any more
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
+            await listener.execute(f"LISTEN {run_channel(RUN)}")
+            assert not await stale.finish(final)  # fenced: not this attempt's run any more
+            refused = await anext(listener.notifies(timeout=5))
+        assert refused.payload == RUN
         types, record = await _rows(pg_url)
         assert types == [] and not record["done"]
 
@@ -233,7 +239,13 @@ async def test_the_final_record_and_the_last_events_are_one_fenced_statement(
             assert await fenced.finish(final)
             note = await anext(listener.notifies(timeout=5))
         monkeypatch.undo()
-        assert len(used) == 1 and note.payload == RUN  # one statement; the wake-up names the run
+        assert len(used) == 1  # one statement
+        # The wake-up carries the final record as a front reading the row gets it; to an
+        # earlier version's reader it names the run alone (it reads the row, as before).
+        row = await queue.read(RUN)
+        assert row is not None and row.summary.done
+        assert decode_announcement(note.payload) == (RUN, row.summary)
+        assert decode_live(note.payload) == (RUN, None)
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "cell"] and record["done"] and record["next_seq"] == 2
         assert not await fenced.finish(final)  # ended already: this call did not end it

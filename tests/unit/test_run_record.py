@@ -11,6 +11,8 @@ import pytest
 
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.runs import (
+    FINAL_MARK,
+    FINAL_MAX_BYTES,
     LIVE_MAX_BYTES,
     RECORD_VERSION,
     LiveSummary,
@@ -21,7 +23,9 @@ from rlm_mcp.ports.runs import (
     RunRequest,
     Usage,
     WorkerRef,
+    decode_announcement,
     decode_live,
+    encode_final,
     encode_live,
     may_requeue,
     new_run_id,
@@ -153,6 +157,24 @@ def test_the_live_summary_stays_under_its_cap_whatever_the_run_used() -> None:
     assert len(payload.encode()) <= LIVE_MAX_BYTES
     _, back = decode_live(payload)
     assert back is not None and back.usage.total.calls == 400 and back.usage.by_model == {}
+
+
+def test_a_final_record_rides_its_announcement_when_it_fits() -> None:
+    final = record(status="running", iterations=2, usage=Usage.of(USAGE)).ended("cancelled", "stopped by its caller")
+    stored = json.dumps(final.to_stored(), ensure_ascii=False)
+    payload = encode_final("run_abc", stored)
+    assert decode_announcement(payload) == ("run_abc", RunRecord.from_stored(json.loads(stored)))
+    assert decode_live(payload) == ("run_abc", None)  # an earlier version's reader reads the row
+    # Too long for a NOTIFY payload: the run id alone (the follower reads the row).
+    long = record(status="running").ended("completed", "é" * FINAL_MAX_BYTES)
+    assert encode_final("run_abc", json.dumps(long.to_stored(), ensure_ascii=False)) == "run_abc"
+    live = record(status="running", iterations=1)
+    assert decode_announcement(encode_live("run_abc", live.live())) == ("run_abc", live.live())
+    assert decode_announcement("run_abc") == ("run_abc", None)
+    assert decode_announcement(f"run_abc {FINAL_MARK}{{not json") == ("run_abc", None)
+    # A record that is not final, or another run's, is never taken for the run's end.
+    for other in (live, final.model_copy(update={"run_id": "run_other"})):
+        assert decode_announcement(f"run_abc {FINAL_MARK}{json.dumps(other.to_stored())}") == ("run_abc", None)
 
 
 def test_notices_render_only_at_the_edge_and_join_in_order() -> None:

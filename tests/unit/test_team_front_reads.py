@@ -5,13 +5,14 @@ other runs (its session is alive, so this run's announcements would have come)."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import anyio
 import pytest
 
 from rlm_mcp.ports.queue import RunRow
-from rlm_mcp.ports.runs import LiveSummary, encode_live
+from rlm_mcp.ports.runs import LiveSummary, RunRecord, encode_final, encode_live
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
@@ -36,7 +37,7 @@ class Counted:
             self.reads += 1
             return await real_read(run_id)
 
-        async def wait(run_id: str, within_s: float) -> tuple[bool, LiveSummary | None]:
+        async def wait(run_id: str, within_s: float) -> tuple[bool, LiveSummary | RunRecord | None]:
             self.waits += 1
             for n, event in self._targets:
                 if self.waits >= n:
@@ -96,3 +97,31 @@ async def test_a_quiet_run_is_not_read_while_the_listener_hears_other_runs(monke
         await counted.waits_reached(counted.waits + 5)  # five poll intervals with nothing for this run
         assert counted.reads == before
         assert run.progress.status == "queued"
+
+
+async def test_a_run_ends_from_the_final_record_its_announcement_carries(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = make_settings(queue_poll_s=60.0).queue  # no timed look at the row within the test
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue)
+    counted = Counted(queue, wakeups, monkeypatch)
+    heard: list[Callable[[str], None]] = []
+    real_listen = queue.listen_runs
+
+    async def listen_runs(on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
+        heard.append(on_note)
+        await real_listen(on_note, on_connect=on_connect)
+
+    monkeypatch.setattr(queue, "listen_runs", listen_runs)
+    run_id = "run_final00000000001"
+    async with QueueFront(settings, queue, wakeups) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id=run_id)
+        await counted.waits_reached(1)
+        before = counted.reads
+        final = summary(run_id, status="running", iterations=2).ended("cancelled", "stopped by its caller")
+        heard[0](encode_final(run_id, json.dumps(final.to_stored())))
+        with anyio.fail_after(30):
+            await run.done.wait()
+        # The end, its status and its notice came with the wake-up: the row was not read.
+        assert counted.reads == before
+        assert run.progress.status == "cancelled" and run.progress.iterations == 2
+        assert run.notice is not None and run.notice.render() == "stopped by its caller"

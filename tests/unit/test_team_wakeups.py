@@ -40,17 +40,17 @@ async def test_a_wake_up_while_the_follower_is_busy_is_kept_and_the_latest_wins(
 async def test_the_listener_decodes_only_the_announcements_of_runs_followed_here(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rlm_mcp.ports.runs import decode_live, encode_live
+    from rlm_mcp.ports.runs import RunRecord, decode_announcement, encode_live
     from rlm_mcp.service.queue import wakeups as wakeups_module
 
     decoded: list[str] = []
-    real = decode_live
+    real = decode_announcement
 
-    def counting(payload: str) -> tuple[str, LiveSummary | None]:
+    def counting(payload: str) -> tuple[str, LiveSummary | RunRecord | None]:
         decoded.append(payload.partition(" ")[0])
         return real(payload)
 
-    monkeypatch.setattr(wakeups_module, "decode_live", counting)
+    monkeypatch.setattr(wakeups_module, "decode_announcement", counting)
     queue = MemoryRunQueue(queue_rules(make_settings().queue))
     wakeups = Wakeups(queue)
     heard: list[Callable[[str], None]] = []

@@ -201,7 +201,7 @@ class QueueFront:
     async def _watch(self, run: ActiveRun, *, known: bool = False) -> None:
         """Follow the run until it ends; `known`: the mirror already shows its row (the run was
         just queued here), so the first wake-up is awaited before anything is read."""
-        live: LiveSummary | None = None  # the live summary the last wake-up carried: no row to read
+        live: LiveSummary | RunRecord | None = None  # what the last wake-up carried: no row to read
         look = True  # read the row (a wake-up without a summary, or nothing heard at all)
         poll = self._settings.queue_poll_s
         try:

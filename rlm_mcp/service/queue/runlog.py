@@ -101,8 +101,9 @@ class QueueRunLog:
         await self._inner.flush()
 
     async def write_summary(self, summary: RunRecord) -> None:
-        """The staged events and the summary, announced (the wake-up carries the run id alone
-        for a final summary: the followers read the row)."""
+        """The staged events and the summary, announced (a worker's final summary through its
+        end write, whose wake-up carries the record when it fits, else the run id alone: the
+        followers read the row)."""
         if summary.done and self._hand_back is not None and self._hand_back():
             self.detach()
         if self._inner.detached:  # handed back to the queue: the requeue announces it

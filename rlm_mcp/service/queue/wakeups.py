@@ -2,9 +2,10 @@
 a listening connection on PostgreSQL).
 
 A notification's payload is the run id, or the run's live summary when a worker publishes one
-(its one encoding: `ports.runs.encode_live` / `decode_live`): the follower applies that summary
-without reading the row. A notification with the id alone means "read the row" (a final status, a requeue,
-a summary too big for a payload). Notifications sent while this connection was down (a
+(its one encoding: `ports.runs.encode_live` / `decode_live`), or its final record when a worker's
+end write announces it (`encode_final` / `decode_announcement`): the follower applies that summary
+or record without reading the row. A notification with the id alone means "read the row" (a
+final status written elsewhere, a requeue, a summary or record too big for a payload). Notifications sent while this connection was down (a
 PostgreSQL restart) are lost: after a reconnect every waiter is woken once and reads its row,
 and a waiter that heard nothing for a poll interval (RLM_MCP_QUEUE_POLL_S) reads its row too,
 unless the listener heard an announcement (any run's) within that interval (`heard_within`).
@@ -25,7 +26,7 @@ from collections.abc import Callable
 import anyio
 
 from rlm_mcp.ports.queue import RunQueuePort
-from rlm_mcp.ports.runs import LiveSummary, decode_live
+from rlm_mcp.ports.runs import LiveSummary, RunRecord, decode_announcement
 
 READ_ROW = None  # what `wait` returns when the follower must read the row
 
@@ -35,8 +36,8 @@ class Wakeups:
         self._queue = queue
         self._clock = clock
         self._events: dict[str, anyio.Event] = {}  # by followed run id
-        # A wake-up not yet taken by its follower: the latest live summary, or READ_ROW.
-        self._pending: dict[str, LiveSummary | None] = {}
+        # A wake-up not yet taken by its follower: the latest live summary, the final record, or READ_ROW.
+        self._pending: dict[str, LiveSummary | RunRecord | None] = {}
         self._heard_at = float("-inf")  # monotonic: the listener's last announcement, any run's
 
     def heard_within(self, within_s: float) -> bool:
@@ -44,9 +45,9 @@ class Wakeups:
         its session was alive then, so nothing announced before it was lost."""
         return self._clock() - self._heard_at < within_s
 
-    async def wait(self, run_id: str, within_s: float) -> tuple[bool, LiveSummary | None]:
+    async def wait(self, run_id: str, within_s: float) -> tuple[bool, LiveSummary | RunRecord | None]:
         """(woken, summary): woken within `within_s` (or already, since the last `wait`), and
-        the live summary the latest wake-up carried (None: read the row)."""
+        the live summary or final record the latest wake-up carried (None: read the row)."""
         if run_id not in self._pending:
             event = self._events.setdefault(run_id, anyio.Event())
             with anyio.move_on_after(within_s):
@@ -62,11 +63,11 @@ class Wakeups:
         self._events.setdefault(run_id, anyio.Event())
         await self._queue.follow_run(run_id)
 
-    def wake(self, run_id: str, summary: LiveSummary | None = READ_ROW) -> None:
-        """Wake the run's follower, if it is followed here; `summary` is the live summary a
-        worker published with the wake-up. A later READ_ROW replaces an earlier summary, and a
-        later summary replaces an earlier READ_ROW (it is newer than what the row held then,
-        and a run that ended never publishes one)."""
+    def wake(self, run_id: str, summary: LiveSummary | RunRecord | None = READ_ROW) -> None:
+        """Wake the run's follower, if it is followed here; `summary` is the live summary (or
+        final record) a worker published with the wake-up. A later READ_ROW replaces an earlier
+        summary, and a later summary replaces an earlier READ_ROW (it is newer than what the row
+        held then, and a run that ended never publishes one)."""
         event = self._events.get(run_id)
         if event is None:
             return
@@ -93,8 +94,8 @@ class Wakeups:
             # still be listened to: a run not followed here is let go before its summary is parsed.
             if payload.partition(" ")[0] not in self._events:
                 return
-            run_id, live = decode_live(payload)
-            self.wake(run_id, live)
+            run_id, carried = decode_announcement(payload)
+            self.wake(run_id, carried)
 
         # What was sent while the connection was down is lost: every follower looks again.
         await self._queue.listen_runs(on_note, on_connect=self.wake_all)

@@ -48,11 +48,15 @@ class PgStores(Stores):
 
 
 def make_pg_stores(
-    store: StoreSettings, team: TeamDatabase, *, replica: bool, blobs: BlobSettings | None = None
+    store: StoreSettings, team: TeamDatabase, *, replica: bool, blobs: BlobSettings | None = None, warm: int = 1
 ) -> PgStores:
     """The stores on the database `team` names; `store`: their caps and this replica's data dir;
-    `blobs`: where the bytes go (rows, or the bucket of RLM_MCP_BLOB_URL)."""
-    db = Database(team.dsn, replica=replica)
+    `blobs`: where the bytes go (rows, or the bucket of RLM_MCP_BLOB_URL); `warm`: the pool's
+    connections kept open from the start (a worker: one per run slot, since each running run
+    writes its log on its own; psycopg's pool otherwise grows one connection at a time, only once
+    a statement already waits, and shrinks back after ten idle minutes, so each burst of runs
+    paid a handshake per connection while its first turns waited)."""
+    db = Database(team.dsn, replica=replica, min_size=warm)
     port = bucket_blobs(db, blobs) if blobs is not None else None
     contexts = PgContextStore(store, db, port, blobs.cache_max_bytes if blobs is not None else None)
     if replica:

@@ -67,6 +67,7 @@ REUSE_S = 2.0
 REPLICA_BEAT_S = 5.0
 PING_TIMEOUT_S = 2.0
 REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
+POOL_MAX = 16  # a replica's store connections at most
 FAULT_HOLD_S = 30.0  # after a disk-full (or out-of-memory) refusal, the health route reports it this long
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
@@ -127,14 +128,17 @@ async def _schema_version(conn: Any) -> int:
 class Database:
     """The pool, opened by `open` (migrations first, under an advisory lock)."""
 
-    def __init__(self, url: str, *, replica: bool, max_size: int = 16) -> None:
+    def __init__(self, url: str, *, replica: bool, max_size: int = POOL_MAX, min_size: int = 1) -> None:
         self._url = url
         self.where = describe(url)
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._replica = replica
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             url,
-            min_size=1,
+            # Kept open (psycopg opens them in the background after `open`, and its idle shrinking
+            # stops at min_size): `min_size` > 1 spares a burst of runs one connection handshake
+            # each, opened one at a time while their statements wait (`make_pg_stores`'s `warm`).
+            min_size=min(min_size, max_size),
             max_size=max_size,
             open=False,
             connection_class=Connection,  # an attempt given up on closes its socket at once (connect.py)

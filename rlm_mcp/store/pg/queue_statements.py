@@ -145,12 +145,15 @@ FINISH_ATTEMPT = _FINISH.format(fence="state = 'running' AND attempt = %(attempt
 FINISH_ANY = _FINISH.format(fence="state <> 'done'")
 # A worker's final record with its run log's last events (`runs.PgRunLog.finish`): FINISH_ATTEMPT's
 # write, with the log's counters, after the events' CTE (`EVENTS_FENCE`d); positional parameters:
-# the summary, next_seq, log_bytes, the run id, the attempt, then the channel and the run id.
+# the summary, next_seq, log_bytes, the run id, the attempt, then the channel, the announcement
+# with the final record (`ports.runs.encode_final`) and the run id. The record is announced only
+# when this write ended the run: a stale attempt's refused write announces the id alone.
 FINISH_LOGGED = (
     f"up AS (UPDATE rlm_runs SET summary = %s, state = 'done', updated_at = {NOW}, "
     "next_seq = GREATEST(next_seq, %s), log_bytes = GREATEST(log_bytes, %s) "
-    "WHERE run_id = %s AND state = 'running' AND attempt = %s RETURNING run_id) "
-    "SELECT (SELECT count(*) FROM up) AS ended, pg_notify(%s, %s)"
+    "WHERE run_id = %s AND state = 'running' AND attempt = %s RETURNING run_id), "
+    "n AS (SELECT count(*) AS ended FROM up) "
+    "SELECT ended, pg_notify(%s, CASE WHEN ended > 0 THEN %s ELSE %s END) FROM n"
 )
 
 # --- sweepers ---------------------------------------------------------------------------------

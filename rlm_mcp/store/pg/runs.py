@@ -22,7 +22,7 @@ from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
 from rlm_mcp.ports.queue import RunRow
-from rlm_mcp.ports.runs import LIVE_MAX_BYTES, RunRecord, encode_live
+from rlm_mcp.ports.runs import LIVE_MAX_BYTES, RunRecord, encode_final, encode_live
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event, event_line, unknown_run
@@ -213,7 +213,8 @@ class PgRunLog:
     async def finish(self, summary: RunRecord) -> bool:
         """The staged events and the final record `summary` in one statement: the queue's fenced
         end write (`queue_statements.FINISH_LOGGED`, the same as `PgRunQueue.finish` with this
-        log's attempt) and the wake-up; True if this call ended the run. Only for a worker's log
+        log's attempt) and the wake-up, which carries the final record when it fits (its followers
+        read no row); True if this call ended the run. Only for a worker's log
         (an attempt) that is not detached. A failed call keeps the rows staged (the caller
         retries with `flush` and the queue's `finish`, `service/queue/final_writes.py`)."""
         if self._attempt is None or self._detached or not summary.done:
@@ -222,8 +223,9 @@ class PgRunLog:
             rows = list(self._staged)
             params: list[Any] = []
             ctes = self._events_cte(rows, params)
-            params += [_dump(summary), self._seq, self._written, self._run_id, self._attempt]
-            params += [self._channel, self._run_id]
+            stored = _dump(summary)
+            params += [stored, self._seq, self._written, self._run_id, self._attempt]
+            params += [self._channel, encode_final(self._run_id, stored), self._run_id]
             ctes.append(queue_sql.FINISH_LOGGED)
             try:
                 async with self._db.connection() as conn:
