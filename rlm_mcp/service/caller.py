@@ -231,20 +231,27 @@ class Caller:
         try:
             named = 0  # the last turn a notification has named
 
+            async def name_turns(upto: int) -> None:
+                """Every turn is named once (docs/long-runs.md), even one that began and ended
+                while the previous notification was being sent, or before the run's end woke
+                the waiter: its details are gone by now, its number is not."""
+                nonlocal named
+                most = run.progress.max_iterations
+                for missed in range(named + 1, upto + 1):
+                    await report(values.next(missed), float(most), f"turn {missed}/{most}")
+                named = max(named, upto)
+
             async def on_progress(event: str | None) -> None:
                 nonlocal named
                 p = run.progress
                 turn = min(p.iterations, p.max_iterations)
-                # Every turn is named once (docs/long-runs.md), even one that began and ended
-                # while the previous notification was being sent: its details are gone by now,
-                # its number is not.
-                for missed in range(named + 1, turn):
-                    await report(values.next(missed), float(p.max_iterations), f"turn {missed}/{p.max_iterations}")
+                await name_turns(turn - 1)
                 named = max(named, turn)
                 await report(values.next(p.iterations), float(p.max_iterations), describe(p))
 
             await report(values.next(0), float(run.progress.max_iterations), f"run {run.run_id} started")
             result = await wait_with_heartbeat(run, on_progress)
+            await name_turns(min(run.progress.iterations, run.progress.max_iterations))
         finally:
             # The caller went away (cancel, timeout): the run must not outlive its call.
             if not run.done.is_set():
