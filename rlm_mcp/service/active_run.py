@@ -56,6 +56,9 @@ class ActiveRun:
     slotted: bool = False
     # Began executing (held a slot and started its engine): counted by the running-runs gauge.
     began: bool = False
+    # Its contexts' pins are let go: a moment after its answer is out (they only guard against
+    # eviction, so their release waits until the answer has gone; `RunManager.let_go`).
+    released: anyio.Event = field(default_factory=anyio.Event)
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type

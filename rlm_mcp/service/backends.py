@@ -37,4 +37,9 @@ class RunBackend(Protocol):
         use them instead of reading them again)."""
         ...
 
+    async def let_go(self, context_id: str, *, owner: OwnerScope) -> bool:
+        """Wait a moment for runs of this process that have ended but still pin `context_id` to
+        let it go; whether there were any (a deletion refused because of them is tried again)."""
+        ...
+
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None: ...

@@ -143,8 +143,16 @@ class Caller:
         await self.service.contexts.get(context_id, owner=self.owner)  # NotFoundError with the fix for unknown ids
         try:
             return await self.service.contexts.delete(context_id, owner=self.owner)
-        except BadArgumentError as refused:  # pinned: by an idle kept session, say so (not "a running run")
-            raise (await held_by_idle_session(self.service, context_id, self.owner)) or refused from None
+        except BadArgumentError as refused:
+            pinned = refused
+        # A run that has just answered lets go of its contexts a moment later: not "a running run".
+        if await self.service.runs.let_go(context_id, owner=self.owner):
+            try:
+                return await self.service.contexts.delete(context_id, owner=self.owner)
+            except BadArgumentError as refused:
+                pinned = refused
+        # Pinned by an idle kept session: say so (not "a running run").
+        raise (await held_by_idle_session(self.service, context_id, self.owner)) or pinned
 
     # --- runs ------------------------------------------------------------------------------
 

@@ -84,6 +84,9 @@ class _Hooks:
 # endpoint (its discovery, a token count), which `start` does not wait for.
 RECORD_WAIT_S = 0.05
 
+# How long a context's deletion waits for runs that have just ended to let go of it.
+RELEASE_WAIT_S = 5.0
+
 # Loop rounds the caller woken by a run's end takes to send its answer (the MCP tool returns, the
 # SDK hands the result to its writer task, which writes it): the pins' release waits that long.
 ANSWER_ROUNDS = 4
@@ -237,6 +240,21 @@ class RunManager:
                 raise
         return run
 
+    async def let_go(self, context_id: str, *, owner: OwnerScope, wait_s: float = RELEASE_WAIT_S) -> bool:
+        """Wait (up to `wait_s`) until this process's runs that have ended but still pin
+        `context_id` let it go (their pins go once their answer is out); whether there were any."""
+        ending = [
+            r
+            for r in self._runs.values()
+            if r.done.is_set() and not r.released.is_set() and context_id in r.request.context_ids
+        ]
+        if not ending:
+            return False
+        with anyio.move_on_after(wait_s):
+            for run in ending:
+                await run.released.wait()
+        return True
+
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
         run = self._runs[run_id]
         if run.scope is not None:
@@ -252,6 +270,14 @@ class RunManager:
         hooks: _Hooks,
         *,
         task_status: anyio.abc.TaskStatus[None],
+    ) -> None:
+        try:
+            await self._execute_pinned(run, engine, log, hooks, task_status)
+        finally:
+            run.released.set()
+
+    async def _execute_pinned(
+        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, hooks: _Hooks, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
         result: RunResult | None = None
         # The contexts' pins only guard against eviction: released last, once the result is out

@@ -150,6 +150,10 @@ class QueueFront:
         self._follow(run)
         return run
 
+    async def let_go(self, context_id: str, *, owner: OwnerScope) -> bool:
+        """Runs execute on workers, whose end statement releases their pins: nothing to wait for."""
+        return False
+
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
         run = self._mirrors[run_id]
         # A queued run ends here (nobody else will write its end); a running one is cancelled
