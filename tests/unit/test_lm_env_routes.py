@@ -14,6 +14,7 @@ import pytest
 
 from rlm_mcp.lm import env_routes
 from rlm_mcp.lm.http import HttpError, HttpPool, HttpTransportError
+from tests.loopback_tcp import loopback_url
 
 pytestmark = pytest.mark.anyio
 
@@ -51,13 +52,8 @@ async def recording_proxy() -> AsyncIterator[tuple[str, list[tuple[str, dict[str
         finally:
             writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with loopback_url(serve) as url:
+        yield url, seen
 
 
 def _pool(headers: dict[str, str] | None = None) -> HttpPool:

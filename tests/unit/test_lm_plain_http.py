@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from rlm_mcp.lm.http import HttpPool, HttpTimeout, HttpTransportError, HttpUnreadable
+from tests.loopback_tcp import loopback_url
 
 pytestmark = pytest.mark.anyio
 
@@ -61,13 +62,8 @@ async def raw_server(
         finally:
             writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", heads
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with loopback_url(serve) as url:
+        yield url, heads
 
 
 def pool(**headers: str) -> HttpPool:

@@ -56,6 +56,19 @@ class Counted:
             await event.wait()
 
 
+def _listeners(queue: MemoryRunQueue, monkeypatch: pytest.MonkeyPatch) -> list[Callable[[str], None]]:
+    """The note callbacks the front's listener hands the queue, as it hands them (to call by hand)."""
+    heard: list[Callable[[str], None]] = []
+    real_listen = queue.listen_runs
+
+    async def listen_runs(on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
+        heard.append(on_note)
+        await real_listen(on_note, on_connect=on_connect)
+
+    monkeypatch.setattr(queue, "listen_runs", listen_runs)
+    return heard
+
+
 async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = make_settings(queue_poll_s=0.01).queue
     queue = MemoryRunQueue(queue_rules(settings))
@@ -80,14 +93,7 @@ async def test_a_quiet_run_is_not_read_while_the_listener_hears_other_runs(monke
     queue = MemoryRunQueue(queue_rules(settings))
     wakeups = Wakeups(queue, clock=lambda: 0.0)  # what was heard was heard just now
     counted = Counted(queue, wakeups, monkeypatch)
-    heard: list[Callable[[str], None]] = []
-    real_listen = queue.listen_runs
-
-    async def listen_runs(on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
-        heard.append(on_note)
-        await real_listen(on_note, on_connect=on_connect)
-
-    monkeypatch.setattr(queue, "listen_runs", listen_runs)
+    heard = _listeners(queue, monkeypatch)
     async with QueueFront(settings, queue, wakeups) as front:
         run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000002")
         await counted.waits_reached(1)
@@ -104,14 +110,7 @@ async def test_a_run_ends_from_the_final_record_its_announcement_carries(monkeyp
     queue = MemoryRunQueue(queue_rules(settings))
     wakeups = Wakeups(queue)
     counted = Counted(queue, wakeups, monkeypatch)
-    heard: list[Callable[[str], None]] = []
-    real_listen = queue.listen_runs
-
-    async def listen_runs(on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
-        heard.append(on_note)
-        await real_listen(on_note, on_connect=on_connect)
-
-    monkeypatch.setattr(queue, "listen_runs", listen_runs)
+    heard = _listeners(queue, monkeypatch)
     run_id = "run_final00000000001"
     async with QueueFront(settings, queue, wakeups) as front:
         run = await front.start(summary("run_unused0000000000").request, None, run_id=run_id)
