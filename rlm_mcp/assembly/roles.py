@@ -211,7 +211,8 @@ def run_ends(*hooks: RunEndHook, lm: LMClient | None = None) -> RunEnds:
     """The run-end hook's registry of this process (`service.run_ends`): the work hung on every
     run's end subscribes here: the webhook outbox (`webhooks`), then the router's finish-session
     call (when `RLM_MCP_ROUTER_SESSIONS` says the routers count sessions: lm/router_sessions.py).
-    The kept sessions still take their runs' ends through the run manager's session hooks."""
+    The router's finish also hears runs withdrawn before they were accepted. The kept sessions
+    still take their runs' ends through the run manager's session hooks."""
     ends = RunEnds(hooks)
     if lm is not None and lm.routing_settings.router_sessions:
         client = lm
@@ -220,6 +221,8 @@ def run_ends(*hooks: RunEndHook, lm: LMClient | None = None) -> RunEnds:
             await client.finish_sessions(ended.run_id)
 
         ends.subscribe(finish_router_sessions)
+        # a withdrawn run's first request may have gone out beside its refused record
+        ends.subscribe_withdrawn(client.finish_sessions)
     return ends
 
 

@@ -9,12 +9,17 @@ is the one that tells. The assembly builds one registry per process and subscrib
 
 Subscribers are awaited in turn (embedded mode: before the run's waiters wake), so one whose work
 is slow (a webhook) hands it to a task of its own rather than holding up the run's end.
+
+A run whose first record the store refused was never accepted: it has no end to tell, but its
+first LM request may already have gone out beside that record (service/late_start.py), so what it
+left outside the process (a router's session) is released through `withdrawn`, which only the
+subscribers of `subscribe_withdrawn` hear.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 
@@ -28,9 +33,14 @@ class RunEnds:
 
     def __init__(self, hooks: Iterable[RunEndHook] = ()) -> None:
         self._hooks: list[RunEndHook] = list(hooks)
+        self._withdrawn: list[Callable[[str], Awaitable[object]]] = []
 
     def subscribe(self, hook: RunEndHook) -> None:
         self._hooks.append(hook)
+
+    def subscribe_withdrawn(self, hook: Callable[[str], Awaitable[object]]) -> None:
+        """Also tell `hook` the id of every run withdrawn before it was accepted."""
+        self._withdrawn.append(hook)
 
     @property
     def listened(self) -> bool:
@@ -51,3 +61,13 @@ class RunEnds:
                     await hook(told)
                 except Exception:
                     logger.exception("a run-end hook failed for run %s", record.run_id)
+
+    async def withdrawn(self, run_id: str) -> None:
+        """Tell the withdrawal subscribers that run `run_id` was withdrawn (its first record was
+        refused, so it never was a run: no end is told). Shielded; failures are logged."""
+        with anyio.CancelScope(shield=True):
+            for hook in list(self._withdrawn):
+                try:
+                    await hook(run_id)
+                except Exception:
+                    logger.exception("a run-withdrawal hook failed for run %s", run_id)

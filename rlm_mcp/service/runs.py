@@ -308,6 +308,7 @@ class RunManager:
                         # Its record was refused: `start` raises the store's error and forgets the
                         # run, which was never accepted (there is no end to write, count or tell).
                         metrics.run_withdrawn(started=run.began)
+                        await self._ends.withdrawn(run.run_id)
                         run.done.set()
                     else:
                         metrics.run_finished(

@@ -1,5 +1,5 @@
 """The finish-session call against a loopback HTTP server: it carries the endpoint's key, or
-`RLM_MCP_ROUTER_API_KEY` when set; a router that never answers costs the bound, not the run's end
+`RLM_MCP_ROUTER_API_KEY` when set; a withdrawn run's sessions are finished too; a router that never answers costs the bound, not the run's end
 (nothing raises); a router that is down costs nothing; with the setting off nothing is sent."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import anyio
 import pytest
 from aiohttp import web
 
+from rlm_mcp.assembly.roles import run_ends
 from rlm_mcp.lm.client import LMClient
 from rlm_mcp.testing.servers import free_port
 from rlm_mcp.testing.settings import make_settings
@@ -53,6 +54,14 @@ async def test_the_run_id_s_sessions_are_finished_with_the_endpoint_key() -> Non
     async with router() as (url, seen), client(url, router_sessions=True) as lm:
         assert await lm.finish_sessions("run_x") == 3
     assert sorted(seen) == [(s, "Bearer endpoint-key") for s in ("run_x", "run_x~sub0", "run_x~sub1")]
+
+
+async def test_a_withdrawn_run_s_sessions_are_finished_through_the_assembly_s_registry() -> None:
+    """A run whose first record was refused is never ended, but its first request may have gone out:
+    the process's run-end registry tells the router of its withdrawal all the same."""
+    async with router() as (url, seen), client(url, router_sessions=True) as lm:
+        await run_ends(lm=lm).withdrawn("run_w")
+    assert sorted(s for s, _ in seen) == ["run_w", "run_w~sub0", "run_w~sub1"]
 
 
 async def test_the_router_key_replaces_the_endpoint_key_when_set() -> None:

@@ -30,6 +30,12 @@ ALICE = Owner("alice")
 TEXT = b"The magic number is 42."
 
 
+def _manager(settings: Any, stores: Any, *, records: Any = None, ends: RunEnds | None = None) -> RunManager:
+    """The run manager of these tests, on the stores' run store unless `records` replaces it."""
+    run_store = stores.runs if records is None else records
+    return RunManager(settings.runs, stores.contexts, run_store, owners=configured_owners(settings.server), ends=ends)
+
+
 def _summaries(data_dir: Path) -> list[Path]:
     return sorted((data_dir / "runs").glob("*/summary.json"))
 
@@ -46,9 +52,7 @@ async def test_the_first_request_goes_out_before_the_record_and_start_returns_af
     engine = RLMEngine(settings.engine, FakeChatModel(root=reply), FakeSandboxFactory())
     async with make_stores(settings) as stores:
         info = await stores.contexts.put_bytes(TEXT, name="ctx", format="text", source={"kind": "text"}, owner=ALICE)
-        async with RunManager(
-            settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server)
-        ) as runs:
+        async with _manager(settings, stores) as runs:
             request = RunRequest(query="q", context_ids=[info.context_id], limits=make_limits(settings), owner=ALICE)
             run = await runs.start(request, engine, contexts=[stores.contexts.spec(info)])
             first = await stores.runs.read_summary(run.run_id, owner=ALICE)  # there once `start` returned
@@ -81,9 +85,7 @@ async def test_start_does_not_wait_for_the_lm_endpoint_before_the_first_request(
     engine = RLMEngine(settings.engine, lm, FakeSandboxFactory())
     async with make_stores(settings) as stores:
         info = await stores.contexts.put_bytes(TEXT, name="ctx", format="text", source={"kind": "text"}, owner=ALICE)
-        async with RunManager(
-            settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server)
-        ) as runs:
+        async with _manager(settings, stores) as runs:
             request = RunRequest(query="q", context_ids=[info.context_id], limits=make_limits(settings), owner=ALICE)
             with anyio.fail_after(30):
                 run = await runs.start(request, engine, contexts=[stores.contexts.spec(info)])
@@ -134,20 +136,21 @@ class _Refusing:
 async def test_a_refused_record_fails_the_call_and_leaves_no_run(tmp_path: Path, late: bool) -> None:
     settings = make_settings(tmp_path)
     told: list[RunEnded] = []
+    withdrawn: list[str] = []
 
     async def hook(ended: RunEnded) -> None:
         told.append(ended)
 
-    engine = RLMEngine(settings.engine, FakeChatModel(root=[submit("'42'")]), FakeSandboxFactory())
+    async def withdrawal(run_id: str) -> None:
+        withdrawn.append(run_id)
+
+    ends = RunEnds([hook])
+    ends.subscribe_withdrawn(withdrawal)
+    lm = FakeChatModel(root=[submit("'42'")])
+    engine = RLMEngine(settings.engine, lm, FakeSandboxFactory())
     async with make_stores(settings) as stores:
         info = await stores.contexts.put_bytes(TEXT, name="ctx", format="text", source={"kind": "text"}, owner=ALICE)
-        async with RunManager(
-            settings.runs,
-            stores.contexts,
-            _Refusing(stores.runs),
-            owners=configured_owners(settings.server),
-            ends=RunEnds([hook]),
-        ) as runs:
+        async with _manager(settings, stores, records=_Refusing(stores.runs), ends=ends) as runs:
             request = RunRequest(query="q", context_ids=[info.context_id], limits=make_limits(settings), owner=ALICE)
             finished, running = _finished(), _running()
             with pytest.raises(OSError, match="No space left on device"), anyio.fail_after(30):
@@ -158,3 +161,7 @@ async def test_a_refused_record_fails_the_call_and_leaves_no_run(tmp_path: Path,
             assert await stores.contexts.delete(info.context_id, owner=ALICE)
     assert told == []
     assert _summaries(Path(settings.store.data_dir)) == []
+    # the withdrawal is told once, so that what its first request left (a router's session) is
+    # released: with the record beside the first request, that request went out
+    assert len(withdrawn) == 1 and withdrawn[0].startswith("run_")
+    assert len(lm.root_calls) == (1 if late else 0)
