@@ -161,7 +161,7 @@ class ChatServing:
         if fault is not None and (fault_reply := faulted(fault)) is not None:
             return fault_reply
         window = s.max_model_len
-        prompt_tokens = count_prompt_tokens(messages)
+        prompt_tokens = counted = count_prompt_tokens(messages)
         field = "max_tokens" if "max_tokens" in data else "max_completion_tokens"
         max_tokens = data.get(field)
         admitted = self.endpoint.admit(data, prompt_tokens, window) if self.endpoint is not None else None
@@ -196,7 +196,7 @@ class ChatServing:
             return "disconnected"
         if role == "root":
             session = record["session"] or ""
-            self.prefix.completed(session, self.prefix.request(session, messages), text)
+            self.prefix.completed(session, self.prefix.request(session, messages, counted), text)
             if s.session_token:
                 response = (*response[:2], {**response[2], "x-session-token": s.session_token})
         return response

@@ -54,7 +54,6 @@ plus 3 for the generation prompt. See `count_prompt_tokens`.
 from __future__ import annotations
 
 import json
-import math
 import re
 import threading
 from collections.abc import Callable
@@ -74,7 +73,10 @@ BYTES_PER_TOKEN = 4
 
 def count_text_tokens(text: str) -> int:
     """ceil(len(utf-8 bytes) / 4): the scripted tokenizer."""
-    return math.ceil(len(text.encode("utf-8")) / BYTES_PER_TOKEN)
+    # ASCII text is one byte per character: measured without encoding it (every root request
+    # counts its whole conversation).
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    return -(-size // BYTES_PER_TOKEN)
 
 
 def message_text(content: Any) -> str:
