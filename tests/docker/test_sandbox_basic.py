@@ -149,14 +149,13 @@ async def test_both_readers_of_the_attach_stream(reader: str, monkeypatch: pytes
     if reader == "thread":
         for module in (attach, container):
             monkeypatch.setattr(module, "plain_socket", lambda raw: None)
-    async with ready_manager(pool_size=0) as manager:
-        async with manager.open([]) as sb:
-            channel = sb.container
-            assert isinstance(channel, container.KernelContainer)
-            assert isinstance(channel._reader, attach.LoopReader if reader == "loop" else attach.ThreadReader)
-            raw = channel._raw
-            fd = raw.fileno()
-            r = await sb.execute("print('z' * 300_000)\nb = llm_query_batched(['p'] * 16)\nprint(len(b))", FakeBridge())
-            assert r.error is None and r.stdout == "z" * 300_000 + "\n16\n", r.error
+    async with ready_manager(pool_size=0) as manager, manager.open([]) as sb:
+        channel = sb.container
+        assert isinstance(channel, container.KernelContainer)
+        assert isinstance(channel._reader, attach.LoopReader if reader == "loop" else attach.ThreadReader)
+        raw = channel._raw
+        fd = raw.fileno()
+        r = await sb.execute("print('z' * 300_000)\nb = llm_query_batched(['p'] * 16)\nprint(len(b))", FakeBridge())
+        assert r.error is None and r.stdout == "z" * 300_000 + "\n16\n", r.error
     assert raw.fileno() == -1  # the manager retired it
     assert not asyncio.get_running_loop().remove_reader(fd)
