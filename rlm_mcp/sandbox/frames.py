@@ -89,8 +89,9 @@ class FrameDecoder:
     in a small head buffer until the type is known, so the type's cap applies before the
     payload's buffer exists: a hostile 60 MB log frame costs 64 bytes, not 60 MB of zeroed
     pages. Then `reserve(size)` is asked before the payload is buffered (it may block, as
-    back-pressure; False stops the decoder). Each payload is handed out in the one buffer it
-    was read into, not copied.
+    back-pressure). False: not now; `feed` stops there with `waiting` set and `left` naming the
+    bytes of its input it did not take (feed them again later: the reserve is asked again).
+    Each payload is handed out in the one buffer it was read into, not copied.
     """
 
     def __init__(self, max_frame: int, reserve: Reserve | None = None) -> None:
@@ -101,12 +102,14 @@ class FrameDecoder:
         self._head = bytearray()  # its first bytes, until its type is checked
         self._payload: bytearray | None = None
         self._filled = 0
-        self.stopped = False
+        self.waiting = False  # the last feed stopped at a frame its reserve refused
+        self.left = 0  # bytes of the last feed's input not taken
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
         out: list[bytearray] = []
         view = memoryview(data)
-        while view and not self.stopped:
+        self.waiting = False
+        while view:
             if self._size is None:
                 take = min(4 - len(self._header), len(view))
                 self._header += view[:take]
@@ -128,7 +131,7 @@ class FrameDecoder:
                     break
                 self._check_type(self._head, size)
                 if self._reserve is not None and not self._reserve(size):
-                    self.stopped = True
+                    self.waiting = True
                     break
                 self._payload = bytearray(size)
                 self._payload[:peek] = self._head
@@ -142,6 +145,7 @@ class FrameDecoder:
             if self._filled == size:
                 out.append(payload)
                 self._payload, self._size = None, None
+        self.left = len(view)
         return out
 
     @staticmethod

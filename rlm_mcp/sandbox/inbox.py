@@ -1,4 +1,5 @@
-"""Hand-over from a channel's reader thread to the event loop, for any backend's channel.
+"""Hand-over from a channel's reader (a thread, or event-loop callbacks) to the session, for any
+backend's channel.
 
 `ByteBudget` bounds the bytes a reader has parsed but the loop has not consumed (back-pressure:
 the kernel blocks writing instead of the host growing); `Inbox` is the loop-side queue.
@@ -23,6 +24,7 @@ class ByteBudget:
         self._closed = False
 
     def acquire(self, n: int) -> bool:
+        """Wait until `n` more bytes fit (or nothing is held), then take them; False once closed."""
         with self._cond:
             while self._used and self._used + n > self._limit and not self._closed:
                 self._cond.wait(0.5)
@@ -30,6 +32,19 @@ class ByteBudget:
                 return False
             self._used += n
             return True
+
+    def try_acquire(self, n: int) -> bool:
+        """`acquire` without the wait: False when `n` more bytes do not fit now (or closed)."""
+        with self._cond:
+            if self._closed or (self._used and self._used + n > self._limit):
+                return False
+            self._used += n
+            return True
+
+    def charge(self, n: int) -> None:
+        """Count `n` bytes that exist already (a parsed frame), fitting or not: later acquires wait."""
+        with self._cond:
+            self._used += n
 
     def release(self, n: int) -> None:
         with self._cond:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 
@@ -136,3 +137,25 @@ async def test_fd_level_output_is_never_lost_at_the_end_of_a_cell(tmp_path: Path
         for i in range(300):
             r = await sb.execute(f"import os\nos.write(1, b'out {i}\\n')\nos.write(2, b'err {i}\\n')", no_bridge)
             assert (r.stdout, r.stderr) == (f"out {i}\n", f"err {i}\n"), i
+
+
+@pytest.mark.parametrize("reader", ["loop", "thread"])
+async def test_both_readers_of_the_attach_stream(reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain unix socket is read on the event loop; anything else (TLS, an SSH channel) by a
+    thread, forced here. Both carry small frames, a big output (parsed aside on the loop path)
+    and sub-calls; once retired the socket is closed and no longer watched by the loop."""
+    from rlm_mcp.sandbox.docker import attach, container
+
+    if reader == "thread":
+        for module in (attach, container):
+            monkeypatch.setattr(module, "plain_socket", lambda raw: None)
+    async with ready_manager(pool_size=0) as manager, manager.open([]) as sb:
+        channel = sb.container
+        assert isinstance(channel, container.KernelContainer)
+        assert isinstance(channel._reader, attach.LoopReader if reader == "loop" else attach.ThreadReader)
+        raw = channel._raw
+        fd = raw.fileno()
+        r = await sb.execute("print('z' * 300_000)\nb = llm_query_batched(['p'] * 16)\nprint(len(b))", FakeBridge())
+        assert r.error is None and r.stdout == "z" * 300_000 + "\n16\n", r.error
+    assert raw.fileno() == -1  # the manager retired it
+    assert not asyncio.get_running_loop().remove_reader(fd)

@@ -55,6 +55,12 @@ def test_sandbox_bench_prints_every_figure() -> None:
         assert row in out
 
 
+def test_attach_bench_prints_both_readers_side_by_side() -> None:
+    out = run_bench(str(BENCH / "attach.py"), "--reps", "1", "--cells", "5", "--batches", "3")
+    for row in ("trivial cell, wall", "trivial cell, CPU", "16-way batch cell, wall", "16-way batch cell, CPU"):
+        assert row in out and "loop/thread" in out
+
+
 def test_prefix_bench_runs_the_whole_trajectory() -> None:
     out = run_bench(str(BENCH / "prefix.py"))
     assert "rlm-mcp run: completed, 30 turns" in out and "append-only ceiling" in out

@@ -1,11 +1,12 @@
-"""One sandbox container: its attach stream, a dedicated reader thread and a writer thread.
+"""One sandbox container: its attach stream, its reader (rlm_mcp.sandbox.docker.attach) and a
+writer thread.
 
-Both threads hand over to the event loop with `call_soon_threadsafe`, never waiting for it; small
-frames are written straight from the loop when the writer thread is idle.
-
-The attach stream is a blocking socket (unix, TCP, SSH channel...), so each container gets two
-plain threads of its own instead of slots in anyio's shared worker limiter: a pool plus
-batched children would otherwise exhaust the limiter and hang every other blocking call.
+On a plain socket the stream is read on the event loop; otherwise a reader thread hands over
+with `call_soon_threadsafe`, never waiting for the loop. Small frames are written straight from
+the loop when the writer thread is idle. The attach stream is a blocking socket (unix, TCP, SSH
+channel...), so the writer is a plain thread of the container's own instead of a slot in anyio's
+shared worker limiter: a pool plus batched children would otherwise exhaust the limiter and hang
+every other blocking call.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import logging
 import os
 import queue
 import socket
-import struct
 import threading
 import uuid
 from collections.abc import Callable
@@ -29,6 +29,7 @@ from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
+from rlm_mcp.sandbox.docker.attach import AttachReader, open_reader, plain_socket
 from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
 from rlm_mcp.sandbox.docker.engine import EngineInfo, check_container_runtime
 from rlm_mcp.sandbox.docker.faults import (
@@ -41,21 +42,13 @@ from rlm_mcp.sandbox.docker.faults import (
     stopped_while_removed,
 )
 from rlm_mcp.sandbox.docker.hardening import create_kwargs
-from rlm_mcp.sandbox.frames import (
-    FrameDecoder,
-    ProtocolViolation,
-    decode_kernel_frame,
-    encode_frame,
-    max_frame_strings,
-    max_kernel_frame,
-)
+from rlm_mcp.sandbox.frames import encode_frame, max_frame_strings, max_kernel_frame
 from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
 CHUNK_BYTES = 1 << 20
 INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in estimated host bytes
-STDERR_KEEP = 8 << 10
 DIRECT_SEND_MAX = 64 << 10  # frames up to this size may be written from the event loop
 
 
@@ -72,13 +65,14 @@ class KernelContainer:
         self.id: str | None = None
         self._sock: Any = None
         self._raw: Any = None
+        self._plain: socket.socket | None = None  # _raw, when it is a plain socket (attach.plain_socket)
         self._loop: asyncio.AbstractEventLoop
         self._write_lock = threading.Lock()
         self._pending_writes = 0  # jobs queued for or running in the writer thread
         self._inbox = Inbox()
         self._budget = ByteBudget(INBOX_BYTES)
         self._writes: queue.Queue[tuple[Any, Callable[[BaseException | None], None]] | None] = queue.Queue()
-        self._stderr = bytearray()
+        self._reader: AttachReader | None = None
         self.stream_error: BaseException | None = None  # what broke the attach stream, if anything did
         self.eof = False
         self.snapshots = False  # set from the kernel's `ready` frame
@@ -101,8 +95,7 @@ class KernelContainer:
         ok = False
         try:
             await anyio.to_thread.run_sync(self._create_and_attach)
-            threading.Thread(target=self._read_loop, name=f"{self.name}-reader", daemon=True).start()
-            threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True).start()
+            self.open_stream(self._raw)
             event = await boot_kernel(self, settings)
             if not isinstance(event.frame, ReadyFrame):
                 state = await self.exit_info() if event.kind == "eof" else ExitInfo()
@@ -124,6 +117,15 @@ class KernelContainer:
             if not ok:
                 with anyio.CancelScope(shield=True):
                     await self.kill()
+
+    def open_stream(self, raw: Any) -> None:
+        """Start reading and writing the attach stream `raw` (on the event loop)."""
+        self._loop = asyncio.get_running_loop()
+        self._raw = raw
+        self._plain = plain_socket(raw)
+        self._reader = open_reader(raw, self.name, self, self._inbox, self._budget, self.max_frame, self.max_strings)
+        self._reader.start()
+        threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True).start()
 
     def _why(self, event: ChannelEvent) -> str:
         if event.frame is not None:
@@ -166,7 +168,11 @@ class KernelContainer:
         self.closed = True
         self._budget.close()
         self._writes.put(None)
-        self._close_socket()
+        try:
+            if self._reader is not None:
+                self._reader.stop()  # before the socket closes: the loop must not watch a closed fd
+        finally:
+            self._close_socket()
 
     async def remove(self) -> None:
         """Force-remove the container (a Docker round trip, ~0.2 s). Idempotent; never raises."""
@@ -298,10 +304,11 @@ class KernelContainer:
         blocking (MSG_DONTWAIT): what the socket does not take now goes to the writer thread.
         This spares the common frames (exec, lm_result) two thread hand-offs.
         """
-        if self._pending_writes or len(data) > DIRECT_SEND_MAX or not isinstance(self._raw, socket.socket):
+        sock = self._plain
+        if self._pending_writes or len(data) > DIRECT_SEND_MAX or sock is None:
             return 0
         try:
-            return self._raw.send(data, socket.MSG_DONTWAIT)
+            return sock.send(data, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return 0
         except OSError as exc:
@@ -310,12 +317,15 @@ class KernelContainer:
     async def receive(self) -> ChannelEvent:
         event = await self._inbox.get()
         self._budget.release(event.size)
+        if self._reader is not None:
+            self._reader.consumed()
         return event
 
     def stderr_tail(self) -> str:
-        return bytes(self._stderr).decode("utf-8", "replace")
+        stderr = self._reader.demux.stderr if self._reader is not None else b""
+        return bytes(stderr).decode("utf-8", "replace")
 
-    # -- threads ---------------------------------------------------------------------------
+    # -- the writer thread -----------------------------------------------------------------
     def _write_loop(self) -> None:
         while True:
             item = self._writes.get()
@@ -344,8 +354,8 @@ class KernelContainer:
             self._raw.sendall(encode_frame(LoadContextFrame(index=index, format=fmt, bytes=size)))
             if size == 0:
                 sent = 0
-            elif isinstance(self._raw, socket.socket):
-                sent = self._raw.sendfile(fh, 0, size)
+            elif self._plain is not None:
+                sent = self._plain.sendfile(fh, 0, size)
             else:  # an SSH channel or another socket-like object: plain copies
                 sent = 0
                 while sent < size and (data := fh.read(min(CHUNK_BYTES, size - sent))):
@@ -353,72 +363,6 @@ class KernelContainer:
                     sent += len(data)
         if sent != size:  # the kernel would wait for the rest forever: end the stream instead
             raise OSError(f"context file {path.name} shrank while it was sent ({sent} of {size} bytes)")
-
-    def _read_loop(self) -> None:
-        # Each frame is counted against the inbox budget from its header on, before its bytes
-        # are buffered: a flood of big frames waits (the kernel blocks writing) instead of growing.
-        decoder = FrameDecoder(self.max_frame, reserve=self._budget.acquire)
-        header = bytearray()
-        need = 0
-        stream = 0
-        reason = "eof"
-        detail = "the sandbox closed its output"
-        try:
-            while True:
-                data = self._raw.recv(1 << 18)
-                if not data:
-                    break
-                view = memoryview(data)
-                while view:
-                    if need == 0:
-                        take = min(8 - len(header), len(view))
-                        header += view[:take]
-                        view = view[take:]
-                        if len(header) == 8:
-                            stream = header[0]
-                            (need,) = struct.unpack(">I", header[4:8])
-                            header.clear()
-                        continue
-                    take = min(need, len(view))
-                    chunk = view[:take]
-                    view = view[take:]
-                    need -= take
-                    if stream == 1:
-                        payloads = decoder.feed(chunk)
-                        if decoder.stopped:
-                            return
-                        while payloads:
-                            payload = payloads.pop(0)
-                            size = len(payload)
-                            # Queued at its parsed size, not its wire size (see parse_kernel_frame_sized).
-                            frame, cost = decode_kernel_frame(payload, self.max_strings)
-                            del payload
-                            self._budget.release(size)  # the buffer is gone; the parsed frame is charged
-                            if not self._deliver(ChannelEvent("frame", frame, size=cost)):
-                                return
-                    elif stream == 2 and len(self._stderr) < STDERR_KEEP:
-                        self._stderr += chunk[: STDERR_KEEP - len(self._stderr)]
-        except ProtocolViolation as exc:
-            reason, detail = "violation", str(exc)
-        except OSError as exc:
-            self.stream_error = exc
-            detail = f"the attach stream failed ({exc})"
-        except Exception as exc:  # anything unexpected ends this container, never the server
-            reason, detail = "violation", f"unreadable output ({type(exc).__name__}: {exc})"
-        self.eof = True
-        self._deliver(ChannelEvent("violation" if reason == "violation" else "eof", detail=detail))
-
-    def _deliver(self, event: ChannelEvent) -> bool:
-        if not self._budget.acquire(event.size):
-            return False
-        try:
-            self._loop.call_soon_threadsafe(self._hand_over, event)  # never blocks the reader thread
-            return True
-        except RuntimeError:  # the loop is closed
-            return False
-
-    def _hand_over(self, event: ChannelEvent) -> None:
-        self._inbox.put(event)
 
 
 def exit_info_of(state: Any) -> ExitInfo:
