@@ -5,7 +5,8 @@
   that round's wall time, it is the part of the team's CPU per turn that idles, not works.
 - `Profiles`: py-spy (`--py-spy PATH`: a py-spy binary installed outside the project, e.g. in a
   scratch venv) attached to every replica (and the embedded process) during the concurrent
-  round, `--nonblocking` at a low rate; raw stacks go to `--profile DIR` and the top frames are
+  round, `--nonblocking` at a low rate (`--py-spy-rate`, 40 a second unless set: 250 gives a few
+  hundred samples per replica in a 10-turn round); raw stacks go to `--profile DIR` and the top frames are
   printed as shares of each process's samples. The sampler costs CPU of its own: a profiled
   run's CPU figures are not comparable with an unprofiled one's, only its shares are.
 - `record`: `--record` appends the run's figures to bench/results/team_cpu.json.

@@ -435,7 +435,7 @@ async def embedded_round(
 async def team(args: argparse.Namespace, embedded: Embedded) -> None:
     """`embedded`: bench/scale.py's (server, server_env), passed in so this module does not import it back."""
     print(f"machine: {os.cpu_count()} CPUs; load average {team_cpu.load_average()}")
-    profiles = team_cpu.Profiles(args.py_spy, args.profile)
+    profiles = team_cpu.Profiles(args.py_spy, args.profile, args.py_spy_rate)
     figures: dict[str, str] = {"label": args.label, "load (start)": team_cpu.load_average()}
     async with AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlm-team-scale-")))
@@ -473,6 +473,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-s", type=float, default=10.0, help="team: idle seconds measured before the round")
     parser.add_argument("--py-spy", default=None, help="team: a py-spy binary (outside the project) to profile with")
     parser.add_argument("--profile", type=Path, default=None, help="team: folder for py-spy's raw stacks")
+    parser.add_argument("--py-spy-rate", type=int, default=40, help="team: py-spy's samples per second")
     parser.add_argument(
         "--statements", action="store_true", help="team: list PostgreSQL's statements per turn (pg_stat_statements)"
     )
