@@ -84,6 +84,15 @@ class SubCallBridge:
             failed=failed,
         )
 
+    def fits(self, prompt: str, model: str) -> bool:
+        """Whether the prompt is far enough under the model's known window to take the whole
+        completion budget without an exact count: `fit`'s answer then, without its coroutine
+        (every sub-call asks; nearly every prompt is that far under)."""
+        window = self._known_windows.get(model)
+        return window is not None and (
+            len(prompt.encode("utf-8", "surrogatepass")) + _TEMPLATE_SLACK <= window - self.ctx.settings.sub_max_tokens
+        )
+
     async def fit(self, prompt: str, model: str) -> int | str:
         """The completion budget this prompt leaves in the model's window, or an error string."""
         lm, max_tokens = self.ctx.lm, self.ctx.settings.sub_max_tokens
@@ -117,13 +126,13 @@ class SubCallBridge:
             return "Error: the run's token budget is spent; no more sub-calls can be made."
         started = time.monotonic()
         try:
-            max_tokens = await self.fit(prompt, model)
-            if isinstance(max_tokens, str):
-                return max_tokens
+            fitted = self.ctx.settings.sub_max_tokens if self.fits(prompt, model) else await self.fit(prompt, model)
+            if isinstance(fitted, str):
+                return fitted
             completion = await self.ctx.lm.complete(
                 [{"role": "user", "content": prompt}],
                 model=model,
-                max_tokens=max_tokens,
+                max_tokens=fitted,
                 role="sub",
                 session=self.ctx.run_id,
             )
