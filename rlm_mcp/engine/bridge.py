@@ -278,9 +278,19 @@ async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], b
     # every one of anyio's repeated cancellations of the batch.
     loop = asyncio.get_running_loop()
     running: list[asyncio.Task[None]] = []
+    joined: asyncio.Future[None] = loop.create_future()  # set once the last task has ended
+    unended = tasks
+
+    def ended(_: asyncio.Task[None]) -> None:
+        nonlocal unended
+        unended -= 1
+        if not unended and not joined.done():
+            joined.set_result(None)
+
     try:
         for started in range(1, tasks + 1):
-            running.append(loop.create_task(slot()))
+            running.append(task := loop.create_task(slot()))
+            task.add_done_callback(ended)
             if rounds and started & (started - 1) == 0 and started < tasks:
                 # Let the tasks started so far take their first steps, and what those schedule
                 # (the client writes a request's body in a task of its own), before starting as
@@ -288,7 +298,9 @@ async def _gather(prompts: list[str], worker: Callable[[str], Awaitable[str]], b
                 # after at most 2k, in log2(tasks) loop turns (one turn per task cost a
                 # zero-latency 200-way batch ~7% more CPU).
                 await anyio.lowlevel.checkpoint()
-        await asyncio.wait(running)  # waits; cancelling this wait cancels no task
+        # Waits for the tasks without `asyncio.wait`'s set, checks and callbacks per call; being
+        # cancelled here cancels no task (`finally` does, once).
+        await joined
     finally:
         left = [task for task in running if not task.done()]
         if left:  # the batch was cancelled: each task once, then their ends awaited
