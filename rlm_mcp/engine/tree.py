@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -129,6 +130,21 @@ class RunTree:
         answer. A failed call has no completion; `failed` is its record as the LM client
         accounted it, so the retries, 429s and sleeps that came before the failure are logged."""
         record = completion.record if completion is not None else failed
+        # What the call waited besides its answer, each only when there was some: the fields
+        # left out are their default (None), and a sub-call's event is built with five fewer
+        # arguments to validate (most calls neither queued, retried nor slept).
+        waits: dict[str, Any] = {}
+        if record is not None:
+            if record.cost_usd is not None:
+                waits["cost_usd"] = record.cost_usd
+            if record.queued_s >= 0.001:
+                waits["queued_s"] = round(record.queued_s, 3)
+            if record.retries:
+                waits["retries"] = record.retries
+            if record.throttled:
+                waits["throttled"] = record.throttled
+            if backoff := round(record.backoff_s, 3):
+                waits["backoff_s"] = backoff
         await self.emit(
             LLMCall(
                 run_id=run_id,
@@ -149,10 +165,6 @@ class RunTree:
                 prompt_chars=prompt_chars,
                 answer=answer,
                 answer_chars=answer_chars,
-                cost_usd=record.cost_usd if record else None,
-                queued_s=round(record.queued_s, 3) if record and record.queued_s >= 0.001 else None,
-                retries=record.retries or None if record else None,
-                throttled=record.throttled or None if record else None,
-                backoff_s=round(record.backoff_s, 3) or None if record else None,
+                **waits,
             )
         )

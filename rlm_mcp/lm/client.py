@@ -107,11 +107,19 @@ class LMClient:
         await self.aclose()
 
     # --- routing ----------------------------------------------------------------------------
-    async def _parts(self, role: CallRole, model: str) -> _Parts:
+    def _routed(self, role: CallRole, model: str) -> _Parts | None:
+        """The endpoint of a call when its role or model alone decides it (every call to a
+        single endpoint, every sub-call of the sub model); None when the catalogs must say."""
         if role == "root" or not self.separate_sub_endpoint:
             return self._root
         if model == self.settings.effective_sub_model:
             return self._sub
+        return None
+
+    async def _parts(self, role: CallRole, model: str) -> _Parts:
+        parts = self._routed(role, model)
+        if parts is not None:
+            return parts
         # Another allowed model: the endpoint that lists it, the sub-call endpoint first.
         served = await self._sub.catalog.served_ids()
         if served is None or model in served:
@@ -132,7 +140,8 @@ class LMClient:
         """One chat completion. `session` is the run id the call is made in: a root call's
         routing key; a sub-call's run, keyed on only when routers count sessions (lm/routing.py).
         Raises an `LMError` whose `record` is the failed call as accounted."""
-        parts = await self._parts(role, model)
+        # Routed without a coroutine when role or model decides (one per call saved).
+        parts = self._routed(role, model) or await self._parts(role, model)
         key = session if role == "root" else None
         sub_of = session if role != "root" else None
         url = parts.endpoint.root_url

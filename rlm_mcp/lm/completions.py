@@ -13,8 +13,8 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -41,11 +41,12 @@ HeadersFor = Callable[[], dict[str, str]]
 OnReply = Callable[[HttpReply], None]
 
 
-@dataclass(frozen=True)
-class ChatCall:
+class ChatCall(NamedTuple):
     """One chat completion as `Completions.complete` sends it: what the engine asked for
     (`ChatModel.complete`'s messages, model, budget and role) and how `LMClient` routes it. One
-    value, so the client's call and the endpoint's signature do not each spell the list out."""
+    value, so the client's call and the endpoint's signature do not each spell the list out.
+    A named tuple: as immutable as a frozen dataclass, built without a `__setattr__` per field
+    (one per LM call)."""
 
     messages: list[dict[str, str]]
     model: str
@@ -171,7 +172,8 @@ class Completions:
             wait: float | None = None
             # The places are held for one attempt only: a call backing off must not starve others.
             asked = time.perf_counter()
-            sent_at = await gate.acquire()
+            given = gate.try_acquire()
+            sent_at = given if given is not None else await gate.acquire()
             try:
                 slots = self._slots()
                 await _take(slots)

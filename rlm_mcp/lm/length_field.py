@@ -38,8 +38,9 @@ class CompletionLengthField:
     def field_for(self, model: str) -> FieldName:
         if self.setting != "auto":
             return self.setting
-        with self._lock:
-            return "max_completion_tokens" if model in self._switched else "max_tokens"
+        # Read without the lock: a set's membership test is one atomic step (the lock orders the
+        # adds), and this is asked once per LM call.
+        return "max_completion_tokens" if model in self._switched else "max_tokens"
 
     def switch_after(self, model: str, sent: FieldName, status: int | None, message: str) -> bool:
         """After an error: True when the request should be sent again with `max_completion_tokens`

@@ -89,11 +89,19 @@ class Gate:
     def allowed(self) -> int:
         return max(1, int(self.limit))
 
-    async def acquire(self) -> float:
-        """Wait for a place; the monotonic time it was given (what `throttled` compares)."""
+    def try_acquire(self) -> float | None:
+        """A place at once, when one is free and nobody waits: the monotonic time it was given;
+        None otherwise (then `acquire`). No coroutine for the usual case, one per LM call."""
         if self.in_flight < self.allowed and not self._waiters:
             self.in_flight += 1
             return time.monotonic()
+        return None
+
+    async def acquire(self) -> float:
+        """Wait for a place; the monotonic time it was given (what `throttled` compares)."""
+        given = self.try_acquire()
+        if given is not None:
+            return given
         ready = anyio.Event()
         self._waiters.append(ready)
         try:

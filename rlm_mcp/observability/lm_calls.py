@@ -62,6 +62,15 @@ def _observe(histogram: _Histogram, bounds: tuple[float, ...], amount: float) ->
         histogram.counts[bisect_left(bounds, amount)] += 1.0
 
 
+def _refuse_negative(series: _Series, prompt: int, completion: int, cached: int) -> None:
+    """What prometheus_client's counters do, in order: the counts before the negative one are
+    added, then it raises."""
+    for count, amount in ((series.prompt, prompt), (series.completion, completion), (series.cached, cached)):
+        if amount < 0:
+            raise ValueError(_NEGATIVE)
+        count.value += amount
+
+
 class LMCallMetrics(Collector):
     """`rlm_mcp_lm_calls_total`, `rlm_mcp_lm_call_duration_seconds`, `rlm_mcp_lm_call_queued_seconds`
     and `rlm_mcp_lm_tokens_total`, as four prometheus_client metrics of these names, help texts,
@@ -100,15 +109,12 @@ class LMCallMetrics(Collector):
             series.calls.value += 1.0
             _observe(series.duration, bounds, latency_s)
             _observe(series.queued, bounds, queued_s)
-            for count, amount in (
-                (series.prompt, prompt_tokens),
-                (series.completion, completion_tokens),
-                (series.cached, cached_prompt_tokens),
-            ):
-                if amount:
-                    if amount < 0:
-                        raise ValueError(_NEGATIVE)
-                    count.value += amount
+            # Checked together, then added: no pairs built and looped over per LM call.
+            if prompt_tokens < 0 or completion_tokens < 0 or cached_prompt_tokens < 0:
+                _refuse_negative(series, prompt_tokens, completion_tokens, cached_prompt_tokens)
+            series.prompt.value += prompt_tokens
+            series.completion.value += completion_tokens
+            series.cached.value += cached_prompt_tokens
 
     def _add(self, endpoint: str, model: str, role: str, outcome: str) -> _Series:
         size = len(self._bounds)

@@ -66,6 +66,11 @@ def test_prefix_bench_runs_the_whole_trajectory() -> None:
     assert "rlm-mcp run: completed, 30 turns" in out and "append-only ceiling" in out
 
 
+def test_subcall_cpu_bench_times_the_bridge_alone_on_canned_replies() -> None:
+    out = run_bench(str(BENCH / "subcall_cpu.py"), "--canned", "--n", "16", "--reps", "1", "--batches", "2")
+    assert "16-way, canned replies, thread CPU per sub-call" in out
+
+
 def test_subcall_bench_prints_the_floor_beside_each_batch_size() -> None:
     out = run_bench(str(BENCH / "subcall.py"), "--reps", "1", "--batches", "1")
     assert "floor ms/request" in out and "host CPU ms/call" in out

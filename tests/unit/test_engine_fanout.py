@@ -10,6 +10,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from rlm_mcp.engine.bridge import _gather
+from rlm_mcp.engine.tree import SUB_CALL_SLOT
 from rlm_mcp.ports.chat import Completion
 from tests.fixtures_engine import FakeChatModel, make_settings, repl, run_engine
 
@@ -95,3 +97,57 @@ async def test_a_single_prompt_names_its_batch_and_slot_and_only_its_own_events(
     roots = [e for e in events.of("llm_call") if e["role"] == "root"]
     assert len(roots) == 2 and all(e.get("batch") is None and e.get("index") is None for e in roots)
     assert "P0 P1" in next(m["content"] for m in lm.root_calls[1].messages if "REPL output" in m["content"])
+
+
+@pytest.mark.parametrize(("prompts", "width"), [(16, 16), (40, 8)])
+async def test_a_cancelled_batch_ends_every_call_it_began_before_it_returns(prompts: int, width: int) -> None:
+    # The batch's calls run in tasks of their own: cancelling the batch (its cell ended, its run
+    # was cancelled) cancels each of them, and the batch returns only once every call it began
+    # has ended, its cleanup (which awaits) included. 16 of 16: all started at once; 40 over 8:
+    # cancelled while the tasks are still being started in rounds.
+    began: list[str] = []
+    ended: list[str] = []
+
+    async def worker(prompt: str) -> str:
+        began.append(prompt)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.lowlevel.checkpoint()  # a cleanup that awaits, as a request's does
+            ended.append(prompt)
+        return prompt
+
+    returned = False
+    async with anyio.create_task_group() as tg:
+
+        async def batch() -> None:
+            nonlocal returned
+            await _gather([f"p{i}" for i in range(prompts)], worker, 1, width)
+            returned = True
+
+        tg.start_soon(batch)
+        while len(began) < (width if prompts == width else 1):
+            await anyio.lowlevel.checkpoint()
+        tg.cancel_scope.cancel()
+    assert began and sorted(ended) == sorted(began)
+    assert not returned
+    assert len(began) <= width
+
+
+async def test_a_batch_answers_in_prompt_order_and_each_call_names_its_slot() -> None:
+    # Each task's calls name their own (batch, index) slot: set in the task's own context, not
+    # the caller's, which keeps its own.
+    seen: dict[str, tuple[int, int] | None] = {}
+
+    async def worker(prompt: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        seen[prompt] = SUB_CALL_SLOT.get()
+        if prompt == "p3":
+            raise ValueError("broken")
+        return prompt.upper()
+
+    results = await _gather([f"p{i}" for i in range(10)], worker, 7, 4)
+    assert results == [f"P{i}" if i != 3 else "Error: the sub-call failed: ValueError: broken" for i in range(10)]
+    assert seen == {f"p{i}": (7, i) for i in range(10)}
+    assert SUB_CALL_SLOT.get() is None
