@@ -10,11 +10,13 @@ prompt, in both eras, and logs nothing.
 that also carries the Tasks extension's task status notifications.
 
 stdio: answers are written on the event loop instead of through two worker threads
-(server/stdio_out.py), with fd 1 kept off the wire as the SDK keeps it.
+(server/stdio_out.py), and requests read on it instead of a worker thread each
+(server/stdio_in.py), with fds 1 and 0 kept off the wire as the SDK keeps them.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any, cast
 
 import anyio
@@ -24,6 +26,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, GetPromptResult, InputRequiredResult, SubscriptionsListenRequestParams
 
+from rlm_mcp.server.stdio_in import PipeIn, claimed_stdin
 from rlm_mcp.server.stdio_out import PipeOut, claimed_stdout, wire_is_a_stream
 from rlm_mcp.service.service import RlmService
 
@@ -44,13 +47,16 @@ class RlmMcpServer(MCPServer[RlmService]):
 
     async def run_stdio_async(self) -> None:
         """Serve over stdin/stdout, the answers written by `PipeOut` when stdout is a pipe or a
-        socket (the SDK's own transport otherwise)."""
-        if not wire_is_a_stream(1):
-            await super().run_stdio_async()
-            return
-        with claimed_stdout() as wire:
-            # The SDK's writer calls only `write` and `flush` on its stdout.
-            stdout = cast("anyio.AsyncFile[str]", PipeOut(wire))
-            async with stdio_server(stdout=stdout) as (read_stream, write_stream):
+        socket and the requests read by `PipeIn` when stdin is (the SDK's own transport for
+        either otherwise)."""
+        with ExitStack() as claims:
+            stdin = stdout = None
+            if wire_is_a_stream(0):
+                # The SDK's reader only iterates its stdin, line by line.
+                stdin = cast("anyio.AsyncFile[str]", PipeIn(claims.enter_context(claimed_stdin())))
+            if wire_is_a_stream(1):
+                # The SDK's writer calls only `write` and `flush` on its stdout.
+                stdout = cast("anyio.AsyncFile[str]", PipeOut(claims.enter_context(claimed_stdout())))
+            async with stdio_server(stdin=stdin, stdout=stdout) as (read_stream, write_stream):
                 lowlevel = self._lowlevel_server
                 await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())

@@ -5,8 +5,8 @@ run in a worker thread each, two thread hand-offs per answer (on a loaded 2-core
 the largest single step of a one-turn run after the model). The SDK takes an explicit `stdout`
 (it calls `write` then `flush` on it per message, from its one writer task); `PipeOut` writes
 the wire's descriptor without blocking from the event loop, waiting until the pipe has room when
-it is full, so a client that reads slowly stalls only the writer task. (The request side stays
-the SDK's: reading it on the loop too measured no gain.)
+it is full, so a client that reads slowly stalls only the writer task. (The request side:
+server/stdio_in.py.)
 
 The SDK skips its own claim of fd 1 when it is given a stream, so `claimed_stdout` does the same
 job: the wire moves to a private descriptor and fd 1 points at stderr while serving, so a stray
