@@ -14,6 +14,7 @@ import collections
 import socket
 import struct
 import threading
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from rlm_mcp.ports.kernel import ChannelEvent
@@ -109,14 +110,38 @@ def open_reader(
     raw: Any, name: str, owner: StreamOwner, inbox: Inbox, budget: ByteBudget, max_frame: int, max_strings: int
 ) -> AttachReader:
     """The reader for this stream (`plain_socket` decides which); call on the event loop."""
-    loop = asyncio.get_running_loop()
+    ends = ReaderEnds(asyncio.get_running_loop(), owner, inbox, budget, max_frame, max_strings)
     sock = plain_socket(raw)
     if sock is not None:
-        return LoopReader(sock, loop, owner, inbox, budget, max_frame, max_strings)
-    return ThreadReader(raw, name, loop, owner, inbox, budget, max_frame, max_strings)
+        return LoopReader(sock, ends)
+    return ThreadReader(raw, name, ends)
 
 
-class LoopReader:
+@dataclass(frozen=True)
+class ReaderEnds:
+    """What either reader reports to (the loop, the container, its inbox and budget) and the
+    frame limits it applies."""
+
+    loop: asyncio.AbstractEventLoop
+    owner: StreamOwner
+    inbox: Inbox
+    budget: ByteBudget
+    max_frame: int
+    max_strings: int
+
+
+class _Reader:
+    """The ends both readers share."""
+
+    def __init__(self, ends: ReaderEnds) -> None:
+        self._loop = ends.loop
+        self._owner = ends.owner
+        self._inbox = ends.inbox
+        self._budget = ends.budget
+        self._max_strings = ends.max_strings
+
+
+class LoopReader(_Reader):
     """Reads the stream in event-loop callbacks (`add_reader`, `recv(MSG_DONTWAIT)`).
 
     Small frames are parsed in the callback and put in the inbox directly. A frame over
@@ -125,24 +150,11 @@ class LoopReader:
     the socket, the kernel blocks writing) until the session consumes (`consumed`).
     """
 
-    def __init__(
-        self,
-        sock: socket.socket,
-        loop: asyncio.AbstractEventLoop,
-        owner: StreamOwner,
-        inbox: Inbox,
-        budget: ByteBudget,
-        max_frame: int,
-        max_strings: int,
-    ) -> None:
+    def __init__(self, sock: socket.socket, ends: ReaderEnds) -> None:
+        super().__init__(ends)
         self._sock = sock
         self._fd = sock.fileno()
-        self._loop = loop
-        self._owner = owner
-        self._inbox = inbox
-        self._budget = budget
-        self._max_strings = max_strings
-        self.demux = AttachDemux(max_frame, budget.try_acquire)
+        self.demux = AttachDemux(ends.max_frame, ends.budget.try_acquire)
         self._backlog = memoryview(b"")  # received bytes not yet decoded (the budget was full)
         self._pending: collections.deque[bytearray] = collections.deque()  # decoded, not parsed
         self._watching = False
@@ -259,30 +271,16 @@ class LoopReader:
         self._inbox.put(ChannelEvent(kind, detail=detail))
 
 
-class ThreadReader:
+class ThreadReader(_Reader):
     """Reads the stream with blocking `recv` in a dedicated thread (not anyio's shared worker
     limiter: a pool plus batched children would exhaust it), handing each event to the loop
     with `call_soon_threadsafe`. Each frame's buffer waits for the budget (the thread blocks)."""
 
-    def __init__(
-        self,
-        raw: Any,
-        name: str,
-        loop: asyncio.AbstractEventLoop,
-        owner: StreamOwner,
-        inbox: Inbox,
-        budget: ByteBudget,
-        max_frame: int,
-        max_strings: int,
-    ) -> None:
+    def __init__(self, raw: Any, name: str, ends: ReaderEnds) -> None:
+        super().__init__(ends)
         self._raw = raw
         self._name = name
-        self._loop = loop
-        self._owner = owner
-        self._inbox = inbox
-        self._budget = budget
-        self._max_strings = max_strings
-        self.demux = AttachDemux(max_frame, budget.acquire)
+        self.demux = AttachDemux(ends.max_frame, ends.budget.acquire)
 
     def start(self) -> None:
         threading.Thread(target=self._run, name=f"{self._name}-reader", daemon=True).start()
