@@ -7,6 +7,7 @@ unhelpful to a person, so they are turned into `DockerUnavailableError` with the
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -71,8 +72,55 @@ def connect_sync(timeout: float = 30.0) -> Any:
 
     with docker_errors(refused):
         client = docker.from_env(timeout=int(timeout))
+        share_one_pool(client)
         client.ping()
         return client
+
+
+# The connections kept for the daemon's socket: at most this many idle, more opened when needed.
+UNIX_POOL_CONNECTIONS = 32
+
+
+def share_one_pool(client: Any) -> None:
+    """Give a client on a unix socket one connection pool for every request.
+
+    docker-py's unix adapter keeps a pool per URL (each container's URLs are new ones) in an LRU
+    of 25 that closes the pool it evicts, even while another thread is sending through it: with
+    many containers that request failed with urllib3's `AttributeError: 'NoneType' object has
+    no attribute ...` (seen once at 32 concurrent runs), which became the run's internal error.
+    Every URL on one socket is the same peer, so one pool is what the LRU would have needed.
+    Other transports (TCP/TLS, SSH) are left as docker-py makes them."""
+    from docker.transport import UnixHTTPAdapter
+
+    api = client.api
+    old: Any = getattr(api, "_custom_adapter", None)
+    if type(old) is not UnixHTTPAdapter:
+        return
+    adapter = _one_pool_adapter_class()(
+        f"http+unix://{old.socket_path}",
+        old.timeout,
+        max_pool_size=max(old.max_pool_size, UNIX_POOL_CONNECTIONS),
+    )
+    api.mount("http+docker://", adapter)
+    api._custom_adapter = adapter  # docker-py falls back to it for its own URL scheme
+    old.close()
+
+
+@functools.cache
+def _one_pool_adapter_class() -> Any:
+    """The adapter's class, made on first use (docker is imported only where it is used)."""
+    from docker.transport import UnixHTTPAdapter
+
+    class OnePoolUnixAdapter(UnixHTTPAdapter):  # type: ignore[misc]
+        """A unix adapter whose requests all share one pool (`share_one_pool`)."""
+
+        def get_connection(self, url: str, proxies: Any = None) -> Any:
+            return super().get_connection(_ONE_POOL_KEY, proxies)
+
+    return OnePoolUnixAdapter
+
+
+_ONE_POOL_KEY = "http+docker://localhost"
 
 
 def image_present_sync(client: Any, tag: str) -> bool:
