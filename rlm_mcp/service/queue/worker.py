@@ -53,6 +53,7 @@ from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
 from rlm_mcp.service.queue.ends import EndReporting, not_started
 from rlm_mcp.service.queue.final_writes import RETRY_S
+from rlm_mcp.service.queue.follows import FollowedRuns
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.run_ends import RunEnds
@@ -95,6 +96,7 @@ class QueueWorker:
         self._stopped: dict[str, str] = {}  # run id -> why this worker stopped it (fenced)
         self._handing_back: set[str] = set()  # runs given back to the queue at shutdown
         self._requeues: dict[str, int] = {}  # run id -> how often it was queued again before
+        self._follows = FollowedRuns(settings.publish)  # the runs a front follows: their publish interval
         self._beat_at = time.monotonic()  # the start of the last successful heartbeat
         self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
         self._tg: anyio.abc.TaskGroup | None = None
@@ -223,11 +225,18 @@ class QueueWorker:
                 self._wake.set()
             elif payload.startswith("cancel "):
                 self._cancel(payload.removeprefix("cancel "))
+            elif payload.startswith("follow "):
+                self._follows.mark(payload.removeprefix("follow "))
 
-        await self._queue.listen_queue(on_note, on_connect=self._wake.set)
+        def on_connect() -> None:
+            self._wake.set()
+            self._follows.recheck = True  # follow notes sent while it was down are lost
+
+        await self._queue.listen_queue(on_note, on_connect=on_connect)
 
     async def _poll_cancels(self) -> None:
-        """Wake-ups are lost across reconnects: the cancels asked for are read every poll interval."""
+        """Wake-ups are lost across reconnects: the cancels asked for are read every poll
+        interval, and the follows once after a reconnect (`follows.FollowedRuns`)."""
         while True:
             await anyio.sleep(self._settings.queue_poll_s)
             if not self._running or self.worker_id is None:
@@ -237,6 +246,13 @@ class QueueWorker:
                     self._cancel(run_id)
             except Exception as exc:
                 log.info("could not read the runs to cancel: %s", exc)
+            if self._follows.recheck and not all(self._follows.followed(r) for r in self._running):
+                try:
+                    for run_id in await self._queue.followed(self.worker_id):
+                        self._follows.mark(run_id)
+                    self._follows.recheck = False
+                except Exception as exc:  # asked again at the next poll
+                    log.info("could not read the runs followed: %s", exc)
 
     def _cancel(self, run_id: str) -> None:
         held = self._running.get(run_id)
@@ -315,11 +331,14 @@ class QueueWorker:
             self._stopped.pop(row.run_id, None)
             self._requeues.pop(row.run_id, None)
             self._handing_back.discard(row.run_id)
+            self._follows.forget(row.run_id)
             self._slots.release()
 
     async def _execute(self, row: RunRow) -> None:
         run_id, attempt = row.run_id, row.attempt
         request = row.summary.request
+        if row.followed:  # followed while it was queued
+            self._follows.mark(run_id)
         engine = await self._engine()
         run: ActiveRun | None = None
 
@@ -384,11 +403,12 @@ class QueueWorker:
 
     async def _report_until_done(self, run: ActiveRun, run_log: QueueRunLog) -> None:
         """Publish the run's live summary, with the events staged since the last flush, on each
-        progress event and phase change, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S (the
-        latest state after a burst); write staged events every poll interval anyway."""
+        progress event and phase change, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a
+        run a front follows, every RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others
+        (the latest state after a burst); write staged events every poll interval anyway."""
         seen, phase = -1, None
-        interval = self._settings.publish.live_summary_interval_s
-        published_at = -interval
+        poll = self._settings.queue_poll_s
+        published_at = written_at = float("-inf")
         while not run.done.is_set():
             if run.run_id in self._stopped:
                 await run.done.wait()
@@ -400,10 +420,18 @@ class QueueWorker:
                 # fast run makes several progress events per turn. The states in between are
                 # superseded by the one read after the wait; the run's end does not wait (its final
                 # record is written by `_execute` once `done` is set), nor does its first answered
-                # LM call (`QueueRunLog.append` writes that one at once).
-                wait = published_at + interval - time.monotonic()
+                # LM call (`QueueRunLog.append` writes that one at once). The interval is read each
+                # time: a follow may arrive mid-run.
+                now = time.monotonic()
+                wait = published_at + self._follows.interval(run.run_id) - now
                 if wait > 0:
-                    with anyio.move_on_after(wait):
+                    # However slow the interval, staged events are written every poll interval.
+                    due = written_at + poll - now if run_log.staged else wait
+                    if due <= 0:
+                        await self._flush(run_log)
+                        written_at = time.monotonic()
+                        continue
+                    with self._follows.waiting(run.run_id, min(wait, due)):
                         await run.done.wait()
                     continue
                 seen, phase = run.seq, run.progress.phase
@@ -411,7 +439,7 @@ class QueueWorker:
                 lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
                 try:
                     published = await run_log.publish(summary, lm_called=lm_called)
-                    published_at = time.monotonic()
+                    published_at = written_at = time.monotonic()
                     if not published and run.result is None:
                         self._stop(run.run_id, "the run is no longer this worker's (another attempt, or it ended)")
                 except RlmMcpError as exc:  # the database is restarting: the next event retries
@@ -420,11 +448,19 @@ class QueueWorker:
                     await anyio.sleep(RETRY_S)
                     continue
             elif run_log.staged:  # events between progress events (a long cell's `cell_start`)
-                try:
-                    await run_log.flush()
-                except RlmMcpError as exc:
-                    log.info("could not write the events of run %s: %s", run.run_id, exc)
-            await run.wait_change(self._settings.queue_poll_s, since=seen)
+                await self._flush(run_log)
+                written_at = time.monotonic()
+            await run.wait_change(poll, since=seen)
+
+    @staticmethod
+    async def _flush(run_log: QueueRunLog) -> None:
+        """Write the staged events alone; after a failure (the database restarting) the next
+        publish or poll writes them."""
+        try:
+            await run_log.flush()
+        except RlmMcpError as exc:
+            log.info("could not write the events of run %s: %s", run_log.run_id, exc)
+            await anyio.sleep(RETRY_S)
 
 
 def _lm_called(run: ActiveRun) -> bool:
