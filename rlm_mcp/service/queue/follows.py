@@ -1,8 +1,8 @@
 """Which of a worker's runs a front follows, and so how often the worker publishes each one's
 live summary (`QueueWorker._report_until_done`).
 
-A run someone follows (a caller with a progress token, an event stream, the viewer's live page:
-each says so through `QueueFront.follow_progress`) is published every
+A run someone follows (a caller with a progress token, an event stream, which the viewer's live
+page opens: each says so through `RunBackend.follow_progress`) is published every
 RLM_MCP_LIVE_SUMMARY_INTERVAL_S; a run nobody follows every
 RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S (its staged events still every RLM_MCP_QUEUE_POLL_S).
 The worker learns of a follow three ways: the run's row says so when it is claimed (a follow
