@@ -1,5 +1,5 @@
 """Which of a worker's runs a front follows, and so how often the worker publishes each one's
-live summary (`QueueWorker._report_until_done`).
+live summary (`publishing.publish_until_done`).
 
 A run someone follows (a caller with a progress token, an event stream, which the viewer's live
 page opens: each says so through `RunBackend.follow_progress`) is published every
