@@ -237,10 +237,10 @@ class Caller:
         run = await self.start_run(
             query, context_id, overrides, keep_session=keep_session, session_id=session_id, webhook_url=webhook_url
         )
-        if follow_progress:
-            await self.service.runs.follow_progress(run.run_id)
         values = ProgressValues()  # MCP: each progress value must exceed the previous one
         try:
+            if follow_progress:  # inside the `try`: a caller gone meanwhile still cancels the run
+                await self.service.runs.follow_progress(run.run_id)
             named = 0  # the last turn a notification has named
 
             async def name_turns(upto: int) -> None:
