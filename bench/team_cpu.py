@@ -128,7 +128,7 @@ class Profiles:
 
 # Buckets, first match wins, by a frame's function and file (py-spy raw lines: "fn (file:line)").
 BUCKETS = [
-    ("run log flush/publish", ("runlog.py", "store/pg/runs.py", "_report_until_done")),
+    ("run log flush/publish", ("runlog.py", "store/pg/runs.py", "publish_until_done", "publishing.py")),
     ("front following runs", ("service/queue/front.py", "wakeups.py")),
     ("claims/heartbeat/sweeps", ("queue/worker.py:_claim", "_heartbeat", "sweeper.py", "store/pg/queue.py")),
     ("PostgreSQL driver", ("psycopg/", "psycopg_pool/")),

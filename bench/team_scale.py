@@ -126,18 +126,27 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     return dict(result.structured_content or {})
 
 
-async def complete(client: Client, context_id: str, query: str) -> str:
-    out = await call(client, "rlm_complete", query=query, context_id=context_id, max_iterations=50)
+async def _ignore_progress(progress: float, total: float | None, message: str | None) -> None:
+    """A progress callback that counts nothing: the call carries a progress token, so the run is followed."""
+
+
+async def complete(client: Client, context_id: str, query: str, *, followed: bool = False) -> str:
+    arguments = {"query": query, "context_id": context_id, "max_iterations": 50}
+    result = await client.call_tool("rlm_complete", arguments, progress_callback=_ignore_progress if followed else None)
+    if result.is_error:
+        raise RuntimeError(f"rlm_complete: {result.content!r}")
+    out = dict(result.structured_content or {})
     if out.get("answer") != "done":
         raise RuntimeError(f"unexpected result: {out!r}")
     return str(out["run_id"])
 
 
-async def many_runs(client: Client, context_id: str, label: str, count: int) -> list[str]:
+async def many_runs(client: Client, context_id: str, label: str, count: int, *, followed: bool = False) -> list[str]:
+    """`followed`: each call asks for progress (a progress token), so a team front follows its run."""
     run_ids: list[str] = []
 
     async def one(i: int) -> None:
-        run_ids.append(await complete(client, context_id, f"scale run {label} {i}"))
+        run_ids.append(await complete(client, context_id, f"scale run {label} {i}", followed=followed))
 
     async with anyio.create_task_group() as tg:
         for i in range(count):
@@ -352,7 +361,7 @@ async def team_round(
             loops = {r.name: team_cpu.loop_cpu_seconds(r.pid) for r in b.replicas}
             wakes = {r.name: team_cpu.loop_wakeups(r.pid) for r in b.replicas}
             t0 = time.perf_counter()
-            run_ids = await many_runs(client, context_id, "concurrent", args.runs)
+            run_ids = await many_runs(client, context_id, "concurrent", args.runs, followed=args.followed)
             wall = time.perf_counter() - t0
             turns = args.runs * args.turns
             spent = {r.name: (cpu_seconds(r.pid) - before[r.name]) / turns for r in b.replicas}
@@ -418,7 +427,7 @@ async def embedded_round(
         idle = await team_cpu.Idle.measure({"embedded": pid}, args.idle_s)
         profiles.start({"embedded": pid})
         before, loop, wakes = cpu_seconds(pid), team_cpu.loop_cpu_seconds(pid), team_cpu.loop_wakeups(pid)
-        await many_runs(client, context_id, "concurrent", args.runs)
+        await many_runs(client, context_id, "concurrent", args.runs, followed=args.followed)
         per_turn = (cpu_seconds(pid) - before) / (args.runs * args.turns)
         loop = (team_cpu.loop_cpu_seconds(pid) - loop) / (args.runs * args.turns)
         wakes = (team_cpu.loop_wakeups(pid) - wakes) // (args.runs * args.turns)
@@ -476,6 +485,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--py-spy-rate", type=int, default=40, help="team: py-spy's samples per second")
     parser.add_argument(
         "--statements", action="store_true", help="team: list PostgreSQL's statements per turn (pg_stat_statements)"
+    )
+    parser.add_argument(
+        "--followed",
+        action="store_true",
+        help="team: the measured runs' calls ask for progress (a progress token), so every run is followed "
+        "(both modes); without it nobody follows them",
     )
     parser.add_argument("--label", default="", help="team: this run's label in the recorded row (before, after)")
     parser.add_argument("--record", action="store_true", help="team: append this run to bench/results/team_cpu.json")

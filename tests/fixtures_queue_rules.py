@@ -25,6 +25,7 @@ from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.liveness import LeaseLiveness
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
+from tests.fixtures_queue_follow_rules import FOLLOW_RULES
 from tests.fixtures_queue_team import Clock, OpenTeam, connected_sweeper, final, summary
 from tests.fixtures_queue_worker_rules import WORKER_RULES
 
@@ -271,6 +272,7 @@ RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_cancel_reaches_the_worker_of_a_running_run,
     rule_the_gauges_and_the_sweeps_see_live_and_lost_workers,
     *WORKER_RULES,
+    *FOLLOW_RULES,
 ]
 RULE_IDS = [rule.__name__.removeprefix("rule_") for rule in RULES]
 

@@ -131,12 +131,12 @@ def row(db: str, run_id: str) -> dict[str, Any]:
     """A run's queue row (summary decoded) and the worker that holds it, read from the database."""
     with psycopg.connect(db, autocommit=True) as conn:
         found = conn.execute(
-            "SELECT r.summary, r.done, r.worker_id, r.requeues, w.pid, w.owner_id FROM rlm_runs r "
+            "SELECT r.summary, r.done, r.worker_id, r.requeues, w.pid, w.owner_id, r.followed FROM rlm_runs r "
             "LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id WHERE r.run_id = %s",
             (run_id,),
         ).fetchone()
     assert found is not None
-    summary, done, worker_id, requeues, pid, owner = found
+    summary, done, worker_id, requeues, pid, owner, followed = found
     return {
         "summary": json.loads(summary),
         "done": done,
@@ -144,6 +144,7 @@ def row(db: str, run_id: str) -> dict[str, Any]:
         "requeues": requeues,
         "pid": pid,
         "owner": owner,
+        "followed": followed,
     }
 
 

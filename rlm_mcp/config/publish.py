@@ -17,5 +17,14 @@ class PublishSettings(BaseModel):
         ge=0,
         description="Team mode: a worker writes a running run's live summary (with its staged events and the "
         "wake-up) at most this often, the latest state after a burst of progress; 0: on every progress event. "
-        "The first answered LM call and the final record are written at once, never coalesced.",
+        "The first answered LM call and the final record are written at once, never coalesced. "
+        "This interval applies to a run someone follows (a caller with a progress token, an event stream, "
+        "the viewer's live page); see RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others.",
+    )
+    live_summary_unfollowed_interval_s: float = Field(
+        1.0,
+        ge=0,
+        description="Team mode: the live-summary interval of a run nobody follows (no front has said it follows "
+        "its progress); its staged events are still written at least every RLM_MCP_QUEUE_POLL_S. A follow is a "
+        "hint for latency only: a follow that arrives mid-run switches the run to RLM_MCP_LIVE_SUMMARY_INTERVAL_S.",
     )

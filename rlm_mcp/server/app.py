@@ -199,6 +199,12 @@ def request_owner(ctx: Context, mode: Mode) -> Owner:
     return owner_of(ctx.request_context.request, mode)
 
 
+def _has_progress_token(ctx: Context) -> bool:
+    """Whether the call asked for progress notifications (its `_meta.progressToken`)."""
+    meta = ctx.request_context.meta
+    return meta is not None and meta.get("progress_token") is not None
+
+
 def owner_of(request: object, mode: Mode) -> Owner:
     """`request_owner` of the transport's request object (a tool's or an extension method's)."""
     scope = getattr(request, "scope", None)
@@ -321,6 +327,7 @@ def _add_run_tools(mcp: MCPServer[RlmService], svc: Callable[[Context], Caller],
             keep_session=session.keep_session,
             session_id=session.session_id,
             webhook_url=session.webhook_url,
+            follow_progress=_has_progress_token(ctx),
         )
         result, session_id = await _call(work)
         return RunOutcome.of(result, max_chars=settings.loop.answer_max_chars, session_id=session_id)

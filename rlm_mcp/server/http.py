@@ -84,6 +84,11 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
         throttles = getattr(getattr(holder.get("service"), "lm", None), "throttles", None)
         return throttles.view() if throttles is not None else []
 
+    async def follow_progress(run_id: str) -> None:  # an event stream follows the run turn by turn
+        service = holder.get("service")
+        if service is not None:
+            await service.runs.follow_progress(run_id)
+
     viewer = build_viewer(
         stores.runs,
         auth,
@@ -91,6 +96,7 @@ def build_http_app(settings: Settings, *, on_closed: Callable[[], None] | None =
         events=settings.events,
         webhooks=stores.webhooks,
         throttles=throttle_states,
+        follow=follow_progress,
     )
     # /healthz (the balancer's check) is the one route in front of the guard: no token, says little.
     # `role` in team mode only (--role both|front|worker); the embedded server has no roles.

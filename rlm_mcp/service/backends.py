@@ -43,3 +43,11 @@ class RunBackend(Protocol):
         ...
 
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None: ...
+
+    async def follow_progress(self, run_id: str) -> None:
+        """Say that something here follows the run's progress turn by turn (a caller with a
+        progress token, an event stream, the viewer's live page): every such place says it
+        through this one call. A hint for latency only (team mode: the worker publishes the run's
+        live summary at the live-summary interval rather than the unfollowed one); nothing for a
+        run this process executes itself."""
+        ...

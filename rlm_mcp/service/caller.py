@@ -228,15 +228,19 @@ class Caller:
         keep_session: bool = False,
         session_id: str | None = None,
         webhook_url: str | None = None,
+        follow_progress: bool = True,
     ) -> tuple[RunResult, str | None]:
         """Start a run and wait for its result (and its session id, for a kept session),
         reporting progress. The one place a run's failure picks its channel: one that never
-        started raises (a tool error), any other is the structured result."""
+        started raises (a tool error), any other is the structured result. `follow_progress`:
+        the caller sees the progress (an MCP progress token), said through `follow_progress`."""
         run = await self.start_run(
             query, context_id, overrides, keep_session=keep_session, session_id=session_id, webhook_url=webhook_url
         )
         values = ProgressValues()  # MCP: each progress value must exceed the previous one
         try:
+            if follow_progress:  # inside the `try`: a caller gone meanwhile still cancels the run
+                await self.service.runs.follow_progress(run.run_id)
             named = 0  # the last turn a notification has named
 
             async def name_turns(upto: int) -> None:

@@ -240,6 +240,9 @@ class RunManager:
                 raise
         return run
 
+    async def follow_progress(self, run_id: str) -> None:
+        """Nothing to say: the runs here publish every progress event to their waiters at once."""
+
     async def let_go(self, context_id: str, *, owner: OwnerScope, wait_s: float = RELEASE_WAIT_S) -> bool:
         """Wait (up to `wait_s`) until this process's runs that have ended but still pin
         `context_id` let it go (their pins go once their answer is out); whether there were any."""

@@ -279,6 +279,23 @@ class MemoryRunQueue:
             if r.row.state is RunState.RUNNING and r.row.worker_id == worker_id and r.row.cancel_requested
         ]
 
+    async def followed(self, worker_id: int) -> list[str]:
+        await anyio.lowlevel.checkpoint()
+        return [
+            r.row.run_id
+            for r in self._runs.values()
+            if r.row.state is RunState.RUNNING and r.row.worker_id == worker_id and r.row.followed
+        ]
+
+    async def follow_progress(self, run_id: str) -> None:
+        await anyio.lowlevel.checkpoint()
+        run = self._runs.get(run_id)
+        if run is None or run.row.state is RunState.DONE or run.row.followed:
+            return
+        self._set(run_id, followed=True)
+        if run.row.state is RunState.RUNNING:
+            self._notify_queue(f"follow {run_id}")
+
     async def requeue(self, run_id: str, attempt: int, summary: RunRecord) -> bool:
         await anyio.lowlevel.checkpoint()
         return self._requeue(run_id, summary, attempt)

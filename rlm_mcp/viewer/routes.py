@@ -81,14 +81,17 @@ def build_viewer(
     events: EventSettings | None = None,
     webhooks: WebhookOutboxPort | None = None,
     throttles: ThrottleStates | None = None,
+    follow: Callable[[str], Awaitable[None]] | None = None,
 ) -> ASGIApp:
     """The app of every path under /runs/ (the same pages also under /runs/s/<key>/, the cookie's
     path); `events`: the event streams' bounds (the defaults when None); `webhooks`: the outbox
     whose deliveries `/runs/api/webhooks` shows each owner; `throttles`: the LM limits
-    `/runs/api/throttles` shows (none when None)."""
+    `/runs/api/throttles` shows (none when None); `follow`: says that an event stream (the live
+    page's too) follows a run's progress (`RunBackend.follow_progress`; a hint for latency only)."""
     pages = _Pages(records, auth, session_state, events or EventSettings())
     pages.webhooks = webhooks
     pages.throttles = throttles
+    pages.follow = follow
     app = Starlette(
         routes=[
             Route(f"{PREFIX}/", pages.index),
@@ -133,6 +136,7 @@ class _Pages:
         self.streams = StreamSlots(self.events)
         self.webhooks: WebhookOutboxPort | None = None
         self.throttles: ThrottleStates | None = None
+        self.follow: Callable[[str], Awaitable[None]] | None = None
 
     def owner_of(self, request: Request) -> OwnerScope:
         """Whose runs this request may see (`EVERY_OWNER`: the local viewer's session)."""
@@ -258,6 +262,11 @@ class _Pages:
         after = parse_last_event_id(request.headers.get("last-event-id"))
         if after == END_ID:  # the stream had ended: 204 tells EventSource not to reconnect
             return Response(status_code=204, headers=_HEADERS)
+        if self.follow is not None:
+            try:
+                await self.follow(run_id)
+            except Exception:  # a hint for latency only: the stream reads the store either way
+                log.info("could not say run %s is followed", run_id, exc_info=True)
         if not self.streams.take(owner):
             refused = _refusal(request, 429, "Too many event streams are open: close one, or retry shortly.")
             refused.headers["Retry-After"] = "5"

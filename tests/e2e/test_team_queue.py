@@ -95,6 +95,7 @@ async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_
             assert done.structured_content is not None and done.structured_content["answer"] == "forty-two"
             first = row(pg_url, done.structured_content["run_id"])
             assert first["owner"] in {w.owner for w in workers}
+            assert first["followed"]  # a progress token: its worker publishes every turn
             assert any("turn 1/" in line for line in lines), lines
             assert any("turn 2/" in line for line in lines), lines
 
@@ -118,6 +119,7 @@ async def test_front_enqueues_workers_execute_progress_status_and_cancel_across_
             for run_id in started:
                 result = await call(on_w1, "rlm_result", run_id=run_id, wait_s=120)
                 assert result["status"] == "completed", result
+                assert not row(pg_url, run_id)["followed"]  # rlm_start: nobody follows its turns
             assert {row(pg_url, r)["owner"] for r in started} == {w.owner for w in workers}
 
             # Started through one worker, followed through the other, cancelled through the front.

@@ -57,10 +57,18 @@ async def read(
 
 # -- the server ------------------------------------------------------------------------------------
 @asynccontextmanager
-async def viewer_server(records: RunStorePort, settings: EventSettings = FAST) -> AsyncIterator[str]:
+async def viewer_server(
+    records: RunStorePort, settings: EventSettings = FAST, *, followed: list[str] | None = None
+) -> AsyncIterator[str]:
+    """`followed`: the runs whose stream said it follows them (`build_viewer(follow=...)`)."""
     port = free_port()
     auth = ViewerAuth(tokens=[ALICE, BOB], policy=HostPolicy("127.0.0.1", port, [], []))
-    app = build_viewer(records, auth, events=settings)
+
+    async def follow(run_id: str) -> None:
+        if followed is not None:
+            followed.append(run_id)
+
+    app = build_viewer(records, auth, events=settings, follow=follow)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
@@ -97,10 +105,12 @@ async def test_a_stream_resumes_after_a_dropped_connection_with_nothing_lost_or_
         await log.append(_start(run_id))
         for i in range(1, 4):
             await log.append(TurnStart(run_id=run_id, iteration=i, max_iterations=5, depth=0))
-        async with viewer_server(stores.runs) as base:
+        followed: list[str] = []
+        async with viewer_server(stores.runs, followed=followed) as base:
             url = f"{base}/{run_id}/events"
             first = await read(url, ALICE, stop_after=2)  # the connection drops here
             assert [m[1] for m in first] == ["run_start", "turn_start"]
+            assert followed == [run_id]  # the stream follows the run's progress (team mode: every turn)
             # The run goes on while nobody listens, and ends.
             await log.append(TurnStart(run_id=run_id, iteration=4, max_iterations=5, depth=0))
             await log.append(_end(run_id))
@@ -131,6 +141,7 @@ async def test_a_stream_resumes_after_a_dropped_connection_with_nothing_lost_or_
                 )
             )
             assert anonymous.status_code == 401
+            assert set(followed) == {run_id}  # an unknown or another owner's run is never followed
 
 
 async def test_streams_are_bounded_per_owner_kept_alive_and_closed_when_idle(

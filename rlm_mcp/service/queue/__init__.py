@@ -8,7 +8,8 @@ assembly) and `testing.memory_queue.MemoryRunQueue` (the fast tier's). Here, ove
 - `sessions.py`: a worker's kept sessions: the live sandboxes it holds, restores, snapshots.
 - `worker.py`: claim a run when slots allow, execute it with the local `RunManager`, report,
   fenced by the claim's attempt; `final_writes.py`: how it writes a run's end through an outage
-  (handed back, stopped unrecorded, the final record retried).
+  (handed back, stopped unrecorded, the final record retried); `publishing.py`: a run's live
+  summary and log as it goes; `follows.py`: which runs a front follows (their publish interval).
 - `sweeper.py`: leases: lost workers' runs and sandboxes, runs no worker takes.
 - `liveness.py`: which sandbox owners are gone, by the workers' leases.
 - `gauges.py`: the queue's depth, oldest age and live workers, sampled for /metrics.

@@ -76,6 +76,7 @@ class QueueFront:
         self._wakeups = wakeups
         self._mirrors: dict[str, ActiveRun] = {}
         self._finished: collections.deque[str] = collections.deque()
+        self._follows_said: set[str] = set()  # mirrored runs whose follow was said (`follow_progress`)
         self._tg: anyio.abc.TaskGroup | None = None
         self._live_workers = 0
         self._workers_seen_at = float("-inf")
@@ -149,6 +150,21 @@ class QueueFront:
         apply(run, record)
         self._follow(run)
         return run
+
+    async def follow_progress(self, run_id: str) -> None:
+        """The one place a front says it follows a run's progress turn by turn (`RunBackend`):
+        the run's row is marked, so its claim reads it, or its worker is told if it runs already
+        (`RunQueuePort.follow_progress`); once per run followed here. A hint for latency only:
+        nothing but the live summary's interval depends on it, and a failure is logged, not raised."""
+        if run_id in self._follows_said:
+            return
+        try:
+            await self._queue.follow_progress(run_id)
+        except Exception as exc:  # the database is restarting: the run is published, less often
+            log.info("could not say run %s is followed: %s", run_id, exc)
+            return
+        if run_id in self._mirrors:  # forgotten with the mirror (`_watch`)
+            self._follows_said.add(run_id)
 
     async def let_go(self, context_id: str, *, owner: OwnerScope) -> bool:
         """Runs execute on workers, whose end statement releases their pins: nothing to wait for."""
@@ -227,6 +243,7 @@ class QueueFront:
                     look = woken or not self._wakeups.heard_within(poll)
         finally:
             self._wakeups.forget(run.run_id)
+            self._follows_said.discard(run.run_id)
             self._finished.append(run.run_id)
             while len(self._finished) > FINISHED_RUNS_KEPT:
                 self._mirrors.pop(self._finished.popleft(), None)

@@ -9,7 +9,7 @@ Events are staged and written in one statement per flush (`PgRunLog.flush`), at 
 - each live summary the worker publishes (`publish`: the staged events, the summary and the
   wake-up together, on a progress event, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S: the
   latest state after a burst), and every RLM_MCP_QUEUE_POLL_S while events are staged
-  (`QueueWorker._report_until_done`);
+  (`publishing.publish_until_done`);
 - the final summary (`write_summary`: the staged events and the final record in one statement,
   the queue's one conditional end write, fenced by the attempt: `FencedRunLog.finish`, after
   which the run-end hook is told), `aclose`, and the worker's own final write (which, after a

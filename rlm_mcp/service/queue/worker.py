@@ -53,6 +53,8 @@ from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
 from rlm_mcp.service.queue.ends import EndReporting, not_started
 from rlm_mcp.service.queue.final_writes import RETRY_S
+from rlm_mcp.service.queue.follows import FollowedRuns
+from rlm_mcp.service.queue.publishing import publish_until_done
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.run_ends import RunEnds
@@ -95,6 +97,7 @@ class QueueWorker:
         self._stopped: dict[str, str] = {}  # run id -> why this worker stopped it (fenced)
         self._handing_back: set[str] = set()  # runs given back to the queue at shutdown
         self._requeues: dict[str, int] = {}  # run id -> how often it was queued again before
+        self._follows = FollowedRuns(settings.publish)  # the runs a front follows: their publish interval
         self._beat_at = time.monotonic()  # the start of the last successful heartbeat
         self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
         self._tg: anyio.abc.TaskGroup | None = None
@@ -223,11 +226,18 @@ class QueueWorker:
                 self._wake.set()
             elif payload.startswith("cancel "):
                 self._cancel(payload.removeprefix("cancel "))
+            elif payload.startswith("follow "):
+                self._follows.mark(payload.removeprefix("follow "))
 
-        await self._queue.listen_queue(on_note, on_connect=self._wake.set)
+        def on_connect() -> None:
+            self._wake.set()
+            self._follows.recheck = True  # follow notes sent while it was down are lost
+
+        await self._queue.listen_queue(on_note, on_connect=on_connect)
 
     async def _poll_cancels(self) -> None:
-        """Wake-ups are lost across reconnects: the cancels asked for are read every poll interval."""
+        """Wake-ups are lost across reconnects: the cancels asked for are read every poll
+        interval, and the follows once after a reconnect (`follows.FollowedRuns`)."""
         while True:
             await anyio.sleep(self._settings.queue_poll_s)
             if not self._running or self.worker_id is None:
@@ -237,6 +247,13 @@ class QueueWorker:
                     self._cancel(run_id)
             except Exception as exc:
                 log.info("could not read the runs to cancel: %s", exc)
+            if self._follows.recheck and not all(self._follows.followed(r) for r in self._running):
+                try:
+                    for run_id in await self._queue.followed(self.worker_id):
+                        self._follows.mark(run_id)
+                    self._follows.recheck = False
+                except Exception as exc:  # asked again at the next poll
+                    log.info("could not read the runs followed: %s", exc)
 
     def _cancel(self, run_id: str) -> None:
         held = self._running.get(run_id)
@@ -315,11 +332,14 @@ class QueueWorker:
             self._stopped.pop(row.run_id, None)
             self._requeues.pop(row.run_id, None)
             self._handing_back.discard(row.run_id)
+            self._follows.forget(row.run_id)
             self._slots.release()
 
     async def _execute(self, row: RunRow) -> None:
         run_id, attempt = row.run_id, row.attempt
         request = row.summary.request
+        if row.followed:  # followed while it was queued
+            self._follows.mark(run_id)
         engine = await self._engine()
         run: ActiveRun | None = None
 
@@ -364,7 +384,9 @@ class QueueWorker:
         run.notice = Notice(kind=NoticeKind.RUNNING_ON, worker=self.ref)
         self._running[run_id] = (attempt, run, run_log)
         try:
-            await self._report_until_done(run, run_log)
+            await publish_until_done(
+                run, run_log, self._settings, self._follows, stopped=self._stopped, stop=self._stop
+            )
         finally:
             with anyio.CancelScope(shield=True):
                 if not run.done.is_set():  # this worker is shutting down
@@ -381,50 +403,6 @@ class QueueWorker:
                     await final_writes.end_unrecorded(self._queue, run, attempt, self.ref, fresh=fresh)
                 else:
                     await final_writes.ensure_final(self._queue, run, run_log, attempt)
-
-    async def _report_until_done(self, run: ActiveRun, run_log: QueueRunLog) -> None:
-        """Publish the run's live summary, with the events staged since the last flush, on each
-        progress event and phase change, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S (the
-        latest state after a burst); write staged events every poll interval anyway."""
-        seen, phase = -1, None
-        interval = self._settings.publish.live_summary_interval_s
-        published_at = -interval
-        while not run.done.is_set():
-            if run.run_id in self._stopped:
-                await run.done.wait()
-                return
-            # Progress events notify; a phase change (waiting on the model, running code) does
-            # not, so it is looked at every poll interval.
-            if run.seq != seen or run.progress.phase != phase:
-                # Coalesce: each publish is a statement, a NOTIFY and every follower's wake-up, and a
-                # fast run makes several progress events per turn. The states in between are
-                # superseded by the one read after the wait; the run's end does not wait (its final
-                # record is written by `_execute` once `done` is set), nor does its first answered
-                # LM call (`QueueRunLog.append` writes that one at once).
-                wait = published_at + interval - time.monotonic()
-                if wait > 0:
-                    with anyio.move_on_after(wait):
-                        await run.done.wait()
-                    continue
-                seen, phase = run.seq, run.progress.phase
-                summary = run.record()
-                lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
-                try:
-                    published = await run_log.publish(summary, lm_called=lm_called)
-                    published_at = time.monotonic()
-                    if not published and run.result is None:
-                        self._stop(run.run_id, "the run is no longer this worker's (another attempt, or it ended)")
-                except RlmMcpError as exc:  # the database is restarting: the next event retries
-                    log.info("could not publish run %s: %s", run.run_id, exc)
-                    seen, phase = -1, None
-                    await anyio.sleep(RETRY_S)
-                    continue
-            elif run_log.staged:  # events between progress events (a long cell's `cell_start`)
-                try:
-                    await run_log.flush()
-                except RlmMcpError as exc:
-                    log.info("could not write the events of run %s: %s", run.run_id, exc)
-            await run.wait_change(self._settings.queue_poll_s, since=seen)
 
 
 def _lm_called(run: ActiveRun) -> bool:

@@ -58,6 +58,7 @@ def _row(row: dict[str, Any]) -> RunRow:
         log_bytes=int(row["log_bytes"]),
         created_at=float(row["created_at"]),
         cancel_requested=bool(row["cancel_requested"]),
+        followed=bool(row["followed"]),
     )
 
 
@@ -123,6 +124,12 @@ class PgRunQueue(PgWorkerRegistry):
             await conn.execute(sql.ASK_CANCEL, {"run_id": run_id, "queue_channel": sql.QUEUE_CHANNEL})
         return False
 
+    async def follow_progress(self, run_id: str) -> None:
+        """Mark the run followed (its claim reads the mark) and tell a running run's worker
+        (`queue_statements.FOLLOW`); nothing for a run already marked or ended."""
+        async with self._db.connection() as conn:
+            await conn.execute(sql.FOLLOW, {"run_id": run_id, "queue_channel": sql.QUEUE_CHANNEL})
+
     async def queued_counts(self, owner: str) -> tuple[int, int]:
         async with self._db.connection() as conn:
             cur = await conn.execute(sql.QUEUED_COUNTS, {"owner": owner})
@@ -182,6 +189,12 @@ class PgRunQueue(PgWorkerRegistry):
         """The runs this worker holds whose cancel was asked for."""
         async with self._db.connection() as conn:
             cur = await conn.execute(sql.CANCELS, {"worker": worker_id})
+            return [r["run_id"] for r in await cur.fetchall()]
+
+    async def followed(self, worker_id: int) -> list[str]:
+        """The runs this worker holds that a front follows."""
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.FOLLOWED, {"worker": worker_id})
             return [r["run_id"] for r in await cur.fetchall()]
 
     async def requeue(self, run_id: str, attempt: int, summary: RunRecord) -> bool:

@@ -32,7 +32,7 @@ import hashlib
 # and its live summary. `CHANNEL`, the one channel of earlier versions, is still listened to, so
 # a front hears the workers of the previous version during a rolling upgrade.
 CHANNEL = "rlm_run_progress"
-QUEUE_CHANNEL = "rlm_run_queue"  # payload: "queued", or "cancel RUN_ID"
+QUEUE_CHANNEL = "rlm_run_queue"  # payload: "queued", "cancel RUN_ID", or "follow RUN_ID"
 
 
 def run_channel(run_id: str) -> str:
@@ -45,7 +45,7 @@ NOW = "extract(epoch FROM now())"  # the database's clock as Unix seconds (the f
 
 COLUMNS = (
     "run_id, owner, state, attempt, summary, worker_id, lm_called, requeues, next_seq, log_bytes, created_at, "
-    "cancel_requested"
+    "cancel_requested, followed"
 )
 _R_COLUMNS = ", ".join("r." + c.strip() for c in COLUMNS.split(","))
 # A worker is lost when its row is gone, it said it is gone, or its heartbeat is older than the lease.
@@ -86,6 +86,14 @@ ASK_CANCEL = (
     "WITH up AS (UPDATE rlm_runs SET cancel_requested = true WHERE run_id = %(run_id)s AND state = 'running' "
     "RETURNING run_id) SELECT pg_notify(%(queue_channel)s, 'cancel ' || run_id) FROM up"
 )
+# A front follows the run's progress: the mark is set once (a queued run's claim reads it), and a
+# running run's worker is told on the queue channel. A hint for latency only (`follow_progress`).
+FOLLOW = (
+    "WITH up AS (UPDATE rlm_runs SET followed = true WHERE run_id = %(run_id)s AND state <> 'done' "
+    "AND NOT followed RETURNING run_id, state) "
+    "SELECT pg_notify(%(queue_channel)s, 'follow ' || run_id) FROM up WHERE state = 'running'"
+)
+FOLLOWED = "SELECT run_id FROM rlm_runs WHERE state = 'running' AND worker_id = %(worker)s AND followed"
 QUEUED_COUNTS = (
     "SELECT count(*) AS total, count(*) FILTER (WHERE owner = %(owner)s) AS mine FROM rlm_runs WHERE state = 'queued'"
 )

@@ -1,0 +1,96 @@
+"""A worker's publisher of one run's live summary and log (`QueueWorker` runs one per run it executes).
+
+On each progress event and phase change, the run's live summary with the events staged since the
+last flush, in one fenced statement (`QueueRunLog.publish`), at most every
+RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a run a front follows and every
+RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others (`follows.FollowedRuns`); the staged
+events alone at least every RLM_MCP_QUEUE_POLL_S. A write that matches nothing stops the run
+(`stop`); the run's end and its first answered LM call are written elsewhere, never coalesced.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+import anyio
+
+from rlm_mcp.config import QueueSettings
+from rlm_mcp.errors import RlmMcpError
+from rlm_mcp.service.active_run import ActiveRun
+from rlm_mcp.service.queue.final_writes import RETRY_S
+from rlm_mcp.service.queue.follows import FollowedRuns
+from rlm_mcp.service.queue.runlog import QueueRunLog
+
+log = logging.getLogger("rlm_mcp.queue")
+
+
+async def publish_until_done(
+    run: ActiveRun,
+    run_log: QueueRunLog,
+    settings: QueueSettings,
+    follows: FollowedRuns,
+    *,
+    stopped: Mapping[str, str],
+    stop: Callable[[str, str], None],
+) -> None:
+    """Publish the run's live summary, with the events staged since the last flush, on each
+    progress event and phase change, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a
+    run a front follows, every RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others
+    (the latest state after a burst); write staged events every poll interval anyway."""
+    seen, phase = -1, None
+    poll = settings.queue_poll_s
+    published_at = written_at = float("-inf")
+    while not run.done.is_set():
+        if run.run_id in stopped:
+            await run.done.wait()
+            return
+        # Progress events notify; a phase change (waiting on the model, running code) does
+        # not, so it is looked at every poll interval.
+        if run.seq != seen or run.progress.phase != phase:
+            # Coalesce: each publish is a statement, a NOTIFY and every follower's wake-up, and a
+            # fast run makes several progress events per turn. The states in between are
+            # superseded by the one read after the wait; the run's end does not wait (its final
+            # record is written by `QueueWorker._execute` once `done` is set), nor does its first answered
+            # LM call (`QueueRunLog.append` writes that one at once). The interval is read each
+            # time: a follow may arrive mid-run.
+            now = time.monotonic()
+            wait = published_at + follows.interval(run.run_id) - now
+            if wait > 0:
+                # However slow the interval, staged events are written every poll interval.
+                due = written_at + poll - now if run_log.staged else wait
+                if due <= 0:
+                    await _flush(run_log)
+                    written_at = time.monotonic()
+                    continue
+                with follows.waiting(run.run_id, min(wait, due)):
+                    await run.done.wait()
+                continue
+            seen, phase = run.seq, run.progress.phase
+            summary = run.record()
+            lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
+            try:
+                published = await run_log.publish(summary, lm_called=lm_called)
+                published_at = written_at = time.monotonic()
+                if not published and run.result is None:
+                    stop(run.run_id, "the run is no longer this worker's (another attempt, or it ended)")
+            except RlmMcpError as exc:  # the database is restarting: the next event retries
+                log.info("could not publish run %s: %s", run.run_id, exc)
+                seen, phase = -1, None
+                await anyio.sleep(RETRY_S)
+                continue
+        elif run_log.staged:  # events between progress events (a long cell's `cell_start`)
+            await _flush(run_log)
+            written_at = time.monotonic()
+        await run.wait_change(poll, since=seen)
+
+
+async def _flush(run_log: QueueRunLog) -> None:
+    """Write the staged events alone; after a failure (the database restarting) the next
+    publish or poll writes them."""
+    try:
+        await run_log.flush()
+    except RlmMcpError as exc:
+        log.info("could not write the events of run %s: %s", run_log.run_id, exc)
+        await anyio.sleep(RETRY_S)

@@ -1,0 +1,157 @@
+"""The queue's follow rules (part of tests/fixtures_queue_rules.py's `RULES`): a worker publishes
+a run's live summary at the live-summary interval for a run a front follows
+(`QueueFront.follow_progress`), at the slower unfollowed interval for the others. Counted from
+the live summaries a front's wake-ups carry (no timing assertion): the followed runs' model waits,
+before each turn's LM call, until a live summary naming that turn was heard, so a followed run
+that skipped a turn's publish would never end (`fail_after`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from rlm_mcp.ports.chat import Completion
+from rlm_mcp.ports.runs import LiveSummary, RunRecord
+from rlm_mcp.service.queue.front import QueueFront
+from rlm_mcp.service.queue.wakeups import Wakeups
+from tests.fixtures_engine import FakeChatModel, repl, submit
+from tests.fixtures_queue_team import OpenTeam
+from tests.fixtures_queue_worker_rules import _request_with_context, worker_on
+
+TURNS = 6
+WAIT_S = 30
+
+
+class CountingWakeups(Wakeups):
+    """The front's wake-ups, counting the live summaries each run's announcements carry and the
+    highest turn they named."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.summaries: dict[str, int] = {}
+        self.turns: dict[str, int] = {}
+        self.heard = anyio.Event()
+
+    def wake(self, run_id: str, summary: LiveSummary | RunRecord | None = None) -> None:
+        if isinstance(summary, LiveSummary):
+            self.summaries[run_id] = self.summaries.get(run_id, 0) + 1
+            self.turns[run_id] = max(self.turns.get(run_id, 0), summary.iterations)
+            self.heard.set()
+            self.heard = anyio.Event()
+        super().wake(run_id, summary)
+
+    async def until_turn(self, run_id: str, turn: int) -> None:
+        while self.turns.get(run_id, 0) < turn:
+            await self.heard.wait()
+
+
+@dataclass
+class WatchedModel(FakeChatModel):
+    """Before the LM call of each turn from `watch_from` on, waits until the front heard a live
+    summary naming that turn; at turn `pause_at`, says so (`paused`) and waits for `go`."""
+
+    wakeups: CountingWakeups | None = None
+    run_id: str = ""
+    watch_from: int = 1
+    pause_at: int = 0
+    paused: anyio.Event = field(default_factory=anyio.Event)
+    go: anyio.Event = field(default_factory=anyio.Event)
+
+    async def complete(
+        self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: str, session: str | None = None
+    ) -> Completion:
+        turn = len(self.root_calls) + 1
+        if role == "root" and self.wakeups is not None:
+            if turn == self.pause_at:
+                self.paused.set()
+                await self.go.wait()
+            if turn >= self.watch_from:
+                await self.wakeups.until_turn(self.run_id, turn)
+        return await super().complete(messages, model=model, max_tokens=max_tokens, role=role, session=session)
+
+
+def _turns() -> list[object]:
+    return [*(repl(f"print({i})") for i in range(TURNS - 1)), submit("'42'")]
+
+
+async def rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns(open_team: OpenTeam) -> None:
+    """Nobody follows it: with the unfollowed interval longer than the run, one live summary
+    (the claim's) for six turns; every event is still logged, and the end is not held back."""
+    async with open_team(
+        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=60.0
+    ) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        wakeups = CountingWakeups(q)
+        async with QueueFront(team.settings.queue, q, wakeups) as front:
+            run = await front.start(record.request, None, run_id="run_unfollowed000001")
+            async with worker_on(team, FakeChatModel(root=_turns())):  # type: ignore[arg-type]
+                with anyio.fail_after(WAIT_S):
+                    await run.done.wait()
+        assert run.result is not None and run.result.answer == "42" and run.result.iterations == TURNS
+        assert wakeups.summaries.get(run.run_id, 0) < TURNS
+        row = await q.read(run.run_id)
+        assert row is not None and row.done and not row.followed
+        assert len(await team.event_attempts(run.run_id)) > 2 * TURNS  # a turn start, an LM call, a cell...
+
+
+async def rule_a_run_followed_before_its_claim_publishes_every_turn(open_team: OpenTeam) -> None:
+    """Followed while it was queued (no worker yet): its claim reads the mark, and the front hears
+    a live summary naming each turn (the model waits for it before each turn's LM call)."""
+    async with open_team(
+        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=60.0
+    ) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        wakeups = CountingWakeups(q)
+        run_id = "run_followedfirst001"
+        lm = WatchedModel(root=_turns(), wakeups=wakeups, run_id=run_id)  # type: ignore[arg-type]
+        async with QueueFront(team.settings.queue, q, wakeups) as front:
+            run = await front.start(record.request, None, run_id=run_id)
+            await front.follow_progress(run_id)
+            queued = await q.read(run_id)
+            assert queued is not None and queued.followed and queued.attempt == 0  # not claimed yet
+            async with worker_on(team, lm):
+                with anyio.fail_after(WAIT_S):
+                    await run.done.wait()
+        assert run.result is not None and run.result.answer == "42" and run.result.iterations == TURNS
+        assert wakeups.turns[run_id] == TURNS and wakeups.summaries[run_id] >= TURNS
+
+
+async def rule_a_run_followed_mid_run_publishes_every_turn_after_the_follow(open_team: OpenTeam) -> None:
+    """Unfollowed for its first turns (fewer live summaries than turns), then followed while it
+    runs: the worker hears it on the queue's wake-ups, and every later turn is published."""
+    async with open_team(
+        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=60.0
+    ) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        wakeups = CountingWakeups(q)
+        run_id = "run_followedlater001"
+        pause = 4
+        lm = WatchedModel(root=_turns(), wakeups=wakeups, run_id=run_id, watch_from=pause, pause_at=pause)  # type: ignore[arg-type]
+        async with QueueFront(team.settings.queue, q, wakeups) as front:
+            run = await front.start(record.request, None, run_id=run_id)
+            async with worker_on(team, lm):
+                with anyio.fail_after(WAIT_S):
+                    await lm.paused.wait()
+                before = wakeups.summaries.get(run_id, 0)
+                assert before < pause  # turns 1-4 began; at most the claim's summary was published
+                await front.follow_progress(run_id)
+                lm.go.set()
+                with anyio.fail_after(WAIT_S):
+                    await run.done.wait()
+        assert run.result is not None and run.result.answer == "42" and run.result.iterations == TURNS
+        assert wakeups.turns[run_id] == TURNS
+        assert wakeups.summaries[run_id] - before >= TURNS - pause + 1  # turns 4, 5 and 6 at least
+
+
+FOLLOW_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
+    rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns,
+    rule_a_run_followed_before_its_claim_publishes_every_turn,
+    rule_a_run_followed_mid_run_publishes_every_turn_after_the_follow,
+]
+
+__all__ = ["FOLLOW_RULES"]
