@@ -7,8 +7,10 @@ that skipped a turn's publish would never end (`fail_after`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -72,6 +74,18 @@ class WatchedModel(FakeChatModel):
         return await super().complete(messages, model=model, max_tokens=max_tokens, role=role, session=session)
 
 
+@asynccontextmanager
+async def _team(open_team: OpenTeam) -> AsyncIterator[tuple[Any, RunRecord, CountingWakeups]]:
+    """A team whose followed runs publish on every progress event and whose unfollowed ones
+    publish no more than once in a minute (longer than any run here); a stored context's
+    request to start runs from; a front's counting wake-ups."""
+    async with open_team(
+        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=60.0
+    ) as team:
+        record = await _request_with_context(team, "run_unused0000000000")
+        yield team, record, CountingWakeups(team.queue)
+
+
 def _turns() -> list[object]:
     return [*(repl(f"print({i})") for i in range(TURNS - 1)), submit("'42'")]
 
@@ -79,12 +93,8 @@ def _turns() -> list[object]:
 async def rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns(open_team: OpenTeam) -> None:
     """Nobody follows it: with the unfollowed interval longer than the run, one live summary
     (the claim's) for six turns; every event is still logged, and the end is not held back."""
-    async with open_team(
-        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=60.0
-    ) as team:
+    async with _team(open_team) as (team, record, wakeups):
         q = team.queue
-        record = await _request_with_context(team, "run_unused0000000000")
-        wakeups = CountingWakeups(q)
         async with QueueFront(team.settings.queue, q, wakeups) as front:
             run = await front.start(record.request, None, run_id="run_unfollowed000001")
             async with worker_on(team, FakeChatModel(root=_turns())):  # type: ignore[arg-type]
@@ -100,12 +110,8 @@ async def rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns(open_
 async def rule_a_run_followed_before_its_claim_publishes_every_turn(open_team: OpenTeam) -> None:
     """Followed while it was queued (no worker yet): its claim reads the mark, and the front hears
     a live summary naming each turn (the model waits for it before each turn's LM call)."""
-    async with open_team(
-        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=60.0
-    ) as team:
+    async with _team(open_team) as (team, record, wakeups):
         q = team.queue
-        record = await _request_with_context(team, "run_unused0000000000")
-        wakeups = CountingWakeups(q)
         run_id = "run_followedfirst001"
         lm = WatchedModel(root=_turns(), wakeups=wakeups, run_id=run_id)  # type: ignore[arg-type]
         async with QueueFront(team.settings.queue, q, wakeups) as front:
@@ -123,12 +129,8 @@ async def rule_a_run_followed_before_its_claim_publishes_every_turn(open_team: O
 async def rule_a_run_followed_mid_run_publishes_every_turn_after_the_follow(open_team: OpenTeam) -> None:
     """Unfollowed for its first turns (fewer live summaries than turns), then followed while it
     runs: the worker hears it on the queue's wake-ups, and every later turn is published."""
-    async with open_team(
-        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=60.0
-    ) as team:
+    async with _team(open_team) as (team, record, wakeups):
         q = team.queue
-        record = await _request_with_context(team, "run_unused0000000000")
-        wakeups = CountingWakeups(q)
         run_id = "run_followedlater001"
         pause = 4
         lm = WatchedModel(root=_turns(), wakeups=wakeups, run_id=run_id, watch_from=pause, pause_at=pause)  # type: ignore[arg-type]

@@ -272,19 +272,18 @@ class MemoryRunQueue:
         return pick.row
 
     async def cancels(self, worker_id: int) -> list[str]:
-        await anyio.lowlevel.checkpoint()
-        return [
-            r.row.run_id
-            for r in self._runs.values()
-            if r.row.state is RunState.RUNNING and r.row.worker_id == worker_id and r.row.cancel_requested
-        ]
+        return await self._held_where(worker_id, "cancel_requested")
 
     async def followed(self, worker_id: int) -> list[str]:
+        return await self._held_where(worker_id, "followed")
+
+    async def _held_where(self, worker_id: int, flag: str) -> list[str]:
+        """The ids of the worker's running runs whose row has `flag` set."""
         await anyio.lowlevel.checkpoint()
         return [
             r.row.run_id
             for r in self._runs.values()
-            if r.row.state is RunState.RUNNING and r.row.worker_id == worker_id and r.row.followed
+            if r.row.state is RunState.RUNNING and r.row.worker_id == worker_id and getattr(r.row, flag)
         ]
 
     async def follow_progress(self, run_id: str) -> None:
