@@ -239,7 +239,9 @@ class Caller:
         )
         values = ProgressValues()  # MCP: each progress value must exceed the previous one
         try:
-            if follow_progress:  # inside the `try`: a caller gone meanwhile still cancels the run
+            # Inside the `try`: a caller gone meanwhile still cancels the run. A run already over
+            # (a fast one, while its start waited for its record) has no progress left to follow.
+            if follow_progress and not run.done.is_set():
                 await self.service.runs.follow_progress(run.run_id)
             named = 0  # the last turn a notification has named
 

@@ -47,7 +47,11 @@ async def test_a_frozen_worker_resumed_after_its_run_was_claimed_again_stops_it(
     script = Script(root=[ANSWER_NOW], faults=[Fault(when="root", turn=1, delay_s=20.0, times=1)])
     with ScriptedLM(script) as lm, ExitStack() as stack:
         front = stack.enter_context(replica(tmp_path, "front", pg_url, lm.base_url, "front"))
-        frozen = stack.enter_context(replica(tmp_path, "frozen", pg_url, lm.base_url, "worker"))
+        # Its run is followed by nobody (rlm_start): publishing it as often as a followed one
+        # writes the first attempt's events before the freeze, whose fence is checked below.
+        frozen = stack.enter_context(
+            replica(tmp_path, "frozen", pg_url, lm.base_url, "worker", RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S="0.1")
+        )
         async with client(front) as on_front:
             cid = (await call(on_front, "rlm_load_context", text="frozen haystack " * 100))["context_id"]
             run_id = (await call(on_front, "rlm_start", query="q", context_id=cid))["run_id"]
