@@ -9,14 +9,20 @@ engine's live state (`RunRecord.of_live`, as `ActiveRun.record` builds it) and t
 statement. The figure is the process's CPU (/proc, user + system) per publish, so it stays
 steady on a shared machine where wall times do not.
 
-    .venv/bin/python bench/team_publish.py [--publishes 2000] [--profile]
+    .venv/bin/python bench/team_publish.py [--publishes 2000] [--rounds 1] [--profile]
+
+With --rounds N, the publishes are measured N times over (one cluster, one run), each round's
+figure printed and their median last: the rounds of one process are steadier to compare than
+processes started one after another. --profile's clock is the thread's CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
+import statistics
 import sys
 import tempfile
 import time
@@ -70,7 +76,7 @@ def _turn_events(turn: int) -> list[TurnStart | LLMCall | Cell]:
     ]  # fmt: skip
 
 
-async def measure(url: str, tmp: Path, publishes: int, profile: bool) -> float:
+async def measure(url: str, tmp: Path, publishes: int, rounds: int, profile: bool) -> list[float]:
     settings = make_settings(tmp, database_url=url)
     async with make_stores(settings) as stores:
         db, runs = stores.lifecycle, stores.runs
@@ -88,41 +94,47 @@ async def measure(url: str, tmp: Path, publishes: int, profile: bool) -> float:
         async with db.connection() as conn:  # a claim's attempt: every flush is the fenced statement
             await conn.execute("UPDATE rlm_runs SET attempt = 1, state = 'running' WHERE run_id = %s", (RUN,))
         log = QueueRunLog(await runs.reopen(RUN, attempt=1))
-        events = [_turn_events(t + 1) for t in range(publishes)]
         lives = [_live(t + 1) for t in range(publishes)]
         for warm in range(20):  # connections opened, statements and caches warm
             assert await log.publish(
                 RunRecord.of_live(lives[warm], run_id=RUN, created_at=created, request=request), lm_called=True
             )
-        profiler = cProfile.Profile(time.process_time) if profile else None
-        start = time.process_time()
+        profiler = cProfile.Profile(time.thread_time) if profile else None
+        figures = []
+        for _ in range(rounds):
+            events = [_turn_events(t + 1) for t in range(publishes)]
+            start = time.process_time()
+            if profiler is not None:
+                profiler.enable()
+            for turn in range(publishes):
+                for event in events[turn]:
+                    await log.append(event)
+                record = RunRecord.of_live(lives[turn], run_id=RUN, created_at=created, request=request)
+                assert await log.publish(record, lm_called=True)
+            if profiler is not None:
+                profiler.disable()
+            figures.append((time.process_time() - start) / publishes)
         if profiler is not None:
-            profiler.enable()
-        for turn in range(publishes):
-            for event in events[turn]:
-                await log.append(event)
-            record = RunRecord.of_live(lives[turn], run_id=RUN, created_at=created, request=request)
-            assert await log.publish(record, lm_called=True)
-        if profiler is not None:
-            profiler.disable()
-        spent = time.process_time() - start
-        if profiler is not None:
-            pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
-        return spent / publishes
+            pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(70)
+        return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--publishes", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions (slower)")
     args = parser.parse_args()
     cluster = Cluster()
     cluster.start()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            per = anyio.run(measure, cluster.url(), Path(tmp), args.publishes, args.profile)
+            figures = anyio.run(measure, cluster.url(), Path(tmp), args.publishes, args.rounds, args.profile)
     finally:
         cluster.close()
+    if len(figures) > 1:
+        print("rounds: " + " ".join(f"{f * 1e6:.0f}" for f in figures) + " us")
+    per = statistics.median(figures)
     print(f"publish: {per * 1e6:.0f} us CPU per publish (3 events, live summary, NOTIFY), {args.publishes} publishes")
 
 
