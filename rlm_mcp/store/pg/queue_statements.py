@@ -152,7 +152,7 @@ _FINISH = (
 FINISH_ATTEMPT = _FINISH.format(fence="state = 'running' AND attempt = %(attempt)s")
 FINISH_ANY = _FINISH.format(fence="state <> 'done'")
 # A worker's final record with its run log's last events (`runs.PgRunLog.finish`): FINISH_ATTEMPT's
-# write, with the log's counters, after the events' CTE (`events_insert`, fenced); positional parameters:
+# write, with the log's counters, after the events' CTE (`EVENTS_FENCE`d); positional parameters:
 # the summary, next_seq, log_bytes, the run id, the attempt, then the channel, the announcement
 # with the final record (`ports.runs.encode_final`) and the run id. The record is announced only
 # when this write ended the run: a stale attempt's refused write announces the id alone.
@@ -228,31 +228,14 @@ CREATE_LOCAL_RUN = (
     "VALUES (%s, %s, %s, extract(epoch FROM now()), %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id"
 )
 # A flush's record: never over a final summary (in team mode another process may have ended the
-# run first: a cancel while queued, a sweeper that found its worker lost); parameter: the summary.
-# A final one also sets the state (`SET_DONE`, no parameter).
-SET_SUMMARY = "summary = CASE WHEN state = 'done' THEN summary ELSE %s END"
-SET_DONE = "state = 'done'"
-
-
-def events_insert(rows: int, *, fenced: bool) -> str:
-    """A flush's staged events as a CTE named `ev`: `rows` (seq, line) rows of the run. Parameters:
-    each row's seq and line, then the run id, then (`fenced`) the attempt. A fenced flush takes
-    the run id and the attempt from the run's row while it is `running` under that attempt, so
-    nothing lands once the run is not this attempt's; an unfenced one writes attempt 0. The text
-    depends on the count of rows only (a flush's statement is prepared once per shape)."""
-    values = ", ".join(["(%s::bigint, %s)"] * rows)
-    if fenced:
-        source = "rlm_runs r WHERE r.run_id = %s AND r.attempt = %s AND r.state = 'running'"
-        columns = "r.run_id, r.attempt"
-    else:
-        source = "(SELECT %s::text AS run_id) AS r"
-        columns = "r.run_id, 0"
-    return (
-        f"ev AS (INSERT INTO rlm_run_events (run_id, attempt, seq, line) SELECT {columns}, v.seq, v.line "
-        f"FROM (VALUES {values}) AS v (seq, line), {source} ON CONFLICT DO NOTHING)"
-    )
-
-
+# run first: a cancel while queued, a sweeper that found its worker lost); parameters: the
+# summary, then whether it is final.
+SET_SUMMARY = (
+    "summary = CASE WHEN state = 'done' THEN summary ELSE %s END",
+    "state = CASE WHEN %s THEN 'done' ELSE state END",
+)
+# A fenced flush writes nothing once the run is not this attempt's; parameters: run id, attempt.
+EVENTS_FENCE = " WHERE EXISTS (SELECT 1 FROM rlm_runs WHERE run_id = %s AND attempt = %s AND state = 'running')"
 ROW_FENCE = " AND attempt = %s AND state = 'running'"  # parameter: the attempt
 
 

@@ -9,16 +9,14 @@ the same caps apply (one event, the whole log).
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import functools
 import json
 import logging
 import time
 from typing import Any
 
+import anyio
 import psycopg
-from psycopg.rows import tuple_row
 
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
@@ -26,7 +24,7 @@ from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
 from rlm_mcp.ports.queue import RunRow
 from rlm_mcp.ports.runs import LIVE_MAX_BYTES, RunRecord, encode_final, encode_live
 from rlm_mcp.store.pg import queue_statements as queue_sql
-from rlm_mcp.store.pg.db import Conn, Database
+from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event, event_line, unknown_run
 
 log = logging.getLogger("rlm_mcp.store")
@@ -34,53 +32,6 @@ log = logging.getLogger("rlm_mcp.store")
 
 def _dump(record: RunRecord) -> str:
     return json.dumps(record.to_stored(), ensure_ascii=False)
-
-
-@functools.lru_cache(maxsize=256)
-def _flush_sql(rows: int, *, summary: bool, done: bool, mark: bool, announce: bool, fenced: bool) -> str:
-    """A flush's statement (`PgRunLog.flush`) by its shape, built once per shape: the staged
-    rows' CTE (`queue_statements.events_insert`), the record's counters, the summary (never over
-    a final one; a final one sets the state), the `lm_called` mark, the fence, the NOTIFY.
-    Parameters, in order: the rows' (`PgRunLog._event_params`), next_seq and log_bytes, the
-    summary, the run id, the attempt (fenced), then (announce) the channel, the live payload and
-    the run id."""
-    ctes = [queue_sql.events_insert(rows, fenced=fenced)] if rows else []
-    # The database's clock: record ages are compared across replicas (pruning).
-    sets = [
-        "updated_at = extract(epoch FROM clock_timestamp())",
-        "next_seq = GREATEST(next_seq, %s)",
-        "log_bytes = GREATEST(log_bytes, %s)",
-    ]
-    if summary:
-        sets.append(queue_sql.SET_SUMMARY)  # never over a final summary: the one writer of state
-        if done:
-            sets.append(queue_sql.SET_DONE)
-    if mark:
-        sets.append("lm_called = true")
-    where = "run_id = %s" + (queue_sql.ROW_FENCE if fenced else "")
-    ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE {where} RETURNING done)")
-    select = "SELECT live"
-    if announce:
-        # The summary rides along only while the run is live (a run that ended elsewhere is
-        # announced by its id alone: its follower reads the final row).
-        select += ", pg_notify(%s, CASE WHEN live THEN %s ELSE %s END)"
-    select += " FROM (SELECT coalesce((SELECT NOT done FROM up), false) AS live) AS s"
-    return f"WITH {', '.join(ctes)} {select}"
-
-
-@functools.lru_cache(maxsize=64)
-def _finish_sql(rows: int) -> str:
-    """`PgRunLog.finish`'s statement for `rows` staged rows (`queue_statements.FINISH_LOGGED`)."""
-    ctes = [queue_sql.events_insert(rows, fenced=True)] if rows else []
-    return "WITH " + ", ".join([*ctes, queue_sql.FINISH_LOGGED])
-
-
-async def _one_row(conn: Conn, sql: str, params: list[Any]) -> tuple[Any, ...] | None:
-    """The first row of `sql` as a tuple: a flush reads one column, and the pool's dict rows
-    cost a look-up of the column names at every statement."""
-    cur = conn.cursor(row_factory=tuple_row)
-    await cur.execute(sql, params)
-    return await cur.fetchone()
 
 
 def _same_head(a: RunRecord, b: RunRecord) -> bool:
@@ -126,9 +77,8 @@ class PgRunLog:
         # and the record it was encoded from (its request and creation never change).
         self._head: tuple[RunRecord, str] | None = None
         # One flush at a time: rows leave the stage only once written. Uncontended (the usual
-        # case: one reporter per run): asyncio's lock takes and releases it without looking up
-        # the current task (anyio's does, twice per flush), and without a pass of the loop.
-        self._lock = asyncio.Lock()
+        # case: one reporter per run), taken without a checkpoint's extra pass of the loop.
+        self._lock = anyio.Lock(fast_acquire=True)
 
     @property
     def run_id(self) -> str:
@@ -202,47 +152,63 @@ class PgRunLog:
                 summary = None
             if not rows and summary is None and not mark_lm_called and not announce:
                 return True
-            params = self._event_params(rows)
+            params: list[Any] = []
+            ctes = self._events_cte(rows, params)
+            # The database's clock: record ages are compared across replicas (pruning).
+            sets = [
+                "updated_at = extract(epoch FROM clock_timestamp())",
+                "next_seq = GREATEST(next_seq, %s)",
+                "log_bytes = GREATEST(log_bytes, %s)",
+            ]
             params += [self._seq, self._written]
             payload = self._run_id
-            done = False
             if summary is not None:
+                # Never over a final summary (`queue_statements.SET_SUMMARY`, the one writer of state).
+                sets += list(queue_sql.SET_SUMMARY)
                 stored, tail = self._dump_parts(summary)
-                params.append(stored)
-                done = summary.done
-                if not done:
+                params += [stored, summary.done]
+                if not summary.done:
                     payload = self._live_payload(summary, tail)
+            if mark_lm_called:
+                sets.append("lm_called = true")
+            where = "run_id = %s"
             params.append(self._run_id)
             if self._attempt is not None:
+                where += queue_sql.ROW_FENCE
                 params.append(self._attempt)
+            ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE {where} RETURNING done)")
+            select = "SELECT live"
             if announce:
+                # The summary rides along only while the run is live (a run that ended
+                # elsewhere is announced by its id alone: its follower reads the final row).
+                select += ", pg_notify(%s, CASE WHEN live THEN %s ELSE %s END)"
                 params += [self._channel, payload, self._run_id]
-            sql = _flush_sql(
-                len(rows),
-                summary=summary is not None,
-                done=done,
-                mark=mark_lm_called,
-                announce=announce,
-                fenced=self._attempt is not None,
-            )
+            select += " FROM (SELECT coalesce((SELECT NOT done FROM up), false) AS live) AS s"
             try:
                 async with self._db.connection() as conn:
-                    row = await _one_row(conn, sql, params)
+                    cur = await conn.execute(f"WITH {', '.join(ctes)} {select}", params)
+                    row = await cur.fetchone()
             except psycopg.errors.ForeignKeyViolation:  # the record was pruned: nothing to add to
                 row = None
             del self._staged[: len(rows)]
-        return bool(row and row[0])  # live
+        return bool(row and row["live"])
 
-    def _event_params(self, rows: list[tuple[int, str]]) -> list[Any]:
-        """The parameters of the staged rows' CTE (`queue_statements.events_insert`; none when
-        nothing is staged)."""
+    def _events_cte(self, rows: list[tuple[int, str]], params: list[Any]) -> list[str]:
+        """The staged rows' INSERT as a CTE (none when nothing is staged), its parameters added
+        to `params`; fenced by the attempt, if any: nothing lands once the run is not its."""
         if not rows:
             return []
-        params: list[Any] = [value for row in rows for value in row]
-        params.append(self._run_id)
+        values = ", ".join(["(%s, %s::integer, %s::bigint, %s)"] * len(rows))
+        for seq, line in rows:
+            params += [self._run_id, self._attempt or 0, seq, line]
+        fence = ""
         if self._attempt is not None:
-            params.append(self._attempt)
-        return params
+            fence = queue_sql.EVENTS_FENCE
+            params += [self._run_id, self._attempt]
+        return [
+            "ev AS (INSERT INTO rlm_run_events (run_id, attempt, seq, line) SELECT * FROM "
+            f"(VALUES {values}) AS v (run_id, attempt, seq, line){fence} ON CONFLICT DO NOTHING)"
+        ]
 
     async def finish(self, summary: RunRecord) -> bool:
         """The staged events and the final record `summary` in one statement: the queue's fenced
@@ -255,18 +221,20 @@ class PgRunLog:
             raise RuntimeError("finish: only a worker's attached log ends its run, with a final record")
         async with self._lock:
             rows = list(self._staged)
-            params = self._event_params(rows)
+            params: list[Any] = []
+            ctes = self._events_cte(rows, params)
             stored = _dump(summary)
             params += [stored, self._seq, self._written, self._run_id, self._attempt]
             params += [self._channel, encode_final(self._run_id, stored), self._run_id]
-            sql = _finish_sql(len(rows))
+            ctes.append(queue_sql.FINISH_LOGGED)
             try:
                 async with self._db.connection() as conn:
-                    row = await _one_row(conn, sql, params)
+                    cur = await conn.execute("WITH " + ", ".join(ctes), params)
+                    row = await cur.fetchone()
             except psycopg.errors.ForeignKeyViolation:  # the record was pruned: nothing to end
                 row = None
             del self._staged[: len(rows)]
-        return bool(row and row[0])  # ended
+        return bool(row and row["ended"])
 
     def _dump_parts(self, record: RunRecord) -> tuple[str, str]:
         """`_dump(record)`, its head encoded once per run: the same text, spliced (a worker
@@ -402,7 +370,7 @@ class PgRunStore:
     ) -> builtins.list[tuple[EventKey, LoggedEvent]]:
         """Events after `after` by (attempt, seq): an attempt's rows follow every earlier
         attempt's (a requeued run's next claim goes on from the sequence its log had reached,
-        and a former attempt's worker writes nothing more: `queue_statements.events_insert`)."""
+        and a former attempt's worker writes nothing more: `EVENTS_FENCE`)."""
         await self.read_summary(run_id, owner=owner)
         start = after if after is not None else EventKey(-1, -1)
         found: list[tuple[EventKey, LoggedEvent]] = []
