@@ -10,9 +10,7 @@ goes on. Sub-LM requests from the cell are answered concurrently through the bri
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +31,7 @@ from rlm_mcp.ports.kernel import (
     LMResultFrame,
     LogFrame,
 )
+from rlm_mcp.sandbox.cell_clock import GRACE_S, CellClock, CellTimeout, Watchdog
 from rlm_mcp.sandbox.lm_gate import LMGate
 from rlm_mcp.sandbox.recovery import ContainerLost, LostCount, death, load_contexts, start_loaded
 
@@ -40,17 +39,7 @@ __all__ = ["ContainerLost", "KernelSandbox", "load_contexts"]
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
-GRACE_S = 2.0
 MAX_LOG_FRAMES = 100
-
-
-@dataclass
-class _CellTimeout:
-    """What the cell's watchdog did, read by the cell's loop once the cell ends."""
-
-    interrupted: bool = False  # the cell's limit passed and the kernel was sent an interrupt
-    wall: bool = False  # the wall-clock ceiling passed (not the running-time limit)
-    killed: bool = False  # the interrupt did not stop the cell within GRACE_S: the cell was abandoned
 
 
 @dataclass
@@ -68,79 +57,6 @@ class _Reading:
     def open(self) -> bool:
         """Whether the cell is still to be read (no result, no loss)."""
         return self.frame is None and self.lost is None and self.ended is None
-
-
-class _Clock:
-    """Running time of a cell, paused only while the cell's own code waits for the model.
-
-    Only a request the kernel marks as made by the main thread (the cell's code) pauses it, and
-    only one at a time (that thread is blocked in it): a background thread keeping a call in
-    flight used to stop the clock for good. A kernel may lie about `main`; the wall-clock
-    ceiling (RLM_MCP_CELL_WALL_TIMEOUT_S) bounds the cell whatever it claims.
-    """
-
-    def __init__(self) -> None:
-        self.acc = 0.0
-        self.since: float | None = time.monotonic()
-        self.started = time.monotonic()
-
-    @property
-    def paused(self) -> bool:
-        return self.since is None
-
-    def pause(self) -> None:
-        if self.since is not None:
-            self.acc += time.monotonic() - self.since
-            self.since = None
-
-    def resume(self) -> None:
-        if self.since is None:
-            self.since = time.monotonic()
-
-    def running(self) -> float:
-        return self.acc + (time.monotonic() - self.since if self.since is not None else 0.0)
-
-    def wall(self) -> float:
-        return time.monotonic() - self.started
-
-
-class _Watchdog:
-    """The cell's time limits as a timer on the event loop, re-armed while the clock is paused.
-
-    A timer rather than a task: a task per cell (spawn, cancel, join) cost several event-loop
-    rounds on every cell, most of the host's time for a trivial one. On expiry it sets `state`
-    and calls `expire` (which starts the interrupt in the cell's task group).
-    """
-
-    def __init__(
-        self, settings: SandboxSettings, clock: _Clock, state: _CellTimeout, expire: Callable[[], None]
-    ) -> None:
-        self._limit = settings.cell_timeout_s
-        self._ceiling = settings.cell_wall_timeout_s
-        self._clock = clock
-        self._state = state
-        self._expire = expire
-        self._loop = asyncio.get_running_loop()
-        self._handle: asyncio.TimerHandle | None = None
-        self._check()
-
-    def _check(self) -> None:
-        remaining = self._limit - self._clock.running()
-        wall_left = self._ceiling - self._clock.wall()
-        if remaining <= 0 or wall_left <= 0:
-            self._handle = None
-            self._state.interrupted = True
-            self._state.wall = remaining > 0
-            self._expire()
-            return
-        # While paused the running time stands still, but the pause may end at any moment.
-        delay = min(remaining, wall_left, 0.25) if self._clock.paused else min(remaining, wall_left)
-        self._handle = self._loop.call_later(delay, self._check)
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
 
 
 class KernelSandbox:
@@ -251,8 +167,8 @@ class KernelSandbox:
     async def _run_cell(
         self, container: KernelChannel, code: str, bridge: LMBridge, *, training_cell: bool
     ) -> CellResult:
-        clock = _Clock()
-        state = _CellTimeout()
+        clock = CellClock()
+        state = CellTimeout()
         reading = _Reading(container.new_id())
         groups: list[anyio.abc.TaskGroup] = []  # the cell's task group, once it needs one
         quick = anyio.CancelScope()
@@ -263,7 +179,7 @@ class KernelSandbox:
             else:
                 quick.cancel()  # the task group opens and starts the interrupt
 
-        watchdog = _Watchdog(self._settings, clock, state, expire)
+        watchdog = Watchdog(self._settings, clock, state, expire)
         try:
             await self._send(container, ExecFrame(id=reading.cell_id, code=code, training_cell=training_cell))
             # Most cells make no sub-call and end in time: their result is read without a task
@@ -313,7 +229,7 @@ class KernelSandbox:
         container: KernelChannel,
         reading: _Reading,
         tg: anyio.abc.TaskGroup | None,
-        clock: _Clock,
+        clock: CellClock,
         bridge: LMBridge,
     ) -> None:
         """Read the cell's frames until its result or its end; without a task group (`tg` None),
@@ -376,7 +292,7 @@ class KernelSandbox:
         except BrokenPipeError:
             raise await death(container, self._settings, "eof", "its input closed") from None
 
-    async def _interrupt(self, container: KernelChannel, state: _CellTimeout, scope: anyio.CancelScope) -> None:
+    async def _interrupt(self, container: KernelChannel, state: CellTimeout, scope: anyio.CancelScope) -> None:
         """The cell passed its limit: interrupt it; abandon it if it is still running after GRACE_S."""
         try:
             with anyio.move_on_after(1):
@@ -388,7 +304,7 @@ class KernelSandbox:
         scope.cancel()
 
     async def _on_lm_request(
-        self, tg: anyio.abc.TaskGroup, container: KernelChannel, clock: _Clock, msg: LMRequestFrame, bridge: LMBridge
+        self, tg: anyio.abc.TaskGroup, container: KernelChannel, clock: CellClock, msg: LMRequestFrame, bridge: LMBridge
     ) -> None:
         verdict = self._gate.admit(msg.prompts)
         if verdict is not None:  # refused: answered at once, without a task or the bridge
@@ -400,7 +316,7 @@ class KernelSandbox:
         tg.start_soon(self._answer_lm, container, clock, msg, bridge, pauses)
 
     async def _answer_lm(
-        self, container: KernelChannel, clock: _Clock, msg: LMRequestFrame, bridge: LMBridge, pauses: bool
+        self, container: KernelChannel, clock: CellClock, msg: LMRequestFrame, bridge: LMBridge, pauses: bool
     ) -> None:
         prompts = msg.prompts
         results: list[str] | None = None
