@@ -75,6 +75,17 @@ def docker_image() -> str:
     return settings.sandbox.sandbox_image
 
 
+FAST_CHANNEL_VAR = "RLM_MCP_SANDBOX_FAST_CHANNEL"
+
+
+@pytest.fixture(params=["auto", "off"])
+def fast_channel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test runs twice: frames over the fast channel's unix socket (auto, on a local Docker
+    with runc) and over the attach stream alone (off). Child processes inherit the setting."""
+    monkeypatch.setenv(FAST_CHANNEL_VAR, request.param)
+    return str(request.param)
+
+
 @contextlib.asynccontextmanager
 async def ready_manager(**overrides: Any) -> AsyncIterator[SandboxManager]:
     """A started manager. Not a fixture: its task group must be entered and left in one task."""

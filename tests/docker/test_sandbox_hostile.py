@@ -56,6 +56,7 @@ KILLERS = {
 }
 
 
+@pytest.mark.usefixtures("fast_channel")
 @pytest.mark.parametrize("case", sorted(KILLERS))
 async def test_container_killers(case: str, tmp_path: Path) -> None:
     code, reason = KILLERS[case]
@@ -140,6 +141,7 @@ async def test_fork_bomb(tmp_path: Path) -> None:
         await assert_healthy(sb)
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_sub_call_flood(tmp_path: Path) -> None:
     bridge = FakeBridge()
     # How many calls a run may make is the engine's rule (the bridge answers the rest with

@@ -193,6 +193,7 @@ HOST_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_host_sigkill_leaves_a_container_that_stops_itself(tmp_path: Path) -> None:
     owner = "sigkilled-" + os.urandom(4).hex()
     proc = subprocess.Popen([sys.executable, "-c", HOST_SCRIPT, owner], stdout=subprocess.PIPE, cwd=REPO)
@@ -215,6 +216,7 @@ async def test_host_sigkill_leaves_a_container_that_stops_itself(tmp_path: Path)
         assert owner_containers(client, owner) == []
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_cancellation_kills_the_container(tmp_path: Path) -> None:
     async with ready_manager(pool_size=0) as mgr:
         client = await docker_client(mgr)

@@ -7,6 +7,10 @@ the loop when the writer thread is idle. The attach stream is a blocking socket 
 channel...), so the writer is a plain thread of the container's own instead of a slot in anyio's
 shared worker limiter: a pool plus batched children would otherwise exhaust the limiter and hang
 every other blocking call.
+
+With the fast channel (fastchan.py, which says in what order the switch happens) the kernel's
+frames travel over a unix socket instead, read by a second `LoopReader` into the same inbox;
+the attach stream stays attached for the container's life (its stderr, its end).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
-from rlm_mcp.sandbox.docker.attach import AttachReader, open_reader, plain_socket
+from rlm_mcp.sandbox.docker.attach import AttachReader, open_raw_reader, open_reader, plain_socket
 from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
 from rlm_mcp.sandbox.docker.engine import EngineInfo, check_container_runtime
+from rlm_mcp.sandbox.docker.fastchan import LABEL_CHANNEL_DIR, MOUNT_AT, FastChannel, FastChannels, is_refused_mount
 from rlm_mcp.sandbox.docker.faults import (
     EXIT_INPUT_CLOSED,
     DockerConnectionLost,
@@ -66,6 +71,11 @@ class KernelContainer:
         self._sock: Any = None
         self._raw: Any = None
         self._plain: socket.socket | None = None  # _raw, when it is a plain socket (attach.plain_socket)
+        self._out: Any = None  # where frames are written: _raw, or the fast channel's socket
+        self._out_plain: socket.socket | None = None  # _out, when it is a plain socket
+        self._chan: FastChannel | None = None
+        self._chan_reader: AttachReader | None = None
+        self.channel = "attach"  # where the kernel's frames travel: "attach" or "socket"
         self._loop: asyncio.AbstractEventLoop
         self._write_lock = threading.Lock()
         self._pending_writes = 0  # jobs queued for or running in the writer thread
@@ -87,22 +97,35 @@ class KernelContainer:
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
     async def start(
-        cls, client: Any, settings: SandboxSettings, owner_id: str, engine: EngineInfo | None = None
+        cls,
+        client: Any,
+        settings: SandboxSettings,
+        owner_id: str,
+        engine: EngineInfo | None = None,
+        channels: FastChannels | None = None,
     ) -> KernelContainer:
         """Create, attach, start, boot the kernel and wait for `ready`. Kills it on failure."""
         self = cls(client, settings, owner_id, engine)
         self._loop = asyncio.get_running_loop()
         ok = False
+        accepting: asyncio.Task[None] | None = None
         try:
-            await anyio.to_thread.run_sync(self._create_and_attach)
+            if channels is not None and channels.enabled:
+                self._chan = await anyio.to_thread.run_sync(channels.open)
+            await anyio.to_thread.run_sync(self._create_and_attach, channels)
             self.open_stream(self._raw)
-            event = await boot_kernel(self, settings)
+            chan = self._chan
+            if chan is not None:
+                accepting = self._loop.create_task(chan.accept(self._on_channel))
+            event = await boot_kernel(self, settings, chan.inside_path if chan else None, chan.token if chan else None)
             if not isinstance(event.frame, ReadyFrame):
                 state = await self.exit_info() if event.kind == "eof" else ExitInfo()
                 if lost := self.lost_reason(state):
                     raise DockerConnectionLost(lost)
                 raise boot_failure(self._why(event), state, settings, _start_fix(settings))
             self.snapshots = event.frame.snapshots
+            if chan is not None and channels is not None:
+                self._settle_channel(event.frame, chan, channels)
             ok = True
             return self
         except TimeoutError:
@@ -114,15 +137,50 @@ class KernelContainer:
                 raise DockerConnectionLost(lost) from None
             raise SandboxError(f"The sandbox kernel did not start ({exc}).", _start_fix(settings)) from None
         finally:
+            if accepting is not None:
+                accepting.cancel()
+            if self._chan is not None:
+                self._chan.close_listener()
             if not ok:
                 with anyio.CancelScope(shield=True):
                     await self.kill()
 
+    def _on_channel(self, conn: socket.socket) -> None:
+        """The kernel connected with the token: read its frames from the socket as well."""
+        if self.closed:
+            conn.close()
+            return
+        self._chan_reader = open_raw_reader(conn, self, self._inbox, self._budget, self.max_frame, self.max_strings)
+        self._chan_reader.start()
+
+    def _settle_channel(self, ready: ReadyFrame, chan: FastChannel, channels: FastChannels) -> None:
+        """After `ready`: write to the socket when the kernel writes there, else drop the socket."""
+        if ready.channel == "socket" and chan.conn is not None:
+            with self._write_lock:  # nothing is queued: the host sent only `init` so far
+                self._out = self._out_plain = chan.conn
+            self.channel = "socket"
+            return
+        if ready.channel == "socket":
+            raise SandboxError(
+                "The sandbox kernel claimed a fast channel the host never accepted.", _start_fix(self.settings)
+            )
+        channels.fell_back(
+            f"the kernel could not use the fast channel ({ready.channel_error or chan.refused or 'no reason given'})"
+        )
+        self._drop_channel()
+
+    def _drop_channel(self) -> None:
+        reader, self._chan_reader = self._chan_reader, None
+        if reader is not None:
+            reader.stop()
+        if self._chan is not None and self._chan.conn is not None:
+            self._chan.conn.close()
+
     def open_stream(self, raw: Any) -> None:
         """Start reading and writing the attach stream `raw` (on the event loop)."""
         self._loop = asyncio.get_running_loop()
-        self._raw = raw
-        self._plain = plain_socket(raw)
+        self._raw = self._out = raw
+        self._plain = self._out_plain = plain_socket(raw)
         self._reader = open_reader(raw, self.name, self, self._inbox, self._budget, self.max_frame, self.max_strings)
         self._reader.start()
         threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True).start()
@@ -133,25 +191,44 @@ class KernelContainer:
         tail = self.stderr_tail()
         return (event.detail or event.kind) + (f"; its stderr: {tail[-500:]}" if tail else "")
 
-    def _create_and_attach(self) -> None:
+    def _create_and_attach(self, channels: FastChannels | None = None) -> None:
         def refused(exc: Exception) -> RlmMcpError:
             explanation = getattr(exc, "explanation", None) or exc
             return SandboxError(f"Docker refused to start a sandbox: {explanation}.", _start_fix(self.settings))
 
         with lost_raised(), docker_errors(refused):
             require_image_sync(self.client, self.settings.sandbox_image)
-            self._create_sent = True
-            created = self.client.api.create_container(
-                **create_kwargs(self.client, self.settings, self.owner_id, self.name, self.engine)
-            )
-            self.id = created["Id"]
-            check_container_runtime(self.client.api.inspect_container(self.id), self.engine, self.settings)
-            # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
-            self._sock = self.client.api.attach_socket(
-                self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            self._raw = getattr(self._sock, "_sock", self._sock)
-            self.client.api.start(self.id)
+            try:
+                self._create_attach_start()
+            except Exception as exc:
+                if self._chan is None or channels is None or not is_refused_mount(exc):
+                    raise
+                # Docker Desktop ("mounts denied") and the like: once more without the socket, for good.
+                channels.disable(f"Docker refused the fast channel's bind mount ({short(exc)})")
+                self._discard_created()
+                self._chan.remove_dir()
+                self._chan = None
+                self._create_attach_start()
+
+    def _create_attach_start(self) -> None:
+        kwargs = create_kwargs(self.client, self.settings, self.owner_id, self.name, self.engine)
+        if self._chan is not None:
+            kwargs["host_config"]["Binds"] = [f"{self._chan.dir}:{MOUNT_AT}:ro"]
+            kwargs["labels"][LABEL_CHANNEL_DIR] = str(self._chan.dir)
+        self._create_sent = True
+        self.id = self.client.api.create_container(**kwargs)["Id"]
+        check_container_runtime(self.client.api.inspect_container(self.id), self.engine, self.settings)
+        # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
+        self._sock = self.client.api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        self._raw = getattr(self._sock, "_sock", self._sock)
+        self.client.api.start(self.id)
+
+    def _discard_created(self) -> None:
+        """Undo a `_create_attach_start` that failed part-way (blocking)."""
+        self._close_socket()
+        self._sock = self._raw = None
+        self._remove_sync()
+        self.id = None
 
     async def kill(self) -> None:
         """Kill and remove the container and stop its threads. Idempotent; never raises."""
@@ -171,6 +248,8 @@ class KernelContainer:
         try:
             if self._reader is not None:
                 self._reader.stop()  # before the socket closes: the loop must not watch a closed fd
+            if self._chan_reader is not None:
+                self._chan_reader.stop()
         finally:
             self._close_socket()
 
@@ -184,6 +263,8 @@ class KernelContainer:
         if self.id is not None or self._create_sent:
             with anyio.move_on_after(20):
                 await anyio.to_thread.run_sync(self._remove_sync)
+        if self._chan is not None:
+            self._chan.remove_dir()
 
     def _close_socket(self) -> None:
         # shutdown() first: close() alone does not end the connection while the reader thread
@@ -195,7 +276,8 @@ class KernelContainer:
                 shutdown(socket.SHUT_RDWR)
             except Exception:
                 pass
-        for obj in (self._raw, self._sock):
+        conn = self._chan.conn if self._chan is not None else None
+        for obj in (conn, self._raw, self._sock):
             if obj is None:
                 continue
             try:
@@ -304,7 +386,7 @@ class KernelContainer:
         blocking (MSG_DONTWAIT): what the socket does not take now goes to the writer thread.
         This spares the common frames (exec, lm_result) two thread hand-offs.
         """
-        sock = self._plain
+        sock = self._out_plain
         if self._pending_writes or len(data) > DIRECT_SEND_MAX or sock is None:
             return 0
         try:
@@ -319,6 +401,8 @@ class KernelContainer:
         self._budget.release(event.size)
         if self._reader is not None:
             self._reader.consumed()
+        if self._chan_reader is not None:
+            self._chan_reader.consumed()
         return event
 
     def stderr_tail(self) -> str:
@@ -337,7 +421,7 @@ class KernelContainer:
                 if isinstance(job, tuple):
                     self._write_context(*job[1:])
                 else:
-                    self._raw.sendall(job)
+                    self._out.sendall(job)
             except BaseException as exc:
                 error = exc
                 if isinstance(exc, OSError) and self.stream_error is None and is_lost(exc):
@@ -351,15 +435,15 @@ class KernelContainer:
         # escaping here (the kernel decodes once), and sendfile keeps them out of this process.
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            self._raw.sendall(encode_frame(LoadContextFrame(index=index, format=fmt, bytes=size)))
+            self._out.sendall(encode_frame(LoadContextFrame(index=index, format=fmt, bytes=size)))
             if size == 0:
                 sent = 0
-            elif self._plain is not None:
-                sent = self._plain.sendfile(fh, 0, size)
+            elif self._out_plain is not None:
+                sent = self._out_plain.sendfile(fh, 0, size)
             else:  # an SSH channel or another socket-like object: plain copies
                 sent = 0
                 while sent < size and (data := fh.read(min(CHUNK_BYTES, size - sent))):
-                    self._raw.sendall(data)
+                    self._out.sendall(data)
                     sent += len(data)
         if sent != size:  # the kernel would wait for the rest forever: end the stream instead
             raise OSError(f"context file {path.name} shrank while it was sent ({sent} of {size} bytes)")
