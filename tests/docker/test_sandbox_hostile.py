@@ -50,7 +50,8 @@ KILLERS = {
         "the cap is",
     ),
     "protocol_fds": (
-        "import os\nfor fd in range(3, 12):\n    try: os.close(fd)\n    except OSError: pass",
+        # the fast channel's socket included (it is opened after the kernel's other fds)
+        "import os\nfor fd in range(3, 64):\n    try: os.close(fd)\n    except OSError: pass",
         "The sandbox",
     ),
 }

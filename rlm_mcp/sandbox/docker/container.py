@@ -1,12 +1,8 @@
-"""One sandbox container: its attach stream, its reader (rlm_mcp.sandbox.docker.attach) and a
-writer thread.
+"""One sandbox container: its attach stream, its reader (rlm_mcp.sandbox.docker.attach) and its
+writer (writer.py).
 
 On a plain socket the stream is read on the event loop; otherwise a reader thread hands over
-with `call_soon_threadsafe`, never waiting for the loop. Small frames are written straight from
-the loop when the writer thread is idle. The attach stream is a blocking socket (unix, TCP, SSH
-channel...), so the writer is a plain thread of the container's own instead of a slot in anyio's
-shared worker limiter: a pool plus batched children would otherwise exhaust the limiter and hang
-every other blocking call.
+with `call_soon_threadsafe`, never waiting for the loop.
 
 With the fast channel (fastchan.py, which says in what order the switch happens) the kernel's
 frames travel over a unix socket instead, read by a second `LoopReader` into the same inbox;
@@ -18,12 +14,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import queue
 import socket
-import threading
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +23,7 @@ import anyio
 
 from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import RlmMcpError, SandboxError
-from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
+from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
 from rlm_mcp.sandbox.docker.attach import AttachReader, open_raw_reader, open_reader, plain_socket
 from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
@@ -47,6 +39,7 @@ from rlm_mcp.sandbox.docker.faults import (
     stopped_while_removed,
 )
 from rlm_mcp.sandbox.docker.hardening import create_kwargs
+from rlm_mcp.sandbox.docker.writer import ContextJob, FrameWriter
 from rlm_mcp.sandbox.frames import encode_frame, max_frame_strings, max_kernel_frame
 from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
 
@@ -71,17 +64,13 @@ class KernelContainer:
         self._sock: Any = None
         self._raw: Any = None
         self._plain: socket.socket | None = None  # _raw, when it is a plain socket (attach.plain_socket)
-        self._out: Any = None  # where frames are written: _raw, or the fast channel's socket
-        self._out_plain: socket.socket | None = None  # _out, when it is a plain socket
         self._chan: FastChannel | None = None
         self._chan_reader: AttachReader | None = None
         self.channel = "attach"  # where the kernel's frames travel: "attach" or "socket"
         self._loop: asyncio.AbstractEventLoop
-        self._write_lock = threading.Lock()
-        self._pending_writes = 0  # jobs queued for or running in the writer thread
         self._inbox = Inbox()
         self._budget = ByteBudget(INBOX_BYTES)
-        self._writes: queue.Queue[tuple[Any, Callable[[BaseException | None], None]] | None] = queue.Queue()
+        self._writer = FrameWriter(self.name, self)
         self._reader: AttachReader | None = None
         self.stream_error: BaseException | None = None  # what broke the attach stream, if anything did
         self.eof = False
@@ -111,7 +100,10 @@ class KernelContainer:
         accepting: asyncio.Task[None] | None = None
         try:
             if channels is not None and channels.enabled:
-                self._chan = await anyio.to_thread.run_sync(channels.open)
+                try:
+                    self._chan = await anyio.to_thread.run_sync(channels.open)
+                except OSError as exc:  # no socket here (a full disk, a path too long): the attach stream
+                    channels.disable(f"no socket for the fast channel ({exc})")
             await anyio.to_thread.run_sync(self._create_and_attach, channels)
             self.open_stream(self._raw)
             chan = self._chan
@@ -156,8 +148,7 @@ class KernelContainer:
     def _settle_channel(self, ready: ReadyFrame, chan: FastChannel, channels: FastChannels) -> None:
         """After `ready`: write to the socket when the kernel writes there, else drop the socket."""
         if ready.channel == "socket" and chan.conn is not None:
-            with self._write_lock:  # nothing is queued: the host sent only `init` so far
-                self._out = self._out_plain = chan.conn
+            self._writer.switch(chan.conn)  # nothing is in flight: the host sent only `init` so far
             self.channel = "socket"
             return
         if ready.channel == "socket":
@@ -179,11 +170,11 @@ class KernelContainer:
     def open_stream(self, raw: Any) -> None:
         """Start reading and writing the attach stream `raw` (on the event loop)."""
         self._loop = asyncio.get_running_loop()
-        self._raw = self._out = raw
-        self._plain = self._out_plain = plain_socket(raw)
+        self._raw = raw
+        self._plain = plain_socket(raw)
         self._reader = open_reader(raw, self.name, self, self._inbox, self._budget, self.max_frame, self.max_strings)
         self._reader.start()
-        threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True).start()
+        self._writer.start(raw, self._plain)
 
     def _why(self, event: ChannelEvent) -> str:
         if event.frame is not None:
@@ -244,7 +235,7 @@ class KernelContainer:
             return
         self.closed = True
         self._budget.close()
-        self._writes.put(None)
+        self._writer.stop()
         try:
             if self._reader is not None:
                 self._reader.stop()  # before the socket closes: the loop must not watch a closed fd
@@ -353,48 +344,10 @@ class KernelContainer:
         """Send one context file: a load_context frame, then its bytes raw (off-loop)."""
         await self._submit(("context", index, path, fmt))
 
-    async def _submit(self, job: Any) -> None:
+    async def _submit(self, job: bytes | ContextJob) -> None:
         if self.closed:
             raise BrokenPipeError("sandbox closed")
-        with self._write_lock:
-            if isinstance(job, bytes):
-                sent = self._send_now(job)
-                if sent == len(job):  # the common case: no event, no closure, no hand-off
-                    return
-                job = job[sent:]
-            loop = self._loop
-            done = anyio.Event()
-            box: list[BaseException | None] = [None]
-
-            def finished(exc: BaseException | None) -> None:
-                box[0] = exc
-                try:
-                    loop.call_soon_threadsafe(done.set)  # never blocks the writer thread
-                except RuntimeError:  # the loop is closed: nobody is waiting any more
-                    pass
-
-            self._pending_writes += 1
-            self._writes.put((job, finished))
-        await done.wait()
-        if box[0] is not None:
-            raise BrokenPipeError(f"sandbox stdin closed: {box[0]}")
-
-    def _send_now(self, data: bytes) -> int:
-        """Bytes of a small frame written straight from the event loop (call under _write_lock).
-
-        Only when the writer thread has nothing queued (frames stay in order), and never
-        blocking (MSG_DONTWAIT): what the socket does not take now goes to the writer thread.
-        This spares the common frames (exec, lm_result) two thread hand-offs.
-        """
-        sock = self._out_plain
-        if self._pending_writes or len(data) > DIRECT_SEND_MAX or sock is None:
-            return 0
-        try:
-            return sock.send(data, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return 0
-        except OSError as exc:
-            raise BrokenPipeError(f"sandbox stdin closed: {exc}") from None
+        await self._writer.submit(job)
 
     async def receive(self) -> ChannelEvent:
         event = await self._inbox.get()
@@ -408,45 +361,6 @@ class KernelContainer:
     def stderr_tail(self) -> str:
         stderr = self._reader.demux.stderr if self._reader is not None else b""
         return bytes(stderr).decode("utf-8", "replace")
-
-    # -- the writer thread -----------------------------------------------------------------
-    def _write_loop(self) -> None:
-        while True:
-            item = self._writes.get()
-            if item is None:
-                return
-            job, finished = item
-            error: BaseException | None = None
-            try:
-                if isinstance(job, tuple):
-                    self._write_context(*job[1:])
-                else:
-                    self._out.sendall(job)
-            except BaseException as exc:
-                error = exc
-                if isinstance(exc, OSError) and self.stream_error is None and is_lost(exc):
-                    self.stream_error = exc
-            with self._write_lock:  # done with the socket: the loop may write directly again
-                self._pending_writes -= 1
-            finished(error)
-
-    def _write_context(self, index: int, path: Path, fmt: str) -> None:
-        # The frame names the byte count and the file's bytes follow raw: no decoding or JSON
-        # escaping here (the kernel decodes once), and sendfile keeps them out of this process.
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            self._out.sendall(encode_frame(LoadContextFrame(index=index, format=fmt, bytes=size)))
-            if size == 0:
-                sent = 0
-            elif self._out_plain is not None:
-                sent = self._out_plain.sendfile(fh, 0, size)
-            else:  # an SSH channel or another socket-like object: plain copies
-                sent = 0
-                while sent < size and (data := fh.read(min(CHUNK_BYTES, size - sent))):
-                    self._out.sendall(data)
-                    sent += len(data)
-        if sent != size:  # the kernel would wait for the rest forever: end the stream instead
-            raise OSError(f"context file {path.name} shrank while it was sent ({sent} of {size} bytes)")
 
 
 def exit_info_of(state: Any) -> ExitInfo:

@@ -72,6 +72,13 @@ def is_refused_mount(exc: BaseException) -> bool:
     return is_refused(exc) and any(marker in text for marker in _MOUNT_REFUSALS)
 
 
+def root_base() -> Path:
+    """Where the servers' private parents are made: the temporary directory, or /tmp where that
+    path is too long for a unix socket's (108 bytes, with the parent, the directory and the name)."""
+    base = Path(tempfile.gettempdir())
+    return base if len(str(base)) <= 60 else Path("/tmp")
+
+
 def remove_orphan_dir(labels: dict[str, str]) -> None:
     """Remove a removed orphan sandbox's socket directory (and its server's parent once empty);
     only a path of the shape this module makes, in the temporary directory, is touched."""
@@ -80,7 +87,7 @@ def remove_orphan_dir(labels: dict[str, str]) -> None:
         return
     directory = Path(path)
     parent = directory.parent
-    if parent.parent != Path(tempfile.gettempdir()) or not parent.name.startswith(ROOT_PREFIX):
+    if parent.parent != root_base() or not parent.name.startswith(ROOT_PREFIX):
         return
     shutil.rmtree(directory, ignore_errors=True)
     try:
@@ -118,7 +125,7 @@ class ChannelRoot:
         """A fresh directory for one container's socket (blocking: a few syscalls)."""
         with self._lock:
             if self._path is None:
-                self._path = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))  # 0700, ours
+                self._path = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX, dir=root_base()))  # 0700, ours
             parent = self._path
         directory = Path(tempfile.mkdtemp(dir=parent))
         os.chmod(directory, 0o711)  # the container's user may pass through, not list
