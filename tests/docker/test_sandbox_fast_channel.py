@@ -17,8 +17,7 @@ from rlm_mcp.sandbox.docker import container as container_module
 from rlm_mcp.sandbox.docker import fastchan
 from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.session import KernelSandbox
-from tests.docker.test_sandbox_manager import wait_for
-from tests.fixtures_sandbox import FakeBridge, no_bridge, ready_manager, text_context
+from tests.fixtures_sandbox import FakeBridge, no_bridge, ready_manager, text_context, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 
