@@ -130,7 +130,11 @@ class KernelContainer:
             raise SandboxError(f"The sandbox kernel did not start ({exc}).", _start_fix(settings)) from None
         finally:
             if accepting is not None:
+                # Waited for: its pending accept's watch on the listener goes before the listener
+                # closes (a closed fd's number may be reused by the next socket at once).
                 accepting.cancel()
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait([accepting])
             if self._chan is not None:
                 self._chan.close_listener()
             if not ok:
