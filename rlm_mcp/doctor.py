@@ -72,6 +72,8 @@ async def _sandbox(settings: Settings) -> list[Check]:
             await manager.ensure_ready()
             async with manager.open([]) as sandbox:
                 cell = await sandbox.execute("print(1 + 1, llm_query('x'))", bridge)
+                # Which channel its frames took (the Docker backend's fast channel or attach stream).
+                channel = getattr(getattr(sandbox, "container", None), "channel", None)
             fallback = manager.cpu_fallback
     except RlmMcpError as exc:
         return [Check("sandbox round trip", False, exc.cause, exc.fix or "")]
@@ -79,6 +81,8 @@ async def _sandbox(settings: Settings) -> list[Check]:
     detail = (
         f"one cell in {time.monotonic() - start:.2f} s" if ok else f"unexpected output {cell.stdout!r} {cell.error!r}"
     )
+    if ok and channel is not None:
+        detail += f", its frames over the {'fast channel (a unix socket)' if channel == 'socket' else 'attach stream'}"
     checks = [Check("sandbox round trip", ok, detail, "" if ok else SANDBOX_FIX)]
     if fallback is None:
         checks.append(Check("cpu sharing", True, "limits follow the sandboxes in use (changed in place)"))

@@ -37,7 +37,7 @@ from tests.fixtures_postgres import (
     pg_url,
     store_settings,
 )
-from tests.fixtures_sandbox import docker_image
+from tests.fixtures_sandbox import docker_image, fast_channel
 from tests.fixtures_spans import recorded_spans
 from tests.fixtures_store import http_server, root, settings, settings_factory
 from tests.tiers import MARKERS, NO_DOCKER, folder_markers, misfit, placement_error
@@ -48,6 +48,7 @@ __all__ = [
     "seaweedfs",
     "database_url",
     "docker_image",
+    "fast_channel",
     "http_server",
     "phoenix",
     "pg_cluster",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import pytest
 
 from rlm_mcp.config import Settings
@@ -73,6 +75,29 @@ def docker_image() -> str:
     finally:
         client.close()
     return settings.sandbox.sandbox_image
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 60.0) -> bool:
+    """Poll `predicate` (a blocking call, run in a worker thread) until true or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await anyio.to_thread.run_sync(predicate):
+            return True
+        await anyio.sleep(0.1)
+    return False
+
+
+FAST_CHANNEL_VAR = "RLM_MCP_SANDBOX_FAST_CHANNEL"
+
+
+@pytest.fixture(params=["auto", "off"])
+def fast_channel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test runs twice: frames over the fast channel's unix socket (auto, on a local Docker
+    with runc) and over the attach stream alone (off). Child processes inherit the setting."""
+    if request.param == "auto" and os.environ.get(TEST_RUNTIME_VAR):
+        pytest.skip("gVisor's runsc takes no host unix socket: its frames take the attach stream (off)")
+    monkeypatch.setenv(FAST_CHANNEL_VAR, request.param)
+    return str(request.param)
 
 
 @contextlib.asynccontextmanager

@@ -38,6 +38,13 @@ class SandboxSettings(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
         description="OCI runtime of the sandboxes, e.g. runsc (gVisor); default: the engine's default (runc).",
     )
+    sandbox_fast_channel: Literal["auto", "off"] = Field(
+        "auto",
+        description=(
+            "The sandboxes' frames over a unix socket shared with the container (auto: with a local Docker "
+            "engine and runc) or only over the Docker attach stream (off); docs/architecture.md, Fast channel."
+        ),
+    )
     sandbox_memory: str = Field("1g", description="Memory limit (= memory+swap) of one sandbox.")
     sandbox_cpus: float = Field(1.0, gt=0, description="CPU quota of one sandbox.")
     sandbox_total_cpus: float | None = Field(

@@ -29,6 +29,11 @@ class InitFrame:
     output_bytes: int
     max_batch: int
     answer_max_bytes: int
+    # The fast channel (rlm_mcp/sandbox/docker/fastchan.py): where its socket is inside the
+    # sandbox, the one-use token to present there, and how long to try; None: the attach stream.
+    channel_path: str | None = None
+    channel_token: str | None = None
+    channel_timeout_s: float | None = None
     type: Literal["init"] = "init"
 
 
@@ -73,6 +78,8 @@ HostFrame = InitFrame | ExecFrame | InterruptFrame | LMResultFrame | LoadContext
 class ReadyFrame:
     id: int | None = None
     snapshots: bool = False  # the image can serialize a kept session's namespace (dill is there)
+    channel: Literal["attach", "socket"] = "attach"  # where the kernel writes its frames from now on
+    channel_error: str | None = None  # why not the fast channel, when it was offered
     type: Literal["ready"] = "ready"
 
 

@@ -17,9 +17,18 @@ BOOT_TIMEOUT_S = 30.0  # the kernel reports ready within this long, or the sandb
 ANSWER_MAX_BYTES = 8 << 20  # the answer a cell may leave (the kernel caps it, the host checks it)
 
 
-async def boot_kernel(channel: KernelChannel, settings: SandboxSettings) -> ChannelEvent:
-    """Send the kernel's source and its `init` frame; return the first event back, a `ReadyFrame`
-    when it booted. Raises TimeoutError past BOOT_TIMEOUT_S, BrokenPipeError when its input closed."""
+CHANNEL_CONNECT_S = 2.0  # how long the kernel tries a fast channel `init` offers before its fallback
+
+
+async def boot_kernel(
+    channel: KernelChannel,
+    settings: SandboxSettings,
+    channel_path: str | None = None,
+    channel_token: str | None = None,
+) -> ChannelEvent:
+    """Send the kernel's source and its `init` frame (offering the fast channel at `channel_path`
+    with its one-use token, when given); return the first event back, a `ReadyFrame` when it
+    booted. Raises TimeoutError past BOOT_TIMEOUT_S, BrokenPipeError when its input closed."""
     await channel.send_raw(kernel_payload())
     await channel.send(
         InitFrame(
@@ -27,6 +36,9 @@ async def boot_kernel(channel: KernelChannel, settings: SandboxSettings) -> Chan
             output_bytes=settings.cell_output_bytes,
             max_batch=settings.max_prompts_per_batch,
             answer_max_bytes=ANSWER_MAX_BYTES,
+            channel_path=channel_path,
+            channel_token=channel_token,
+            channel_timeout_s=CHANNEL_CONNECT_S if channel_path else None,
         )
     )
     with anyio.fail_after(BOOT_TIMEOUT_S):

@@ -293,7 +293,13 @@ def kernel_frame(obj: dict[str, Any]) -> KernelFrame:
         return LogFrame(message=obj["message"], id=fid)
     if kind == "context_loaded":
         return ContextLoadedFrame(index=obj["index"], error=obj.get("error"), id=fid)
-    return ReadyFrame(id=fid, snapshots=obj.get("snapshots") is True)
+    error = obj.get("channel_error")
+    return ReadyFrame(
+        id=fid,
+        snapshots=obj.get("snapshots") is True,
+        channel="socket" if obj.get("channel") == "socket" else "attach",
+        channel_error=error[:300] if isinstance(error, str) else None,
+    )
 
 
 def _check_exec_result(obj: dict[str, Any]) -> str | None:
@@ -339,6 +345,10 @@ def _check_lm_request(obj: dict[str, Any]) -> str | None:
 
 
 def _check_ready(obj: dict[str, Any]) -> str | None:
+    if obj.get("channel") not in (None, "attach", "socket"):
+        return "channel is not attach or socket"
+    if obj.get("channel_error") is not None and not isinstance(obj["channel_error"], str):
+        return "channel_error is not a string"
     return None
 
 

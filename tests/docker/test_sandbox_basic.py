@@ -14,6 +14,7 @@ from tests.fixtures_sandbox import FakeBridge, json_context, no_bridge, ready_ma
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_round_trip(tmp_path: Path) -> None:
     async with ready_manager() as manager, manager.open([text_context(tmp_path, "hello world")]) as sb:
         r = await sb.execute(
@@ -75,6 +76,7 @@ async def test_contexts(tmp_path: Path) -> None:
             assert r.stdout == f"True {len(big)} list 1000 5 dict [1, 2, 3]\n"
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_context_bytes_arrive_exactly(tmp_path: Path) -> None:
     # Raw transfer: larger than the kernel's 4 MiB read, multi-byte characters across every read
     # boundary, invalid UTF-8 replaced as the host's reader always did, and an empty file.
@@ -96,6 +98,7 @@ async def test_context_bytes_arrive_exactly(tmp_path: Path) -> None:
     assert r.stdout == f"{hashlib.sha256(text.encode()).hexdigest()} {expected_odd!r} ''\n"
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_llm_query_and_batch() -> None:
     async with ready_manager() as manager:
         bridge = FakeBridge()

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,15 @@ from rlm_mcp.sandbox.liveness import LABEL_PID, ProcessLiveness
 from rlm_mcp.sandbox.manager import BACKGROUND_REMOVALS, SandboxManager
 from rlm_mcp.testing.sandboxes import docker_client, pool_ready, reap_orphans
 from rlm_mcp.testing.servers import close_pipes
-from tests.fixtures_sandbox import container_id, engine_of, no_bridge, ready_manager, sandbox_settings, text_context
+from tests.fixtures_sandbox import (
+    container_id,
+    engine_of,
+    no_bridge,
+    ready_manager,
+    sandbox_settings,
+    text_context,
+    wait_for,
+)
 from tests.paths import REPO
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
@@ -33,15 +40,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 
 def owner_containers(client, owner: str, *, all: bool = True) -> list[dict]:
     return client.api.containers(all=all, filters={"label": f"{LABEL_OWNER}={owner}"})
-
-
-async def wait_for(predicate, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await anyio.to_thread.run_sync(predicate):
-            return True
-        await anyio.sleep(0.1)
-    return False
 
 
 async def test_pool_warm_acquire_never_reused_and_refilled(tmp_path: Path) -> None:
@@ -193,6 +191,7 @@ HOST_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_host_sigkill_leaves_a_container_that_stops_itself(tmp_path: Path) -> None:
     owner = "sigkilled-" + os.urandom(4).hex()
     proc = subprocess.Popen([sys.executable, "-c", HOST_SCRIPT, owner], stdout=subprocess.PIPE, cwd=REPO)
@@ -215,6 +214,7 @@ async def test_host_sigkill_leaves_a_container_that_stops_itself(tmp_path: Path)
         assert owner_containers(client, owner) == []
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_cancellation_kills_the_container(tmp_path: Path) -> None:
     async with ready_manager(pool_size=0) as mgr:
         client = await docker_client(mgr)

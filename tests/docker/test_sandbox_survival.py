@@ -96,6 +96,7 @@ async def test_a_background_call_in_flight_does_not_stop_the_cell_clock(tmp_path
         assert r.error is None and r.stdout == "echo:slow\n"
 
 
+@pytest.mark.usefixtures("fast_channel")
 async def test_a_cell_is_cut_at_its_wall_clock_ceiling(tmp_path: Path) -> None:
     bridge = SlowBridge(delay_s=120)
     settings = dict(pool_size=0, cell_timeout_s=60, cell_wall_timeout_s=2)

@@ -92,7 +92,7 @@ def test_reader_splits_frames_and_raw_context_bytes_that_arrive_in_one_read(monk
     answer = _frame({"type": "lm_result", "id": 7, "results": ["ok"]})
     cell = _frame({"type": "exec", "id": 2, "code": "x = 1"})
     os.write(w, load + b"h\x00llo" + answer + cell[:1])
-    threading.Thread(target=reader.reader, daemon=True).start()
+    threading.Thread(target=reader.reader, args=(r,), daemon=True).start()
     loaded = reader.tasks.get(timeout=10)
     assert (loaded["type"], bytes(loaded["raw"])) == ("load_context", b"h\x00llo")
     os.write(w, cell[1:])  # the rest of a frame whose first byte came with the others

@@ -5,6 +5,8 @@ loop itself (`LoopReader`: no thread, no wake-up through the loop's self-pipe pe
 other stream (TLS, an SSH channel, a socket with a timeout) by a dedicated thread
 (`ThreadReader`). Both decode with `AttachDemux`, apply the same frame limits and end the same
 way; the inbox budget holds back a flood on both (the thread blocks, the loop stops reading).
+The fast channel's unix socket (fastchan.py) carries the kernel's frames without Docker's
+framing: `LoopReader` reads it too, through `RawDemux`, with the same limits, inbox and budget.
 """
 
 from __future__ import annotations
@@ -95,8 +97,21 @@ class AttachDemux:
         return out, total
 
 
+class RawDemux:
+    """The fast channel's stream: the kernel's frames alone (no Docker headers, no stderr)."""
+
+    def __init__(self, max_frame: int, reserve: Reserve) -> None:
+        self.frames = FrameDecoder(max_frame, reserve=reserve)
+        self.stderr = bytearray()  # always empty: the kernel's stderr stays on the attach stream
+
+    def feed(self, data: bytes | memoryview) -> tuple[list[bytearray], int]:
+        """As `AttachDemux.feed`."""
+        out = self.frames.feed(data)
+        return out, len(data) - self.frames.left
+
+
 class AttachReader(Protocol):
-    demux: AttachDemux
+    demux: AttachDemux | RawDemux
 
     def start(self) -> None: ...
 
@@ -150,11 +165,12 @@ class LoopReader(_Reader):
     the socket, the kernel blocks writing) until the session consumes (`consumed`).
     """
 
-    def __init__(self, sock: socket.socket, ends: ReaderEnds) -> None:
+    def __init__(self, sock: socket.socket, ends: ReaderEnds, raw: bool = False) -> None:
         super().__init__(ends)
         self._sock = sock
         self._fd = sock.fileno()
-        self.demux = AttachDemux(ends.max_frame, ends.budget.try_acquire)
+        demux = RawDemux if raw else AttachDemux
+        self.demux: AttachDemux | RawDemux = demux(ends.max_frame, ends.budget.try_acquire)
         self._backlog = memoryview(b"")  # received bytes not yet decoded (the budget was full)
         self._pending: collections.deque[bytearray] = collections.deque()  # decoded, not parsed
         self._watching = False
@@ -271,6 +287,14 @@ class LoopReader(_Reader):
         self._inbox.put(ChannelEvent(kind, detail=detail))
 
 
+def open_raw_reader(
+    sock: socket.socket, owner: StreamOwner, inbox: Inbox, budget: ByteBudget, max_frame: int, max_strings: int
+) -> LoopReader:
+    """The fast channel's reader (a blocking unix socket, read on the event loop)."""
+    ends = ReaderEnds(asyncio.get_running_loop(), owner, inbox, budget, max_frame, max_strings)
+    return LoopReader(sock, ends, raw=True)
+
+
 class ThreadReader(_Reader):
     """Reads the stream with blocking `recv` in a dedicated thread (not anyio's shared worker
     limiter: a pool plus batched children would exhaust it), handing each event to the loop
@@ -280,7 +304,7 @@ class ThreadReader(_Reader):
         super().__init__(ends)
         self._raw = raw
         self._name = name
-        self.demux = AttachDemux(ends.max_frame, ends.budget.acquire)
+        self.demux: AttachDemux | RawDemux = AttachDemux(ends.max_frame, ends.budget.acquire)
 
     def start(self) -> None:
         threading.Thread(target=self._run, name=f"{self._name}-reader", daemon=True).start()

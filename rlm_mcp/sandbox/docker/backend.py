@@ -28,6 +28,7 @@ from rlm_mcp.sandbox.docker.engine import (
     update_failure,
     update_fix,
 )
+from rlm_mcp.sandbox.docker.fastchan import FastChannels, remove_orphan_dir
 from rlm_mcp.sandbox.docker.faults import is_refused, lost_error, update_unsupported
 from rlm_mcp.sandbox.docker.hardening import CPU_PERIOD_US, LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX, cpu_quota
 
@@ -43,6 +44,7 @@ class DockerBackend:
         self.settings = settings
         self._docker = LazyDocker()
         self.engine: EngineInfo | None = None  # what the engine is and can do (engine.py), once checked
+        self.channels = FastChannels(settings)  # whether frames may use a unix socket (fastchan.py)
 
     async def client(self) -> Any:
         """The connected Docker client (made on first use in a worker thread)."""
@@ -52,7 +54,8 @@ class DockerBackend:
         client = await self._docker.get()
         version: dict[str, Any] = await anyio.to_thread.run_sync(client.version)
         engine = await self._engine(client)
-        return f"{engine.describe()} (API {version.get('ApiVersion', '?')})"
+        self.channels.decide(engine)
+        return f"{engine.describe()} (API {version.get('ApiVersion', '?')}); {self.channels.describe()}"
 
     async def _engine(self, client: Any) -> EngineInfo:
         if self.engine is None:
@@ -73,7 +76,8 @@ class DockerBackend:
 
     async def start(self, owner_id: str) -> KernelChannel:
         client = await self._docker.get()
-        return await KernelContainer.start(client, self.settings, owner_id, self.engine)
+        self.channels.decide(self.engine)  # known once check_ready ran (the manager's first start)
+        return await KernelContainer.start(client, self.settings, owner_id, self.engine, self.channels)
 
     async def capacity_cpus(self) -> float | None:
         client = await self._docker.get()
@@ -121,6 +125,7 @@ class DockerBackend:
 
     def close(self) -> None:
         self._docker.close()
+        self.channels.close()
 
 
 def limits_sync(settings: SandboxSettings, timeout_s: float) -> None:
@@ -167,6 +172,7 @@ def reap_sync(client: Any, liveness: OwnerLiveness, owner_id: str) -> None:
         try:
             client.api.remove_container(info["Id"], force=True)
             log.info("removed orphaned sandbox %s", info["Id"][:12])
+            remove_orphan_dir(labels)
         except Exception as exc:
             log.debug("could not remove orphan %s: %s", info["Id"][:12], exc)
 

@@ -1,12 +1,12 @@
-"""One sandbox container: its attach stream, its reader (rlm_mcp.sandbox.docker.attach) and a
-writer thread.
+"""One sandbox container: its attach stream, its reader (rlm_mcp.sandbox.docker.attach) and its
+writer (writer.py).
 
 On a plain socket the stream is read on the event loop; otherwise a reader thread hands over
-with `call_soon_threadsafe`, never waiting for the loop. Small frames are written straight from
-the loop when the writer thread is idle. The attach stream is a blocking socket (unix, TCP, SSH
-channel...), so the writer is a plain thread of the container's own instead of a slot in anyio's
-shared worker limiter: a pool plus batched children would otherwise exhaust the limiter and hang
-every other blocking call.
+with `call_soon_threadsafe`, never waiting for the loop.
+
+With the fast channel (fastchan.py, which says in what order the switch happens) the kernel's
+frames travel over a unix socket instead, read by a second `LoopReader` into the same inbox;
+the attach stream stays attached for the container's life (its stderr, its end).
 """
 
 from __future__ import annotations
@@ -14,12 +14,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import queue
 import socket
-import threading
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +23,12 @@ import anyio
 
 from rlm_mcp.config import SandboxSettings
 from rlm_mcp.errors import RlmMcpError, SandboxError
-from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, LoadContextFrame, ReadyFrame
+from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
-from rlm_mcp.sandbox.docker.attach import AttachReader, open_reader, plain_socket
+from rlm_mcp.sandbox.docker.attach import AttachReader, open_raw_reader, open_reader, plain_socket
 from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
 from rlm_mcp.sandbox.docker.engine import EngineInfo, check_container_runtime
+from rlm_mcp.sandbox.docker.fastchan import LABEL_CHANNEL_DIR, MOUNT_AT, FastChannel, FastChannels, is_refused_mount
 from rlm_mcp.sandbox.docker.faults import (
     EXIT_INPUT_CLOSED,
     DockerConnectionLost,
@@ -42,6 +39,7 @@ from rlm_mcp.sandbox.docker.faults import (
     stopped_while_removed,
 )
 from rlm_mcp.sandbox.docker.hardening import create_kwargs
+from rlm_mcp.sandbox.docker.writer import ContextJob, FrameWriter
 from rlm_mcp.sandbox.frames import encode_frame, max_frame_strings, max_kernel_frame
 from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
 
@@ -66,12 +64,13 @@ class KernelContainer:
         self._sock: Any = None
         self._raw: Any = None
         self._plain: socket.socket | None = None  # _raw, when it is a plain socket (attach.plain_socket)
+        self._chan: FastChannel | None = None
+        self._chan_reader: AttachReader | None = None
+        self.channel = "attach"  # where the kernel's frames travel: "attach" or "socket"
         self._loop: asyncio.AbstractEventLoop
-        self._write_lock = threading.Lock()
-        self._pending_writes = 0  # jobs queued for or running in the writer thread
         self._inbox = Inbox()
         self._budget = ByteBudget(INBOX_BYTES)
-        self._writes: queue.Queue[tuple[Any, Callable[[BaseException | None], None]] | None] = queue.Queue()
+        self._writer = FrameWriter(self.name, self)
         self._reader: AttachReader | None = None
         self.stream_error: BaseException | None = None  # what broke the attach stream, if anything did
         self.eof = False
@@ -87,22 +86,38 @@ class KernelContainer:
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
     async def start(
-        cls, client: Any, settings: SandboxSettings, owner_id: str, engine: EngineInfo | None = None
+        cls,
+        client: Any,
+        settings: SandboxSettings,
+        owner_id: str,
+        engine: EngineInfo | None = None,
+        channels: FastChannels | None = None,
     ) -> KernelContainer:
         """Create, attach, start, boot the kernel and wait for `ready`. Kills it on failure."""
         self = cls(client, settings, owner_id, engine)
         self._loop = asyncio.get_running_loop()
         ok = False
+        accepting: asyncio.Task[None] | None = None
         try:
-            await anyio.to_thread.run_sync(self._create_and_attach)
+            if channels is not None and channels.enabled:
+                try:
+                    self._chan = await anyio.to_thread.run_sync(channels.open)
+                except OSError as exc:  # no socket here (a full disk, a path too long): the attach stream
+                    channels.disable(f"no socket for the fast channel ({exc})")
+            await anyio.to_thread.run_sync(self._create_and_attach, channels)
             self.open_stream(self._raw)
-            event = await boot_kernel(self, settings)
+            chan = self._chan
+            if chan is not None:
+                accepting = self._loop.create_task(chan.accept(self._on_channel))
+            event = await boot_kernel(self, settings, chan.inside_path if chan else None, chan.token if chan else None)
             if not isinstance(event.frame, ReadyFrame):
                 state = await self.exit_info() if event.kind == "eof" else ExitInfo()
                 if lost := self.lost_reason(state):
                     raise DockerConnectionLost(lost)
                 raise boot_failure(self._why(event), state, settings, _start_fix(settings))
             self.snapshots = event.frame.snapshots
+            if chan is not None and channels is not None:
+                self._settle_channel(event.frame, chan, channels)
             ok = True
             return self
         except TimeoutError:
@@ -114,9 +129,47 @@ class KernelContainer:
                 raise DockerConnectionLost(lost) from None
             raise SandboxError(f"The sandbox kernel did not start ({exc}).", _start_fix(settings)) from None
         finally:
+            if accepting is not None:
+                # Waited for: its pending accept's watch on the listener goes before the listener
+                # closes (a closed fd's number may be reused by the next socket at once).
+                accepting.cancel()
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait([accepting])
+            if self._chan is not None:
+                self._chan.close_listener()
             if not ok:
                 with anyio.CancelScope(shield=True):
                     await self.kill()
+
+    def _on_channel(self, conn: socket.socket) -> None:
+        """The kernel connected with the token: read its frames from the socket as well."""
+        if self.closed:
+            conn.close()
+            return
+        self._chan_reader = open_raw_reader(conn, self, self._inbox, self._budget, self.max_frame, self.max_strings)
+        self._chan_reader.start()
+
+    def _settle_channel(self, ready: ReadyFrame, chan: FastChannel, channels: FastChannels) -> None:
+        """After `ready`: write to the socket when the kernel writes there, else drop the socket."""
+        if ready.channel == "socket" and chan.conn is not None:
+            self._writer.switch(chan.conn)  # nothing is in flight: the host sent only `init` so far
+            self.channel = "socket"
+            return
+        if ready.channel == "socket":
+            raise SandboxError(
+                "The sandbox kernel claimed a fast channel the host never accepted.", _start_fix(self.settings)
+            )
+        channels.fell_back(
+            f"the kernel could not use the fast channel ({ready.channel_error or chan.refused or 'no reason given'})"
+        )
+        self._drop_channel()
+
+    def _drop_channel(self) -> None:
+        reader, self._chan_reader = self._chan_reader, None
+        if reader is not None:
+            reader.stop()
+        if self._chan is not None and self._chan.conn is not None:
+            self._chan.conn.close()
 
     def open_stream(self, raw: Any) -> None:
         """Start reading and writing the attach stream `raw` (on the event loop)."""
@@ -125,7 +178,7 @@ class KernelContainer:
         self._plain = plain_socket(raw)
         self._reader = open_reader(raw, self.name, self, self._inbox, self._budget, self.max_frame, self.max_strings)
         self._reader.start()
-        threading.Thread(target=self._write_loop, name=f"{self.name}-writer", daemon=True).start()
+        self._writer.start(raw, self._plain)
 
     def _why(self, event: ChannelEvent) -> str:
         if event.frame is not None:
@@ -133,25 +186,44 @@ class KernelContainer:
         tail = self.stderr_tail()
         return (event.detail or event.kind) + (f"; its stderr: {tail[-500:]}" if tail else "")
 
-    def _create_and_attach(self) -> None:
+    def _create_and_attach(self, channels: FastChannels | None = None) -> None:
         def refused(exc: Exception) -> RlmMcpError:
             explanation = getattr(exc, "explanation", None) or exc
             return SandboxError(f"Docker refused to start a sandbox: {explanation}.", _start_fix(self.settings))
 
         with lost_raised(), docker_errors(refused):
             require_image_sync(self.client, self.settings.sandbox_image)
-            self._create_sent = True
-            created = self.client.api.create_container(
-                **create_kwargs(self.client, self.settings, self.owner_id, self.name, self.engine)
-            )
-            self.id = created["Id"]
-            check_container_runtime(self.client.api.inspect_container(self.id), self.engine, self.settings)
-            # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
-            self._sock = self.client.api.attach_socket(
-                self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            self._raw = getattr(self._sock, "_sock", self._sock)
-            self.client.api.start(self.id)
+            try:
+                self._create_attach_start()
+            except Exception as exc:
+                if self._chan is None or channels is None or not is_refused_mount(exc):
+                    raise
+                # Docker Desktop ("mounts denied") and the like: once more without the socket, for good.
+                channels.disable(f"Docker refused the fast channel's bind mount ({short(exc)})")
+                self._discard_created()
+                self._chan.remove_dir()
+                self._chan = None
+                self._create_attach_start()
+
+    def _create_attach_start(self) -> None:
+        kwargs = create_kwargs(self.client, self.settings, self.owner_id, self.name, self.engine)
+        if self._chan is not None:
+            kwargs["host_config"]["Binds"] = [f"{self._chan.dir}:{MOUNT_AT}:ro"]
+            kwargs["labels"][LABEL_CHANNEL_DIR] = str(self._chan.dir)
+        self._create_sent = True
+        self.id = self.client.api.create_container(**kwargs)["Id"]
+        check_container_runtime(self.client.api.inspect_container(self.id), self.engine, self.settings)
+        # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
+        self._sock = self.client.api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        self._raw = getattr(self._sock, "_sock", self._sock)
+        self.client.api.start(self.id)
+
+    def _discard_created(self) -> None:
+        """Undo a `_create_attach_start` that failed part-way (blocking)."""
+        self._close_socket()
+        self._sock = self._raw = None
+        self._remove_sync()
+        self.id = None
 
     async def kill(self) -> None:
         """Kill and remove the container and stop its threads. Idempotent; never raises."""
@@ -167,10 +239,12 @@ class KernelContainer:
             return
         self.closed = True
         self._budget.close()
-        self._writes.put(None)
+        self._writer.stop()
         try:
             if self._reader is not None:
                 self._reader.stop()  # before the socket closes: the loop must not watch a closed fd
+            if self._chan_reader is not None:
+                self._chan_reader.stop()
         finally:
             self._close_socket()
 
@@ -184,6 +258,8 @@ class KernelContainer:
         if self.id is not None or self._create_sent:
             with anyio.move_on_after(20):
                 await anyio.to_thread.run_sync(self._remove_sync)
+        if self._chan is not None:
+            self._chan.remove_dir()
 
     def _close_socket(self) -> None:
         # shutdown() first: close() alone does not end the connection while the reader thread
@@ -195,7 +271,8 @@ class KernelContainer:
                 shutdown(socket.SHUT_RDWR)
             except Exception:
                 pass
-        for obj in (self._raw, self._sock):
+        conn = self._chan.conn if self._chan is not None else None
+        for obj in (conn, self._raw, self._sock):
             if obj is None:
                 continue
             try:
@@ -271,98 +348,23 @@ class KernelContainer:
         """Send one context file: a load_context frame, then its bytes raw (off-loop)."""
         await self._submit(("context", index, path, fmt))
 
-    async def _submit(self, job: Any) -> None:
+    async def _submit(self, job: bytes | ContextJob) -> None:
         if self.closed:
             raise BrokenPipeError("sandbox closed")
-        with self._write_lock:
-            if isinstance(job, bytes):
-                sent = self._send_now(job)
-                if sent == len(job):  # the common case: no event, no closure, no hand-off
-                    return
-                job = job[sent:]
-            loop = self._loop
-            done = anyio.Event()
-            box: list[BaseException | None] = [None]
-
-            def finished(exc: BaseException | None) -> None:
-                box[0] = exc
-                try:
-                    loop.call_soon_threadsafe(done.set)  # never blocks the writer thread
-                except RuntimeError:  # the loop is closed: nobody is waiting any more
-                    pass
-
-            self._pending_writes += 1
-            self._writes.put((job, finished))
-        await done.wait()
-        if box[0] is not None:
-            raise BrokenPipeError(f"sandbox stdin closed: {box[0]}")
-
-    def _send_now(self, data: bytes) -> int:
-        """Bytes of a small frame written straight from the event loop (call under _write_lock).
-
-        Only when the writer thread has nothing queued (frames stay in order), and never
-        blocking (MSG_DONTWAIT): what the socket does not take now goes to the writer thread.
-        This spares the common frames (exec, lm_result) two thread hand-offs.
-        """
-        sock = self._plain
-        if self._pending_writes or len(data) > DIRECT_SEND_MAX or sock is None:
-            return 0
-        try:
-            return sock.send(data, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return 0
-        except OSError as exc:
-            raise BrokenPipeError(f"sandbox stdin closed: {exc}") from None
+        await self._writer.submit(job)
 
     async def receive(self) -> ChannelEvent:
         event = await self._inbox.get()
         self._budget.release(event.size)
         if self._reader is not None:
             self._reader.consumed()
+        if self._chan_reader is not None:
+            self._chan_reader.consumed()
         return event
 
     def stderr_tail(self) -> str:
         stderr = self._reader.demux.stderr if self._reader is not None else b""
         return bytes(stderr).decode("utf-8", "replace")
-
-    # -- the writer thread -----------------------------------------------------------------
-    def _write_loop(self) -> None:
-        while True:
-            item = self._writes.get()
-            if item is None:
-                return
-            job, finished = item
-            error: BaseException | None = None
-            try:
-                if isinstance(job, tuple):
-                    self._write_context(*job[1:])
-                else:
-                    self._raw.sendall(job)
-            except BaseException as exc:
-                error = exc
-                if isinstance(exc, OSError) and self.stream_error is None and is_lost(exc):
-                    self.stream_error = exc
-            with self._write_lock:  # done with the socket: the loop may write directly again
-                self._pending_writes -= 1
-            finished(error)
-
-    def _write_context(self, index: int, path: Path, fmt: str) -> None:
-        # The frame names the byte count and the file's bytes follow raw: no decoding or JSON
-        # escaping here (the kernel decodes once), and sendfile keeps them out of this process.
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            self._raw.sendall(encode_frame(LoadContextFrame(index=index, format=fmt, bytes=size)))
-            if size == 0:
-                sent = 0
-            elif self._plain is not None:
-                sent = self._plain.sendfile(fh, 0, size)
-            else:  # an SSH channel or another socket-like object: plain copies
-                sent = 0
-                while sent < size and (data := fh.read(min(CHUNK_BYTES, size - sent))):
-                    self._raw.sendall(data)
-                    sent += len(data)
-        if sent != size:  # the kernel would wait for the rest forever: end the stream instead
-            raise OSError(f"context file {path.name} shrank while it was sent ({sent} of {size} bytes)")
 
 
 def exit_info_of(state: Any) -> ExitInfo:

@@ -66,6 +66,7 @@ class EngineInfo:
     rootless: bool = False
     cgroup_version: str = ""
     missing_limits: tuple[str, ...] = field(default=())  # limits the engine says it cannot apply
+    desktop: bool = False  # Docker Desktop: the engine runs in a VM (no host unix sockets inside)
 
     @property
     def podman(self) -> bool:
@@ -101,6 +102,7 @@ def engine_info(version: dict[str, Any], info: dict[str, Any], settings: Sandbox
         rootless=rootless,
         cgroup_version=str(info.get("CgroupVersion") or ""),
         missing_limits=missing,
+        desktop="docker desktop" in str(info.get("OperatingSystem") or "").lower(),
     )
 
 

@@ -36,7 +36,8 @@ def command() -> list[str]:
 @functools.cache
 def kernel_payload() -> bytes:
     """What the host writes first on the container's stdin: length line + kernel source, which
-    starts with the answer rules (answer_rules.py, shared with the host's tests)."""
+    starts with the answer rules (answer_rules.py, shared with the host's tests) and the fast
+    channel's kernel end (fastchan.py)."""
     package = resources.files("rlm_mcp.sandbox.guest")
-    source = package.joinpath("answer_rules.py").read_bytes() + b"\n" + package.joinpath("kernel.py").read_bytes()
+    source = b"\n".join(package.joinpath(name).read_bytes() for name in ("answer_rules.py", "fastchan.py", "kernel.py"))
     return b"%d\n" % len(source) + source

@@ -3,7 +3,9 @@
 This file is not imported by the host: its source is sent over the container's stdin by the
 bootstrap (see bootstrap.py) and exec'd there. It talks frames (4-byte big-endian length +
 UTF-8 JSON) on private copies of the original stdin/stdout; fd 0 becomes /dev/null and fds
-1/2 become capture pipes, so user output cannot corrupt the protocol by accident.
+1/2 become capture pipes, so user output cannot corrupt the protocol by accident. When `init`
+offers the fast channel (fastchan.py) and it connects, frames go both ways over that socket
+instead; stdin is read for the kernel's whole life either way (its EOF: the host is gone).
 
 Threads: user code runs on the main thread (SIGINT, our timeout tool, is delivered only
 there); a reader thread takes host frames; two threads drain the fd-level capture pipes.
@@ -28,6 +30,8 @@ if "read_answer" not in globals():
     # Imported on the host (tests, linters). In the container, bootstrap.kernel_payload() has
     # already run answer_rules.py's source ahead of this file.
     from rlm_mcp.sandbox.guest.answer_rules import new_answer, read_answer, submit_answer, submit_variable
+if "open_fast_channel" not in globals():
+    from rlm_mcp.sandbox.guest.fastchan import open_fast_channel
 
 _SIMPLE_TYPES = (str, int, float, bool, list, dict, tuple)
 _RESERVED = {
@@ -177,6 +181,7 @@ class Kernel:
             except OSError:
                 pass
         self.diag = os.dup(2)
+        self.chan_sock = None  # the fast channel's socket, once connected (kept open for life)
         for fd in (self.proto_in, self.proto_out, self.diag):
             os.set_inheritable(fd, False)
         self.devnull = os.open(os.devnull, os.O_RDONLY)
@@ -243,12 +248,16 @@ class Kernel:
 
     def _after_fork_child(self):
         # A forked child (os.fork, multiprocessing) must never speak the protocol.
-        for fd in (self.proto_in, self.proto_out):
+        fds = {self.proto_in, self.proto_out}
+        if self.chan_sock is not None:
+            fds.add(self.chan_sock.detach())
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:
                 pass
         self.proto_in = self.proto_out = -1
+        self.chan_sock = None
 
     def _drain(self, fd, cap):
         """Keep the pipe flowing while a cell writes more than the pipe buffer holds."""
@@ -303,16 +312,18 @@ class Kernel:
             except OSError:
                 os._exit(70)  # the host is gone: nothing left to do
 
-    def _fill(self, buf, n):
+    @staticmethod
+    def _fill(fd, buf, n):
         """Read until `buf` holds at least `n` bytes. Reads take what the pipe holds (a frame's
         header and body, often several frames, in one read), not one read per header and body."""
         while len(buf) < n:
-            data = os.read(self.proto_in, min(max(n - len(buf), 1 << 16), 1 << 20))
+            data = os.read(fd, min(max(n - len(buf), 1 << 16), 1 << 20))
             if not data:
                 raise EOFError
             buf += data
 
-    def _read_payload(self, buf, n):
+    @staticmethod
+    def _read_payload(fd, buf, n):
         # A context's bytes follow its load_context frame raw (no JSON): read straight into one
         # buffer, so a 50 MiB context costs one decode here and no escaping on either side.
         # The first bytes may already be in the reader's buffer `buf` (taken out of it here).
@@ -322,25 +333,26 @@ class Kernel:
         del buf[:pos]
         view = memoryview(raw)
         while pos < n:
-            got = os.readv(self.proto_in, [view[pos : pos + (1 << 22)]])
+            got = os.readv(fd, [view[pos : pos + (1 << 22)]])
             if not got:
                 raise EOFError
             pos += got
         view.release()
         return raw
 
-    def reader(self):
+    def reader(self, fd):
+        """Take the host's frames from `fd` (stdin's copy, or the fast channel's socket)."""
         buf = bytearray()
         try:
             while True:
-                self._fill(buf, 4)
+                self._fill(fd, buf, 4)
                 (size,) = struct.unpack_from(">I", buf)
-                self._fill(buf, 4 + size)
+                self._fill(fd, buf, 4 + size)
                 msg = json.loads(buf[4 : 4 + size])
                 del buf[: 4 + size]
                 kind = msg.get("type")
                 if kind == "load_context":
-                    msg["raw"] = self._read_payload(buf, int(msg["bytes"]))
+                    msg["raw"] = self._read_payload(fd, buf, int(msg["bytes"]))
                 if kind == "lm_result":
                     with self.waiters_lock:
                         waiter = self.waiters.pop(msg.get("id"), None)
@@ -353,7 +365,7 @@ class Kernel:
                 else:
                     self.tasks.put(msg)
         except EOFError:
-            # stdin closed: the host died or its attach stream dropped (75 tells the host which).
+            # stdin (or the channel) closed: the host died or its stream dropped (75 tells the host which).
             os._exit(75)
         except BaseException:
             # the fds were destroyed: end the kernel.
@@ -446,7 +458,23 @@ class Kernel:
 
         snapshots = importlib.util.find_spec("dill") is not None
         ready = {"type": "ready", "id": msg.get("id"), "pid": os.getpid(), "python": sys.version.split()[0]}
-        self.send({**ready, "snapshots": snapshots})
+        channel, why = self._open_channel(msg)
+        self.send({**ready, "snapshots": snapshots, "channel": channel, "channel_error": why})
+
+    def _open_channel(self, msg):
+        """Connect the fast channel `init` offers; from the `ready` frame on, write there."""
+        path, token = msg.get("channel_path"), msg.get("channel_token")
+        if not isinstance(path, str) or not isinstance(token, str):
+            return "attach", None
+        sock, ok, why = open_fast_channel(path, token, float(msg.get("channel_timeout_s") or 2.0))
+        self.chan_sock = sock
+        if not ok or sock is None:
+            return "attach", why
+        fd = sock.fileno()
+        threading.Thread(target=self.reader, args=(fd,), daemon=True, name="chan-reader").start()
+        with self.write_lock:
+            self.proto_out = fd
+        return "socket", None
 
     def handle_load(self, msg):
         idx = int(msg["index"])
@@ -682,7 +710,7 @@ class Kernel:
     def main(self):
         signal.signal(signal.SIGINT, self._on_sigint)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        threading.Thread(target=self.reader, daemon=True, name="proto-reader").start()
+        threading.Thread(target=self.reader, args=(self.proto_in,), daemon=True, name="proto-reader").start()
         while True:
             msg = None
             try:

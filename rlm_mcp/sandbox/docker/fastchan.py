@@ -1,0 +1,255 @@
+"""The fast channel: the kernel's frames over a unix socket instead of the Docker attach stream.
+
+The attach stream (the container's stdio through the runc shim, containerd and dockerd) costs
+about 0.4 ms a round trip; a unix socket shared with the container costs a few microseconds.
+The attach stream stays the trusted channel and the fallback: it carries the kernel's source
+and `init`, the kernel's stderr, and its end still tells the kernel that the host is gone.
+
+Where (`unavailable_reason`): only where a host socket can reach the container: a Docker
+engine on a local unix socket (not a remote, TLS or ssh DOCKER_HOST, not Docker Desktop's VM),
+with runc (gVisor's runsc refuses host unix sockets unless started with --host-uds), and not
+Podman (untested there: rootless Podman and SELinux hosts relabel or refuse bind mounts).
+Setting RLM_MCP_SANDBOX_FAST_CHANNEL=off keeps every sandbox on the attach stream.
+
+The socket's directory (`ChannelRoot`): a private parent per server (0700, the server's
+user), in it one directory per container (0711) holding the socket (0666), bind-mounted
+read-only at MOUNT_AT: nobody else on the host can reach it, and inside the container only
+its processes can. The per-container directory goes when the container is removed.
+
+The order, which leaves no frame in doubt about its channel:
+1. The host binds and listens before it creates the container, and accepts in a task
+   (`FastChannel.accept`) from before `init` is sent.
+2. `init`, over the attach stream, names the socket's path and a one-use random token.
+3. The kernel connects and sends the token. The host accepts exactly one connection, then
+   closes the listener and unlinks the socket's path (nothing else can connect later),
+   checks the token in constant time, and only then answers one byte (ACK) and starts
+   reading frames from the socket (the same decoder, caps, schema checks and inbox budget
+   as the attach stream's). A wrong or late token is closed without an answer.
+4. The kernel, on the ACK, starts reading the socket too and writes every frame from `ready`
+   on to the socket; without it (no socket, refused, no ACK within the deadline) it writes
+   `ready` and everything after on the attach stream, and says why in `ready`. So the
+   kernel's frames never use both channels: the host can read both for the container's life.
+5. The host writes to the socket only after a `ready` that says so; until then it has sent
+   `init` alone and waits for `ready`, so no host frame is in flight on the attach stream
+   when its writes switch. The kernel reads both channels for its whole life.
+An accepted connection the kernel then does not use (its ACK came too late) is closed by the
+host at `ready`; the kernel holds its end open, unused, so that close tells it nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from rlm_mcp.config import SandboxSettings
+from rlm_mcp.sandbox.docker.engine import EngineInfo, is_gvisor
+from rlm_mcp.sandbox.docker.faults import is_refused
+
+log = logging.getLogger("rlm_mcp.sandbox")
+
+MOUNT_AT = "/run/rlm"  # a mount target Docker creates in the read-only root filesystem
+SOCKET_NAME = "k"
+TOKEN_HEX = 64  # 32 random bytes, as hex
+ACK = b"\x01"
+HANDSHAKE_S = 5.0  # the host's to read the token once a connection is accepted
+ROOT_PREFIX = "rlm-mcp-chan-"
+LABEL_CHANNEL_DIR = "rlm-mcp.channel-dir"  # the container's socket directory, for the orphan reaper
+_MOUNT_REFUSALS = ("mount", "not shared", "file sharing", "bind source")
+
+
+def is_refused_mount(exc: BaseException) -> bool:
+    """The engine refused the socket's bind mount (Docker Desktop: "mounts denied ... not shared")."""
+    text = str(getattr(exc, "explanation", None) or exc).lower()
+    return is_refused(exc) and any(marker in text for marker in _MOUNT_REFUSALS)
+
+
+def root_base() -> Path:
+    """Where the servers' private parents are made: the temporary directory, or /tmp where that
+    path is too long for a unix socket's (108 bytes, with the parent, the directory and the name)."""
+    base = Path(tempfile.gettempdir())
+    return base if len(str(base)) <= 60 else Path("/tmp")
+
+
+def remove_orphan_dir(labels: dict[str, str]) -> None:
+    """Remove a removed orphan sandbox's socket directory (and its server's parent once empty);
+    only a path of the shape this module makes, in the temporary directory, is touched."""
+    path = labels.get(LABEL_CHANNEL_DIR)
+    if not isinstance(path, str):
+        return
+    directory = Path(path)
+    parent = directory.parent
+    if parent.parent != root_base() or not parent.name.startswith(ROOT_PREFIX):
+        return
+    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        parent.rmdir()  # only when empty: a live server's other sandboxes keep it
+    except OSError:
+        pass
+
+
+def unavailable_reason(settings: SandboxSettings, engine: EngineInfo | None, docker_host: str | None) -> str | None:
+    """Why sandboxes cannot use the fast channel here, or None when they can (`auto`)."""
+    if settings.sandbox_fast_channel == "off":
+        return "RLM_MCP_SANDBOX_FAST_CHANNEL=off"
+    if docker_host and not docker_host.startswith("unix://"):
+        scheme = docker_host.split("://", 1)[0] if "://" in docker_host else docker_host
+        return f"DOCKER_HOST is not a local unix socket ({scheme}://): the engine cannot see this host's sockets"
+    if engine is None:
+        return "the engine is not known"
+    if engine.podman:
+        return "Podman: not supported (rootless Podman and SELinux relabel or refuse the socket's bind mount)"
+    if is_gvisor(engine, settings):
+        return "gVisor (runsc) does not pass host unix sockets through unless started with --host-uds"
+    if engine.desktop:
+        return "Docker Desktop runs the engine in a VM: a host unix socket cannot be shared into it"
+    return None
+
+
+class ChannelRoot:
+    """The server's private parent directory of the fast channels' sockets (one per backend)."""
+
+    def __init__(self) -> None:
+        self._path: Path | None = None
+        self._lock = threading.Lock()
+
+    def new_dir(self) -> Path:
+        """A fresh directory for one container's socket (blocking: a few syscalls)."""
+        with self._lock:
+            if self._path is None:
+                self._path = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX, dir=root_base()))  # 0700, ours
+            parent = self._path
+        directory = Path(tempfile.mkdtemp(dir=parent))
+        os.chmod(directory, 0o711)  # the container's user may pass through, not list
+        return directory
+
+    def close(self) -> None:
+        with self._lock:
+            path, self._path = self._path, None
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class FastChannels:
+    """The backend's decision about the fast channel, and the one log line per reason it falls back."""
+
+    def __init__(self, settings: SandboxSettings) -> None:
+        self.settings = settings
+        self.root = ChannelRoot()
+        self.off_reason: str | None = None  # set once the engine is known, or a fallback ruled it out
+        self._decided = False
+        self._said: set[str] = set()
+
+    def decide(self, engine: EngineInfo | None) -> None:
+        """Settle `enabled` once the engine is known (until then: the attach stream)."""
+        if not self._decided and (engine is not None or self.off_reason):
+            self._decided = True
+            docker_host = os.environ.get("DOCKER_HOST")
+            self.off_reason = self.off_reason or unavailable_reason(self.settings, engine, docker_host)
+            if self.off_reason:
+                self.fell_back(self.off_reason)
+
+    @property
+    def enabled(self) -> bool:
+        return self._decided and self.off_reason is None
+
+    def disable(self, reason: str) -> None:
+        """No more fast channels for this backend (the engine refused the mount)."""
+        self.off_reason = reason
+        self.fell_back(reason)
+
+    def fell_back(self, reason: str) -> None:
+        if reason not in self._said:
+            self._said.add(reason)
+            log.info("sandbox frames use the Docker attach stream: %s", reason)
+
+    def describe(self) -> str:
+        if self.off_reason:
+            return f"frames over the attach stream ({self.off_reason})"
+        return "frames over a unix socket (fast channel; the attach stream as fallback)"
+
+    def open(self) -> FastChannel:
+        return FastChannel(self.root.new_dir())
+
+    def close(self) -> None:
+        self.root.close()
+
+
+class FastChannel:
+    """One container's socket: listener, the one accepted connection, its directory.
+
+    Blocking set-up (`FastChannel(...)`) may run in a worker thread; `accept` runs on the loop.
+    `close_listener` and `remove_dir` are idempotent and never raise.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.path = directory / SOCKET_NAME
+        self.token = secrets.token_hex(TOKEN_HEX // 2)
+        self.conn: socket.socket | None = None
+        self.refused: str | None = None  # why a connection was turned away
+        self._listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._listener.bind(str(self.path))
+            os.chmod(self.path, 0o666)  # the container's non-root user connects; the parent is private
+            self._listener.listen(1)
+            self._listener.setblocking(False)
+        except BaseException:
+            self.close_listener()
+            self.remove_dir()
+            raise
+
+    @property
+    def inside_path(self) -> str:
+        return f"{MOUNT_AT}/{SOCKET_NAME}"
+
+    async def accept(self, connected: Callable[[socket.socket], None]) -> None:
+        """Accept one connection, check its token, acknowledge and hand it to `connected`."""
+        listener = self._listener
+        if listener is None:
+            return
+        loop = asyncio.get_running_loop()
+        conn, _ = await loop.sock_accept(listener)
+        self.close_listener()  # exactly one connection: nothing inside can connect after this
+        try:
+            got = bytearray()
+            async with asyncio.timeout(HANDSHAKE_S):
+                while len(got) < TOKEN_HEX and (data := await loop.sock_recv(conn, TOKEN_HEX - len(got))):
+                    got += data
+            if not hmac.compare_digest(bytes(got), self.token.encode("ascii")):
+                self.refused = "the connection on the fast channel did not present the token"
+                conn.close()
+                return
+            await loop.sock_sendall(conn, ACK)
+        except (OSError, TimeoutError) as exc:
+            self.refused = f"the fast channel's handshake failed ({type(exc).__name__})"
+            conn.close()
+            return
+        except BaseException:
+            conn.close()
+            raise
+        conn.setblocking(True)  # the loop reads with MSG_DONTWAIT, the writer thread blocks
+        self.conn = conn
+        connected(conn)
+
+    def close_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is None:
+            return
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        listener.close()
+
+    def remove_dir(self) -> None:
+        self.close_listener()
+        shutil.rmtree(self.dir, ignore_errors=True)
