@@ -3,6 +3,8 @@ the raw frame reader, and what the orphan reaper may remove."""
 
 from __future__ import annotations
 
+import os
+
 import json
 import socket
 import struct
@@ -156,6 +158,16 @@ def test_the_reaper_removes_only_socket_directories_of_our_shape(tmp_path: Path)
     fastchan.remove_orphan_dir({fastchan.LABEL_CHANNEL_DIR: str(elsewhere)})
     fastchan.remove_orphan_dir({})
     assert elsewhere.exists()
+    # A label that climbs out of a parent of our shape names the temporary directory: left alone.
+    third = root.new_dir()
+    bystander = third.parent.parent / f"{fastchan.ROOT_PREFIX}bystander-{os.getpid()}"
+    bystander.mkdir()
+    try:
+        for label in (f"{third.parent}/..", f"{third}/../..", "relative/path"):
+            fastchan.remove_orphan_dir({fastchan.LABEL_CHANNEL_DIR: label})
+        assert third.exists() and bystander.exists()
+    finally:
+        bystander.rmdir()
     root.close()
 
 

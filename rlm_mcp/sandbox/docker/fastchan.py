@@ -83,11 +83,13 @@ def remove_orphan_dir(labels: dict[str, str]) -> None:
     """Remove a removed orphan sandbox's socket directory (and its server's parent once empty);
     only a path of the shape this module makes, in the temporary directory, is touched."""
     path = labels.get(LABEL_CHANNEL_DIR)
-    if not isinstance(path, str):
+    if not isinstance(path, str) or not os.path.isabs(path):
         return
-    directory = Path(path)
+    # Normalised first: a label is anyone's with access to the engine, and "<parent>/.." would
+    # otherwise pass the shape check below as the temporary directory itself.
+    directory = Path(os.path.normpath(path))
     parent = directory.parent
-    if parent.parent != root_base() or not parent.name.startswith(ROOT_PREFIX):
+    if parent.parent != root_base() or not parent.name.startswith(ROOT_PREFIX) or directory.is_symlink():
         return
     shutil.rmtree(directory, ignore_errors=True)
     try:
@@ -124,7 +126,8 @@ class ChannelRoot:
     def new_dir(self) -> Path:
         """A fresh directory for one container's socket (blocking: a few syscalls)."""
         with self._lock:
-            if self._path is None:
+            # Made again when gone (a cleaner of the temporary directory, a reaper that saw it empty).
+            if self._path is None or not self._path.is_dir():
                 self._path = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX, dir=root_base()))  # 0700, ours
             parent = self._path
         directory = Path(tempfile.mkdtemp(dir=parent))
