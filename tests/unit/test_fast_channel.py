@@ -3,9 +3,8 @@ the raw frame reader, and what the orphan reaper may remove."""
 
 from __future__ import annotations
 
-import os
-
 import json
+import os
 import socket
 import struct
 import tempfile
