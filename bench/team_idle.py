@@ -97,6 +97,11 @@ async def main_async(args: argparse.Namespace) -> None:
         cluster = Cluster()
         stack.callback(cluster.stop)
         cluster.start()
+        if args.statements:  # preloaded only at start: set, then restart
+            cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            cluster.stop()
+            cluster.start()
+            cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         env = {"RLM_MCP_WORKER_LEASE_S": str(args.lease), "RLM_MCP_LOG_LEVEL": "WARNING", "RLM_MCP_POOL_SIZE": "2"}
         roles = ["both", "both", "front"]
         with balanced_replicas(
@@ -107,7 +112,15 @@ async def main_async(args: argparse.Namespace) -> None:
                 await team_scale.many_runs(client, context_id, "warm-up", 4)
             pids = {r.name: r.pid for r in b.replicas}
             print("team, idle (rlm1, rlm2 role both; rlm3 role front):")
+            db = team_scale.Db(cluster.url())
+            if args.statements:
+                await db.rows("SELECT pg_stat_statements_reset()")
+            t0 = time.perf_counter()
             await samples(pids, args)
+            if args.statements:  # per second of the whole idle wait, the three replicas together
+                took = round(time.perf_counter() - t0)
+                print(f"  statements over {took} s idle, per second (the three replicas together):")
+                print((await team_scale.statements(db, took, top=24)).replace("/turn", "/s   ").replace(" per turn", ""))
 
 
 def main() -> None:
@@ -118,6 +131,7 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=10.0, help="RLM_MCP_WORKER_LEASE_S")
     parser.add_argument("--hold", type=float, default=0.0, help="seconds to keep the team up after the samples")
     parser.add_argument("--team-only", action="store_true")
+    parser.add_argument("--statements", action="store_true", help="the team's statements while idle (pg_stat_statements)")
     anyio.run(main_async, parser.parse_args())
 
 
