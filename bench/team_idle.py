@@ -25,10 +25,8 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import scale  # bench/scale.py: the embedded server as its modes start it
-import team_scale  # bench/team_scale.py
-from team_cpu import load_average
-
+from bench import scale, team_scale  # scale: the embedded server as its modes start it
+from bench.team_cpu import load_average
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import balanced_replicas
 from tests.fixtures_postgres import Cluster
@@ -120,7 +118,9 @@ async def main_async(args: argparse.Namespace) -> None:
             if args.statements:  # per second of the whole idle wait, the three replicas together
                 took = round(time.perf_counter() - t0)
                 print(f"  statements over {took} s idle, per second (the three replicas together):")
-                print((await team_scale.statements(db, took, top=24)).replace("/turn", "/s   ").replace(" per turn", ""))
+                print(
+                    (await team_scale.statements(db, took, top=24)).replace("/turn", "/s   ").replace(" per turn", "")
+                )
 
 
 def main() -> None:
@@ -131,7 +131,9 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=10.0, help="RLM_MCP_WORKER_LEASE_S")
     parser.add_argument("--hold", type=float, default=0.0, help="seconds to keep the team up after the samples")
     parser.add_argument("--team-only", action="store_true")
-    parser.add_argument("--statements", action="store_true", help="the team's statements while idle (pg_stat_statements)")
+    parser.add_argument(
+        "--statements", action="store_true", help="the team's statements while idle (pg_stat_statements)"
+    )
     anyio.run(main_async, parser.parse_args())
 
 
