@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any, cast
 
 import anyio
 
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.ports.queue import RunQueuePort, RunState
+from rlm_mcp.ports.queue import Beat, RunQueuePort, RunState
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
@@ -24,9 +25,9 @@ from tests.fixtures_queue_team import OpenTeam, Team, summary
 
 
 @asynccontextmanager
-async def worker_on(team: Team, lm: FakeChatModel) -> AsyncIterator[QueueWorker]:
-    """A `QueueWorker` over the team's queue, executing runs here with `lm` and in-process
-    sandboxes (tests/fixtures_engine.py): no Docker."""
+async def worker_on(team: Team, lm: FakeChatModel, queue: RunQueuePort | None = None) -> AsyncIterator[QueueWorker]:
+    """A `QueueWorker` over the team's queue (or `queue`, one wrapping it), executing runs here
+    with `lm` and in-process sandboxes (tests/fixtures_engine.py): no Docker."""
     settings = team.settings
     engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
 
@@ -35,7 +36,7 @@ async def worker_on(team: Team, lm: FakeChatModel) -> AsyncIterator[QueueWorker]
 
     sandboxes = SandboxManager(settings.sandbox)
     runs = RunManager(settings.runs, team.stores.contexts, team.stores.runs, owners=configured_owners(settings.server))
-    async with runs, QueueWorker(settings.queue, team.queue, team.logs, runs, sandboxes, engine_of) as worker:
+    async with runs, QueueWorker(settings.queue, queue or team.queue, team.logs, runs, sandboxes, engine_of) as worker:
         yield worker
 
 
@@ -106,6 +107,47 @@ async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing
         assert row.summary.result is not None and row.summary.result.reason == "ended elsewhere"  # nothing over it
 
 
+class _HeldBeat:
+    """The team's queue, its first heartbeat held after its rows are read until `release` is set:
+    a beat whose answer predates a claim arrives after the claimed run started."""
+
+    def __init__(self, queue: RunQueuePort) -> None:
+        self._queue = queue
+        self.read, self.release = anyio.Event(), anyio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    async def heartbeat(self, worker_id: int) -> Beat:
+        beat = await self._queue.heartbeat(worker_id)
+        if not self.read.is_set():
+            self.read.set()
+            await self.release.wait()
+        return beat
+
+
+async def rule_a_beat_older_than_a_claim_does_not_stop_the_run_claimed(open_team: OpenTeam) -> None:
+    """A heartbeat's rows read before a claim committed do not name the run claimed: the worker
+    judges that run by a later beat, and the run runs to its end."""
+    async with open_team(queue_poll_s=0.2, worker_lease_s=30.0) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        lm = FakeChatModel(root=[submit("'42'")], root_delay_s=0.5)
+        held = _HeldBeat(q)
+        async with worker_on(team, lm, cast(RunQueuePort, held)) as worker:
+            with anyio.fail_after(60):
+                await held.read.wait()  # the first beat's rows: no run yet
+            await q.enqueue(record.model_copy(update={"run_id": "run_beatraced000001"}), 1)
+            with anyio.fail_after(30):
+                while "run_beatraced000001" not in worker._running:
+                    await anyio.sleep(0.05)
+            held.release.set()  # the stale beat's verdict, with the run now running here
+            with anyio.fail_after(30):
+                while not ((row := await q.read("run_beatraced000001")) and row.done):
+                    await anyio.sleep(0.05)
+        assert row.summary.result is not None and row.summary.result.answer == "42", row.summary.result
+
+
 async def rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end(open_team: OpenTeam) -> None:
     """Live summaries coalesced (one a minute here: every one after the first waits) write the
     same events as one per progress event, and the final record is written when the run ends,
@@ -133,6 +175,7 @@ WORKER_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end,
     rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once,
     rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,
+    rule_a_beat_older_than_a_claim_does_not_stop_the_run_claimed,
     rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end,
 ]
 

@@ -13,7 +13,6 @@ import logging
 import socket
 from collections.abc import Callable
 
-import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
@@ -29,6 +28,7 @@ from rlm_mcp.server.health import health_app, health_endpoint, store_readiness, 
 from rlm_mcp.server.oversize import OversizeExplained
 from rlm_mcp.server.sessions import SessionLimiter
 from rlm_mcp.server.start_checks import checked_tokens, refuse_open_bind, roots_for_owners, shares_for_owners
+from rlm_mcp.server.ticks import TickingServer
 from rlm_mcp.service.service import RlmService
 from rlm_mcp.store.bundle import Stores
 from rlm_mcp.viewer.auth import ViewerAuth
@@ -132,7 +132,7 @@ async def serve_http(settings: Settings, app: ASGIApp | None = None, sock: socke
         settings.server, app, owners=owners, log_level=settings.server.log_level.lower(), lifespan="on"
     )
     logger.info("rlm-mcp serving %s", served_routes(settings))
-    await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)
+    await TickingServer(config).serve(sockets=[sock] if sock is not None else None)
 
 
 def served_routes(settings: Settings) -> str:

@@ -97,6 +97,7 @@ class QueueWorker:
         self._stopped: dict[str, str] = {}  # run id -> why this worker stopped it (fenced)
         self._handing_back: set[str] = set()  # runs given back to the queue at shutdown
         self._requeues: dict[str, int] = {}  # run id -> how often it was queued again before
+        self._claimed_at: dict[str, float] = {}  # run id -> when its claim returned (monotonic)
         self._follows = FollowedRuns(settings.publish)  # the runs a front follows: their publish interval
         self._beat_at = time.monotonic()  # the start of the last successful heartbeat
         self._beaten = anyio.Event()  # set (and replaced) after each successful heartbeat
@@ -204,7 +205,10 @@ class QueueWorker:
                 log.info("queue heartbeat failed: %s", exc)
                 continue
             # The verdict first (the runs another worker took up stop), then the lease renews.
+            # A run claimed after this beat began may be missing from its rows: the next beat judges it.
             for run_id, (attempt, _, _) in list(self._running.items()):
+                if self._claimed_at.get(run_id, started) > started:
+                    continue
                 mine = beat.held.get(run_id)
                 if mine is None or mine[0] != attempt:
                     self._stop(run_id, "the run is no longer this worker's (another attempt, or it ended)")
@@ -285,6 +289,7 @@ class QueueWorker:
                 # No wake-up within the poll interval: the next claim is the timed look.
                 polled = timer.cancelled_caught
                 continue
+            self._claimed_at[row.run_id] = time.monotonic()
             tg.start_soon(self._process, row)
 
     @property
@@ -331,6 +336,7 @@ class QueueWorker:
             self._running.pop(row.run_id, None)
             self._stopped.pop(row.run_id, None)
             self._requeues.pop(row.run_id, None)
+            self._claimed_at.pop(row.run_id, None)
             self._handing_back.discard(row.run_id)
             self._follows.forget(row.run_id)
             self._slots.release()
