@@ -29,7 +29,6 @@ from bench import scale, team_scale  # scale: the embedded server as its modes s
 from bench.team_cpu import load_average
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import balanced_replicas
-from tests.fixtures_postgres import Cluster
 
 
 def switches(pid: int) -> dict[str, int]:
@@ -92,14 +91,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 print("embedded server, idle:")
                 await samples({"embedded": pid}, args)
         (tmp / "team").mkdir()
-        cluster = Cluster()
-        stack.callback(cluster.stop)
-        cluster.start()
-        if args.statements:  # preloaded only at start: set, then restart
-            cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-            cluster.stop()
-            cluster.start()
-            cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        cluster = team_scale.started_cluster(stack, statements=args.statements)
         env = {"RLM_MCP_WORKER_LEASE_S": str(args.lease), "RLM_MCP_LOG_LEVEL": "WARNING", "RLM_MCP_POOL_SIZE": "2"}
         roles = ["both", "both", "front"]
         with balanced_replicas(

@@ -316,6 +316,20 @@ async def worker_death(b: Balanced, db: Db, context_id: str, runs: int) -> tuple
     return took, reasons
 
 
+def started_cluster(stack: AsyncExitStack, *, statements: bool) -> Cluster:
+    """A PostgreSQL cluster stopped with `stack`; with `statements`, pg_stat_statements loaded
+    (a preloaded library takes effect only at start: set, then restart)."""
+    cluster = Cluster()
+    stack.callback(cluster.stop)
+    cluster.start()
+    if statements:
+        cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        cluster.stop()
+        cluster.start()
+        cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    return cluster
+
+
 async def team_round(
     args: argparse.Namespace,
     tmp: Path,
@@ -451,14 +465,7 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         lm_url = stack.enter_context(scripted_lm_process(script(args.turns)))
         (tmp / "embedded").mkdir()
         per_turn = await embedded_round(args, tmp / "embedded", lm_url, embedded, profiles, figures)
-        cluster = Cluster()
-        stack.callback(cluster.stop)
-        cluster.start()
-        if args.statements:  # preloaded only at start: set, then restart
-            cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-            cluster.stop()
-            cluster.start()
-            cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        cluster = started_cluster(stack, statements=args.statements)
         (tmp / "team").mkdir()
         team_cpu_turn = await team_round(args, tmp / "team", lm_url, cluster, profiles, figures)
     print(f"server CPU per turn, team / embedded: {team_cpu_turn / per_turn:.2f} (goal <= 1.3)")
