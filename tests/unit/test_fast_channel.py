@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import struct
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from rlm_mcp.sandbox.docker.engine import EngineInfo
 from rlm_mcp.sandbox.docker.fastchan import ChannelRoot, FastChannel, FastChannels, unavailable_reason
 from rlm_mcp.sandbox.frames import ProtocolViolation
 from rlm_mcp.sandbox.guest.fastchan import open_fast_channel
+from rlm_mcp.sandbox.liveness import ProcessLiveness
 
 DOCKER = EngineInfo(product="Docker", version="27", runtime="runc")
 
@@ -182,3 +185,26 @@ def test_a_refused_bind_mount_is_recognised() -> None:
     assert fastchan.is_refused_mount(desktop)
     assert not fastchan.is_refused_mount(other)
     assert not fastchan.is_refused_mount(OSError("mount"))
+
+
+def test_a_gone_servers_socket_parent_is_removed_and_a_live_ones_kept() -> None:
+    live = ChannelRoot()
+    mine = live.new_dir().parent
+    assert mine.name.startswith(fastchan.own_root_prefix())
+    gone_pid = subprocess.Popen(["true"])  # once waited for, a pid no process has
+    gone_pid.wait()
+    base = fastchan.root_base()
+    gone = Path(tempfile.mkdtemp(prefix=f"{fastchan.ROOT_PREFIX}{gone_pid.pid}-12345-", dir=base))
+    (gone / "tmpcontainer").mkdir()
+    reused = Path(
+        tempfile.mkdtemp(prefix=f"{fastchan.ROOT_PREFIX}{os.getpid()}-1-", dir=base)
+    )  # our pid, another start
+    other_shape = Path(tempfile.mkdtemp(prefix=f"{fastchan.ROOT_PREFIX}bystander-", dir=base))
+    try:
+        fastchan.remove_dead_roots(ProcessLiveness())
+        assert not gone.exists() and not reused.exists()
+        assert mine.is_dir() and other_shape.is_dir()
+    finally:
+        for path in (gone, reused, other_shape):
+            shutil.rmtree(path, ignore_errors=True)
+        live.close()

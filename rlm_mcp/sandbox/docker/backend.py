@@ -28,7 +28,7 @@ from rlm_mcp.sandbox.docker.engine import (
     update_failure,
     update_fix,
 )
-from rlm_mcp.sandbox.docker.fastchan import FastChannels, remove_orphan_dir
+from rlm_mcp.sandbox.docker.fastchan import FastChannels, remove_dead_roots, remove_orphan_dir
 from rlm_mcp.sandbox.docker.faults import is_refused, lost_error, update_unsupported
 from rlm_mcp.sandbox.docker.hardening import CPU_PERIOD_US, LABEL_OWNER, LABEL_ROLE, ROLE_SANDBOX, cpu_quota
 
@@ -150,7 +150,9 @@ def docker_host_cpus(client: Any) -> float | None:
 
 def reap_sync(client: Any, liveness: OwnerLiveness, owner_id: str) -> None:
     """Remove stopped sandboxes whose owner is gone (`liveness`): a dead server's leftovers,
-    never a live neighbour's (it may still be reading its exit reason). Blocking."""
+    never a live neighbour's (it may still be reading its exit reason), and the socket
+    directories of this host's servers that are gone. Blocking."""
+    remove_dead_roots(liveness)
     with docker_errors():
         try:
             found = client.api.containers(all=True, filters={"label": f"{LABEL_ROLE}={ROLE_SANDBOX}"})

@@ -45,14 +45,17 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from rlm_mcp.config import SandboxSettings
+from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.sandbox.docker.engine import EngineInfo, is_gvisor
 from rlm_mcp.sandbox.docker.faults import is_refused
+from rlm_mcp.sandbox.liveness import LABEL_HOST, LABEL_PID, LABEL_STARTED, process_started
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
@@ -77,6 +80,41 @@ def root_base() -> Path:
     path is too long for a unix socket's (108 bytes, with the parent, the directory and the name)."""
     base = Path(tempfile.gettempdir())
     return base if len(str(base)) <= 60 else Path("/tmp")
+
+
+def own_root_prefix() -> str:
+    """The name a server's private parent starts with: the prefix, then its pid and process
+    start time (0 where unknown), so another server can tell when it is gone (`remove_dead_roots`)."""
+    pid = os.getpid()
+    return f"{ROOT_PREFIX}{pid}-{process_started(pid) or 0}-"
+
+
+def remove_dead_roots(liveness: OwnerLiveness) -> None:
+    """Remove the private parents of this host's servers that are gone, with whatever they hold.
+
+    A killed server leaves its parent behind, and the container reaper does not always name it:
+    a sandbox whose host died ends and may be gone before any reaper lists it. Only directories
+    of our shape (`own_root_prefix`), owned by this user, whose server `liveness` says is gone.
+    Blocking: a worker thread's."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is None:
+        return
+    uid, host = getuid(), socket.gethostname()
+    for entry in root_base().glob(f"{ROOT_PREFIX}*"):
+        pid, _, rest = entry.name[len(ROOT_PREFIX) :].partition("-")
+        started, _, _ = rest.partition("-")
+        if not (pid.isdigit() and started.isdigit()):
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+            continue
+        labels = {LABEL_HOST: host, LABEL_PID: pid, LABEL_STARTED: "" if started == "0" else started}
+        if liveness.owner_gone(labels, idle_s=0.0):
+            shutil.rmtree(entry, ignore_errors=True)
+            log.info("removed a gone server's sandbox socket directory %s", entry)
 
 
 def remove_orphan_dir(labels: dict[str, str]) -> None:
@@ -128,7 +166,7 @@ class ChannelRoot:
         with self._lock:
             # Made again when gone (a cleaner of the temporary directory, a reaper that saw it empty).
             if self._path is None or not self._path.is_dir():
-                self._path = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX, dir=root_base()))  # 0700, ours
+                self._path = Path(tempfile.mkdtemp(prefix=own_root_prefix(), dir=root_base()))  # 0700, ours
             parent = self._path
         directory = Path(tempfile.mkdtemp(dir=parent))
         os.chmod(directory, 0o711)  # the container's user may pass through, not list
