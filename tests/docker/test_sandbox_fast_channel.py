@@ -88,8 +88,11 @@ async def test_a_wrong_token_is_refused_and_the_attach_stream_carries_on(
         assert channel.channel == "attach"
         assert channel._chan is not None and channel._chan.refused and channel._chan.conn is None
         assert not channel._chan.path.exists()
-        r = await sb.execute("print(sum(llm_query_batched(['a'] * 4) == ['a'] * 4 for _ in [0]))", FakeBridge())
-        assert r.error is None and r.stdout in ("0\n", "1\n")
+        bridge = FakeBridge()
+        r = await sb.execute("print(llm_query_batched(['a', 'b', 'c', 'd']))", bridge)
+        assert r.error is None, r.error
+        assert r.stdout == "['echo:a', 'echo:b', 'echo:c', 'echo:d']\n"  # the round trip, over attach
+        assert bridge.prompts == 4
     assert any(FALLBACK in m and "host refused" in m for m in caplog.messages), caplog.messages
 
 

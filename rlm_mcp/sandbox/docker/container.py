@@ -45,9 +45,7 @@ from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
-CHUNK_BYTES = 1 << 20
 INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in estimated host bytes
-DIRECT_SEND_MAX = 64 << 10  # frames up to this size may be written from the event loop
 
 
 class KernelContainer:
