@@ -5,12 +5,12 @@ token), so a raw latency says nothing about load: a 2,000-token answer is slow o
 server. What queueing adds is latency that calls *of the same size* did not have before. So each
 answered call is compared with the fastest recent call of about its size at this endpoint and
 model: the size is a cell of (completion tokens, prompt tokens) on log scales (completion tokens
-in steps of √2, prompt tokens in steps of 2), and a cell's baseline is its low latency: a faster
-call moves it halfway down (one lucky call does not set it alone), a slower one never moves it up,
-so a queue that persists is never learned as the normal (the flaw of a baseline that drifts
-towards what it sees). Only at the floor (one call in flight, which queues behind nothing of
-ours) is a slow round read as the endpoint itself being slower (a bigger model, other users'
-load): the baselines are rebased by that round's median and the limit may grow again.
+in steps of √2, prompt tokens in steps of 2), and a cell's baseline is the lowest latency it has
+seen: a faster call sets it, a slower one never moves it up, so a queue that persists is never
+learned as the normal (the flaw of a baseline that drifts towards what it sees). Only at the
+floor (one call in flight, which queues behind nothing of ours) is a slow round read as the
+endpoint itself being slower (a bigger model, other users' load): the baselines are rebased by
+that round's median and the limit may grow again.
 
 The ratio latency ÷ baseline is ≈ 1 while calls are served at once; behind a queue that serves
 c at a time with n in flight it grows to about n / c. The rounds give hysteresis, as the 429 cut

@@ -55,8 +55,11 @@ async def test_the_limit_settles_near_the_endpoints_concurrency_and_grows_back(t
             assert gate.allowed == 32 and lm.max_in_flight == 0
             counted = REGISTRY.get_sample_value("rlm_mcp_lm_queueing_cuts_total", {"endpoint": "root"}) or 0.0
             # The endpoint is first met idle: its unqueued latency is the baseline (a client whose
-            # first calls already queue learns that latency as the norm, as TCP Vegas does).
-            await client.complete(MESSAGES, model="rlm-v0.1", max_tokens=16, role="sub")
+            # first calls already queue learns that latency as the norm, as TCP Vegas does). A few
+            # calls, one at a time: the first also opens the connection, which on a loaded machine
+            # can take long enough to raise the baseline and with it the band the limit settles in.
+            for _ in range(3):
+                await client.complete(MESSAGES, model="rlm-v0.1", max_tokens=16, role="sub")
 
             # Cut at least twice (32 -> ~17 -> ~8) to 8 or less: with the cut ratio 2, 8 in flight
             # behind a queue that serves 4 doubles the latency.
