@@ -97,6 +97,10 @@ class SeaweedFS:
             "-master.telemetry=false",
             "-admin.ui=false",
             "-webdav=false",
+            # Its Iceberg catalog and Lance namespace listen on fixed ports (8181, 9101) unless
+            # disabled: two test sessions on one machine (or two xdist workers) would collide.
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
             f"-filer.localSocket={self.dir / 'filer.sock'}",
             f"-s3.localSocket={self.dir / 's3.sock'}",
             *(f"-{name}={port}" for name, port in self.ports.items()),
