@@ -9,7 +9,15 @@ run that needs one takes it (least recently used first).
 When it looks. A worker looks at once while it has a free run slot and was woken (a "queued"
 note on the queue's channel, its listener's (re)connect); with no wake-up within the poll
 interval (RLM_MCP_QUEUE_POLL_S) it looks anyway: the timed look first asks whether any run is
-queued at all (`any_queued`, one statement) and claims only then.
+queued at all (`any_queued`, one statement) and claims only then. While the queue's listener is
+connected and the last look found no run queued at all, the next timed look waits
+RLM_MCP_QUEUE_IDLE_POLL_S instead: every statement that queues a run (enqueue, requeue) notifies
+"queued" in the same statement, so a run queued after that look wakes the worker. Runs queued but
+not claimable here (another worker preferred, an owner's share, sandbox slots) keep the poll
+interval, as does a worker whose listener is down: its loss (`disconnected`) wakes the worker,
+which looks at once and then every poll interval until the listener is back. The bound this
+leaves: a run queued while the listener's connection is silently dead (until its keep-alive
+finds it so) may wait up to RLM_MCP_QUEUE_IDLE_POLL_S for an idle worker.
 
 Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
 run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
@@ -58,10 +66,29 @@ class Claims:
         self._running = running
         self._slots = anyio.Semaphore(settings.max_runs)
         self._wake = anyio.Event()
+        self._listening = False  # the queue's listener is connected: every run queued wakes us
+        self._empty = False  # the last look found no run queued at all
 
     def wake(self) -> None:
         """Look at the queue now (a run was queued, or wake-ups may have been lost)."""
         self._wake.set()
+
+    def connected(self) -> None:
+        """The queue's listener (re)connected: notes sent while it was down are lost, look now."""
+        self._listening = True
+        self._wake.set()
+
+    def disconnected(self) -> None:
+        """The queue's listener lost its connection: no run queued from now on announces itself
+        here; a timed look at once, then every poll interval."""
+        self._listening = False
+        self._wake.set()
+
+    def idle_wait_s(self) -> float:
+        """How long the loop waits for a wake-up before its next timed look."""
+        if self._listening and self._empty:
+            return self._settings.queue_idle_poll_s
+        return self._settings.queue_poll_s
 
     def release(self) -> None:
         """A run claimed here ended: its run slot is free."""
@@ -85,10 +112,10 @@ class Claims:
             polled = False
             if row is None:
                 self._slots.release()
-                with anyio.move_on_after(self._settings.queue_poll_s) as timer:
+                with anyio.move_on_after(self.idle_wait_s()) as timer:
                     await self._wake.wait()
-                # No wake-up within the poll interval: the next claim is the timed look.
-                polled = timer.cancelled_caught
+                # No wake-up within the interval, or the listener went away: the timed look.
+                polled = timer.cancelled_caught or not self._listening
                 continue
             start(row)
 
@@ -103,11 +130,17 @@ class Claims:
         try:
             worker_id = self._worker_id()
             assert worker_id is not None
+            if polled:
+                self._empty = not await self._queue.any_queued()
+                if self._empty:
+                    return None
+            self._empty = False
             sessions = await self._can_restore_sessions()
             return await self._queue.claim(
-                worker_id, self._free_sandboxes, self._sandboxes.max_slots, sessions=sessions, polled=polled
+                worker_id, self._free_sandboxes, self._sandboxes.max_slots, sessions=sessions
             )
         except Exception as exc:
+            self._empty = False
             log.info("could not claim a run: %s", exc)
             await anyio.sleep(RETRY_S)
             return None

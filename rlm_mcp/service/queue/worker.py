@@ -96,7 +96,7 @@ class QueueWorker:
         self.sessions = sessions
         if sessions is not None:
             sessions.worker_id = lambda: self.worker_id  # the holder the database names
-        self._claims = Claims(
+        self.claims = Claims(
             settings,
             self._queue,
             sandboxes,
@@ -124,7 +124,7 @@ class QueueWorker:
         for task in (self._heartbeat, self._listen, self._poll_cancels):
             self._tg.start_soon(task)
         # Handed its group: a worker stopped at once may exit (clearing `_tg`) before this starts.
-        self._tg.start_soon(self._claims.claim_forever, functools.partial(self._start, self._tg))
+        self._tg.start_soon(self.claims.claim_forever, functools.partial(self._start, self._tg))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -226,17 +226,17 @@ class QueueWorker:
     async def _listen(self) -> None:
         def on_note(payload: str) -> None:
             if payload == "queued":
-                self._claims.wake()
+                self.claims.wake()
             elif payload.startswith("cancel "):
                 self._cancel(payload.removeprefix("cancel "))
             elif payload.startswith("follow "):
                 self._follows.mark(payload.removeprefix("follow "))
 
         def on_connect() -> None:
-            self._claims.wake()
+            self.claims.connected()
             self._follows.recheck = True  # follow notes sent while it was down are lost
 
-        await self._queue.listen_queue(on_note, on_connect=on_connect)
+        await self._queue.listen_queue(on_note, on_connect=on_connect, on_disconnect=self.claims.disconnected)
 
     async def _poll_cancels(self) -> None:
         """Wake-ups are lost across reconnects: the cancels asked for are read every poll
@@ -280,7 +280,7 @@ class QueueWorker:
             self._claimed_at.pop(row.run_id, None)
             self._handing_back.discard(row.run_id)
             self._follows.forget(row.run_id)
-            self._claims.release()
+            self.claims.release()
 
     async def _execute(self, row: RunRow) -> None:
         run_id, attempt = row.run_id, row.attempt
