@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 import uvicorn
+
+from rlm_mcp.ticks import until_tick
 
 __all__ = ["TickingServer"]
 
@@ -53,7 +54,7 @@ class TickingServer(uvicorn.Server):
             while not should_exit:
                 # uvicorn's on_tick refreshes the date header when the counter is a multiple of 10.
                 counter = (counter + 10) % 864000
-                wait_s = TICK_S - time.time() % TICK_S + 0.001  # just past the next whole second
+                wait_s = until_tick(TICK_S)  # just past the next whole second (the 5 s timers' too)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), wait_s)
                 should_exit = await self.on_tick(counter)

@@ -36,6 +36,7 @@ from rlm_mcp.ports.queue import RunQueuePort, RunRow
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.final_writes import RETRY_S
 from rlm_mcp.service.queue.sessions import WorkerSessions
+from rlm_mcp.ticks import until_tick
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -112,7 +113,8 @@ class Claims:
             polled = False
             if row is None:
                 self._slots.release()
-                with anyio.move_on_after(self.idle_wait_s()) as timer:
+                # Due with the process's other timers (rlm_mcp/ticks.py): one wake-up between them.
+                with anyio.move_on_after(until_tick(self.idle_wait_s())) as timer:
                     await self._wake.wait()
                 # No wake-up within the interval, or the listener went away: the timed look.
                 polled = timer.cancelled_caught or not self._listening

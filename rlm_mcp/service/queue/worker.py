@@ -53,6 +53,7 @@ from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
+from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -195,7 +196,7 @@ class QueueWorker:
     async def _heartbeat(self) -> None:
         interval = max(0.2, min(10.0, self._settings.worker_lease_s / 3))
         while True:
-            await anyio.sleep(interval)
+            await sleep_to_tick(interval)  # with the process's other timers (rlm_mcp/ticks.py)
             assert self.worker_id is not None
             started = time.monotonic()
             try:
@@ -242,7 +243,7 @@ class QueueWorker:
         """Wake-ups are lost across reconnects: the cancels asked for are read every poll
         interval, and the follows once after a reconnect (`follows.FollowedRuns`)."""
         while True:
-            await anyio.sleep(self._settings.queue_poll_s)
+            await sleep_to_tick(self._settings.queue_poll_s)  # with uvicorn's tick (rlm_mcp/ticks.py)
             if not self._running or self.worker_id is None:
                 continue
             try:

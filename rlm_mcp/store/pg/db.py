@@ -44,6 +44,7 @@ from rlm_mcp.store.pg.faults import (
     resource_error,
 )
 from rlm_mcp.store.pg.migrations import LATEST, SchemaError, migrate
+from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -385,7 +386,7 @@ class Database:
 
     async def _heartbeat(self) -> None:
         while True:
-            await anyio.sleep(REPLICA_BEAT_S)
+            await sleep_to_tick(REPLICA_BEAT_S)  # with the process's other 5 s timers (rlm_mcp/ticks.py)
             try:
                 await self._beat()
                 for hook in self.on_heartbeat:
