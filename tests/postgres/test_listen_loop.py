@@ -151,7 +151,8 @@ async def test_the_queue_listener_says_when_its_connection_is_lost_and_back(tmp_
             await wait_until(lambda: said == ["up"], what="the listener connected")
             async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
                 await conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()",
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query LIKE %s AND pid <> pg_backend_pid()",
                     (f"%LISTEN {sql.QUEUE_CHANNEL}%",),
                 )
                 await wait_until(lambda: said == ["up", "down", "up"], what="the listener lost and back")
