@@ -198,10 +198,13 @@ class _CuttableListener:
             await self.disconnected.wait()
 
 
-async def _claimed(q: RunQueuePort, run_id: str) -> None:
+async def _ran_here(q: RunQueuePort, run_id: str, worker: QueueWorker) -> None:
+    """The run was claimed, and run to its end, by `worker`."""
     with anyio.fail_after(30):  # a bound, not a timing: the worker's next timed look is an hour away
-        while not ((row := await q.read(run_id)) and row.state is not RunState.QUEUED):
+        while not ((row := await q.read(run_id)) and row.done):
             await anyio.sleep(0.05)
+    assert row.attempt == 1 and row.worker_id == worker.worker_id
+    assert row.summary.result is not None and row.summary.result.answer == "42", row.summary.result
 
 
 async def rule_a_run_queued_while_a_worker_idles_is_claimed_on_its_note(open_team: OpenTeam) -> None:
@@ -212,11 +215,11 @@ async def rule_a_run_queued_while_a_worker_idles_is_claimed_on_its_note(open_tea
         record = await _request_with_context(team, "run_unused0000000000")
         lm = FakeChatModel(root=[submit("'42'")])
         listener = _CuttableListener(q)
-        async with worker_on(team, lm, cast(RunQueuePort, listener)):
+        async with worker_on(team, lm, cast(RunQueuePort, listener)) as worker:
             with anyio.fail_after(30):
                 await listener.claimed_nothing.wait()  # idle, listening
             await q.enqueue(record.model_copy(update={"run_id": "run_noted0000000001"}), 1)
-            await _claimed(q, "run_noted0000000001")
+            await _ran_here(q, "run_noted0000000001", worker)
 
 
 async def rule_a_worker_whose_listener_is_down_polls_and_still_claims(open_team: OpenTeam) -> None:
@@ -235,9 +238,7 @@ async def rule_a_worker_whose_listener_is_down_polls_and_still_claims(open_team:
             await listener.cut()
             assert worker.claims.idle_wait_s() == 0.2
             await q.enqueue(record.model_copy(update={"run_id": "run_unheard00000001"}), 1)
-            await _claimed(q, "run_unheard00000001")
-        row = await q.read("run_unheard00000001")
-        assert row is not None and row.attempt == 1 and row.worker_id == worker.worker_id
+            await _ran_here(q, "run_unheard00000001", worker)
 
 
 async def rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end(open_team: OpenTeam) -> None:
