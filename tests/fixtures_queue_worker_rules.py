@@ -12,7 +12,7 @@ import anyio
 
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.owners import LOCAL_OWNER
-from rlm_mcp.ports.queue import Beat, RunQueuePort, RunState
+from rlm_mcp.ports.queue import Beat, RunQueuePort, RunRow, RunState
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
@@ -148,6 +148,99 @@ async def rule_a_beat_older_than_a_claim_does_not_stop_the_run_claimed(open_team
         assert row.summary.result is not None and row.summary.result.answer == "42", row.summary.result
 
 
+class _CuttableListener:
+    """The team's queue, seen by one worker whose queue listener the test cuts (`cut`): its
+    connection ends (`on_disconnect`) and never comes back, so nothing queued after is heard.
+    `idle` is set once the listener is connected and a look after that found nothing: a claim
+    (`claimed_nothing`) or a timed look (`found_none_queued`)."""
+
+    def __init__(self, queue: RunQueuePort) -> None:
+        self._queue = queue
+        self._scope = anyio.CancelScope()
+        self.connected, self.disconnected = anyio.Event(), anyio.Event()
+        self.claimed_nothing, self.found_none_queued = anyio.Event(), anyio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    async def listen_queue(
+        self, on_note: Callable[[str], None], *, on_connect: Callable[[], object], on_disconnect: Callable[[], object]
+    ) -> None:
+        def connected() -> None:
+            on_connect()
+            self.connected.set()
+
+        def disconnected() -> None:
+            on_disconnect()
+            self.disconnected.set()
+
+        with self._scope:
+            await self._queue.listen_queue(on_note, on_connect=connected, on_disconnect=disconnected)
+        await anyio.sleep_forever()  # cut: never listening again
+
+    async def claim(self, worker_id: int, free: int, cap: int, *, sessions: bool = True) -> RunRow | None:
+        connected = self.connected.is_set()
+        row = await self._queue.claim(worker_id, free, cap, sessions=sessions)
+        if row is None and connected:
+            self.claimed_nothing.set()
+        return row
+
+    async def any_queued(self) -> bool:
+        connected = self.connected.is_set()
+        found = await self._queue.any_queued()
+        if not found and connected:
+            self.found_none_queued.set()
+        return found
+
+    async def cut(self) -> None:
+        self._scope.cancel()
+        with anyio.fail_after(30):
+            await self.disconnected.wait()
+
+
+async def _ran_here(q: RunQueuePort, run_id: str, worker: QueueWorker) -> None:
+    """The run was claimed, and run to its end, by `worker`."""
+    with anyio.fail_after(30):  # a bound, not a timing: the worker's next timed look is an hour away
+        while not ((row := await q.read(run_id)) and row.done):
+            await anyio.sleep(0.05)
+    assert row.attempt == 1 and row.worker_id == worker.worker_id
+    assert row.summary.result is not None and row.summary.result.answer == "42", row.summary.result
+
+
+async def rule_a_run_queued_while_a_worker_idles_is_claimed_on_its_note(open_team: OpenTeam) -> None:
+    """An idle worker looks again after an hour here: the run queued meanwhile reaches it by the
+    queue's note ("queued"), in the statement that queued it."""
+    async with open_team(queue_poll_s=3600.0, queue_idle_poll_s=3600.0) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        lm = FakeChatModel(root=[submit("'42'")])
+        listener = _CuttableListener(q)
+        async with worker_on(team, lm, cast(RunQueuePort, listener)) as worker:
+            with anyio.fail_after(30):
+                await listener.claimed_nothing.wait()  # idle, listening
+            await q.enqueue(record.model_copy(update={"run_id": "run_noted0000000001"}), 1)
+            await _ran_here(q, "run_noted0000000001", worker)
+
+
+async def rule_a_worker_whose_listener_is_down_polls_and_still_claims(open_team: OpenTeam) -> None:
+    """With nothing queued and its listener connected, an idle worker looks every
+    RLM_MCP_QUEUE_IDLE_POLL_S (an hour here); its listener lost, it looks every poll interval
+    again at once, and claims a run whose note nobody heard."""
+    async with open_team(queue_poll_s=0.2, queue_idle_poll_s=3600.0) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        lm = FakeChatModel(root=[submit("'42'")])
+        listener = _CuttableListener(q)
+        async with worker_on(team, lm, cast(RunQueuePort, listener)) as worker:
+            with anyio.fail_after(30):
+                await listener.found_none_queued.wait()
+            assert worker.claims.idle_wait_s() == 3600.0  # nothing queued, every new run is heard
+            await listener.cut()
+            assert worker.claims.idle_wait_s() == 0.2
+            await q.enqueue(record.model_copy(update={"run_id": "run_unheard00000001"}), 1)
+            await _ran_here(q, "run_unheard00000001", worker)
+
+
 async def rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end(open_team: OpenTeam) -> None:
     """Live summaries coalesced (one a minute here: every one after the first waits) write the
     same events as one per progress event, and the final record is written when the run ends,
@@ -177,6 +270,8 @@ WORKER_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,
     rule_a_beat_older_than_a_claim_does_not_stop_the_run_claimed,
     rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end,
+    rule_a_run_queued_while_a_worker_idles_is_claimed_on_its_note,
+    rule_a_worker_whose_listener_is_down_polls_and_still_claims,
 ]
 
 __all__ = ["WORKER_RULES"]

@@ -83,6 +83,11 @@ class QueueSettings:
         return self.team.queue_poll_s
 
     @property
+    def queue_idle_poll_s(self) -> float:
+        """Never shorter than the poll interval."""
+        return max(self.team.queue_idle_poll_s, self.team.queue_poll_s)
+
+    @property
     def worker_lease_s(self) -> float:
         return self.team.worker_lease_s
 

@@ -93,6 +93,12 @@ class TeamSettings(BaseModel):
     queue_poll_s: float = Field(
         1.0, gt=0, description="Team mode: how often fronts and workers poll the queue (NOTIFY wakes them sooner)."
     )
+    queue_idle_poll_s: float = Field(
+        5.0,
+        gt=0,
+        description="Team mode: how often an idle worker looks at an empty queue while its NOTIFY listener is connected "
+        "(every queued run notifies; RLM_MCP_QUEUE_POLL_S while the listener is down or runs it cannot take are queued).",
+    )
 
     @field_validator("database_url", mode="after")
     @classmethod

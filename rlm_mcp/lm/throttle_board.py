@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-
 from rlm_mcp.lm.throttle import Throttles
 from rlm_mcp.ports.throttle import ThrottleChannel
+from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.lm")
 
@@ -48,7 +47,7 @@ async def publish_states(throttles: Throttles, channel: ThrottleChannel, *, ever
     trouble (the next tick tries again)."""
     last, sent_at = "", -math.inf
     while True:
-        await anyio.sleep(every_s)
+        await sleep_to_tick(every_s)  # with the process's other 5 s timers (rlm_mcp/ticks.py)
         states = throttles.states()
         if not states:
             continue

@@ -129,12 +129,16 @@ class RunQueuePort(Protocol):
     async def unregister_worker(self, worker_id: int) -> None: ...
     async def heartbeat(self, worker_id: int) -> Beat: ...
     async def claim(
-        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True, polled: bool = False
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
     ) -> RunRow | None:
         """The next run for this worker, now `running` under a new attempt; None when no queued
         run fits. `sessions=False`: none of a kept session's runs (this worker's image cannot
-        restore one). `polled`: the worker's timed look (no wake-up came): the queue may first
-        look cheaply whether any run is queued at all, and claim only then."""
+        restore one)."""
+        ...
+
+    async def any_queued(self) -> bool:
+        """Whether any run is queued at all (one cheap look, no claim's lock): a worker's timed
+        look asks this first and claims only then."""
         ...
 
     async def cancels(self, worker_id: int) -> list[str]: ...
@@ -156,7 +160,13 @@ class RunQueuePort(Protocol):
 
     # --- wake-ups (never return; reconnect after a failure, calling `on_connect` each time)
     async def listen_runs(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None: ...
-    async def listen_queue(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None: ...
+    async def listen_queue(
+        self, on_note: Callable[[str], None], *, on_connect: Callable[[], object], on_disconnect: Callable[[], object]
+    ) -> None:
+        """The workers' notes; `on_disconnect` after each connection `on_connect` announced ends
+        (lost, or the listener stopped): what is sent until the next `on_connect` is not heard."""
+        ...
+
     # `listen_runs` hears only the runs followed here (and, on PostgreSQL, an earlier version's
     # workers): a follower says when it starts and stops following one; `follow_run` returns
     # once what is announced from then on reaches `listen_runs` (bounded).

@@ -17,9 +17,10 @@ the replica would know (HAProxy sends none by default, Kubernetes sends the pod'
 route tells is only that a server of this version is up, so it is safe to answer anyone; the
 other routes keep their guard (`guard.RequestGuard`), which this route bypasses alone.
 
-Why it costs almost nothing: the readiness check (one `SELECT 1` in team mode) runs at most once
-per `CACHE_S`, whatever the number of callers; concurrent callers wait for the one in flight,
-and the check gives up after `CHECK_TIMEOUT_S`.
+Why it costs almost nothing: the readiness check (team mode: a `SELECT 1`, unless a statement of
+the pool answered within the last 2.5 s, `store.pg.db.ANSWERED_S`) runs at most once per
+`CACHE_S`, whatever the number of callers; concurrent callers wait for the one in flight, and the
+check gives up after `CHECK_TIMEOUT_S`.
 
 A worker-only process (no MCP, no viewer) serves `health_app(check)` alone; the HTTP server
 puts `with_health(app, endpoint)` in front of its guarded app.

@@ -3,8 +3,8 @@
 `uvicorn.Server.main_loop` wakes every 0.1 s to look at `should_exit` and, every tenth time,
 refresh the `date` header its responses carry. With nothing happening that tick was most of an
 idle process's wake-ups (ten a second, the embedded server's nearly all). Here the loop sleeps
-until the next whole second, when the date changes (so the header is as fresh as uvicorn's, whose
-refresh is up to a second late), or until `should_exit` is set, whichever comes first: setting it,
+until this process's next one-second tick (`rlm_mcp.ticks`: with its other periodic tasks; the
+header is as fresh as uvicorn's, whose refresh is up to a second late), or until `should_exit` is set, whichever comes first: setting it,
 from uvicorn's signal handler (SIGINT, SIGTERM) or anywhere else, wakes the loop at once, so
 stopping is as prompt as before. Nothing else differs: `on_tick` is uvicorn's own, told to refresh
 the header on every tick (with `limit_max_requests` set, the count is also looked at once a second).
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 import uvicorn
+
+from rlm_mcp.ticks import until_tick
 
 __all__ = ["TickingServer"]
 
@@ -53,7 +54,7 @@ class TickingServer(uvicorn.Server):
             while not should_exit:
                 # uvicorn's on_tick refreshes the date header when the counter is a multiple of 10.
                 counter = (counter + 10) % 864000
-                wait_s = TICK_S - time.time() % TICK_S + 0.001  # just past the next whole second
+                wait_s = until_tick(TICK_S)  # once a second, with the 5 s timers (rlm_mcp/ticks.py)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), wait_s)
                 should_exit = await self.on_tick(counter)

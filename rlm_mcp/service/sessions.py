@@ -54,6 +54,7 @@ from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.kept import END_TEXT, START_AGAIN, EndReason, KeptSession
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store.ports import ContextStorePort
+from rlm_mcp.ticks import sleep_to_tick
 from rlm_mcp.usage import Usage
 
 logger = logging.getLogger("rlm_mcp.service")
@@ -484,7 +485,7 @@ class SessionManager:
 
     async def _sweep_forever(self) -> None:
         while True:
-            await anyio.sleep(min(SWEEP_EVERY_S, self._settings.session_idle_s / 4))
+            await sleep_to_tick(min(SWEEP_EVERY_S, self._settings.session_idle_s / 4))
             try:
                 await self.sweep()
             except Exception:  # housekeeping must never take the server down

@@ -233,8 +233,12 @@ class MemoryRunQueue:
         }
         return Beat(registered, held)
 
+    async def any_queued(self) -> bool:
+        await anyio.lowlevel.checkpoint()
+        return any(True for _ in self._queued())
+
     async def claim(
-        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True, polled: bool = False
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
     ) -> RunRow | None:
         await anyio.lowlevel.checkpoint()
         now = self._now()
@@ -382,8 +386,10 @@ class MemoryRunQueue:
     async def listen_runs(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
         await self._listen(self._run_listeners, on_note, on_connect)
 
-    async def listen_queue(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
-        await self._listen(self._queue_listeners, on_note, on_connect)
+    async def listen_queue(
+        self, on_note: Callable[[str], None], *, on_connect: Callable[[], object], on_disconnect: Callable[[], object]
+    ) -> None:
+        await self._listen(self._queue_listeners, on_note, on_connect, on_disconnect)
 
     async def follow_run(self, run_id: str) -> None:
         """Nothing to do: every listener hears every run here (one process, no wake-up to spare)."""
@@ -393,14 +399,20 @@ class MemoryRunQueue:
 
     @staticmethod
     async def _listen(
-        listeners: list[Callable[[str], None]], on_note: Callable[[str], None], on_connect: Callable[[], object]
+        listeners: list[Callable[[str], None]],
+        on_note: Callable[[str], None],
+        on_connect: Callable[[], object],
+        on_disconnect: Callable[[], object] | None = None,
     ) -> None:
+        """Never disconnected here but by its end (a test cuts a listener by cancelling it)."""
         listeners.append(on_note)
         try:
             on_connect()
             await anyio.sleep_forever()
         finally:
             listeners.remove(on_note)
+            if on_disconnect is not None:
+                on_disconnect()
 
     # --- the workers' fenced run logs -----------------------------------------------------
 

@@ -162,9 +162,11 @@ async def test_team_mode_health_follows_the_database(tmp_path: Path, pg_cluster:
         await wait_until(lambda: _status_is(base, 200), within_s=120, what="200 again once PostgreSQL is back")
 
 
-async def test_a_busy_pool_is_not_an_unreachable_database(pg_url: str) -> None:
+async def test_a_busy_pool_is_not_an_unreachable_database(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from rlm_mcp.store.pg import Database
+    from rlm_mcp.store.pg import db as db_module
 
+    monkeypatch.setattr(db_module, "ANSWERED_S", 0.0)  # every ping asks (a recent answer would stand for it)
     db = Database(pg_url, replica=False, max_size=1)
     await db.open()
     try:

@@ -135,3 +135,28 @@ async def test_a_run_is_heard_from_the_moment_following_it_returns(tmp_path: Pat
                     assert woken and live is not None and live.iterations == 1  # the note itself, not a poll
                     wakeups.forget(run_id)
             tg.cancel_scope.cancel()
+
+
+async def test_the_queue_listener_says_when_its_connection_is_lost_and_back(tmp_path: Path, pg_url: str) -> None:
+    """`listen_queue` calls `on_disconnect` when its connection dies (a worker then polls the
+    queue every poll interval again) and `on_connect` once it listens again."""
+    async with team(tmp_path, pg_url) as (_, queue, _settings):
+        said: list[str] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: queue.listen_queue(
+                    said.append, on_connect=lambda: said.append("up"), on_disconnect=lambda: said.append("down")
+                )
+            )
+            await wait_until(lambda: said == ["up"], what="the listener connected")
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+                await conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query LIKE %s AND pid <> pg_backend_pid()",
+                    (f"%LISTEN {sql.QUEUE_CHANNEL}%",),
+                )
+                await wait_until(lambda: said == ["up", "down", "up"], what="the listener lost and back")
+                await conn.execute("SELECT pg_notify(%s, 'queued')", (sql.QUEUE_CHANNEL,))
+                await wait_until(lambda: said[-1] == "queued", what="a note on the new connection")
+            tg.cancel_scope.cancel()
+        assert said == ["up", "down", "up", "queued", "down"]  # cancelled: its connection ends too

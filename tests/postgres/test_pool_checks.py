@@ -11,7 +11,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from rlm_mcp.store.pg import db as db_module
-from rlm_mcp.store.pg.db import FRESH_S, REUSE_S, Database
+from rlm_mcp.store.pg.db import ANSWERED_S, FRESH_S, REUSE_S, Database
 
 pytestmark = pytest.mark.anyio
 
@@ -97,3 +97,22 @@ async def test_a_connection_that_came_back_broken_is_checked_before_it_is_lent_a
     await db._check(healthy)
     await db._check(broken)
     assert checked == [broken]
+
+
+async def test_a_statement_answered_lately_stands_for_the_health_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The health route's `ping` runs no `SELECT 1` while a connection came back healthy within
+    ANSWERED_S; past it, or after a failure, it asks the database (never opened here: it fails)."""
+    clock = _Clock()
+    monkeypatch.setattr(db_module, "time", clock)
+    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
+    assert not await db.ping()  # nothing answered yet: its own statement, which fails
+    db._returned(_Conn())
+    clock.now += ANSWERED_S / 2
+    assert await db.ping()
+    clock.now += ANSWERED_S
+    assert not await db.ping()
+    db._returned(_Conn())
+    with pytest.raises(db_module.DatabaseUnavailableError):
+        async with db.connection():  # a failure forgets the answer at once
+            pass
+    assert not await db.ping()

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import logging
 
-import anyio
-
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports.queue import RunQueuePort
+from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.queue")
 
@@ -28,6 +27,6 @@ async def sample_forever(queue: RunQueuePort, *, every_s: float = SAMPLE_S) -> N
             except Exception as exc:  # the database is restarting; /healthz says so
                 log.debug("could not sample the queue gauges: %s", exc)
                 latest[0] = None
-            await anyio.sleep(every_s)
+            await sleep_to_tick(every_s)  # with the process's other 5 s timers (rlm_mcp/ticks.py)
     finally:
         stop()

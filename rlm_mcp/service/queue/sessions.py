@@ -49,6 +49,7 @@ from rlm_mcp.ports.session_store import AfterRun, SessionRow, SessionStorePort
 from rlm_mcp.service import session_files
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.store.ports import ContextStorePort
+from rlm_mcp.ticks import sleep_to_tick
 from rlm_mcp.usage import Usage
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -409,7 +410,7 @@ class WorkerSessions:
 
     async def _sweep_forever(self) -> None:
         while True:
-            await anyio.sleep(min(SWEEP_EVERY_S, self._settings.session_idle_s / 4))
+            await sleep_to_tick(min(SWEEP_EVERY_S, self._settings.session_idle_s / 4))
             try:
                 await self.sweep()
             except Exception:  # housekeeping must never take the worker down

@@ -1,10 +1,7 @@
 """The worker's side of the run queue: claim a queued run, execute it here, report as it goes.
 
-Claims (`RunQueuePort.claim`) are gated inside their statement: a worker claims only while it
-has a free run slot (RLM_MCP_MAX_RUNS) and only a run whose sandbox need (its max_depth, the
-no-deadlock rule of `sandbox/slots.py`) fits the sandbox slots free here; the per-owner share and
-the fair order are the claim's too. A run's child RLMs (`rlm_query`) run inside the root run's
-engine here, never through the queue.
+Claims: `claims.Claims` (when this worker looks at the queue, and what it may claim). A run's
+child RLMs (`rlm_query`) run inside the root run's engine here, never through the queue.
 
 Fencing. Each claim is a new attempt; every write for the run names it, and one that matches
 nothing (`QueueRunLog.must_stop`) stops the run at once: its scope is cancelled, which removes its
@@ -20,13 +17,9 @@ and resumed worker never acts on a run another worker took up, and a database ou
 the lease loses no run (the sweepers wait a full lease after the database is back before they
 judge any lease, and this worker heartbeats well within it).
 
-Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
-run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
-
 Kept sessions (`sessions.WorkerSessions`): a run that continues one gets the session's live REPL
 when this worker holds it, else a fresh one restored from the database; the session's end is
-recorded before the run's final record, its snapshot taken after it. Idle sessions' sandboxes
-count as free slots for a claim: a run that needs one takes it (least recently used first).
+recorded before the run's final record, its snapshot taken after it.
 
 Stopping (SIGTERM): runs that have had no LM reply yet are handed back to the queue (once, as
 the sweepers would after a crash) with their log detached, so another worker starts them from
@@ -35,6 +28,7 @@ scratch; the others end `cancelled`, naming this worker.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -51,18 +45,17 @@ from rlm_mcp.ports.runs import Notice, NoticeKind, RunRecord, WorkerRef, may_req
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue import final_writes
+from rlm_mcp.service.queue.claims import Claims
 from rlm_mcp.service.queue.ends import EndReporting, not_started
-from rlm_mcp.service.queue.final_writes import RETRY_S
 from rlm_mcp.service.queue.follows import FollowedRuns
 from rlm_mcp.service.queue.publishing import publish_until_done
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
+from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.queue")
-
-SPREAD_S = 0.05  # per run already executing here, before claiming a newly queued one
 
 
 class QueueWorker:
@@ -91,8 +84,6 @@ class QueueWorker:
         self._runs = runs
         self._sandboxes = sandboxes
         self._engine = engine
-        self._slots = anyio.Semaphore(settings.max_runs)
-        self._wake = anyio.Event()
         self._running: dict[str, tuple[int, ActiveRun, QueueRunLog]] = {}  # run id -> (attempt, run, log)
         self._stopped: dict[str, str] = {}  # run id -> why this worker stopped it (fenced)
         self._handing_back: set[str] = set()  # runs given back to the queue at shutdown
@@ -106,6 +97,15 @@ class QueueWorker:
         self.sessions = sessions
         if sessions is not None:
             sessions.worker_id = lambda: self.worker_id  # the holder the database names
+        self.claims = Claims(
+            settings,
+            self._queue,
+            sandboxes,
+            sessions,
+            worker_id=lambda: self.worker_id,
+            lease_lapsed=self._lease_lapsed,
+            running=lambda: len(self._running),
+        )
 
     @property
     def ref(self) -> WorkerRef:
@@ -125,7 +125,7 @@ class QueueWorker:
         for task in (self._heartbeat, self._listen, self._poll_cancels):
             self._tg.start_soon(task)
         # Handed its group: a worker stopped at once may exit (clearing `_tg`) before this starts.
-        self._tg.start_soon(self._claim_forever, self._tg)
+        self._tg.start_soon(self.claims.claim_forever, functools.partial(self._start, self._tg))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -196,7 +196,7 @@ class QueueWorker:
     async def _heartbeat(self) -> None:
         interval = max(0.2, min(10.0, self._settings.worker_lease_s / 3))
         while True:
-            await anyio.sleep(interval)
+            await sleep_to_tick(interval)  # with the process's other timers (rlm_mcp/ticks.py)
             assert self.worker_id is not None
             started = time.monotonic()
             try:
@@ -227,23 +227,23 @@ class QueueWorker:
     async def _listen(self) -> None:
         def on_note(payload: str) -> None:
             if payload == "queued":
-                self._wake.set()
+                self.claims.wake()
             elif payload.startswith("cancel "):
                 self._cancel(payload.removeprefix("cancel "))
             elif payload.startswith("follow "):
                 self._follows.mark(payload.removeprefix("follow "))
 
         def on_connect() -> None:
-            self._wake.set()
+            self.claims.connected()
             self._follows.recheck = True  # follow notes sent while it was down are lost
 
-        await self._queue.listen_queue(on_note, on_connect=on_connect)
+        await self._queue.listen_queue(on_note, on_connect=on_connect, on_disconnect=self.claims.disconnected)
 
     async def _poll_cancels(self) -> None:
         """Wake-ups are lost across reconnects: the cancels asked for are read every poll
         interval, and the follows once after a reconnect (`follows.FollowedRuns`)."""
         while True:
-            await anyio.sleep(self._settings.queue_poll_s)
+            await sleep_to_tick(self._settings.queue_poll_s)  # with uvicorn's tick (rlm_mcp/ticks.py)
             if not self._running or self.worker_id is None:
                 continue
             try:
@@ -264,68 +264,10 @@ class QueueWorker:
         if held is not None and held[1].scope is not None:
             held[1].scope.cancel()  # the run records `cancelled`, its sandbox is removed
 
-    # --- claims ---------------------------------------------------------------------------
-
-    async def _claim_forever(self, tg: anyio.abc.TaskGroup) -> None:
-        waited = polled = False
-        while True:
-            await self._slots.acquire()
-            self._wake = anyio.Event()  # before the claim: a run queued during it wakes us
-            try:
-                if waited and self._running:
-                    # Woken for a new run while busy: leave it a moment to an idler worker, so
-                    # runs spread over the workers (draining a backlog is never delayed).
-                    await anyio.sleep(SPREAD_S * len(self._running))
-                row = await self._claim(polled=polled)
-            except BaseException:
-                self._slots.release()
-                raise
-            waited = row is None
-            polled = False
-            if row is None:
-                self._slots.release()
-                with anyio.move_on_after(self._settings.queue_poll_s) as timer:
-                    await self._wake.wait()
-                # No wake-up within the poll interval: the next claim is the timed look.
-                polled = timer.cancelled_caught
-                continue
-            self._claimed_at[row.run_id] = time.monotonic()
-            tg.start_soon(self._process, row)
-
-    @property
-    def _free_sandboxes(self) -> int:
-        """Sandbox slots a claimed run may use: the free ones and those idle sessions hold."""
-        return self._sandboxes.free_slots + (self.sessions.reclaimable if self.sessions is not None else 0)
-
-    async def _claim(self, *, polled: bool = False) -> RunRow | None:
-        while self._free_sandboxes < 1 or self._lease_lapsed():  # noqa: ASYNC110 (no event to wait on)
-            await anyio.sleep(0.1)  # a sandbox closes within a run's lifetime: cheap to look
-        try:
-            assert self.worker_id is not None
-            sessions = await self._can_restore_sessions()
-            return await self._queue.claim(
-                self.worker_id, self._free_sandboxes, self._sandboxes.max_slots, sessions=sessions, polled=polled
-            )
-        except Exception as exc:
-            log.info("could not claim a run: %s", exc)
-            await anyio.sleep(RETRY_S)
-            return None
-
-    async def _can_restore_sessions(self) -> bool:
-        """Whether this worker may claim a kept session's run: its image can snapshot and restore
-        a namespace (dill), as its first kernel said (one is started to ask, once). A worker
-        that cannot leaves those runs to the others rather than restoring into an empty REPL."""
-        if self.sessions is None:
-            return True  # no session store: such runs run here without their session, as before
-        if self._sandboxes.can_snapshot is None:
-            try:
-                await self._sandboxes.check_snapshots()
-            except RlmMcpError as exc:
-                if self._sandboxes.can_snapshot is False:
-                    log.warning("this worker claims no kept session's run: %s", exc.cause)
-            except Exception:  # the backend is away: asked again at the next claim
-                log.info("could not ask the sandbox image whether it can restore a session", exc_info=True)
-        return self._sandboxes.can_snapshot is not False
+    def _start(self, tg: anyio.abc.TaskGroup, row: RunRow) -> None:
+        """Run a row just claimed (its run slot is released at its end)."""
+        self._claimed_at[row.run_id] = time.monotonic()
+        tg.start_soon(self._process, row)
 
     async def _process(self, row: RunRow) -> None:
         try:
@@ -339,7 +281,7 @@ class QueueWorker:
             self._claimed_at.pop(row.run_id, None)
             self._handing_back.discard(row.run_id)
             self._follows.forget(row.run_id)
-            self._slots.release()
+            self.claims.release()
 
     async def _execute(self, row: RunRow) -> None:
         run_id, attempt = row.run_id, row.attempt

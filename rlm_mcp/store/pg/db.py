@@ -44,6 +44,7 @@ from rlm_mcp.store.pg.faults import (
     resource_error,
 )
 from rlm_mcp.store.pg.migrations import LATEST, SchemaError, migrate
+from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -66,6 +67,10 @@ REUSE_S = 2.0
 # (service.progress.HEARTBEAT_S).
 REPLICA_BEAT_S = 5.0
 PING_TIMEOUT_S = 2.0
+# A statement answered this recently (any connection given back healthy, `_answered_at`) is the
+# health route's answer, without a `SELECT 1` of its own: HAProxy asks every 2 s, so an idle
+# replica pings every other check and a busy one never. A failure forgets it at once (`connection`).
+ANSWERED_S = 2.5
 REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
 POOL_MAX = 16  # a replica's store connections at most
 FAULT_HOLD_S = 30.0  # after a disk-full (or out-of-memory) refusal, the health route reports it this long
@@ -258,6 +263,7 @@ class Database:
                 except RlmMcpError:
                     pass
             await self.pool.close()
+            self._answered_at = float("-inf")  # closed: nothing answers any more
 
     @asynccontextmanager
     async def parting_connection(self) -> AsyncIterator[Conn]:
@@ -352,9 +358,12 @@ class Database:
         return bytes(row["value"])
 
     async def ping(self) -> bool:
-        """Whether PostgreSQL answers `SELECT 1` within `PING_TIMEOUT_S` (the health route).
-        Every pooled connection lent out (the pool is busy, not the database down) counts as
-        reachable: a replica under load must not drop out of its balancer, nor all of them."""
+        """Whether PostgreSQL answered a statement within `ANSWERED_S`, or answers `SELECT 1`
+        within `PING_TIMEOUT_S` (the health route). Every pooled connection lent out (the pool
+        is busy, not the database down) counts as reachable: a replica under load must not drop
+        out of its balancer, nor all of them."""
+        if time.monotonic() - self._answered_at < ANSWERED_S:
+            return True
         with anyio.move_on_after(PING_TIMEOUT_S):
             try:
                 async with self.pool.connection(timeout=PING_TIMEOUT_S) as conn:
@@ -385,7 +394,7 @@ class Database:
 
     async def _heartbeat(self) -> None:
         while True:
-            await anyio.sleep(REPLICA_BEAT_S)
+            await sleep_to_tick(REPLICA_BEAT_S)  # with the process's other 5 s timers (rlm_mcp/ticks.py)
             try:
                 await self._beat()
                 for hook in self.on_heartbeat:

@@ -147,22 +147,21 @@ class PgRunQueue(PgWorkerRegistry):
 
     # --- workers' runs ----------------------------------------------------------------------
 
+    async def any_queued(self) -> bool:
+        """One statement, no claim lock (`claim`'s transaction is three round trips and the
+        team-wide lock): an idle worker's timed look. Nothing is missed: a run queued after it
+        announces itself ("queued"), and the worker clears its wake-up before it looks."""
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.ANY_QUEUED)
+            found = await cur.fetchone()
+        return found is not None and bool(found["any"])
+
     async def claim(
-        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True, polled: bool = False
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
     ) -> RunRow | None:
         """The next run for this worker (`queue_statements.CLAIM`), now `running` under a new
         attempt; None when no queued run fits. `sessions=False`: none of a kept session's runs
-        (this worker's image cannot restore one). `polled` (the worker's timed look, no wake-up
-        came): one statement asks whether any run is queued first, and the claim's transaction
-        (three round trips and the claim lock) runs only then; an idle worker polls once a poll
-        interval. Nothing is missed: a run queued after that look announces itself ("queued"),
-        and the worker clears its wake-up before it looks."""
-        if polled:
-            async with self._db.connection() as conn:
-                cur = await conn.execute(sql.ANY_QUEUED)
-                found = await cur.fetchone()
-            if found is None or not found["any"]:
-                return None
+        (this worker's image cannot restore one)."""
         async with self._db.opened_transaction(sql.claim_lock_and_slots(CLAIM_LOCK_KEY, self._lease)) as (conn, live):
             # Each owner's share of every live worker's run slots (the rule embedded mode applies
             # to its own slots); this worker is live, so there is at least one slot.

@@ -210,9 +210,13 @@ class PgWorkerRegistry:
     def forget_run(self, run_id: str) -> None:
         self._follows.forget(sql.run_channel(run_id))
 
-    async def listen_queue(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
+    async def listen_queue(
+        self, on_note: Callable[[str], None], *, on_connect: Callable[[], object], on_disconnect: Callable[[], object]
+    ) -> None:
         """The workers' wake-ups (`queue_statements.QUEUE_CHANNEL`); never returns."""
-        await listen_forever(self._db.url, sql.QUEUE_CHANNEL, on_note, on_connect=on_connect)
+        await listen_forever(
+            self._db.url, sql.QUEUE_CHANNEL, on_note, on_connect=on_connect, on_disconnect=on_disconnect
+        )
 
 
 async def listen_forever(
@@ -221,10 +225,13 @@ async def listen_forever(
     on_note: Callable[[str], None],
     *,
     on_connect: Callable[[], object],
+    on_disconnect: Callable[[], object] | None = None,
     follows: Follows | None = None,
 ) -> None:
     """LISTEN on `channel` over one connection of its own (not the pool's: it stays open),
-    calling `on_note` with each payload and `on_connect` after each (re)connect; never returns.
+    calling `on_note` with each payload, `on_connect` after each (re)connect and `on_disconnect`
+    when a connection `on_connect` announced ends (found dead, or the loop cancelled); never
+    returns.
 
     The loop sleeps on the connection's socket until the server sends something (or the
     keep-alive is due), then takes what arrived from libpq at once (`consume_input`, then each
@@ -241,17 +248,11 @@ async def listen_forever(
     while True:
         try:
             conn = await Connection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            announced = False
             try:
-                await conn.execute(sql.LISTEN.format(channel=channel).encode())
-                if follows is not None:
-                    # The runs followed already, before `on_connect` wakes their followers to
-                    # read their rows: what is announced after a read reaches them.
-                    follows.listened = set()  # a new session listens to nothing else yet
-                    if (first := follows.changes()) is not None:
-                        await conn.execute(first[0].encode())
-                        follows.applied(first[1])
-                    follows.connected = True
+                await _listen_first(conn, channel, follows)
                 on_connect()
+                announced = True
                 pgconn, encoding = conn.pgconn, conn.info.encoding
                 while True:
                     change = follows.changes() if follows is not None else None
@@ -284,6 +285,8 @@ async def listen_forever(
             finally:
                 if follows is not None:
                     follows.disconnected()
+                if announced and on_disconnect is not None:
+                    on_disconnect()
                 # Shielded: this loop ends by cancellation (its process stopping), and a close cut
                 # short by it leaves the connection open until the collector finds it.
                 with anyio.CancelScope(shield=True):
@@ -291,3 +294,15 @@ async def listen_forever(
         except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
             log.info("the %s listener lost its connection (%s); reconnecting", channel, type(exc).__name__)
         await anyio.sleep(RECONNECT_S)
+
+
+async def _listen_first(conn: Connection, channel: str, follows: Follows | None) -> None:
+    """A new session's LISTENs: the channel, and the runs followed already (before `on_connect`
+    wakes their followers to read their rows: what is announced after a read reaches them)."""
+    await conn.execute(sql.LISTEN.format(channel=channel).encode())
+    if follows is not None:
+        follows.listened = set()  # a new session listens to nothing else yet
+        if (first := follows.changes()) is not None:
+            await conn.execute(first[0].encode())
+            follows.applied(first[1])
+        follows.connected = True

@@ -1,0 +1,40 @@
+"""`rlm_mcp.ticks`: a process's periodic tasks wait until the same instants of the event loop's
+clock, so those with the same period (or a multiple of another's) come due together: one wake-up
+between them; shifted by a phase of the process's own, so a host's processes do not all wake at once."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlm_mcp.ticks import PHASE_S, SLACK_S, until_tick
+
+
+def _on_tick(instant: float, period: float) -> bool:
+    ticks = (instant - SLACK_S - PHASE_S) / period
+    return math.isclose(ticks, round(ticks), abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("clock", [1000.0, 1003.25, 1004.9995, 1005.0])
+@pytest.mark.parametrize("period", [0.2, 1.0, 5.0, 10.0])
+def test_a_wait_ends_just_past_the_next_tick_of_its_period(clock: float, period: float) -> None:
+    for now in (clock, clock + PHASE_S):  # the phase is this process's (its pid): the ids must not show it
+        wait = until_tick(period, clock=now)
+        assert 0 < wait <= period + SLACK_S  # at least once a period
+        assert _on_tick(now + wait, period)
+
+
+def test_tasks_with_periods_of_one_and_five_seconds_come_due_together() -> None:
+    clock = 1002.4
+    five = clock + until_tick(5.0, clock=clock)
+    one = clock
+    for _ in range(10):  # the once-a-second task reaches the same instant
+        one += until_tick(1.0, clock=one)
+        if one >= five - 1e-9:
+            break
+    assert math.isclose(one, five)
+
+
+def test_the_phase_is_within_a_second() -> None:
+    assert 0.0 <= PHASE_S < 1.0
