@@ -3,10 +3,10 @@
 `uvicorn.Server.main_loop` wakes every 0.1 s to look at `should_exit` and, every tenth time,
 refresh the `date` header its responses carry. With nothing happening that tick was most of an
 idle process's wake-ups (ten a second, the embedded server's nearly all). Here the loop sleeps
-until this process's next one-second tick (`rlm_mcp.ticks`: with its other periodic tasks; the
-header is as fresh as uvicorn's, whose refresh is up to a second late), or until `should_exit` is set, whichever comes first: setting it,
-from uvicorn's signal handler (SIGINT, SIGTERM) or anywhere else, wakes the loop at once, so
-stopping is as prompt as before. Nothing else differs: `on_tick` is uvicorn's own, told to refresh
+until this process's next one-second tick (`rlm_mcp.ticks`, shared with its other periodic tasks;
+the header is as fresh as uvicorn's, whose refresh is up to a second late) or until `should_exit`
+is set, whichever comes first: setting it, from uvicorn's signal handler (SIGINT, SIGTERM) or
+anywhere else, wakes the loop at once, so stopping is as prompt as before. Nothing else differs: `on_tick` is uvicorn's own, told to refresh
 the header on every tick (with `limit_max_requests` set, the count is also looked at once a second).
 """
 
@@ -25,7 +25,7 @@ TICK_S = 1.0  # uvicorn's date header has a resolution of one second
 
 
 class TickingServer(uvicorn.Server):
-    """`uvicorn.Server`, its main loop woken by the date's change or a request to stop."""
+    """`uvicorn.Server`, its main loop woken by its once-a-second tick or a request to stop."""
 
     _should_exit = False
     _loop: asyncio.AbstractEventLoop | None = None

@@ -1,4 +1,4 @@
-"""The HTTP server's main loop sleeps between whole seconds, yet stops as soon as it is asked to
+"""The HTTP server's main loop sleeps between its once-a-second ticks, yet stops as soon as it is asked to
 and its responses still carry a `date` header. A real uvicorn server on loopback."""
 
 from __future__ import annotations

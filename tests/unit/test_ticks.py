@@ -19,7 +19,7 @@ def _on_tick(instant: float, period: float) -> bool:
 @pytest.mark.parametrize("clock", [1000.0, 1003.25, 1004.9995, 1005.0])
 @pytest.mark.parametrize("period", [0.2, 1.0, 5.0, 10.0])
 def test_a_wait_ends_just_past_the_next_tick_of_its_period(clock: float, period: float) -> None:
-    for now in (clock, clock + PHASE_S):  # the phase is this process's (its pid): the ids must not show it
+    for now in (clock, clock + PHASE_S):  # on and off this process's phase (it comes from the pid)
         wait = until_tick(period, clock=now)
         assert 0 < wait <= period + SLACK_S  # at least once a period
         assert _on_tick(now + wait, period)
