@@ -36,8 +36,10 @@ def command() -> list[str]:
 @functools.cache
 def kernel_payload() -> bytes:
     """What the host writes first on the container's stdin: length line + kernel source, which
-    starts with the answer rules (answer_rules.py, shared with the host's tests) and the fast
-    channel's kernel end (fastchan.py)."""
+    starts with the answer rules (answer_rules.py, shared with the host's tests), the fast
+    channel's kernel end (fastchan.py) and the host watch (hostwatch.py)."""
     package = resources.files("rlm_mcp.sandbox.guest")
-    source = b"\n".join(package.joinpath(name).read_bytes() for name in ("answer_rules.py", "fastchan.py", "kernel.py"))
+    source = b"\n".join(
+        package.joinpath(name).read_bytes() for name in ("answer_rules.py", "fastchan.py", "hostwatch.py", "kernel.py")
+    )
     return b"%d\n" % len(source) + source

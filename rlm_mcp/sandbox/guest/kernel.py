@@ -32,6 +32,8 @@ if "read_answer" not in globals():
     from rlm_mcp.sandbox.guest.answer_rules import new_answer, read_answer, submit_answer, submit_variable
 if "open_fast_channel" not in globals():
     from rlm_mcp.sandbox.guest.fastchan import open_fast_channel
+if "start_host_watch" not in globals():
+    from rlm_mcp.sandbox.guest.hostwatch import start_host_watch
 
 _SIMPLE_TYPES = (str, int, float, bool, list, dict, tuple)
 _RESERVED = {
@@ -172,6 +174,9 @@ class _TextSink:
 class Kernel:
     def __init__(self):
         self.pid = os.getpid()
+        # Before any thread (fork) and before fd 0 moves: the kernel's reader cannot end it while
+        # a cell holds the GIL in C code; the watch, a process of its own, can (hostwatch.py).
+        start_host_watch(0)
         # Private protocol fds: the original stdin/stdout, moved out of user reach.
         self.proto_in = os.dup(0)
         self.proto_out = os.dup(1)
