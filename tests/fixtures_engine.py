@@ -24,6 +24,7 @@ from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.ports.chat import CallRecord, Completion, LMContextLengthError
 from rlm_mcp.sandbox.guest import kernel
+from rlm_mcp.sandbox.guest.capture import Capture
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
 
 
@@ -41,8 +42,8 @@ class InProcessKernel(kernel.Kernel):
 
     def __init__(self, call: Callable[[dict[str, Any]], list[str]]) -> None:  # not Kernel.__init__
         self.pid = os.getpid()
-        self.out_cap = kernel._Capture(1 << 20)
-        self.err_cap = kernel._Capture(1 << 20)
+        self.out_cap = Capture(1 << 20)
+        self.err_cap = Capture(1 << 20)
         self.waiters: dict[int, kernel._Waiter] = {}
         self.waiters_lock = threading.Lock()
         self.next_id = 0

@@ -12,16 +12,17 @@ import threading
 import pytest
 
 from rlm_mcp.sandbox.guest import kernel
+from rlm_mcp.sandbox.guest.capture import Capture, TextSink, clip
 
 
 def test_clip_keeps_head_and_tail_and_counts_the_rest() -> None:
-    assert kernel._clip("short", 10) == "short"
-    clipped = kernel._clip("a" * 10 + "b" * 10, 10)
+    assert clip("short", 10) == "short"
+    clipped = clip("a" * 10 + "b" * 10, 10)
     assert clipped == "aaaaa\n... [10 characters dropped] ...\nbbbbb"
 
 
 def test_capture_keeps_everything_under_its_cap() -> None:
-    capture = kernel._Capture(100)
+    capture = Capture(100)
     capture.add(b"hello ")
     capture.add(b"world")
     assert capture.take() == "hello world"
@@ -29,7 +30,7 @@ def test_capture_keeps_everything_under_its_cap() -> None:
 
 
 def test_capture_drops_the_middle_of_a_flood_and_says_how_much() -> None:
-    capture = kernel._Capture(10)  # 5 bytes of head, 5 of tail
+    capture = Capture(10)  # 5 bytes of head, 5 of tail
     capture.add(b"HEAD!")
     for _ in range(1000):
         capture.add(b"-" * 7)
@@ -38,14 +39,14 @@ def test_capture_drops_the_middle_of_a_flood_and_says_how_much() -> None:
 
 
 def test_capture_tail_survives_one_write_bigger_than_the_cap() -> None:
-    capture = kernel._Capture(10)
+    capture = Capture(10)
     capture.add(b"0123456789abcdefghij")
     assert capture.take() == "01234\n... [10 bytes of output dropped] ...\nfghij"
 
 
 def test_text_sink_accepts_only_text_like_sys_stdout() -> None:
-    capture = kernel._Capture(100)
-    sink = kernel._TextSink(capture, 1)
+    capture = Capture(100)
+    sink = TextSink(capture, 1)
     assert sink.write("é\n") == 2
     sink.writelines(["a", "b"])
     with pytest.raises(TypeError, match="must be str, not bytes"):

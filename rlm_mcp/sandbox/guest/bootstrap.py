@@ -37,9 +37,11 @@ def command() -> list[str]:
 def kernel_payload() -> bytes:
     """What the host writes first on the container's stdin: length line + kernel source, which
     starts with the answer rules (answer_rules.py, shared with the host's tests), the fast
-    channel's kernel end (fastchan.py) and the host watch (hostwatch.py)."""
+    channel's kernel end (fastchan.py), the host watch (hostwatch.py), the output capture
+    (capture.py) and the reaping of the kernel's children (children.py)."""
     package = resources.files("rlm_mcp.sandbox.guest")
     source = b"\n".join(
-        package.joinpath(name).read_bytes() for name in ("answer_rules.py", "fastchan.py", "hostwatch.py", "kernel.py")
+        package.joinpath(name).read_bytes()
+        for name in ("answer_rules.py", "fastchan.py", "hostwatch.py", "capture.py", "children.py", "kernel.py")
     )
     return b"%d\n" % len(source) + source

@@ -13,7 +13,6 @@ there); a reader thread takes host frames; two threads drain the fd-level captur
 
 import builtins
 import fcntl
-import gc
 import json
 import linecache
 import os
@@ -34,6 +33,10 @@ if "open_fast_channel" not in globals():
     from rlm_mcp.sandbox.guest.fastchan import open_fast_channel
 if "start_host_watch" not in globals():
     from rlm_mcp.sandbox.guest.hostwatch import start_host_watch
+if "Capture" not in globals():
+    from rlm_mcp.sandbox.guest.capture import Capture, TextSink, clip
+if "reap_zombies" not in globals():
+    from rlm_mcp.sandbox.guest.children import reap_strays, reap_zombies
 
 _SIMPLE_TYPES = (str, int, float, bool, list, dict, tuple)
 _RESERVED = {
@@ -48,14 +51,6 @@ _RESERVED = {
     "__builtins__",
     "__name__",
 }
-
-
-def _clip(text, limit):
-    """At most about `limit` characters of `text`: head and tail, with the count dropped."""
-    if len(text) <= limit:
-        return text
-    half = max(limit // 2, 1)
-    return text[:half] + f"\n... [{len(text) - 2 * half} characters dropped] ...\n" + text[-half:]
 
 
 class _Waiter:
@@ -80,97 +75,6 @@ class _Waiter:
         return self._reply
 
 
-class _Capture:
-    """Output of one stream for one cell: head and tail kept, the middle counted and dropped."""
-
-    def __init__(self, cap):
-        self.lock = threading.Lock()
-        self.resize(cap)
-
-    def resize(self, cap):
-        with self.lock:
-            self.half = max(cap // 2, 1)
-            self.reset()
-
-    def reset(self):
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, data):
-        with self.lock:
-            self.total += len(data)
-            room = self.half - len(self.head)
-            if room > 0:
-                self.head += data[:room]
-                data = data[room:]
-            if data:
-                if len(data) >= self.half:
-                    self.tail = bytearray(data[-self.half :])
-                else:
-                    self.tail += data
-                    if len(self.tail) > 2 * self.half:  # trim rarely: amortised O(1) per byte
-                        del self.tail[: len(self.tail) - self.half]
-
-    def take(self):
-        with self.lock:
-            tail = self.tail[-self.half :] if len(self.tail) > self.half else self.tail
-            dropped = self.total - len(self.head) - len(tail)
-            text = self.head.decode("utf-8", "replace")
-            if dropped > 0:
-                text += f"\n... [{dropped} bytes of output dropped] ...\n"
-            text += bytes(tail).decode("utf-8", "replace")
-            self.reset()
-            return text
-
-
-class _TextSink:
-    """sys.stdout / sys.stderr replacement: Python-level prints go straight to the capture."""
-
-    encoding = "utf-8"
-    errors = "replace"
-
-    def __init__(self, capture, fileno):
-        self._capture = capture
-        self._fileno = fileno
-
-    def write(self, text):
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        self._capture.add(text.encode("utf-8", "replace"))
-        return len(text)
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def flush(self):
-        pass
-
-    def isatty(self):
-        return False
-
-    def fileno(self):
-        return self._fileno
-
-    def writable(self):
-        return True
-
-    def readable(self):
-        return False
-
-    @property
-    def closed(self):
-        return False
-
-    @property
-    def buffer(self):
-        return self
-
-    def __getattr__(self, name):
-        raise AttributeError(name)
-
-
 class Kernel:
     def __init__(self):
         self.pid = os.getpid()
@@ -191,8 +95,8 @@ class Kernel:
             os.set_inheritable(fd, False)
         self.devnull = os.open(os.devnull, os.O_RDONLY)
         os.set_inheritable(self.devnull, False)
-        self.out_cap = _Capture(1 << 20)
-        self.err_cap = _Capture(1 << 20)
+        self.out_cap = Capture(1 << 20)
+        self.err_cap = Capture(1 << 20)
         self.pipes = {}
         # Bytes leave a capture pipe only under this lock, straight into the capture, so at
         # the end of a cell every byte is either still in the pipe or already captured.
@@ -209,8 +113,8 @@ class Kernel:
         # object per cell freed it under that thread (SIGSEGV). Objects user code installed and
         # we replace are kept alive too, for the same reason.
         self.stdin_obj = open(os.devnull)  # noqa: SIM115 - sys.stdin for the kernel's whole life
-        self.out_sink = _TextSink(self.out_cap, 1)
-        self.err_sink = _TextSink(self.err_cap, 2)
+        self.out_sink = TextSink(self.out_cap, 1)
+        self.err_sink = TextSink(self.err_cap, 2)
         self.retired = []
         self._heal_fds()
         self.write_lock = threading.Lock()
@@ -506,7 +410,7 @@ class Kernel:
         except BaseException:
             name = "Exception"
         try:
-            message = _clip(str(exc), limit)
+            message = clip(str(exc), limit)
         except BaseException:
             message = "<the exception's str() failed>"
         try:
@@ -519,7 +423,7 @@ class Kernel:
                 body = "".join(traceback.format_exception(type(exc), exc, tb))
         except BaseException:
             body = ""
-        return _clip(f"{name}: {message}" + "\n" + _clip(body.rstrip(), limit), limit)
+        return clip(f"{name}: {message}" + "\n" + clip(body.rstrip(), limit), limit)
 
     def _trained_error(self, exc, filename):
         # The training harness's shape (rlm_train/worker.py): "\nType: message", then a newline and
@@ -530,7 +434,7 @@ class Kernel:
             if isinstance(exc, SyntaxError) and exc.filename == filename:
                 exc.filename = "<string>"
             try:
-                message = _clip(str(exc), limit)
+                message = clip(str(exc), limit)
             except BaseException:
                 message = "<the exception's str() failed>"
             kept = []
@@ -541,7 +445,7 @@ class Kernel:
                     kept.append(frame)
             body = "Traceback (most recent call last):\n" + "".join(traceback.StackSummary.from_list(kept).format())
             body += "".join(traceback.format_exception_only(type(exc), exc))
-            return f"\n{type(exc).__name__}: {message}\n{_clip(body, limit)}"
+            return f"\n{type(exc).__name__}: {message}\n{clip(body, limit)}"
         except BaseException:
             return None
 
@@ -612,80 +516,11 @@ class Kernel:
         }
         self.send(result)
 
-    def _tracked_child_pids(self):
-        # Children a live subprocess/multiprocessing Popen will wait for: never reaped here, or
-        # its wait() would lose the exit status. Only looked up when there are zombies.
-        types = []
-        for module, name in (("subprocess", "Popen"), ("multiprocessing.popen_fork", "Popen")):
-            cls = getattr(sys.modules.get(module), name, None)
-            if isinstance(cls, type):
-                types.append(cls)
-        pids = set()
-        if not types:
-            return pids
-        classes = tuple(types)
-        for obj in gc.get_objects():
-            try:
-                if isinstance(obj, classes) and getattr(obj, "returncode", 0) is None:
-                    pid = getattr(obj, "pid", None)
-                    if isinstance(pid, int):
-                        pids.add(pid)
-            except BaseException:
-                continue
-        return pids
-
     def _reap_zombies(self):
-        """Reap exited children of the kernel that nobody waits for (os.fork() in user code).
-
-        tini (the container's init) reaps only orphans; a zombie child of the kernel holds a pid
-        until the kernel waits for it, and ~120 of them left no pid for a thread. Never raises:
-        with every fd taken the scan is skipped until fds are free again.
-        """
-        try:
-            # One syscall answers the common case: no exited child at all (nothing is reaped).
-            if os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-                return
-        except ChildProcessError:
-            return  # no children
-        except BaseException:
-            pass  # scan below
-        try:
-            zombies = []
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry}/stat", "rb") as handle:
-                        stat = handle.read()
-                except OSError:
-                    continue
-                fields = stat[stat.rfind(b")") + 2 :].split()
-                if len(fields) > 1 and fields[0] == b"Z" and int(fields[1]) == self.pid:
-                    zombies.append(int(entry))
-            if not zombies:
-                return
-            tracked = self._tracked_child_pids()
-            for pid in zombies:
-                if pid not in tracked:
-                    try:
-                        os.waitpid(pid, os.WNOHANG)
-                    except ChildProcessError:
-                        pass
-        except BaseException:
-            pass
+        reap_zombies(self.pid)
 
     def _reap_strays(self):
-        # After a timeout, stray processes (fork loops, background children) would keep eating
-        # the CPU and pids: kill every other process this user owns here (never init, never us).
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            pass
+        reap_strays()
 
     def _answer(self):
         return read_answer(self.ns, self.answer_max)
@@ -742,7 +577,7 @@ class Kernel:
                 self._report_failure(msg, exc)
 
     def _report_failure(self, msg, exc):
-        text = f"the sandbox kernel could not handle this request: {type(exc).__name__}: {_clip(str(exc), 2000)}"
+        text = f"the sandbox kernel could not handle this request: {type(exc).__name__}: {clip(str(exc), 2000)}"
         if isinstance(msg, dict) and msg.get("type") == "exec":
             self.send(
                 {
