@@ -14,7 +14,7 @@ The snapshot is taken when the sandbox is given back, not after every run: seria
 namespace costs seconds that no follow-up should wait for (bench/sessions.py). It is taken in a
 task of this manager, never in the task of the run that needs the slot (that run waits only for
 the slot, as long as its own deadline allows), within `snapshot_deadline_s`, and straight into
-the session's file in the data dir (service/session_files.py). `rlm_close_session` ends a session
+the session's file in the data dir (service/session_shelf.py). `rlm_close_session` ends a session
 whose snapshot is under way.
 An ended session is remembered (briefly, bounded) so that a follow-up says why it cannot go on.
 
@@ -36,20 +36,14 @@ import anyio
 
 from rlm_mcp.config import KeptSessionSettings
 from rlm_mcp.engine import RLMEngine
-from rlm_mcp.engine.snapshot import (
-    Snapshot,
-    SnapshotUnavailable,
-    snapshot_chunk,
-    snapshot_deadline_s,
-    take_snapshot,
-)
-from rlm_mcp.errors import BusyError, NotFoundError, RlmMcpError
+from rlm_mcp.engine.snapshot import Snapshot
+from rlm_mcp.errors import BusyError, NotFoundError
 from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.ports.sessions import SAVING, FollowUp, SessionView
 from rlm_mcp.sandbox.manager import SandboxManager
-from rlm_mcp.service import session_files
+from rlm_mcp.service import session_files, session_shelf
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.kept import END_TEXT, START_AGAIN, EndReason, KeptSession
 from rlm_mcp.service.runs import RunManager
@@ -194,35 +188,16 @@ class SessionManager:
     async def _find(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
         """`get`, taking back a session that a stopped process stored in the data dir."""
         if session_id not in self._live and session_id not in self._ended:
-            data_dir = self._settings.data_dir
-            stored_owner = await anyio.to_thread.run_sync(session_files.owner_of, data_dir, session_id)
-            if stored_owner is not None and sees(owner, stored_owner):
-                stored = await anyio.to_thread.run_sync(session_files.claim, data_dir, session_id)
-                if stored is not None:
-                    await self._adopt(stored)
+            stored = await session_shelf.claim_stored(session_id, owner, self._settings)
+            if stored is not None:
+                await self._adopt(stored)
         return self.get(session_id, owner=owner)
 
     async def _adopt(self, stored: session_files.StoredSession) -> None:
-        session = KeptSession(session_id=stored.session_id, owner=Owner(stored.owner))
-        session.created_at = stored.created_at
-        session.started = time.monotonic() - max(0.0, time.time() - stored.created_at)
-        session.run_ids = list(stored.run_ids)
-        repl = session.repl
-        data_dir = self._settings.data_dir
-        try:
-            infos = [await self._contexts.get(cid, owner=session.owner) for cid in stored.bound_context_ids]
-        except RlmMcpError as exc:
-            self._remember(session, f"cannot go on: one of its contexts is gone ({exc.cause})")
-            await anyio.to_thread.run_sync(session_files.discard, data_dir, session.session_id)
+        session = await session_shelf.restore(stored, self._contexts, self._settings)
+        if isinstance(session, str):
+            self._remember(stored.session_id, Owner(stored.owner), session)
             return
-        repl.contexts = [self._contexts.spec(info) for info in infos]
-        repl.context_count = len(repl.contexts)
-        repl.histories = [list(h) for h in stored.histories]
-        repl.history_count = len(repl.histories)
-        repl.runs = len(stored.run_ids)
-        path = await anyio.to_thread.run_sync(session_files.snapshot_path, data_dir, session.session_id)
-        repl.snapshot = Snapshot(path=path, size=stored.snapshot_bytes)
-        repl.next_run = "restore"  # its REPL is gone: the next run loads the snapshot in a fresh sandbox
         self._live[session.session_id] = session
         await self.pin(session, list(dict.fromkeys(stored.bound_context_ids)))
         logger.info("session %s taken back from the data dir", session.session_id)
@@ -241,21 +216,7 @@ class SessionManager:
         if session.repl.live:
             session.repl.snapshot = await self._snapshot(session)
         snapshot = session.repl.snapshot
-        if snapshot is None:
-            return False
-        stored = session_files.StoredSession(
-            session_id=session.session_id,
-            owner=str(session.owner),
-            created_at=session.created_at,
-            run_ids=list(session.run_ids),
-            bound_context_ids=[spec.context_id or "" for spec in session.repl.contexts],
-            histories=session.repl.histories,
-            snapshot_bytes=snapshot.size,
-        )
-        try:
-            await anyio.to_thread.run_sync(session_files.save, self._settings.data_dir, stored)
-        except OSError:
-            logger.exception("storing session %s failed", session.session_id)
+        if snapshot is None or not await session_shelf.write_record(session, snapshot, self._settings):
             return False
         self._live.pop(session.session_id, None)
         session.ended = "shutdown"
@@ -268,8 +229,8 @@ class SessionManager:
         ended = self._ended.get(session_id)
         return ended[1] if ended is not None else None
 
-    def _remember(self, session: KeptSession, text: str) -> None:
-        self._ended[session.session_id] = (session.owner, text)
+    def _remember(self, session_id: str, owner: Owner, text: str) -> None:
+        self._ended[session_id] = (owner, text)
         while len(self._ended) > ENDED_KEPT:
             self._ended.popitem(last=False)
 
@@ -328,21 +289,7 @@ class SessionManager:
 
     async def stored(self, *, owner: OwnerScope) -> builtins.list[SessionView]:
         """The sessions a stopped process stored in the data dir, as `list` shows them."""
-        records = await anyio.to_thread.run_sync(session_files.peek, self._settings.data_dir)
-        return [
-            SessionView(
-                session_id=r["session_id"],
-                runs=r.get("run_ids") or [],
-                running=None,
-                contexts_bound=len(r.get("bound_context_ids") or []),
-                sandbox_live=False,
-                stored=True,
-                snapshot_bytes=r.get("snapshot_bytes"),
-                created_at=r.get("created_at"),
-            )
-            for r in records
-            if sees(owner, str(r.get("owner"))) and r.get("session_id") not in self._live
-        ]
+        return await session_shelf.stored_views(self._settings, owner=owner, live=set(self._live))
 
     # -- ending ------------------------------------------------------------------------------
     async def _end(self, session: KeptSession, why: EndReason) -> None:
@@ -353,7 +300,7 @@ class SessionManager:
         text = END_TEXT[why]
         if why in ("idle", "evicted", "shutdown") and session.repl.snapshot_error:
             text += f" ({session.repl.snapshot_error})"
-        self._remember(session, text)
+        self._remember(session.session_id, session.owner, text)
         with anyio.CancelScope(shield=True):
             try:
                 await session.repl.release()
@@ -425,48 +372,14 @@ class SessionManager:
                 done.set()
 
     async def _snapshot(self, session: KeptSession) -> Snapshot | None:
-        """Take the session's snapshot into its file in the data dir (the one before stays until
-        this one is whole and allowed); None, with the reason kept, when there is none. The
-        caller shields it (a release and shutdown let it finish); its deadline bounds it."""
-        sandbox, limit = session.repl.sandbox, self._settings.session_snapshot_max_bytes
-        if sandbox is None or limit <= 0:
-            session.repl.snapshot_error = "snapshots are off (RLM_MCP_SESSION_SNAPSHOT_MAX_BYTES=0)"
-            return None
-        data_dir, settings = self._settings.data_dir, self._settings
-        taking = await anyio.to_thread.run_sync(session_files.taking_path, data_dir, session.session_id)
-        try:
-            snapshot = await take_snapshot(
-                sandbox,
-                taking,
-                max_bytes=limit,
-                chunk_chars=snapshot_chunk(settings.cell_output_bytes),
-                deadline_s=snapshot_deadline_s(settings.cell_timeout_s, settings.session_snapshot_wait_s),
+        def held_by_others() -> int:
+            return sum(
+                s.repl.snapshot.size
+                for s in self._live.values()
+                if s.owner == session.owner and s is not session and s.repl.snapshot is not None
             )
-        except (SnapshotUnavailable, RlmMcpError, OSError) as exc:
-            taking.unlink(missing_ok=True)
-            session.repl.snapshot_error = str(exc)
-            logger.warning("session %s: no snapshot (%s)", session.session_id, exc)
-            return None
-        except BaseException:
-            taking.unlink(missing_ok=True)
-            raise
-        held = sum(
-            s.repl.snapshot.size
-            for s in self._live.values()
-            if s.owner == session.owner and s is not session and s.repl.snapshot is not None
-        )
-        cap = settings.session_snapshot_bytes_per_owner
-        if held + snapshot.size > cap:
-            taking.unlink(missing_ok=True)
-            session.repl.snapshot_error = (
-                f"its snapshot ({snapshot.size} bytes) would take its owner's sessions past "
-                f"RLM_MCP_SESSION_SNAPSHOT_BYTES_PER_OWNER={cap} ({held} bytes held)"
-            )
-            logger.warning("session %s: no snapshot (%s)", session.session_id, session.repl.snapshot_error)
-            return None
-        path = await anyio.to_thread.run_sync(session_files.commit, taking, data_dir, session.session_id)
-        session.repl.snapshot_error = None
-        return Snapshot(path=path, size=snapshot.size)
+
+        return await session_shelf.take_into_data_dir(session, self._settings, held_by_others=held_by_others)
 
     async def sweep(self) -> None:
         """End sessions idle past RLM_MCP_SESSION_IDLE_S or older than RLM_MCP_SESSION_MAX_AGE_S."""

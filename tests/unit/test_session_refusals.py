@@ -13,6 +13,7 @@ import pytest
 from rlm_mcp.errors import BusyError, NotFoundError
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.sessions import SAVING
+from rlm_mcp.service import session_files
 from rlm_mcp.service.sessions import STARTING, SessionManager
 from rlm_mcp.store.ports import ContextStorePort
 from tests.fixtures_engine import make_settings
@@ -48,3 +49,36 @@ async def test_a_session_saving_its_snapshot_is_closed_not_refused(tmp_path: Pat
     assert closed.session_id == session.session_id and session.ended == "closed"
     with pytest.raises(NotFoundError, match=f"Session {session.session_id} was closed"):
         manager.get(session.session_id, owner=ALICE)
+
+
+class _GoneContexts:
+    """A context store in which every context was deleted."""
+
+    async def get(self, context_id: str, *, owner: Owner) -> Any:
+        raise NotFoundError(f"Unknown context id '{context_id}'.", "Store it again.")
+
+
+async def test_a_stored_session_whose_context_is_gone_says_so_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path).kept_sessions
+    session_id = "ses_" + "ab" * 10
+    stored = session_files.StoredSession(
+        session_id=session_id,
+        owner=str(ALICE),
+        created_at=0.0,
+        run_ids=["run_1"],
+        bound_context_ids=["ctx_deleted"],
+        histories=[],
+        snapshot_bytes=3,
+    )
+    session_files.snapshot_path(settings.data_dir, session_id).write_bytes(b"abc")
+    session_files.save(settings.data_dir, stored)
+    nothing = cast(Any, None)
+    manager = SessionManager(settings, cast(ContextStorePort, _GoneContexts()), nothing, nothing)
+    with pytest.raises(NotFoundError) as follow_up:
+        await manager.find(session_id, owner=ALICE)
+    assert "one of its contexts is gone" in follow_up.value.cause and "ctx_deleted" in follow_up.value.cause
+    assert session_files.peek(settings.data_dir) == []  # its record claimed, its snapshot discarded
+    assert not session_files.snapshot_path(settings.data_dir, session_id).exists()
+    with pytest.raises(NotFoundError) as again:  # remembered: the same words, not "unknown"
+        await manager.find(session_id, owner=ALICE)
+    assert again.value.cause == follow_up.value.cause
