@@ -3,6 +3,7 @@ process whose stdin is a pipe the test holds, as the container's stdin is the ho
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from rlm_mcp.testing.servers import close_pipes
@@ -31,7 +33,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _start(mode: str, grace_s: float) -> tuple[subprocess.Popen[bytes], str]:
+@contextlib.contextmanager
+def _watched(mode: str, grace_s: float) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """The process, its watch started; both gone when the test leaves."""
     marker = f"host-watch-{uuid.uuid4().hex}"
     proc = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, marker, str(grace_s), mode],
@@ -39,9 +43,17 @@ def _start(mode: str, grace_s: float) -> tuple[subprocess.Popen[bytes], str]:
         stdout=subprocess.PIPE,
         cwd=REPO,
     )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == b"WATCHED"
-    return proc, marker
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"WATCHED"
+        yield proc, marker
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        close_pipes(proc)
+        for pid in _marked(marker):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _marked(marker: str) -> list[int]:
@@ -66,32 +78,16 @@ def _wait_gone(marker: str, deadline_s: float = 60.0) -> bool:
 
 
 def test_a_process_holding_the_gil_is_killed_once_its_host_hangs_up() -> None:
-    proc, marker = _start("gil", grace_s=0.2)
-    try:
+    with _watched("gil", grace_s=0.2) as (proc, marker):
         assert proc.stdin is not None
         proc.stdin.close()  # the host is gone
         assert proc.wait(timeout=60) == -signal.SIGKILL
         assert _wait_gone(marker)  # and the watch left with it
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        close_pipes(proc)
-        for pid in _marked(marker):
-            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_kernel_whose_reader_ends_it_keeps_its_exit_status_and_the_watch_leaves() -> None:
-    proc, marker = _start("reader", grace_s=600)
-    try:
+    with _watched("reader", grace_s=600) as (proc, marker):
         assert proc.stdin is not None
         proc.stdin.close()
         assert proc.wait(timeout=60) == 75  # not the watch's SIGKILL: the reader ended it first
         assert _wait_gone(marker)  # the watch saw the kernel end through its pidfd, long before its grace
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        close_pipes(proc)
-        for pid in _marked(marker):
-            os.kill(pid, signal.SIGKILL)
