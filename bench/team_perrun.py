@@ -10,7 +10,9 @@ system, from /proc) is one point of CPU = per_run * runs + per_turn * turns; the
 fit over the rounds gives each process's CPU per run (its start and end: the enqueue, the claim,
 the context's pins, the final record, the front following it) and per turn (the LM call, the
 cell, the run log's events), for the team (by replica) and for the embedded process. The figure
-of `bench/scale.py team` is per_run / turns_per_run + per_turn. Never fails on a timing.
+of `bench/scale.py team` is per_run / turns_per_run + per_turn. `--strace DIR` counts each event
+loop's system calls per run, `--loop-callbacks DIR` its callbacks by what they resume
+(bench/loop_hook). Never fails on a timing.
 """
 
 from __future__ import annotations
@@ -94,6 +96,47 @@ class Straces:
         self._procs = {}
 
 
+HOOK = Path(__file__).resolve().parent / "loop_hook"  # its sitecustomize counts a loop's callbacks
+
+
+class LoopCallbacks:
+    """Each process's event-loop callbacks per run while the rounds run, by what they resume
+    (bench/loop_hook/sitecustomize.py, loaded by the servers through PYTHONPATH)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self._pids: dict[str, int] = {}
+
+    def env(self) -> dict[str, str]:
+        if self.folder is None:
+            return {}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return {"PYTHONPATH": str(HOOK), "RLM_BENCH_LOOP_HOOK_DIR": str(self.folder)}
+
+    def start(self, pids: dict[str, int]) -> None:
+        if self.folder is None:
+            return
+        self._pids = pids
+        for pid in pids.values():
+            os.kill(pid, signal.SIGUSR2)
+
+    def stop(self, runs: int, top: int = 30) -> None:
+        for name, pid in self._pids.items():
+            assert self.folder is not None
+            out = self.folder / f"{pid}.txt"
+            out.unlink(missing_ok=True)
+            os.kill(pid, signal.SIGUSR1)
+            deadline = time.monotonic() + 10
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.2)  # written
+            print(f"  {name}: event-loop callbacks per run ({runs} runs)")
+            for line in out.read_text().splitlines()[: top + 1]:
+                n, _, what = line.partition(" ")
+                print(f"    {int(n) / runs:7.2f}  {what[:160]}")
+        self._pids = {}
+
+
 async def rounds(
     args: argparse.Namespace,
     pids: dict[str, int],
@@ -140,6 +183,8 @@ async def runs_of(client: Any, context_id: str, label: str, pair: int, count: in
 async def embedded(args: argparse.Namespace, tmp: Path, lm_url: str) -> None:
     env = scale.server_env(lm_url, tmp, f"bench-{secrets.token_hex(6)}", args.runs)
     env["RLM_MCP_POOL_SIZE"] = str(args.pool)
+    hook = LoopCallbacks(args.loop_callbacks / "embedded" if args.loop_callbacks else None)
+    env.update(hook.env())
     async with scale.server("http", env) as (client, pid):
         context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
         await many_runs(client, context_id, "warm-up", 4)
@@ -148,10 +193,12 @@ async def embedded(args: argparse.Namespace, tmp: Path, lm_url: str) -> None:
         profiles.start({"embedded": pid})
         straces = Straces(args.strace / "embedded" if args.strace else None)
         straces.start({"embedded": pid})
+        hook.start({"embedded": pid})
         points = await rounds(
             args, {"embedded": pid}, lambda label, pair: runs_of(client, context_id, label, pair, args.runs)
         )
         straces.stop(int(sum(r for r, _, _ in points["embedded"])))
+        hook.stop(int(sum(r for r, _, _ in points["embedded"])))
         profiles.stop()
     report("embedded", {"embedded": points["embedded"]}, args)
 
@@ -170,6 +217,8 @@ async def team(args: argparse.Namespace, tmp: Path, lm_url: str, stack: AsyncExi
         "RLM_MCP_RUN_MAX_QUEUED_PER_OWNER": "1000",
         **dict(kv.split("=", 1) for kv in args.team_env),
     }
+    hook = LoopCallbacks(args.loop_callbacks / "team" if args.loop_callbacks else None)
+    env.update(hook.env())
     with balanced_replicas(
         tmp, database_url=url, lm_url=lm_url, tokens=[TOKEN], env=env, roles=["both", "both", "front"]
     ) as b:
@@ -184,8 +233,10 @@ async def team(args: argparse.Namespace, tmp: Path, lm_url: str, stack: AsyncExi
             profiles.start(pids)
             straces = Straces(args.strace / "team" if args.strace else None)
             straces.start(pids)
+            hook.start(pids)
             points = await rounds(args, pids, lambda label, pair: runs_of(client, context_id, label, pair, args.runs))
             straces.stop(int(sum(r for r, _, _ in points["all"])))
+            hook.stop(int(sum(r for r, _, _ in points["all"])))
             profiles.stop()
             if args.statements:
                 total_turns = int(sum(t for _, t, _ in points["all"]))
@@ -236,6 +287,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--strace", type=Path, default=None, help="folder: count each event loop's system calls (strace -c)"
+    )
+    parser.add_argument(
+        "--loop-callbacks",
+        type=Path,
+        default=None,
+        help="folder: count each event loop's callbacks per run by what they resume (bench/loop_hook; "
+        "the CPU figures of such a run are not valid)",
     )
     parser.add_argument("--team-env", nargs="*", default=[], help="team: more settings of the replicas, NAME=VALUE")
     parser.add_argument("--sides", nargs="+", default=["embedded", "team"], choices=["embedded", "team"])
