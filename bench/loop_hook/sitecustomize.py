@@ -3,7 +3,8 @@
 Loaded by a server process whose PYTHONPATH starts with this folder (Python imports a
 `sitecustomize` at start): every `Handle._run` is counted under the callback's name, or for a
 task's step, the task's coroutine and the innermost awaits it is resumed at. SIGUSR2 clears the
-counts, SIGUSR1 writes them to $RLM_BENCH_LOOP_HOOK_DIR/PID.txt (most first). A measuring aid
+counts, SIGUSR1 writes them to $RLM_BENCH_LOOP_HOOK_DIR/PID.txt (most first);
+$RLM_BENCH_LOOP_HOOK_DEPTH: how many of a task's innermost awaits name its step (3). A measuring aid
 only: it slows the loop, so a run with it has no valid CPU figures.
 """
 
@@ -17,6 +18,7 @@ import signal
 from typing import Any
 
 _counts: collections.Counter[str] = collections.Counter()
+_DEPTH = int(os.environ.get("RLM_BENCH_LOOP_HOOK_DEPTH", "3"))  # the innermost awaits named
 _run = asyncio.events.Handle._run
 
 
@@ -29,7 +31,7 @@ def _where(callback: Any) -> str:
     while awaited is not None and len(chain) < 40:
         chain.append(getattr(awaited, "__qualname__", None) or type(awaited).__name__)
         awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
-    return f"task {chain[0]} @ " + " > ".join(chain[-3:])
+    return f"task {chain[0]} @ " + " > ".join(chain[-_DEPTH:])
 
 
 def _counted_run(self: asyncio.events.Handle) -> None:
