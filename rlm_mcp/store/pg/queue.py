@@ -5,12 +5,15 @@ A run's row in `rlm_runs` is its one state machine (drawn in `ports/queue.py` an
 docs/architecture.md); `rlm_workers` holds the workers. How the rules hold across replicas:
 
 - Claims (`claim`): one transaction under an advisory lock, so the per-owner share and the
-  order are exact across workers; the claim bumps `attempt` and names the worker.
+  order are exact across workers; the claim bumps `attempt` and names the worker. Two round
+  trips: the BEGIN with the lock (and the live slots the share is of), then the claim with the
+  COMMIT (`one_trip.commit_with`).
 - Fencing: a worker's writes (`requeue`, `finish` with `attempt`, and its run log's flushes,
   `runs.PgRunLog`) match `(run_id, attempt, state = 'running')`; False means the run is no
   longer this worker's.
 - The waiting bound (`enqueue`): counted and inserted in one transaction under an advisory
-  lock, so concurrent starts on any number of replicas never overshoot it.
+  lock, so concurrent starts on any number of replicas never overshoot it; one round trip
+  (`one_trip.transaction_in_one_trip`).
 - Sweeps: each lost run and each timed-out queued run in its own transaction, its row locked
   with SKIP LOCKED and its condition checked again, so concurrent sweepers act once, and one
   run's failure never stops the others.
@@ -28,6 +31,7 @@ from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, may_requ
 from rlm_mcp.store.pg import queue_statements as sql
 from rlm_mcp.store.pg.db import Conn
 from rlm_mcp.store.pg.locks import CLAIM_LOCK_KEY, ENQUEUE_LOCK_KEY
+from rlm_mcp.store.pg.one_trip import commit_with, transaction_in_one_trip
 from rlm_mcp.store.pg.workers import PgWorkerRegistry
 
 __all__ = ["PgRunQueue"]
@@ -79,25 +83,26 @@ class PgRunQueue(PgWorkerRegistry):
         `prefer_worker`: for `prefer_s` seconds only that worker may claim the run (a kept
         session's follow-up waits for the worker that holds its live sandbox), unless it is lost."""
         rules = self._rules
-        # The lock first, in a statement of its own (sent with the BEGIN): the count must see every
-        # run inserted by the starts that held it before (a statement's snapshot is taken when it begins).
-        async with self._db.opened_transaction(sql.xact_lock(ENQUEUE_LOCK_KEY)) as (conn, _):
-            cur = await conn.execute(
-                sql.ENQUEUE,
-                {
-                    "owner": str(record.request.owner),
-                    "run_id": record.run_id,
-                    "created_at": record.created_at,
-                    "summary": _dump(record),
-                    "need": max(1, need),
-                    "max_total": rules.max_queued,
-                    "max_mine": rules.max_queued_per_owner,
-                    "queue_channel": sql.QUEUE_CHANNEL,
-                    "prefer": prefer_worker,
-                    "prefer_s": prefer_s if prefer_worker is not None else 0.0,
-                },
-            )
-            row = await cur.fetchone()
+        # The lock first, in a statement of its own: the count must see every run inserted by the
+        # starts that held it before (a statement's snapshot is taken when it begins). BEGIN, the
+        # lock, the insert and COMMIT go out together (`one_trip`): one round trip.
+        row = await transaction_in_one_trip(
+            self._db,
+            sql.xact_lock(ENQUEUE_LOCK_KEY),
+            sql.ENQUEUE,
+            {
+                "owner": str(record.request.owner),
+                "run_id": record.run_id,
+                "created_at": record.created_at,
+                "summary": _dump(record),
+                "need": max(1, need),
+                "max_total": rules.max_queued,
+                "max_mine": rules.max_queued_per_owner,
+                "queue_channel": sql.QUEUE_CHANNEL,
+                "prefer": prefer_worker,
+                "prefer_s": prefer_s if prefer_worker is not None else 0.0,
+            },
+        )
         assert row is not None
         if not row["inserted"]:
             busy = rules.refusal(int(row["total"]), int(row["mine"]))
@@ -148,7 +153,7 @@ class PgRunQueue(PgWorkerRegistry):
     # --- workers' runs ----------------------------------------------------------------------
 
     async def any_queued(self) -> bool:
-        """One statement, no claim lock (`claim`'s transaction is three round trips and the
+        """One statement, no claim lock (`claim`'s transaction is two round trips and the
         team-wide lock): an idle worker's timed look. Nothing is missed: a run queued after it
         announces itself ("queued"), and the worker clears its wake-up before it looks."""
         async with self._db.connection() as conn:
@@ -166,7 +171,9 @@ class PgRunQueue(PgWorkerRegistry):
             # Each owner's share of every live worker's run slots (the rule embedded mode applies
             # to its own slots); this worker is live, so there is at least one slot.
             share = self._rules.share(max(1, int(live["slots"]) if live else 1))
-            cur = await conn.execute(
+            # The claim and the COMMIT in one round trip (the lock went with the BEGIN): two in all.
+            row = await commit_with(
+                conn,
                 sql.CLAIM,
                 {
                     "free": free_sandboxes,
@@ -178,7 +185,6 @@ class PgRunQueue(PgWorkerRegistry):
                     "session_key": sql.SESSION_KEY,
                 },
             )
-            row = await cur.fetchone()
         if row is None:
             return None
         metrics.claim_latency(float(row["waited_s"]))  # queued (or queued again) to claimed, both the database's clock
