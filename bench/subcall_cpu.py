@@ -154,6 +154,7 @@ async def canned(n: int, reps: int, batches: int) -> None:
             limits=limits,
             deadline=anyio.current_time() + 1e6,
             sink=log.append,
+            call_sink=log.append_call,  # as the service's run takes each LM call's event
             max_sub_calls=1 << 40,
             max_prompts_per_batch=1 << 20,
             max_concurrent_children=4,

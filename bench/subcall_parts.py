@@ -15,8 +15,8 @@ thread's CPU (`time.thread_time`):
 - around parts of the runs with `--batches` batches (their sum over the timed runs, per
   sub-call): the bridge's handling of each batch (`SubCallBridge.__call__`: every call's LM
   client and HTTP, usage, metrics and events, and whatever else the thread ran meanwhile), the
-  `llm_call` events (`RunTree.emit_call`: built, encoded, written; of which their sink, the
-  run's log line and its write) and the other events (`RunTree.emit`), each frame read (the reader's callback: recv, split, decode, hand-over),
+  `llm_call` events (`RunTree.emit_call`: built, encoded, written; of which their log line and
+  its write, `RunLog.append` or `append_call`) and the other events (`RunTree.emit`), each frame read (the reader's callback: recv, split, decode, hand-over),
   each frame written (`KernelContainer.send`: encoded, written) and each request's dispatch
   (`KernelSandbox._on_lm_request`: the gate, the answering task's start).
 
@@ -51,6 +51,7 @@ from rlm_mcp.sandbox.docker.container import KernelContainer
 from rlm_mcp.sandbox.session import KernelSandbox
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
+from rlm_mcp.store.runs import RunLog
 
 spent: dict[str, float] = defaultdict(float)  # thread CPU seconds per part, while `timing`
 calls: dict[str, int] = defaultdict(int)
@@ -93,13 +94,17 @@ def _timed_async(owner: Any, name: str, label: Callable[..., str] | str) -> None
 
 
 def _event_part(tree: RunTree, event: Any) -> str:
-    return PARTS[2] if event.type == "llm_call" else PARTS[3]
+    return "llm_call event via emit" if event.type == "llm_call" else PARTS[3]
+
+
+def _line_part(log: RunLog, event: Any) -> str:
+    return PARTS[2] if event.type == "llm_call" else "other events' log lines"
 
 
 PARTS = (
     "bridge (a batch's calls)",
     "llm_call events",
-    "  of which their sink",
+    "  of which their log line (RunLog)",
     "other events",
     "frames read",
     "frames written",
@@ -111,6 +116,9 @@ def _wrap() -> None:
     _timed_async(SubCallBridge, "__call__", PARTS[0])
     _timed_async(RunTree, "emit_call", PARTS[1])
     _timed_async(RunTree, "emit", _event_part)
+    _timed_async(RunLog, "append", _line_part)
+    if hasattr(RunLog, "append_call"):  # a tree whose runs take LM calls' events as lines
+        _timed_async(RunLog, "append_call", PARTS[2])
     _timed_sync(LoopReader, "_on_readable", PARTS[4])
     _timed_async(KernelContainer, "send", PARTS[5])
     _timed_async(KernelSandbox, "_on_lm_request", PARTS[6])

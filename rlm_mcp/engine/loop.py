@@ -45,7 +45,16 @@ from rlm_mcp.engine.session import (
 from rlm_mcp.engine.snapshot import snapshot_chunk
 from rlm_mcp.engine.tree import RunTree, usage_record
 from rlm_mcp.engine.turn import RunContext, StopRun, TurnRunner
-from rlm_mcp.engine.types import EventSink, RunLimits, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
+from rlm_mcp.engine.types import (
+    CallSink,
+    EventSink,
+    RunLimits,
+    RunNotStarted,
+    RunPhase,
+    RunProgress,
+    RunResult,
+    RunStatus,
+)
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
 from rlm_mcp.file_work import small_here
@@ -90,6 +99,7 @@ class RLMEngine:
         emit: EventSink,
         session: SessionSandbox | None = None,
         ready: Callable[[], Awaitable[None]] | None = None,
+        emit_call: CallSink | None = None,
     ) -> RunResult:
         """Run one RLM tree to its end; always a structured result, except that cancellation
         propagates and a failure before the root model's first reply raises `RunNotStarted`.
@@ -97,12 +107,15 @@ class RLMEngine:
         `session`: the run belongs to a kept session (engine/session.py): its REPL is reused when
         live (this run's contexts become the next context_i), else opened and kept for the next.
         `ready`: awaited before the run's sandbox opens, beside the first root call (the service
-        pins the contexts there); it fails the run as a sandbox that cannot open does."""
+        pins the contexts there); it fails the run as a sandbox that cannot open does.
+        `emit_call`: where each LM call's `llm_call` event goes as its log line's values (see
+        `RunTree.call_sink`); without it, `emit` gets the event like every other."""
         tree = RunTree(
             progress=progress,
             limits=limits,
             deadline=anyio.current_time() + limits.timeout_s,
             sink=emit,
+            call_sink=emit_call,
             max_sub_calls=self.settings.max_sub_calls_per_run,
             max_prompts_per_batch=self.settings.max_prompts_per_batch,
             max_concurrent_children=self.settings.max_concurrent_children,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextvars
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
-from rlm_mcp.engine.types import EventSink, RunLimits, RunProgress
-from rlm_mcp.events import CallRole, LLMCall, RunEvent
+from rlm_mcp.call_lines import call_line
+from rlm_mcp.engine.types import CallSink, EventSink, RunLimits, RunProgress
+from rlm_mcp.events import CallRole, RunEvent
 from rlm_mcp.ports.chat import CallRecord, Completion
 from rlm_mcp.usage import Usage
 
@@ -48,6 +48,9 @@ class RunTree:
     max_sub_calls: int
     max_prompts_per_batch: int
     max_concurrent_children: int
+    # Where each LM call's `llm_call` event goes as its line's values (no model built); None:
+    # the event's model goes to `sink` like every other event.
+    call_sink: CallSink | None = None
     child_count: int = 0
     batch_count: int = 0
     # run_id -> (iteration, block) of the cell that run is executing: sub-call events name it.
@@ -128,43 +131,49 @@ class RunTree:
         """The `llm_call` event of one root or sub call: `where` names the turn (root) or the
         cell and batch slot (sub); a sub-call also records the head and tail of its prompt and
         answer. A failed call has no completion; `failed` is its record as the LM client
-        accounted it, so the retries, 429s and sleeps that came before the failure are logged."""
+        accounted it, so the retries, 429s and sleeps that came before the failure are logged.
+        Built as its log line's values (`call_lines.call_line`), not as the event's model: the
+        model is built only when no `call_sink` takes the line."""
         record = completion.record if completion is not None else failed
         # What the call waited besides its answer, each only when there was some: the fields
-        # left out are their default (None), and a sub-call's event is built with five fewer
-        # arguments to validate (most calls neither queued, retried nor slept).
-        waits: dict[str, Any] = {}
+        # left out are their default (None), as most calls neither queued, retried nor slept.
+        cost_usd = queued_s = retries = throttled = backoff_s = None
         if record is not None:
-            if record.cost_usd is not None:
-                waits["cost_usd"] = record.cost_usd
+            cost_usd = record.cost_usd
             if record.queued_s >= 0.001:
-                waits["queued_s"] = round(record.queued_s, 3)
-            if record.retries:
-                waits["retries"] = record.retries
-            if record.throttled:
-                waits["throttled"] = record.throttled
-            if backoff := round(record.backoff_s, 3):
-                waits["backoff_s"] = backoff
-        await self.emit(
-            LLMCall(
-                run_id=run_id,
-                role=role,
-                model=model,
-                prompt_tokens=record.prompt_tokens if record else 0,
-                completion_tokens=record.completion_tokens if record else 0,
-                latency_s=round(latency_s, 4),
-                status="ok" if error is None else "error",
-                finish_reason=completion.finish_reason if completion is not None else None,
-                error=error,
-                depth=depth,
-                iteration=where.iteration,
-                block=where.block,
-                batch=where.batch,
-                index=where.index,
-                prompt=prompt,
-                prompt_chars=prompt_chars,
-                answer=answer,
-                answer_chars=answer_chars,
-                **waits,
-            )
+                queued_s = round(record.queued_s, 3)
+            retries = record.retries or None
+            throttled = record.throttled or None
+            backoff_s = round(record.backoff_s, 3) or None
+        call = call_line(
+            run_id=run_id,
+            role=role,
+            model=model,
+            prompt_tokens=record.prompt_tokens if record else 0,
+            completion_tokens=record.completion_tokens if record else 0,
+            latency_s=round(latency_s, 4),
+            finish_reason=completion.finish_reason if completion is not None else None,
+            error=error,
+            depth=depth,
+            iteration=where.iteration,
+            block=where.block,
+            batch=where.batch,
+            index=where.index,
+            prompt=prompt,
+            prompt_chars=prompt_chars,
+            answer=answer,
+            answer_chars=answer_chars,
+            cost_usd=cost_usd,
+            queued_s=queued_s,
+            retries=retries,
+            throttled=throttled,
+            backoff_s=backoff_s,
         )
+        if self.call_sink is None:
+            await self.emit(call.event())
+            return
+        # As `emit`: a failing sink is logged and ignored, never allowed to end a run.
+        try:
+            await self.call_sink(call)
+        except Exception:
+            log.exception("event sink failed on %s event", call.type)

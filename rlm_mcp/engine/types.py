@@ -6,12 +6,23 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import RunEvent
 from rlm_mcp.ports.runs import LiveState, Notice, RunLimits, RunPhase, RunResult, RunStatus, Usage
 
 # The run's limits, phase, status and result are the run contract's (rlm_mcp.ports.runs).
-__all__ = ["EventSink", "RunLimits", "RunNotStarted", "RunPhase", "RunProgress", "RunResult", "RunStatus", "Usage"]
+__all__ = [
+    "CallSink",
+    "EventSink",
+    "RunLimits",
+    "RunNotStarted",
+    "RunPhase",
+    "RunProgress",
+    "RunResult",
+    "RunStatus",
+    "Usage",
+]
 
 
 class RunNotStarted(Exception):
@@ -30,6 +41,10 @@ class RunNotStarted(Exception):
 # The service's sink for run events (JSONL log, MCP progress). It must not raise; the engine
 # still guards every call so a faulty sink can never end a run.
 EventSink = Callable[[RunEvent], Awaitable[None]]
+# Where the service takes each LM call's `llm_call` event as its log line's values
+# (`call_lines.CallLine`), without the event's model; the same promises as `EventSink`. Without
+# one, the engine builds the model (`CallLine.event()`) and sends it to the `EventSink`.
+CallSink = Callable[[CallLine], Awaitable[None]]
 
 
 @dataclass

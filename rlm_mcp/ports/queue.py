@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import RunEvent
 from rlm_mcp.ports.runs import RunRecord, WorkerRef
@@ -186,6 +187,10 @@ class FencedRunLog(Protocol):
     def detached(self) -> bool: ...
     async def open(self) -> None: ...
     def stage(self, event: RunEvent) -> None: ...
+    def stage_call(self, call: CallLine) -> None:
+        """`stage(call.event())`: an LM call's event, staged from its line's values."""
+        ...
+
     async def flush(
         self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, announce: bool = False
     ) -> bool: ...

@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 
 import anyio
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.engine import RunNotStarted
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import RunEvent
@@ -111,7 +112,7 @@ class _EarlyLog:
         self._run_id = run_id
         self._log: RunLogPort | None = None
         self._opened = False
-        self._waiting: list[RunEvent] = []
+        self._waiting: list[RunEvent | CallLine] = []
 
     @property
     def run_id(self) -> str:
@@ -124,7 +125,10 @@ class _EarlyLog:
             if self._opened:
                 await log.open()
             for event in self._waiting:
-                await log.append(event)
+                if isinstance(event, CallLine):
+                    await log.append_call(event)
+                else:
+                    await log.append(event)
         except Exception:
             logger.exception("could not write the first events of run %s", self.run_id)
         self._waiting.clear()
@@ -141,6 +145,12 @@ class _EarlyLog:
             await self._log.append(event)
         else:
             self._waiting.append(event)
+
+    async def append_call(self, call: CallLine) -> None:
+        if self._log is not None:
+            await self._log.append_call(call)
+        else:
+            self._waiting.append(call)
 
     async def write_summary(self, record: RunRecord) -> None:
         await (await self._record.create()).write_summary(record)

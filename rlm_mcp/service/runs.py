@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import anyio
 import anyio.lowlevel
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.config import RunSettings
 from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
 from rlm_mcp.engine.session import SessionSandbox
@@ -458,6 +459,16 @@ class RunManager:
                 run.scope.cancel()  # before the LM call or the cell the event announces
                 await anyio.lowlevel.checkpoint()
 
+        async def emit_call(call: CallLine) -> None:
+            # An LM call's event (never a progress event), taken as `emit` takes any other.
+            try:
+                await log.append_call(call)
+            except Exception:  # a full disk must not end the run
+                logger.exception("could not append to the log of run %s", run.run_id)
+            if hooks.fence is not None and run.scope is not None and await hooks.fence():
+                run.scope.cancel()
+                await anyio.lowlevel.checkpoint()
+
         with tracing.run_span(run.request.trace_context, {"rlm.run.id": run.run_id, "rlm.run.depth": 0}) as span:
             try:
                 result = await engine.run(
@@ -467,6 +478,7 @@ class RunManager:
                     limits=run.request.limits,
                     progress=run.progress,
                     emit=emit,
+                    emit_call=emit_call,
                     session=hooks.repl,
                     ready=ready,
                 )

@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.events import EventKey, LoggedEvent, RunEvent
 from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
@@ -125,6 +126,11 @@ class RunLogPort(Protocol):
         ...
 
     async def append(self, event: RunEvent) -> None: ...
+
+    async def append_call(self, call: CallLine) -> None:
+        """`append(call.event())`: an LM call's event, appended from its line's values (the
+        same line; a log that writes lines need not build the event's model)."""
+        ...
 
     async def write_summary(self, record: RunRecord) -> None:
         """Replace the run's record (its live state, or its end)."""

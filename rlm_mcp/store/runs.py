@@ -22,13 +22,15 @@ from typing import IO, Any
 
 import anyio
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.config import StoreSettings
 from rlm_mcp.errors import BadArgumentError, UnknownIdError
-from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, flat_line, loads, to_json
+from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.file_work import INLINE_FILE_BYTES, small_here
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store._db import in_thread
+from rlm_mcp.store.event_lines import call_event_line, encode_event, event_line
 from rlm_mcp.store.owner_caps import beyond_newest_per_owner
 from rlm_mcp.store.private import PRIVATE_FILE, private_dir
 
@@ -37,7 +39,6 @@ log = logging.getLogger("rlm_mcp.store")
 MAX_EVENT_BYTES = 256 << 10
 MAX_LOG_BYTES = 64 << 20
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-_MARK = "…[truncated {n} chars]"
 
 
 def check_run_id(run_id: str) -> str:
@@ -51,46 +52,6 @@ def check_run_id(run_id: str) -> str:
 
 def unknown_run(run_id: str) -> UnknownIdError:
     return UnknownIdError("run", run_id)
-
-
-def _cut_strings(value: Any, limit: int) -> Any:
-    if isinstance(value, str):
-        return value if len(value) <= limit else value[:limit] + _MARK.format(n=len(value) - limit)
-    if isinstance(value, dict):
-        return {k: _cut_strings(v, limit) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_cut_strings(v, limit) for v in value]
-    return value
-
-
-# What `json.dumps(event, ensure_ascii=False, default=str)` builds on every call; it keeps no state.
-_EVENT_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
-
-
-def encode_event(event: dict[str, Any], max_bytes: int) -> bytes:
-    """One JSONL line of at most max_bytes from an event's JSON object (`events.to_json`; non-JSON
-    values become strings). Cutting strings keeps the event readable as its type; the last
-    resort, `{type, ts, truncated}`, reads back as an `events.EventStub`."""
-    data = _EVENT_ENCODER.encode(event).encode()  # encoded once: its length is checked, then written
-    limit = max_bytes // 2
-    while len(data) + 1 > max_bytes and limit >= 64:
-        data = _EVENT_ENCODER.encode(_cut_strings(event, limit)).encode()
-        limit //= 2
-    if len(data) + 1 > max_bytes:
-        # Too many small fields to cut: keep only what identifies the event.
-        data = json.dumps({"type": event.get("type"), "ts": event.get("ts"), "truncated": True}, default=str).encode()
-    return data + b"\n"
-
-
-def event_line(event: RunEvent, max_bytes: int) -> bytes:
-    """The log line of `event`, stamped with the time now: `encode_event(to_json(event, ts=now),
-    max_bytes)`, byte for byte, written by `events.flat_line` when it can (a flat event within
-    the cap: every sub-call's `llm_call`)."""
-    ts = time.time()
-    data = flat_line(event, ts=ts)
-    if data is not None and len(data) < max_bytes:
-        return data + b"\n"
-    return encode_event(to_json(event, ts=ts), max_bytes)
 
 
 def _encode_summary(data: dict[str, Any]) -> bytes:
@@ -166,12 +127,28 @@ class RunLog:
         if self._fh is None and not self._closed:
             await self.open()
         line = event_line(event, self._max_event)
+        if not self._write_now(line):
+            await self._write_in_turn(line)
+
+    async def append_call(self, call: CallLine) -> None:
+        """`append(call.event())`: the same line, encoded without building the event's model."""
+        if self._fh is None and not self._closed:
+            await self.open()
+        line = call_event_line(call, self._max_event)
+        if not self._write_now(line):
+            await self._write_in_turn(line)
+
+    def _write_now(self, line: bytes) -> bool:
+        """Write a small line at once, with no await (True): it lands in the page cache in
+        microseconds, and a lock round or a worker-thread hop costs more than the write, and a
+        turn has several events. False while a large write is in flight (the lock orders appends
+        behind it) or for a large line."""
         if len(line) <= INLINE_FILE_BYTES and not self._lock.locked():
-            # A small append lands in the page cache in microseconds: written here, with no
-            # await (a lock round or a worker-thread hop costs more than the write, and a turn
-            # has several events). The lock only orders appends behind a large write in flight.
             self._write(line)
-            return
+            return True
+        return False
+
+    async def _write_in_turn(self, line: bytes) -> None:
         async with self._lock:
             if len(line) <= INLINE_FILE_BYTES:
                 self._write(line)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import anyio
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.ports.runs import RunRecord
 
@@ -47,6 +48,9 @@ class MemoryRunLog:
 
     async def open(self) -> None:
         await anyio.lowlevel.checkpoint()
+
+    def stage_call(self, call: CallLine) -> None:
+        self.stage(call.event())
 
     def stage(self, event: RunEvent) -> None:
         if self._closed:

@@ -14,7 +14,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from rlm_mcp.assembly import make_stores
-from rlm_mcp.events import Cell, LLMCall, TurnStart
+from rlm_mcp.call_lines import CallLine, call_line
+from rlm_mcp.events import Cell, LLMCall, TurnStart, loads
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.queue import RunRow
 from rlm_mcp.ports.runs import decode_announcement, decode_live, encode_live
@@ -42,6 +43,13 @@ def _cell(n: int) -> Cell:
     return Cell(
         run_id=RUN, iteration=n, block=0, code="print()", output="x", duration_s=0.1, error=None,
         timed_out=False, restarted=False, depth=0,
+    )  # fmt: skip
+
+
+def _line(n: int, error: str | None = None) -> CallLine:
+    return call_line(
+        run_id=RUN, role="root", model="m", prompt_tokens=1, completion_tokens=1, latency_s=0.01,
+        finish_reason=None if error else "stop", error=error, depth=0, iteration=n,
     )  # fmt: skip
 
 
@@ -142,6 +150,27 @@ async def test_a_failed_flush_keeps_its_events_for_the_next_one_in_order(
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "llm_call", "cell", "turn_start", "llm_call"]
         assert record["done"] and record["next_seq"] == 5
+
+
+async def test_an_lm_calls_line_is_staged_and_marked_as_its_event_is(tmp_path: Path, pg_url: str) -> None:
+    """`append_call` (the engine's LM call events, no model built): the same row as `append` of
+    the event, and the first answered call written with the `lm_called` mark before it returns."""
+    async with make_stores(make_settings(tmp_path, database_url=pg_url)) as stores:
+        assert isinstance(stores.runs, PgRunStore)
+        await stores.runs.create(run_record(RUN, {"status": "queued", "owner": ALICE}))
+        log = QueueRunLog(await stores.runs.reopen(RUN))
+        failed = _line(1, error="the endpoint refused")
+        await log.append_call(failed)  # a failed call: staged like any event
+        assert log.staged == 1 and not (await _rows(pg_url))[1]["lm_called"]
+        await log.append_call(_line(1))  # the first answered call: written, with the mark
+        types, record = await _rows(pg_url)
+        assert types == ["llm_call", "llm_call"] and record["lm_called"] and log.staged == 0
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            cur = await conn.execute("SELECT line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (RUN,))
+            lines = [row[0] async for row in cur]
+        assert [loads(line) for line in lines][0] == failed.event().model_copy(
+            update={"ts": json.loads(lines[0])["ts"]}
+        )
 
 
 class _Claimed(NamedTuple):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlm_mcp import events as ev
-from rlm_mcp.store.runs import encode_event, event_line
+from rlm_mcp.store.event_lines import encode_event, event_line
 from tests.event_samples import LLM_CALL_FIELDS
 from tests.paths import TESTS
 

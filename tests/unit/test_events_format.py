@@ -20,7 +20,7 @@ from rlm_mcp import events as ev
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunStore
-from rlm_mcp.store.runs import encode_event
+from rlm_mcp.store.event_lines import encode_event
 from rlm_mcp.viewer.export import chat_jsonl
 from rlm_mcp.viewer.model import build_run
 from tests.fixtures_e2e import SERVER_SCRIPT, cli_env

@@ -10,7 +10,7 @@ import pytest
 
 from rlm_mcp.events import LLMCall, LogTruncated, TurnStart, loads, to_json
 from rlm_mcp.ports.chat import CallRecord
-from rlm_mcp.store.runs import encode_event
+from rlm_mcp.store.event_lines import encode_event
 from rlm_mcp.usage import TokenCount, Usage
 from tests.event_samples import LLM_CALL_FIELDS
 

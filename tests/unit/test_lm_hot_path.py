@@ -22,7 +22,7 @@ from rlm_mcp.lm.routing import request_id
 from rlm_mcp.observability import tracing
 from rlm_mcp.ports.chat import LMMalformedResponseError
 from rlm_mcp.ports.text import LONE_SURROGATE, REPLACEMENT, valid_text
-from rlm_mcp.store.runs import encode_event
+from rlm_mcp.store.event_lines import encode_event
 
 
 def test_request_ids_are_fresh_version_4_uuids() -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import LLMCall, RunEvent
 from rlm_mcp.ports.queue import FencedRunLog
@@ -76,13 +77,22 @@ class QueueRunLog:
     async def append(self, event: RunEvent) -> None:
         self._inner.stage(event)
         if not self._marked and isinstance(event, LLMCall) and event.error is None:  # an answered call
-            try:
-                if not await self._inner.flush(mark_lm_called=True):
-                    self.must_stop = "the run is no longer this worker's"
-                self._marked = True
-            except RlmMcpError as exc:  # the database is away: the run must not run code unrecorded
-                log.warning("could not record run %s's first LM reply; stopping it: %s", self.run_id, exc)
-                self.unrecorded = True
+            await self._mark_lm_called()
+
+    async def append_call(self, call: CallLine) -> None:
+        self._inner.stage_call(call)
+        if not self._marked and call.answered:
+            await self._mark_lm_called()
+
+    async def _mark_lm_called(self) -> None:
+        """The first answered LM call: its row and the `lm_called` mark, written now."""
+        try:
+            if not await self._inner.flush(mark_lm_called=True):
+                self.must_stop = "the run is no longer this worker's"
+            self._marked = True
+        except RlmMcpError as exc:  # the database is away: the run must not run code unrecorded
+            log.warning("could not record run %s's first LM reply; stopping it: %s", self.run_id, exc)
+            self.unrecorded = True
 
     async def publish(self, summary: RunRecord, *, lm_called: bool) -> bool:
         """The staged events, the live summary and the wake-up in one statement; False when the

@@ -18,14 +18,16 @@ from typing import Any
 import anyio
 import psycopg
 
+from rlm_mcp.call_lines import CallLine
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import EventKey, LoggedEvent, LogTruncated, RunEvent, loads, to_json
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
 from rlm_mcp.ports.queue import RunRow
 from rlm_mcp.ports.runs import LIVE_MAX_BYTES, RunRecord, encode_final, encode_live
+from rlm_mcp.store.event_lines import call_event_line, encode_event, event_line
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
-from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, encode_event, event_line, unknown_run
+from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, unknown_run
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -121,8 +123,17 @@ class PgRunLog:
         self.stage_line(line)
         await self.flush()
 
+    async def append_call(self, call: CallLine) -> None:
+        """`append(call.event())`: the same line, encoded without building the event's model."""
+        self.stage_call(call)
+        await self.flush()
+
     def stage(self, event: RunEvent) -> None:
         self.stage_line(event_line(event, self._max_event))
+
+    def stage_call(self, call: CallLine) -> None:
+        """`stage(call.event())`: the same line, encoded without building the event's model."""
+        self.stage_line(call_event_line(call, self._max_event))
 
     def stage_line(self, line: bytes) -> None:
         """Give the line the next sequence (or the truncation marker, once the log is full)."""
