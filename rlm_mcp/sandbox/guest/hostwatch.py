@@ -29,18 +29,27 @@ def start_host_watch(fd: int, grace_s: float = HOST_GONE_GRACE_S) -> None:
     """Start the watch of `fd` (the host's end of stdin) for this process; call it while the
     process has one thread."""
     kernel = os.getpid()
+    # A pidfd names this kernel and no later process with its pid, and says when it ends. Opened
+    # here, before the fork: the kernel may end (its host gone at once) before the watch runs.
+    # An engine without pidfds (old gVisor): the container's end ends the watch instead.
+    try:
+        pidfd: int | None = os.pidfd_open(kernel)
+    except OSError:
+        pidfd = None
     first = os.fork()
     if first:
+        if pidfd is not None:
+            os.close(pidfd)  # the watch's alone
         os.waitpid(first, 0)  # it leaves at once: the watch is its child, not the kernel's
         return
     try:
         if os.fork() == 0:
-            _watch(fd, kernel, grace_s)
+            _watch(fd, kernel, pidfd, grace_s)
     finally:
         os._exit(0)
 
 
-def _watch(fd: int, kernel: int, grace_s: float) -> None:
+def _watch(fd: int, kernel: int, pidfd: int | None, grace_s: float) -> None:
     os.setsid()  # out of the kernel's process group: a signal meant for the kernel's group misses it
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
@@ -48,12 +57,6 @@ def _watch(fd: int, kernel: int, grace_s: float) -> None:
     for target in (1, 2):  # hold no end of the kernel's output streams
         os.dup2(devnull, target)
     os.close(devnull)
-    # A pidfd names this kernel and no later process with its pid, and says when it ends (an
-    # engine without pidfds, old gVisor: the container's end ends the watch instead).
-    try:
-        pidfd: int | None = os.pidfd_open(kernel)
-    except OSError:
-        pidfd = None
     poller = select.poll()
     # No POLLIN: the frames on a pipe are the kernel's to read; a hang-up is reported regardless.
     poller.register(fd, select.POLLRDHUP)
