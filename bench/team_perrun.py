@@ -142,17 +142,22 @@ async def rounds(
     pids: dict[str, int],
     go: Callable[[str, int], Awaitable[Any]],
 ) -> dict[str, list[tuple[float, float, float]]]:
-    """Alternate short and long rounds; per process, (runs, turns, CPU seconds) of each."""
-    points: dict[str, list[tuple[float, float, float]]] = {name: [] for name in [*pids, "all"]}
+    """Alternate short and long rounds; per process, (runs, turns, CPU seconds) of each, and of
+    each process's event-loop thread alone (`NAME loop`)."""
+    points: dict[str, list[tuple[float, float, float]]] = {
+        name: [] for name in [*pids, "all", *(f"{n} loop" for n in pids)]
+    }
     order = [("short", args.short), ("long", args.long)] if args.long else [("short", args.short)]
     for pair in range(args.pairs):
         for label, turns in order if pair % 2 == 0 else order[::-1]:
             before = {n: cpu_seconds(p) for n, p in pids.items()}
+            loop_before = {n: team_cpu.loop_cpu_seconds(p) for n, p in pids.items()}
             t0 = time.perf_counter()
             await go(label, pair)
             wall = time.perf_counter() - t0
             spent = {n: cpu_seconds(p) - before[n] for n, p in pids.items()}
             spent["all"] = sum(spent.values())
+            spent |= {f"{n} loop": team_cpu.loop_cpu_seconds(p) - loop_before[n] for n, p in pids.items()}
             for n, v in spent.items():
                 points[n].append((args.runs, args.runs * turns, v))
             by = ", ".join(f"{n} {v * 1000 / (args.runs * turns):.2f}" for n, v in spent.items())
@@ -200,7 +205,7 @@ async def embedded(args: argparse.Namespace, tmp: Path, lm_url: str) -> None:
         straces.stop(int(sum(r for r, _, _ in points["embedded"])))
         hook.stop(int(sum(r for r, _, _ in points["embedded"])))
         profiles.stop()
-    report("embedded", {"embedded": points["embedded"]}, args)
+    report("embedded", {n: points[n] for n in ("embedded", "embedded loop")}, args)
 
 
 async def team(args: argparse.Namespace, tmp: Path, lm_url: str, stack: AsyncExitStack) -> None:

@@ -44,6 +44,17 @@ class BlobCache:
         except FileNotFoundError:
             return False
 
+    def touch(self, sha256: str, size: int) -> bool:
+        """Whether the blob's file is here whole; if so its time is set to now (used now: the
+        last to go past the bound). One worker-thread hop for both."""
+        if not self.has(sha256, size):
+            return False
+        try:
+            os.utime(self.path(sha256))
+        except FileNotFoundError:  # swept meanwhile: fetched again
+            return False
+        return True
+
     def prepare(self) -> None:
         """The data dir private (0700, also when made beforehand) and its temp folder made:
         cached contexts are users' documents, as the file store's blobs are."""
@@ -71,12 +82,18 @@ class BlobCache:
 
     async def fetch(self, blobs: BlobPort, sha256: str, size: int) -> Path:
         """The local file of a blob, streamed from where `blobs` keeps it when this replica
-        lacks it, checked against its digest before it is renamed into place."""
+        lacks it, checked against its digest before it is renamed into place.
+
+        A file already here (every run but a context's first on this replica) is found and
+        touched in one worker-thread hop, without the per-blob lock: the lock only keeps two
+        fetches of one blob from streaming it twice, and a file that is here whole is never
+        rewritten (its name is its digest)."""
         target = self.path(sha256)
+        if await anyio.to_thread.run_sync(self.touch, sha256, size):
+            return target
         lock = self._locks.setdefault(sha256, anyio.Lock())
         async with lock:
-            if await anyio.to_thread.run_sync(self.has, sha256, size):
-                await anyio.to_thread.run_sync(os.utime, target)  # used now: the last to go past the bound
+            if await anyio.to_thread.run_sync(self.touch, sha256, size):  # fetched while this waited
                 return target
             await anyio.to_thread.run_sync(self.prepare)
             fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="fetch-", suffix=".tmp")
