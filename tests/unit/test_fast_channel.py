@@ -3,6 +3,7 @@ the raw frame reader, and what the orphan reaper may remove."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from rlm_mcp.config import SandboxSettings
@@ -121,6 +123,41 @@ async def test_a_wrong_token_is_closed_without_an_answer() -> None:
     assert connected == [] and chan.conn is None and chan.refused and "token" in chan.refused
     assert not chan.path.exists()
     sock.close()
+
+
+@pytest.mark.anyio
+async def test_an_accept_given_up_as_the_kernel_connects_takes_nothing() -> None:
+    """The host gives up its accept (the kernel's boot is abandoned) in the loop turn in which the
+    kernel's connection arrives: nothing is accepted, and nothing fails inside the loop (on Python
+    3.11 `loop.sock_accept` accepted anyway, raised InvalidStateError there and leaked the socket)."""
+    loop = asyncio.get_running_loop()
+    failures: list[dict[str, Any]] = []
+    handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: failures.append(context))
+    root = ChannelRoot()
+    chan = FastChannel(root.new_dir())
+    kernel_end = socket.socket(socket.AF_UNIX)
+    try:
+        accepting = loop.create_task(chan.accept(lambda conn: None))
+        await anyio.lowlevel.checkpoint()  # it waits on the listener now
+        kernel_end.connect(str(chan.path))  # in the backlog: the listener is readable
+        loop.call_soon(accepting.cancel)  # in the next loop turn, ahead of the listener's readiness
+        await asyncio.wait([accepting])
+        assert accepting.cancelled()
+        for _ in range(3):  # whatever that turn queued has run
+            await anyio.lowlevel.checkpoint()
+        assert failures == []
+        chan.close_listener()
+        kernel_end.settimeout(10)
+        try:  # nobody accepted it: the listener's close ends it, no leaked socket holds it open
+            assert kernel_end.recv(1) == b""
+        except ConnectionResetError:
+            pass
+    finally:
+        loop.set_exception_handler(handler)
+        kernel_end.close()
+        chan.remove_dir()
+        root.close()
 
 
 def test_the_kernel_end_without_a_socket() -> None:

@@ -51,6 +51,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
+
 from rlm_mcp.config import SandboxSettings
 from rlm_mcp.ports.owners import OwnerLiveness
 from rlm_mcp.sandbox.docker.engine import EngineInfo, is_gvisor
@@ -224,6 +226,21 @@ class FastChannels:
         self.root.close()
 
 
+async def _accept_one(listener: socket.socket) -> socket.socket:
+    """The next connection on `listener` (non-blocking). Not `loop.sock_accept`: on Python 3.11
+    its reader callback, already queued when the await is cancelled (the kernel connecting just
+    as its boot is given up), still accepts, fails to set the cancelled future (InvalidStateError
+    in the loop) and leaks the connection. Here a cancelled wait accepts nothing."""
+    while True:
+        await anyio.wait_readable(listener)
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            continue  # a wake-up without a connection, or one gone before it was taken: wait again
+        conn.setblocking(False)
+        return conn
+
+
 class FastChannel:
     """One container's socket: listener, the one accepted connection, its directory.
 
@@ -258,7 +275,7 @@ class FastChannel:
         if listener is None:
             return
         loop = asyncio.get_running_loop()
-        conn, _ = await loop.sock_accept(listener)
+        conn = await _accept_one(listener)
         self.close_listener()  # exactly one connection: nothing inside can connect after this
         try:
             got = bytearray()
