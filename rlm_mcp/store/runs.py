@@ -124,31 +124,21 @@ class RunLog:
                 self._fh, self._written = fh, fh.tell()
 
     async def append(self, event: RunEvent) -> None:
-        if self._fh is None and not self._closed:
-            await self.open()
-        line = event_line(event, self._max_event)
-        if not self._write_now(line):
-            await self._write_in_turn(line)
+        await self._append_line(event_line(event, self._max_event))
 
     async def append_call(self, call: CallLine) -> None:
         """`append(call.event())`: the same line, encoded without building the event's model."""
+        await self._append_line(call_event_line(call, self._max_event))
+
+    async def _append_line(self, line: bytes) -> None:
         if self._fh is None and not self._closed:
             await self.open()
-        line = call_event_line(call, self._max_event)
-        if not self._write_now(line):
-            await self._write_in_turn(line)
-
-    def _write_now(self, line: bytes) -> bool:
-        """Write a small line at once, with no await (True): it lands in the page cache in
-        microseconds, and a lock round or a worker-thread hop costs more than the write, and a
-        turn has several events. False while a large write is in flight (the lock orders appends
-        behind it) or for a large line."""
         if len(line) <= INLINE_FILE_BYTES and not self._lock.locked():
+            # A small append lands in the page cache in microseconds: written here, with no
+            # await (a lock round or a worker-thread hop costs more than the write, and a turn
+            # has several events). The lock only orders appends behind a large write in flight.
             self._write(line)
-            return True
-        return False
-
-    async def _write_in_turn(self, line: bytes) -> None:
+            return
         async with self._lock:
             if len(line) <= INLINE_FILE_BYTES:
                 self._write(line)
