@@ -9,7 +9,7 @@ import pytest
 from rlm_mcp.cli import CLI_FIXES
 from rlm_mcp.errors import NotFoundError, UnknownIdError
 from rlm_mcp.owners import EVERY_OWNER, LOCAL_OWNER
-from rlm_mcp.server.app import for_mcp
+from rlm_mcp.server.tool_calls import for_mcp
 from rlm_mcp.store import ContextStore, RunStore
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_store import sections
