@@ -52,6 +52,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench's own modules
+from bench.procfs import children_named, cpu_snapshot, peak_rss_mb, process_groups
 from bench.results_file import ResultFile
 from rlm_mcp.testing import scripted_lm_process
 
@@ -102,33 +103,6 @@ def write_contexts(folder: Path) -> dict[str, Path]:
     return paths
 
 
-def peak_rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for row in fh:
-                if row.startswith("VmHWM:"):
-                    return int(row.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def children_named(parent: int, needle: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and needle.encode() in cmdline:
-            found.append(int(entry))
-    return found
-
-
 def scripted_lm(python: str, log: Path, folder: Path) -> AbstractContextManager[str]:
     """The scripted LM in a subprocess: this checkout's, or with `python` another checkout's
     venv running its own, from `folder` and on the script as this bench writes it."""
@@ -137,55 +111,6 @@ def scripted_lm(python: str, log: Path, folder: Path) -> AbstractContextManager[
     script_file = folder / "script.json"
     script_file.write_text(json.dumps(script()), encoding="utf-8")
     return scripted_lm_process(script_file, log_path=log, python=python, cwd=folder)
-
-
-def task_cpu_ns(pid: int) -> int:
-    """CPU time of a process, all its threads, in ns (schedstat: finer than stat's 10 ms ticks)."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
-                total += int(fh.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
-
-
-def process_groups(server: int, lm: int) -> dict[str, list[int]]:
-    """The processes a turn passes through: this server, the scripted LM, Docker's daemons, and
-    every container's shim and processes (the sandbox's kernel; other users' containers too)."""
-    parents: dict[int, int] = {}
-    names: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        names[int(entry)] = stat[stat.index("(") + 1 : stat.rindex(")")]
-        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    shims = {pid for pid, name in names.items() if name.startswith("containerd-shim")}
-    inside = set(shims)
-    grew = True
-    while grew:
-        more = {pid for pid, ppid in parents.items() if ppid in inside} - inside
-        inside |= more
-        grew = bool(more)
-    return {
-        "rlm-mcp server": [server],
-        "scripted LM": [lm],
-        "dockerd + containerd": [pid for pid, name in names.items() if name in ("dockerd", "containerd")],
-        "every container (others' too)": sorted(inside),
-    }
-
-
-def cpu_snapshot(groups: dict[str, list[int]]) -> dict[str, int]:
-    return {name: sum(task_cpu_ns(pid) for pid in pids) for name, pids in groups.items()}
 
 
 # --- the reference -------------------------------------------------------------------------

@@ -47,12 +47,12 @@ from bench.compare_reference import (
     SIZES,
     Ours,
     Reference,
-    children_named,
     ensure_reference_image,
     query_for,
     server_env,
     write_contexts,
 )
+from bench.procfs import children_named, cpu_seconds
 from bench.results_file import ResultFile
 from rlm_mcp.testing import Script, scripted_lm_process
 
@@ -249,12 +249,6 @@ def compare(ideal: dict[str, float], after: Server, before: Server) -> None:
             cells.append(f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]")
         pairs = [(a - b) * 1000 for a, b in zip(walls, before.walls[name], strict=True)]
         print(f"{name:<14}{cells[0]:<26}{cells[1]:<26}{statistics.median(pairs):>+28.1f} ms")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (its threads included), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run_ours(client: Client, context_id: str, name: str) -> float:
