@@ -34,300 +34,36 @@ compare. Never fails on a timing.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import secrets
-import signal
-import ssl
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
-
-import anyio
-import httpx2
-import psycopg
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from psycopg.rows import dict_row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import team_cpu
+from bench.team_common import (
+    TOKEN,
+    Db,
+    Embedded,
+    call,
+    client_of,
+    complete,
+    cpu_seconds,
+    many_runs,
+    ms,
+    script,
+    started_cluster,
+    statements,
+    tree_cpu,
+)
+from bench.team_probes import cancel_latency, progress_latency, worker_death
 from rlm_mcp.testing import scripted_lm_process
-from tests.fixtures_haproxy import Balanced, balanced_replicas
+from tests.fixtures_haproxy import balanced_replicas
 from tests.fixtures_postgres import Cluster
-
-Embedded = tuple[Callable[..., Any], Callable[..., dict[str, str]]]
-TOKEN = "bench-" + secrets.token_hex(8)
-TURN = "```repl\nprint(len(context))\n```"
-DONE = '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```'
-LONG = "```repl\nimport time\ntime.sleep(300)\n```"
-
-
-def script(turns: int) -> dict[str, Any]:
-    return {
-        "max_model_len": 65536,
-        "sub_default": "ok",
-        "root_by_query": [
-            {"match": "scale run", "replies": [TURN] * (turns - 1) + [DONE]},
-            {"match": "long run", "replies": [LONG] * 50},
-        ],
-    }
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU of `pid` and its children that are still alive (PostgreSQL's backends)."""
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            if int(entry) == pid or int(stat[1]) == pid:
-                total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def ms(values: list[float]) -> str:
-    if not values:
-        return "no samples"
-    return f"p50 {pct(values, 0.5) * 1000:.1f} ms, p99 {pct(values, 0.99) * 1000:.1f} ms (n={len(values)})"
-
-
-@asynccontextmanager
-async def client_of(url: str, *, cafile: Path | None = None) -> AsyncIterator[Client]:
-    verify: Any = ssl.create_default_context(cafile=cafile) if cafile else True
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=900, verify=verify)
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
-
-
-async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    if result.is_error:
-        raise RuntimeError(f"{tool}: {result.content!r}")
-    return dict(result.structured_content or {})
-
-
-async def _ignore_progress(progress: float, total: float | None, message: str | None) -> None:
-    """A progress callback that counts nothing: the call carries a progress token, so the run is followed."""
-
-
-async def complete(client: Client, context_id: str, query: str, *, followed: bool = False) -> str:
-    arguments = {"query": query, "context_id": context_id, "max_iterations": 50}
-    result = await client.call_tool("rlm_complete", arguments, progress_callback=_ignore_progress if followed else None)
-    if result.is_error:
-        raise RuntimeError(f"rlm_complete: {result.content!r}")
-    out = dict(result.structured_content or {})
-    if out.get("answer") != "done":
-        raise RuntimeError(f"unexpected result: {out!r}")
-    return str(out["run_id"])
-
-
-async def many_runs(client: Client, context_id: str, label: str, count: int, *, followed: bool = False) -> list[str]:
-    """`followed`: each call asks for progress (a progress token), so a team front follows its run."""
-    run_ids: list[str] = []
-
-    async def one(i: int) -> None:
-        run_ids.append(await complete(client, context_id, f"scale run {label} {i}", followed=followed))
-
-    async with anyio.create_task_group() as tg:
-        for i in range(count):
-            tg.start_soon(one, i)
-    return run_ids
-
-
-class Db:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    async def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
-            cur = await conn.execute(sql, params)
-            return list(await cur.fetchall())
-
-    async def transactions(self) -> int:
-        """Transactions committed in the cluster so far (the bench's own few included)."""
-        rows = await self.rows("SELECT sum(xact_commit)::bigint AS n FROM pg_stat_database")
-        return int(rows[0]["n"])
-
-    async def claim_latencies(self, run_ids: list[str]) -> list[float]:
-        """Queued -> claimed, both on the database's clock (`rlm_runs.queued_at`, `claimed_at`)."""
-        rows = await self.rows(
-            "SELECT extract(epoch FROM claimed_at - queued_at) AS s FROM rlm_runs "
-            "WHERE run_id = ANY(%s) AND claimed_at IS NOT NULL",
-            (run_ids,),
-        )
-        return [float(r["s"]) for r in rows]
-
-    async def workers_of(self, run_ids: list[str]) -> dict[str, int]:
-        rows = await self.rows(
-            "SELECT w.pid, count(*) AS n FROM rlm_runs r JOIN rlm_workers w ON w.worker_id = r.worker_id "
-            "WHERE r.run_id = ANY(%s) GROUP BY w.pid",
-            (run_ids,),
-        )
-        return {str(r["pid"]): int(r["n"]) for r in rows}
-
-    async def turn_starts(self, run_id: str) -> dict[int, float]:
-        rows = await self.rows("SELECT line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (run_id,))
-        out: dict[int, float] = {}
-        for row in rows:
-            event = json.loads(row["line"])
-            if event.get("type") == "turn_start" and event.get("depth", 0) == 0:
-                out.setdefault(int(event["iteration"]), float(event["ts"]))
-        return out
-
-    async def summary(self, run_id: str) -> dict[str, Any]:
-        rows = await self.rows("SELECT done, worker_id, summary FROM rlm_runs WHERE run_id = %s", (run_id,))
-        row = rows[0]
-        return {"done": row["done"], "worker_id": row["worker_id"], **json.loads(row["summary"])}
-
-
-async def statements(db: Db, turns: int, top: int = 16) -> str:
-    """The statements PostgreSQL ran during the round, by calls per turn (pg_stat_statements),
-    those that differ only by how many rows they write counted as one."""
-    rows = await db.rows(
-        "SELECT calls, total_exec_time, query FROM pg_stat_statements WHERE query NOT LIKE %s",
-        ("%pg_stat_statements%",),
-    )
-    grouped: dict[str, list[float]] = {}
-    for r in rows:
-        query = re.sub(r"\$\d+", "$", " ".join(str(r["query"]).split()))
-        query = re.sub(r"(\([^()]*\))(, \([^()]*\))+", r"\1, ...", query)[:140]
-        calls, took = grouped.setdefault(query, [0, 0.0])
-        grouped[query] = [calls + r["calls"], took + r["total_exec_time"]]
-    total = sum(c for c, _ in grouped.values())
-    lines = [f"  statements per turn (pg_stat_statements; the bench's own included): {total / turns:.2f} in all"]
-    for query, (calls, took) in sorted(grouped.items(), key=lambda kv: -kv[1][0])[:top]:
-        lines.append(f"    {calls / turns:6.2f}/turn {took / calls:7.3f} ms  {query}")
-    return "\n".join(lines)
-
-
-async def until(predicate: Any, within_s: float, what: str, every_s: float = 0.01) -> None:
-    with anyio.fail_after(within_s):
-        while not await predicate():
-            await anyio.sleep(every_s)
-
-
-async def progress_latency(front: Client, db: Db, context_id: str, runs: int) -> list[float]:
-    """Turn starts on a worker to the front's progress notification that names the turn."""
-    lags: list[float] = []
-    for i in range(runs):
-        seen: dict[int, float] = {}
-
-        async def on_progress(
-            progress: float, total: float | None, message: str | None, seen: dict[int, float] = seen
-        ) -> None:
-            now = time.time()
-            if message and message.startswith("turn "):
-                turn = int(message.split()[1].split("/")[0])
-                seen.setdefault(turn, now)
-
-        result = await front.call_tool(
-            "rlm_complete",
-            {"query": f"scale run progress {i}", "context_id": context_id, "max_iterations": 50},
-            progress_callback=on_progress,
-        )
-        run_id = str((result.structured_content or {})["run_id"])
-        starts = await db.turn_starts(run_id)
-        lags += [seen[t] - ts for t, ts in starts.items() if t in seen and t > 1]
-    return lags
-
-
-async def cancel_latency(b: Balanced, context_id: str, times: int) -> tuple[list[float], list[float]]:
-    """Start through rlm1, cancel through rlm3, read the status through rlm2."""
-    answered: list[float] = []
-    final: list[float] = []
-    r1, r2, r3 = b.replicas
-    async with client_of(r1.base) as c1, client_of(r2.base) as c2, client_of(r3.base) as c3:
-        for i in range(times):
-            run_id = (await call(c1, "rlm_start", query=f"long run cancel {i}", context_id=context_id))["run_id"]
-
-            async def running(run_id: str = run_id) -> bool:
-                status = await call(c2, "rlm_status", run_id=run_id)
-                return status.get("status") == "running" and int(status.get("iterations", 0)) >= 1
-
-            await until(running, 120, "the run to be running", every_s=0.05)
-            t0 = time.perf_counter()
-            await call(c3, "rlm_cancel", run_id=run_id)
-            answered.append(time.perf_counter() - t0)
-
-            async def ended(run_id: str = run_id) -> bool:
-                return (await call(c2, "rlm_status", run_id=run_id)).get("status") == "cancelled"
-
-            await until(ended, 120, "the run to be cancelled")
-            final.append(time.perf_counter() - t0)
-    return answered, final
-
-
-async def worker_death(b: Balanced, db: Db, context_id: str, runs: int) -> tuple[list[float], list[str]]:
-    """SIGKILL the worker holding the most long runs; time to each of its runs' final status."""
-    front_replica = b.replicas[2]
-    async with client_of(front_replica.base) as front:
-        run_ids = [
-            (await call(front, "rlm_start", query=f"long run death {i}", context_id=context_id))["run_id"]
-            for i in range(runs)
-        ]
-
-        async def all_running() -> bool:
-            statuses = [await call(front, "rlm_status", run_id=r) for r in run_ids]
-            return all(s.get("status") == "running" and int(s.get("iterations", 0)) >= 1 for s in statuses)
-
-        await until(all_running, 180, "the long runs to be running", every_s=0.1)
-        workers = await db.workers_of(run_ids)
-        victim = next(r for r in b.replicas if str(r.pid) == max(workers, key=lambda pid: workers[pid]))
-        victims = [r for r in run_ids if (await db.rows(
-            "SELECT 1 FROM rlm_runs r JOIN rlm_workers w ON w.worker_id = r.worker_id WHERE r.run_id = %s AND w.pid = %s",
-            (r, victim.pid),
-        ))]  # fmt: skip
-        print(f"  long runs per worker pid: {workers}; killing {victim.name} (pid {victim.pid}): {len(victims)} runs")
-        os.kill(victim.pid, signal.SIGKILL)
-        killed = time.perf_counter()
-        took: list[float] = []
-        reasons: list[str] = []
-        for run_id in victims:
-
-            async def done(run_id: str = run_id) -> bool:
-                return bool((await db.summary(run_id))["done"])
-
-            await until(done, 300, "a lost worker's run to end", every_s=0.05)
-            took.append(time.perf_counter() - killed)
-            reasons.append(str(((await db.summary(run_id)).get("result") or {}).get("reason")))
-        for run_id in run_ids:
-            if run_id not in victims:
-                await call(front, "rlm_cancel", run_id=run_id)
-    return took, reasons
-
-
-def started_cluster(stack: AsyncExitStack, *, statements: bool) -> Cluster:
-    """A PostgreSQL cluster stopped with `stack`; with `statements`, pg_stat_statements loaded
-    (a preloaded library takes effect only at start: set, then restart)."""
-    cluster = Cluster()
-    stack.callback(cluster.stop)
-    cluster.start()
-    if statements:
-        cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-        cluster.stop()
-        cluster.start()
-        cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    return cluster
 
 
 async def team_round(
