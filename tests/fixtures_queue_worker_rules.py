@@ -178,12 +178,14 @@ class _CuttableListener:
             await self._queue.listen_queue(on_note, on_connect=connected, on_disconnect=disconnected)
         await anyio.sleep_forever()  # cut: never listening again
 
-    async def claim(self, worker_id: int, free: int, cap: int, *, sessions: bool = True) -> RunRow | None:
+    async def claim_many(
+        self, worker_id: int, free: int, cap: int, *, limit: int, sessions: bool = True
+    ) -> list[RunRow]:
         connected = self.connected.is_set()
-        row = await self._queue.claim(worker_id, free, cap, sessions=sessions)
-        if row is None and connected:
+        rows = await self._queue.claim_many(worker_id, free, cap, limit=limit, sessions=sessions)
+        if not rows and connected:
             self.claimed_nothing.set()
-        return row
+        return rows
 
     async def any_queued(self) -> bool:
         connected = self.connected.is_set()

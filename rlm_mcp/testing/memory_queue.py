@@ -21,7 +21,7 @@ import anyio
 
 from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules, RunRow, RunState
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef, may_requeue
-from rlm_mcp.testing.memory_queue_parts import FencedRunLogs, StoredRun, StoredWorker, choose_run, listen
+from rlm_mcp.testing.memory_queue_parts import FencedRunLogs, StoredRun, StoredWorker, choose_runs, listen
 
 __all__ = ["MemoryRunQueue"]
 
@@ -218,10 +218,16 @@ class MemoryRunQueue(FencedRunLogs):
     async def claim(
         self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
     ) -> RunRow | None:
+        rows = await self.claim_many(worker_id, free_sandboxes, max_sandboxes, limit=1, sessions=sessions)
+        return rows[0] if rows else None
+
+    async def claim_many(
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, limit: int, sessions: bool = True
+    ) -> list[RunRow]:
         await anyio.lowlevel.checkpoint()
         now = self._now()
-        slots = sum(w.slots for w in self._workers.values() if self._live(w))
-        share = self._rules.share(max(1, slots))
+        live = [w for w in self._workers.values() if self._live(w)]
+        share = self._rules.share(max(1, sum(w.slots for w in live)))
         busy: dict[str, int] = {}
         for r in self._runs.values():
             if r.row.state is RunState.RUNNING:
@@ -233,25 +239,26 @@ class MemoryRunQueue(FencedRunLogs):
             w = self._workers.get(r.prefer_worker)
             return w is not None and self._live(w)
 
-        pick = choose_run(
+        picks = choose_runs(
             self._queued(),
             busy,
             share,
             free_sandboxes,
             max_sandboxes,
+            limit=max(1, limit),
+            workers=max(1, len(live)),
             sessions=sessions,
             prefers_another=prefers_another,
         )
-        if pick is None:
-            return None
-        self._set(
-            pick.row.run_id,
-            state=RunState.RUNNING,
-            attempt=pick.row.attempt + 1,
-            worker_id=worker_id,
-            cancel_requested=False,
-        )
-        return pick.row
+        for pick in picks:
+            self._set(
+                pick.row.run_id,
+                state=RunState.RUNNING,
+                attempt=pick.row.attempt + 1,
+                worker_id=worker_id,
+                cancel_requested=False,
+            )
+        return [pick.row for pick in picks]
 
     async def cancels(self, worker_id: int) -> list[str]:
         return await self._held_where(worker_id, "cancel_requested")

@@ -15,7 +15,7 @@ from rlm_mcp.ports.queue import RunRow, RunState
 from rlm_mcp.ports.runs import RunRecord, encode_live
 from rlm_mcp.testing.memory_runlog import MemoryRunLog
 
-__all__ = ["FencedRunLogs", "StoredRun", "StoredWorker", "choose_run", "listen"]
+__all__ = ["FencedRunLogs", "StoredRun", "StoredWorker", "choose_runs", "listen"]
 
 
 @dataclass
@@ -37,29 +37,50 @@ class StoredWorker:
     gone_at: float | None = None
 
 
-def choose_run(
+def choose_runs(
     queued: list[StoredRun],
     busy: dict[str, int],
     share: int,
     free_sandboxes: int,
     max_sandboxes: int,
     *,
+    limit: int,
+    workers: int,
     sessions: bool,
     prefers_another: Callable[[StoredRun], bool],
-) -> StoredRun | None:
-    """Of the queued runs whose sandbox need fits the free slots and whose owner runs fewer than
-    its share (`busy`: running runs by owner), the oldest of the owner with the fewest running."""
-    fits = [
-        r
-        for r in queued
-        if min(r.need, max_sandboxes) <= free_sandboxes
-        and busy.get(r.row.owner, 0) < share
-        and not prefers_another(r)
-        and (sessions or r.row.summary.request.session_id is None)
-    ]
-    if not fits:
-        return None
-    return min(fits, key=lambda r: (busy.get(r.row.owner, 0), r.queued_at, r.row.run_id))
+) -> list[StoredRun]:
+    """Up to `limit` of the queued runs, as one claim after another would take them: of those
+    whose sandbox need fits the free slots, each owner's oldest first with its count (`busy`:
+    running runs by owner) grown by each of its runs picked before, the fewest first, up to its
+    share; their needs summed against the free slots (stopping at the first that does not fit);
+    at most the eligible runs' share of one of the `workers` live workers, rounded up."""
+    fits = sorted(
+        (
+            r
+            for r in queued
+            if min(r.need, max_sandboxes) <= free_sandboxes
+            and not prefers_another(r)
+            and (sessions or r.row.summary.request.session_id is None)
+        ),
+        key=lambda r: (r.queued_at, r.row.run_id),
+    )
+    counted: dict[str, int] = {}
+    ranked: list[tuple[int, StoredRun]] = []
+    for r in fits:
+        nth = busy.get(r.row.owner, 0) + counted.get(r.row.owner, 0)
+        counted[r.row.owner] = counted.get(r.row.owner, 0) + 1
+        if nth < share:
+            ranked.append((nth, r))
+    ranked.sort(key=lambda nr: (nr[0], nr[1].queued_at, nr[1].row.run_id))
+    bound = min(limit, -(-len(ranked) // workers))
+    picks: list[StoredRun] = []
+    needed = 0
+    for _, r in ranked[:bound]:
+        needed += min(r.need, max_sandboxes)
+        if needed > free_sandboxes:
+            break
+        picks.append(r)
+    return picks
 
 
 async def listen(
