@@ -21,7 +21,9 @@ leaves: a run queued while the listener's connection is silently dead (until its
 finds it so) may wait up to RLM_MCP_QUEUE_IDLE_POLL_S for an idle worker.
 
 Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
-run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
+run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once. One
+claim takes at most the eligible runs' share of one live worker (rounded up), so a burst queued
+at once still goes to every worker with free slots.
 """
 
 from __future__ import annotations
