@@ -25,7 +25,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import scale, team_scale  # scale: the embedded server as its modes start it
+from bench import scale, team_common  # scale: the embedded server as its modes start it
 from bench.team_cpu import load_average
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import balanced_replicas
@@ -53,13 +53,13 @@ def switched(before: dict[str, int], after: dict[str, int]) -> int:
 
 
 async def measure(pids: dict[str, int], seconds: float) -> dict[str, tuple[float, float]]:
-    cpu0 = {n: team_scale.cpu_seconds(p) for n, p in pids.items()}
+    cpu0 = {n: team_common.cpu_seconds(p) for n, p in pids.items()}
     sw0 = {n: switches(p) for n, p in pids.items()}
     t0 = time.perf_counter()
     await anyio.sleep(seconds)
     took = time.perf_counter() - t0
     return {
-        n: ((team_scale.cpu_seconds(p) - cpu0[n]) / took * 1000, switched(sw0[n], switches(p)) / took)
+        n: ((team_common.cpu_seconds(p) - cpu0[n]) / took * 1000, switched(sw0[n], switches(p)) / took)
         for n, p in pids.items()
     }
 
@@ -81,28 +81,28 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"machine: {os.cpu_count()} CPUs; load average {load_average()}")
     async with AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlm-team-idle-")))
-        lm_url = stack.enter_context(scripted_lm_process(team_scale.script(2)))
+        lm_url = stack.enter_context(scripted_lm_process(team_common.script(2)))
         if not args.team_only:
             (tmp / "embedded").mkdir()
             env = scale.server_env(lm_url, tmp / "embedded", "bench-idle", 4)
             async with scale.server("http", env) as (client, pid):
-                context_id = (await team_scale.call(client, "rlm_load_context", text="x" * 1000))["context_id"]
-                await team_scale.many_runs(client, context_id, "warm-up", 2)
+                context_id = (await team_common.call(client, "rlm_load_context", text="x" * 1000))["context_id"]
+                await team_common.many_runs(client, context_id, "warm-up", 2)
                 print("embedded server, idle:")
                 await samples({"embedded": pid}, args)
         (tmp / "team").mkdir()
-        cluster = team_scale.started_cluster(stack, statements=args.statements)
+        cluster = team_common.started_cluster(stack, statements=args.statements)
         env = {"RLM_MCP_WORKER_LEASE_S": str(args.lease), "RLM_MCP_LOG_LEVEL": "WARNING", "RLM_MCP_POOL_SIZE": "2"}
         roles = ["both", "both", "front"]
         with balanced_replicas(
-            tmp / "team", database_url=cluster.url(), lm_url=lm_url, tokens=[team_scale.TOKEN], env=env, roles=roles
+            tmp / "team", database_url=cluster.url(), lm_url=lm_url, tokens=[team_common.TOKEN], env=env, roles=roles
         ) as b:
-            async with team_scale.client_of(b.url, cafile=b.cafile) as client:
-                context_id = (await team_scale.call(client, "rlm_load_context", text="x" * 1000))["context_id"]
-                await team_scale.many_runs(client, context_id, "warm-up", 4)
+            async with team_common.client_of(b.url, cafile=b.cafile) as client:
+                context_id = (await team_common.call(client, "rlm_load_context", text="x" * 1000))["context_id"]
+                await team_common.many_runs(client, context_id, "warm-up", 4)
             pids = {r.name: r.pid for r in b.replicas}
             print("team, idle (rlm1, rlm2 role both; rlm3 role front):")
-            db = team_scale.Db(cluster.url())
+            db = team_common.Db(cluster.url())
             if args.statements:
                 await db.rows("SELECT pg_stat_statements_reset()")
             t0 = time.perf_counter()
@@ -111,7 +111,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 took = round(time.perf_counter() - t0)
                 print(f"  statements over {took} s idle, per second (the three replicas together):")
                 print(
-                    (await team_scale.statements(db, took, top=24)).replace("/turn", "/s   ").replace(" per turn", "")
+                    (await team_common.statements(db, took, top=24)).replace("/turn", "/s   ").replace(" per turn", "")
                 )
 
 

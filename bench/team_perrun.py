@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/scale.py imports team_scale beside it
 
 from bench import scale, team_cpu  # scale: the embedded server, as its scale mode runs it
-from bench.team_scale import DONE, TOKEN, TURN, Db, call, cpu_seconds, many_runs, started_cluster, statements
+from bench.team_common import DONE, TOKEN, TURN, Db, call, cpu_seconds, many_runs, started_cluster, statements
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import balanced_replicas
 
@@ -251,7 +251,7 @@ async def team(args: argparse.Namespace, tmp: Path, lm_url: str, stack: AsyncExi
 
 def scale_client(b: Any, *, front: bool) -> Any:
     """Through HAProxy, or (`front`) straight to the front-only replica, which then fronts every run."""
-    from bench.team_scale import client_of
+    from bench.team_common import client_of
 
     return client_of(b.replicas[2].base) if front else client_of(b.url, cafile=b.cafile)
 

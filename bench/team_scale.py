@@ -8,7 +8,9 @@ LM is the zero-latency scripted server. Prints:
 - server CPU per turn: the three replicas' CPU (user + system, from /proc) for `--runs` runs at
   once through the balancer (`--calls-to front`: to the front-only replica, which then follows
   every run while the workers only execute them), against one embedded process (SQLite, no
-  queue) running the same runs at once (goal <= 1.3x); PostgreSQL's own CPU is printed beside it, not counted; also
+  queue) running the same runs at once (goal <= 1.3x); `--rounds K` measures K rounds of them in
+  the same cluster and embedded process, alternating, and prints each round's ratio and load
+  and their median (a round is a few seconds: one alone swings with the machine's load); PostgreSQL's own CPU is printed beside it, not counted; also
   each replica's share (and of it, its event loop's thread: the rest is worker threads, Docker
   and kernel I/O; and the loop thread's context switches per turn, about its wake-ups), the
   same for the embedded process, PostgreSQL's transactions per turn, and each replica's idle CPU
@@ -34,312 +36,108 @@ compare. Never fails on a timing.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import secrets
-import signal
-import ssl
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import anyio
-import httpx2
-import psycopg
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from psycopg.rows import dict_row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mcp import Client
+
 from bench import team_cpu
+from bench.team_common import (
+    TOKEN,
+    Db,
+    Embedded,
+    call,
+    client_of,
+    complete,
+    cpu_seconds,
+    many_runs,
+    ms,
+    script,
+    started_cluster,
+    statements,
+    tree_cpu,
+)
+from bench.team_probes import cancel_latency, progress_latency, worker_death
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import Balanced, balanced_replicas
-from tests.fixtures_postgres import Cluster
-
-Embedded = tuple[Callable[..., Any], Callable[..., dict[str, str]]]
-TOKEN = "bench-" + secrets.token_hex(8)
-TURN = "```repl\nprint(len(context))\n```"
-DONE = '```repl\nanswer["content"] = "done"\nanswer["ready"] = True\n```'
-LONG = "```repl\nimport time\ntime.sleep(300)\n```"
 
 
-def script(turns: int) -> dict[str, Any]:
-    return {
-        "max_model_len": 65536,
-        "sub_default": "ok",
-        "root_by_query": [
-            {"match": "scale run", "replies": [TURN] * (turns - 1) + [DONE]},
-            {"match": "long run", "replies": [LONG] * 50},
-        ],
-    }
+@dataclass
+class TeamSide:
+    """The three replicas, set up and idle-measured once; `measure` is one round of `--runs` runs."""
+
+    b: Balanced
+    db: Db
+    client: Client
+    context_id: str
+    pg_pid: int
+    turns: int = 0
+    xacts: int = 0
+    wall: float = 0.0
+    pg: float = 0.0
+    spent: dict[str, float] = field(default_factory=dict)
+    loops: dict[str, float] = field(default_factory=dict)
+    wakes: dict[str, float] = field(default_factory=dict)
+    run_ids: list[str] = field(default_factory=list)
+
+    async def measure(self, args: argparse.Namespace, label: str, profiles: team_cpu.Profiles) -> float:
+        """One round's server CPU per turn (the three replicas); adds to the totals over rounds."""
+        replicas = self.b.replicas
+        profiles.start({r.name: r.pid for r in replicas}, prefix=f"{label}-")
+        xacts = await self.db.transactions()
+        pg_before, before = tree_cpu(self.pg_pid), {r.name: cpu_seconds(r.pid) for r in replicas}
+        loops = {r.name: team_cpu.loop_cpu_seconds(r.pid) for r in replicas}
+        wakes = {r.name: team_cpu.loop_wakeups(r.pid) for r in replicas}
+        t0 = time.perf_counter()
+        self.run_ids += await many_runs(self.client, self.context_id, label, args.runs, followed=args.followed)
+        self.wall += time.perf_counter() - t0
+        turns = args.runs * args.turns
+        spent = {r.name: cpu_seconds(r.pid) - before[r.name] for r in replicas}
+        for r in replicas:
+            self.spent[r.name] = self.spent.get(r.name, 0.0) + spent[r.name]
+            self.loops[r.name] = self.loops.get(r.name, 0.0) + team_cpu.loop_cpu_seconds(r.pid) - loops[r.name]
+            self.wakes[r.name] = self.wakes.get(r.name, 0.0) + team_cpu.loop_wakeups(r.pid) - wakes[r.name]
+        self.pg += tree_cpu(self.pg_pid) - pg_before
+        self.xacts += await self.db.transactions() - xacts
+        self.turns += turns
+        profiles.stop()
+        return sum(spent.values()) / turns
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+@dataclass
+class EmbeddedSide:
+    client: Client
+    pid: int
+    context_id: str
+    turns: int = 0
+    cpu: float = 0.0
+    loop: float = 0.0
+    wakes: int = 0
+
+    async def measure(self, args: argparse.Namespace, label: str, profiles: team_cpu.Profiles) -> float:
+        profiles.start({"embedded": self.pid}, prefix=f"{label}-")
+        pid = self.pid
+        before, loop, wakes = cpu_seconds(pid), team_cpu.loop_cpu_seconds(pid), team_cpu.loop_wakeups(pid)
+        await many_runs(self.client, self.context_id, label, args.runs, followed=args.followed)
+        spent = cpu_seconds(pid) - before
+        self.cpu += spent
+        self.loop += team_cpu.loop_cpu_seconds(pid) - loop
+        self.wakes += team_cpu.loop_wakeups(pid) - wakes
+        self.turns += args.runs * args.turns
+        profiles.stop()
+        return spent / (args.runs * args.turns)
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU of `pid` and its children that are still alive (PostgreSQL's backends)."""
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            if int(entry) == pid or int(stat[1]) == pid:
-                total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def ms(values: list[float]) -> str:
-    if not values:
-        return "no samples"
-    return f"p50 {pct(values, 0.5) * 1000:.1f} ms, p99 {pct(values, 0.99) * 1000:.1f} ms (n={len(values)})"
-
-
-@asynccontextmanager
-async def client_of(url: str, *, cafile: Path | None = None) -> AsyncIterator[Client]:
-    verify: Any = ssl.create_default_context(cafile=cafile) if cafile else True
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=900, verify=verify)
-    async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
-        yield client
-
-
-async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    if result.is_error:
-        raise RuntimeError(f"{tool}: {result.content!r}")
-    return dict(result.structured_content or {})
-
-
-async def _ignore_progress(progress: float, total: float | None, message: str | None) -> None:
-    """A progress callback that counts nothing: the call carries a progress token, so the run is followed."""
-
-
-async def complete(client: Client, context_id: str, query: str, *, followed: bool = False) -> str:
-    arguments = {"query": query, "context_id": context_id, "max_iterations": 50}
-    result = await client.call_tool("rlm_complete", arguments, progress_callback=_ignore_progress if followed else None)
-    if result.is_error:
-        raise RuntimeError(f"rlm_complete: {result.content!r}")
-    out = dict(result.structured_content or {})
-    if out.get("answer") != "done":
-        raise RuntimeError(f"unexpected result: {out!r}")
-    return str(out["run_id"])
-
-
-async def many_runs(client: Client, context_id: str, label: str, count: int, *, followed: bool = False) -> list[str]:
-    """`followed`: each call asks for progress (a progress token), so a team front follows its run."""
-    run_ids: list[str] = []
-
-    async def one(i: int) -> None:
-        run_ids.append(await complete(client, context_id, f"scale run {label} {i}", followed=followed))
-
-    async with anyio.create_task_group() as tg:
-        for i in range(count):
-            tg.start_soon(one, i)
-    return run_ids
-
-
-class Db:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    async def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
-            cur = await conn.execute(sql, params)
-            return list(await cur.fetchall())
-
-    async def transactions(self) -> int:
-        """Transactions committed in the cluster so far (the bench's own few included)."""
-        rows = await self.rows("SELECT sum(xact_commit)::bigint AS n FROM pg_stat_database")
-        return int(rows[0]["n"])
-
-    async def claim_latencies(self, run_ids: list[str]) -> list[float]:
-        """Queued -> claimed, both on the database's clock (`rlm_runs.queued_at`, `claimed_at`)."""
-        rows = await self.rows(
-            "SELECT extract(epoch FROM claimed_at - queued_at) AS s FROM rlm_runs "
-            "WHERE run_id = ANY(%s) AND claimed_at IS NOT NULL",
-            (run_ids,),
-        )
-        return [float(r["s"]) for r in rows]
-
-    async def workers_of(self, run_ids: list[str]) -> dict[str, int]:
-        rows = await self.rows(
-            "SELECT w.pid, count(*) AS n FROM rlm_runs r JOIN rlm_workers w ON w.worker_id = r.worker_id "
-            "WHERE r.run_id = ANY(%s) GROUP BY w.pid",
-            (run_ids,),
-        )
-        return {str(r["pid"]): int(r["n"]) for r in rows}
-
-    async def turn_starts(self, run_id: str) -> dict[int, float]:
-        rows = await self.rows("SELECT line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (run_id,))
-        out: dict[int, float] = {}
-        for row in rows:
-            event = json.loads(row["line"])
-            if event.get("type") == "turn_start" and event.get("depth", 0) == 0:
-                out.setdefault(int(event["iteration"]), float(event["ts"]))
-        return out
-
-    async def summary(self, run_id: str) -> dict[str, Any]:
-        rows = await self.rows("SELECT done, worker_id, summary FROM rlm_runs WHERE run_id = %s", (run_id,))
-        row = rows[0]
-        return {"done": row["done"], "worker_id": row["worker_id"], **json.loads(row["summary"])}
-
-
-async def statements(db: Db, turns: int, top: int = 16) -> str:
-    """The statements PostgreSQL ran during the round, by calls per turn (pg_stat_statements),
-    those that differ only by how many rows they write counted as one."""
-    rows = await db.rows(
-        "SELECT calls, total_exec_time, query FROM pg_stat_statements WHERE query NOT LIKE %s",
-        ("%pg_stat_statements%",),
-    )
-    grouped: dict[str, list[float]] = {}
-    for r in rows:
-        query = re.sub(r"\$\d+", "$", " ".join(str(r["query"]).split()))
-        query = re.sub(r"(\([^()]*\))(, \([^()]*\))+", r"\1, ...", query)[:140]
-        calls, took = grouped.setdefault(query, [0, 0.0])
-        grouped[query] = [calls + r["calls"], took + r["total_exec_time"]]
-    total = sum(c for c, _ in grouped.values())
-    lines = [f"  statements per turn (pg_stat_statements; the bench's own included): {total / turns:.2f} in all"]
-    for query, (calls, took) in sorted(grouped.items(), key=lambda kv: -kv[1][0])[:top]:
-        lines.append(f"    {calls / turns:6.2f}/turn {took / calls:7.3f} ms  {query}")
-    return "\n".join(lines)
-
-
-async def until(predicate: Any, within_s: float, what: str, every_s: float = 0.01) -> None:
-    with anyio.fail_after(within_s):
-        while not await predicate():
-            await anyio.sleep(every_s)
-
-
-async def progress_latency(front: Client, db: Db, context_id: str, runs: int) -> list[float]:
-    """Turn starts on a worker to the front's progress notification that names the turn."""
-    lags: list[float] = []
-    for i in range(runs):
-        seen: dict[int, float] = {}
-
-        async def on_progress(
-            progress: float, total: float | None, message: str | None, seen: dict[int, float] = seen
-        ) -> None:
-            now = time.time()
-            if message and message.startswith("turn "):
-                turn = int(message.split()[1].split("/")[0])
-                seen.setdefault(turn, now)
-
-        result = await front.call_tool(
-            "rlm_complete",
-            {"query": f"scale run progress {i}", "context_id": context_id, "max_iterations": 50},
-            progress_callback=on_progress,
-        )
-        run_id = str((result.structured_content or {})["run_id"])
-        starts = await db.turn_starts(run_id)
-        lags += [seen[t] - ts for t, ts in starts.items() if t in seen and t > 1]
-    return lags
-
-
-async def cancel_latency(b: Balanced, context_id: str, times: int) -> tuple[list[float], list[float]]:
-    """Start through rlm1, cancel through rlm3, read the status through rlm2."""
-    answered: list[float] = []
-    final: list[float] = []
-    r1, r2, r3 = b.replicas
-    async with client_of(r1.base) as c1, client_of(r2.base) as c2, client_of(r3.base) as c3:
-        for i in range(times):
-            run_id = (await call(c1, "rlm_start", query=f"long run cancel {i}", context_id=context_id))["run_id"]
-
-            async def running(run_id: str = run_id) -> bool:
-                status = await call(c2, "rlm_status", run_id=run_id)
-                return status.get("status") == "running" and int(status.get("iterations", 0)) >= 1
-
-            await until(running, 120, "the run to be running", every_s=0.05)
-            t0 = time.perf_counter()
-            await call(c3, "rlm_cancel", run_id=run_id)
-            answered.append(time.perf_counter() - t0)
-
-            async def ended(run_id: str = run_id) -> bool:
-                return (await call(c2, "rlm_status", run_id=run_id)).get("status") == "cancelled"
-
-            await until(ended, 120, "the run to be cancelled")
-            final.append(time.perf_counter() - t0)
-    return answered, final
-
-
-async def worker_death(b: Balanced, db: Db, context_id: str, runs: int) -> tuple[list[float], list[str]]:
-    """SIGKILL the worker holding the most long runs; time to each of its runs' final status."""
-    front_replica = b.replicas[2]
-    async with client_of(front_replica.base) as front:
-        run_ids = [
-            (await call(front, "rlm_start", query=f"long run death {i}", context_id=context_id))["run_id"]
-            for i in range(runs)
-        ]
-
-        async def all_running() -> bool:
-            statuses = [await call(front, "rlm_status", run_id=r) for r in run_ids]
-            return all(s.get("status") == "running" and int(s.get("iterations", 0)) >= 1 for s in statuses)
-
-        await until(all_running, 180, "the long runs to be running", every_s=0.1)
-        workers = await db.workers_of(run_ids)
-        victim = next(r for r in b.replicas if str(r.pid) == max(workers, key=lambda pid: workers[pid]))
-        victims = [r for r in run_ids if (await db.rows(
-            "SELECT 1 FROM rlm_runs r JOIN rlm_workers w ON w.worker_id = r.worker_id WHERE r.run_id = %s AND w.pid = %s",
-            (r, victim.pid),
-        ))]  # fmt: skip
-        print(f"  long runs per worker pid: {workers}; killing {victim.name} (pid {victim.pid}): {len(victims)} runs")
-        os.kill(victim.pid, signal.SIGKILL)
-        killed = time.perf_counter()
-        took: list[float] = []
-        reasons: list[str] = []
-        for run_id in victims:
-
-            async def done(run_id: str = run_id) -> bool:
-                return bool((await db.summary(run_id))["done"])
-
-            await until(done, 300, "a lost worker's run to end", every_s=0.05)
-            took.append(time.perf_counter() - killed)
-            reasons.append(str(((await db.summary(run_id)).get("result") or {}).get("reason")))
-        for run_id in run_ids:
-            if run_id not in victims:
-                await call(front, "rlm_cancel", run_id=run_id)
-    return took, reasons
-
-
-def started_cluster(stack: AsyncExitStack, *, statements: bool) -> Cluster:
-    """A PostgreSQL cluster stopped with `stack`; with `statements`, pg_stat_statements loaded
-    (a preloaded library takes effect only at start: set, then restart)."""
-    cluster = Cluster()
-    stack.callback(cluster.stop)
-    cluster.start()
-    if statements:
-        cluster.sql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-        cluster.stop()
-        cluster.start()
-        cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    return cluster
-
-
-async def team_round(
-    args: argparse.Namespace,
-    tmp: Path,
-    lm_url: str,
-    cluster: Cluster,
-    profiles: team_cpu.Profiles,
-    figures: dict[str, str],
-) -> float:
-    url = cluster.url()
-    db = Db(url)
+def team_env(args: argparse.Namespace) -> dict[str, str]:
     env = {
         "RLM_MCP_MAX_RUNS": str(args.runs // 2),
         "RLM_MCP_MAX_SANDBOXES": str(args.runs // 2 + 2),
@@ -351,112 +149,63 @@ async def team_round(
     }
     if args.live_summary_interval is not None:  # 0: a live summary per progress event (before coalescing)
         env["RLM_MCP_LIVE_SUMMARY_INTERVAL_S"] = str(args.live_summary_interval)
-    roles = ["both", "both", "front"]
-    with balanced_replicas(tmp, database_url=url, lm_url=lm_url, tokens=[TOKEN], env=env, roles=roles) as b:
-        # --calls-to front: every call to the front-only replica, so it follows all the runs and
-        # the two workers only execute them (the front's following cost, and the workers', apart).
-        url, cafile = (b.replicas[2].base, None) if args.calls_to == "front" else (b.url, b.cafile)
-        async with client_of(url, cafile=cafile) as client:
-            context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
-            await many_runs(client, context_id, "warm-up", 4)
-            sequential = [await complete(client, context_id, f"scale run sequential {i}") for i in range(args.claims)]
-            pids = {r.name: r.pid for r in b.replicas}
-            pg_pid = cluster.proc.pid if cluster.proc else 0
-            pg_idle = tree_cpu(pg_pid)
-            profiles.start(pids, prefix="idle-")
-            idle = await team_cpu.Idle.measure(pids, args.idle_s)
-            profiles.stop()
-            pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
-            profiles.start(pids)
-            xacts = await db.transactions()
-            if args.statements:
-                await db.rows("SELECT pg_stat_statements_reset()")
-            pg_before, before = tree_cpu(pg_pid), {r.name: cpu_seconds(r.pid) for r in b.replicas}
-            loops = {r.name: team_cpu.loop_cpu_seconds(r.pid) for r in b.replicas}
-            wakes = {r.name: team_cpu.loop_wakeups(r.pid) for r in b.replicas}
-            t0 = time.perf_counter()
-            run_ids = await many_runs(client, context_id, "concurrent", args.runs, followed=args.followed)
-            wall = time.perf_counter() - t0
-            turns = args.runs * args.turns
-            spent = {r.name: (cpu_seconds(r.pid) - before[r.name]) / turns for r in b.replicas}
-            loops = {r.name: (team_cpu.loop_cpu_seconds(r.pid) - loops[r.name]) / turns for r in b.replicas}
-            wakes = {r.name: (team_cpu.loop_wakeups(r.pid) - wakes[r.name]) / turns for r in b.replicas}
-            team_cpu_turn = sum(spent.values())
-            pg_cpu = (tree_cpu(pg_pid) - pg_before) / turns
-            xacts = (await db.transactions() - xacts) / turns
-            profiles.stop()
-        calls = "every call to rlm3" if args.calls_to == "front" else "calls through HAProxy"
-        print(f"team mode: 3 replicas (both, both, front), {calls}; {args.runs} runs of {args.turns} turns at once")
-        print(f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {pg_cpu * 1000:.2f} ms)")
-        print(f"  PostgreSQL transactions per turn (each autocommit statement is one): {xacts:.1f}")
-        print(
-            "  by replica (of which its event loop's thread): "
-            + ", ".join(f"{n} {v * 1000:.2f} ms ({loops[n] * 1000:.2f})" for n, v in spent.items())
-        )
-        print("  event loop context switches per turn: " + ", ".join(f"{n} {v:.1f}" for n, v in wakes.items()))
-        idle_turn = idle.total() * wall / turns
-        print(
-            f"  idle, no run: {idle.render()} (PostgreSQL {pg_idle * 1000:.1f} ms/s); over the round's "
-            f"{wall:.1f} s: {idle_turn * 1000:.2f} ms per turn ({idle_turn / team_cpu_turn:.0%} of the team's)"
-        )
-        figures.update(
-            team=f"{team_cpu_turn * 1000:.2f} ms",
-            by_replica=" / ".join(f"{v * 1000:.2f}" for v in spent.values()),
-            postgres=f"{pg_cpu * 1000:.2f} ms",
-            idle_share=f"{idle_turn * 1000:.2f} ms ({idle_turn / team_cpu_turn:.0%})",
-            wall=f"{wall:.1f} s",
-            transactions=f"{xacts:.1f}",
-        )
-        if args.statements:
-            print(await statements(db, turns))
-        print(f"  runs per worker pid: {await db.workers_of(run_ids)}")
-        print(f"  claim latency, {args.runs} runs at once: {ms(await db.claim_latencies(run_ids))}")
-        print(f"  claim latency, one run at a time: {ms(await db.claim_latencies(sequential))}")
-        async with client_of(b.replicas[2].base) as front:
-            lags = await progress_latency(front, db, context_id, args.progress_runs)
-        print(f"  progress latency (worker's turn_start -> front's notification): {ms(lags)}")
-        answered, final = await cancel_latency(b, context_id, args.cancels)
-        print(f"  cancel across replicas: rlm_cancel answered {ms(answered)}; status cancelled {ms(final)}")
-        took, reasons = await worker_death(b, db, context_id, args.death_runs)
-        print(f"  worker SIGKILLed -> its runs' final status (lease {args.lease:g} s): {ms(took)}")
-        for reason in sorted(set(reasons)):
-            print(f"    reason: {reason}")
-    return team_cpu_turn
+    return env
 
 
-async def embedded_round(
-    args: argparse.Namespace,
-    tmp: Path,
-    lm_url: str,
-    embedded: Embedded,
-    profiles: team_cpu.Profiles,
-    figures: dict[str, str],
-) -> float:
-    server, server_env = embedded  # bench/scale.py's: the embedded server, as its scale mode runs it
-    env = server_env(lm_url, tmp, f"bench-{secrets.token_hex(6)}", args.runs)
-    env["RLM_MCP_POOL_SIZE"] = str(args.pool)
-    async with server("http", env) as (client, pid):
-        context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
-        await many_runs(client, context_id, "warm-up", 4)
-        idle = await team_cpu.Idle.measure({"embedded": pid}, args.idle_s)
-        profiles.start({"embedded": pid})
-        before, loop, wakes = cpu_seconds(pid), team_cpu.loop_cpu_seconds(pid), team_cpu.loop_wakeups(pid)
-        await many_runs(client, context_id, "concurrent", args.runs, followed=args.followed)
-        per_turn = (cpu_seconds(pid) - before) / (args.runs * args.turns)
-        loop = (team_cpu.loop_cpu_seconds(pid) - loop) / (args.runs * args.turns)
-        wakes = (team_cpu.loop_wakeups(pid) - wakes) // (args.runs * args.turns)
-        profiles.stop()
+def team_report(args: argparse.Namespace, side: TeamSide, idle: team_cpu.Idle, pg_idle: float) -> dict[str, str]:
+    """The team's figures over all measured rounds (their CPU summed, per turn)."""
+    turns = side.turns
+    spent = {n: v / turns for n, v in side.spent.items()}
+    team_cpu_turn = sum(spent.values())
+    calls = "every call to rlm3" if args.calls_to == "front" else "calls through HAProxy"
+    rounds = f"; {args.rounds} rounds summed" if args.rounds > 1 else ""
+    print(f"team mode: 3 replicas (both, both, front), {calls}; {args.runs} runs of {args.turns} turns at once{rounds}")
     print(
-        f"embedded single process (SQLite, no queue): server CPU per turn {per_turn * 1000:.2f} ms "
-        f"(its event loop's thread {loop * 1000:.2f}, {wakes} context switches per turn) "
-        f"(idle, no run: {idle.render()})"
+        f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {side.pg / turns * 1000:.2f} ms)"
     )
-    figures["embedded"] = f"{per_turn * 1000:.2f} ms"
-    return per_turn
+    print(f"  PostgreSQL transactions per turn (each autocommit statement is one): {side.xacts / turns:.1f}")
+    print(
+        "  by replica (of which its event loop's thread): "
+        + ", ".join(f"{n} {v * 1000:.2f} ms ({side.loops[n] / turns * 1000:.2f})" for n, v in spent.items())
+    )
+    print("  event loop context switches per turn: " + ", ".join(f"{n} {v / turns:.1f}" for n, v in side.wakes.items()))
+    wall = side.wall / args.rounds
+    idle_turn = idle.total() * side.wall / turns
+    print(
+        f"  idle, no run: {idle.render()} (PostgreSQL {pg_idle * 1000:.1f} ms/s); over a round's "
+        f"{wall:.1f} s: {idle_turn * 1000:.2f} ms per turn ({idle_turn / team_cpu_turn:.0%} of the team's)"
+    )
+    return {
+        "team": f"{team_cpu_turn * 1000:.2f} ms",
+        "by_replica": " / ".join(f"{v * 1000:.2f}" for v in spent.values()),
+        "postgres": f"{side.pg / turns * 1000:.2f} ms",
+        "idle_share": f"{idle_turn * 1000:.2f} ms ({idle_turn / team_cpu_turn:.0%})",
+        "wall": f"{wall:.1f} s",
+        "transactions": f"{side.xacts / turns:.1f}",
+    }
+
+
+async def probes(args: argparse.Namespace, side: TeamSide, sequential: list[str]) -> None:
+    db, b = side.db, side.b
+    print(f"  runs per worker pid: {await db.workers_of(side.run_ids)}")
+    print(f"  claim latency, {args.runs} runs at once: {ms(await db.claim_latencies(side.run_ids))}")
+    print(f"  claim latency, one run at a time: {ms(await db.claim_latencies(sequential))}")
+    async with client_of(b.replicas[2].base) as front:
+        lags = await progress_latency(front, db, side.context_id, args.progress_runs)
+    print(f"  progress latency (worker's turn_start -> front's notification): {ms(lags)}")
+    answered, final = await cancel_latency(b, side.context_id, args.cancels)
+    print(f"  cancel across replicas: rlm_cancel answered {ms(answered)}; status cancelled {ms(final)}")
+    took, reasons = await worker_death(b, db, side.context_id, args.death_runs)
+    print(f"  worker SIGKILLed -> its runs' final status (lease {args.lease:g} s): {ms(took)}")
+    for reason in sorted(set(reasons)):
+        print(f"    reason: {reason}")
 
 
 async def team(args: argparse.Namespace, embedded: Embedded) -> None:
-    """`embedded`: bench/scale.py's (server, server_env), passed in so this module does not import it back."""
+    """`embedded`: bench/scale.py's (server, server_env), passed in so this module does not import it back.
+
+    Both sides are started once and stay up; `--rounds` measured rounds then alternate between
+    them (embedded first in even rounds, team first in odd ones), each round's ratio its own."""
     print(f"machine: {os.cpu_count()} CPUs; load average {team_cpu.load_average()}")
     profiles = team_cpu.Profiles(args.py_spy, args.profile, args.py_spy_rate)
     figures: dict[str, str] = {"label": args.label, "load (start)": team_cpu.load_average()}
@@ -464,18 +213,93 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlm-team-scale-")))
         lm_url = stack.enter_context(scripted_lm_process(script(args.turns)))
         (tmp / "embedded").mkdir()
-        per_turn = await embedded_round(args, tmp / "embedded", lm_url, embedded, profiles, figures)
+        server, server_env = embedded  # bench/scale.py's: the embedded server, as its scale mode runs it
+        env = server_env(lm_url, tmp / "embedded", f"bench-{secrets.token_hex(6)}", args.runs)
+        env["RLM_MCP_POOL_SIZE"] = str(args.pool)
+        e_client, e_pid = await stack.enter_async_context(server("http", env))
+        e_context = (await call(e_client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
+        await many_runs(e_client, e_context, "warm-up", 4)
+        e_idle = await team_cpu.Idle.measure({"embedded": e_pid}, args.idle_s)
+        emb = EmbeddedSide(e_client, e_pid, e_context)
+
         cluster = started_cluster(stack, statements=args.statements)
         (tmp / "team").mkdir()
-        team_cpu_turn = await team_round(args, tmp / "team", lm_url, cluster, profiles, figures)
-    print(f"server CPU per turn, team / embedded: {team_cpu_turn / per_turn:.2f} (goal <= 1.3)")
+        url = cluster.url()
+        roles = ["both", "both", "front"]
+        b = stack.enter_context(
+            balanced_replicas(
+                tmp / "team", database_url=url, lm_url=lm_url, tokens=[TOKEN], env=team_env(args), roles=roles
+            )
+        )
+        # --calls-to front: every call to the front-only replica, so it follows all the runs and
+        # the two workers only execute them (the front's following cost, and the workers', apart).
+        t_url, cafile = (b.replicas[2].base, None) if args.calls_to == "front" else (b.url, b.cafile)
+        t_client = await stack.enter_async_context(client_of(t_url, cafile=cafile))
+        t_context = (await call(t_client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
+        await many_runs(t_client, t_context, "warm-up", 4)
+        sequential = [await complete(t_client, t_context, f"scale run sequential {i}") for i in range(args.claims)]
+        pids = {r.name: r.pid for r in b.replicas}
+        pg_pid = cluster.proc.pid if cluster.proc else 0
+        pg_idle = tree_cpu(pg_pid)
+        profiles.start(pids, prefix="idle-")
+        idle = await team_cpu.Idle.measure(pids, args.idle_s)
+        profiles.stop()
+        pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
+        side = TeamSide(b, Db(url), t_client, t_context, pg_pid)
+        if args.statements:
+            await side.db.rows("SELECT pg_stat_statements_reset()")
+
+        ratios: list[float] = []
+        for k in range(args.rounds):
+            load = team_cpu.load_average()
+            if k % 2 == 0:
+                e = await emb.measure(args, f"concurrent-e{k}", profiles)
+                t = await side.measure(args, f"concurrent-t{k}", profiles)
+            else:
+                t = await side.measure(args, f"concurrent-t{k}", profiles)
+                e = await emb.measure(args, f"concurrent-e{k}", profiles)
+            ratios.append(t / e)
+            if args.rounds > 1:
+                print(
+                    f"round {k + 1}/{args.rounds}: team {t * 1000:.2f} ms, embedded {e * 1000:.2f} ms per turn, "
+                    f"ratio {t / e:.2f} (load {load})"
+                )
+
+        e_turn = emb.cpu / emb.turns
+        print(
+            f"embedded single process (SQLite, no queue): server CPU per turn {e_turn * 1000:.2f} ms "
+            f"(its event loop's thread {emb.loop / emb.turns * 1000:.2f}, {emb.wakes // emb.turns} context switches "
+            f"per turn) (idle, no run: {e_idle.render()})"
+        )
+        figures["embedded"] = f"{e_turn * 1000:.2f} ms"
+        figures.update(team_report(args, side, idle, pg_idle))
+        if args.statements:
+            print(await statements(side.db, side.turns))
+        await probes(args, side, sequential)
+    ratio = statistics.median(ratios)
+    if args.rounds > 1:
+        print(
+            f"server CPU per turn, team / embedded: median {ratio:.2f} of {args.rounds} rounds "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f}) (goal <= 1.3)"
+        )
+        figures["ratio"] = f"{ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f}, {args.rounds} rounds)"
+    else:
+        print(f"server CPU per turn, team / embedded: {ratio:.2f} (goal <= 1.3)")
+        figures["ratio"] = f"{ratio:.2f}"
     print(f"load average at the end: {team_cpu.load_average()}")
-    figures.update(ratio=f"{team_cpu_turn / per_turn:.2f}", load_end=team_cpu.load_average())
+    figures["load_end"] = team_cpu.load_average()
     if args.record:
         print(f"written: {team_cpu.record(figures)}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="team: measured rounds of --runs runs in the same cluster and embedded process, alternating; "
+        "the ratio printed is their median (with min and max)",
+    )
     parser.add_argument("--claims", type=int, default=20, help="team: runs one at a time for the idle claim latency")
     parser.add_argument("--lease", type=float, default=10.0, help="team: RLM_MCP_WORKER_LEASE_S")
     parser.add_argument("--progress-runs", type=int, default=4, help="team: runs followed from the front")

@@ -80,6 +80,64 @@ async def rule_claims_wait_for_the_sandbox_slots_a_run_needs(open_team: OpenTeam
         assert await q.claim(worker, 4, 4) is not None
 
 
+async def rule_a_batch_claim_takes_what_claims_one_by_one_would(open_team: OpenTeam) -> None:
+    """`claim_many`: the fair order and each owner's share counted run by run inside the batch,
+    the sandbox needs summed against the free slots, each row its own attempt (fenced apart,
+    requeued apart when its worker is lost), and a burst spread over the live workers."""
+    async with open_team(auth_tokens=["token-a", "token-b"]) as team:
+        q = team.queue
+        worker = await q.register_worker("owner-batch", 4)  # 4 slots in all: a share of 2
+        for i in range(5):
+            await q.enqueue(summary(f"run_batch_a{i:09d}", "a"), 1)
+        await q.enqueue(summary("run_batch_b000000000", "b"), 1)
+        rows = await q.claim_many(worker, 8, 8, limit=8)
+        assert [r.run_id for r in rows] == ["run_batch_a000000000", "run_batch_b000000000", "run_batch_a000000001"]
+        assert all(r.state is RunState.RUNNING and r.attempt == 1 and r.worker_id == worker for r in rows)
+        assert await q.claim_many(worker, 8, 8, limit=8) == []  # each owner at its share
+        assert await q.finish(rows[0].run_id, final(rows[0].run_id), attempt=1)
+        assert [r.run_id for r in await q.claim_many(worker, 8, 8, limit=8)] == ["run_batch_a000000002"]
+        # Each row is its own attempt: ending one leaves the other's fence as it was.
+        assert not await q.finish(rows[1].run_id, final(rows[1].run_id), attempt=2)
+        assert await q.finish(rows[1].run_id, final(rows[1].run_id), attempt=1)
+    async with open_team() as team:
+        q = team.queue
+        worker = await q.register_worker("owner-needs", 8)
+        await q.enqueue(summary("run_needs_1_two00001"), 2)
+        await q.enqueue(summary("run_needs_2_two00002"), 2)
+        await q.enqueue(summary("run_needs_3_one00003"), 1)
+        # Two then two more do not fit three free slots: the batch stops at the first that does not.
+        assert [r.run_id for r in await q.claim_many(worker, 3, 8, limit=8)] == ["run_needs_1_two00001"]
+        assert [r.run_id for r in await q.claim_many(worker, 1, 8, limit=8)] == ["run_needs_3_one00003"]
+        assert [r.run_id for r in await q.claim_many(worker, 2, 8, limit=1)] == ["run_needs_2_two00002"]
+    async with open_team() as team:
+        q = team.queue
+        sweeper = await connected_sweeper(team)  # before the workers: connecting passes a lease
+        first, second = await q.register_worker("owner-first", 8), await q.register_worker("owner-second", 8)
+        for i in range(4):
+            await q.enqueue(summary(f"run_spread{i:010d}"), 1)
+        # Two live workers: one claim takes half of what is queued, rounded up.
+        taken = await q.claim_many(first, 8, 8, limit=8)
+        assert [r.run_id for r in taken] == ["run_spread0000000000", "run_spread0000000001"]
+        assert [r.run_id for r in await q.claim_many(second, 8, 8, limit=8)] == ["run_spread0000000002"]
+        await team.silence(first)  # no LM reply yet: each of its runs queued again, alone
+        await sweeper.sweep_once()
+        for row in taken:
+            again = await q.read(row.run_id)
+            assert again is not None and again.state is RunState.QUEUED and again.requeues == 1
+            assert not await q.requeue(row.run_id, row.attempt, summary(row.run_id))  # the old attempt: fenced
+        retaken = await q.claim_many(second, 8, 8, limit=8)
+        assert sorted(r.run_id for r in retaken) == [
+            "run_spread0000000000",
+            "run_spread0000000001",
+            "run_spread0000000003",
+        ]
+        assert {r.run_id: r.attempt for r in retaken} == {
+            "run_spread0000000000": 2,
+            "run_spread0000000001": 2,
+            "run_spread0000000003": 1,
+        }
+
+
 async def rule_a_run_preferring_a_worker_waits_for_it_unless_it_is_lost(open_team: OpenTeam) -> None:
     async with open_team() as team:
         q = team.queue
@@ -263,6 +321,7 @@ RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_waiting_bounds_refuse_the_run_over_them,
     rule_claims_are_fair_and_each_owner_holds_at_most_its_share,
     rule_claims_wait_for_the_sandbox_slots_a_run_needs,
+    rule_a_batch_claim_takes_what_claims_one_by_one_would,
     rule_a_run_preferring_a_worker_waits_for_it_unless_it_is_lost,
     rule_a_resumed_worker_writes_nothing_over_the_next_attempt,
     rule_sweepers_end_a_lost_run_once_and_requeue_a_fresh_one_once,

@@ -107,6 +107,43 @@ async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing
         assert row.summary.result is not None and row.summary.result.reason == "ended elsewhere"  # nothing over it
 
 
+class _Claims:
+    """The team's queue, each `claim_many`'s answer kept (the run ids of each claim, in order)."""
+
+    def __init__(self, queue: RunQueuePort) -> None:
+        self._queue = queue
+        self.batches: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    async def claim_many(
+        self, worker_id: int, free: int, cap: int, *, limit: int, sessions: bool = True
+    ) -> list[RunRow]:
+        rows = await self._queue.claim_many(worker_id, free, cap, limit=limit, sessions=sessions)
+        if rows:
+            self.batches.append([r.run_id for r in rows])
+        return rows
+
+
+async def rule_a_worker_claims_the_runs_waiting_for_it_in_one_claim(open_team: OpenTeam) -> None:
+    """Runs queued before a worker starts are claimed in its first claim, as many as it has free
+    run slots; each runs to its end under its own attempt."""
+    async with open_team(queue_poll_s=0.2, max_runs=4) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        names = [f"run_batched{i:09d}" for i in range(3)]
+        for name in names:
+            await q.enqueue(record.model_copy(update={"run_id": name}), 1)
+        claims = _Claims(q)
+        async with worker_on(
+            team, FakeChatModel(root=lambda _m, _t: submit("'42'")), cast(RunQueuePort, claims)
+        ) as worker:
+            for name in names:
+                await _ran_here(q, name, worker)
+        assert claims.batches == [names]
+
+
 class _HeldBeat:
     """The team's queue, its first heartbeat held after its rows are read until `release` is set:
     a beat whose answer predates a claim arrives after the claimed run started."""
@@ -178,12 +215,14 @@ class _CuttableListener:
             await self._queue.listen_queue(on_note, on_connect=connected, on_disconnect=disconnected)
         await anyio.sleep_forever()  # cut: never listening again
 
-    async def claim(self, worker_id: int, free: int, cap: int, *, sessions: bool = True) -> RunRow | None:
+    async def claim_many(
+        self, worker_id: int, free: int, cap: int, *, limit: int, sessions: bool = True
+    ) -> list[RunRow]:
         connected = self.connected.is_set()
-        row = await self._queue.claim(worker_id, free, cap, sessions=sessions)
-        if row is None and connected:
+        rows = await self._queue.claim_many(worker_id, free, cap, limit=limit, sessions=sessions)
+        if not rows and connected:
             self.claimed_nothing.set()
-        return row
+        return rows
 
     async def any_queued(self) -> bool:
         connected = self.connected.is_set()
@@ -269,6 +308,7 @@ WORKER_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once,
     rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,
     rule_a_beat_older_than_a_claim_does_not_stop_the_run_claimed,
+    rule_a_worker_claims_the_runs_waiting_for_it_in_one_claim,
     rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end,
     rule_a_run_queued_while_a_worker_idles_is_claimed_on_its_note,
     rule_a_worker_whose_listener_is_down_polls_and_still_claims,

@@ -137,6 +137,17 @@ class RunQueuePort(Protocol):
         restore one)."""
         ...
 
+    async def claim_many(
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, limit: int, sessions: bool = True
+    ) -> list[RunRow]:
+        """Up to `limit` runs for this worker in one transaction, each now `running` under a new
+        attempt of its own, in the order as many claims one after another would take them: each
+        owner's picks counted against its share as they are made, their sandbox needs summed
+        against `free_sandboxes` (the batch stops at the first that does not fit), and at most
+        the eligible runs' share of one live worker (rounded up), so a burst spreads over the
+        workers. Empty when no queued run fits."""
+        ...
+
     async def any_queued(self) -> bool:
         """Whether any run is queued at all (one cheap look, no claim's lock): a worker's timed
         look asks this first and claims only then."""

@@ -13,44 +13,22 @@ listeners of `listen_runs` and `listen_queue` (PostgreSQL's NOTIFY at commit).
 
 from __future__ import annotations
 
-import functools
-import os
-import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import anyio
 
 from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules, RunRow, RunState
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef, encode_live, may_requeue
-from rlm_mcp.testing.memory_runlog import MemoryRunLog
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef, may_requeue
+from rlm_mcp.testing.memory_queue_parts import FencedRunLogs, StoredRun, StoredWorker, choose_runs, listen
 
 __all__ = ["MemoryRunQueue"]
 
 FORGET_AFTER_S = 86400.0
 
 
-@dataclass
-class _Run:
-    row: RunRow
-    need: int
-    queued_at: float
-    prefer_worker: int | None = None
-    prefer_until: float = 0.0
-
-
-@dataclass
-class _Worker:
-    owner_id: str
-    slots: int
-    heartbeat_at: float
-    host: str = field(default_factory=socket.gethostname)
-    pid: int = field(default_factory=os.getpid)
-    gone_at: float | None = None
-
-
-class MemoryRunQueue:
+class MemoryRunQueue(FencedRunLogs):
     """`RunQueuePort` and `FencedRunStore` in memory; `events` holds each run's logged lines as
     (attempt, seq, line)."""
 
@@ -58,8 +36,8 @@ class MemoryRunQueue:
         self._rules = rules
         self._clock = clock
         self.started_at = clock()  # the "database's" start (`sweep_plan`)
-        self._runs: dict[str, _Run] = {}
-        self._workers: dict[int, _Worker] = {}
+        self._runs: dict[str, StoredRun] = {}
+        self._workers: dict[int, StoredWorker] = {}
         self._next_worker = 1
         self.events: dict[str, list[tuple[int, int, str]]] = {}
         self._run_listeners: list[Callable[[str], None]] = []
@@ -89,7 +67,7 @@ class MemoryRunQueue:
         run = self._runs[run_id]
         run.row = replace(run.row, **changes)  # type: ignore[arg-type]
 
-    def _live(self, w: _Worker) -> bool:
+    def _live(self, w: StoredWorker) -> bool:
         return w.gone_at is None and w.heartbeat_at > self._now() - self._rules.lease_s
 
     def _lost(self, worker_id: int | None) -> bool:
@@ -104,7 +82,7 @@ class MemoryRunQueue:
         for on_note in list(self._queue_listeners):
             on_note(payload)
 
-    def _queued(self) -> list[_Run]:
+    def _queued(self) -> list[StoredRun]:
         return [r for r in self._runs.values() if r.row.state is RunState.QUEUED]
 
     def _requeue(self, run_id: str, summary: RunRecord, attempt: int) -> bool:
@@ -163,7 +141,7 @@ class MemoryRunQueue:
             created_at=record.created_at,
             cancel_requested=False,
         )
-        self._runs[record.run_id] = _Run(
+        self._runs[record.run_id] = StoredRun(
             row,
             max(1, need),
             now,
@@ -213,7 +191,7 @@ class MemoryRunQueue:
             if w.owner_id == owner_id and w.gone_at is None:
                 w.gone_at = now
         worker_id, self._next_worker = self._next_worker, self._next_worker + 1
-        self._workers[worker_id] = _Worker(owner_id, slots, now)
+        self._workers[worker_id] = StoredWorker(owner_id, slots, now)
         self._notify_queue("queued")
         return worker_id
 
@@ -240,40 +218,47 @@ class MemoryRunQueue:
     async def claim(
         self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
     ) -> RunRow | None:
+        rows = await self.claim_many(worker_id, free_sandboxes, max_sandboxes, limit=1, sessions=sessions)
+        return rows[0] if rows else None
+
+    async def claim_many(
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, limit: int, sessions: bool = True
+    ) -> list[RunRow]:
         await anyio.lowlevel.checkpoint()
         now = self._now()
-        slots = sum(w.slots for w in self._workers.values() if self._live(w))
-        share = self._rules.share(max(1, slots))
+        live = [w for w in self._workers.values() if self._live(w)]
+        share = self._rules.share(max(1, sum(w.slots for w in live)))
         busy: dict[str, int] = {}
         for r in self._runs.values():
             if r.row.state is RunState.RUNNING:
                 busy[r.row.owner] = busy.get(r.row.owner, 0) + 1
 
-        def prefers_another(r: _Run) -> bool:
+        def prefers_another(r: StoredRun) -> bool:
             if r.prefer_worker is None or r.prefer_worker == worker_id or r.prefer_until <= now:
                 return False
             w = self._workers.get(r.prefer_worker)
             return w is not None and self._live(w)
 
-        fits = [
-            r
-            for r in self._queued()
-            if min(r.need, max_sandboxes) <= free_sandboxes
-            and busy.get(r.row.owner, 0) < share
-            and not prefers_another(r)
-            and (sessions or r.row.summary.request.session_id is None)
-        ]
-        if not fits:
-            return None
-        pick = min(fits, key=lambda r: (busy.get(r.row.owner, 0), r.queued_at, r.row.run_id))
-        self._set(
-            pick.row.run_id,
-            state=RunState.RUNNING,
-            attempt=pick.row.attempt + 1,
-            worker_id=worker_id,
-            cancel_requested=False,
+        picks = choose_runs(
+            self._queued(),
+            busy,
+            share,
+            free_sandboxes,
+            max_sandboxes,
+            limit=max(1, limit),
+            workers=max(1, len(live)),
+            sessions=sessions,
+            prefers_another=prefers_another,
         )
-        return pick.row
+        for pick in picks:
+            self._set(
+                pick.row.run_id,
+                state=RunState.RUNNING,
+                attempt=pick.row.attempt + 1,
+                worker_id=worker_id,
+                cancel_requested=False,
+            )
+        return [pick.row for pick in picks]
 
     async def cancels(self, worker_id: int) -> list[str]:
         return await self._held_where(worker_id, "cancel_requested")
@@ -343,7 +328,7 @@ class MemoryRunQueue:
         self._finish(run_id, row.summary.ended("error", lost.render(), notice=lost), row.attempt)
         return "ended"
 
-    def _stale(self, run: _Run) -> bool:
+    def _stale(self, run: StoredRun) -> bool:
         return run.row.state is RunState.QUEUED and run.queued_at < self._now() - self._rules.queue_timeout_s
 
     async def stale_queued(self) -> list[str]:
@@ -384,79 +369,15 @@ class MemoryRunQueue:
     # --- wake-ups -------------------------------------------------------------------------
 
     async def listen_runs(self, on_note: Callable[[str], None], *, on_connect: Callable[[], object]) -> None:
-        await self._listen(self._run_listeners, on_note, on_connect)
+        await listen(self._run_listeners, on_note, on_connect)
 
     async def listen_queue(
         self, on_note: Callable[[str], None], *, on_connect: Callable[[], object], on_disconnect: Callable[[], object]
     ) -> None:
-        await self._listen(self._queue_listeners, on_note, on_connect, on_disconnect)
+        await listen(self._queue_listeners, on_note, on_connect, on_disconnect)
 
     async def follow_run(self, run_id: str) -> None:
         """Nothing to do: every listener hears every run here (one process, no wake-up to spare)."""
 
     def forget_run(self, run_id: str) -> None:
         """Nothing to do (`follow_run`)."""
-
-    @staticmethod
-    async def _listen(
-        listeners: list[Callable[[str], None]],
-        on_note: Callable[[str], None],
-        on_connect: Callable[[], object],
-        on_disconnect: Callable[[], object] | None = None,
-    ) -> None:
-        """Never disconnected here but by its end (a test cuts a listener by cancelling it)."""
-        listeners.append(on_note)
-        try:
-            on_connect()
-            await anyio.sleep_forever()
-        finally:
-            listeners.remove(on_note)
-            if on_disconnect is not None:
-                on_disconnect()
-
-    # --- the workers' fenced run logs -----------------------------------------------------
-
-    async def reopen(self, run_id: str, *, attempt: int | None = None) -> MemoryRunLog:
-        await anyio.lowlevel.checkpoint()
-        run = self._runs[run_id]
-        end = functools.partial(self._end_logged, run_id, attempt)
-        return MemoryRunLog(functools.partial(self._flush, run_id, attempt), run_id, run.row.next_seq, end)
-
-    def reopen_claimed(self, row: RunRow) -> MemoryRunLog:
-        end = functools.partial(self._end_logged, row.run_id, row.attempt)
-        return MemoryRunLog(functools.partial(self._flush, row.run_id, row.attempt), row.run_id, row.next_seq, end)
-
-    def _end_logged(self, run_id: str, attempt: int | None, summary: RunRecord) -> bool:
-        return self._finish(run_id, summary, attempt)
-
-    def _flush(
-        self,
-        run_id: str,
-        attempt: int | None,
-        lines: list[tuple[int, str]],
-        seq: int,
-        summary: RunRecord | None,
-        mark_lm_called: bool,
-        announce: bool,
-    ) -> bool:
-        run = self._runs.get(run_id)
-        if run is None:
-            return False
-        if attempt is not None and (run.row.state is not RunState.RUNNING or run.row.attempt != attempt):
-            return False
-        log = self.events.setdefault(run_id, [])
-        written = {(a, s) for a, s, _ in log}  # keyed as PostgreSQL's rows are: a retried flush adds none twice
-        log.extend((attempt or 0, s, line) for s, line in lines if (attempt or 0, s) not in written)
-        changes: dict[str, object] = {"next_seq": max(run.row.next_seq, seq)}
-        if summary is not None and run.row.state is not RunState.DONE:
-            changes["summary"] = summary
-            if summary.done:
-                changes["state"] = RunState.DONE
-        if mark_lm_called:
-            changes["lm_called"] = True
-        live = run.row.state is not RunState.DONE
-        self._set(run_id, **changes)
-        if announce:
-            still = self._runs[run_id].row.state is not RunState.DONE
-            self._notify_run(encode_live(run_id, summary.live()) if still and summary is not None else run_id)
-        return live and self._runs[run_id].row.state is not RunState.DONE

@@ -1,7 +1,8 @@
 """When a front reads a followed run's row (`QueueFront._watch`, `Wakeups.heard_within`), on the
 in-memory queue: a run heard of nothing for a poll interval is read again while the listener
 heard nothing either (an announcement may have been lost), and is not while the listener hears
-other runs (its session is alive, so this run's announcements would have come)."""
+other runs (its session is alive, so this run's announcements would have come); a burst of runs
+reads the live workers' count once."""
 
 from __future__ import annotations
 
@@ -124,3 +125,35 @@ async def test_a_run_ends_from_the_final_record_its_announcement_carries(monkeyp
         assert counted.reads == before
         assert run.progress.status == "cancelled" and run.progress.iterations == 2
         assert run.notice is not None and run.notice.render() == "stopped by its caller"
+
+
+async def test_a_burst_of_runs_reads_the_live_workers_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs of a burst that find the live workers' count due while it is read wait for that
+    read: one statement for them all, and each says what it found (no worker alive)."""
+    settings = make_settings(queue_poll_s=60.0).queue  # the count is due once within the test
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue)
+    counted = Counted(queue, wakeups, monkeypatch)
+    asked, answer = anyio.Event(), anyio.Event()
+    reads = 0
+    real_live_workers = queue.live_workers
+
+    async def live_workers() -> int:
+        nonlocal reads
+        reads += 1
+        asked.set()
+        await answer.wait()
+        return await real_live_workers()
+
+    monkeypatch.setattr(queue, "live_workers", live_workers)
+    async with QueueFront(settings, queue, wakeups) as front:
+        runs = [
+            await front.start(summary("run_unused0000000000").request, None, run_id=f"run_burst{i:011d}")
+            for i in range(5)
+        ]
+        with anyio.fail_after(30):
+            await asked.wait()
+        answer.set()
+        await counted.waits_reached(len(runs))  # each run past its notice, waiting for news
+        assert reads == 1
+        assert all(run.waiting is not None and "no worker" in run.waiting.render() for run in runs)

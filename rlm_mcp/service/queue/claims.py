@@ -1,9 +1,10 @@
 """The worker's claims (`worker.QueueWorker`): when it looks at the queue, and what it claims.
 
-Claims (`RunQueuePort.claim`) are gated inside their statement: a worker claims only while it
-has a free run slot (RLM_MCP_MAX_RUNS) and only a run whose sandbox need (its max_depth, the
-no-deadlock rule of `sandbox/slots.py`) fits the sandbox slots free here; the per-owner share and
-the fair order are the claim's too. Idle sessions' sandboxes count as free slots for a claim: a
+Claims (`RunQueuePort.claim_many`) are gated inside their statement: a worker claims only while
+it has a free run slot (RLM_MCP_MAX_RUNS), up to as many runs as it has free run slots in one
+transaction, and only runs whose sandbox needs (max_depth, the no-deadlock rule of
+`sandbox/slots.py`), summed, fit the sandbox slots free here; the per-owner share and the fair
+order are the claim's too, counted run by run inside the batch. Idle sessions' sandboxes count as free slots for a claim: a
 run that needs one takes it (least recently used first).
 
 When it looks. A worker looks at once while it has a free run slot and was woken (a "queued"
@@ -20,7 +21,9 @@ leaves: a run queued while the listener's connection is silently dead (until its
 finds it so) may wait up to RLM_MCP_QUEUE_IDLE_POLL_S for an idle worker.
 
 Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
-run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once.
+run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once. One
+claim takes at most the eligible runs' share of one live worker (rounded up), so a burst queued
+at once still goes to every worker with free slots.
 """
 
 from __future__ import annotations
@@ -99,34 +102,50 @@ class Claims:
         waited = polled = False
         while True:
             await self._slots.acquire()
+            held = 1 + self._more_slots()  # every run slot free now: one claim may fill them all
             self._wake = anyio.Event()  # before the claim: a run queued during it wakes us
             try:
                 if waited and self._running():
                     # Woken for a new run while busy: leave it a moment to an idler worker, so
                     # runs spread over the workers (draining a backlog is never delayed).
                     await anyio.sleep(SPREAD_S * self._running())
-                row = await self._claim(polled=polled)
+                rows = await self._claim(held, polled=polled)
             except BaseException:
-                self._slots.release()
+                for _ in range(held):
+                    self._slots.release()
                 raise
-            waited = row is None
-            polled = False
-            if row is None:
+            for _ in range(held - len(rows)):
                 self._slots.release()
+            waited = not rows
+            polled = False
+            if not rows:
                 # Due with the process's other timers (rlm_mcp/ticks.py): one wake-up between them.
                 with anyio.move_on_after(until_tick(self.idle_wait_s())) as timer:
                     await self._wake.wait()
                 # No wake-up within the interval, or the listener went away: the timed look.
                 polled = timer.cancelled_caught or not self._listening
                 continue
-            start(row)
+            for row in rows:
+                start(row)
+
+    def _more_slots(self) -> int:
+        """Takes every other free run slot at once; how many."""
+        taken = 0
+        while True:
+            try:
+                self._slots.acquire_nowait()
+            except anyio.WouldBlock:
+                return taken
+            taken += 1
 
     @property
     def _free_sandboxes(self) -> int:
         """Sandbox slots a claimed run may use: the free ones and those idle sessions hold."""
         return self._sandboxes.free_slots + (self._sessions.reclaimable if self._sessions is not None else 0)
 
-    async def _claim(self, *, polled: bool = False) -> RunRow | None:
+    async def _claim(self, slots: int, *, polled: bool = False) -> list[RunRow]:
+        """Up to `slots` runs (this worker's free run slots), bounded by its free sandbox slots:
+        one transaction however many it takes."""
         while self._free_sandboxes < 1 or self._lease_lapsed():  # noqa: ASYNC110 (no event to wait on)
             await anyio.sleep(0.1)  # a sandbox closes within a run's lifetime: cheap to look
         try:
@@ -135,17 +154,18 @@ class Claims:
             if polled:
                 self._empty = not await self._queue.any_queued()
                 if self._empty:
-                    return None
+                    return []
             self._empty = False
             sessions = await self._can_restore_sessions()
-            return await self._queue.claim(
-                worker_id, self._free_sandboxes, self._sandboxes.max_slots, sessions=sessions
+            free = self._free_sandboxes
+            return await self._queue.claim_many(
+                worker_id, free, self._sandboxes.max_slots, limit=max(1, min(slots, free)), sessions=sessions
             )
         except Exception as exc:
             self._empty = False
             log.info("could not claim a run: %s", exc)
             await anyio.sleep(RETRY_S)
-            return None
+            return []
 
     async def _can_restore_sessions(self) -> bool:
         """Whether this worker may claim a kept session's run: its image can snapshot and restore

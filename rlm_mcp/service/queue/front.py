@@ -80,6 +80,8 @@ class QueueFront:
         self._tg: anyio.abc.TaskGroup | None = None
         self._live_workers = 0
         self._workers_seen_at = float("-inf")
+        self._workers_reading: anyio.Event | None = None  # a read of the live workers' count under way
+        self._workers_read_ok = False
 
     async def __aenter__(self) -> QueueFront:
         self._tg = anyio.create_task_group()
@@ -183,19 +185,36 @@ class QueueFront:
     async def _say_if_no_worker(self, run: ActiveRun) -> None:
         """A queued run with no live worker says so (rlm_status), after the record's own notice
         (such as "queued again"), until one comes."""
-        now = time.monotonic()
-        if now - self._workers_seen_at >= self._settings.queue_poll_s:
-            try:
-                self._live_workers = await self._queue.live_workers()
-                self._workers_seen_at = now
-            except Exception:  # the database is restarting: say nothing new
-                return
+        due = time.monotonic() - self._workers_seen_at >= self._settings.queue_poll_s
+        if due and not await self._read_live_workers():  # the database is restarting: say nothing new
+            return
         waiting = None
         if self._live_workers == 0:
             waiting = Notice(kind=NoticeKind.NO_WORKER, wait_s=self._settings.run_queue_timeout_s)
         if run.waiting != waiting:
             run.waiting = waiting
             run.notify("queued")
+
+    async def _read_live_workers(self) -> bool:
+        """Read the live workers' count, one read at a time: the runs of a burst that find the
+        count due while it is being read wait for that read's answer instead of each asking (older
+        than their own would be by less than one round trip). False when it failed."""
+        if (reading := self._workers_reading) is not None:
+            await reading.wait()
+            return self._workers_read_ok
+        self._workers_reading = anyio.Event()
+        started = time.monotonic()
+        self._workers_read_ok = False  # until it answers (a cancelled read tells its waiters nothing)
+        try:
+            self._live_workers = await self._queue.live_workers()
+            self._workers_seen_at = started
+            self._workers_read_ok = True
+        except Exception:  # the caller says nothing new; the next due read tries again
+            self._workers_read_ok = False
+        finally:
+            self._workers_reading.set()
+            self._workers_reading = None
+        return self._workers_read_ok
 
     def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
         """Mirror the run and watch it (its wake-ups are followed already: `Wakeups.follow`)."""

@@ -40,14 +40,14 @@ async def transaction_in_one_trip(
         return await cur.fetchone() if cur.description is not None else None
 
 
-async def commit_with(conn: Conn, statement: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+async def commit_with(conn: Conn, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The open transaction's last statement and its COMMIT in one round trip (the caller's
     `Database.opened_transaction` then has nothing left to commit; it rolls back if this raises);
-    the statement's first row."""
+    the statement's rows."""
     async with conn.pipeline():
         cur = await conn.execute(statement, params)
         await conn.execute("COMMIT")
-    return await cur.fetchone() if cur.description is not None else None
+    return list(await cur.fetchall()) if cur.description is not None else []
 
 
 async def _roll_back(conn: Conn) -> None:

@@ -4,8 +4,9 @@ operations it inherits are in `workers.py`, every statement in `queue_statements
 A run's row in `rlm_runs` is its one state machine (drawn in `ports/queue.py` and
 docs/architecture.md); `rlm_workers` holds the workers. How the rules hold across replicas:
 
-- Claims (`claim`): one transaction under an advisory lock, so the per-owner share and the
-  order are exact across workers; the claim bumps `attempt` and names the worker. Two round
+- Claims (`claim_many`): one transaction under an advisory lock, so the per-owner share and the
+  order are exact across workers; it takes up to a limit of runs (as many claims one after
+  another would), bumps each one's `attempt` and names the worker. Two round
   trips: the BEGIN with the lock (and the live slots the share is of), then the claim with the
   COMMIT (`one_trip.commit_with`).
 - Fencing: a worker's writes (`requeue`, `finish` with `attempt`, and its run log's flushes,
@@ -164,15 +165,23 @@ class PgRunQueue(PgWorkerRegistry):
     async def claim(
         self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, sessions: bool = True
     ) -> RunRow | None:
-        """The next run for this worker (`queue_statements.CLAIM`), now `running` under a new
-        attempt; None when no queued run fits. `sessions=False`: none of a kept session's runs
-        (this worker's image cannot restore one)."""
+        """The next run for this worker (`claim_many` with a limit of one)."""
+        rows = await self.claim_many(worker_id, free_sandboxes, max_sandboxes, limit=1, sessions=sessions)
+        return rows[0] if rows else None
+
+    async def claim_many(
+        self, worker_id: int, free_sandboxes: int, max_sandboxes: int, *, limit: int, sessions: bool = True
+    ) -> list[RunRow]:
+        """Up to `limit` runs for this worker (`queue_statements.CLAIM`), each now `running` under a
+        new attempt of its own, in the order one claim after another would take them; empty when
+        no queued run fits. `sessions=False`: none of a kept session's runs (this worker's image
+        cannot restore one)."""
         async with self._db.opened_transaction(sql.claim_lock_and_slots(CLAIM_LOCK_KEY, self._lease)) as (conn, live):
             # Each owner's share of every live worker's run slots (the rule embedded mode applies
             # to its own slots); this worker is live, so there is at least one slot.
             share = self._rules.share(max(1, int(live["slots"]) if live else 1))
             # The claim and the COMMIT in one round trip (the lock went with the BEGIN): two in all.
-            row = await commit_with(
+            rows = await commit_with(
                 conn,
                 sql.CLAIM,
                 {
@@ -183,12 +192,13 @@ class PgRunQueue(PgWorkerRegistry):
                     "lease": self._lease,
                     "sessions": sessions,
                     "session_key": sql.SESSION_KEY,
+                    "limit": max(1, limit),
+                    "workers": max(1, int(live["workers"]) if live else 1),
                 },
             )
-        if row is None:
-            return None
-        metrics.claim_latency(float(row["waited_s"]))  # queued (or queued again) to claimed, both the database's clock
-        return _row(row)
+        for row in rows:
+            metrics.claim_latency(float(row["waited_s"]))  # queued (or queued again) to claimed, the database's clock
+        return [_row(row) for row in rows]
 
     async def cancels(self, worker_id: int) -> list[str]:
         """The runs this worker holds whose cancel was asked for."""

@@ -16,7 +16,9 @@ Rules kept here (docs/architecture.md, "Team mode"):
 - Claims (`CLAIM`) run under `locks.CLAIM_LOCK_KEY`: of the queued runs whose sandbox need fits
   the worker's free sandbox slots and whose owner runs fewer than its share, the oldest run of
   the owner with the fewest running runs; a run preferring another worker is left to it until
-  `prefer_until`, unless that worker is gone or silent.
+  `prefer_until`, unless that worker is gone or silent. One claim may take several runs, as many
+  claims one after another would (each owner's picks counted against its share, the sandbox
+  needs summed against the free slots).
 - Fencing: a worker's writes match `(run_id, attempt, state = 'running')`.
 - No statement parses a run's summary or log as JSON in SQL (a NUL character in a query would
   make PostgreSQL's jsonb refuse it).
@@ -105,7 +107,8 @@ GAUGES = (
 
 # --- workers' runs ----------------------------------------------------------------------------
 CLAIM_LOCK_AND_SLOTS = (
-    f"SELECT pg_advisory_xact_lock(%(key)s), (SELECT coalesce(sum(slots), 0) FROM rlm_workers WHERE {_LIVE}) AS slots"
+    "SELECT pg_advisory_xact_lock(%(key)s), s.slots, s.workers FROM "
+    f"(SELECT coalesce(sum(slots), 0) AS slots, count(*) AS workers FROM rlm_workers WHERE {_LIVE}) s"
 )
 
 
@@ -118,22 +121,40 @@ def claim_lock_and_slots(key: int, lease: float) -> str:
 # How a kept session's run names its session in its stored record (`CLAIM` with `sessions` off).
 SESSION_KEY = '"session_id": "'
 
+# Up to %(limit)s runs in one statement, in the order one claim after another would take them: the
+# fewest running runs first (each owner's count grows by one with each of its runs picked before:
+# `nth`, its running runs plus its runs ahead of this one), then the oldest. Each owner's picks
+# stop at its share (nth < share), and the sandbox need is summed along that order against the
+# free slots (a prefix: the batch stops at the first run that does not fit). At most a `%(workers)s`th
+# of the eligible runs, rounded up, so a burst spreads over the live workers. The window functions
+# are computed below the statement that locks (`FOR UPDATE` takes no window function); the lock
+# re-checks `state` (a run cancelled meanwhile is not claimed), and a row another transaction
+# holds is skipped. With a limit of 1 it is the single claim of before.
 CLAIM = (
     "WITH busy AS (SELECT owner, count(*) AS n FROM rlm_runs WHERE state = 'running' GROUP BY owner), "
-    "pick AS (SELECT r.run_id FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
+    "cand AS (SELECT r.run_id, r.queued_at, least(r.need, %(cap)s) AS need, "
+    "  coalesce(b.n, 0) + row_number() OVER (PARTITION BY r.owner ORDER BY r.queued_at, r.run_id) - 1 AS nth "
+    "  FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
     "  WHERE r.state = 'queued' AND least(r.need, %(cap)s) <= %(free)s "
-    "  AND coalesce(b.n, 0) < %(share)s "
     # A session's run names its session in the record's JSON (matched as text: a summary may
     # hold a NUL, which jsonb refuses; inside a string a quote is escaped).
     "  AND (%(sessions)s OR position(%(session_key)s in r.summary) = 0) "
     "  AND (r.prefer_worker IS NULL OR r.prefer_worker = %(worker)s OR r.prefer_until <= now() "
     "    OR NOT EXISTS (SELECT 1 FROM rlm_workers w WHERE w.worker_id = r.prefer_worker "
-    "      AND w.gone_at IS NULL AND w.heartbeat_at > now() - make_interval(secs => %(lease)s))) "
-    "  ORDER BY coalesce(b.n, 0), r.queued_at, r.run_id LIMIT 1 FOR UPDATE OF r SKIP LOCKED) "
-    "UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
+    "      AND w.gone_at IS NULL AND w.heartbeat_at > now() - make_interval(secs => %(lease)s)))), "
+    "fair AS (SELECT run_id, nth, queued_at, "
+    "  sum(need) OVER (ORDER BY nth, queued_at, run_id ROWS UNBOUNDED PRECEDING) AS needed, "
+    "  row_number() OVER (ORDER BY nth, queued_at, run_id) AS pos, count(*) OVER () AS eligible "
+    "  FROM cand WHERE nth < %(share)s), "
+    "pick AS (SELECT r.run_id, f.nth, f.queued_at FROM rlm_runs r JOIN fair f ON f.run_id = r.run_id "
+    "  WHERE r.state = 'queued' AND f.needed <= %(free)s "
+    "  AND f.pos <= least(%(limit)s, ceil(f.eligible::numeric / greatest(%(workers)s, 1))) "
+    "  ORDER BY f.nth, f.queued_at, f.run_id LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED), "
+    "up AS (UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
     f"  claimed_at = now(), cancel_requested = false, updated_at = {NOW} "
-    f"FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, "
-    "extract(epoch FROM now() - r.queued_at) AS waited_s"
+    f"  FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, "
+    "  extract(epoch FROM now() - r.queued_at) AS waited_s, pick.nth AS pick_nth, pick.queued_at AS pick_queued_at) "
+    "SELECT * FROM up ORDER BY pick_nth, pick_queued_at, run_id"
 )
 # A worker's timed look before it claims (the partial index `rlm_runs_queued` answers it).
 ANY_QUEUED = "SELECT EXISTS (SELECT 1 FROM rlm_runs WHERE state = 'queued') AS any"
