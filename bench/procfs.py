@@ -13,6 +13,42 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_seconds_of(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU of the process's main thread (its event loop; the rest is worker threads: Docker and
+    kernel I/O, blob reads, DNS)."""
+    return cpu_seconds_of(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def loop_wakeups(pid: int) -> int:
+    """Context switches of the process's main thread so far (voluntary and not): about how often
+    its event loop went to sleep in epoll and woke again."""
+    counts = 0
+    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
+        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+            counts += int(line.split()[1])
+    return counts
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU of `pid` and its children that are still alive (PostgreSQL's backends)."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(entry) == pid or int(stat[1]) == pid:
+                total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 def peak_rss_mb(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:

@@ -4,7 +4,6 @@ runs, the clients, per-process CPU from /proc, the cluster and its database read
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import ssl
@@ -41,26 +40,6 @@ def script(turns: int) -> dict[str, Any]:
             {"match": "long run", "replies": [LONG] * 50},
         ],
     }
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU of `pid` and its children that are still alive (PostgreSQL's backends)."""
-    total = 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            if int(entry) == pid or int(stat[1]) == pid:
-                total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 def pct(values: list[float], q: float) -> float:

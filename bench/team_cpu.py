@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import datetime
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -31,33 +30,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.procfs import cpu_seconds
 from bench.results_file import RESULTS, machine
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def loop_cpu_seconds(pid: int) -> float:
-    """CPU of the process's main thread (its event loop; the rest is worker threads: Docker and
-    kernel I/O, blob reads, DNS)."""
-    return cpu_seconds_of(Path(f"/proc/{pid}/task/{pid}/stat"))
-
-
-def loop_wakeups(pid: int) -> int:
-    """Context switches of the process's main thread so far (voluntary and not): about how often
-    its event loop went to sleep in epoll and woke again."""
-    counts = 0
-    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
-        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-            counts += int(line.split()[1])
-    return counts
-
-
-def cpu_seconds_of(stat: Path) -> float:
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load_average() -> str:

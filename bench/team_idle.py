@@ -25,7 +25,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import scale, team_common  # scale: the embedded server as its modes start it
+from bench import procfs, scale, team_common  # scale: the embedded server as its modes start it
 from bench.team_cpu import load_average
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import balanced_replicas
@@ -53,13 +53,13 @@ def switched(before: dict[str, int], after: dict[str, int]) -> int:
 
 
 async def measure(pids: dict[str, int], seconds: float) -> dict[str, tuple[float, float]]:
-    cpu0 = {n: team_common.cpu_seconds(p) for n, p in pids.items()}
+    cpu0 = {n: procfs.cpu_seconds(p) for n, p in pids.items()}
     sw0 = {n: switches(p) for n, p in pids.items()}
     t0 = time.perf_counter()
     await anyio.sleep(seconds)
     took = time.perf_counter() - t0
     return {
-        n: ((team_common.cpu_seconds(p) - cpu0[n]) / took * 1000, switched(sw0[n], switches(p)) / took)
+        n: ((procfs.cpu_seconds(p) - cpu0[n]) / took * 1000, switched(sw0[n], switches(p)) / took)
         for n, p in pids.items()
     }
 

@@ -35,8 +35,9 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/scale.py imports team_scale beside it
 
-from bench import scale, team_cpu  # scale: the embedded server, as its scale mode runs it
-from bench.team_common import DONE, TOKEN, TURN, Db, call, cpu_seconds, many_runs, started_cluster, statements
+from bench import procfs, scale, team_cpu  # scale: the embedded server, as its scale mode runs it
+from bench.procfs import cpu_seconds
+from bench.team_common import DONE, TOKEN, TURN, Db, call, many_runs, started_cluster, statements
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import balanced_replicas
 
@@ -151,13 +152,13 @@ async def rounds(
     for pair in range(args.pairs):
         for label, turns in order if pair % 2 == 0 else order[::-1]:
             before = {n: cpu_seconds(p) for n, p in pids.items()}
-            loop_before = {n: team_cpu.loop_cpu_seconds(p) for n, p in pids.items()}
+            loop_before = {n: procfs.loop_cpu_seconds(p) for n, p in pids.items()}
             t0 = time.perf_counter()
             await go(label, pair)
             wall = time.perf_counter() - t0
             spent = {n: cpu_seconds(p) - before[n] for n, p in pids.items()}
             spent["all"] = sum(spent.values())
-            spent |= {f"{n} loop": team_cpu.loop_cpu_seconds(p) - loop_before[n] for n, p in pids.items()}
+            spent |= {f"{n} loop": procfs.loop_cpu_seconds(p) - loop_before[n] for n, p in pids.items()}
             for n, v in spent.items():
                 points[n].append((args.runs, args.runs * turns, v))
             by = ", ".join(f"{n} {v * 1000 / (args.runs * turns):.2f}" for n, v in spent.items())

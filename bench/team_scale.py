@@ -50,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mcp import Client
 
-from bench import team_cpu
+from bench import procfs, team_cpu
+from bench.procfs import cpu_seconds, tree_cpu
 from bench.team_common import (
     TOKEN,
     Db,
@@ -58,13 +59,11 @@ from bench.team_common import (
     call,
     client_of,
     complete,
-    cpu_seconds,
     many_runs,
     ms,
     script,
     started_cluster,
     statements,
-    tree_cpu,
 )
 from bench.team_probes import cancel_latency, progress_latency, worker_death
 from rlm_mcp.testing import scripted_lm_process
@@ -95,8 +94,8 @@ class TeamSide:
         profiles.start({r.name: r.pid for r in replicas}, prefix=f"{label}-")
         xacts = await self.db.transactions()
         pg_before, before = tree_cpu(self.pg_pid), {r.name: cpu_seconds(r.pid) for r in replicas}
-        loops = {r.name: team_cpu.loop_cpu_seconds(r.pid) for r in replicas}
-        wakes = {r.name: team_cpu.loop_wakeups(r.pid) for r in replicas}
+        loops = {r.name: procfs.loop_cpu_seconds(r.pid) for r in replicas}
+        wakes = {r.name: procfs.loop_wakeups(r.pid) for r in replicas}
         t0 = time.perf_counter()
         self.run_ids += await many_runs(self.client, self.context_id, label, args.runs, followed=args.followed)
         self.wall += time.perf_counter() - t0
@@ -104,8 +103,8 @@ class TeamSide:
         spent = {r.name: cpu_seconds(r.pid) - before[r.name] for r in replicas}
         for r in replicas:
             self.spent[r.name] = self.spent.get(r.name, 0.0) + spent[r.name]
-            self.loops[r.name] = self.loops.get(r.name, 0.0) + team_cpu.loop_cpu_seconds(r.pid) - loops[r.name]
-            self.wakes[r.name] = self.wakes.get(r.name, 0.0) + team_cpu.loop_wakeups(r.pid) - wakes[r.name]
+            self.loops[r.name] = self.loops.get(r.name, 0.0) + procfs.loop_cpu_seconds(r.pid) - loops[r.name]
+            self.wakes[r.name] = self.wakes.get(r.name, 0.0) + procfs.loop_wakeups(r.pid) - wakes[r.name]
         self.pg += tree_cpu(self.pg_pid) - pg_before
         self.xacts += await self.db.transactions() - xacts
         self.turns += turns
@@ -126,12 +125,12 @@ class EmbeddedSide:
     async def measure(self, args: argparse.Namespace, label: str, profiles: team_cpu.Profiles) -> float:
         profiles.start({"embedded": self.pid}, prefix=f"{label}-")
         pid = self.pid
-        before, loop, wakes = cpu_seconds(pid), team_cpu.loop_cpu_seconds(pid), team_cpu.loop_wakeups(pid)
+        before, loop, wakes = cpu_seconds(pid), procfs.loop_cpu_seconds(pid), procfs.loop_wakeups(pid)
         await many_runs(self.client, self.context_id, label, args.runs, followed=args.followed)
         spent = cpu_seconds(pid) - before
         self.cpu += spent
-        self.loop += team_cpu.loop_cpu_seconds(pid) - loop
-        self.wakes += team_cpu.loop_wakeups(pid) - wakes
+        self.loop += procfs.loop_cpu_seconds(pid) - loop
+        self.wakes += procfs.loop_wakeups(pid) - wakes
         self.turns += args.runs * args.turns
         profiles.stop()
         return spent / (args.runs * args.turns)
