@@ -1,7 +1,7 @@
 """Per sub-call against the floor, in one run: what a sub-call costs rlm-mcp beyond what the
 scripted server itself costs, on this machine at this moment.
 
-    .venv/bin/python bench/subcall.py [--reps 5] [--batches 4] [--record] [--sizes 1,2,4,8,16,32]
+    .venv/bin/python bench/subcall.py [--reps 5] [--batches 4] [--record] [--sizes 1,2,4,8,16,32] [--pin-lm]
 
 The floor: bare chat-completion requests sent with rlm-mcp's own HTTP pool (lm/http.py, the one
 its LM client uses: plain http through lm/plain_http.py to this loopback server) straight to the
@@ -23,12 +23,20 @@ file is the 16/200 table) and, with three sizes or more, fits a batch's wall tim
 fixed + n x per call on each side (least squares over the per-rep medians): what a batch costs
 once and what each of its calls costs. The process sets the garbage collector as `rlm-mcp serve` does
 (rlm_mcp/cli/collector.py), for both sides: they share it. Never fails on a timing.
+
+`--pin-lm` (Linux, two CPUs or more; `--record` refuses it): the scripted LM runs on the last
+CPU and this process's event-loop thread on the others, for both sides. On a 2-vCPU machine the
+kernel wakes the scripted LM on the CPU of the loop that wrote to it, which is still busy with
+the rest of the batch, so the two take turns on one CPU while the other idles; pinned, they run
+side by side, as a real model server on a machine of its own does
+(bench/results/subcall-batch-2026-11-30.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -91,12 +99,14 @@ async def floor_batches(url: str, n: int, batches: int, pool: HttpPool) -> tuple
     return out, (time.process_time() - cpu0) / (n * batches)
 
 
-async def bench(reps: int, batches: int, record: bool, sizes: tuple[int, ...] = SIZES) -> None:
+async def bench(reps: int, batches: int, record: bool, sizes: tuple[int, ...] = SIZES, pin_lm: bool = False) -> None:
     loads = [_load()]
     per_rep: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}  # (floor, ours) per rep
     cpu: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}  # CPU of this process, same
     async with bench_service(script(batches, sizes), max_concurrent_lm_calls=max(sizes)) as service:
         url: str = service.lm.settings.base_url
+        if pin_lm:
+            _pin_scripted_lm()
         local = Caller(service, LOCAL_OWNER)
         context = await local.load_context(text="hello " * 1000)
 
@@ -162,6 +172,22 @@ def fit_batches(per_call: dict[int, list[float]]) -> tuple[float, float]:
     return mean_w - slope * mean_n, slope
 
 
+def _pin_scripted_lm() -> None:
+    """The scripted LM (this process's child) on the last CPU, this thread (the event loop) on the rest."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin-lm needs two CPUs or more")
+    children: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        children += [int(pid) for pid in (task / "children").read_text().split()]
+    lm = [pid for pid in children if b"rlm_mcp.testing.scripted_lm" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    if len(lm) != 1:
+        raise SystemExit(f"--pin-lm: found {len(lm)} scripted LM processes, not 1")
+    os.sched_setaffinity(lm[0], {cpus[-1]})
+    os.sched_setaffinity(0, set(cpus[:-1]))
+    print(f"scripted LM (pid {lm[0]}) on CPU {cpus[-1]}, the event loop on {cpus[:-1]}", file=sys.stderr)
+
+
 def _load() -> str:
     """The 1-minute load average: the floor moves with it, so it is printed beside the figures."""
     try:
@@ -182,12 +208,17 @@ def main() -> None:
     parser.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="batch sizes, comma-separated (three or more: a fit)"
     )
+    parser.add_argument(
+        "--pin-lm", action="store_true", help="the scripted LM on a CPU of its own, the event loop on the others"
+    )
     args = parser.parse_args()
     sizes = tuple(int(n) for n in args.sizes.split(","))
     if args.record and sizes != SIZES:
         parser.error(f"--record writes the {SIZES} table; leave --sizes out")
+    if args.record and args.pin_lm:
+        parser.error("--record writes the unpinned table; leave --pin-lm out")
     tune_for_serving()  # as `rlm-mcp serve` does before serving: this process stands for a server
-    anyio.run(bench, args.reps, args.batches, args.record, sizes)
+    anyio.run(bench, args.reps, args.batches, args.record, sizes, args.pin_lm)
 
 
 if __name__ == "__main__":
