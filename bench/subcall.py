@@ -24,7 +24,7 @@ fixed + n x per call on each side (least squares over the per-rep medians): what
 once and what each of its calls costs. The process sets the garbage collector as `rlm-mcp serve` does
 (rlm_mcp/cli/collector.py), for both sides: they share it. Never fails on a timing.
 
-`--pin-lm` (Linux, two CPUs or more; `--record` refuses it): the scripted LM runs on the last
+`--pin-lm` (Linux, two CPUs or more; `--record` then writes bench/results/subcall_pinned.json): the scripted LM runs on the last
 CPU and this process's event-loop thread on the others, for both sides. On a 2-vCPU machine the
 kernel wakes the scripted LM on the CPU of the loop that wrote to it, which is still busy with
 the rest of the batch, so the two take turns on one CPU while the other idles; pinned, they run
@@ -135,9 +135,12 @@ async def bench(reps: int, batches: int, record: bool, sizes: tuple[int, ...] = 
         finally:
             await pool.aclose()
     load = f"load average {loads[0]} at the start, {_load()} at the end"
+    pinned = "; the scripted LM on a CPU of its own, the event loop on the other" if pin_lm else ""
     out = ResultFile(
-        "subcall",
-        "Per sub-call against the floor (bare requests from rlm-mcp's HTTP pool to the same scripted server, same run)",
+        "subcall_pinned" if pin_lm else "subcall",
+        "Per sub-call against the floor (bare requests from rlm-mcp's HTTP pool to the same scripted server, same run"
+        + pinned
+        + ")",
         ["batch", "floor per request", "rlm-mcp per sub-call", "rlm-mcp / floor", "host CPU per call: floor, rlm-mcp"],
         note=f"{reps} reps of {batches} batches, floor and rlm-mcp alternating; median [min, max] across reps; {load}",
     )
@@ -215,8 +218,6 @@ def main() -> None:
     sizes = tuple(int(n) for n in args.sizes.split(","))
     if args.record and sizes != SIZES:
         parser.error(f"--record writes the {SIZES} table; leave --sizes out")
-    if args.record and args.pin_lm:
-        parser.error("--record writes the unpinned table; leave --pin-lm out")
     tune_for_serving()  # as `rlm-mcp serve` does before serving: this process stands for a server
     anyio.run(bench, args.reps, args.batches, args.record, sizes, args.pin_lm)
 
