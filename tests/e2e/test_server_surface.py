@@ -274,14 +274,14 @@ async def test_slow_context_loads_send_progress(
 ) -> None:
     import threading
 
-    import rlm_mcp.server.app as app_module
+    import rlm_mcp.server.tool_calls as tool_calls
 
     # The server answers only once the client has seen a progress line: the load is slow for as
     # long as it takes, and the test cannot pass without a heartbeat.
     release = threading.Event()
     http_server.route("/slow.txt", b"worth the wait", Content_Type="text/plain", hold=release)
     url = http_server.url("/slow.txt")
-    monkeypatch.setattr(app_module, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(tool_calls, "HEARTBEAT_S", 0.2)
     messages: list[str] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
