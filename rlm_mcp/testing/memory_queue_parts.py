@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -100,21 +101,22 @@ async def listen(
             on_disconnect()
 
 
-class FencedRunLogs:
+class FencedRunLogs(ABC):
     """The memory queue's side as the workers' `FencedRunStore`: run logs whose flushes are fenced
-    by the claim's attempt, as `PgRunLog`'s are."""
+    by the claim's attempt, as `PgRunLog`'s are. The queue (`MemoryRunQueue`) owns the rows and
+    gives the three writes below."""
 
     _runs: dict[str, StoredRun]
     events: dict[str, list[tuple[int, int, str]]]
 
-    def _set(self, run_id: str, **changes: object) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _set(self, run_id: str, **changes: object) -> None: ...
 
-    def _finish(self, run_id: str, summary: RunRecord, attempt: int | None) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def _finish(self, run_id: str, summary: RunRecord, attempt: int | None) -> bool: ...
 
-    def _notify_run(self, payload: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _notify_run(self, payload: str) -> None: ...
 
     async def reopen(self, run_id: str, *, attempt: int | None = None) -> MemoryRunLog:
         await anyio.lowlevel.checkpoint()
