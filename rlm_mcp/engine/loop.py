@@ -18,19 +18,16 @@ Choices worth knowing:
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 import anyio
 
 from rlm_mcp.config import EngineSettings
 from rlm_mcp.engine import messages as msg
-from rlm_mcp.engine.bridge import ChildRunner, make_bridge
-from rlm_mcp.engine.formatting import head_tail
+from rlm_mcp.engine.bridge import make_bridge
+from rlm_mcp.engine.children import child_runner
 from rlm_mcp.engine.opening import SandboxOpener
 from rlm_mcp.engine.profiles import PromptProfile
 from rlm_mcp.engine.prompts import RLM_MCP_SYSTEM_PROMPT
@@ -56,9 +53,7 @@ from rlm_mcp.engine.types import (
     RunStatus,
 )
 from rlm_mcp.errors import RlmMcpError
-from rlm_mcp.events import ChildEnd, ChildStart, ContextRecord, LimitsRecord, RunEnd, RunStart
-from rlm_mcp.file_work import small_here
-from rlm_mcp.observability import tracing
+from rlm_mcp.events import ContextRecord, LimitsRecord, RunEnd, RunStart
 from rlm_mcp.ports import ChatModel, ContextSpec, LMBridge, Sandbox, SandboxFactory
 from rlm_mcp.resource_errors import unexpected_failure
 
@@ -272,7 +267,7 @@ class RLMEngine:
             after=(lambda _: session.bound(contexts)) if session is not None else (lambda _: None),
             ready=ready,
         )
-        bridge = make_bridge(ctx, run_child=self._child_runner(ctx.tree, ctx.run_id))
+        bridge = make_bridge(ctx, run_child=child_runner(self._run, self.lm, self.settings, ctx.tree, ctx.run_id))
         failure: Exception | None = None
         outcome: tuple[RunStatus, str | None] = ("error", None)
         async with anyio.create_task_group() as tg:
@@ -334,85 +329,6 @@ class RLMEngine:
         return "max_iterations", f"max_iterations={max_iterations} reached" + (
             "; the answer was submitted on the extra turn" if ctx.answer.ready else ""
         )
-
-    def _child_runner(self, tree: RunTree, parent_run_id: str) -> ChildRunner:
-        """What `rlm_query` runs when depth allows: a full RLM over the prompt, in its own sandbox."""
-
-        async def run_child(prompt: str, depth: int) -> str:
-            try:
-                data = prompt.encode("utf-8")
-            except UnicodeEncodeError as exc:  # a lone surrogate: refuse this prompt only
-                return (
-                    f"Error: this rlm_query prompt is not valid text (an unpaired surrogate at index {exc.start}); "
-                    "remove it, e.g. text.encode('utf-8', 'replace').decode()."
-                )
-            tree.child_count += 1
-            tree.progress.children = tree.child_count
-            child_id = f"{parent_run_id}.{tree.child_count}"
-            path = await small_here(len(data), lambda: _write_temp_context(data))
-            try:
-                spec = ContextSpec(
-                    path=path, format="text", kind="str", chars=len(prompt), bytes=len(data), name="rlm_query prompt"
-                )
-                child_progress = RunProgress(run_id=child_id, max_iterations=tree.limits.max_iterations)
-                child_progress.usage = tree.usage  # one Usage for the whole tree
-                where = tree.where(parent_run_id)  # the parent's cell and the sub-call slot
-                await tree.emit(
-                    ChildStart(
-                        child_run_id=child_id,
-                        parent_run_id=parent_run_id,
-                        iteration=where.iteration,
-                        block=where.block,
-                        batch=where.batch,
-                        index=where.index,
-                        prompt=head_tail(prompt, self.settings.log_sub_call_chars),
-                        prompt_chars=len(prompt),
-                        depth=depth,
-                        status="running",
-                    )
-                )
-                with tracing.span("rlm.child", {"rlm.run.id": child_id, "rlm.depth": depth}) as span:
-                    result = await self._run(
-                        tree, depth=depth, run_id=child_id, query=None, contexts=[spec], progress=child_progress
-                    )
-                    span.set_attribute("rlm.run.status", result.status)
-                await tree.emit(
-                    ChildEnd(
-                        child_run_id=child_id,
-                        parent_run_id=parent_run_id,
-                        depth=depth,
-                        status=result.status,
-                        answer=head_tail(result.answer or "", self.settings.log_sub_call_chars),
-                        answer_chars=len(result.answer or ""),
-                    )
-                )
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await small_here(len(data), lambda: _unlink(path))
-                    await self.lm.session_done(child_id)  # its router session, if one counts them
-            if result.answer is not None and (result.status == "completed" or result.answer):
-                return result.answer
-            return f"Error: the recursive RLM call ended with status {result.status}: {result.reason or 'no answer'}"
-
-        return run_child
-
-
-def _write_temp_context(data: bytes) -> Path:
-    fd, name = tempfile.mkstemp(prefix="rlm-mcp-child-", suffix=".txt")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-    except BaseException:
-        _unlink(Path(name))  # a failed write (disk full) leaves no file behind
-        raise
-    return Path(name)
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
 
 
 __all__ = ["RLMEngine"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm_mcp.engine import loop as loop_module
+from rlm_mcp.engine import children as children_module
 from rlm_mcp.ports.chat import LMServerError
 from tests.fixtures_engine import FakeChatModel, count_tokens, make_settings, repl, run_engine
 
@@ -216,14 +216,14 @@ async def test_a_childs_prompt_file_is_written_on_the_loop_unless_large(
     waited for its own); a large one still goes to a thread. Either way the child reads it as
     its context and the file is gone after the child."""
     written: list[tuple[Path, bool]] = []
-    write = loop_module._write_temp_context
+    write = children_module._write_temp_context
 
     def recorded(data: bytes) -> Path:
         path = write(data)
         written.append((path, threading.current_thread() is threading.main_thread()))
         return path
 
-    monkeypatch.setattr(loop_module, "_write_temp_context", recorded)
+    monkeypatch.setattr(children_module, "_write_temp_context", recorded)
 
     def script(messages: list[dict[str, str]], index: int) -> str:
         if not messages[1]["content"].startswith("Answer the following"):
