@@ -23,8 +23,9 @@ from rlm_mcp.engine import RunLimits, RunProgress, RunResult
 from rlm_mcp.events import RunEvent, to_json
 from rlm_mcp.ports import CellResult, ContextSpec, LMBridge, LMRequest
 from rlm_mcp.ports.chat import CallRecord, Completion, LMContextLengthError
-from rlm_mcp.sandbox.guest import kernel
+from rlm_mcp.sandbox.guest import frames, kernel
 from rlm_mcp.sandbox.guest.capture import Capture
+from rlm_mcp.sandbox.guest.namespace import make_namespace
 from rlm_mcp.testing.settings import make_settings as make_settings  # re-exported: the one factory
 
 
@@ -44,7 +45,7 @@ class InProcessKernel(kernel.Kernel):
         self.pid = os.getpid()
         self.out_cap = Capture(1 << 20)
         self.err_cap = Capture(1 << 20)
-        self.waiters: dict[int, kernel._Waiter] = {}
+        self.waiters: dict[int, frames.Waiter] = {}
         self.waiters_lock = threading.Lock()
         self.next_id = 0
         self.in_cell = self.interrupted = False
@@ -52,7 +53,7 @@ class InProcessKernel(kernel.Kernel):
         self.max_batch, self.answer_max = 512, 8 << 20
         self.sent: list[dict[str, Any]] = []
         self._call = call
-        self.ns = self.make_namespace()
+        self.ns = make_namespace(self)
 
     def send(self, obj: dict[str, Any]) -> None:
         if obj.get("type") == "lm_request":

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from rlm_mcp.sandbox.guest import kernel
+from rlm_mcp.sandbox.guest import frames, kernel
 from rlm_mcp.sandbox.guest.capture import Capture, TextSink, clip
 
 
@@ -58,7 +58,7 @@ def test_text_sink_accepts_only_text_like_sys_stdout() -> None:
 
 
 def test_waiter_hands_the_reply_from_the_reader_thread_to_the_caller() -> None:
-    waiter = kernel._Waiter()
+    waiter = frames.Waiter()
     reply = {"results": ["ok"]}
     reader = threading.Thread(target=waiter.answer, args=(reply,))
     reader.start()
@@ -86,7 +86,7 @@ def test_reader_splits_frames_and_raw_context_bytes_that_arrive_in_one_read(monk
     reader.proto_in = r
     reader.tasks = queue.SimpleQueue()
     reader.waiters_lock = threading.Lock()
-    waiter = kernel._Waiter()
+    waiter = frames.Waiter()
     reader.waiters = {7: waiter}
     reader.in_cell = False
     load = _frame({"type": "load_context", "id": 1, "index": 0, "format": "text", "bytes": 5})

@@ -38,10 +38,21 @@ def kernel_payload() -> bytes:
     """What the host writes first on the container's stdin: length line + kernel source, which
     starts with the answer rules (answer_rules.py, shared with the host's tests), the fast
     channel's kernel end (fastchan.py), the host watch (hostwatch.py), the output capture
-    (capture.py) and the reaping of the kernel's children (children.py)."""
+    (capture.py), the reaping of the kernel's children (children.py), the frames' bytes (frames.py),
+    a cell's error text (errors.py) and the cell namespace (namespace.py)."""
     package = resources.files("rlm_mcp.sandbox.guest")
     source = b"\n".join(
         package.joinpath(name).read_bytes()
-        for name in ("answer_rules.py", "fastchan.py", "hostwatch.py", "capture.py", "children.py", "kernel.py")
+        for name in (
+            "answer_rules.py",
+            "fastchan.py",
+            "hostwatch.py",
+            "capture.py",
+            "children.py",
+            "frames.py",
+            "errors.py",
+            "namespace.py",
+            "kernel.py",
+        )
     )
     return b"%d\n" % len(source) + source

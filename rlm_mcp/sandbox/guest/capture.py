@@ -6,6 +6,8 @@ Stdlib only and import-free of the package: its source is sent ahead of kernel.p
 bootstrap.kernel_payload) and runs in the kernel's namespace.
 """
 
+import os
+import select
 import threading
 from collections.abc import Iterable
 from typing import NoReturn
@@ -108,3 +110,34 @@ class TextSink:
 
     def __getattr__(self, name: str) -> NoReturn:
         raise AttributeError(name)
+
+
+def read_pipe(fd: int, cap: Capture) -> bool:
+    """Move what the pipe holds into `cap`; False once the pipe is closed or broken."""
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+        if not data:
+            return False
+        cap.add(data)
+
+
+def drain_pipe(fd: int, cap: Capture, lock: threading.Lock) -> None:
+    """Keep the pipe flowing while a cell writes more than the pipe buffer holds (a thread's
+    body). Bytes leave the pipe only under `lock`, straight into the capture."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while True:
+        try:
+            poller.poll()
+        except InterruptedError:
+            continue
+        with lock:
+            if not read_pipe(fd, cap):
+                return

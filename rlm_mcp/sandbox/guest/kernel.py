@@ -11,68 +11,35 @@ Threads: user code runs on the main thread (SIGINT, our timeout tool, is deliver
 there); a reader thread takes host frames; two threads drain the fd-level capture pipes.
 """
 
-import builtins
 import fcntl
 import json
 import linecache
 import os
 import queue
-import select
 import signal
 import struct
 import sys
 import threading
 import time
-import traceback
 
 if "read_answer" not in globals():
     # Imported on the host (tests, linters). In the container, bootstrap.kernel_payload() has
     # already run answer_rules.py's source ahead of this file.
-    from rlm_mcp.sandbox.guest.answer_rules import new_answer, read_answer, submit_answer, submit_variable
+    from rlm_mcp.sandbox.guest.answer_rules import read_answer
 if "open_fast_channel" not in globals():
     from rlm_mcp.sandbox.guest.fastchan import open_fast_channel
 if "start_host_watch" not in globals():
     from rlm_mcp.sandbox.guest.hostwatch import start_host_watch
 if "Capture" not in globals():
-    from rlm_mcp.sandbox.guest.capture import Capture, TextSink, clip
+    from rlm_mcp.sandbox.guest.capture import Capture, TextSink, clip, drain_pipe, read_pipe
 if "reap_zombies" not in globals():
     from rlm_mcp.sandbox.guest.children import reap_strays, reap_zombies
-
-_SIMPLE_TYPES = (str, int, float, bool, list, dict, tuple)
-_RESERVED = {
-    "llm_query",
-    "llm_query_batched",
-    "rlm_query",
-    "rlm_query_batched",
-    "SHOW_VARS",
-    "FINAL",
-    "FINAL_VAR",
-    "answer",
-    "__builtins__",
-    "__name__",
-}
-
-
-class _Waiter:
-    """One sub-call waiting for the host's reply: the reader thread answers, the caller waits.
-
-    A bare lock held until the answer, not a threading.Event: an Event's wait and set go through
-    a Condition written in Python (a lock made per wait, a waiter list), the caller's wake-up
-    here is one C-level release. The reader pops a waiter before answering it: one answer each.
-    """
-
-    def __init__(self):
-        self._done = threading.Lock()
-        self._done.acquire()
-        self._reply = {}
-
-    def answer(self, reply):
-        self._reply = reply
-        self._done.release()
-
-    def wait(self):
-        self._done.acquire()
-        return self._reply
+if "encode_frame" not in globals():
+    from rlm_mcp.sandbox.guest.frames import Waiter, encode_frame, fill, read_payload
+if "cell_error" not in globals():
+    from rlm_mcp.sandbox.guest.errors import cell_error, cell_error_as_trained
+if "make_namespace" not in globals():
+    from rlm_mcp.sandbox.guest.namespace import list_variables, make_namespace
 
 
 class Kernel:
@@ -107,7 +74,9 @@ class Kernel:
             os.set_inheritable(w, False)
             os.set_blocking(r, False)
             self.pipes[fd] = (r, w)
-            threading.Thread(target=self._drain, args=(r, cap), daemon=True, name=f"capture-{fd}").start()
+            threading.Thread(
+                target=drain_pipe, args=(r, cap, self.capture_lock), daemon=True, name=f"capture-{fd}"
+            ).start()
         # One stdin/stdout/stderr object each for the kernel's whole life: a thread of user code
         # may be inside print() holding only a borrowed reference to sys.stdout, so replacing the
         # object per cell freed it under that thread (SIGSEGV). Objects user code installed and
@@ -168,48 +137,15 @@ class Kernel:
         self.proto_in = self.proto_out = -1
         self.chan_sock = None
 
-    def _drain(self, fd, cap):
-        """Keep the pipe flowing while a cell writes more than the pipe buffer holds."""
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        while True:
-            try:
-                poller.poll()
-            except InterruptedError:
-                continue
-            with self.capture_lock:
-                if not self._read_available(fd, cap):
-                    return
-
-    @staticmethod
-    def _read_available(fd, cap):
-        """Move what the pipe holds into `cap`; False once the pipe is closed or broken."""
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                return True
-            except InterruptedError:
-                continue
-            except OSError:
-                return False
-            if not data:
-                return False
-            cap.add(data)
-
     def _settle_capture(self):
         """Take what user code wrote to fds 1/2 into the captures (nothing can be in flight)."""
         with self.capture_lock:
-            self._read_available(self.pipes[1][0], self.out_cap)
-            self._read_available(self.pipes[2][0], self.err_cap)
+            read_pipe(self.pipes[1][0], self.out_cap)
+            read_pipe(self.pipes[2][0], self.err_cap)
 
     # -- protocol --------------------------------------------------------------------------
     def send(self, obj):
-        try:
-            data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates in user strings: escape them instead
-            data = json.dumps(obj, ensure_ascii=True).encode("ascii")
-        frame = struct.pack(">I", len(data)) + data
+        frame = encode_frame(obj)
         with self.write_lock:
             if self.proto_out < 0:
                 raise RuntimeError("this process is a fork of the kernel and has no host connection")
@@ -221,47 +157,19 @@ class Kernel:
             except OSError:
                 os._exit(70)  # the host is gone: nothing left to do
 
-    @staticmethod
-    def _fill(fd, buf, n):
-        """Read until `buf` holds at least `n` bytes. Reads take what the pipe holds (a frame's
-        header and body, often several frames, in one read), not one read per header and body."""
-        while len(buf) < n:
-            data = os.read(fd, min(max(n - len(buf), 1 << 16), 1 << 20))
-            if not data:
-                raise EOFError
-            buf += data
-
-    @staticmethod
-    def _read_payload(fd, buf, n):
-        # A context's bytes follow its load_context frame raw (no JSON): read straight into one
-        # buffer, so a 50 MiB context costs one decode here and no escaping on either side.
-        # The first bytes may already be in the reader's buffer `buf` (taken out of it here).
-        raw = bytearray(n)
-        pos = min(n, len(buf))
-        raw[:pos] = buf[:pos]
-        del buf[:pos]
-        view = memoryview(raw)
-        while pos < n:
-            got = os.readv(fd, [view[pos : pos + (1 << 22)]])
-            if not got:
-                raise EOFError
-            pos += got
-        view.release()
-        return raw
-
     def reader(self, fd):
         """Take the host's frames from `fd` (stdin's copy, or the fast channel's socket)."""
         buf = bytearray()
         try:
             while True:
-                self._fill(fd, buf, 4)
+                fill(fd, buf, 4)
                 (size,) = struct.unpack_from(">I", buf)
-                self._fill(fd, buf, 4 + size)
+                fill(fd, buf, 4 + size)
                 msg = json.loads(buf[4 : 4 + size])
                 del buf[: 4 + size]
                 kind = msg.get("type")
                 if kind == "load_context":
-                    msg["raw"] = self._read_payload(fd, buf, int(msg["bytes"]))
+                    msg["raw"] = read_payload(fd, buf, int(msg["bytes"]))
                 if kind == "lm_result":
                     with self.waiters_lock:
                         waiter = self.waiters.pop(msg.get("id"), None)
@@ -292,7 +200,7 @@ class Kernel:
             raise ValueError(f"at most {self.max_batch} prompts per batched call (got {len(prompts)})")
         if not prompts:
             return []
-        waiter = _Waiter()
+        waiter = Waiter()
         with self.waiters_lock:
             self.next_id += 1
             rid = self.next_id
@@ -308,50 +216,6 @@ class Kernel:
             raise RuntimeError("the host answered a sub-call with a malformed result")
         return [str(r) for r in results]
 
-    # -- namespace -------------------------------------------------------------------------
-    def make_namespace(self):
-        kernel = self
-        ns = {"__name__": "__main__", "__builtins__": builtins}
-
-        def llm_query(prompt, model=None):
-            """Ask the sub-LM one prompt; returns its answer (a str; errors start with 'Error:')."""
-            return kernel.lm_call("llm", [prompt], model)[0]
-
-        def llm_query_batched(prompts, model=None):
-            """Ask the sub-LM several prompts concurrently; answers come back in order."""
-            return kernel.lm_call("llm", list(prompts), model)
-
-        def rlm_query(prompt, model=None):
-            """Ask a recursive LM (with its own REPL) one prompt; returns its answer."""
-            return kernel.lm_call("rlm", [prompt], model)[0]
-
-        def rlm_query_batched(prompts, model=None):
-            """Ask a recursive LM several prompts concurrently; answers come back in order."""
-            return kernel.lm_call("rlm", list(prompts), model)
-
-        def SHOW_VARS():
-            """The variables this REPL holds, with their types (returned, as the reference does)."""
-            source = kernel.show_vars_from if kernel.show_vars_from is not None else ns
-            names = {
-                k: type(v).__name__
-                for k, v in list(source.items())
-                if type(k) is str and not k.startswith("_") and k not in _RESERVED
-            }
-            return f"Available variables: {names!r}"
-
-        def FINAL(value):
-            """Submit `value` as the final answer."""
-            return submit_answer(ns, value)
-
-        def FINAL_VAR(name):
-            """Submit the variable called `name` as the final answer."""
-            return submit_variable(ns, name)
-
-        for fn in (llm_query, llm_query_batched, rlm_query, rlm_query_batched, SHOW_VARS, FINAL, FINAL_VAR):
-            ns[fn.__name__] = fn
-        ns["answer"] = new_answer()
-        return ns
-
     # -- tasks -----------------------------------------------------------------------------
     def handle_init(self, msg):
         cap = int(msg.get("output_bytes") or (1 << 20))
@@ -359,7 +223,7 @@ class Kernel:
         self.err_cap.resize(cap)
         self.max_batch = int(msg.get("max_batch") or 512)
         self.answer_max = int(msg.get("answer_max_bytes") or (8 << 20))
-        self.ns = self.make_namespace()
+        self.ns = make_namespace(self)
         self._heal_fds()
         # Whether a kept session's namespace can be snapshotted here (dill in the image): the host
         # refuses keep_session before a run when it cannot.
@@ -401,54 +265,6 @@ class Kernel:
             self.ns["context"] = value
         self.send({"type": "context_loaded", "id": msg.get("id"), "index": idx, "error": error})
 
-    def _format_error(self, exc, filename):
-        # User exceptions are hostile too: str(exc) may raise (which used to end the kernel) or
-        # be huge (a 64 MB message overflowed the host's frame cap): never raise, clip the text.
-        limit = 2 * self.out_cap.half
-        try:
-            name = type(exc).__name__
-        except BaseException:
-            name = "Exception"
-        try:
-            message = clip(str(exc), limit)
-        except BaseException:
-            message = "<the exception's str() failed>"
-        try:
-            tb = exc.__traceback__
-            while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
-                tb = tb.tb_next
-            if isinstance(exc, SyntaxError):
-                body = "".join(traceback.format_exception_only(type(exc), exc))
-            else:
-                body = "".join(traceback.format_exception(type(exc), exc, tb))
-        except BaseException:
-            body = ""
-        return clip(f"{name}: {message}" + "\n" + clip(body.rstrip(), limit), limit)
-
-    def _trained_error(self, exc, filename):
-        # The training harness's shape (rlm_train/worker.py): "\nType: message", then a newline and
-        # the traceback. Only the cell's own frames are shown (training's also named its worker's
-        # files), named as exec() of a string names them, without source lines: as in training.
-        limit = 2 * self.out_cap.half
-        try:
-            if isinstance(exc, SyntaxError) and exc.filename == filename:
-                exc.filename = "<string>"
-            try:
-                message = clip(str(exc), limit)
-            except BaseException:
-                message = "<the exception's str() failed>"
-            kept = []
-            for frame in traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__), lookup_lines=False):
-                if frame.filename.startswith("<cell"):
-                    frame.filename = "<string>"
-                if kept or frame.filename == "<string>":
-                    kept.append(frame)
-            body = "Traceback (most recent call last):\n" + "".join(traceback.StackSummary.from_list(kept).format())
-            body += "".join(traceback.format_exception_only(type(exc), exc))
-            return f"\n{type(exc).__name__}: {message}\n{clip(body, limit)}"
-        except BaseException:
-            return None
-
     def handle_exec(self, msg):
         self.cell_no = getattr(self, "cell_no", 0) + 1
         filename = f"<cell-{self.cell_no}>"
@@ -476,8 +292,8 @@ class Kernel:
                 self.in_cell = False
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included: report, never end
             self.in_cell = False
-            error = self._format_error(exc, filename)
-            trained_error = self._trained_error(exc, filename)
+            error = cell_error(exc, 2 * self.out_cap.half)
+            trained_error = cell_error_as_trained(exc, filename, 2 * self.out_cap.half)
             del exc  # its traceback holds the cell's frames: drop them before restoring
             if snapshot is not None and not self.interrupted:
                 self.ns.clear()
@@ -526,26 +342,7 @@ class Kernel:
         return read_answer(self.ns, self.answer_max)
 
     def _variables(self):
-        # Keys need not be str (globals()[1] = 2) and isinstance() runs a user __class__
-        # property: either used to raise here and end the kernel. Names are clipped too.
-        names = []
-        for key, value in list(self.ns.items()):
-            try:
-                # `answer` is listed, as in the trained format (it is a dict); the helpers are not.
-                if (
-                    type(key) is not str
-                    or key.startswith("_")
-                    or (key in _RESERVED and key != "answer")
-                    or len(key) > 200
-                ):
-                    continue
-                if isinstance(value, _SIMPLE_TYPES):
-                    names.append(key)
-            except BaseException:
-                continue
-            if len(names) >= 1000:
-                break
-        return names
+        return list_variables(self.ns)
 
     def main(self):
         signal.signal(signal.SIGINT, self._on_sigint)
