@@ -4,6 +4,8 @@ run has, with hostile text in code, output, sub-call prompts and answers, and th
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,14 @@ import anyio
 from rlm_mcp.assembly import make_stores
 from rlm_mcp.config import Settings
 from rlm_mcp.engine import RLMEngine, RunProgress
+from rlm_mcp.events import LoggedEvent
+from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.ports.chat import LMServerError
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunStore
 from rlm_mcp.store.ports import RunStorePort
+from rlm_mcp.testing.servers import server_process
+from tests.fixtures_e2e import SERVER_SCRIPT
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, make_settings, repl
 from tests.fixtures_store import run_record
 
@@ -130,3 +137,32 @@ async def record_big_run(data_dir: Path, *, turns: int = 20, per_turn: int = 100
     finally:
         await log.aclose()
     return data_dir / "runs" / run_id
+
+
+@contextlib.contextmanager
+def start_http_server(env: dict[str, str], port: int) -> Iterator[str]:
+    """`rlm-mcp serve --transport http` in a subprocess; yields its base URL once it accepts."""
+    with server_process([str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], port=port, env=env):
+        yield f"http://127.0.0.1:{port}"
+
+
+def team_env(database_url: str | None) -> dict[str, str]:
+    """The environment that puts a server on PostgreSQL (none: the embedded store)."""
+    return {"RLM_MCP_DATABASE_URL": database_url} if database_url else {}
+
+
+def recorded_run(tmp_path: Path, database_url: str | None = None) -> tuple[RunRecord, list[LoggedEvent]]:
+    """The hostile run `record_run` writes, read back: its record and events."""
+
+    async def work() -> tuple[RunRecord, list[LoggedEvent]]:
+        await record_run(tmp_path / "data", database_url=database_url)
+        async with make_stores(viewer_settings(tmp_path, database_url)) as stores:
+            return await stores.runs.read_summary("run_viewer_1", owner=EVERY_OWNER), await stores.runs.read_events(
+                "run_viewer_1", owner=EVERY_OWNER
+            )
+
+    return anyio.run(work)
+
+
+def viewer_settings(tmp_path: Path, database_url: str | None = None) -> Settings:
+    return make_settings(data_dir=tmp_path / "data", database_url=database_url)

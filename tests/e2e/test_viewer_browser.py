@@ -6,12 +6,10 @@ Set RLM_MCP_SCREENSHOTS=<dir> to also save a PNG of each page (the README's pict
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,6 @@ import httpx
 import pytest
 
 from rlm_mcp.access import owner_of_token
-from rlm_mcp.assembly import make_stores
 from rlm_mcp.events import (
     ChatMessage,
     LimitsRecord,
@@ -35,23 +32,16 @@ from rlm_mcp.events import (
 from rlm_mcp.owners import EVERY_OWNER
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunLog, RunStore
-from rlm_mcp.testing.servers import close_pipes, free_port, server_process
+from rlm_mcp.testing.servers import free_port
 from rlm_mcp.usage import TokenCount, Usage
 from rlm_mcp.viewer import render_index_html, render_run_html
 from tests.chromium import Browser
 from tests.fixtures_e2e import SERVER_SCRIPT
 from tests.fixtures_http import TOKEN, server_env
 from tests.fixtures_store import run_record
-from tests.fixtures_viewer import HOSTILE, record_big_run, record_run
+from tests.fixtures_viewer import HOSTILE, record_big_run, recorded_run, start_http_server, viewer_settings
 
 SHOTS = os.environ.get("RLM_MCP_SCREENSHOTS")
-
-
-@contextlib.contextmanager
-def start_server(env: dict[str, str], port: int) -> Iterator[str]:
-    """`rlm-mcp serve --transport http` in a subprocess; yields its base URL once it accepts."""
-    with server_process([str(SERVER_SCRIPT), "serve", "--transport", "http", "--port", str(port)], port=port, env=env):
-        yield f"http://127.0.0.1:{port}"
 
 
 async def _reopen(store: RunStore, run_id: str) -> RunLog:
@@ -60,11 +50,6 @@ async def _reopen(store: RunStore, run_id: str) -> RunLog:
     created = (await store.read_summary(run_id, owner=EVERY_OWNER)).created_at
     fh = await anyio.to_thread.run_sync(open, run_dir / "events.jsonl", "ab")
     return RunLog(run_dir, fh, created_at=created, max_event_bytes=1 << 18, max_log_bytes=1 << 26)
-
-
-def _team(database_url: str | None) -> dict[str, str]:
-    """The environment that puts a server on PostgreSQL (none: the embedded store)."""
-    return {"RLM_MCP_DATABASE_URL": database_url} if database_url else {}
 
 
 @pytest.fixture
@@ -91,25 +76,8 @@ def _inert(browser: Browser) -> None:
     assert browser.eval("document.scripts.length") == 2  # the data block and the viewer itself
 
 
-def _record(tmp_path: Path, database_url: str | None = None) -> tuple[RunRecord, list[LoggedEvent]]:
-    async def work() -> tuple[RunRecord, list[LoggedEvent]]:
-        await record_run(tmp_path / "data", database_url=database_url)
-        async with make_stores(_settings(tmp_path, database_url)) as stores:
-            return await stores.runs.read_summary("run_viewer_1", owner=EVERY_OWNER), await stores.runs.read_events(
-                "run_viewer_1", owner=EVERY_OWNER
-            )
-
-    return anyio.run(work)
-
-
-def _settings(tmp_path: Path, database_url: str | None = None):
-    from tests.fixtures_engine import make_settings
-
-    return make_settings(data_dir=tmp_path / "data", database_url=database_url)
-
-
 def test_static_run_page_shows_everything_and_keeps_hostile_text_inert(tmp_path: Path, browser: Browser) -> None:
-    summary, events = _record(tmp_path)
+    summary, events = recorded_run(tmp_path)
     page = tmp_path / "run.html"
     page.write_text(render_run_html(summary, events), encoding="utf-8")
     browser.open(page.as_uri(), ready="document.querySelectorAll('.turn').length > 0")
@@ -167,7 +135,7 @@ def test_static_run_page_shows_everything_and_keeps_hostile_text_inert(tmp_path:
 
 
 def test_static_index_filters_and_searches(tmp_path: Path, browser: Browser) -> None:
-    summary, _ = _record(tmp_path)
+    summary, _ = recorded_run(tmp_path)
     other = run_record(
         "run_other",
         {
@@ -229,7 +197,7 @@ def _turn(run_id: str, n: int, reply: str) -> list[RunEvent]:
 def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) -> None:
     port = free_port()
     env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN)
-    store = RunStore(_settings(tmp_path))
+    store = RunStore(viewer_settings(tmp_path).store)
     run_id = "run_live_1"
 
     async def create() -> None:
@@ -252,7 +220,7 @@ def test_live_pages_update_while_the_run_runs(tmp_path: Path, browser: Browser) 
 
     anyio.run(create)
     _append(store, run_id, *_turn(run_id, 1, "first reply " + HOSTILE))
-    with start_server(env, port) as base:
+    with start_http_server(env, port) as base:
         # a browser gets in only through a one-time link, fetched with the bearer token
         link = httpx.post(f"{base}/runs/api/login-link", headers={"Authorization": f"Bearer {TOKEN}"}).json()["path"]
         assert TOKEN not in link
@@ -320,13 +288,13 @@ def test_a_live_run_page_polls_when_its_stream_is_refused(tmp_path: Path, browse
     still follows the run, by polling."""
     port = free_port()
     env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN, RLM_MCP_EVENT_STREAMS_PER_OWNER="1")
-    store = RunStore(_settings(tmp_path))
+    store = RunStore(viewer_settings(tmp_path).store)
     run_id = "run_live_1"
     anyio.run(_create_live, store, run_id)
     _append(store, run_id, *_turn(run_id, 1, "first reply"))
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with (
-        start_server(env, port) as base,
+        start_http_server(env, port) as base,
         httpx.Client(base_url=base, headers=auth, timeout=30) as http,
         http.stream("GET", f"/runs/api/runs/{run_id}/events") as held,
     ):
@@ -374,87 +342,10 @@ async def _finish(store: RunStore, run_id: str) -> None:
         await log.aclose()
 
 
-def test_http_viewer_refuses_requests_without_the_token(tmp_path: Path, database_url: str | None) -> None:
-    port = free_port()
-    env = server_env(tmp_path, RLM_MCP_AUTH_TOKEN=TOKEN, **_team(database_url))
-    bearer = {"Authorization": f"Bearer {TOKEN}"}
-    with start_server(env, port) as base:
-        for path in ("/runs/", "/runs/api/runs", "/runs/run_x", "/runs/api/runs/run_x"):
-            assert httpx.get(base + path).status_code == 401, path
-            assert httpx.get(base + path, headers={"Authorization": "Bearer wrong"}).status_code == 401, path
-        assert httpx.get(base + "/runs/api/runs", headers=bearer).json()["data"] == []
-        assert httpx.get(base + "/runs/api/runs/run_x", headers=bearer).status_code == 404
-        # DNS rebinding and cross-site pages: the Host and Origin must be this server
-        assert httpx.get(base + "/runs/api/runs", headers={**bearer, "Host": "evil.example:80"}).status_code == 403
-        assert (
-            httpx.get(base + "/runs/api/runs", headers={**bearer, "Origin": "http://evil.example"}).status_code == 403
-        )
-        # a session cookie can not mint login links; only the bearer token can
-        assert httpx.post(base + "/runs/api/login-link").status_code == 401
-        path = httpx.post(base + "/runs/api/login-link", headers=bearer).json()["path"]
-        login = httpx.get(base + path, follow_redirects=False)
-        home = login.headers["location"]  # /runs/s/<key>/: the cookie's path (issue 20 item 6)
-        assert login.status_code == 303 and home.startswith("/runs/s/")
-        cookie = login.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and f"Path={home}" in cookie
-        session = cookie.split(";", 1)[0]
-        assert httpx.get(base + "/runs/api/runs", headers={"Cookie": session}).status_code == 200
-        assert httpx.post(base + "/runs/api/login-link", headers={"Cookie": session}).status_code == 401
-        # the cookie is no key to /mcp
-        assert httpx.post(base + "/mcp", headers={"Cookie": session}, json={}).status_code == 401
-        # `rlm-mcp runs view --url` prints a one-time link, never the token
-        out = subprocess.run(
-            [str(SERVER_SCRIPT), "runs", "view", "--url", base, "--no-open"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stderr
-        assert out.stdout.startswith(f"{base}/runs/login?code=") and TOKEN not in out.stdout
-        assert httpx.get(out.stdout.strip(), follow_redirects=False).status_code == 303
-
-
-def test_runs_view_serves_loopback_behind_a_one_time_link(tmp_path: Path, database_url: str | None) -> None:
-    _record(tmp_path, database_url)
-    env = server_env(tmp_path, **_team(database_url))
-    proc = subprocess.Popen(
-        [str(SERVER_SCRIPT), "runs", "view", "run_viewer_1", "--no-open"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        link = proc.stdout.readline().strip()
-        assert link.startswith("http://127.0.0.1:") and "/runs/login?code=" in link
-        base = link.split("/runs/", 1)[0]
-        deadline = time.monotonic() + 60
-        while True:  # the link is printed just before the server accepts connections
-            try:
-                assert httpx.get(base + "/runs/").status_code == 401
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                anyio.run(anyio.sleep, 0.05)
-        with httpx.Client(follow_redirects=True) as client:
-            page = client.get(link)
-            assert page.status_code == 200 and re.fullmatch(rf"{base}/runs/s/\w+/run_viewer_1", str(page.url))
-            assert "rlm-data" in page.text and HOSTILE not in page.text  # only as JSON escapes
-            home = str(page.url).removesuffix("run_viewer_1")  # the cookie is sent under this path only
-            assert client.get(home + "api/runs").json()["data"][0]["run_id"] == "run_viewer_1"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        close_pipes(proc)
-
-
 def test_a_run_with_2000_sub_calls_draws_every_turn_and_opens_a_batch(tmp_path: Path, browser: Browser) -> None:
     async def work() -> tuple[RunRecord, list[LoggedEvent]]:
         await record_big_run(tmp_path / "data")
-        store = RunStore(_settings(tmp_path))
+        store = RunStore(viewer_settings(tmp_path).store)
         return await store.read_summary("run_big", owner=EVERY_OWNER), await store.read_events(
             "run_big", owner=EVERY_OWNER
         )
