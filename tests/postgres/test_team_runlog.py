@@ -294,3 +294,51 @@ def test_a_live_publish_sends_the_announcement_encode_live_would_build() -> None
         assert json.loads(stored) == record.to_stored()
         assert log._live_payload(record, tail) == encode_live(RUN, record)
     assert len(encode_live(RUN, large)) < len(json.dumps(large.to_stored()))  # the fallback was taken
+
+
+async def test_a_flush_of_many_events_writes_each_line_as_staged_and_fenced(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush of many rows (more than a few) writes every line byte for byte, quotes,
+    backslashes and non-ASCII text included, in order, with one statement text whatever the
+    number of rows (the driver converts it once); a former attempt's flush of many rows lands none."""
+    settings = make_settings(tmp_path, database_url=pg_url)
+    async with make_stores(settings) as stores:
+        _, runs, queue, worker, first = await _claimed(stores, settings, "owner-many")
+        texts: list[str] = []
+        execute = psycopg.AsyncConnection.execute
+
+        async def seen(conn: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+            if "INSERT INTO rlm_run_events" in str(query):
+                texts.append(str(query))
+            return await execute(conn, query, params, **kw)
+
+        monkeypatch.setattr(psycopg.AsyncConnection, "execute", seen)
+        stale = runs.reopen_claimed(first)
+        for n in range(40):
+            stale.stage(_turn(n))
+        second = await _claimed_again(queue, worker)
+        assert not await stale.flush()  # not this attempt's run any more: nothing lands
+        assert (await _rows(pg_url))[0] == []
+
+        log = runs.reopen_claimed(second)
+        cells = [
+            Cell(run_id=RUN, iteration=n, block=0, code='print("\\\\", n)', output=f'é "{n}" \\ ∑ {"x" * n}',
+                 duration_s=0.1, error=None, timed_out=False, restarted=False, depth=0)
+            for n in range(40)
+        ]  # fmt: skip
+        log.stage(cells[0])
+        assert await log.flush()
+        for cell in cells[1:]:
+            log.stage(cell)
+        assert await log.flush()
+        monkeypatch.undo()
+        assert len(texts) == 3 and len(set(texts)) == 1  # 40, 1 and 39 rows: one text
+        types, record = await _rows(pg_url)
+        assert types == ["cell"] * 40 and record["next_seq"] == 40
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            cur = await conn.execute("SELECT line FROM rlm_run_events WHERE run_id = %s ORDER BY seq", (RUN,))
+            lines = [row[0] async for row in cur]
+        assert [loads(line) for line in lines] == [
+            cell.model_copy(update={"ts": json.loads(line)["ts"]}) for cell, line in zip(cells, lines, strict=True)
+        ]

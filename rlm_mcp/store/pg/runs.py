@@ -209,16 +209,16 @@ class PgRunLog:
         to `params`; fenced by the attempt, if any: nothing lands once the run is not its."""
         if not rows:
             return []
-        values = ", ".join(["(%s, %s::integer, %s::bigint, %s)"] * len(rows))
-        for seq, line in rows:
-            params += [self._run_id, self._attempt or 0, seq, line]
+        # One binary array (`%b`) of lines, sequences consecutive from the first (staged in order, written
+        # from the front): one statement text for any number of rows, converted once by the driver.
+        params += [self._run_id, self._attempt or 0, rows[0][0], [line for _, line in rows]]
         fence = ""
         if self._attempt is not None:
             fence = queue_sql.EVENTS_FENCE
             params += [self._run_id, self._attempt]
         return [
-            "ev AS (INSERT INTO rlm_run_events (run_id, attempt, seq, line) SELECT * FROM "
-            f"(VALUES {values}) AS v (run_id, attempt, seq, line){fence} ON CONFLICT DO NOTHING)"
+            "ev AS (INSERT INTO rlm_run_events (run_id, attempt, seq, line) SELECT %s, %s::integer, %s::bigint + v.n - 1, "
+            f"v.line FROM unnest(%b::text[]) WITH ORDINALITY AS v (line, n){fence} ON CONFLICT DO NOTHING)"
         ]
 
     async def finish(self, summary: RunRecord) -> bool:
