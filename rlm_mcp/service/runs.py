@@ -13,28 +13,33 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
 
-from rlm_mcp.call_lines import CallLine
 from rlm_mcp.config import RunSettings
-from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunResult, RunStatus
+from rlm_mcp.engine import RLMEngine, RunNotStarted, RunPhase, RunProgress, RunResult
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.errors import BusyError, RlmMcpError
-from rlm_mcp.events import ChildEnd, ChildStart, RunEnd, RunEvent, SubCalls, TurnStart
-from rlm_mcp.observability import metrics, tracing
+from rlm_mcp.observability import metrics
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports import ContextSpec
-from rlm_mcp.ports.runs import Notice, NoticeKind, RunRecord, RunRequest, new_run_id
+from rlm_mcp.ports.runs import Notice, NoticeKind, RunRequest, new_run_id
 from rlm_mcp.resource_errors import unexpected_failure
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.late_start import LatePin, LateRecord
 from rlm_mcp.service.run_ends import RunEnds
+from rlm_mcp.service.run_execution import (
+    RunHooks,
+    SessionHook,
+    answer_first,
+    ended_result,
+    execute_pinned,
+    finish_record,
+    recorded,
+)
 from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
 from rlm_mcp.service.slots import SlotGate
-from rlm_mcp.service.unrecordable import store_unreachable, unrecordable
 from rlm_mcp.store import ContextInfo
 from rlm_mcp.store.ports import ContextStorePort, RunLogPort, RunStorePort
 
@@ -43,43 +48,6 @@ logger = logging.getLogger("rlm_mcp.service")
 FINISHED_RUNS_KEPT = 64
 PRUNE_EVERY_S = 300.0
 
-# Events after which a waiting `rlm_complete` reports progress at once.
-PROGRESS_EVENTS = (TurnStart, SubCalls, ChildStart, ChildEnd, RunEnd)
-
-
-# What a kept session hangs on its run's end (service/sessions.py, service/queue/sessions.py).
-SessionHook = Callable[[ActiveRun], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class _Hooks:
-    """What the caller of `start` / `adopt` hangs on one run's execution: kept with the task
-    that executes it, not on the `ActiveRun` that readers see."""
-
-    # Team mode: awaited before each LM call and each cell (on the events that precede them);
-    # True stops the run at once (it is no longer this worker's: `service/queue/worker.py`).
-    fence: Callable[[], Awaitable[bool]] | None = None
-    # A kept session's run: the session's REPL it continues...
-    repl: SessionSandbox | None = None
-    # ... what to tell the session before the run's final record is written (team mode: the
-    # session is free again by the time a caller sees the result) ...
-    on_result: SessionHook | None = None
-    # ... and once it is written.
-    on_end: SessionHook | None = None
-    # Whether its owner's share of the slots applies here (a team worker's runs were claimed
-    # within it already).
-    shared: bool = True
-    # Whether this manager tells the run-end hook (runs it started; a team worker's runs are
-    # told by the queue's end write, `service.queue.ends.EndReporting`).
-    tells_end: bool = True
-    # The contexts as the call's admission read them: given, a run that takes its slot at once
-    # pins them beside its first LM call (`LatePin`) instead of before it.
-    specs: Sequence[ContextSpec] | None = None
-    # A run `start` accepted: its record, created beside its first LM call when it takes its slot
-    # at once, else before it waits for one (`LateRecord`); None: the record exists (`adopt`).
-    record: LateRecord | None = None
-
-
 # How long `start` waits for a run to create its record beside its first LM call before creating
 # it itself: the run's steps before that call take loop rounds, unless they wait on the LM
 # endpoint (its discovery, a token count), which `start` does not wait for.
@@ -87,30 +55,6 @@ RECORD_WAIT_S = 0.05
 
 # How long a context's deletion waits for runs that have just ended to let go of it.
 RELEASE_WAIT_S = 5.0
-
-# Loop rounds the caller woken by a run's end takes to send its answer (the MCP tool returns, the
-# SDK hands the result to its writer task, which writes it): the pins' release waits that long.
-ANSWER_ROUNDS = 4
-
-
-async def _answer_first() -> None:
-    """Let the answer go out before the run's last step, the pins' release: that is a worker-thread
-    hop, and a thread woken while the answer is written competes with it for the CPU (timestamps
-    on the 2-core VM: the SDK's write of the answer 0.7-3.6 ms after the tool returned, with the
-    release's hop in between)."""
-    for _ in range(ANSWER_ROUNDS):
-        await anyio.lowlevel.checkpoint()
-
-
-async def _recorded(hooks: _Hooks) -> bool:
-    """Whether the run's record exists (created now if the run ended before it was)."""
-    if hooks.record is None:
-        return True
-    try:
-        await hooks.record.create()
-    except Exception:
-        return False
-    return True
 
 
 class RunManager:
@@ -186,7 +130,7 @@ class RunManager:
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         run = ActiveRun(run_id, request, progress)
-        hooks = _Hooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, shared=False, tells_end=False)
+        hooks = RunHooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, shared=False, tells_end=False)
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log, hooks)
         return run
@@ -223,7 +167,7 @@ class RunManager:
         run = ActiveRun(run_id, request, progress)
         self._runs[run_id] = run
         record = LateRecord(self._records, run.record())
-        hooks = _Hooks(repl=repl, on_end=on_end, specs=contexts, record=record)
+        hooks = RunHooks(repl=repl, on_end=on_end, specs=contexts, record=record)
         await self._tg.start(self._execute, run, engine, record.log, hooks)
         # Returned once the record exists: the run id handed out always names a stored record.
         # Shielded: a caller that went away meanwhile still gets the run (and cancels it).
@@ -271,7 +215,7 @@ class RunManager:
         run: ActiveRun,
         engine: RLMEngine,
         log: RunLogPort,
-        hooks: _Hooks,
+        hooks: RunHooks,
         *,
         task_status: anyio.abc.TaskStatus[None],
     ) -> None:
@@ -281,7 +225,12 @@ class RunManager:
             run.released.set()
 
     async def _execute_pinned(
-        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, hooks: _Hooks, task_status: anyio.abc.TaskStatus[None]
+        self,
+        run: ActiveRun,
+        engine: RLMEngine,
+        log: RunLogPort,
+        hooks: RunHooks,
+        task_status: anyio.abc.TaskStatus[None],
     ) -> None:
         result: RunResult | None = None
         # The contexts' pins only guard against eviction: released last, once the result is out
@@ -293,22 +242,22 @@ class RunManager:
                     task_status.started()
                     result = await self._run_in_slot(run, engine, log, pins, hooks)
                 if result is None:  # the scope was cancelled: rlm_cancel, client cancel, shutdown
-                    result = self._ended(run, "cancelled", "cancelled by the caller")
+                    result = ended_result(run, "cancelled", "cancelled by the caller")
             except RunNotStarted as exc:
                 run.not_started = exc.cause
-                result = self._ended(run, "error", str(exc.cause))
+                result = ended_result(run, "error", str(exc.cause))
             except Exception as exc:  # a full disk, or a bug: keep the server up, say what happened
                 logger.exception("run %s failed", run.run_id)
-                result = self._ended(run, "error", unexpected_failure(exc))
+                result = ended_result(run, "error", unexpected_failure(exc))
             finally:
                 with anyio.CancelScope(shield=True):
                     if result is None:  # cancelled from outside the run's own scope (shutdown)
-                        result = self._ended(run, "cancelled", self.shutdown_notice.render())
+                        result = ended_result(run, "cancelled", self.shutdown_notice.render())
                         run.notice = self.shutdown_notice
                         run.shut_down = True
                     run.result = result
                     run.progress.status = result.status
-                    if not await _recorded(hooks):
+                    if not await recorded(hooks):
                         # Its record was refused: `start` raises the store's error and forgets the
                         # run, which was never accepted (there is no end to write, count or tell).
                         metrics.run_withdrawn(started=run.began)
@@ -320,7 +269,7 @@ class RunManager:
                         )
                         await self._end(run, log, hooks, result)
 
-    async def _end(self, run: ActiveRun, log: RunLogPort, hooks: _Hooks, result: RunResult) -> None:
+    async def _end(self, run: ActiveRun, log: RunLogPort, hooks: RunHooks, result: RunResult) -> None:
         """The run's end, once its result is known: the session's, its final record, the run-end
         hook, its waiters woken; then housekeeping, and the answer let out first."""
         if hooks.on_result is not None:
@@ -328,7 +277,7 @@ class RunManager:
                 await hooks.on_result(run)
             except Exception:
                 logger.exception("the session of run %s could not record its end", run.run_id)
-        final = await self._finish_record(run, log)
+        final = await finish_record(run, log)
         if hooks.on_end is not None:
             try:
                 await hooks.on_end(run)
@@ -340,7 +289,7 @@ class RunManager:
         run.notify("run_end")
         self._forget_old_runs()
         await self._prune_records()
-        await _answer_first()
+        await answer_first()
 
     async def _prune_records(self) -> None:
         """Keep the records on disk bounded too (at most once every few minutes)."""
@@ -363,7 +312,7 @@ class RunManager:
             del self._runs[run.run_id]
 
     async def _run_in_slot(
-        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack, hooks: _Hooks
+        self, run: ActiveRun, engine: RLMEngine, log: RunLogPort, pins: AsyncExitStack, hooks: RunHooks
     ) -> RunResult | None:
         """Pin the contexts (onto `pins`, which the caller releases) and run once a slot is free.
         None: the run's record was refused (`start` raises the store's error)."""
@@ -385,7 +334,7 @@ class RunManager:
                 await late.get()
 
         else:
-            if not await _recorded(hooks):  # before it waits: a queued run is listed from its record
+            if not await recorded(hooks):  # before it waits: a queued run is listed from its record
                 return None
             # Pinned while queued too: eviction (here or in another process) must not take the
             # contexts while the run waits for a slot.
@@ -396,11 +345,11 @@ class RunManager:
             await self._acquire_slot(run, hooks)
             specs = [self._contexts.spec(info) for info in infos]
         try:
-            return await self._run_pinned(run, engine, log, specs, hooks, late=late, ready=ready)
+            return await execute_pinned(run, engine, log, specs, hooks, late=late, ready=ready)
         finally:
             self._gate.release(request.owner)
 
-    async def _acquire_slot(self, run: ActiveRun, hooks: _Hooks) -> None:
+    async def _acquire_slot(self, run: ActiveRun, hooks: RunHooks) -> None:
         timeout = self._settings.run_queue_timeout_s
         owner = run.request.owner
         run.notify("queued")
@@ -424,96 +373,3 @@ class RunManager:
                 "Wait for a run to end (rlm_status), cancel one (rlm_cancel), or raise RLM_MCP_MAX_RUNS.",
             )
         )
-
-    async def _run_pinned(
-        self,
-        run: ActiveRun,
-        engine: RLMEngine,
-        log: RunLogPort,
-        specs: list[ContextSpec],
-        hooks: _Hooks,
-        *,
-        late: LatePin | None,
-        ready: Callable[[], Awaitable[None]] | None,
-    ) -> RunResult:
-        """`late`: the contexts' pins when they go beside the first LM call, in the engine's
-        `ready` step (None: pinned already)."""
-        run.progress.status = "running"
-        run.progress.phase = RunPhase.STARTING
-        run.progress.started = time.monotonic()
-        run.began = True
-        metrics.run_started()
-        try:
-            await log.open()  # only now: a queued run holds no descriptor
-        except Exception:  # a full disk must not end the run (appends try again)
-            logger.exception("could not open the log of run %s", run.run_id)
-
-        async def emit(event: RunEvent) -> None:
-            try:
-                await log.append(event)
-            except Exception:  # a full disk must not end the run
-                logger.exception("could not append to the log of run %s", run.run_id)
-            if isinstance(event, PROGRESS_EVENTS):
-                run.notify(event.type)
-            if hooks.fence is not None and run.scope is not None and await hooks.fence():
-                run.scope.cancel()  # before the LM call or the cell the event announces
-                await anyio.lowlevel.checkpoint()
-
-        async def emit_call(call: CallLine) -> None:
-            # An LM call's event (never a progress event), taken as `emit` takes any other.
-            try:
-                await log.append_call(call)
-            except Exception:  # a full disk must not end the run
-                logger.exception("could not append to the log of run %s", run.run_id)
-            if hooks.fence is not None and run.scope is not None and await hooks.fence():
-                run.scope.cancel()
-                await anyio.lowlevel.checkpoint()
-
-        with tracing.run_span(run.request.trace_context, {"rlm.run.id": run.run_id, "rlm.run.depth": 0}) as span:
-            try:
-                result = await engine.run(
-                    run_id=run.run_id,
-                    query=run.request.query,
-                    contexts=specs,
-                    limits=run.request.limits,
-                    progress=run.progress,
-                    emit=emit,
-                    emit_call=emit_call,
-                    session=hooks.repl,
-                    ready=ready,
-                )
-            except RunNotStarted:
-                if late is not None:
-                    await late.check()  # the pin's failure comes first, as when it came before the run
-                raise
-            if late is not None:
-                await late.check()
-            tracing.run_span_done(span, result.status, result.iterations, result.sub_calls, result.usage.total)
-            return result
-
-    def _ended(self, run: ActiveRun, status: RunStatus, reason: str) -> RunResult:
-        result = run.record().ended(status, reason).result
-        assert result is not None
-        return result
-
-    async def _finish_record(self, run: ActiveRun, log: RunLogPort) -> RunRecord:
-        """Write the run's final record; returns it (the `error` record that replaced it, when
-        the store refused it for what it holds)."""
-        final = run.record()
-        try:
-            try:
-                await log.write_summary(final)
-            except Exception as exc:
-                if store_unreachable(exc):
-                    raise
-                # Refused for what it holds (it would be refused again): recorded `error`, saying why, and the
-                # caller is told the same (service/unrecordable.py).
-                logger.exception("the store refused the record of run %s; recording it `error`", run.run_id)
-                ended = unrecordable(final, exc)
-                run.result, run.notice, run.progress.status = ended.result, ended.notice, "error"
-                final = run.record()
-                await log.write_summary(final)
-            await log.aclose()
-        except Exception:
-            logger.exception("could not write the record of run %s", final.run_id)
-        return final
