@@ -7,6 +7,7 @@ reads the live workers' count once."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 
 import anyio
@@ -31,6 +32,7 @@ class Counted:
     def __init__(self, queue: MemoryRunQueue, wakeups: Wakeups, monkeypatch: pytest.MonkeyPatch) -> None:
         self.reads = 0
         self.waits = 0
+        self.within: list[float] = []  # each wait's own timeout
         self._targets: list[tuple[int, anyio.Event]] = []
         real_read, real_wait = queue.read, wakeups.wait
 
@@ -40,6 +42,7 @@ class Counted:
 
         async def wait(run_id: str, within_s: float) -> tuple[bool, LiveSummary | RunRecord | None]:
             self.waits += 1
+            self.within.append(within_s)
             for n, event in self._targets:
                 if self.waits >= n:
                     event.set()
@@ -87,6 +90,35 @@ async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing(monkey
             while run.progress.iterations != 3:
                 await run.wait_change(1.0)
         assert counted.reads >= 1
+
+
+async def test_a_running_run_waits_with_no_timer_and_is_read_again_while_the_listener_hears_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once its claim is heard, a run's watcher waits for news with no timer of its own (a queued
+    one looks every poll interval, for the no-worker notice); an announcement lost while the
+    listener hears nothing at all is still found: the process's one silence timer
+    (`Wakeups.watch_silence`) wakes it to read the row."""
+    settings = make_settings(queue_poll_s=0.01).queue
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue)
+    counted = Counted(queue, wakeups, monkeypatch)
+    async with QueueFront(settings, queue, wakeups) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000003")
+        worker = await queue.register_worker("owner-quiet", 4)
+        row = await queue.claim(worker, 8, 8)
+        assert row is not None
+        log = await queue.reopen(row.run_id, attempt=row.attempt)
+        assert await log.flush(summary=summary(row.run_id, status="running", iterations=1), announce=True)
+        with anyio.fail_after(30):
+            while run.progress.status != "running":
+                await run.wait_change(1.0)
+        # Written without its announcement (as if the NOTIFY was lost): only a read shows it.
+        assert await log.flush(summary=summary(row.run_id, status="running", iterations=3))
+        with anyio.fail_after(30):
+            while run.progress.iterations != 3:
+                await run.wait_change(1.0)
+        assert counted.within[-1] == math.inf  # it waited for news, no timer of its own
 
 
 async def test_a_quiet_run_is_not_read_while_the_listener_hears_other_runs(monkeypatch: pytest.MonkeyPatch) -> None:

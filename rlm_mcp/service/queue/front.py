@@ -3,10 +3,12 @@
 `QueueFront` has the interface of the local `RunManager` (`service.backends.RunBackend`), so
 `RlmService` and `rlm_complete`'s progress reporting do not know where a run executes. Each run
 this process follows is an `ActiveRun` mirror, refreshed whenever its wake-up arrives
-(`wakeups.Wakeups`: from the live summary the wake-up carries, else from the run's row) and from
-the row after a poll interval (RLM_MCP_QUEUE_POLL_S) without one, unless the listener heard
-other runs meanwhile (`Wakeups.heard_within`: then nothing was lost). Any replica follows any run
-(`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
+(`wakeups.Wakeups`: from the live summary the wake-up carries, applied by the listener itself
+while the run's watcher waits, else from the run's row, which the watcher reads), and from the
+row after a poll interval (RLM_MCP_QUEUE_POLL_S) in which the listener heard nothing at all
+(`Wakeups.watch_silence`: else nothing was lost). A queued run's watcher also looks every poll
+interval whether a worker is alive (`_say_if_no_worker`). Any replica follows any run (`find`),
+so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import math
 import time
 from collections.abc import Sequence
 
@@ -82,11 +85,13 @@ class QueueFront:
         self._workers_seen_at = float("-inf")
         self._workers_reading: anyio.Event | None = None  # a read of the live workers' count under way
         self._workers_read_ok = False
+        wakeups.on_carried = self._carried
 
     async def __aenter__(self) -> QueueFront:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._wakeups.listen_forever)
+        self._tg.start_soon(self._wakeups.watch_silence, self._settings.queue_poll_s)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -216,6 +221,18 @@ class QueueFront:
             self._workers_reading = None
         return self._workers_read_ok
 
+    def _carried(self, run_id: str, state: LiveSummary | RunRecord) -> bool | None:
+        """A live summary or final record heard while the run's watcher waits
+        (`Wakeups.on_carried`): applied to the mirror here. True (wake the watcher) when the run
+        ended, or left the queue (its watcher waits for news from then on, with no timer of its
+        own); None when the run has no mirror here (its watcher takes it)."""
+        run = self._mirrors.get(run_id)
+        if run is None:
+            return None
+        queued = run.progress.status == "queued"
+        apply(run, state)
+        return run.done.is_set() or (queued and run.progress.status != "queued")
+
     def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
         """Mirror the run and watch it (its wake-ups are followed already: `Wakeups.follow`)."""
         assert self._tg is not None
@@ -254,7 +271,11 @@ class QueueFront:
                 if run.progress.status == "queued" and not run.done.is_set():
                     await self._say_if_no_worker(run)
                 if not run.done.is_set():
-                    woken, live = await self._wakeups.wait(run.run_id, poll)
+                    # A queued run looks again each poll interval (whether a worker is alive);
+                    # a running one waits for news, and `Wakeups.watch_silence` wakes it when
+                    # the listener heard nothing at all for an interval (announcements may be lost).
+                    within = poll if run.progress.status == "queued" else math.inf
+                    woken, live = await self._wakeups.wait(run.run_id, within)
                     # Nothing for this run within the poll interval: its row is read unless the
                     # listener heard other runs meanwhile (its session is alive, so this run's
                     # announcements were not lost: `Wakeups.heard_within`). A busy front's quiet
