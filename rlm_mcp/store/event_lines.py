@@ -1,5 +1,5 @@
 """The run log's lines: one JSON object per event, bounded in size (`store/runs.py` and the
-PostgreSQL log, `store/pg/runs.py`, write them)."""
+PostgreSQL log, `store/pg/run_log.py`, write them)."""
 
 from __future__ import annotations
 

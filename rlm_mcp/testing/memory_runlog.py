@@ -1,6 +1,6 @@
 """A worker's run log over the in-memory queue (`memory_queue.MemoryRunQueue.reopen`): events
 staged with the next sequence and written by `flush` with the record, the `lm_called` mark and
-the wake-up, all fenced by the claim's attempt, as `store.pg.runs.PgRunLog` writes them."""
+the wake-up, all fenced by the claim's attempt, as `store.pg.run_log.PgRunLog` writes them."""
 
 from __future__ import annotations
 

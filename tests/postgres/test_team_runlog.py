@@ -24,7 +24,8 @@ from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.store.pg import Database, DatabaseUnavailableError
 from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.queue_statements import run_channel
-from rlm_mcp.store.pg.runs import PgRunLog, PgRunStore
+from rlm_mcp.store.pg.run_log import PgRunLog
+from rlm_mcp.store.pg.runs import PgRunStore
 from rlm_mcp.testing.settings import make_settings
 from tests.fixtures_postgres import Cluster
 from tests.fixtures_store import run_record

@@ -203,7 +203,8 @@ def test_a_workers_live_summary_is_the_records_own_json_whatever_it_encoded_befo
     """A team worker's log encodes the record's head once per run and the live summary from the
     record itself (issue 39 item 6): the bytes stored and announced are those of `to_stored` and
     of the record's `live()`, at every publish, the final one included, and for an old record."""
-    from rlm_mcp.store.pg.runs import PgRunLog, _dump
+    from rlm_mcp.store.pg.run_log import PgRunLog
+    from rlm_mcp.store.pg.run_log import dump_record as _dump
 
     first = record(status="running", iterations=1)
     log = PgRunLog(None, first.run_id, created_at=1.0, max_event_bytes=1000, max_log_bytes=10_000)  # type: ignore[arg-type]

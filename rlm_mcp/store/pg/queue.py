@@ -10,7 +10,7 @@ docs/architecture.md); `rlm_workers` holds the workers. How the rules hold acros
   trips: the BEGIN with the lock (and the live slots the share is of), then the claim with the
   COMMIT (`one_trip.commit_with`).
 - Fencing: a worker's writes (`requeue`, `finish` with `attempt`, and its run log's flushes,
-  `runs.PgRunLog`) match `(run_id, attempt, state = 'running')`; False means the run is no
+  `run_log.PgRunLog`) match `(run_id, attempt, state = 'running')`; False means the run is no
   longer this worker's.
 - The waiting bound (`enqueue`): counted and inserted in one transaction under an advisory
   lock, so concurrent starts on any number of replicas never overshoot it; one round trip
@@ -33,6 +33,7 @@ from rlm_mcp.store.pg import queue_statements as sql
 from rlm_mcp.store.pg.db import Conn
 from rlm_mcp.store.pg.locks import CLAIM_LOCK_KEY, ENQUEUE_LOCK_KEY
 from rlm_mcp.store.pg.one_trip import commit_with, transaction_in_one_trip
+from rlm_mcp.store.pg.run_log import dump_record
 from rlm_mcp.store.pg.workers import PgWorkerRegistry
 
 __all__ = ["PgRunQueue"]
@@ -67,10 +68,6 @@ def _row(row: dict[str, Any]) -> RunRow:
     )
 
 
-def _dump(record: RunRecord) -> str:
-    return json.dumps(record.to_stored(), ensure_ascii=False)
-
-
 class PgRunQueue(PgWorkerRegistry):
     """The run statements here, the worker statements from `workers.PgWorkerRegistry`."""
 
@@ -95,7 +92,7 @@ class PgRunQueue(PgWorkerRegistry):
                 "owner": str(record.request.owner),
                 "run_id": record.run_id,
                 "created_at": record.created_at,
-                "summary": _dump(record),
+                "summary": dump_record(record),
                 "need": max(1, need),
                 "max_total": rules.max_queued,
                 "max_mine": rules.max_queued_per_owner,
@@ -122,7 +119,7 @@ class PgRunQueue(PgWorkerRegistry):
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 sql.CANCEL_QUEUED,
-                {"summary": _dump(summary_if_queued), "run_id": run_id, "channel": sql.run_channel(run_id)},
+                {"summary": dump_record(summary_if_queued), "run_id": run_id, "channel": sql.run_channel(run_id)},
             )
             row = await cur.fetchone()
             if row is not None and row["ended"]:
@@ -221,7 +218,7 @@ class PgRunQueue(PgWorkerRegistry):
         cur = await conn.execute(
             sql.REQUEUE,
             {
-                "summary": _dump(summary),
+                "summary": dump_record(summary),
                 "run_id": run_id,
                 "attempt": attempt,
                 "channel": sql.run_channel(run_id),
@@ -238,7 +235,12 @@ class PgRunQueue(PgWorkerRegistry):
             return await self._finish(conn, run_id, summary, attempt=attempt)
 
     async def _finish(self, conn: Conn, run_id: str, summary: RunRecord, *, attempt: int | None) -> bool:
-        params = {"summary": _dump(summary), "run_id": run_id, "attempt": attempt, "channel": sql.run_channel(run_id)}
+        params = {
+            "summary": dump_record(summary),
+            "run_id": run_id,
+            "attempt": attempt,
+            "channel": sql.run_channel(run_id),
+        }
         cur = await conn.execute(sql.FINISH_ANY if attempt is None else sql.FINISH_ATTEMPT, params)
         row = await cur.fetchone()
         return bool(row and row["ended"])

@@ -1,5 +1,5 @@
 """Every SQL statement on team-mode run state and worker state, by name: the only module that
-writes `rlm_runs.state` (`queue.PgRunQueue` runs the queue's; `runs.PgRunLog` and
+writes `rlm_runs.state` (`queue.PgRunQueue` runs the queue's; `run_log.PgRunLog` and
 `runs.PgRunStore.create` take their state-writing parts from here).
 
 The form: named module constants, PostgreSQL's text as psycopg runs it (`%(name)s` parameters
@@ -172,7 +172,7 @@ _FINISH = (
 )
 FINISH_ATTEMPT = _FINISH.format(fence="state = 'running' AND attempt = %(attempt)s")
 FINISH_ANY = _FINISH.format(fence="state <> 'done'")
-# A worker's final record with its run log's last events (`runs.PgRunLog.finish`): FINISH_ATTEMPT's
+# A worker's final record with its run log's last events (`run_log.PgRunLog.finish`): FINISH_ATTEMPT's
 # write, with the log's counters, after the events' CTE (`EVENTS_FENCE`d); positional parameters:
 # the summary, next_seq, log_bytes, the run id, the attempt, then the channel, the announcement
 # with the final record (`ports.runs.encode_final`) and the run id. The record is announced only
