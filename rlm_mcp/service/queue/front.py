@@ -224,10 +224,12 @@ class QueueFront:
     def _carried(self, run_id: str, state: LiveSummary | RunRecord) -> bool | None:
         """A live summary or final record heard while the run's watcher waits
         (`Wakeups.on_carried`): applied to the mirror here. True (wake the watcher) when the run
-        ended, or left the queue (its watcher waits for news from then on, with no timer of its
-        own); None when the run has no mirror here (its watcher takes it)."""
+        left the queue (its watcher waits for news from then on, with no timer of its own); None
+        for the run's final record, or when the run has no mirror here (its watcher takes it)."""
         run = self._mirrors.get(run_id)
-        if run is None:
+        if run is None or (isinstance(state, RunRecord) and state.done):
+            # No mirror here, or the run's end: its watcher takes that, and applies it and retires
+            # the run in one step (the finished runs' cap holds when its caller wakes).
             return None
         queued = run.progress.status == "queued"
         apply(run, state)
