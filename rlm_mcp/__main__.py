@@ -1,5 +1,5 @@
 """`python -m rlm_mcp` is the same as the `rlm-mcp` console script."""
 
-from rlm_mcp.cli import main
+from rlm_mcp.cli import run
 
-raise SystemExit(main())
+run()

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from rlm_mcp.cli.common import Handler
 from rlm_mcp.cli.parser import build_parser
@@ -25,7 +26,7 @@ from rlm_mcp.errors import RlmMcpError, UnknownIdError
 from rlm_mcp.resource_errors import exhausted
 from rlm_mcp.visible import visible
 
-__all__ = ["CLI_FIXES", "build_parser", "main"]
+__all__ = ["CLI_FIXES", "build_parser", "main", "run"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,6 +67,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> NoReturn:
+    """The `rlm-mcp` console script and `python -m rlm_mcp`: `main`, then the process ends with its
+    status. After the object-storage client (obstore) was used, it ends at once, its output
+    flushed: that client's Rust runtime keeps worker threads that may still be running when the
+    interpreter is torn down, and one that touches it then aborts the process (SIGABRT), so a
+    command that answered 1 could exit with a signal instead."""
+    code = main()
+    if "obstore" not in sys.modules:
+        sys.exit(code)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone, a closed stream: nothing more to write
+            pass
+    os._exit(code)
+
+
 # How a shell user fixes an unknown id (the store only says which id was unknown).
 CLI_FIXES = {
     "context": "List stored contexts with `rlm-mcp contexts list`.",
@@ -86,4 +105,4 @@ def _reader_gone() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -39,7 +39,7 @@ from rlm_mcp.service.run_execution import (
     recorded,
 )
 from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
-from rlm_mcp.service.slots import SlotGate
+from rlm_mcp.service.slots import Place, SlotGate
 from rlm_mcp.store import ContextInfo
 from rlm_mcp.store.ports import ContextStorePort, RunLogPort, RunStorePort
 
@@ -334,27 +334,36 @@ class RunManager:
                 await late.get()
 
         else:
-            if not await recorded(hooks):  # before it waits: a queued run is listed from its record
-                return None
-            # Pinned while queued too: eviction (here or in another process) must not take the
-            # contexts while the run waits for a slot.
+            # Its place in the slots' line is taken now, before the awaits below (its record, its
+            # pins): waiting runs take the slots in the order they were started.
+            place = self._gate.line_up(request.owner, run, shared=hooks.shared)
             try:
-                infos = await pins.enter_async_context(enter())
-            except RlmMcpError as exc:  # a context deleted since the call was checked
-                raise RunNotStarted(exc) from exc
-            await self._acquire_slot(run, hooks)
+                if not await recorded(hooks):  # before it waits: a queued run is listed from its record
+                    place.leave()
+                    return None
+                # Pinned while queued too: eviction (here or in another process) must not take the
+                # contexts while the run waits for a slot.
+                try:
+                    infos = await pins.enter_async_context(enter())
+                except RlmMcpError as exc:  # a context deleted since the call was checked
+                    raise RunNotStarted(exc) from exc
+                await self._acquire_slot(run, place)
+            except BaseException:
+                place.leave()  # out of the line, or the slot it was handed passed on
+                raise
             specs = [self._contexts.spec(info) for info in infos]
         try:
             return await execute_pinned(run, engine, log, specs, hooks, late=late, ready=ready)
         finally:
             self._gate.release(request.owner)
 
-    async def _acquire_slot(self, run: ActiveRun, hooks: RunHooks) -> None:
+    async def _acquire_slot(self, run: ActiveRun, place: Place) -> None:
+        """Wait for the run's slot (its `place` in the line), at most RLM_MCP_RUN_QUEUE_TIMEOUT_S."""
         timeout = self._settings.run_queue_timeout_s
         owner = run.request.owner
         run.notify("queued")
         with anyio.move_on_after(timeout) as waited:
-            await self._gate.acquire(owner, run, shared=hooks.shared)
+            await place.wait()
         if not waited.cancelled_caught:
             return
         gate = self._gate

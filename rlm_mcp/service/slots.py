@@ -7,7 +7,7 @@ even while slots are free (it never takes a slot another owner's run could use),
 blocks the runs queued behind it: those of other owners go first.
 
 Every change happens between awaits, so the counts are exact under concurrent runs; a waiter
-cancelled after it was handed a slot gives it back.
+cancelled (or leaving) after it was handed a slot gives it back.
 """
 
 from __future__ import annotations
@@ -70,25 +70,27 @@ class SlotGate:
         self._take(owner, holder)
         return True
 
-    async def acquire(self, owner: str, holder: Holder, *, shared: bool = True) -> None:
-        """Take a slot for `holder`, one of `owner`'s runs, waiting as long as it takes (the
-        caller bounds the wait with a cancel scope); `holder.slotted` turns True as it gets it.
-        `shared=False`: the owner's share was applied already (a team worker claims runs
-        within it) and is not applied again; the run still counts towards it."""
+    def line_up(self, owner: str, holder: Holder, *, shared: bool = True) -> Place:
+        """Take `holder`'s place in the line now (a free slot at once, if one may be taken), to be
+        waited on later (`Place.wait`, which the caller bounds with a cancel scope) or left
+        (`Place.leave`); `holder.slotted` turns True as it gets the slot. A run takes its place
+        when it is started, before the awaits that come ahead of its wait (its record, its
+        pins), so runs are served in the order they were started. `shared=False`: the owner's
+        share was applied already (a team worker claims runs within it) and is not applied
+        again; the run still counts towards it."""
         if self._may_take(owner, shared):  # waiters left are all over their share, or no slot is free
             self._take(owner, holder)
-            return
+            return Place(self, None, owner)
         waiter = _Waiter(owner, holder, shared)
         self._waiters.append(waiter)
-        try:
-            await waiter.event.wait()
-        except BaseException:
-            if waiter.granted:  # handed a slot as it was cancelled: pass it on
-                holder.slotted = False
-                self.release(owner)
-            else:
-                self._waiters.remove(waiter)
-            raise
+        return Place(self, waiter, owner)
+
+    def _leave(self, waiter: _Waiter, owner: str) -> None:
+        if waiter.granted:  # handed a slot as it left: pass it on
+            waiter.holder.slotted = False
+            self.release(owner)
+        else:
+            self._waiters.remove(waiter)
 
     def release(self, owner: str) -> None:
         """Give back a slot `owner`'s run held; the oldest waiter that may take it does."""
@@ -105,3 +107,39 @@ class SlotGate:
             waiter.event.set()
             if self._free == 0:
                 break
+
+
+class Place:
+    """A run's place in `SlotGate`'s line (`line_up`): waited on once, or left before that. A
+    place granted at once, or while nobody waited on it, holds its slot from that moment; once
+    `wait` returned, the slot is the caller's to release (`SlotGate.release`)."""
+
+    def __init__(self, gate: SlotGate, waiter: _Waiter | None, owner: str) -> None:
+        self._gate = gate
+        self._waiter = waiter  # None: the slot was taken at once
+        self._owner = owner
+        self._settled = False  # waited on (the slot is the caller's) or left
+
+    async def wait(self) -> None:
+        """Until the slot is this run's; cancelled, the place is left (a slot handed over as it
+        was cancelled is passed on)."""
+        waiter = self._waiter
+        if waiter is not None and not self._settled:
+            try:
+                await waiter.event.wait()
+            except BaseException:
+                self.leave()
+                raise
+        self._settled = True
+
+    def leave(self) -> None:
+        """Give the place up before it was waited on (the run ends first): out of the line, or
+        its slot passed on (taken at once, or granted meanwhile). After `wait`: nothing."""
+        if self._settled:
+            return
+        self._settled = True
+        waiter = self._waiter
+        if waiter is None:
+            self._gate.release(self._owner)
+        else:
+            self._gate._leave(waiter, self._owner)

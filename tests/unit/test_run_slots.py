@@ -3,6 +3,7 @@ owner holds at most its share of the slots (a run over it waits without taking a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -51,6 +52,10 @@ def request(owner: Owner, context_id: str, settings_path: Path) -> RunRequest:
     return RunRequest(query="q", context_ids=[context_id], limits=limits, owner=owner)
 
 
+def is_running(run: ActiveRun) -> bool:
+    return run.progress.status == "running"
+
+
 def statuses(runs: list[ActiveRun]) -> list[str]:
     return sorted(r.progress.status for r in runs)
 
@@ -92,6 +97,17 @@ async def test_an_owner_over_its_share_waits_while_another_owner_runs(tmp_path: 
         await mgr.cancel(first_running.run_id)
         await wait_until(lambda: statuses(mine) == ["cancelled", "queued", "running", "running"], within_s=30)
         assert mgr._gate.running(ALICE) == 2 and mgr._gate.free == 1
+
+
+async def test_waiting_runs_take_the_slot_in_the_order_they_were_started(tmp_path: Path) -> None:
+    """Each run creates its record and pins its contexts before it waits: its place in the line
+    is taken before those awaits, so a run started later never overtakes one started before."""
+    async with manager(tmp_path, max_runs=1, run_queue_timeout_s=600) as (mgr, engine, ids):
+        started = [await mgr.start(request(ALICE, ids[0], tmp_path), engine) for _ in range(4)]
+        for index, run in enumerate(started):
+            await wait_until(functools.partial(is_running, run), within_s=30)
+            assert [r.progress.status for r in started[index + 1 :]] == ["queued"] * (3 - index)
+            await mgr.cancel(run.run_id)
 
 
 async def test_a_run_over_its_share_ends_naming_the_share_when_it_waits_too_long(tmp_path: Path) -> None:
