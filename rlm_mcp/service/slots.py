@@ -78,17 +78,18 @@ class SlotGate:
         pins), so runs are served in the order they were started. `shared=False`: the owner's
         share was applied already (a team worker claims runs within it) and is not applied
         again; the run still counts towards it."""
+        waiter = _Waiter(owner, holder, shared)
         if self._may_take(owner, shared):  # waiters left are all over their share, or no slot is free
             self._take(owner, holder)
-            return Place(self, None, owner)
-        waiter = _Waiter(owner, holder, shared)
-        self._waiters.append(waiter)
-        return Place(self, waiter, owner)
+            waiter.granted = True
+        else:
+            self._waiters.append(waiter)
+        return Place(self, waiter)
 
-    def _leave(self, waiter: _Waiter, owner: str) -> None:
-        if waiter.granted:  # handed a slot as it left: pass it on
+    def _leave(self, waiter: _Waiter) -> None:
+        if waiter.granted:  # it holds a slot it will not use: pass it on
             waiter.holder.slotted = False
-            self.release(owner)
+            self.release(waiter.owner)
         else:
             self._waiters.remove(waiter)
 
@@ -114,19 +115,17 @@ class Place:
     place granted at once, or while nobody waited on it, holds its slot from that moment; once
     `wait` returned, the slot is the caller's to release (`SlotGate.release`)."""
 
-    def __init__(self, gate: SlotGate, waiter: _Waiter | None, owner: str) -> None:
+    def __init__(self, gate: SlotGate, waiter: _Waiter) -> None:
         self._gate = gate
-        self._waiter = waiter  # None: the slot was taken at once
-        self._owner = owner
+        self._waiter = waiter
         self._settled = False  # waited on (the slot is the caller's) or left
 
     async def wait(self) -> None:
         """Until the slot is this run's; cancelled, the place is left (a slot handed over as it
         was cancelled is passed on)."""
-        waiter = self._waiter
-        if waiter is not None and not self._settled:
+        if not self._waiter.granted and not self._settled:
             try:
-                await waiter.event.wait()
+                await self._waiter.event.wait()
             except BaseException:
                 self.leave()
                 raise
@@ -135,11 +134,6 @@ class Place:
     def leave(self) -> None:
         """Give the place up before it was waited on (the run ends first): out of the line, or
         its slot passed on (taken at once, or granted meanwhile). After `wait`: nothing."""
-        if self._settled:
-            return
-        self._settled = True
-        waiter = self._waiter
-        if waiter is None:
-            self._gate.release(self._owner)
-        else:
-            self._gate._leave(waiter, self._owner)
+        if not self._settled:
+            self._settled = True
+            self._gate._leave(self._waiter)

@@ -41,10 +41,11 @@ async def test_waiting_runs_take_freed_slots_in_the_order_they_lined_up() -> Non
 
 async def test_a_place_left_before_its_wait_gives_back_its_slot_or_its_turn() -> None:
     gate = SlotGate(1, share=1)
-    first = gate.line_up("a", Run())  # a free slot: taken at once
-    assert gate.free == 0
+    at_once = Run()
+    first = gate.line_up("a", at_once)  # a free slot: taken at once
+    assert at_once.slotted and gate.free == 0
     first.leave()  # the run ended before it waited: the slot is given back
-    assert gate.free == 1
+    assert not at_once.slotted and gate.free == 1
 
     holder, waiting, behind = Run(), Run(), Run()
     assert gate.try_acquire("a", holder)

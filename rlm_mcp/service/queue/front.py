@@ -233,7 +233,7 @@ class QueueFront:
             return None
         queued = run.progress.status == "queued"
         apply(run, state)
-        return run.done.is_set() or (queued and run.progress.status != "queued")
+        return queued and run.progress.status != "queued"
 
     def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
         """Mirror the run and watch it (its wake-ups are followed already: `Wakeups.follow`)."""

@@ -18,8 +18,8 @@ statement then finds it dead, and the reconnect wakes them all).
 A wake-up that arrives while its follower is busy (reading the row, telling its clients) is kept
 for the follower's next `wait`, never dropped. A live summary or final record that arrives while
 its follower waits, with nothing kept for it, is handed to `on_carried` at once (the front applies
-it to the run's mirror), so the follower is not woken for it unless `on_carried` asks (a record
-that ended the run: the follower finishes).
+it to the run's mirror), so the follower is not woken for it unless `on_carried` asks (the run
+left the queue, say), or declines it (the run's final record: the follower takes that itself).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Wakeups:
         self._idle: set[str] = set()  # followers waiting in `wait` now, with nothing kept for them
         self._followed: anyio.Event | None = None  # `watch_silence` sleeps on it while nothing is followed
         # Applies a live summary or final record to the run's mirror (the front sets it): True
-        # to wake the follower all the same (the run ended, say), False to leave it waiting,
+        # to wake the follower all the same (the run left the queue, say), False to leave it waiting,
         # None when not applied (kept for the follower, as without it). Unset: every wake-up wakes.
         self.on_carried: Callable[[str, LiveSummary | RunRecord], bool | None] | None = None
 
