@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import re
 import shutil
+import ssl
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.testing.servers import free_port, server_process
+from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_team import Replica, team_replica
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,3 +163,34 @@ def balanced_replicas(
         log = folder / "haproxy.log"
         stack.enter_context(server_process([haproxy, "-db", "-f", str(config)], port=lb_port, within_s=60, log=log))
         yield Balanced(url=public_url, cafile=cafile, replicas=replicas, public_url=public_url, log=log)
+
+
+@asynccontextmanager
+async def mcp_client(balanced: Balanced, mode: str, token: str) -> AsyncIterator[Client]:
+    """An MCP client through the balancer (TLS, its certificate trusted), as `token`."""
+    http = httpx2.AsyncClient(
+        headers={"authorization": f"Bearer {token}"},
+        timeout=120,
+        verify=ssl.create_default_context(cafile=balanced.cafile),
+    )
+    transport = streamable_http_client(f"{balanced.url}/mcp", http_client=http)
+    async with http, Client(transport, mode=mode) as client:
+        yield client
+
+
+async def served_by(balanced: Balanced, before: dict[str, int]) -> str:
+    """The one replica that answered the /mcp requests made since `before`."""
+    await wait_until(
+        lambda: balanced.requests() != before, within_s=60, what="a replica to log the request it answered"
+    )
+    after = balanced.requests()
+    changed = [name for name in after if after[name] != before[name]]
+    assert len(changed) == 1, f"one call, several replicas: {before} -> {after}"
+    return changed[0]
+
+
+def health_status(base: str) -> int | None:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=10).status_code
+    except httpx.HTTPError:
+        return None

@@ -11,37 +11,41 @@ is read from that replica's own log."""
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import shlex
 import ssl
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import ExitStack, asynccontextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import httpx
 import httpx2
-import psycopg
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from rlm_mcp.cli import build_parser
-from rlm_mcp.testing.script import RootScript, Script
+from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_e2e import sandbox_container_ids
-from tests.fixtures_haproxy import CONFIG, Balanced, balanced_replicas, haproxy_path, make_certificate, render
+from tests.fixtures_haproxy import (
+    CONFIG,
+    balanced_replicas,
+    haproxy_path,
+    health_status,
+    make_certificate,
+    mcp_client,
+    render,
+    served_by,
+)
 from tests.fixtures_http import INIT, MCP_HEADERS
 from tests.fixtures_postgres import Cluster
-from tests.fixtures_surface import ANSWER_NOW, STUCK, call
-from tests.fixtures_team import SHORT_LEASES, replica_client, team_replica
+from tests.fixtures_surface import ANSWER_NOW, call
+from tests.fixtures_team import team_replica
 from tests.readme_blocks import DOCS, REPO, blocks
 
 pytestmark = pytest.mark.anyio
@@ -134,29 +138,10 @@ async def test_the_team_recipe_serves_an_mcp_client_through_its_balancer(tmp_pat
             assert done["status"] == "completed" and done["answer"] == "forty-two", done
 
 
-@asynccontextmanager
-async def mcp_client(balanced: Balanced, mode: str) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers=BEARER, timeout=120, verify=ssl.create_default_context(cafile=balanced.cafile))
-    transport = streamable_http_client(f"{balanced.url}/mcp", http_client=http)
-    async with http, Client(transport, mode=mode) as client:
-        yield client
-
-
-async def served_by(balanced: Balanced, before: dict[str, int]) -> str:
-    """The one replica that answered the /mcp requests made since `before`."""
-    await wait_until(
-        lambda: balanced.requests() != before, within_s=60, what="a replica to log the request it answered"
-    )
-    after = balanced.requests()
-    changed = [name for name in after if after[name] != before[name]]
-    assert len(changed) == 1, f"one call, several replicas: {before} -> {after}"
-    return changed[0]
-
-
 async def test_a_handshake_era_session_stays_on_the_replica_that_created_it(tmp_path: Path, pg_url: str) -> None:
     with balanced_replicas(tmp_path, database_url=pg_url, lm_url=NO_LM, tokens=[ALICE]) as balanced:
         before = balanced.requests()
-        async with mcp_client(balanced, "legacy") as client:
+        async with mcp_client(balanced, "legacy", ALICE) as client:
             assert client.protocol_version == "2025-11-25"
             for i in range(6):
                 await call(client, "rlm_load_context", text=f"handshake era {i}", name=f"h{i}")
@@ -195,13 +180,6 @@ async def test_a_handshake_era_session_stays_on_the_replica_that_created_it(tmp_
             assert closed.status_code == 200, closed.text
 
 
-def health_status(base: str) -> int | None:
-    try:
-        return httpx.get(f"{base}/healthz", timeout=10).status_code
-    except httpx.HTTPError:
-        return None
-
-
 async def test_a_replica_whose_database_is_unreachable_leaves_the_rotation_and_comes_back(
     tmp_path: Path, pg_cluster: Cluster, pg_url: str
 ) -> None:
@@ -216,7 +194,7 @@ async def test_a_replica_whose_database_is_unreachable_leaves_the_rotation_and_c
             pg_cluster.sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{lost}'")
             await wait_until(lambda: health_status(doomed.base) == 503, within_s=60, what="503 without its database")
             await wait_until(lambda: balanced.server_down(doomed.name), within_s=60, what="HAProxy to take it out")
-            async with mcp_client(balanced, "2026-07-28") as client:
+            async with mcp_client(balanced, "2026-07-28", ALICE) as client:
                 for i in range(4):
                     before = balanced.requests()
                     await call(client, "rlm_load_context", text=f"only the healthy one {i}")
@@ -225,7 +203,7 @@ async def test_a_replica_whose_database_is_unreachable_leaves_the_rotation_and_c
             pg_cluster.sql(f"ALTER DATABASE {lost} WITH ALLOW_CONNECTIONS true")
             await wait_until(lambda: health_status(doomed.base) == 200, within_s=60, what="200 once it is back")
             await wait_until(lambda: balanced.server_up(doomed.name), within_s=60, what="HAProxy to take it back")
-            async with mcp_client(balanced, "2026-07-28") as client:
+            async with mcp_client(balanced, "2026-07-28", ALICE) as client:
                 served = set()
                 for _ in range(2):  # round robin over both again
                     before = balanced.requests()
@@ -234,194 +212,3 @@ async def test_a_replica_whose_database_is_unreachable_leaves_the_rotation_and_c
                 assert served == {healthy.name, doomed.name}
     finally:
         pg_cluster.sql(f"DROP DATABASE IF EXISTS {lost} WITH (FORCE)")
-
-
-# Team mode part 2: two workers with one run slot each, a front that runs nothing.
-ROLES = ["both", "both", "front"]
-QUEUE_ENV = {**SHORT_LEASES, "RLM_MCP_MAX_RUNS": "1"}
-SLOW_THEN_ANSWER = """```repl
-import time
-time.sleep(2)
-print("slept")
-```"""
-# A cell that is still running when PostgreSQL goes away (the restart takes a second or two).
-LONG_CELL_THEN_ANSWER = """```repl
-import time
-time.sleep(4)
-print("slept through it")
-```"""
-SCRIPT = Script(
-    root_by_query=[
-        RootScript(match="stuck", replies=[STUCK]),
-        RootScript(match="slow run", replies=[SLOW_THEN_ANSWER, ANSWER_NOW]),
-        RootScript(match="restart run", replies=[LONG_CELL_THEN_ANSWER, ANSWER_NOW]),
-    ],
-    root=[ANSWER_NOW],
-)
-
-
-def run_row(db: str, run_id: str) -> tuple[str | None, str | None]:
-    """(the owner label of the worker that claimed the run, the run's phase)."""
-    with psycopg.connect(db, autocommit=True) as conn:
-        found = conn.execute(
-            "SELECT w.owner_id, r.summary FROM rlm_runs r LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id "
-            "WHERE r.run_id = %s",
-            (run_id,),
-        ).fetchone()
-    assert found is not None
-    return found[0], json.loads(found[1]).get("phase")
-
-
-async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_run(tmp_path: Path, pg_url: str) -> None:
-    with (
-        ScriptedLM(SCRIPT) as lm,
-        balanced_replicas(
-            tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE], roles=ROLES, env=QUEUE_ENV
-        ) as balanced,
-    ):
-        async with mcp_client(balanced, "2026-07-28") as client:
-            assert client.protocol_version == "2026-07-28"
-            await client.list_tools()  # the client checks results against the tools' schemas: fetched once here
-            loaded_on: dict[str, str] = {}
-            for i in range(3):
-                before = balanced.requests()
-                loaded = await call(client, "rlm_load_context", text=f"stateless haystack {i} " * 100, name=f"s{i}")
-                loaded_on[loaded["context_id"]] = await served_by(balanced, before)
-            listed_on = set()
-            for _ in range(3):
-                before = balanced.requests()
-                listed = await call(client, "rlm_list_contexts")
-                assert {c["context_id"] for c in listed["contexts"]} == set(loaded_on)
-                listed_on.add(await served_by(balanced, before))
-            before = balanced.requests()
-            said: list[str] = []
-
-            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                said.append(message or "")
-
-            completed = await client.call_tool(
-                "rlm_complete", {"query": "what is it?", "context_id": list(loaded_on)}, progress_callback=on_progress
-            )
-            ran_on = await served_by(balanced, before)
-            assert not completed.is_error and completed.structured_content is not None, completed.content
-            done = completed.structured_content
-            assert done["answer"] == "forty-two"
-            assert any("turn 1/" in line for line in said), said  # streamed through the balancer
-            before = balanced.requests()
-            status = await call(client, "rlm_status", run_id=done["run_id"])
-            assert status["status"] == "completed"
-            read_on = await served_by(balanced, before)
-            # every replica served calls; the run used contexts loaded through the other replicas
-            assert set(loaded_on.values()) | listed_on | {ran_on, read_on} == {r.name for r in balanced.replicas}
-            assert {on for on in loaded_on.values() if on != ran_on}
-            cid = next(iter(loaded_on))
-
-            # Two runs at once, one run slot per worker: each worker takes one (the front none).
-            workers = {r.owner for r in balanced.replicas if r.role != "front"}
-            slow = [(await call(client, "rlm_start", query=f"slow run {i}", context_id=cid))["run_id"] for i in (1, 2)]
-            for run_id in slow:
-                assert (await call(client, "rlm_result", run_id=run_id, wait_s=120))["status"] == "completed"
-            assert {run_row(pg_url, run_id)[0] for run_id in slow} == workers
-
-            # Start through one replica, poll through another, cancel through the third.
-            before = balanced.requests()
-            stuck = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
-            started_on = await served_by(balanced, before)
-            await wait_until(lambda: run_row(pg_url, stuck)[1] == "cell", within_s=120, what="the stuck run's cell")
-            polled_on = started_on
-            while polled_on == started_on:  # round robin: at most two calls
-                before = balanced.requests()
-                assert (await call(client, "rlm_status", run_id=stuck))["status"] == "running"
-                polled_on = await served_by(balanced, before)
-            (third,) = [r for r in balanced.replicas if r.name not in (started_on, polled_on)]
-            async with replica_client(third, ALICE) as on_third:
-                await call(on_third, "rlm_cancel", run_id=stuck)
-            final = await call(client, "rlm_result", run_id=stuck, wait_s=120)
-            assert final["status"] == "cancelled", final
-            owner = run_row(pg_url, stuck)[0]
-            assert owner in workers
-            await wait_until(
-                lambda: not sandbox_container_ids(owner), within_s=60, what="the cancelled run's sandbox removed"
-            )
-
-
-async def final_result(client: Client, run_id: str, within_s: float = 180.0) -> dict[str, Any]:
-    """The run's result once it has ended (rlm_result long-polls, asked again until then; a
-    replica that has not reached PostgreSQL again after a restart answers so, and is asked again)."""
-    seen: dict[str, Any] = {}
-
-    async def ended() -> bool:
-        answer = await client.call_tool("rlm_result", {"run_id": run_id, "wait_s": 20})
-        if answer.is_error:
-            text = " ".join(getattr(c, "text", "") for c in answer.content)
-            assert "is unreachable" in text, text  # the database, for a moment: nothing else
-            return False
-        assert answer.structured_content is not None
-        seen.update(answer.structured_content)
-        return seen["status"] not in ("queued", "running")
-
-    await wait_until(ended, within_s=within_s, what=f"run {run_id} to end")
-    return seen
-
-
-async def test_runs_through_the_balancer_survive_a_killed_worker_and_a_postgresql_restart(
-    tmp_path: Path, pg_cluster: Cluster, pg_url: str
-) -> None:
-    with (
-        ScriptedLM(SCRIPT) as lm,
-        balanced_replicas(
-            tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE], roles=ROLES, env=QUEUE_ENV
-        ) as balanced,
-    ):
-        workers = [r for r in balanced.replicas if r.role != "front"]
-        (front,) = [r for r in balanced.replicas if r.role == "front"]
-        async with mcp_client(balanced, "2026-07-28") as client:
-            await client.list_tools()  # the client checks results against the tools' schemas: fetched once here
-            cid = (await call(client, "rlm_load_context", text="survivor haystack " * 100))["context_id"]
-
-            # kill -9 the worker running a run whose model has answered (its cell is running):
-            # the run ends `error` naming the lost worker, read through the balancer.
-            doomed = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
-            await wait_until(lambda: run_row(pg_url, doomed)[1] == "cell", within_s=120, what="the doomed run's cell")
-            owner = run_row(pg_url, doomed)[0]
-            (victim,) = [r for r in workers if r.owner == owner]
-            (survivor,) = [r for r in workers if r is not victim]
-            assert sandbox_container_ids(victim.owner)
-            victim.kill()
-            await wait_until(lambda: balanced.server_down(victim.name), within_s=60, what="HAProxy to drop the dead")
-            lost = await final_result(client, doomed)
-            assert lost["status"] == "error", lost
-            assert f"pid {victim.pid})" in lost["reason"] and "rlm_start" in lost["reason"], lost
-            await wait_until(
-                lambda: not sandbox_container_ids(victim.owner), within_s=60, what="the lost worker's sandbox removed"
-            )
-
-            # PostgreSQL restarted while the surviving worker runs a cell: the run still ends
-            # with a structured status, and the replicas answer through the balancer again.
-            slow = (await call(client, "rlm_start", query="restart run", context_id=cid))["run_id"]
-            await wait_until(lambda: run_row(pg_url, slow)[1] == "cell", within_s=120, what="the slow run's cell")
-            assert run_row(pg_url, slow)[0] == survivor.owner
-            pg_cluster.stop()
-            pg_cluster.start()
-            live = [survivor, front]
-            await wait_until(
-                lambda: all(health_status(r.base) == 200 for r in live), within_s=120, what="both to reconnect"
-            )
-            # HAProxy may have taken them out during the outage (checks every 2 s): back after 2 good ones.
-            await wait_until(
-                lambda: not any(balanced.server_down(r.name) for r in live), within_s=60, what="HAProxy to use both"
-            )
-            ended = await final_result(client, slow)
-            assert ended["status"] in ("completed", "error"), ended
-            assert ended["status"] == "completed" or ended["reason"], ended
-            served: set[str] = set()
-
-            async def both_serve() -> bool:
-                before = balanced.requests()
-                await client.list_tools()
-                served.add(await served_by(balanced, before))
-                return served == {r.name for r in live}
-
-            await wait_until(both_serve, within_s=60, what="both live replicas to answer through the balancer")
-            again = await call(client, "rlm_complete", query="after the restart", context_id=cid)
-            assert again["status"] == "completed" and again["answer"] == "forty-two", again

@@ -1,0 +1,323 @@
+"""rlm-mcp behind HAProxy, team mode's runs: with two `--role both` workers and a `--role front`,
+runs spread over both workers and any replica starts, polls and cancels any run; a worker killed
+with SIGKILL mid-run leaves its run ended with a status naming it and no container, and runs
+outlive a PostgreSQL restart, all read through the balancer (tests/e2e/test_haproxy.py has the
+recipe, the sessions and the health checks)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import ssl
+import subprocess
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+import psycopg
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from rlm_mcp.cli import build_parser
+from rlm_mcp.testing.script import RootScript, Script
+from rlm_mcp.testing.scripted_lm import ScriptedLM
+from rlm_mcp.testing.servers import free_port, server_process
+from rlm_mcp.testing.waiting import wait_until
+from tests.fixtures_e2e import sandbox_container_ids
+from tests.fixtures_haproxy import (
+    CONFIG,
+    balanced_replicas,
+    haproxy_path,
+    health_status,
+    make_certificate,
+    mcp_client,
+    render,
+    served_by,
+)
+from tests.fixtures_postgres import Cluster
+from tests.fixtures_surface import ANSWER_NOW, STUCK, call
+from tests.fixtures_team import SHORT_LEASES, replica_client, team_replica
+from tests.readme_blocks import DOCS, REPO, blocks
+
+pytestmark = pytest.mark.anyio
+
+ALICE = "alice-lb-token"
+
+
+def test_the_team_page_links_the_configuration_the_tests_run(tmp_path: Path) -> None:
+    # The docs link the shipped file rather than carry a copy that could drift from it.
+    assert not [b for b in blocks() if b.lang == "haproxy"], "a copy of the HAProxy configuration in the docs"
+    assert "](../deploy/haproxy/haproxy.cfg)" in (DOCS / "team.md").read_text(encoding="utf-8")
+    # and what the tests run from it is a configuration Debian's haproxy accepts
+    pem, _ = make_certificate(tmp_path)
+    text = render(CONFIG.read_text(), port=1, cert=pem, servers=[("127.0.0.1", 2), ("127.0.0.1", 3)])
+    assert "stick store-response res.hdr(mcp-session-id)" in text and "option httpchk GET /healthz" in text
+    assert "server rlm2 127.0.0.1:3" in text and "10.0.0.11" not in text
+    (tmp_path / "haproxy.cfg").write_text(text)
+    checked = subprocess.run(
+        [haproxy_path(), "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def recipe() -> list[str]:
+    (block,) = [b for b in blocks(DOCS / "team.md") if b.marker.startswith("<!-- team-recipe")]
+    return block.text.splitlines()
+
+
+async def test_the_team_recipe_serves_an_mcp_client_through_its_balancer(tmp_path: Path, pg_url: str) -> None:
+    # docs/team.md's "A team on one machine", past its PostgreSQL lines (tests/postgres/
+    # test_team_recipe.py runs their SQL): its settings, its three replicas, its certificate and
+    # balancer lines as written (only the ports and the database are this test's), then a client
+    # as the page tells one: the recipe's CA file, `Authorization: Bearer <token>`, the public URL.
+    lines = recipe()
+    (export,) = [line for line in lines if line.startswith("export ")]
+    settings = dict(word.split("=", 1) for word in shlex.split(export)[1:])
+    tokens = settings["RLM_MCP_AUTH_TOKENS"].split(",")
+    public = urlsplit(settings["RLM_MCP_PUBLIC_URL"])
+    assert public.scheme == "https" and public.hostname == "localhost" and public.port and public.port > 1024
+    serves = [shlex.split(line.rstrip("&").strip()) for line in lines if " rlm-mcp serve " in line]
+    parsed = [build_parser().parse_args(words[words.index("rlm-mcp") + 1 :]) for words in serves]
+    (certificate,) = [line for line in lines if line.startswith("openssl req")]
+    (balancer,) = [line for line in lines if "deploy/haproxy/haproxy.cfg" in line]
+    write_config, start = balancer.rstrip("&").split(" && ")
+    assert shlex.split(start) == ["haproxy", "-f", "rlm-haproxy.cfg"]  # no root needed: a port above 1024
+    page = (DOCS / "team.md").read_text(encoding="utf-8")
+    assert f"Authorization: Bearer {tokens[0]}" in page and "NODE_EXTRA_CA_CERTS=$PWD/rlm.crt" in page
+
+    lb_port = free_port()
+    folder = tmp_path / "checkout"
+    folder.mkdir()
+    (folder / "deploy").symlink_to(REPO / "deploy")
+    with ScriptedLM(Script(root=[ANSWER_NOW])) as lm, ExitStack() as stack:
+        ports = {str(public.port): str(lb_port)}
+        for args in parsed:
+            replica = stack.enter_context(
+                team_replica(
+                    tmp_path / f"replica-{args.port}",
+                    role=args.role,
+                    database_url=pg_url,
+                    lm_url=lm.base_url,
+                    tokens=tokens,
+                    env={"RLM_MCP_PUBLIC_URL": f"https://localhost:{lb_port}"},
+                )
+            )
+            ports[str(args.port)] = str(urlsplit(replica.base).port)
+        script = "\n".join([certificate, write_config])
+        for written, used in ports.items():
+            script = re.sub(rf"(?<=:){written}\b", used, script)
+        made = await anyio.run_process(["bash", "-euo", "pipefail", "-c", script], cwd=folder, check=False)
+        assert made.returncode == 0, made.stderr.decode(errors="replace")
+        config = (folder / "rlm-haproxy.cfg").read_text()
+        servers = re.findall(r"^\s*server \S+ (\S+)", config, re.M)
+        mcp_ports = [ports[str(a.port)] for a in parsed if a.role != "worker"]
+        assert servers == [f"127.0.0.1:{p}" for p in mcp_ports], servers  # no leftover example address
+        assert "/etc/" not in config
+        haproxy = [haproxy_path(), "-db", "-f", "rlm-haproxy.cfg"]
+        stack.enter_context(server_process(haproxy, port=lb_port, cwd=folder, within_s=60, log=folder / "lb.log"))
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {tokens[0]}"},
+            verify=ssl.create_default_context(cafile=folder / "rlm.crt"),
+            timeout=120,
+        )
+        url = f"https://localhost:{lb_port}/mcp"
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            loaded = await call(client, "rlm_load_context", text="through the recipe's balancer")
+            done = await call(client, "rlm_complete", query="what is it?", context_id=loaded["context_id"])
+            assert done["status"] == "completed" and done["answer"] == "forty-two", done
+
+
+# Team mode part 2: two workers with one run slot each, a front that runs nothing.
+ROLES = ["both", "both", "front"]
+QUEUE_ENV = {**SHORT_LEASES, "RLM_MCP_MAX_RUNS": "1"}
+SLOW_THEN_ANSWER = """```repl
+import time
+time.sleep(2)
+print("slept")
+```"""
+# A cell that is still running when PostgreSQL goes away (the restart takes a second or two).
+LONG_CELL_THEN_ANSWER = """```repl
+import time
+time.sleep(4)
+print("slept through it")
+```"""
+SCRIPT = Script(
+    root_by_query=[
+        RootScript(match="stuck", replies=[STUCK]),
+        RootScript(match="slow run", replies=[SLOW_THEN_ANSWER, ANSWER_NOW]),
+        RootScript(match="restart run", replies=[LONG_CELL_THEN_ANSWER, ANSWER_NOW]),
+    ],
+    root=[ANSWER_NOW],
+)
+
+
+def run_row(db: str, run_id: str) -> tuple[str | None, str | None]:
+    """(the owner label of the worker that claimed the run, the run's phase)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT w.owner_id, r.summary FROM rlm_runs r LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id "
+            "WHERE r.run_id = %s",
+            (run_id,),
+        ).fetchone()
+    assert found is not None
+    return found[0], json.loads(found[1]).get("phase")
+
+
+async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_run(tmp_path: Path, pg_url: str) -> None:
+    with (
+        ScriptedLM(SCRIPT) as lm,
+        balanced_replicas(
+            tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE], roles=ROLES, env=QUEUE_ENV
+        ) as balanced,
+    ):
+        async with mcp_client(balanced, "2026-07-28", ALICE) as client:
+            assert client.protocol_version == "2026-07-28"
+            await client.list_tools()  # the client checks results against the tools' schemas: fetched once here
+            loaded_on: dict[str, str] = {}
+            for i in range(3):
+                before = balanced.requests()
+                loaded = await call(client, "rlm_load_context", text=f"stateless haystack {i} " * 100, name=f"s{i}")
+                loaded_on[loaded["context_id"]] = await served_by(balanced, before)
+            listed_on = set()
+            for _ in range(3):
+                before = balanced.requests()
+                listed = await call(client, "rlm_list_contexts")
+                assert {c["context_id"] for c in listed["contexts"]} == set(loaded_on)
+                listed_on.add(await served_by(balanced, before))
+            before = balanced.requests()
+            said: list[str] = []
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                said.append(message or "")
+
+            completed = await client.call_tool(
+                "rlm_complete", {"query": "what is it?", "context_id": list(loaded_on)}, progress_callback=on_progress
+            )
+            ran_on = await served_by(balanced, before)
+            assert not completed.is_error and completed.structured_content is not None, completed.content
+            done = completed.structured_content
+            assert done["answer"] == "forty-two"
+            assert any("turn 1/" in line for line in said), said  # streamed through the balancer
+            before = balanced.requests()
+            status = await call(client, "rlm_status", run_id=done["run_id"])
+            assert status["status"] == "completed"
+            read_on = await served_by(balanced, before)
+            # every replica served calls; the run used contexts loaded through the other replicas
+            assert set(loaded_on.values()) | listed_on | {ran_on, read_on} == {r.name for r in balanced.replicas}
+            assert {on for on in loaded_on.values() if on != ran_on}
+            cid = next(iter(loaded_on))
+
+            # Two runs at once, one run slot per worker: each worker takes one (the front none).
+            workers = {r.owner for r in balanced.replicas if r.role != "front"}
+            slow = [(await call(client, "rlm_start", query=f"slow run {i}", context_id=cid))["run_id"] for i in (1, 2)]
+            for run_id in slow:
+                assert (await call(client, "rlm_result", run_id=run_id, wait_s=120))["status"] == "completed"
+            assert {run_row(pg_url, run_id)[0] for run_id in slow} == workers
+
+            # Start through one replica, poll through another, cancel through the third.
+            before = balanced.requests()
+            stuck = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
+            started_on = await served_by(balanced, before)
+            await wait_until(lambda: run_row(pg_url, stuck)[1] == "cell", within_s=120, what="the stuck run's cell")
+            polled_on = started_on
+            while polled_on == started_on:  # round robin: at most two calls
+                before = balanced.requests()
+                assert (await call(client, "rlm_status", run_id=stuck))["status"] == "running"
+                polled_on = await served_by(balanced, before)
+            (third,) = [r for r in balanced.replicas if r.name not in (started_on, polled_on)]
+            async with replica_client(third, ALICE) as on_third:
+                await call(on_third, "rlm_cancel", run_id=stuck)
+            final = await call(client, "rlm_result", run_id=stuck, wait_s=120)
+            assert final["status"] == "cancelled", final
+            owner = run_row(pg_url, stuck)[0]
+            assert owner in workers
+            await wait_until(
+                lambda: not sandbox_container_ids(owner), within_s=60, what="the cancelled run's sandbox removed"
+            )
+
+
+async def final_result(client: Client, run_id: str, within_s: float = 180.0) -> dict[str, Any]:
+    """The run's result once it has ended (rlm_result long-polls, asked again until then; a
+    replica that has not reached PostgreSQL again after a restart answers so, and is asked again)."""
+    seen: dict[str, Any] = {}
+
+    async def ended() -> bool:
+        answer = await client.call_tool("rlm_result", {"run_id": run_id, "wait_s": 20})
+        if answer.is_error:
+            text = " ".join(getattr(c, "text", "") for c in answer.content)
+            assert "is unreachable" in text, text  # the database, for a moment: nothing else
+            return False
+        assert answer.structured_content is not None
+        seen.update(answer.structured_content)
+        return seen["status"] not in ("queued", "running")
+
+    await wait_until(ended, within_s=within_s, what=f"run {run_id} to end")
+    return seen
+
+
+async def test_runs_through_the_balancer_survive_a_killed_worker_and_a_postgresql_restart(
+    tmp_path: Path, pg_cluster: Cluster, pg_url: str
+) -> None:
+    with (
+        ScriptedLM(SCRIPT) as lm,
+        balanced_replicas(
+            tmp_path, database_url=pg_url, lm_url=lm.base_url, tokens=[ALICE], roles=ROLES, env=QUEUE_ENV
+        ) as balanced,
+    ):
+        workers = [r for r in balanced.replicas if r.role != "front"]
+        (front,) = [r for r in balanced.replicas if r.role == "front"]
+        async with mcp_client(balanced, "2026-07-28", ALICE) as client:
+            await client.list_tools()  # the client checks results against the tools' schemas: fetched once here
+            cid = (await call(client, "rlm_load_context", text="survivor haystack " * 100))["context_id"]
+
+            # kill -9 the worker running a run whose model has answered (its cell is running):
+            # the run ends `error` naming the lost worker, read through the balancer.
+            doomed = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
+            await wait_until(lambda: run_row(pg_url, doomed)[1] == "cell", within_s=120, what="the doomed run's cell")
+            owner = run_row(pg_url, doomed)[0]
+            (victim,) = [r for r in workers if r.owner == owner]
+            (survivor,) = [r for r in workers if r is not victim]
+            assert sandbox_container_ids(victim.owner)
+            victim.kill()
+            await wait_until(lambda: balanced.server_down(victim.name), within_s=60, what="HAProxy to drop the dead")
+            lost = await final_result(client, doomed)
+            assert lost["status"] == "error", lost
+            assert f"pid {victim.pid})" in lost["reason"] and "rlm_start" in lost["reason"], lost
+            await wait_until(
+                lambda: not sandbox_container_ids(victim.owner), within_s=60, what="the lost worker's sandbox removed"
+            )
+
+            # PostgreSQL restarted while the surviving worker runs a cell: the run still ends
+            # with a structured status, and the replicas answer through the balancer again.
+            slow = (await call(client, "rlm_start", query="restart run", context_id=cid))["run_id"]
+            await wait_until(lambda: run_row(pg_url, slow)[1] == "cell", within_s=120, what="the slow run's cell")
+            assert run_row(pg_url, slow)[0] == survivor.owner
+            pg_cluster.stop()
+            pg_cluster.start()
+            live = [survivor, front]
+            await wait_until(
+                lambda: all(health_status(r.base) == 200 for r in live), within_s=120, what="both to reconnect"
+            )
+            # HAProxy may have taken them out during the outage (checks every 2 s): back after 2 good ones.
+            await wait_until(
+                lambda: not any(balanced.server_down(r.name) for r in live), within_s=60, what="HAProxy to use both"
+            )
+            ended = await final_result(client, slow)
+            assert ended["status"] in ("completed", "error"), ended
+            assert ended["status"] == "completed" or ended["reason"], ended
+            served: set[str] = set()
+
+            async def both_serve() -> bool:
+                before = balanced.requests()
+                await client.list_tools()
+                served.add(await served_by(balanced, before))
+                return served == {r.name for r in live}
+
+            await wait_until(both_serve, within_s=60, what="both live replicas to answer through the balancer")
+            again = await call(client, "rlm_complete", query="after the restart", context_id=cid)
+            assert again["status"] == "completed" and again["answer"] == "forty-two", again
