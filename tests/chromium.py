@@ -16,8 +16,11 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 FLAGS = [
     "--headless",
@@ -149,3 +152,13 @@ class Browser:
         os.close(self._cmd_w)
         os.close(self._res_r)
         shutil.rmtree(self._profile, ignore_errors=True)
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    """A headless Chromium for one test (registered in tests/conftest.py), closed after it."""
+    b = Browser()
+    try:
+        yield b
+    finally:
+        b.close()

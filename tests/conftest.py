@@ -25,6 +25,7 @@ from rlm_mcp.config import Settings
 from rlm_mcp.errors import DockerUnavailableError, SandboxError
 from rlm_mcp.testing.image_ensure import ensure_image
 from tests import parallel
+from tests.chromium import browser
 from tests.fixtures_bucket import bucket_url, rclone_s3, seaweedfs
 from tests.fixtures_phoenix import phoenix
 from tests.fixtures_postgres import (
@@ -43,6 +44,7 @@ from tests.fixtures_store import http_server, root, settings, settings_factory
 from tests.tiers import MARKERS, NO_DOCKER, folder_markers, misfit, placement_error
 
 __all__ = [
+    "browser",
     "bucket_url",
     "rclone_s3",
     "seaweedfs",

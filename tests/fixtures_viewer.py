@@ -5,6 +5,8 @@ run has, with hostile text in code, output, sub-call prompts and answers, and th
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store import RunStore
 from rlm_mcp.store.ports import RunStorePort
 from rlm_mcp.testing.servers import server_process
+from tests.chromium import Browser
 from tests.fixtures_e2e import SERVER_SCRIPT
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_context, make_limits, make_settings, repl
 from tests.fixtures_store import run_record
@@ -166,3 +169,23 @@ def recorded_run(tmp_path: Path, database_url: str | None = None) -> tuple[RunRe
 
 def viewer_settings(tmp_path: Path, database_url: str | None = None) -> Settings:
     return make_settings(data_dir=tmp_path / "data", database_url=database_url)
+
+
+SHOTS = os.environ.get("RLM_MCP_SCREENSHOTS")  # a folder: each page's PNG saved there too (the README's pictures)
+
+
+def shot(browser: Browser, name: str) -> None:
+    if SHOTS:
+        browser.screenshot(Path(SHOTS) / name)
+
+
+def texts(browser: Browser, selector: str) -> list[str]:
+    """The text of every element the CSS selector matches, in document order."""
+    return browser.eval(f"[...document.querySelectorAll({json.dumps(selector)})].map(e => e.textContent)")
+
+
+def inert(browser: Browser) -> None:
+    """The page's hostile text ran nothing: no injected script ran, no image, only the viewer's two scripts."""
+    assert browser.eval("window.__pwned === undefined")
+    assert browser.eval("document.querySelectorAll('img').length") == 0
+    assert browser.eval("document.scripts.length") == 2  # the data block and the viewer itself

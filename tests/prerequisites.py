@@ -13,7 +13,9 @@ from tests.tiers import folder_markers
 
 # Modules that run a JavaScript tool (npx, tests/js): need Node.js and npm.
 NODE_MODULES = frozenset({"test_client_snippets", "test_claude_code_cli", "test_bundle", "test_ts_sdk_client"})
-CHROMIUM_MODULES = frozenset({"test_viewer_browser"})
+CHROMIUM_MODULES = frozenset(
+    {"test_viewer_browser", "test_viewer_live", "test_viewer_sessions", "test_viewer_throttling_browser"}
+)
 # Modules that scrape a server with Prometheus or check rules with promtool.
 PROMETHEUS_MODULES = frozenset({"test_obs_metrics", "test_obs_deploy", "test_obs_team"})
 

@@ -21,16 +21,13 @@ from tests.chromium import Browser
 from tests.fixtures_e2e import cli
 from tests.fixtures_http import as_token, resource_error, serving
 from tests.fixtures_surface import SCRIPT, call, call_error, make_settings, resource_text
+from tests.fixtures_viewer import texts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("docker_image")]
 
 MODEL = "rlm-v0.1"  # the settings' default root model, which the scripted LM answers as
 SHOTS = os.environ.get("RLM_MCP_SCREENSHOTS")  # a folder: also save a PNG of the session page
 PRICES = json.dumps({MODEL: {"input": 2.0, "output": 8.0}})  # USD per million tokens
-
-
-def _texts(browser: Browser, selector: str) -> list[str]:
-    return browser.eval(f"[...document.querySelectorAll({json.dumps(selector)})].map(e => e.textContent)")
 
 
 def _hrefs(browser: Browser, selector: str) -> list[str]:
@@ -105,12 +102,12 @@ async def test_a_kept_session_is_a_chain_of_its_runs_with_their_usage(tmp_path: 
                     browser.open(
                         f"{site}{link}&run={sid}", ready="document.querySelectorAll('ol.chain > li').length === 2"
                     )
-                    assert _texts(browser, "ol.chain .linkhead a.query") == ["FIRST-Q", "SECOND-Q"]
-                    binds = _texts(browser, "ol.chain .binds")
+                    assert texts(browser, "ol.chain .linkhead a.query") == ["FIRST-Q", "SECOND-Q"]
+                    binds = texts(browser, "ol.chain .binds")
                     assert binds[0].startswith("binds context_0") and binds[1].startswith("binds context_1")
-                    assert _texts(browser, "ol.chain pre.answer") == ["built", "2|second|6|True"]
-                    assert _texts(browser, "main > p.meta .badge") == ["live"]
-                    assert "2 runs · 2 contexts bound" in _texts(browser, "main > p.summary")[0]
+                    assert texts(browser, "ol.chain pre.answer") == ["built", "2|second|6|True"]
+                    assert texts(browser, "main > p.meta .badge") == ["live"]
+                    assert "2 runs · 2 contexts bound" in texts(browser, "main > p.summary")[0]
                     if SHOTS:
                         browser.screenshot(Path(SHOTS) / "viewer-session.png")
                     home = str(browser.eval("location.pathname")).removesuffix(sid)
@@ -149,7 +146,7 @@ async def test_a_kept_session_is_a_chain_of_its_runs_with_their_usage(tmp_path: 
         browser = Browser()
         try:
             browser.open(page.as_uri(), ready="document.querySelectorAll('ol.chain > li').length === 2")
-            assert _texts(browser, "main > p.meta .badge") == ["unknown here"]
+            assert texts(browser, "main > p.meta .badge") == ["unknown here"]
         finally:
             browser.close()
 

@@ -5,26 +5,15 @@ call says its own; the runs list draws the LM endpoints' limits panel from `api/
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import pytest
 
 from rlm_mcp.events import LLMCall
 from rlm_mcp.viewer import render_index_html, render_run_html
 from tests.chromium import Browser
 from tests.fixtures_store import run_record
 from tests.fixtures_throttle import throttled_run
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    b = Browser()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def test_the_run_page_shows_its_calls_429s_and_backoff(tmp_path: Path, browser: Browser) -> None:
