@@ -7,132 +7,33 @@ recipe, the sessions and the health checks)."""
 from __future__ import annotations
 
 import json
-import re
-import shlex
-import ssl
-import subprocess
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import anyio
-import httpx2
 import psycopg
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from rlm_mcp.cli import build_parser
 from rlm_mcp.testing.script import RootScript, Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
-from rlm_mcp.testing.servers import free_port, server_process
 from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_e2e import sandbox_container_ids
 from tests.fixtures_haproxy import (
-    CONFIG,
     balanced_replicas,
-    haproxy_path,
     health_status,
-    make_certificate,
     mcp_client,
-    render,
     served_by,
 )
 from tests.fixtures_postgres import Cluster
 from tests.fixtures_surface import ANSWER_NOW, STUCK, call
-from tests.fixtures_team import SHORT_LEASES, replica_client, team_replica
-from tests.readme_blocks import DOCS, REPO, blocks
+from tests.fixtures_team import SHORT_LEASES, replica_client
 
 pytestmark = pytest.mark.anyio
 
 ALICE = "alice-lb-token"
 
 
-def test_the_team_page_links_the_configuration_the_tests_run(tmp_path: Path) -> None:
-    # The docs link the shipped file rather than carry a copy that could drift from it.
-    assert not [b for b in blocks() if b.lang == "haproxy"], "a copy of the HAProxy configuration in the docs"
-    assert "](../deploy/haproxy/haproxy.cfg)" in (DOCS / "team.md").read_text(encoding="utf-8")
-    # and what the tests run from it is a configuration Debian's haproxy accepts
-    pem, _ = make_certificate(tmp_path)
-    text = render(CONFIG.read_text(), port=1, cert=pem, servers=[("127.0.0.1", 2), ("127.0.0.1", 3)])
-    assert "stick store-response res.hdr(mcp-session-id)" in text and "option httpchk GET /healthz" in text
-    assert "server rlm2 127.0.0.1:3" in text and "10.0.0.11" not in text
-    (tmp_path / "haproxy.cfg").write_text(text)
-    checked = subprocess.run(
-        [haproxy_path(), "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True, timeout=60
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-
-
-def recipe() -> list[str]:
-    (block,) = [b for b in blocks(DOCS / "team.md") if b.marker.startswith("<!-- team-recipe")]
-    return block.text.splitlines()
-
-
-async def test_the_team_recipe_serves_an_mcp_client_through_its_balancer(tmp_path: Path, pg_url: str) -> None:
-    # docs/team.md's "A team on one machine", past its PostgreSQL lines (tests/postgres/
-    # test_team_recipe.py runs their SQL): its settings, its three replicas, its certificate and
-    # balancer lines as written (only the ports and the database are this test's), then a client
-    # as the page tells one: the recipe's CA file, `Authorization: Bearer <token>`, the public URL.
-    lines = recipe()
-    (export,) = [line for line in lines if line.startswith("export ")]
-    settings = dict(word.split("=", 1) for word in shlex.split(export)[1:])
-    tokens = settings["RLM_MCP_AUTH_TOKENS"].split(",")
-    public = urlsplit(settings["RLM_MCP_PUBLIC_URL"])
-    assert public.scheme == "https" and public.hostname == "localhost" and public.port and public.port > 1024
-    serves = [shlex.split(line.rstrip("&").strip()) for line in lines if " rlm-mcp serve " in line]
-    parsed = [build_parser().parse_args(words[words.index("rlm-mcp") + 1 :]) for words in serves]
-    (certificate,) = [line for line in lines if line.startswith("openssl req")]
-    (balancer,) = [line for line in lines if "deploy/haproxy/haproxy.cfg" in line]
-    write_config, start = balancer.rstrip("&").split(" && ")
-    assert shlex.split(start) == ["haproxy", "-f", "rlm-haproxy.cfg"]  # no root needed: a port above 1024
-    page = (DOCS / "team.md").read_text(encoding="utf-8")
-    assert f"Authorization: Bearer {tokens[0]}" in page and "NODE_EXTRA_CA_CERTS=$PWD/rlm.crt" in page
-
-    lb_port = free_port()
-    folder = tmp_path / "checkout"
-    folder.mkdir()
-    (folder / "deploy").symlink_to(REPO / "deploy")
-    with ScriptedLM(Script(root=[ANSWER_NOW])) as lm, ExitStack() as stack:
-        ports = {str(public.port): str(lb_port)}
-        for args in parsed:
-            replica = stack.enter_context(
-                team_replica(
-                    tmp_path / f"replica-{args.port}",
-                    role=args.role,
-                    database_url=pg_url,
-                    lm_url=lm.base_url,
-                    tokens=tokens,
-                    env={"RLM_MCP_PUBLIC_URL": f"https://localhost:{lb_port}"},
-                )
-            )
-            ports[str(args.port)] = str(urlsplit(replica.base).port)
-        script = "\n".join([certificate, write_config])
-        for written, used in ports.items():
-            script = re.sub(rf"(?<=:){written}\b", used, script)
-        made = await anyio.run_process(["bash", "-euo", "pipefail", "-c", script], cwd=folder, check=False)
-        assert made.returncode == 0, made.stderr.decode(errors="replace")
-        config = (folder / "rlm-haproxy.cfg").read_text()
-        servers = re.findall(r"^\s*server \S+ (\S+)", config, re.M)
-        mcp_ports = [ports[str(a.port)] for a in parsed if a.role != "worker"]
-        assert servers == [f"127.0.0.1:{p}" for p in mcp_ports], servers  # no leftover example address
-        assert "/etc/" not in config
-        haproxy = [haproxy_path(), "-db", "-f", "rlm-haproxy.cfg"]
-        stack.enter_context(server_process(haproxy, port=lb_port, cwd=folder, within_s=60, log=folder / "lb.log"))
-        http = httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {tokens[0]}"},
-            verify=ssl.create_default_context(cafile=folder / "rlm.crt"),
-            timeout=120,
-        )
-        url = f"https://localhost:{lb_port}/mcp"
-        async with http, Client(streamable_http_client(url, http_client=http)) as client:
-            loaded = await call(client, "rlm_load_context", text="through the recipe's balancer")
-            done = await call(client, "rlm_complete", query="what is it?", context_id=loaded["context_id"])
-            assert done["status"] == "completed" and done["answer"] == "forty-two", done
-
-
-# Team mode part 2: two workers with one run slot each, a front that runs nothing.
+# Two workers with one run slot each, a front that runs nothing.
 ROLES = ["both", "both", "front"]
 QUEUE_ENV = {**SHORT_LEASES, "RLM_MCP_MAX_RUNS": "1"}
 SLOW_THEN_ANSWER = """```repl
