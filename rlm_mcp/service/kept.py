@@ -3,9 +3,11 @@ ended (`END_TEXT`, `START_AGAIN`); `sessions.SessionManager` holds them."""
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import anyio
@@ -13,7 +15,10 @@ import anyio
 from rlm_mcp.engine.session import SessionSandbox
 from rlm_mcp.owners import Owner
 from rlm_mcp.ports.sessions import SessionView
+from rlm_mcp.service import session_files
 from rlm_mcp.usage import Usage
+
+logger = logging.getLogger("rlm_mcp.service")  # the session manager's logger: one name for its lines
 
 EndReason = Literal["closed", "idle", "expired", "shutdown", "failed", "evicted"]
 
@@ -75,3 +80,21 @@ class KeptSession:
             age_s=round(time.monotonic() - self.started, 3),
             idle_s=0.0 if self.running else round(time.monotonic() - self.last_used, 3),
         )
+
+    async def let_go(self, data_dir: Path) -> None:
+        """Give back what the session holds: its sandbox, its snapshot file (never stored with a
+        record: no other process takes it) and its contexts' pins. Shielded: each is released
+        even while the caller is cancelled, and a failure of one does not keep the others."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.repl.release()
+            except Exception:
+                logger.exception("releasing the sandbox of session %s failed", self.session_id)
+            try:
+                await anyio.to_thread.run_sync(session_files.discard, data_dir, self.session_id)
+            except OSError:
+                logger.exception("removing the snapshot of session %s failed", self.session_id)
+            try:
+                await self.pins.aclose()
+            except Exception:
+                logger.exception("unpinning the contexts of session %s failed", self.session_id)

@@ -301,19 +301,7 @@ class SessionManager:
         if why in ("idle", "evicted", "shutdown") and session.repl.snapshot_error:
             text += f" ({session.repl.snapshot_error})"
         self._remember(session.session_id, session.owner, text)
-        with anyio.CancelScope(shield=True):
-            try:
-                await session.repl.release()
-            except Exception:
-                logger.exception("releasing the sandbox of session %s failed", session.session_id)
-            try:  # its snapshot file (never stored with a record: no other process takes it)
-                await anyio.to_thread.run_sync(session_files.discard, self._settings.data_dir, session.session_id)
-            except OSError:
-                logger.exception("removing the snapshot of session %s failed", session.session_id)
-            try:
-                await session.pins.aclose()
-            except Exception:
-                logger.exception("unpinning the contexts of session %s failed", session.session_id)
+        await session.let_go(self._settings.data_dir)
         logger.info("session %s ended (%s)", session.session_id, why)
 
     async def reclaim(self) -> bool:
