@@ -308,3 +308,33 @@ async def test_the_first_answered_calls_mark_joins_the_next_write_and_waits_for_
         assert marked.must_stop is None and not marked.unrecorded
         iterations, record = await _events(pg_url, marked.run_id)
         assert iterations == [0] and record is not None and record["lm_called"]
+
+
+async def test_a_flush_the_driver_cannot_send_fails_alone(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose summary cannot be encoded (a lone surrogate) fails its own flush, rows kept;
+    the other run of the same batch is written (each flush is then written on its own)."""
+    settings = make_settings(tmp_path, database_url=pg_url)
+    async with make_stores(settings) as stores:
+        _, runs, *_, rows = await _claimed_runs(stores, settings, 2)
+        bad, good = runs.reopen_claimed(rows[0]), runs.reopen_claimed(rows[1])
+        for log in (bad, good):
+            log.stage(_turn(log.run_id, 0))
+        unsendable = run_record(bad.run_id, {"status": "running", "iterations": 1, "owner": ALICE, "query": "\udc80"})
+        outcomes: dict[str, object] = {}
+
+        async def one(log: PgRunLog, summary: Any) -> None:
+            try:
+                outcomes[log.run_id] = await log.flush(summary=summary)
+            except UnicodeError as exc:
+                outcomes[log.run_id] = exc
+
+        with _statements(monkeypatch) as seen:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, bad, unsendable)
+                tg.start_soon(one, good, _live(good.run_id, 1))
+        assert seen.batches[0] == [bad.run_id, good.run_id]
+        assert isinstance(outcomes[bad.run_id], UnicodeError) and bad.staged == 1
+        assert outcomes[good.run_id] is True and good.staged == 0
+        assert (await _events(pg_url, good.run_id))[0] == [0]

@@ -14,7 +14,8 @@ state, row by row); a summary never lands over a final one; a run's rows are wri
 order with no row twice on a retry; a run whose record was pruned writes nothing without failing
 the others (its events are inserted only for records the statement has locked, not left to the
 foreign key); each run's NOTIFY carries its own payload. A failed statement fails every flush in
-it, whose rows stay staged for their next try.
+it (the database away), whose rows stay staged for their next try; a failure of one run's own
+values fails that run's flush alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import anyio
 import anyio.lowlevel
 import psycopg
 
+from rlm_mcp.errors import StoreUnreachableError
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
 
@@ -121,9 +123,12 @@ class PgLogWriter:
             # Flushes asked in this same pass of the event loop (publishes due at one tick) join.
             await anyio.lowlevel.checkpoint()
             batch, self._pending = self._pending, []
-            for flush, live in zip(batch, await self._statement(batch), strict=True):
-                flush.live = live
-        except Exception as exc:  # every flush of the batch failed: its rows stay staged
+            for flush, answer in zip(batch, await self._statement(batch), strict=True):
+                if isinstance(answer, bool):
+                    flush.live = answer
+                else:
+                    flush.error = answer
+        except Exception as exc:  # every flush of the batch failed (the database is away): its rows stay staged
             for flush in batch:
                 flush.error = exc
         except BaseException:  # this caller was cancelled: the others go with the next write
@@ -136,20 +141,23 @@ class PgLogWriter:
             if self._pending:
                 self._pending[0].wake.set()
 
-    async def _statement(self, batch: list[LogFlush]) -> list[bool]:
-        """`BATCH_FLUSH` of `batch`: each flush's answer, in order."""
+    async def _statement(self, batch: list[LogFlush]) -> list[bool | Exception]:
+        """`BATCH_FLUSH` of `batch`: each flush's answer (or its failure), in order. The database
+        away fails them all; any other failure (one run's values: a record gone after all, which
+        the locks should not let happen, or a summary the driver cannot encode) is the failing
+        run's alone: each flush is then written on its own."""
         try:
-            return await self._execute(batch)
-        except psycopg.errors.ForeignKeyViolation:
-            # Not expected (the events land only for locked records); should a record go anyway,
-            # each flush is written on its own: only that run's finds nothing to add to.
-            answers = []
-            for flush in batch:
-                try:
-                    answers += await self._execute([flush])
-                except psycopg.errors.ForeignKeyViolation:
-                    answers.append(False)
-            return answers
+            written: list[bool | Exception] = [*await self._execute(batch)]
+            return written
+        except StoreUnreachableError:
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                return [False if isinstance(exc, psycopg.errors.ForeignKeyViolation) else exc]
+        answers: list[bool | Exception] = []
+        for flush in batch:
+            answers += await self._statement([flush])
+        return answers
 
     async def _execute(self, batch: list[LogFlush]) -> list[bool]:
         columns: list[list[Any]] = [[] for _ in range(12)]
