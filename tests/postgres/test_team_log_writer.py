@@ -338,3 +338,33 @@ async def test_a_flush_the_driver_cannot_send_fails_alone(
         assert isinstance(outcomes[bad.run_id], UnicodeError) and bad.staged == 1
         assert outcomes[good.run_id] is True and good.staged == 0
         assert (await _events(pg_url, good.run_id))[0] == [0]
+
+
+async def test_a_leader_cancelled_during_its_write_leaves_the_others_to_the_next_one(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller whose write is in flight is cancelled: its rows stay staged, and the other
+    flush of its batch is written by the next statement, without being asked again."""
+    settings = make_settings(tmp_path, database_url=pg_url)
+    async with make_stores(settings) as stores:
+        _, runs, *_, rows = await _claimed_runs(stores, settings, 2)
+        first, second = runs.reopen_claimed(rows[0]), runs.reopen_claimed(rows[1])
+        for log in (first, second):
+            log.stage(_turn(log.run_id, 0))
+        scope = anyio.CancelScope()
+        answers: list[bool] = []
+
+        async def cancelled() -> None:
+            with scope:
+                await first.flush()
+
+        with _statements(monkeypatch) as seen:
+            seen.held = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancelled)
+                tg.start_soon(lambda: _append(answers, second.flush()))
+                await seen.sent.wait()
+                scope.cancel()
+        assert seen.batches == [[first.run_id, second.run_id], [second.run_id]]
+        assert answers == [True] and first.staged == 1 and second.staged == 0
+        assert (await _events(pg_url, second.run_id))[0] == [0]
