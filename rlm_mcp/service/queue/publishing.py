@@ -46,9 +46,10 @@ async def publish_until_done(
     stop: Callable[[str, str], None],
 ) -> None:
     """Publish the run's live summary, with the events staged since the last flush, on each
-    progress event and phase change, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a
-    run a front follows, every RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others
-    (the latest state after a burst); write staged events every poll interval anyway."""
+    progress event and phase change, once per RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a run a
+    front follows, per RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others (the latest
+    state after a burst, at the process's ticks of that period); write staged events every poll
+    interval anyway."""
     seen, phase = -1, None
     poll = settings.queue_poll_s
     published_at = written_at = -inf
