@@ -19,7 +19,7 @@ import os
 
 import anyio
 
-__all__ = ["PHASE_S", "sleep_to_tick", "until_tick"]
+__all__ = ["PHASE_S", "next_tick", "sleep_to_tick", "until_tick"]
 
 SLACK_S = 0.001  # just past the instant: a task woken at it finds its period begun
 PHASE_S = (os.getpid() * 0.6180339887) % 1.0  # this process's ticks, in [0, 1) s past the loop clock's whole seconds
@@ -31,6 +31,12 @@ def until_tick(period_s: float, *, clock: float | None = None) -> float:
     (0, period_s + SLACK_S]."""
     now = anyio.current_time() if clock is None else clock
     return period_s - (now - PHASE_S) % period_s + SLACK_S
+
+
+def next_tick(period_s: float, after: float) -> float:
+    """The event loop's time of this process's first tick of `period_s` past the instant `after`
+    (on the loop's clock): tasks that wait for it wake in the same turn of the loop."""
+    return after + until_tick(period_s, clock=after)
 
 
 async def sleep_to_tick(period_s: float) -> None:

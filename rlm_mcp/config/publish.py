@@ -16,7 +16,9 @@ class PublishSettings(BaseModel):
         0.1,
         ge=0,
         description="Team mode: a worker writes a running run's live summary (with its staged events and the "
-        "wake-up) at most this often, the latest state after a burst of progress; 0: on every progress event. "
+        "wake-up) once per this interval, the latest state after a burst of progress, at the process's ticks of "
+        "this period (a worker's runs then publish together, in one statement; a summary follows the last one "
+        "by at least half an interval); 0: on every progress event. "
         "The first answered LM call and the final record are written at once, never coalesced. "
         "This interval applies to a run someone follows (a caller with a progress token, an event stream, "
         "the viewer's live page); see RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others.",

@@ -56,6 +56,8 @@ async def test_a_frozen_worker_resumed_after_its_run_was_claimed_again_stops_it(
             cid = (await call(on_front, "rlm_load_context", text="frozen haystack " * 100))["context_id"]
             run_id = (await call(on_front, "rlm_start", query="q", context_id=cid))["run_id"]
             await wait_until(lambda: len(lm.requests_by_role("root")) == 1, within_s=120, what="the first LM call")
+            # Its events before the call are written by its next publish (the LM call is held 20 s).
+            await wait_until(lambda: 1 in attempt_rows(pg_url, run_id), within_s=15, what="the first attempt's events")
             assert row(pg_url, run_id)["owner"] == frozen.owner
             os.kill(frozen.pid, signal.SIGSTOP)  # a paused VM: it holds the run and its LM call
             try:

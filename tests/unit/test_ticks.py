@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from rlm_mcp.ticks import PHASE_S, SLACK_S, until_tick
+from rlm_mcp.service.queue.publishing import next_publish_at
+from rlm_mcp.ticks import PHASE_S, SLACK_S, next_tick, until_tick
 
 
 def _on_tick(instant: float, period: float) -> bool:
@@ -38,3 +39,21 @@ def test_tasks_with_periods_of_one_and_five_seconds_come_due_together() -> None:
 
 def test_the_phase_is_within_a_second() -> None:
     assert 0.0 <= PHASE_S < 1.0
+
+
+@pytest.mark.parametrize("interval", [0.1, 1.0, 2.5])
+def test_runs_published_within_one_interval_publish_next_at_the_same_tick(interval: float) -> None:
+    """A worker's live summaries (`service/queue/publishing.py`): the next one of each run waits
+    for the first tick of the interval at least half an interval after its last one, so runs
+    whose last ones fell in the same interval publish together (the log writer then takes them
+    in one statement); once on the ticks, one per interval."""
+    tick = 1000.0 + PHASE_S + SLACK_S
+    times = [tick + interval * f for f in (0.001, 0.2, 0.49)]
+    nexts = {next_publish_at(t, interval) for t in times}
+    assert len(nexts) == 1
+    (at,) = nexts
+    assert _on_tick(at, interval) and math.isclose(at, tick + interval)
+    for t in (tick + interval * 0.7, 1234.567):  # never sooner than half an interval, never later than 1.5
+        assert t + interval / 2 < next_publish_at(t, interval) <= t + interval * 1.5 + SLACK_S
+    assert next_publish_at(-math.inf, interval) == -math.inf and next_publish_at(tick, 0.0) == -math.inf  # at once
+    assert math.isclose(next_tick(interval, tick), tick + interval)

@@ -6,13 +6,20 @@ RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a run a front follows and every
 RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others (`follows.FollowedRuns`); the staged
 events alone at least every RLM_MCP_QUEUE_POLL_S. A write that matches nothing stops the run
 (`stop`); the run's end and its first answered LM call are written elsewhere, never coalesced.
+
+The coalesced writes wait for the process's ticks of their period (`rlm_mcp.ticks`), not for an
+instant of their own: the runs whose writes come due in the same period write at the same tick,
+and the process's log writer (`store.pg.log_writer`) takes them in one statement. A live summary
+waits for the first tick at least half an interval after the last one (once on the ticks, one
+per interval, as before); staged events for the first tick after the last write (within a poll
+interval, as before).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
+from math import inf
 
 import anyio
 
@@ -22,8 +29,11 @@ from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.final_writes import RETRY_S
 from rlm_mcp.service.queue.follows import FollowedRuns
 from rlm_mcp.service.queue.runlog import QueueRunLog
+from rlm_mcp.ticks import next_tick, until_tick
 
 log = logging.getLogger("rlm_mcp.queue")
+
+DUE_S = 0.0001  # a wait this short is over: the tick has come (the loop's timers run that early)
 
 
 async def publish_until_done(
@@ -36,12 +46,13 @@ async def publish_until_done(
     stop: Callable[[str, str], None],
 ) -> None:
     """Publish the run's live summary, with the events staged since the last flush, on each
-    progress event and phase change, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a
-    run a front follows, every RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others
-    (the latest state after a burst); write staged events every poll interval anyway."""
+    progress event and phase change, once per RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a run a
+    front follows, per RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others (the latest
+    state after a burst, at the process's ticks of that period); write staged events every poll
+    interval anyway."""
     seen, phase = -1, None
     poll = settings.queue_poll_s
-    published_at = written_at = float("-inf")
+    published_at = written_at = -inf
     while not run.done.is_set():
         if run.run_id in stopped:
             await run.done.wait()
@@ -55,14 +66,14 @@ async def publish_until_done(
             # record is written by `QueueWorker._execute` once `done` is set), nor does its first answered
             # LM call (`QueueRunLog.append` writes that one at once). The interval is read each
             # time: a follow may arrive mid-run.
-            now = time.monotonic()
-            wait = published_at + follows.interval(run.run_id) - now
-            if wait > 0:
+            now = anyio.current_time()
+            wait = next_publish_at(published_at, follows.interval(run.run_id)) - now
+            if wait > DUE_S:
                 # However slow the interval, staged events are written every poll interval.
-                due = written_at + poll - now if run_log.staged else wait
-                if due <= 0:
+                due = next_tick(poll, written_at) - now if run_log.staged and written_at > -inf else wait
+                if due <= DUE_S:
                     await _flush(run_log)
-                    written_at = time.monotonic()
+                    written_at = anyio.current_time()
                     continue
                 with follows.waiting(run.run_id, min(wait, due)):
                     await run.done.wait()
@@ -72,7 +83,7 @@ async def publish_until_done(
             lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
             try:
                 published = await run_log.publish(summary, lm_called=lm_called)
-                published_at = written_at = time.monotonic()
+                published_at = written_at = anyio.current_time()
                 if not published and run.result is None:
                     stop(run.run_id, "the run is no longer this worker's (another attempt, or it ended)")
             except RlmMcpError as exc:  # the database is restarting: the next event retries
@@ -82,8 +93,16 @@ async def publish_until_done(
                 continue
         elif run_log.staged:  # events between progress events (a long cell's `cell_start`)
             await _flush(run_log)
-            written_at = time.monotonic()
-        await run.wait_change(poll, since=seen)
+            written_at = anyio.current_time()
+        await run.wait_change(until_tick(poll), since=seen)
+
+
+def next_publish_at(published_at: float, interval: float) -> float:
+    """When the next live summary may be published: the first tick of `interval` at least half an
+    interval after the last one (the first one, and any with no interval: at once)."""
+    if interval <= 0 or published_at == -inf:
+        return -inf
+    return next_tick(interval, published_at + interval / 2)
 
 
 async def _flush(run_log: QueueRunLog) -> None:

@@ -1,6 +1,8 @@
 """A worker's run log: the fenced log (PostgreSQL's in team mode), written in batches, and the run's `lm_called` mark.
 
-Events are staged and written in one statement per flush (`PgRunLog.flush`), at these moments:
+Events are staged and written by flushes (`PgRunLog.flush`; the process's log writer,
+`store.pg.log_writer`, puts the flushes of its runs pending at once in one statement, each with
+its own fence and answer), at these moments:
 - the first answered LM call (`LLMCall` without an error): its row and the `lm_called` mark are
   written, and awaited, before the engine goes on to run the reply's code, so "no LM reply
   recorded" (the only runs the sweepers queue again after their worker is lost) holds with no

@@ -255,6 +255,11 @@ SET_SUMMARY = (
     "summary = CASE WHEN state = 'done' THEN summary ELSE %s END",
     "state = CASE WHEN %s THEN 'done' ELSE state END",
 )
+# The same for a batch of runs' flushes (`store.pg.log_writer`), from its table `b` (no summary: NULL).
+BATCH_SET_SUMMARY = (
+    "summary = CASE WHEN x.state = 'done' OR b.summary IS NULL THEN x.summary ELSE b.summary END, "
+    "state = CASE WHEN b.summary IS NOT NULL AND b.done THEN 'done' ELSE x.state END"
+)
 # A fenced flush writes nothing once the run is not this attempt's; parameters: run id, attempt.
 EVENTS_FENCE = " WHERE EXISTS (SELECT 1 FROM rlm_runs WHERE run_id = %s AND attempt = %s AND state = 'running')"
 ROW_FENCE = " AND attempt = %s AND state = 'running'"  # parameter: the attempt

@@ -23,6 +23,7 @@ from rlm_mcp.ports.runs import LIVE_MAX_BYTES, RunRecord, encode_final, encode_l
 from rlm_mcp.store.event_lines import call_event_line, encode_event, event_line
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.log_writer import LogFlush, PgLogWriter
 
 log = logging.getLogger("rlm_mcp.store")
 
@@ -54,11 +55,15 @@ class PgRunLog:
         max_event_bytes: int,
         max_log_bytes: int,
         attempt: int | None = None,
+        writer: PgLogWriter | None = None,
     ) -> None:
         """`attempt`: the claim a team worker executes the run under; every flush then writes
         only while the run is still `running` under that attempt (fencing: a worker declared lost
-        and resumed writes nothing over the run's next attempt)."""
+        and resumed writes nothing over the run's next attempt). `writer`: the process's writer
+        of its runs' flushes (with an attempt): the flushes of all its runs pending at once go
+        in one statement (`store.pg.log_writer`)."""
         self._db = db
+        self._writer = writer if attempt is not None else None
         self._run_id = run_id
         self._channel = queue_sql.run_channel(run_id)  # a digest: taken once, not at every publish
         self._attempt = attempt
@@ -159,6 +164,10 @@ class PgRunLog:
                 summary = None
             if not rows and summary is None and not mark_lm_called and not announce:
                 return True
+            if self._writer is not None:
+                live = await self._writer.write(self._batched(rows, summary, mark_lm_called, announce))
+                del self._staged[: len(rows)]
+                return live
             params: list[Any] = []
             ctes = self._events_cte(rows, params)
             # The database's clock: record ages are compared across replicas (pruning).
@@ -199,6 +208,31 @@ class PgRunLog:
                 row = None
             del self._staged[: len(rows)]
         return bool(row and row["live"])
+
+    def _batched(
+        self, rows: list[tuple[int, str]], summary: RunRecord | None, mark_lm_called: bool, announce: bool
+    ) -> LogFlush:
+        """This flush as the writer takes it (the same values as the statement `flush` writes alone)."""
+        assert self._attempt is not None
+        stored, payload = None, self._run_id
+        if summary is not None:
+            stored, tail = self._dump_parts(summary)
+            if not summary.done:
+                payload = self._live_payload(summary, tail)
+        return LogFlush(
+            run_id=self._run_id,
+            attempt=self._attempt,
+            first_seq=rows[0][0] if rows else self._seq,
+            lines=[line for _, line in rows],
+            next_seq=self._seq,
+            log_bytes=self._written,
+            summary=stored,
+            done=summary is not None and summary.done,
+            mark=mark_lm_called,
+            announce=announce,
+            channel=self._channel,
+            payload=payload,
+        )
 
     def _events_cte(self, rows: list[tuple[int, str]], params: list[Any]) -> list[str]:
         """The staged rows' INSERT as a CTE (none when nothing is staged), its parameters added

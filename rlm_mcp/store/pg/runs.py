@@ -20,6 +20,7 @@ from rlm_mcp.ports.queue import RunRow
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.log_writer import PgLogWriter
 from rlm_mcp.store.pg.run_log import PgRunLog, dump_record
 from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, unknown_run
 
@@ -35,6 +36,7 @@ class PgRunStore:
         max_log_bytes: int = MAX_LOG_BYTES,
     ) -> None:
         self._db = db
+        self._writer = PgLogWriter(db)  # one per process: its runs' flushes batched
         self._max_event = max_event_bytes
         self._max_log = max_log_bytes
 
@@ -76,6 +78,7 @@ class PgRunStore:
             max_event_bytes=self._max_event,
             max_log_bytes=self._max_log,
             attempt=attempt,
+            writer=self._writer,
         )
         log.resume(int(row["next_seq"]), int(row["log_bytes"]))
         return log
@@ -93,6 +96,7 @@ class PgRunStore:
             max_event_bytes=self._max_event,
             max_log_bytes=self._max_log,
             attempt=row.attempt,
+            writer=self._writer,
         )
         log.resume(row.next_seq, row.log_bytes)
         return log
