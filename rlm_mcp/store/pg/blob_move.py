@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from rlm_mcp.store.pg.blobs import row_chunks
 from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
-from rlm_mcp.store.pg.db import Database, read_chunks
+from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.reads import read_chunks
 
 __all__ = ["MovePlan", "move", "plan"]
 

@@ -23,7 +23,8 @@ import anyio
 from rlm_mcp.errors import UnknownIdError
 from rlm_mcp.owners import Owner
 from rlm_mcp.store._ingest import CHUNK, Ingested
-from rlm_mcp.store.pg.db import Database, read_chunks
+from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.reads import read_chunks
 
 __all__ = ["COPY_STRIDE", "RowBlobs", "add_copy", "deleted", "owner_holds", "release", "write_copy"]
 

@@ -30,8 +30,9 @@ from rlm_mcp.store.contexts import Contexts, unknown_context
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg.blobs import RowBlobs
 from rlm_mcp.store.pg.cache import BlobCache
-from rlm_mcp.store.pg.db import NOW, REPLICA_TTL_S, Conn, Database, read_now
+from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
 from rlm_mcp.store.pg.locks import EVICT_LOCK_KEY, OWNER_LOCK_CLASS
+from rlm_mcp.store.pg.reads import NOW, read_now
 from rlm_mcp.store.ports import BlobPort
 from rlm_mcp.store.statements import POSTGRES
 

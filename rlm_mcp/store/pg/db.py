@@ -19,7 +19,7 @@ import secrets
 import socket
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -44,11 +44,12 @@ from rlm_mcp.store.pg.faults import (
     resource_error,
 )
 from rlm_mcp.store.pg.migrations import LATEST, SchemaError, migrate
+from rlm_mcp.store.pg.reads import NOW, Conn, read_now
 from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.store")
 
-__all__ = ["Database", "DatabaseResourceError", "DatabaseUnavailableError", "SchemaError", "describe", "redact"]
+__all__ = ["Conn", "Database", "DatabaseResourceError", "DatabaseUnavailableError", "SchemaError", "describe", "redact"]
 
 CONNECT_TIMEOUT_S = 10.0
 # A connection given back this recently is lent again without the check's round trip: on a busy
@@ -75,36 +76,8 @@ REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
 POOL_MAX = 16  # a replica's store connections at most
 FAULT_HOLD_S = 30.0  # after a disk-full (or out-of-memory) refusal, the health route reports it this long
 
-Conn = psycopg.AsyncConnection[dict[str, Any]]
-
-# The database's clock, which every replica shares: the one time the store's rules compare in
-# team mode (`now()`: the transaction's start, the same for each of its statements).
-NOW = "SELECT extract(epoch FROM now())::float8 AS now"
 # Several statements without parameters go in one simple-protocol message: one round trip.
 _BEGIN_AT = "BEGIN; " + NOW
-
-
-async def read_now(cur: psycopg.AsyncCursor[dict[str, Any]]) -> float:
-    """The time `NOW` answered on `cur`."""
-    row = await cur.fetchone()
-    assert row is not None  # SELECT without FROM: one row
-    return float(row["now"])
-
-
-async def read_chunks(
-    conn: Conn, query: str, key: str, count: int, *, missing: Callable[[], Exception] | None = None
-) -> AsyncIterator[bytes]:
-    """Chunks 0 to `count` - 1 of `key`, in order: `query` selects one chunk's `data` by (key,
-    idx). One statement a chunk, so a blob, an upload or a snapshot larger than memory streams
-    through. A missing chunk (deleted meanwhile) raises `missing()`, or ends the chunks without it."""
-    for idx in range(count):
-        cur = await conn.execute(query, (key, idx), binary=True)  # bytea as raw bytes, not hex text
-        part = await cur.fetchone()
-        if part is None:
-            if missing is None:
-                return
-            raise missing()
-        yield bytes(part["data"])
 
 
 def describe(url: str) -> str:

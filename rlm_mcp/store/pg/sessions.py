@@ -34,8 +34,9 @@ from rlm_mcp.errors import BusyError
 from rlm_mcp.ports.session_store import AfterRun, SessionRow
 from rlm_mcp.store.pg import snapshot_objects
 from rlm_mcp.store.pg.bucket_blobs import BucketBlobs
-from rlm_mcp.store.pg.db import Database, read_chunks
+from rlm_mcp.store.pg.db import Database
 from rlm_mcp.store.pg.locks import SESSION_LOCK_KEY, SNAPSHOT_OWNER_LOCK_CLASS
+from rlm_mcp.store.pg.reads import read_chunks
 
 SNAPSHOT_CHUNK = 1 << 20
 ORPHAN_CLAIM_S = 60.0  # a claim whose run was never queued (its front died) lapses after this

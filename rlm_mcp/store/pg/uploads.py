@@ -21,7 +21,8 @@ import anyio
 from rlm_mcp.config import StoreSettings
 from rlm_mcp.store.index import Row
 from rlm_mcp.store.pg.contexts import PgContextIndex, PgContextStore, PgTx
-from rlm_mcp.store.pg.db import Database, read_chunks
+from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.reads import read_chunks
 from rlm_mcp.store.statements import POSTGRES
 from rlm_mcp.store.upload_model import unknown_upload
 from rlm_mcp.store.uploads import Uploads
