@@ -262,7 +262,6 @@ BATCH_SET_SUMMARY = (
 )
 # A fenced flush writes nothing once the run is not this attempt's; parameters: run id, attempt.
 EVENTS_FENCE = " WHERE EXISTS (SELECT 1 FROM rlm_runs WHERE run_id = %s AND attempt = %s AND state = 'running')"
-ROW_FENCE = " AND attempt = %s AND state = 'running'"  # parameter: the attempt
 
 
 def local_state(done: bool) -> str:

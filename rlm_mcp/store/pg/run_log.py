@@ -1,6 +1,8 @@
-"""A run's log in PostgreSQL (team mode), as its worker writes it: events staged and written in
-one fenced statement per flush (with the live summary and its wake-up when one is published),
-and the final record with the last events in the queue's one conditional end write.
+"""A run's log in PostgreSQL (team mode), as its worker writes it: events staged and written by
+each flush (with the live summary and its wake-up when one is published), a worker's flushes
+through its process's writer (`store.pg.log_writer`: the flushes of its runs pending at once in
+one fenced statement), and the final record with the last events in the queue's one conditional
+end write.
 
 Every write is fenced by the claim's attempt: a former attempt's flush lands nothing. Each event
 is the one JSON line the file store would write (`store.event_lines`), so this log knows no
@@ -43,7 +45,7 @@ class PgRunLog:
     """The open log of one run. Events are staged in order, each with the next sequence, and
     written by `flush`: all staged rows in one multi-row INSERT, in the same statement as the
     record's counters (and, for a team worker, the live summary, the `lm_called` mark and the
-    NOTIFY). `append` stages and flushes at once (write-through); a team worker stages with
+    NOTIFY, in its process writer's statement). `append` stages and flushes at once (write-through); a team worker stages with
     `stage` and flushes at the moments that matter (service/queue/runlog.py)."""
 
     def __init__(
@@ -60,10 +62,11 @@ class PgRunLog:
         """`attempt`: the claim a team worker executes the run under; every flush then writes
         only while the run is still `running` under that attempt (fencing: a worker declared lost
         and resumed writes nothing over the run's next attempt). `writer`: the process's writer
-        of its runs' flushes (with an attempt): the flushes of all its runs pending at once go
-        in one statement (`store.pg.log_writer`)."""
+        of its runs' flushes: with an attempt every flush goes through a writer (this one, else
+        one of the log's own), where the flushes of all the runs pending at once go in one
+        statement and the fence is applied (`store.pg.log_writer`)."""
         self._db = db
-        self._writer = writer if attempt is not None else None
+        self._writer = (writer or PgLogWriter(db)) if attempt is not None else None
         self._run_id = run_id
         self._channel = queue_sql.run_channel(run_id)  # a digest: taken once, not at every publish
         self._attempt = attempt
@@ -164,7 +167,7 @@ class PgRunLog:
                 summary = None
             if not rows and summary is None and not mark_lm_called and not announce:
                 return True
-            if self._writer is not None:
+            if self._writer is not None:  # a worker's log (an attempt): fenced, with its process's other runs
                 live = await self._writer.write(self._batched(rows, summary, mark_lm_called, announce))
                 del self._staged[: len(rows)]
                 return live
@@ -187,12 +190,8 @@ class PgRunLog:
                     payload = self._live_payload(summary, tail)
             if mark_lm_called:
                 sets.append("lm_called = true")
-            where = "run_id = %s"
             params.append(self._run_id)
-            if self._attempt is not None:
-                where += queue_sql.ROW_FENCE
-                params.append(self._attempt)
-            ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE {where} RETURNING done)")
+            ctes.append(f"up AS (UPDATE rlm_runs SET {', '.join(sets)} WHERE run_id = %s RETURNING done)")
             select = "SELECT live"
             if announce:
                 # The summary rides along only while the run is live (a run that ended
