@@ -23,6 +23,13 @@ def _asset(name: str) -> str:
     return resources.files("rlm_mcp.viewer").joinpath("static", name).read_text(encoding="utf-8")
 
 
+@cache
+def _script() -> str:
+    """The page's one script: the run page's part first (definitions only), then viewer.js, whose
+    last lines draw the page once everything is defined; strict mode for both."""
+    return '"use strict";\n' + _asset("viewer_run.js") + "\n" + _asset("viewer.js")
+
+
 def json_for_script(value: Any) -> str:
     """JSON that is inert inside an HTML <script> element (no `</script>`, no `<!--`)."""
     text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
@@ -71,5 +78,5 @@ def render_page(
         f"<title>{html.escape(title)}</title><style nonce='{nonce}'>{_asset('viewer.css')}</style></head>"
         "<body><div id='app'></div>"
         f"<script type='application/json' id='rlm-data'>{json_for_script(config)}</script>"
-        f"<script nonce='{nonce}'>{_asset('viewer.js')}</script></body></html>"
+        f"<script nonce='{nonce}'>{_script()}</script></body></html>"
     )
