@@ -4,6 +4,7 @@ runs, the clients, per-process CPU from /proc, the cluster and its database read
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import ssl
@@ -174,3 +175,20 @@ def started_cluster(stack: AsyncExitStack, *, statements: bool) -> Cluster:
         cluster.start()
         cluster.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     return cluster
+
+
+def team_env(runs: int, pool: int, lease: float, live_summary_interval: float | None = None) -> dict[str, str]:
+    """The replicas' settings for `runs` runs at once over two workers: each runs half, with room
+    for the warm pool, and the queue's waiting bounds out of the way."""
+    env = {
+        "RLM_MCP_MAX_RUNS": str(runs // 2),
+        "RLM_MCP_MAX_SANDBOXES": str(runs // 2 + 2),
+        "RLM_MCP_POOL_SIZE": str(min(pool, runs // 2)),
+        "RLM_MCP_WORKER_LEASE_S": str(lease),
+        "RLM_MCP_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+        "RLM_MCP_RUN_MAX_QUEUED": "1000",
+        "RLM_MCP_RUN_MAX_QUEUED_PER_OWNER": "1000",
+    }
+    if live_summary_interval is not None:  # 0: a live summary per progress event (before coalescing)
+        env["RLM_MCP_LIVE_SUMMARY_INTERVAL_S"] = str(live_summary_interval)
+    return env

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/scale.py impor
 
 from bench import procfs, scale, team_cpu  # scale: the embedded server, as its scale mode runs it
 from bench.procfs import cpu_seconds
-from bench.team_common import DONE, TOKEN, TURN, Db, call, many_runs, started_cluster, statements
+from bench.team_common import DONE, TOKEN, TURN, Db, call, many_runs, started_cluster, statements, team_env
 from rlm_mcp.testing import scripted_lm_process
 from tests.fixtures_haproxy import balanced_replicas
 
@@ -213,16 +213,7 @@ async def team(args: argparse.Namespace, tmp: Path, lm_url: str, stack: AsyncExi
     cluster = started_cluster(stack, statements=args.statements)
     url = cluster.url()
     db = Db(url)
-    env = {
-        "RLM_MCP_MAX_RUNS": str(args.runs // 2),
-        "RLM_MCP_MAX_SANDBOXES": str(args.runs // 2 + 2),
-        "RLM_MCP_POOL_SIZE": str(min(args.pool, args.runs // 2)),
-        "RLM_MCP_WORKER_LEASE_S": str(args.lease),
-        "RLM_MCP_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
-        "RLM_MCP_RUN_MAX_QUEUED": "1000",
-        "RLM_MCP_RUN_MAX_QUEUED_PER_OWNER": "1000",
-        **dict(kv.split("=", 1) for kv in args.team_env),
-    }
+    env = {**team_env(args.runs, args.pool, args.lease), **dict(kv.split("=", 1) for kv in args.team_env)}
     hook = LoopCallbacks(args.loop_callbacks / "team" if args.loop_callbacks else None)
     env.update(hook.env())
     with balanced_replicas(

@@ -64,6 +64,7 @@ from bench.team_common import (
     script,
     started_cluster,
     statements,
+    team_env,
 )
 from bench.team_probes import cancel_latency, progress_latency, worker_death
 from rlm_mcp.testing import scripted_lm_process
@@ -134,21 +135,6 @@ class EmbeddedSide:
         self.turns += args.runs * args.turns
         profiles.stop()
         return spent / (args.runs * args.turns)
-
-
-def team_env(args: argparse.Namespace) -> dict[str, str]:
-    env = {
-        "RLM_MCP_MAX_RUNS": str(args.runs // 2),
-        "RLM_MCP_MAX_SANDBOXES": str(args.runs // 2 + 2),
-        "RLM_MCP_POOL_SIZE": str(min(args.pool, args.runs // 2)),
-        "RLM_MCP_WORKER_LEASE_S": str(args.lease),
-        "RLM_MCP_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
-        "RLM_MCP_RUN_MAX_QUEUED": "1000",
-        "RLM_MCP_RUN_MAX_QUEUED_PER_OWNER": "1000",
-    }
-    if args.live_summary_interval is not None:  # 0: a live summary per progress event (before coalescing)
-        env["RLM_MCP_LIVE_SUMMARY_INTERVAL_S"] = str(args.live_summary_interval)
-    return env
 
 
 def team_report(args: argparse.Namespace, side: TeamSide, idle: team_cpu.Idle, pg_idle: float) -> dict[str, str]:
@@ -227,7 +213,12 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         roles = ["both", "both", "front"]
         b = stack.enter_context(
             balanced_replicas(
-                tmp / "team", database_url=url, lm_url=lm_url, tokens=[TOKEN], env=team_env(args), roles=roles
+                tmp / "team",
+                database_url=url,
+                lm_url=lm_url,
+                tokens=[TOKEN],
+                env=team_env(args.runs, args.pool, args.lease, args.live_summary_interval),
+                roles=roles,
             )
         )
         # --calls-to front: every call to the front-only replica, so it follows all the runs and
