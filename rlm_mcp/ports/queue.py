@@ -23,7 +23,7 @@ Both may lose what was sent while disconnected, so every listener also polls.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -110,8 +110,20 @@ class QueueRules:
 class RunQueuePort(Protocol):
     # --- fronts
     async def enqueue(
-        self, record: RunRecord, need: int, *, prefer_worker: int | None = None, prefer_s: float = 0.0
-    ) -> None: ...
+        self,
+        record: RunRecord,
+        need: int,
+        *,
+        prefer_worker: int | None = None,
+        prefer_s: float = 0.0,
+        contexts: Sequence[str] = (),
+    ) -> None:
+        """Queue the run unless a waiting bound is reached (`BusyError`, counted under the same
+        lock as the insert) or its owner holds no context by one of `contexts` at the insert (the
+        unknown-context error of `Contexts.get`; nothing written). The in-memory queue has no
+        contexts: it checks none."""
+        ...
+
     async def read(self, run_id: str) -> RunRow | None: ...
     async def cancel(self, run_id: str, summary_if_queued: RunRecord) -> bool: ...
     async def follow_progress(self, run_id: str) -> None:

@@ -185,7 +185,7 @@ class Caller:
                 "No context id given.", "Load a context with rlm_load_context and pass its context_id."
             )
         engine = await service.engine_for_runs()
-        infos = [await service.contexts.get(cid, owner=self.owner) for cid in ids]
+        infos = await service.run_contexts(ids, owner=self.owner)
         specs = [service.contexts.spec(i) for i in infos]
         service.sandboxes.check_fits([*(follow_up.bound if follow_up is not None else ()), *specs])
         await service.check_ready_to_run()

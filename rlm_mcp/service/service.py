@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
 import anyio
 
 from rlm_mcp.config import ServiceSettings, Transport
 from rlm_mcp.engine import RLMEngine
-from rlm_mcp.owners import OwnerScope
+from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports.sessions import SessionView
 from rlm_mcp.service.backends import RunBackend
 from rlm_mcp.service.parts import ServiceParts, Sessions
 from rlm_mcp.service.profile import choose_profile
+from rlm_mcp.service.run_contexts import KnownContexts
+from rlm_mcp.store import ContextInfo
 
 logger = logging.getLogger("rlm_mcp.service")
 
@@ -41,6 +44,7 @@ class RlmService:
         self.mode = mode
         self.stores = parts.stores
         self.contexts = self.stores.contexts
+        self._known_contexts = KnownContexts(self.contexts)  # a team front's (`run_contexts`)
         self.uploads = self.stores.uploads
         self.records = self.stores.runs
         self.lm = parts.lm
@@ -105,6 +109,14 @@ class RlmService:
     async def engine_for_runs(self) -> RLMEngine | None:
         """The engine, where runs execute in this process (None: a team front runs nothing)."""
         return await self.engine() if self.runs.local else None
+
+    async def run_contexts(self, ids: Sequence[str], *, owner: Owner) -> list[ContextInfo]:
+        """The contexts a run's start names, as its admission reads them: from the store where
+        runs execute here, else as this team front last read them (`service.run_contexts`: the
+        enqueue checks that the owner still holds them)."""
+        if self.runs.local:
+            return [await self.contexts.get(cid, owner=owner) for cid in ids]
+        return await self._known_contexts.get(ids, owner=owner)
 
     async def check_ready_to_run(self) -> None:
         """Where runs execute here, the sandbox backend must be up (a team front's workers check

@@ -14,7 +14,7 @@ listeners of `listen_runs` and `listen_queue` (PostgreSQL's NOTIFY at commit).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import anyio
@@ -116,7 +116,13 @@ class MemoryRunQueue(FencedRunLogs):
     # --- fronts ---------------------------------------------------------------------------
 
     async def enqueue(
-        self, record: RunRecord, need: int, *, prefer_worker: int | None = None, prefer_s: float = 0.0
+        self,
+        record: RunRecord,
+        need: int,
+        *,
+        prefer_worker: int | None = None,
+        prefer_s: float = 0.0,
+        contexts: Sequence[str] = (),
     ) -> None:
         await anyio.lowlevel.checkpoint()
         owner = str(record.request.owner)

@@ -112,7 +112,8 @@ class QueueFront:
     ) -> ActiveRun:
         """`run_id`: chosen by the caller (a kept session names its run before it is queued);
         `prefer_worker`: the worker that alone may claim it for `prefer_s` seconds; `contexts`:
-        unused (the worker that claims the run reads and pins them)."""
+        unused (the enqueue checks the request's are its owner's; the worker that claims the run
+        reads and pins them)."""
         if self._tg is None:
             raise RuntimeError("QueueFront used outside its context")
         run_id = run_id or new_run_id()
@@ -124,8 +125,16 @@ class QueueFront:
         # its end), and what is announced before the listener's LISTEN is heard only at the poll.
         await self._wakeups.follow(run_id)
         try:
-            # Refused (BusyError) when a waiting bound is reached, counted with the insert under one lock.
-            await self._queue.enqueue(run.record(), need_of(request), prefer_worker=prefer_worker, prefer_s=prefer_s)
+            # Refused (BusyError) when a waiting bound is reached, counted with the insert under one
+            # lock; refused as an unknown context when its owner no longer holds one it names
+            # (the admission may have read them earlier: `service.run_contexts`).
+            await self._queue.enqueue(
+                run.record(),
+                need_of(request),
+                prefer_worker=prefer_worker,
+                prefer_s=prefer_s,
+                contexts=request.context_ids,
+            )
         except BaseException:
             self._wakeups.forget(run_id)
             raise

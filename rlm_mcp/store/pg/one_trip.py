@@ -1,4 +1,4 @@
-"""Transactions of the team queue in fewer round trips (psycopg's pipeline mode): the statements
+"""The claim's transaction in fewer round trips (psycopg's pipeline mode): the statements
 go out together and their answers come back at once, so the process waits for the database, and
 wakes for its answer, once instead of once a statement.
 
@@ -10,34 +10,12 @@ the error raised, as when they went one at a time.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-import anyio
-import psycopg
+from rlm_mcp.store.pg.db import Conn
 
-from rlm_mcp.store.pg.db import Conn, Database
-
-__all__ = ["commit_with", "transaction_in_one_trip"]
-
-
-async def transaction_in_one_trip(
-    db: Database, first: str, statement: str, params: Mapping[str, Any]
-) -> dict[str, Any] | None:
-    """BEGIN, `first` (text without parameters: an advisory lock), `statement` and COMMIT in one
-    round trip; `statement`'s first row (None if it returned none)."""
-    async with db.connection() as conn:
-        try:
-            async with conn.pipeline():
-                await conn.execute("BEGIN")
-                await conn.execute(first)
-                cur = await conn.execute(statement, params)
-                await conn.execute("COMMIT")
-        except BaseException:
-            await _roll_back(conn)
-            raise
-        return await cur.fetchone() if cur.description is not None else None
+__all__ = ["commit_with"]
 
 
 async def commit_with(conn: Conn, statement: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -48,9 +26,3 @@ async def commit_with(conn: Conn, statement: str, params: Mapping[str, Any]) -> 
         cur = await conn.execute(statement, params)
         await conn.execute("COMMIT")
     return list(await cur.fetchall()) if cur.description is not None else []
-
-
-async def _roll_back(conn: Conn) -> None:
-    # A broken connection cannot roll back: the pool discards it on its return.
-    with anyio.CancelScope(shield=True), contextlib.suppress(psycopg.Error):
-        await conn.rollback()

@@ -12,9 +12,10 @@ docs/architecture.md); `rlm_workers` holds the workers. How the rules hold acros
 - Fencing: a worker's writes (`requeue`, `finish` with `attempt`, and its run log's flushes,
   `run_log.PgRunLog`) match `(run_id, attempt, state = 'running')`; False means the run is no
   longer this worker's.
-- The waiting bound (`enqueue`): counted and inserted in one transaction under an advisory
-  lock, so concurrent starts on any number of replicas never overshoot it; one round trip
-  (`one_trip.transaction_in_one_trip`).
+- The waiting bound (`enqueue`): counted and inserted under an advisory lock in one statement
+  (the schema's `rlm_enqueue`, whose statements each take their own snapshot), so concurrent
+  starts on any number of replicas never overshoot it; the run's contexts are checked to be its
+  owner's in the same call.
 - Sweeps: each lost run and each timed-out queued run in its own transaction, its row locked
   with SKIP LOCKED and its condition checked again, so concurrent sweepers act once, and one
   run's failure never stops the others.
@@ -24,15 +25,17 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from rlm_mcp.observability import metrics
 from rlm_mcp.ports.queue import RunRow, RunState
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, may_requeue
+from rlm_mcp.store.contexts import unknown_context
 from rlm_mcp.store.pg import queue_statements as sql
 from rlm_mcp.store.pg.db import Conn
 from rlm_mcp.store.pg.locks import CLAIM_LOCK_KEY, ENQUEUE_LOCK_KEY
-from rlm_mcp.store.pg.one_trip import commit_with, transaction_in_one_trip
+from rlm_mcp.store.pg.one_trip import commit_with
 from rlm_mcp.store.pg.run_log import dump_record
 from rlm_mcp.store.pg.workers import PgWorkerRegistry
 
@@ -74,34 +77,43 @@ class PgRunQueue(PgWorkerRegistry):
     # --- fronts -----------------------------------------------------------------------------
 
     async def enqueue(
-        self, record: RunRecord, need: int, *, prefer_worker: int | None = None, prefer_s: float = 0.0
+        self,
+        record: RunRecord,
+        need: int,
+        *,
+        prefer_worker: int | None = None,
+        prefer_s: float = 0.0,
+        contexts: Sequence[str] = (),
     ) -> None:
-        """Insert the queued run unless a waiting bound is reached (raises `BusyError`), and wake
-        the workers. Counted and inserted under one lock: concurrent starts never overshoot.
+        """Insert the queued run unless its owner holds no context by one of `contexts` (the
+        unknown-context error of `Contexts.get`) or a waiting bound is reached (`BusyError`), and
+        wake the workers. Checked, counted and inserted under one lock in one statement
+        (`queue_statements.ENQUEUE`): concurrent starts never overshoot.
         `prefer_worker`: for `prefer_s` seconds only that worker may claim the run (a kept
         session's follow-up waits for the worker that holds its live sandbox), unless it is lost."""
         rules = self._rules
-        # The lock first, in a statement of its own: the count must see every run inserted by the
-        # starts that held it before (a statement's snapshot is taken when it begins). BEGIN, the
-        # lock, the insert and COMMIT go out together (`one_trip`): one round trip.
-        row = await transaction_in_one_trip(
-            self._db,
-            sql.xact_lock(ENQUEUE_LOCK_KEY),
-            sql.ENQUEUE,
-            {
-                "owner": str(record.request.owner),
-                "run_id": record.run_id,
-                "created_at": record.created_at,
-                "summary": dump_record(record),
-                "need": max(1, need),
-                "max_total": rules.max_queued,
-                "max_mine": rules.max_queued_per_owner,
-                "queue_channel": sql.QUEUE_CHANNEL,
-                "prefer": prefer_worker,
-                "prefer_s": prefer_s if prefer_worker is not None else 0.0,
-            },
-        )
+        async with self._db.connection() as conn:  # autocommit: the call is its own transaction
+            cur = await conn.execute(
+                sql.ENQUEUE,
+                {
+                    "key": ENQUEUE_LOCK_KEY,
+                    "owner": str(record.request.owner),
+                    "run_id": record.run_id,
+                    "created_at": record.created_at,
+                    "summary": dump_record(record),
+                    "need": max(1, need),
+                    "max_total": rules.max_queued,
+                    "max_mine": rules.max_queued_per_owner,
+                    "queue_channel": sql.QUEUE_CHANNEL,
+                    "prefer": prefer_worker,
+                    "prefer_s": prefer_s if prefer_worker is not None else 0.0,
+                    "contexts": list(contexts),
+                },
+            )
+            row = await cur.fetchone()
         assert row is not None
+        if row["missing"] is not None:
+            raise unknown_context(row["missing"])
         if not row["inserted"]:
             busy = rules.refusal(int(row["total"]), int(row["mine"]))
             assert busy is not None  # the statement's bounds are the refusal's

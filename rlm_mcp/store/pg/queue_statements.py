@@ -1,6 +1,7 @@
 """Every SQL statement on team-mode run state and worker state, by name: the only module that
 writes `rlm_runs.state` (`queue.PgRunQueue` runs the queue's; `run_log.PgRunLog` and
-`runs.PgRunStore.create` take their state-writing parts from here).
+`runs.PgRunStore.create` take their state-writing parts from here), with one function of the
+schema's, `rlm_enqueue` (migration 0011), which `ENQUEUE` calls: a queued run's insert.
 
 The form: named module constants, PostgreSQL's text as psycopg runs it (`%(name)s` parameters
 where a statement has several, `%s` in the fragments `runs.py` composes). Not a `.sql` file of
@@ -19,6 +20,8 @@ Rules kept here (docs/architecture.md, "Team mode"):
   `prefer_until`, unless that worker is gone or silent. One claim may take several runs, as many
   claims one after another would (each owner's picks counted against its share, the sandbox
   needs summed against the free slots).
+- The waiting bounds (`ENQUEUE`): counted and inserted under `locks.ENQUEUE_LOCK_KEY`, in one
+  call, so concurrent starts on any number of replicas never overshoot them.
 - Fencing: a worker's writes match `(run_id, attempt, state = 'running')`.
 - No statement parses a run's summary or log as JSON in SQL (a NUL character in a query would
   make PostgreSQL's jsonb refuse it).
@@ -54,29 +57,16 @@ _R_COLUMNS = ", ".join("r." + c.strip() for c in COLUMNS.split(","))
 _LOST = "(w.worker_id IS NULL OR w.gone_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => %(lease)s))"
 _LIVE = "gone_at IS NULL AND heartbeat_at > now() - make_interval(secs => %(lease)s)"
 
-XACT_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
-
-
-def xact_lock(key: int) -> str:
-    """XACT_LOCK as text without parameters, to go with its transaction's BEGIN in one round trip
-    (`Database.opened_transaction`; a statement of its own still: the next one's snapshot follows
-    the lock). `key`: a constant of `locks.py`."""
-    return f"SELECT pg_advisory_xact_lock({int(key)})"
-
-
 # --- fronts -----------------------------------------------------------------------------------
-# Count, insert and wake the workers in one statement (after XACT_LOCK in a statement of its own:
-# the count must see every run inserted by the starts that held the lock before).
+# A run's start in one statement: the function of migration 0011 checks the run's contexts are its
+# owner's, then takes the enqueue's advisory lock, counts the waiting runs, inserts the run when
+# both bounds allow and wakes the workers; each statement inside it takes its own snapshot, so the
+# count sees every run inserted by the starts that held the lock before. One row: the counts,
+# whether it was inserted, and the first context id the owner lacks (None when none).
 ENQUEUE = (
-    "WITH c AS (SELECT count(*) AS total, count(*) FILTER (WHERE owner = %(owner)s) AS mine "
-    "  FROM rlm_runs WHERE state = 'queued'), "
-    "ins AS (INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary, need, queued_at, "
-    "  prefer_worker, prefer_until) "
-    f"  SELECT %(run_id)s, %(owner)s, %(created_at)s, {NOW}, 'queued', %(summary)s, %(need)s, "
-    "  clock_timestamp(), %(prefer)s, clock_timestamp() + make_interval(secs => %(prefer_s)s) FROM c "
-    "  WHERE c.total < %(max_total)s AND c.mine < %(max_mine)s RETURNING run_id) "
-    "SELECT c.total, c.mine, (SELECT count(*) FROM ins) AS inserted, "
-    "  (SELECT pg_notify(%(queue_channel)s, 'queued') FROM ins) AS woken FROM c"
+    "SELECT total, mine, inserted, missing FROM rlm_enqueue(%(key)s, %(run_id)s, %(owner)s, %(created_at)s, "
+    "%(summary)s, %(need)s, %(max_total)s, %(max_mine)s, %(queue_channel)s, %(prefer)s, %(prefer_s)s, "
+    "%(contexts)s::text[])"
 )
 READ_RUN = f"SELECT {COLUMNS} FROM rlm_runs WHERE run_id = %(run_id)s"
 CANCEL_QUEUED = (
@@ -113,8 +103,10 @@ CLAIM_LOCK_AND_SLOTS = (
 
 
 def claim_lock_and_slots(key: int, lease: float) -> str:
-    """CLAIM_LOCK_AND_SLOTS as text without parameters (`xact_lock`'s reason): `key` a constant of
-    `locks.py`, `lease` the setting's seconds, written as a numeric literal."""
+    """CLAIM_LOCK_AND_SLOTS as text without parameters, to go with its transaction's BEGIN in one
+    round trip (`Database.opened_transaction`; a statement of its own still: the claim's snapshot
+    follows the lock): `key` a constant of `locks.py`, `lease` the setting's seconds, written as a
+    numeric literal."""
     return CLAIM_LOCK_AND_SLOTS.replace("%(key)s", str(int(key))).replace("%(lease)s", repr(float(lease)))
 
 
