@@ -186,6 +186,16 @@ class RunQueuePort(Protocol):
     def forget_run(self, run_id: str) -> None: ...
 
 
+class RunPins(Protocol):
+    """A run's context pins as its final write sees them (`store.context_model.HeldPins`): the
+    pin id to remove (None: none held), and `released`, set by the write that removed them."""
+
+    @property
+    def to_release(self) -> str | None: ...
+
+    released: bool
+
+
 class FencedRunLog(Protocol):
     """A worker's log of one run, written under the claim's attempt: every flush writes only
     while the run is still `running` under it (False otherwise, and nothing is written)."""
@@ -205,9 +215,11 @@ class FencedRunLog(Protocol):
     async def flush(
         self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, announce: bool = False
     ) -> bool: ...
-    async def finish(self, summary: RunRecord) -> bool:
+    async def finish(self, summary: RunRecord, *, pins: RunPins | None = None) -> bool:
         """The staged events and the final record in one write, fenced by the attempt as the
-        queue's `finish` is; True if this call ended the run."""
+        queue's `finish` is; True if this call ended the run. `pins`: the run's context pins,
+        which a log that can removes in the same write, whatever the fence says (they are this
+        process's own, let go at the run's end either way), marking them `released`."""
         ...
 
     async def aclose(self) -> None: ...

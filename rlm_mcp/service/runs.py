@@ -319,7 +319,7 @@ class RunManager:
         request = run.request
 
         def enter() -> AbstractAsyncContextManager[list[ContextInfo]]:
-            return self._contexts.in_use(request.context_ids, owner=request.owner)
+            return self._contexts.in_use(request.context_ids, owner=request.owner, held=run.pins)
 
         late: LatePin | None = None
         ready: Callable[[], Awaitable[None]] | None = None

@@ -303,8 +303,10 @@ class QueueWorker:
         fenced = self._run_store.reopen_claimed(row)
 
         async def finish(final: RunRecord) -> bool:
-            # The log's last events and the end write in one statement (fenced by the attempt).
-            return await self._reporting.finish_by(lambda: fenced.finish(final), final)
+            # The log's last events, the end write (fenced by the attempt) and the release of the
+            # run's context pins in one statement: the pins' exit then sends nothing of its own.
+            pins = run.pins if run is not None else None
+            return await self._reporting.finish_by(lambda: fenced.finish(final, pins=pins), final)
 
         run_log = QueueRunLog(fenced, hand_back=hand_back, finish=finish)
         self._requeues[run_id] = row.requeues

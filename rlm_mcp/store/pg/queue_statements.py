@@ -184,6 +184,11 @@ FINISH_LOGGED = (
     "n AS (SELECT count(*) AS ended FROM up) "
     "SELECT ended, pg_notify(%s, CASE WHEN ended > 0 THEN %s ELSE %s END) FROM n"
 )
+# The run's context pins (`store.pg.contexts`), removed by its worker's final write (a CTE before
+# FINISH_LOGGED; parameter: the pin id). Not fenced: the pins are the worker process's own, let go
+# at the run's end whether or not this attempt's write ended it. A data-modifying CTE runs
+# whether or not the statement reads it.
+UNPIN = "unpin AS (DELETE FROM rlm_pins WHERE pin_id = %s)"
 
 # --- sweepers ---------------------------------------------------------------------------------
 LOST_RUNS = (
