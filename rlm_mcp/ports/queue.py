@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from rlm_mcp.call_lines import CallLine
 from rlm_mcp.errors import BusyError
@@ -54,6 +54,16 @@ class RunState(StrEnum):
 
 
 @dataclass(frozen=True)
+class ClaimPins:
+    """A claimed run's contexts, pinned by its claim (PostgreSQL's: the claim's statement pins
+    them as the context store would): the pin id and each context's row as the claim read it,
+    in the request's order (`store.context_model.context_info` reads one)."""
+
+    pin_id: str
+    rows: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
 class RunRow:
     """A run's row as the queue sees it; `summary` is its record, decoded once when read."""
 
@@ -71,6 +81,8 @@ class RunRow:
     cancel_requested: bool
     # A front follows its progress (a hint for latency only: no rule reads it; `follow_progress`).
     followed: bool = False
+    # Its contexts, when its claim pinned them (else None: the worker pins them as the run starts).
+    pins: ClaimPins | None = None
 
     @property
     def done(self) -> bool:

@@ -32,7 +32,7 @@ PIN_TTL_S = 24 * 3600
 class HeldPins:
     """One holder's pins (`Contexts.in_use(..., held=)`), for a write that removes them in its
     own statement: a team worker's final write of a run (`store.pg.run_log.PgRunLog.finish`),
-    which ends the run and lets its pins go at once. `taken`: the pins exist (set by `in_use`);
+    which ends the run and lets its pins go at once; or taken by another: its claim. `taken`: the pins exist (set by `in_use`);
     `released`: that write removed them (set by its caller once it succeeded), so `in_use`'s
     exit sends no statement of its own. Otherwise (no such write, or it failed) the exit
     removes them as always."""
@@ -40,6 +40,11 @@ class HeldPins:
     pin_id: str = field(default_factory=lambda: secrets.token_hex(8))
     taken: bool = False
     released: bool = False
+    # Pinned before `in_use` (a team worker's claim pins its runs' contexts, `taken` then): the
+    # contexts as that pin read them, which `in_use` takes instead of pinning again.
+    infos: list[ContextInfo] | None = None
+    # Handed to the run that holds them (`RunManager.adopt`): its end releases them from then on.
+    handed_over: bool = False
 
     @property
     def to_release(self) -> str | None:

@@ -273,8 +273,11 @@ class Contexts:
     async def _in_use(
         self, context_ids: builtins.list[str], owner: Owner, held: HeldPins
     ) -> AsyncIterator[builtins.list[ContextInfo]]:
-        infos = await self._pin(context_ids, held.pin_id, owner)
-        held.taken = True
+        if held.taken and held.infos is not None:  # pinned by the run's claim
+            infos = held.infos
+        else:
+            infos = await self._pin(context_ids, held.pin_id, owner)
+            held.taken = True
         try:
             await self.index.make_local(infos)
             yield infos
@@ -283,6 +286,13 @@ class Contexts:
             if not held.released:
                 with anyio.CancelScope(shield=True):
                     await self._unpin(held.pin_id)
+            held.taken = False
+
+    async def release(self, held: HeldPins) -> None:
+        """Remove pins taken for `in_use` that it never entered (a claimed run that did not start)."""
+        if held.taken and not held.released:
+            with anyio.CancelScope(shield=True):
+                await self._unpin(held.pin_id)
             held.taken = False
 
     async def _unpin(self, pin_id: str) -> None:

@@ -70,6 +70,10 @@ class ContextStorePort(Protocol):
         self, context_ids: Sequence[str], *, owner: Owner, held: HeldPins | None = None
     ) -> AbstractAsyncContextManager[builtins.list[ContextInfo]]: ...
 
+    async def release(self, held: HeldPins) -> None:
+        """Remove `held`'s pins when `in_use` never took them over (taken by a claim)."""
+        ...
+
     async def evict(self, *, keep: Sequence[str] = (), loader: Owner | None = None) -> builtins.list[str]: ...
 
 

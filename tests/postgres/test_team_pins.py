@@ -1,10 +1,11 @@
-"""A team worker's context pins over a real PostgreSQL: the run's final write removes them in its
-own statement (`queue_statements.UNPIN` beside FINISH_LOGGED), so a run's end sends no pin delete
-of its own; everything a pin guarantees stays as it was: a running run's context cannot be
-deleted by its owner, a context deleted while its run is queued fails the run when a worker takes
-it up, a stale attempt's refused final write still lets its pins go, and a run whose end is not
-that write (cancelled, stopped) releases them through the pins' own exit. No Docker: the engine
-runs on the fake model and sandboxes of tests/fixtures_engine.py."""
+"""A team worker's context pins over a real PostgreSQL: a run's claim pins its contexts in the
+claim's statement (`queue_statements.CLAIM`) and its final write removes them in its own
+(`queue_statements.UNPIN` beside FINISH_LOGGED), so a run sends no pin statement of its own;
+everything a pin guarantees stays as it was: a running run's context cannot be deleted by its
+owner, a context deleted while its run is queued fails the run when a worker takes it up, a stale
+attempt's refused final write still lets its pins go, a claimed run that never starts lets them
+go, and a run whose end is not that write releases them through the pins' own exit. No Docker:
+the engine runs on the fake model and sandboxes of tests/fixtures_engine.py."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
-from rlm_mcp.service.queue.worker import QueueWorker
+from rlm_mcp.service.queue.worker import QueueWorker, claimed_pins
 from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
-from rlm_mcp.store.context_model import HeldPins
+from rlm_mcp.store.context_model import ContextInfo
 from rlm_mcp.store.pg import Database
 from rlm_mcp.store.pg.contexts import PgContextStore
 from rlm_mcp.store.pg.queue import PgRunQueue
@@ -54,17 +55,24 @@ class Slots:
 
 
 class CountedUnpins:
-    """Counts the pins' own release statements (`PgContextStore._unpin`) of a store."""
+    """Counts the pins' own statements of a store: its releases (`PgContextStore._unpin`) and
+    its pins (`_pin`)."""
 
     def __init__(self, contexts: PgContextStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
-        unpin = contexts._unpin
+        self.pins = 0
+        unpin, pin = contexts._unpin, contexts._pin
 
         async def counted(pin_id: str) -> None:
             self.calls += 1
             await unpin(pin_id)
 
+        async def counted_pin(context_ids: list[str], pin_id: str, owner: Owner) -> list[ContextInfo]:
+            self.pins += 1
+            return await pin(context_ids, pin_id, owner)
+
         monkeypatch.setattr(contexts, "_unpin", counted)
+        monkeypatch.setattr(contexts, "_pin", counted_pin)
 
 
 async def pins(db: Database) -> list[tuple[str, str]]:
@@ -123,6 +131,7 @@ async def test_a_worker_runs_pin_is_held_while_it_runs_and_removed_by_its_final_
             assert done.progress.status == "completed"
             await wait_until(unpinned, within_s=30, what="the completed run's pin removed")
             assert unpins.calls == 0  # its final write removed the pin: no statement of its own
+            assert unpins.pins == 0  # and its claim took it
 
             running = await front.start(request(settings, ctx), None)
 
@@ -135,7 +144,7 @@ async def test_a_worker_runs_pin_is_held_while_it_runs_and_removed_by_its_final_
                 await stores.contexts.delete(ctx, owner=ALICE)
             await front.cancel(running.run_id, wait_s=60)  # it ends through its final write too
             await wait_until(unpinned, within_s=30, what="the cancelled run's pin removed")
-            assert unpins.calls == 0
+            assert (unpins.calls, unpins.pins) == (0, 0)
         assert await stores.contexts.delete(ctx, owner=ALICE)  # nothing pins it any more
 
 
@@ -162,39 +171,71 @@ async def test_a_context_deleted_while_its_run_is_queued_fails_the_run_as_before
         assert await pins(db) == []
 
 
-async def test_a_stale_attempts_refused_final_write_still_removes_its_pins(tmp_path: Path, pg_url: str) -> None:
+async def test_a_claim_pins_its_runs_contexts_and_a_stale_attempts_final_write_still_removes_them(
+    tmp_path: Path, pg_url: str
+) -> None:
     async with team(tmp_path, pg_url) as (settings, stores, queue, db, ctx):
         worker = await queue.register_worker("owner-w", 2)
         await queue.enqueue(run_record_of(request(settings, ctx)), 1)
         first = await queue.claim(worker, 4, 4)
-        assert first is not None
+        assert first is not None and first.pins is not None
+        # Pinned by the claim, as the context store pins: this replica's, the owner's row.
+        assert [(r["context_id"], r["chars"]) for r in first.pins.rows] == [(ctx, len("The magic number is 42."))]
+        assert await pins(db) == [(f"{first.run_id}/{first.attempt}", ctx)]
+        with pytest.raises(BadArgumentError, match="in use by a running run"):
+            await stores.contexts.delete(ctx, owner=ALICE)
         stale = await stores.runs.reopen(first.run_id, attempt=first.attempt)
         # The run goes back to the queue and is claimed again: the first attempt is stale.
         assert await queue.requeue(first.run_id, first.attempt, first.summary)
         second = await queue.claim(worker, 4, 4)
-        assert second is not None and second.attempt == first.attempt + 1
+        assert second is not None and second.attempt == first.attempt + 1 and second.pins is not None
 
-        held = HeldPins()
-        unpins = 0
-        unpin = stores.contexts._unpin
-
-        async def counted(pin_id: str) -> None:
-            nonlocal unpins
-            unpins += 1
-            await unpin(pin_id)
-
-        stores.contexts._unpin = counted
-        async with stores.contexts.in_use([ctx], owner=ALICE, held=held):
-            assert [cid for _, cid in await pins(db)] == [ctx]
-            ended = first.summary.ended("cancelled", "stopped")
-            assert not await stale.finish(ended, pins=held)  # fenced: the run is not ended ...
-            assert held.released and await pins(db) == []  # ... but the pins went
-        assert unpins == 0
+        held = claimed_pins(first)
+        assert held is not None and held.infos is not None and held.infos[0].context_id == ctx
+        ended = first.summary.ended("cancelled", "stopped")
+        assert not await stale.finish(ended, pins=held)  # fenced: the run is not ended ...
+        assert held.released and await pins(db) == [(second.pins.pin_id, ctx)]  # ... but its pins went
         row = await queue.read(first.run_id)
         assert row is not None and not row.done and row.attempt == second.attempt
 
-        # Without the final write (a stopped run), the pins' exit removes them as before.
-        other = HeldPins()
-        async with stores.contexts.in_use([ctx], owner=ALICE, held=other):
-            assert len(await pins(db)) == 1
-        assert unpins == 1 and await pins(db) == []
+        # Pins a claim took for a run that never starts are let go (`Contexts.release`).
+        unclaimed = claimed_pins(second)
+        assert unclaimed is not None
+        await stores.contexts.release(unclaimed)
+        assert await pins(db) == []
+
+
+async def test_a_claim_leaves_a_run_whose_listing_it_cannot_read_back_to_the_workers_pin(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with team(tmp_path, pg_url) as (settings, stores, queue, db, ctx):
+        worker = await queue.register_worker("owner-w", 2)
+        gone = "ctx_" + "0" * 24
+        both = request(settings, ctx).model_copy(update={"context_ids": [ctx, gone]})
+        await queue.enqueue(run_record_of(both), 1)
+        row = await queue.claim(worker, 4, 4)
+        assert row is not None and row.pins is None and await pins(db) == []  # all or none
+
+
+async def test_a_claimed_run_that_never_starts_lets_its_claims_pins_go(tmp_path: Path, pg_url: str) -> None:
+    async with team(tmp_path, pg_url) as (settings, stores, queue, db, ctx):
+        started = anyio.Event()
+
+        async def engine() -> RLMEngine:
+            started.set()
+            raise RuntimeError("no engine here")
+
+        front = QueueFront(settings.queue, queue, Wakeups(queue))
+        async with (
+            front,
+            RunManager(settings, stores.contexts, stores.runs, owners=configured_owners(settings)) as runs,
+            QueueWorker(settings.queue, queue, stores.runs, runs, cast(SandboxManager, Slots()), engine),
+        ):
+            await front.start(request(settings, ctx), None)
+            with anyio.fail_after(60):
+                await started.wait()
+
+            async def unpinned() -> bool:
+                return await pins(db) == []
+
+            await wait_until(unpinned, within_s=30, what="the claim's pins let go")
