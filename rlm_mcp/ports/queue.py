@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from rlm_mcp.call_lines import CallLine
 from rlm_mcp.errors import BusyError
@@ -54,6 +54,16 @@ class RunState(StrEnum):
 
 
 @dataclass(frozen=True)
+class ClaimPins:
+    """A claimed run's contexts, pinned by its claim (PostgreSQL's: the claim's statement pins
+    them as the context store would): the pin id and each context's row as the claim read it,
+    in the request's order (`store.context_model.context_info` reads one)."""
+
+    pin_id: str
+    rows: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
 class RunRow:
     """A run's row as the queue sees it; `summary` is its record, decoded once when read."""
 
@@ -71,6 +81,8 @@ class RunRow:
     cancel_requested: bool
     # A front follows its progress (a hint for latency only: no rule reads it; `follow_progress`).
     followed: bool = False
+    # Its contexts, when its claim pinned them (else None: the worker pins them as the run starts).
+    pins: ClaimPins | None = None
 
     @property
     def done(self) -> bool:
@@ -198,6 +210,16 @@ class RunQueuePort(Protocol):
     def forget_run(self, run_id: str) -> None: ...
 
 
+class RunPins(Protocol):
+    """A run's context pins as its final write sees them (`store.context_model.HeldPins`): the
+    pin id to remove (None: none held), and `released`, set by the write that removed them."""
+
+    @property
+    def to_release(self) -> str | None: ...
+
+    released: bool
+
+
 class FencedRunLog(Protocol):
     """A worker's log of one run, written under the claim's attempt: every flush writes only
     while the run is still `running` under it (False otherwise, and nothing is written)."""
@@ -217,9 +239,11 @@ class FencedRunLog(Protocol):
     async def flush(
         self, *, summary: RunRecord | None = None, mark_lm_called: bool = False, announce: bool = False
     ) -> bool: ...
-    async def finish(self, summary: RunRecord) -> bool:
+    async def finish(self, summary: RunRecord, *, pins: RunPins | None = None) -> bool:
         """The staged events and the final record in one write, fenced by the attempt as the
-        queue's `finish` is; True if this call ended the run."""
+        queue's `finish` is; True if this call ended the run. `pins`: the run's context pins,
+        which a log that can removes in the same write, whatever the fence says (they are this
+        process's own, let go at the run's end either way), marking them `released`."""
         ...
 
     async def aclose(self) -> None: ...

@@ -24,6 +24,7 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.ports.runs import LiveState, Notice, NotStarted, RunRecord, RunRequest
 from rlm_mcp.service.progress import HEARTBEAT_S
 from rlm_mcp.service.views import RunSnapshot
+from rlm_mcp.store.context_model import HeldPins
 
 
 @dataclass
@@ -59,6 +60,8 @@ class ActiveRun:
     # Its contexts' pins are let go: a moment after its answer is out (they only guard against
     # eviction, so their release waits until the answer has gone; `RunManager.let_go`).
     released: anyio.Event = field(default_factory=anyio.Event)
+    # Those pins: a team worker's final write removes them in its own statement (`HeldPins`).
+    pins: HeldPins = field(default_factory=HeldPins)
 
     def notify(self, event_type: str) -> None:
         self.last_event = event_type

@@ -41,6 +41,7 @@ from rlm_mcp.service.run_execution import (
 from rlm_mcp.service.run_queue import owner_run_share, queue_refusal
 from rlm_mcp.service.slots import Place, SlotGate
 from rlm_mcp.store import ContextInfo
+from rlm_mcp.store.context_model import HeldPins
 from rlm_mcp.store.ports import ContextStorePort, RunLogPort, RunStorePort
 
 logger = logging.getLogger("rlm_mcp.service")
@@ -120,16 +121,20 @@ class RunManager:
         repl: SessionSandbox | None = None,
         on_result: SessionHook | None = None,
         on_end: SessionHook | None = None,
+        pins: HeldPins | None = None,
     ) -> ActiveRun:
         """Execute a run whose record already exists (a team-mode worker claimed it from the
         queue): the same execution as `start`, without the queue bound and the new record.
-        `repl`, `on_result`, `on_end`: the run continues a kept session (service/queue/sessions.py)."""
+        `repl`, `on_result`, `on_end`: the run continues a kept session (service/queue/sessions.py).
+        `pins`: its contexts, already pinned by its claim (released at its end as its own are)."""
         if self._tg is None:
             raise RuntimeError("RunManager used outside its context")
         progress = RunProgress(
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
-        run = ActiveRun(run_id, request, progress)
+        if pins is not None:
+            pins.handed_over = True  # released by `_execute`'s end from here on, whatever happens
+        run = ActiveRun(run_id, request, progress, pins=pins if pins is not None else HeldPins())
         hooks = RunHooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, shared=False, tells_end=False)
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log, hooks)
@@ -203,6 +208,10 @@ class RunManager:
                 await run.released.wait()
         return True
 
+    async def release_pins(self, pins: HeldPins) -> None:
+        """Let go of a claimed run's pins when it is not adopted after all (it could not start)."""
+        await self._contexts.release(pins)
+
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
         run = self._runs[run_id]
         if run.scope is not None:
@@ -222,6 +231,7 @@ class RunManager:
         try:
             await self._execute_pinned(run, engine, log, hooks, task_status)
         finally:
+            await self._contexts.release(run.pins)  # pinned by its claim, never taken over (no start)
             run.released.set()
 
     async def _execute_pinned(
@@ -319,7 +329,7 @@ class RunManager:
         request = run.request
 
         def enter() -> AbstractAsyncContextManager[list[ContextInfo]]:
-            return self._contexts.in_use(request.context_ids, owner=request.owner)
+            return self._contexts.in_use(request.context_ids, owner=request.owner, held=run.pins)
 
         late: LatePin | None = None
         ready: Callable[[], Awaitable[None]] | None = None

@@ -13,17 +13,43 @@ the document's text as stored (not of any value inside it).
 from __future__ import annotations
 
 import json
+import secrets
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from rlm_mcp.ports import ContextFormat, ContextKind
 
-__all__ = ["PIN_TTL_S", "ContextInfo", "context_id_for", "context_info", "well_formed_id"]
+__all__ = ["PIN_TTL_S", "ContextInfo", "HeldPins", "context_id_for", "context_info", "well_formed_id"]
 
 # Pins of another host (or, in team mode, of a replica still beating) cannot be checked by pid;
 # they lapse after this long. On this host a pin also ends when its process is gone.
 PIN_TTL_S = 24 * 3600
+
+
+@dataclass(eq=False)
+class HeldPins:
+    """One holder's pins (`Contexts.in_use(..., held=)`), for a write that removes them in its
+    own statement: a team worker's final write of a run (`store.pg.run_log.PgRunLog.finish`),
+    which ends the run and lets its pins go at once; or taken by another: its claim. `taken`: the pins exist (set by `in_use`);
+    `released`: that write removed them (set by its caller once it succeeded), so `in_use`'s
+    exit sends no statement of its own. Otherwise (no such write, or it failed) the exit
+    removes them as always."""
+
+    pin_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    taken: bool = False
+    released: bool = False
+    # Pinned before `in_use` (a team worker's claim pins its runs' contexts, `taken` then): the
+    # contexts as that pin read them, which `in_use` takes instead of pinning again.
+    infos: list[ContextInfo] | None = None
+    # Handed to the run that holds them (`RunManager.adopt`): its end releases them from then on.
+    handed_over: bool = False
+
+    @property
+    def to_release(self) -> str | None:
+        """The pin id for the write to remove, while the pins are held; None otherwise."""
+        return self.pin_id if self.taken and not self.released else None
 
 
 class ContextInfo(BaseModel):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-import secrets
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -38,7 +37,7 @@ from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
-from rlm_mcp.store.context_model import ContextInfo, context_id_for, context_info, well_formed_id
+from rlm_mcp.store.context_model import ContextInfo, HeldPins, context_id_for, context_info, well_formed_id
 from rlm_mcp.store.eviction import clean_stale_tmp, plan_eviction
 from rlm_mcp.store.index import ContextIndex, ContextTx, Row
 from rlm_mcp.store.owner_caps import releases_in_share, store_share
@@ -260,26 +259,41 @@ class Contexts:
     # --- pins and eviction ---------------------------------------------------------------
 
     def in_use(
-        self, context_ids: Sequence[str], *, owner: Owner
+        self, context_ids: Sequence[str], *, owner: Owner, held: HeldPins | None = None
     ) -> AbstractAsyncContextManager[builtins.list[ContextInfo]]:
         """Resolve `owner`'s ids (NotFoundError), mark them used, pin them for the block's
-        lifetime and make sure their bytes are at `spec`'s path on this host.
+        lifetime and make sure their bytes are at `spec`'s path on this host. `held`: the pins'
+        id and state, when another write may remove them first (`HeldPins`).
 
         Pins are rows in the shared index, so eviction in another process skips them too. A pin
         whose process died is ignored (the index judges: `store.pins`, `store.pg.contexts`)."""
-        return self._in_use(builtins.list(context_ids), owner)
+        return self._in_use(builtins.list(context_ids), owner, held if held is not None else HeldPins())
 
     @asynccontextmanager
-    async def _in_use(self, context_ids: builtins.list[str], owner: Owner) -> AsyncIterator[builtins.list[ContextInfo]]:
-        pin_id = secrets.token_hex(8)
-        infos = await self._pin(context_ids, pin_id, owner)
+    async def _in_use(
+        self, context_ids: builtins.list[str], owner: Owner, held: HeldPins
+    ) -> AsyncIterator[builtins.list[ContextInfo]]:
+        if held.taken and held.infos is not None:  # pinned by the run's claim
+            infos = held.infos
+        else:
+            infos = await self._pin(context_ids, held.pin_id, owner)
+            held.taken = True
         try:
             await self.index.make_local(infos)
             yield infos
         finally:
-            # Shielded: a cancelled run must still release its pins.
+            # Shielded: a cancelled run must still release its pins (unless its final write did).
+            if not held.released:
+                with anyio.CancelScope(shield=True):
+                    await self._unpin(held.pin_id)
+            held.taken = False
+
+    async def release(self, held: HeldPins) -> None:
+        """Remove pins taken for `in_use` that it never entered (a claimed run that did not start)."""
+        if held.taken and not held.released:
             with anyio.CancelScope(shield=True):
-                await self._unpin(pin_id)
+                await self._unpin(held.pin_id)
+            held.taken = False
 
     async def _unpin(self, pin_id: str) -> None:
         """Remove the pins `_pin` added (PostgreSQL's store: one statement of its own)."""

@@ -23,7 +23,7 @@ from rlm_mcp.owners import Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store._ingest import Ingested
-from rlm_mcp.store.context_model import ContextInfo
+from rlm_mcp.store.context_model import ContextInfo, HeldPins
 from rlm_mcp.store.upload_model import UploadState
 
 
@@ -67,8 +67,12 @@ class ContextStorePort(Protocol):
         ...
 
     def in_use(
-        self, context_ids: Sequence[str], *, owner: Owner
+        self, context_ids: Sequence[str], *, owner: Owner, held: HeldPins | None = None
     ) -> AbstractAsyncContextManager[builtins.list[ContextInfo]]: ...
+
+    async def release(self, held: HeldPins) -> None:
+        """Remove `held`'s pins when `in_use` never took them over (taken by a claim)."""
+        ...
 
     async def evict(self, *, keep: Sequence[str] = (), loader: Owner | None = None) -> builtins.list[str]: ...
 

@@ -12,6 +12,7 @@ import anyio
 
 from rlm_mcp.call_lines import CallLine
 from rlm_mcp.events import RunEvent, to_json
+from rlm_mcp.ports.queue import RunPins
 from rlm_mcp.ports.runs import RunRecord
 
 __all__ = ["End", "MemoryRunLog", "Write"]
@@ -67,9 +68,9 @@ class MemoryRunLog:
         rows, self._staged = self._staged, []
         return self._write(rows, self._seq, summary, mark_lm_called, announce)
 
-    async def finish(self, summary: RunRecord) -> bool:
+    async def finish(self, summary: RunRecord, *, pins: RunPins | None = None) -> bool:
         """The staged events and the end write, with nothing in between (one statement on
-        PostgreSQL: `PgRunLog.finish`)."""
+        PostgreSQL: `PgRunLog.finish`). `pins` are left to their holder: no pin is kept here."""
         await anyio.lowlevel.checkpoint()
         rows, self._staged = self._staged, []
         self._write(rows, self._seq, None, False, False)

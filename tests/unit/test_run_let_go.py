@@ -33,17 +33,19 @@ class _HeldRelease:
         self._inner = inner
         self.let_out = anyio.Event()
 
-    def in_use(self, context_ids: Any, *, owner: Any) -> Any:
+    def in_use(self, context_ids: Any, *, owner: Any, held: Any = None) -> Any:
+        pins = held
+
         @asynccontextmanager
-        async def held() -> AsyncIterator[Any]:
-            async with self._inner.in_use(context_ids, owner=owner) as infos:
+        async def held_() -> AsyncIterator[Any]:
+            async with self._inner.in_use(context_ids, owner=owner, held=pins) as infos:
                 try:
                     yield infos
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self.let_out.wait()
 
-        return held()
+        return held_()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

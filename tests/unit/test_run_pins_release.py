@@ -20,6 +20,7 @@ from rlm_mcp.ports.runs import RunRequest
 from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
 from rlm_mcp.store import ContextInfo
+from rlm_mcp.store.context_model import HeldPins
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, make_limits, make_settings, submit
 
 pytestmark = pytest.mark.anyio
@@ -38,8 +39,10 @@ class OrderedPins:
         return getattr(self._contexts, name)
 
     @asynccontextmanager
-    async def in_use(self, context_ids: Sequence[str], *, owner: Owner) -> AsyncIterator[list[ContextInfo]]:
-        async with self._contexts.in_use(context_ids, owner=owner) as infos:
+    async def in_use(
+        self, context_ids: Sequence[str], *, owner: Owner, held: HeldPins | None = None
+    ) -> AsyncIterator[list[ContextInfo]]:
+        async with self._contexts.in_use(context_ids, owner=owner, held=held) as infos:
             try:
                 yield infos
             finally:

@@ -53,6 +53,7 @@ from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import RunManager
+from rlm_mcp.store.context_model import HeldPins, context_info
 from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.queue")
@@ -284,6 +285,14 @@ class QueueWorker:
             self.claims.release()
 
     async def _execute(self, row: RunRow) -> None:
+        pins = claimed_pins(row)
+        try:
+            await self._execute_claimed(row, pins)
+        finally:
+            if pins is not None and not pins.handed_over:  # the run never started here: its claim's pins go
+                await self._runs.release_pins(pins)
+
+    async def _execute_claimed(self, row: RunRow, pins: HeldPins | None) -> None:
         run_id, attempt = row.run_id, row.attempt
         request = row.summary.request
         if row.followed:  # followed while it was queued
@@ -303,8 +312,10 @@ class QueueWorker:
         fenced = self._run_store.reopen_claimed(row)
 
         async def finish(final: RunRecord) -> bool:
-            # The log's last events and the end write in one statement (fenced by the attempt).
-            return await self._reporting.finish_by(lambda: fenced.finish(final), final)
+            # The log's last events, the end write (fenced by the attempt) and the release of the
+            # run's context pins in one statement: the pins' exit then sends nothing of its own.
+            pins = run.pins if run is not None else None
+            return await self._reporting.finish_by(lambda: fenced.finish(final, pins=pins), final)
 
         run_log = QueueRunLog(fenced, hand_back=hand_back, finish=finish)
         self._requeues[run_id] = row.requeues
@@ -328,6 +339,7 @@ class QueueWorker:
             repl=repl,
             on_result=sessions.on_result(leaving) if sessions is not None else None,
             on_end=sessions.ended if sessions is not None else None,
+            pins=pins,
         )
         run.notice = Notice(kind=NoticeKind.RUNNING_ON, worker=self.ref)
         self._running[run_id] = (attempt, run, run_log)
@@ -351,6 +363,14 @@ class QueueWorker:
                     await final_writes.end_unrecorded(self._queue, run, attempt, self.ref, fresh=fresh)
                 else:
                     await final_writes.ensure_final(self._queue, run, run_log, attempt)
+
+
+def claimed_pins(row: RunRow) -> HeldPins | None:
+    """The run's contexts as its claim pinned them (None: the run pins them as it starts)."""
+    if row.pins is None:
+        return None
+    infos = [context_info(r) for r in row.pins.rows]
+    return HeldPins(pin_id=row.pins.pin_id, taken=True, infos=infos)
 
 
 def _lm_called(run: ActiveRun) -> bool:

@@ -49,7 +49,8 @@ _ADD_PIN = "INSERT INTO rlm_pins VALUES (%s, %s, %s, %s, extract(epoch FROM now(
 # only when every distinct id was found (else the caller raises, as the shared rule's rollback
 # leaves nothing behind). One round trip where the shared rule's transaction took seven (BEGIN,
 # the clock, the row, two touches, the pin, COMMIT), and the context's row lock is held for the
-# statement only: every run of a team touches the same row of a shared context.
+# statement only: every run of a team touches the same row of a shared context. A team worker's
+# claim pins its runs' contexts by the same rule in the claim's statement (`queue_statements.CLAIM`).
 _PIN = (
     "WITH t AS (SELECT extract(epoch FROM now())::float8 AS now), "
     "found AS (SELECT c.context_id, c.sha256, c.bytes, c.format, c.kind, c.chars, "

@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlm_mcp.observability import metrics
-from rlm_mcp.ports.queue import RunRow, RunState
+from rlm_mcp.ports.queue import ClaimPins, RunRow, RunState
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, may_requeue
+from rlm_mcp.store.context_model import PIN_TTL_S
 from rlm_mcp.store.contexts import unknown_context
 from rlm_mcp.store.pg import queue_statements as sql
 from rlm_mcp.store.pg.db import Conn
@@ -68,7 +69,16 @@ def _row(row: dict[str, Any]) -> RunRow:
         created_at=float(row["created_at"]),
         cancel_requested=bool(row["cancel_requested"]),
         followed=bool(row["followed"]),
+        pins=_claim_pins(row),
     )
+
+
+def _claim_pins(row: dict[str, Any]) -> ClaimPins | None:
+    """The contexts a claim pinned for the run (`queue_statements.CLAIM`'s `contexts`)."""
+    contexts = row.get("contexts")
+    if contexts is None:
+        return None
+    return ClaimPins(sql.claim_pin_id(row["run_id"], int(row["attempt"])), tuple(contexts))
 
 
 class PgRunQueue(PgWorkerRegistry):
@@ -203,6 +213,9 @@ class PgRunQueue(PgWorkerRegistry):
                     "session_key": sql.SESSION_KEY,
                     "limit": max(1, limit),
                     "workers": max(1, int(live["workers"]) if live else 1),
+                    "ids_list": sql.CONTEXT_IDS_LIST,
+                    "replica": self._db.replica_id,
+                    "ttl": PIN_TTL_S,
                 },
             )
         for row in rows:

@@ -22,6 +22,8 @@ Rules kept here (docs/architecture.md, "Team mode"):
   needs summed against the free slots).
 - The waiting bounds (`ENQUEUE`): counted and inserted under `locks.ENQUEUE_LOCK_KEY`, in one
   call, so concurrent starts on any number of replicas never overshoot them.
+- A claim pins its runs' contexts for the worker's replica (`store.pg.contexts._PIN`'s rule, all
+  or none per run) and a worker's final write removes them (`UNPIN`): a queued run holds no pin.
 - Fencing: a worker's writes match `(run_id, attempt, state = 'running')`.
 - No statement parses a run's summary or log as JSON in SQL (a NUL character in a query would
   make PostgreSQL's jsonb refuse it).
@@ -145,9 +147,47 @@ CLAIM = (
     "up AS (UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
     f"  claimed_at = now(), cancel_requested = false, updated_at = {NOW} "
     f"  FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, "
-    "  extract(epoch FROM now() - r.queued_at) AS waited_s, pick.nth AS pick_nth, pick.queued_at AS pick_queued_at) "
-    "SELECT * FROM up ORDER BY pick_nth, pick_queued_at, run_id"
+    "  extract(epoch FROM now() - r.queued_at) AS waited_s, pick.nth AS pick_nth, pick.queued_at AS pick_queued_at), "
+    # Each claimed run's contexts pinned for its worker's replica, as `store.pg.contexts._PIN` pins
+    # them (the owner's rows, marked used, all or none), in this statement: no pin of its own.
+    "listed AS (SELECT up.run_id, up.attempt, up.owner, substring(up.summary from %(ids_list)s) AS list FROM up), "
+    "ids AS (SELECT l.run_id, e.m[1] AS cid, e.n FROM listed l "
+    "  CROSS JOIN LATERAL regexp_matches(l.list, '\"([^\"]*)\"', 'g') WITH ORDINALITY AS e (m, n)), "
+    "found AS (SELECT DISTINCT i.run_id, c.context_id, c.sha256, c.bytes, c.format, c.kind, c.chars, "
+    "  o.name, o.source, o.created_at, o.owner FROM ids i JOIN listed l ON l.run_id = i.run_id "
+    "  JOIN rlm_contexts c ON c.context_id = i.cid "
+    "  JOIN rlm_context_owners o ON o.context_id = c.context_id AND o.owner = l.owner), "
+    # All or none per run: the listing read back whole (any other text falls back to the pin of
+    # its own), and every distinct id found.
+    "ok AS (SELECT l.run_id, l.attempt, l.owner FROM listed l WHERE l.list = coalesce((SELECT "
+    "  string_agg('\"' || i.cid || '\"', ', ' ORDER BY i.n) FROM ids i WHERE i.run_id = l.run_id), '') "
+    "  AND (SELECT count(DISTINCT i.cid) FROM ids i WHERE i.run_id = l.run_id) "
+    "    = (SELECT count(*) FROM found f WHERE f.run_id = l.run_id)), "
+    f"t AS (SELECT {NOW}::float8 AS now), "
+    "touched AS (UPDATE rlm_contexts c SET last_used_at = t.now FROM t "
+    "  WHERE c.context_id IN (SELECT f.context_id FROM found f JOIN ok ON ok.run_id = f.run_id)), "
+    "owned AS (UPDATE rlm_context_owners o SET last_used_at = t.now FROM t "
+    "  WHERE (o.context_id, o.owner) IN (SELECT f.context_id, f.owner FROM found f JOIN ok ON ok.run_id = f.run_id)), "
+    "pinned AS (INSERT INTO rlm_pins SELECT ok.run_id || '/' || ok.attempt, f.context_id, %(replica)s, ok.owner, "
+    "  t.now + %(ttl)s FROM ok JOIN found f ON f.run_id = ok.run_id, t) "
+    "SELECT up.*, CASE WHEN ok.run_id IS NULL THEN NULL ELSE coalesce((SELECT json_agg(json_build_object("
+    "  'context_id', f.context_id, 'sha256', f.sha256, 'bytes', f.bytes, 'format', f.format, 'kind', f.kind, "
+    "  'chars', f.chars, 'name', f.name, 'source', f.source, 'created_at', f.created_at, 'last_used_at', t.now) "
+    "  ORDER BY i.n) FROM ids i JOIN found f ON f.run_id = i.run_id AND f.context_id = i.cid "
+    "  WHERE i.run_id = up.run_id), '[]'::json) END AS contexts "
+    "FROM up CROSS JOIN t LEFT JOIN ok ON ok.run_id = up.run_id ORDER BY pick_nth, pick_queued_at, run_id"
 )
+# The claimed run's listing of its contexts in its stored record (`ports.run_codecs.request_json`,
+# `json.dumps`' separators): matched as text, as SESSION_KEY is (no JSON parsed in SQL); the ids
+# of a listing read back otherwise (an escape, another spacing) are pinned by the worker instead.
+CONTEXT_IDS_LIST = '"context_ids": \\[([^]]*)\\]'
+
+
+def claim_pin_id(run_id: str, attempt: int) -> str:
+    """The pin id of a run's contexts pinned by its claim (`CLAIM`'s `pinned`)."""
+    return f"{run_id}/{attempt}"
+
+
 # A worker's timed look before it claims (the partial index `rlm_runs_queued` answers it).
 ANY_QUEUED = "SELECT EXISTS (SELECT 1 FROM rlm_runs WHERE state = 'queued') AS any"
 CANCELS = "SELECT run_id FROM rlm_runs WHERE state = 'running' AND worker_id = %(worker)s AND cancel_requested"
@@ -176,6 +216,11 @@ FINISH_LOGGED = (
     "n AS (SELECT count(*) AS ended FROM up) "
     "SELECT ended, pg_notify(%s, CASE WHEN ended > 0 THEN %s ELSE %s END) FROM n"
 )
+# The run's context pins (`store.pg.contexts`), removed by its worker's final write (a CTE before
+# FINISH_LOGGED; parameter: the pin id). Not fenced: the pins are the worker process's own, let go
+# at the run's end whether or not this attempt's write ended it. A data-modifying CTE runs
+# whether or not the statement reads it.
+UNPIN = "unpin AS (DELETE FROM rlm_pins WHERE pin_id = %s)"
 
 # --- sweepers ---------------------------------------------------------------------------------
 LOST_RUNS = (

@@ -21,6 +21,7 @@ import psycopg
 
 from rlm_mcp.call_lines import CallLine
 from rlm_mcp.events import LogTruncated, RunEvent, to_json
+from rlm_mcp.ports.queue import RunPins
 from rlm_mcp.ports.runs import LIVE_MAX_BYTES, RunRecord, encode_final, encode_live
 from rlm_mcp.store.event_lines import call_event_line, encode_event, event_line
 from rlm_mcp.store.pg import queue_statements as queue_sql
@@ -250,19 +251,26 @@ class PgRunLog:
             f"v.line FROM unnest(%b::text[]) WITH ORDINALITY AS v (line, n){fence} ON CONFLICT DO NOTHING)"
         ]
 
-    async def finish(self, summary: RunRecord) -> bool:
+    async def finish(self, summary: RunRecord, *, pins: RunPins | None = None) -> bool:
         """The staged events and the final record `summary` in one statement: the queue's fenced
         end write (`queue_statements.FINISH_LOGGED`, the same as `PgRunQueue.finish` with this
         log's attempt) and the wake-up, which carries the final record when it fits (its followers
         read no row); True if this call ended the run. Only for a worker's log
         (an attempt) that is not detached. A failed call keeps the rows staged (the caller
-        retries with `flush` and the queue's `finish`, `service/queue/final_writes.py`)."""
+        retries with `flush` and the queue's `finish`, `service/queue/final_writes.py`). `pins`:
+        the run's context pins (`store.pg.contexts`), removed by the same statement, fence or not
+        (`queue_statements.UNPIN`), and marked released once it ran: the run's end lets them go
+        with no statement of its own (a failed call leaves them to their holder's exit)."""
         if self._attempt is None or self._detached or not summary.done:
             raise RuntimeError("finish: only a worker's attached log ends its run, with a final record")
         async with self._lock:
             rows = list(self._staged)
             params: list[Any] = []
             ctes = self._events_cte(rows, params)
+            unpin = pins.to_release if pins is not None else None
+            if unpin is not None:
+                ctes.append(queue_sql.UNPIN)
+                params.append(unpin)
             stored = dump_record(summary)
             params += [stored, self._seq, self._written, self._run_id, self._attempt]
             params += [self._channel, encode_final(self._run_id, stored), self._run_id]
@@ -272,7 +280,10 @@ class PgRunLog:
                     cur = await conn.execute("WITH " + ", ".join(ctes), params)
                     row = await cur.fetchone()
             except psycopg.errors.ForeignKeyViolation:  # the record was pruned: nothing to end
-                row = None
+                row = None  # nor were the pins removed: their holder's exit does it
+            else:
+                if pins is not None and unpin is not None:
+                    pins.released = True
             del self._staged[: len(rows)]
         return bool(row and row["ended"])
 
