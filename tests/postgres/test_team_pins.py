@@ -205,16 +205,29 @@ async def test_a_claim_pins_its_runs_contexts_and_a_stale_attempts_final_write_s
         assert await pins(db) == []
 
 
-async def test_a_claim_leaves_a_run_whose_listing_it_cannot_read_back_to_the_workers_pin(
+async def test_a_claim_leaves_a_run_whose_contexts_it_cannot_all_pin_to_the_workers_pin(
     tmp_path: Path, pg_url: str
 ) -> None:
     async with team(tmp_path, pg_url) as (settings, stores, queue, db, ctx):
         worker = await queue.register_worker("owner-w", 2)
         gone = "ctx_" + "0" * 24
         both = request(settings, ctx).model_copy(update={"context_ids": [ctx, gone]})
-        await queue.enqueue(run_record_of(both), 1)
+        await queue.enqueue(run_record_of(both), 1)  # no `contexts` to check: queued as named
         row = await queue.claim(worker, 4, 4)
         assert row is not None and row.pins is None and await pins(db) == []  # all or none
+
+
+async def test_a_claim_leaves_a_row_queued_without_its_context_ids_to_the_workers_pin(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with team(tmp_path, pg_url) as (settings, stores, queue, db, ctx):
+        worker = await queue.register_worker("owner-w", 2)
+        record = run_record_of(request(settings, ctx))
+        await queue.enqueue(record, 1, contexts=[ctx])
+        async with db.connection() as conn:  # as an earlier release queued it: no ids on the row
+            await conn.execute("UPDATE rlm_runs SET context_ids = NULL WHERE run_id = %s", [record.run_id])
+        row = await queue.claim(worker, 4, 4)
+        assert row is not None and row.pins is None and await pins(db) == []
 
 
 async def test_a_claimed_run_that_never_starts_lets_its_claims_pins_go(tmp_path: Path, pg_url: str) -> None:

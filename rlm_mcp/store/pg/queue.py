@@ -118,6 +118,7 @@ class PgRunQueue(PgWorkerRegistry):
                     "prefer": prefer_worker,
                     "prefer_s": prefer_s if prefer_worker is not None else 0.0,
                     "contexts": list(contexts),
+                    "run_contexts": list(record.request.context_ids),
                 },
             )
             row = await cur.fetchone()
@@ -213,7 +214,6 @@ class PgRunQueue(PgWorkerRegistry):
                     "session_key": sql.SESSION_KEY,
                     "limit": max(1, limit),
                     "workers": max(1, int(live["workers"]) if live else 1),
-                    "ids_list": sql.CONTEXT_IDS_LIST,
                     "replica": self._db.replica_id,
                     "ttl": PIN_TTL_S,
                 },

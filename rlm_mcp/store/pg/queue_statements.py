@@ -68,7 +68,7 @@ _LIVE = "gone_at IS NULL AND heartbeat_at > now() - make_interval(secs => %(leas
 ENQUEUE = (
     "SELECT total, mine, inserted, missing FROM rlm_enqueue(%(key)s, %(run_id)s, %(owner)s, %(created_at)s, "
     "%(summary)s, %(need)s, %(max_total)s, %(max_mine)s, %(queue_channel)s, %(prefer)s, %(prefer_s)s, "
-    "%(contexts)s::text[])"
+    "%(contexts)s::text[], %(run_contexts)s::text[])"
 )
 READ_RUN = f"SELECT {COLUMNS} FROM rlm_runs WHERE run_id = %(run_id)s"
 CANCEL_QUEUED = (
@@ -146,23 +146,22 @@ CLAIM = (
     "  ORDER BY f.nth, f.queued_at, f.run_id LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED), "
     "up AS (UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
     f"  claimed_at = now(), cancel_requested = false, updated_at = {NOW} "
-    f"  FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, "
+    f"  FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, r.context_ids, "
     "  extract(epoch FROM now() - r.queued_at) AS waited_s, pick.nth AS pick_nth, pick.queued_at AS pick_queued_at), "
     # Each claimed run's contexts pinned for its worker's replica, as `store.pg.contexts._PIN` pins
     # them (the owner's rows, marked used, all or none), in this statement: no pin of its own.
-    "listed AS (SELECT up.run_id, up.attempt, up.owner, substring(up.summary from %(ids_list)s) AS list FROM up), "
-    "ids AS (SELECT l.run_id, e.m[1] AS cid, e.n FROM listed l "
-    "  CROSS JOIN LATERAL regexp_matches(l.list, '\"([^\"]*)\"', 'g') WITH ORDINALITY AS e (m, n)), "
+    # The ids come from the row's `context_ids` (the request's, written by the enqueue).
+    "ids AS (SELECT up.run_id, e.cid, e.n FROM up "
+    "  CROSS JOIN LATERAL unnest(up.context_ids) WITH ORDINALITY AS e (cid, n)), "
     "found AS (SELECT DISTINCT i.run_id, c.context_id, c.sha256, c.bytes, c.format, c.kind, c.chars, "
-    "  o.name, o.source, o.created_at, o.owner FROM ids i JOIN listed l ON l.run_id = i.run_id "
+    "  o.name, o.source, o.created_at, o.owner FROM ids i JOIN up ON up.run_id = i.run_id "
     "  JOIN rlm_contexts c ON c.context_id = i.cid "
-    "  JOIN rlm_context_owners o ON o.context_id = c.context_id AND o.owner = l.owner), "
-    # All or none per run: the listing read back whole (any other text falls back to the pin of
-    # its own), and every distinct id found.
-    "ok AS (SELECT l.run_id, l.attempt, l.owner FROM listed l WHERE l.list = coalesce((SELECT "
-    "  string_agg('\"' || i.cid || '\"', ', ' ORDER BY i.n) FROM ids i WHERE i.run_id = l.run_id), '') "
-    "  AND (SELECT count(DISTINCT i.cid) FROM ids i WHERE i.run_id = l.run_id) "
-    "    = (SELECT count(*) FROM found f WHERE f.run_id = l.run_id)), "
+    "  JOIN rlm_context_owners o ON o.context_id = c.context_id AND o.owner = up.owner), "
+    # All or none per run: every distinct id found (a row without the column, queued by an
+    # earlier release, is left to the worker's own pin).
+    "ok AS (SELECT up.run_id, up.attempt, up.owner FROM up WHERE up.context_ids IS NOT NULL "
+    "  AND (SELECT count(DISTINCT i.cid) FROM ids i WHERE i.run_id = up.run_id) "
+    "    = (SELECT count(*) FROM found f WHERE f.run_id = up.run_id)), "
     f"t AS (SELECT {NOW}::float8 AS now), "
     "touched AS (UPDATE rlm_contexts c SET last_used_at = t.now FROM t "
     "  WHERE c.context_id IN (SELECT f.context_id FROM found f JOIN ok ON ok.run_id = f.run_id)), "
@@ -177,10 +176,6 @@ CLAIM = (
     "  WHERE i.run_id = up.run_id), '[]'::json) END AS contexts "
     "FROM up CROSS JOIN t LEFT JOIN ok ON ok.run_id = up.run_id ORDER BY pick_nth, pick_queued_at, run_id"
 )
-# The claimed run's listing of its contexts in its stored record (`ports.run_codecs.request_json`,
-# `json.dumps`' separators): matched as text, as SESSION_KEY is (no JSON parsed in SQL); the ids
-# of a listing read back otherwise (an escape, another spacing) are pinned by the worker instead.
-CONTEXT_IDS_LIST = '"context_ids": \\[([^]]*)\\]'
 
 
 def claim_pin_id(run_id: str, attempt: int) -> str:

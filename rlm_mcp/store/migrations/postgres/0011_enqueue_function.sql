@@ -10,10 +10,16 @@
 -- order) its owner holds no context by, and then nothing is inserted and no lock is taken. The
 -- bounds are the caller's (the settings), the lock key `store.pg.locks.ENQUEUE_LOCK_KEY`, the
 -- channel the workers' wake-up channel: nothing of the rules lives only here.
+--
+-- `context_ids`: the run's contexts as its request names them (`p_run_contexts`, in order), so
+-- that a worker's claim pins them in its own statement (`queue_statements.CLAIM`) without reading
+-- the record's JSON. NULL on a row queued by an earlier release: its worker pins them itself.
+ALTER TABLE rlm_runs ADD COLUMN context_ids text[];
+
 CREATE FUNCTION rlm_enqueue(
     p_lock bigint, p_run_id text, p_owner text, p_created_at double precision, p_summary text,
     p_need integer, p_max_total bigint, p_max_mine bigint, p_channel text, p_prefer bigint,
-    p_prefer_s double precision, p_contexts text[],
+    p_prefer_s double precision, p_contexts text[], p_run_contexts text[],
     OUT total bigint, OUT mine bigint, OUT inserted boolean, OUT missing text)
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
@@ -29,9 +35,10 @@ BEGIN
         FROM rlm_runs r WHERE r.state = 'queued';
     IF total < p_max_total AND mine < p_max_mine THEN
         INSERT INTO rlm_runs (run_id, owner, created_at, updated_at, state, summary, need, queued_at,
-                              prefer_worker, prefer_until)
+                              prefer_worker, prefer_until, context_ids)
         VALUES (p_run_id, p_owner, p_created_at, extract(epoch FROM now()), 'queued', p_summary, p_need,
-                clock_timestamp(), p_prefer, clock_timestamp() + make_interval(secs => p_prefer_s));
+                clock_timestamp(), p_prefer, clock_timestamp() + make_interval(secs => p_prefer_s),
+                p_run_contexts);
         PERFORM pg_notify(p_channel, 'queued');
         inserted := true;
     END IF;
