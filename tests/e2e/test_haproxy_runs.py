@@ -6,11 +6,9 @@ recipe, the sessions and the health checks)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from mcp import Client
 
@@ -26,7 +24,7 @@ from tests.fixtures_haproxy import (
 )
 from tests.fixtures_postgres import Cluster
 from tests.fixtures_surface import ANSWER_NOW, STUCK, call
-from tests.fixtures_team import SHORT_LEASES, replica_client
+from tests.fixtures_team import SHORT_LEASES, in_cell, replica_client, row
 
 pytestmark = pytest.mark.anyio
 
@@ -55,18 +53,6 @@ SCRIPT = Script(
     ],
     root=[ANSWER_NOW],
 )
-
-
-def run_row(db: str, run_id: str) -> tuple[str | None, str | None]:
-    """(the owner label of the worker that claimed the run, the run's phase)."""
-    with psycopg.connect(db, autocommit=True) as conn:
-        found = conn.execute(
-            "SELECT w.owner_id, r.summary FROM rlm_runs r LEFT JOIN rlm_workers w ON w.worker_id = r.worker_id "
-            "WHERE r.run_id = %s",
-            (run_id,),
-        ).fetchone()
-    assert found is not None
-    return found[0], json.loads(found[1]).get("phase")
 
 
 async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_run(tmp_path: Path, pg_url: str) -> None:
@@ -118,13 +104,13 @@ async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_r
             slow = [(await call(client, "rlm_start", query=f"slow run {i}", context_id=cid))["run_id"] for i in (1, 2)]
             for run_id in slow:
                 assert (await call(client, "rlm_result", run_id=run_id, wait_s=120))["status"] == "completed"
-            assert {run_row(pg_url, run_id)[0] for run_id in slow} == workers
+            assert {row(pg_url, run_id)["owner"] for run_id in slow} == workers
 
             # Start through one replica, poll through another, cancel through the third.
             before = balanced.requests()
             stuck = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
             started_on = await served_by(balanced, before)
-            await wait_until(lambda: run_row(pg_url, stuck)[1] == "cell", within_s=120, what="the stuck run's cell")
+            await wait_until(lambda: in_cell(pg_url, stuck), within_s=120, what="the stuck run's cell")
             polled_on = started_on
             while polled_on == started_on:  # round robin: at most two calls
                 before = balanced.requests()
@@ -135,7 +121,7 @@ async def test_stateless_calls_spread_over_replicas_and_any_replica_drives_any_r
                 await call(on_third, "rlm_cancel", run_id=stuck)
             final = await call(client, "rlm_result", run_id=stuck, wait_s=120)
             assert final["status"] == "cancelled", final
-            owner = run_row(pg_url, stuck)[0]
+            owner = row(pg_url, stuck)["owner"]
             assert owner in workers
             await wait_until(
                 lambda: not sandbox_container_ids(owner), within_s=60, what="the cancelled run's sandbox removed"
@@ -179,8 +165,8 @@ async def test_runs_through_the_balancer_survive_a_killed_worker_and_a_postgresq
             # kill -9 the worker running a run whose model has answered (its cell is running):
             # the run ends `error` naming the lost worker, read through the balancer.
             doomed = (await call(client, "rlm_start", query="stuck", context_id=cid))["run_id"]
-            await wait_until(lambda: run_row(pg_url, doomed)[1] == "cell", within_s=120, what="the doomed run's cell")
-            owner = run_row(pg_url, doomed)[0]
+            await wait_until(lambda: in_cell(pg_url, doomed), within_s=120, what="the doomed run's cell")
+            owner = row(pg_url, doomed)["owner"]
             (victim,) = [r for r in workers if r.owner == owner]
             (survivor,) = [r for r in workers if r is not victim]
             assert sandbox_container_ids(victim.owner)
@@ -196,8 +182,8 @@ async def test_runs_through_the_balancer_survive_a_killed_worker_and_a_postgresq
             # PostgreSQL restarted while the surviving worker runs a cell: the run still ends
             # with a structured status, and the replicas answer through the balancer again.
             slow = (await call(client, "rlm_start", query="restart run", context_id=cid))["run_id"]
-            await wait_until(lambda: run_row(pg_url, slow)[1] == "cell", within_s=120, what="the slow run's cell")
-            assert run_row(pg_url, slow)[0] == survivor.owner
+            await wait_until(lambda: in_cell(pg_url, slow), within_s=120, what="the slow run's cell")
+            assert row(pg_url, slow)["owner"] == survivor.owner
             pg_cluster.stop()
             pg_cluster.start()
             live = [survivor, front]
