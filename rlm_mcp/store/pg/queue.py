@@ -78,7 +78,7 @@ def _claim_pins(row: dict[str, Any]) -> ClaimPins | None:
     contexts = row.get("contexts")
     if contexts is None:
         return None
-    return ClaimPins(sql.claim_pin_id(row["run_id"], int(row["attempt"])), tuple(contexts))
+    return ClaimPins(str(row["pin_id"]), tuple(contexts))
 
 
 class PgRunQueue(PgWorkerRegistry):

@@ -159,7 +159,9 @@ CLAIM = (
     "  JOIN rlm_context_owners o ON o.context_id = c.context_id AND o.owner = up.owner), "
     # All or none per run: every distinct id found (a row without the column, queued by an
     # earlier release, is left to the worker's own pin).
-    "ok AS (SELECT up.run_id, up.attempt, up.owner FROM up WHERE up.context_ids IS NOT NULL "
+    # A claim's pin id is the run's id and attempt (`run_id/attempt`), named here only.
+    "ok AS (SELECT up.run_id, up.run_id || '/' || up.attempt AS pin_id, up.owner FROM up "
+    "  WHERE up.context_ids IS NOT NULL "
     "  AND (SELECT count(DISTINCT i.cid) FROM ids i WHERE i.run_id = up.run_id) "
     "    = (SELECT count(*) FROM found f WHERE f.run_id = up.run_id)), "
     f"t AS (SELECT {NOW}::float8 AS now), "
@@ -167,20 +169,15 @@ CLAIM = (
     "  WHERE c.context_id IN (SELECT f.context_id FROM found f JOIN ok ON ok.run_id = f.run_id)), "
     "owned AS (UPDATE rlm_context_owners o SET last_used_at = t.now FROM t "
     "  WHERE (o.context_id, o.owner) IN (SELECT f.context_id, f.owner FROM found f JOIN ok ON ok.run_id = f.run_id)), "
-    "pinned AS (INSERT INTO rlm_pins SELECT ok.run_id || '/' || ok.attempt, f.context_id, %(replica)s, ok.owner, "
+    "pinned AS (INSERT INTO rlm_pins SELECT ok.pin_id, f.context_id, %(replica)s, ok.owner, "
     "  t.now + %(ttl)s FROM ok JOIN found f ON f.run_id = ok.run_id, t) "
-    "SELECT up.*, CASE WHEN ok.run_id IS NULL THEN NULL ELSE coalesce((SELECT json_agg(json_build_object("
+    "SELECT up.*, ok.pin_id, CASE WHEN ok.run_id IS NULL THEN NULL ELSE coalesce((SELECT json_agg(json_build_object("
     "  'context_id', f.context_id, 'sha256', f.sha256, 'bytes', f.bytes, 'format', f.format, 'kind', f.kind, "
     "  'chars', f.chars, 'name', f.name, 'source', f.source, 'created_at', f.created_at, 'last_used_at', t.now) "
     "  ORDER BY i.n) FROM ids i JOIN found f ON f.run_id = i.run_id AND f.context_id = i.cid "
     "  WHERE i.run_id = up.run_id), '[]'::json) END AS contexts "
     "FROM up CROSS JOIN t LEFT JOIN ok ON ok.run_id = up.run_id ORDER BY pick_nth, pick_queued_at, run_id"
 )
-
-
-def claim_pin_id(run_id: str, attempt: int) -> str:
-    """The pin id of a run's contexts pinned by its claim (`CLAIM`'s `pinned`)."""
-    return f"{run_id}/{attempt}"
 
 
 # A worker's timed look before it claims (the partial index `rlm_runs_queued` answers it).
