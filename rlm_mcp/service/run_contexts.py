@@ -5,7 +5,7 @@ Where runs execute in this process, each start reads them from the store, as the
 A team front (`RunBackend.local` false) remembers what it read, per owner and id
 (`KnownContexts`): what the admission uses of a context (its format, bytes and chars) never
 changes for an id, which its content names, and the enqueue checks in its own statement that the
-owner still holds every context the run names (`RunQueuePort.enqueue`'s `contexts`), refusing the
+owner still holds every context the run names (`RunQueuePort.enqueue`), refusing the
 start with the same unknown-context error when one is gone. So a front sends no read for the
 contexts its owners started runs on before, and a context another owner holds is never
 admitted: an entry is made only from the owner's own read, and the enqueue checks the owner's.

@@ -64,11 +64,13 @@ _LIVE = "gone_at IS NULL AND heartbeat_at > now() - make_interval(secs => %(leas
 # owner's, then takes the enqueue's advisory lock, counts the waiting runs, inserts the run when
 # both bounds allow and wakes the workers; each statement inside it takes its own snapshot, so the
 # count sees every run inserted by the starts that held the lock before. One row: the counts,
-# whether it was inserted, and the first context id the owner lacks (None when none).
+# whether it was inserted, and the first context id the owner lacks (None when none). The run's
+# context ids are one parameter, given to the function twice: the ids checked and the row's
+# `context_ids` (the claim pins them) are the same list.
 ENQUEUE = (
     "SELECT total, mine, inserted, missing FROM rlm_enqueue(%(key)s, %(run_id)s, %(owner)s, %(created_at)s, "
     "%(summary)s, %(need)s, %(max_total)s, %(max_mine)s, %(queue_channel)s, %(prefer)s, %(prefer_s)s, "
-    "%(contexts)s::text[], %(run_contexts)s::text[])"
+    "%(contexts)s::text[], %(contexts)s::text[])"
 )
 READ_RUN = f"SELECT {COLUMNS} FROM rlm_runs WHERE run_id = %(run_id)s"
 CANCEL_QUEUED = (
