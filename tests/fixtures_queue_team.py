@@ -41,7 +41,7 @@ OpenTeam = Callable[..., AbstractAsyncContextManager[Team]]
 
 def summary(run_id: str, owner: str = "local", query: str = "q", **fields: Any) -> RunRecord:
     limits = {"max_iterations": 5, "max_depth": 1, "timeout_s": 60.0, "token_budget": None, "max_errors": 3}
-    stored = {"query": query, "context_ids": ["c"], "owner": owner, "limits": limits, "status": "queued"}
+    stored = {"query": query, "context_ids": [], "owner": owner, "limits": limits, "status": "queued"}
     return run_record(run_id, stored | fields)
 
 

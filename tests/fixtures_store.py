@@ -128,9 +128,10 @@ def run_record(run_id: str, fields: dict[str, Any] | None = None, *, created_at:
 
 
 def summary(run_id: str, owner: str = "local", query: str = "q", **fields: Any) -> RunRecord:
-    """A queued run's record for the queue's tests (one context, small limits); `fields` override."""
+    """A queued run's record for the queue's tests (small limits, no context: the enqueue checks the
+    owner holds each one the record names, so a test about contexts names its own); `fields` override."""
     limits = {"max_iterations": 5, "max_depth": 1, "timeout_s": 60.0, "token_budget": None, "max_errors": 3}
-    stored = {"query": query, "context_ids": ["c"], "owner": owner, "limits": limits, "status": "queued"}
+    stored = {"query": query, "context_ids": [], "owner": owner, "limits": limits, "status": "queued"}
     return run_record(run_id, stored | fields)
 
 

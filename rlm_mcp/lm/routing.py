@@ -34,9 +34,10 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
+
+from rlm_mcp.lru import LruMap
 
 TOKEN_HEADER = "x-session-token"
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -86,7 +87,8 @@ class SessionLedger:
     """The router sessions each run tree opened: (endpoint's root URL, key), by tree root."""
 
     def __init__(self) -> None:
-        self._trees: OrderedDict[str, set[tuple[str, str]]] = OrderedDict()
+        # A tree's entry is made by its first key (a later key is not a use): the oldest trees go first.
+        self._trees: LruMap[str, set[tuple[str, str]]] = LruMap(_MAX_TREES)
         self._lock = threading.Lock()
 
     def note(self, run_id: str, url: str, key: str) -> None:
@@ -94,15 +96,16 @@ class SessionLedger:
         with self._lock:
             keys = self._trees.get(root)
             if keys is None:
-                keys = self._trees[root] = set()
-                while len(self._trees) > _MAX_TREES:
-                    self._trees.popitem(last=False)
+                keys = set()
+                self._trees.put(root, keys)
             keys.add((url, key))
 
     def take_one(self, run_id: str) -> set[tuple[str, str]]:
         """The sessions keyed on `run_id` itself (a child RLM's root session), forgotten."""
         with self._lock:
-            keys = self._trees.get(tree_root(run_id), set())
+            keys = self._trees.get(tree_root(run_id))
+            if keys is None:
+                return set()
             mine = {(url, key) for url, key in keys if key == run_id}
             keys -= mine
             return mine
@@ -110,7 +113,8 @@ class SessionLedger:
     def take(self, run_id: str) -> set[tuple[str, str]]:
         """The sessions the tree of `run_id` opened through this process, forgotten."""
         with self._lock:
-            return self._trees.pop(tree_root(run_id), set())
+            keys = self._trees.pop(tree_root(run_id))
+            return keys if keys is not None else set()
 
 
 class RoutingKeys:
@@ -122,7 +126,7 @@ class RoutingKeys:
         self.router_sessions = router_sessions
         self.sub_sessions = max(1, sub_sessions)
         self.ledger = SessionLedger()
-        self._tokens: OrderedDict[str, str] = OrderedDict()
+        self._tokens: LruMap[str, str] = LruMap(_MAX_SESSIONS)  # a token stored is a use; one read is not
         self._turns = itertools.count()  # the sub-call sessions' turns (any order spreads them)
         self._lock = threading.Lock()
 
@@ -157,7 +161,4 @@ class RoutingKeys:
         if not token or len(token) > 4096 or not token.isprintable():
             return  # from the network: only a sane header value is echoed
         with self._lock:
-            self._tokens[session] = token
-            self._tokens.move_to_end(session)
-            while len(self._tokens) > _MAX_SESSIONS:
-                self._tokens.popitem(last=False)
+            self._tokens.put(session, token)

@@ -23,7 +23,7 @@ Both may lose what was sent while disconnected, so every listener also polls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -128,12 +128,11 @@ class RunQueuePort(Protocol):
         *,
         prefer_worker: int | None = None,
         prefer_s: float = 0.0,
-        contexts: Sequence[str] = (),
     ) -> None:
         """Queue the run unless a waiting bound is reached (`BusyError`, counted under the same
-        lock as the insert) or its owner holds no context by one of `contexts` at the insert (the
-        unknown-context error of `Contexts.get`; nothing written). The in-memory queue has no
-        contexts: it checks none."""
+        lock as the insert) or its owner holds no context by one of the ids its request names
+        (`record.request.context_ids`) at the insert (the unknown-context error of `Contexts.get`;
+        nothing written). The in-memory queue has no contexts: it checks none."""
         ...
 
     async def read(self, run_id: str) -> RunRow | None: ...

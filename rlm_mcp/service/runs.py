@@ -133,7 +133,7 @@ class RunManager:
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         if pins is not None:
-            pins.handed_over = True  # released by `_execute`'s end from here on, whatever happens
+            pins.hand_over()  # released by `_execute`'s end from here on, whatever happens
         run = ActiveRun(run_id, request, progress, pins=pins if pins is not None else HeldPins())
         hooks = RunHooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, shared=False, tells_end=False)
         self._runs[run_id] = run

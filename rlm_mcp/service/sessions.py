@@ -30,7 +30,6 @@ import builtins
 import logging
 import secrets
 import time
-from collections import OrderedDict
 
 import anyio
 
@@ -38,6 +37,7 @@ from rlm_mcp.config import KeptSessionSettings
 from rlm_mcp.engine import RLMEngine
 from rlm_mcp.engine.snapshot import Snapshot
 from rlm_mcp.errors import BusyError, NotFoundError
+from rlm_mcp.lru import LruMap
 from rlm_mcp.observability import metrics
 from rlm_mcp.owners import Owner, OwnerScope, sees
 from rlm_mcp.ports.runs import RunRequest
@@ -70,7 +70,7 @@ class SessionManager:
         self._sandboxes = sandboxes
         self._runs = runs
         self._live: dict[str, KeptSession] = {}
-        self._ended: OrderedDict[str, tuple[Owner, str]] = OrderedDict()  # owner, why (said to a follow-up)
+        self._ended: LruMap[str, tuple[Owner, str]] = LruMap(ENDED_KEPT)  # owner, why (said to a follow-up)
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> SessionManager:
@@ -230,9 +230,7 @@ class SessionManager:
         return ended[1] if ended is not None else None
 
     def _remember(self, session_id: str, owner: Owner, text: str) -> None:
-        self._ended[session_id] = (owner, text)
-        while len(self._ended) > ENDED_KEPT:
-            self._ended.popitem(last=False)
+        self._ended.put(session_id, (owner, text))
 
     def get(self, session_id: str, *, owner: OwnerScope) -> KeptSession:
         """The live session; a tool error that says why for an ended one, "unknown" for another

@@ -17,7 +17,6 @@ import socket
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TypeVar
 
 import anyio
 
+from rlm_mcp.lru import LruMap
 from rlm_mcp.store.migrations import Migration, pending
 
 T = TypeVar("T")
@@ -41,9 +41,9 @@ _init_lock = threading.Lock()
 # One idle connection kept open per recently used file: closing the last connection to a WAL
 # database checkpoints it and deletes the WAL (with fsyncs): ~10 ms per operation here, twice
 # per run. A kept connection holds no lock while idle. Bounded, so that a process touching
-# many data dirs (the tests) does not hold their files open forever.
+# many data dirs (the tests) does not hold their files open forever: the least recently used
+# file's connections are closed (`_drop`).
 KEEP_OPEN = 4
-_keepers: OrderedDict[str, sqlite3.Connection] = OrderedDict()
 
 
 # Connections are reused: opening one (two PRAGMAs) and closing it cost ~1.5 ms of a 2.3 ms pin,
@@ -54,6 +54,17 @@ _keepers: OrderedDict[str, sqlite3.Connection] = OrderedDict()
 IDLE_PER_FILE = 4
 IDLE_S = 10.0
 _idle: dict[str, list[tuple[sqlite3.Connection, int, float]]] = {}
+
+
+def _drop(key: str, kept: sqlite3.Connection | None) -> None:
+    """Close a file's kept connection and its idle ones (call with `_init_lock` held)."""
+    if kept is not None:
+        kept.close()
+    for conn, _, _ in _idle.pop(key, []):
+        conn.close()
+
+
+_keepers: LruMap[str, sqlite3.Connection] = LruMap(KEEP_OPEN, on_evict=_drop)
 
 
 def _inode(path: Path) -> int:
@@ -163,21 +174,13 @@ def _ensure_schema(path: Path) -> int:
 
 def _keep_open(key: str, path: Path) -> None:
     """Keep an idle connection to `path` (call with `_init_lock` held)."""
-    if key in _keepers:
-        _keepers.move_to_end(key)
-        return
-    _keepers[key] = sqlite3.connect(path, check_same_thread=False)  # never used, only held
-    while len(_keepers) > KEEP_OPEN:
-        _forget(next(iter(_keepers)))
+    if _keepers.use(key) is None:
+        _keepers.put(key, sqlite3.connect(path, check_same_thread=False))  # never used, only held
 
 
 def _forget(key: str) -> None:
     """Close the kept and idle connections of one file (call with `_init_lock` held)."""
-    kept = _keepers.pop(key, None)
-    if kept is not None:
-        kept.close()
-    for conn, _, _ in _idle.pop(key, []):
-        conn.close()
+    _drop(key, _keepers.pop(key))
 
 
 def _create_schema(path: Path) -> None:

@@ -12,44 +12,94 @@ the document's text as stored (not of any value inside it).
 
 from __future__ import annotations
 
+import enum
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from rlm_mcp.ports import ContextFormat, ContextKind
 
-__all__ = ["PIN_TTL_S", "ContextInfo", "HeldPins", "context_id_for", "context_info", "well_formed_id"]
+__all__ = ["PIN_TTL_S", "ContextInfo", "HeldPins", "PinState", "context_id_for", "context_info", "well_formed_id"]
 
 # Pins of another host (or, in team mode, of a replica still beating) cannot be checked by pid;
 # they lapse after this long. On this host a pin also ends when its process is gone.
 PIN_TTL_S = 24 * 3600
 
 
+class PinState(enum.Enum):
+    """Where one holder's pins are in their life (`HeldPins`)."""
+
+    NONE = "none"  # none held: `in_use` takes them (and its exit comes back here)
+    CLAIMED = "claimed"  # taken by a run's claim, `infos` as it read them; the claim's holder lets them go
+    HANDED = "handed"  # claimed, then handed to the run (`RunManager.adopt`): its end lets them go
+    HELD = "held"  # taken for `in_use`'s block (by it, or by the claim), in use
+    REMOVED = "removed"  # removed by a write of their own (a final write): nothing left to remove
+
+
+_TAKEN = (PinState.CLAIMED, PinState.HANDED, PinState.HELD)
+
+
 @dataclass(eq=False)
 class HeldPins:
     """One holder's pins (`Contexts.in_use(..., held=)`), for a write that removes them in its
     own statement: a team worker's final write of a run (`store.pg.run_log.PgRunLog.finish`),
-    which ends the run and lets its pins go at once; or taken by another: its claim. `taken`: the pins exist (set by `in_use`);
-    `released`: that write removed them (set by its caller once it succeeded), so `in_use`'s
-    exit sends no statement of its own. Otherwise (no such write, or it failed) the exit
-    removes them as always."""
+    which ends the run and lets its pins go at once. One state (`PinState`) says where they are:
+    NONE, HELD while `in_use`'s block runs and NONE again at its exit, which removes them unless
+    that write did (REMOVED: the exit sends no statement of its own). Pins a run's claim took
+    start CLAIMED (`taken`, with `infos`: the contexts as that pin read them, which `in_use` takes
+    instead of pinning again) and are HANDED to the run that executes it (`hand_over`)."""
 
     pin_id: str = field(default_factory=lambda: secrets.token_hex(8))
-    taken: bool = False
-    released: bool = False
-    # Pinned before `in_use` (a team worker's claim pins its runs' contexts, `taken` then): the
-    # contexts as that pin read them, which `in_use` takes instead of pinning again.
+    # Pinned before `in_use` (a team worker's claim pins its runs' contexts): the contexts as that
+    # pin read them. Given exactly when `taken` is.
     infos: list[ContextInfo] | None = None
-    # Handed to the run that holds them (`RunManager.adopt`): its end releases them from then on.
-    handed_over: bool = False
+    taken: InitVar[bool] = False
+    state: PinState = field(init=False, default=PinState.NONE)
+
+    def __post_init__(self, taken: bool) -> None:
+        if taken != (self.infos is not None):
+            raise ValueError("pins already taken come with the contexts their pin read (infos), and only they do")
+        if taken:
+            self.state = PinState.CLAIMED
 
     @property
     def to_release(self) -> str | None:
         """The pin id for the write to remove, while the pins are held; None otherwise."""
-        return self.pin_id if self.taken and not self.released else None
+        return self.pin_id if self.state in _TAKEN else None
+
+    @property
+    def released(self) -> bool:
+        """Whether a write of their own removed them (`RunPins`: that write sets it True)."""
+        return self.state is PinState.REMOVED
+
+    @released.setter
+    def released(self, value: bool) -> None:
+        if not value:
+            raise ValueError("removed pins stay removed")
+        self.state = PinState.REMOVED
+
+    @property
+    def handed_over(self) -> bool:
+        """Whether the claim's holder is done with them: False only while they are claimed and not
+        yet handed to a run (the holder lets them go if the run never starts)."""
+        return self.state is not PinState.CLAIMED
+
+    def hand_over(self) -> None:
+        """Claimed pins handed to the run that holds them (`RunManager.adopt`): its end releases
+        them from then on, whatever happens."""
+        if self.state is not PinState.CLAIMED:
+            raise ValueError(f"only claimed pins are handed to a run, not {self.state.value} ones")
+        self.state = PinState.HANDED
+
+    def claimed_infos(self) -> list[ContextInfo] | None:
+        """The contexts as the claim's pin read them, while that pin is not yet in use (`in_use`
+        takes them, HELD from then on); None: `in_use` pins them itself."""
+        if self.state in (PinState.CLAIMED, PinState.HANDED):
+            return self.infos
+        return None
 
 
 class ContextInfo(BaseModel):

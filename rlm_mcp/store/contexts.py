@@ -37,7 +37,14 @@ from rlm_mcp.errors import BadArgumentError, UnknownIdError, context_too_large
 from rlm_mcp.owners import EVERY_OWNER, Owner, OwnerScope
 from rlm_mcp.ports import ContextFormat, ContextSpec
 from rlm_mcp.store._ingest import CHUNK, Ingested, ingest, read_file_chunks
-from rlm_mcp.store.context_model import ContextInfo, HeldPins, context_id_for, context_info, well_formed_id
+from rlm_mcp.store.context_model import (
+    ContextInfo,
+    HeldPins,
+    PinState,
+    context_id_for,
+    context_info,
+    well_formed_id,
+)
 from rlm_mcp.store.eviction import clean_stale_tmp, plan_eviction
 from rlm_mcp.store.index import ContextIndex, ContextTx, Row
 from rlm_mcp.store.owner_caps import releases_in_share, store_share
@@ -273,27 +280,28 @@ class Contexts:
     async def _in_use(
         self, context_ids: builtins.list[str], owner: Owner, held: HeldPins
     ) -> AsyncIterator[builtins.list[ContextInfo]]:
-        if held.taken and held.infos is not None:  # pinned by the run's claim
-            infos = held.infos
-        else:
+        infos = held.claimed_infos()  # pinned by the run's claim
+        if infos is None:
+            if held.state is not PinState.NONE:
+                raise RuntimeError(f"pins {held.pin_id} are {held.state.value}: a holder's pins are used once")
             infos = await self._pin(context_ids, held.pin_id, owner)
-            held.taken = True
+        held.state = PinState.HELD
         try:
             await self.index.make_local(infos)
             yield infos
         finally:
             # Shielded: a cancelled run must still release its pins (unless its final write did).
-            if not held.released:
+            if held.state is not PinState.REMOVED:
                 with anyio.CancelScope(shield=True):
                     await self._unpin(held.pin_id)
-            held.taken = False
+                held.state = PinState.NONE
 
     async def release(self, held: HeldPins) -> None:
         """Remove pins taken for `in_use` that it never entered (a claimed run that did not start)."""
-        if held.taken and not held.released:
+        if held.to_release is not None:
             with anyio.CancelScope(shield=True):
                 await self._unpin(held.pin_id)
-            held.taken = False
+            held.state = PinState.NONE
 
     async def _unpin(self, pin_id: str) -> None:
         """Remove the pins `_pin` added (PostgreSQL's store: one statement of its own)."""

@@ -14,7 +14,7 @@ listeners of `listen_runs` and `listen_queue` (PostgreSQL's NOTIFY at commit).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 import anyio
@@ -122,7 +122,6 @@ class MemoryRunQueue(FencedRunLogs):
         *,
         prefer_worker: int | None = None,
         prefer_s: float = 0.0,
-        contexts: Sequence[str] = (),
     ) -> None:
         await anyio.lowlevel.checkpoint()
         owner = str(record.request.owner)

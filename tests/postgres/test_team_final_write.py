@@ -37,7 +37,7 @@ async def test_a_final_record_the_database_refuses_ends_the_run_error_at_once(tm
         assert isinstance(db, Database) and isinstance(stores.runs, PgRunStore)
         queue = PgRunQueue(queue_rules(settings.queue), db)
         worker = await queue.register_worker("owner-w", 2)
-        stored = {"query": "q", "context_ids": ["c"], "owner": "local", "limits": LIMITS, "status": "queued"}
+        stored = {"query": "q", "context_ids": [], "owner": "local", "limits": LIMITS, "status": "queued"}
         await queue.enqueue(run_record(RUN, stored), 1)
         row = await queue.claim(worker, 4, 4)
         assert row is not None and row.run_id == RUN

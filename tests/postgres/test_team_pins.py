@@ -210,9 +210,12 @@ async def test_a_claim_leaves_a_run_whose_contexts_it_cannot_all_pin_to_the_work
 ) -> None:
     async with team(tmp_path, pg_url) as (settings, stores, queue, db, ctx):
         worker = await queue.register_worker("owner-w", 2)
-        gone = "ctx_" + "0" * 24
-        both = request(settings, ctx).model_copy(update={"context_ids": [ctx, gone]})
-        await queue.enqueue(run_record_of(both), 1)  # no `contexts` to check: queued as named
+        other = await stores.contexts.put_bytes(
+            b"Soon gone.", name="gone", format="text", source={"kind": "text"}, owner=ALICE
+        )
+        both = request(settings, ctx).model_copy(update={"context_ids": [ctx, other.context_id]})
+        await queue.enqueue(run_record_of(both), 1)
+        assert await stores.contexts.delete(other.context_id, owner=ALICE)  # a queued run holds no pin
         row = await queue.claim(worker, 4, 4)
         assert row is not None and row.pins is None and await pins(db) == []  # all or none
 
@@ -223,7 +226,7 @@ async def test_a_claim_leaves_a_row_queued_without_its_context_ids_to_the_worker
     async with team(tmp_path, pg_url) as (settings, stores, queue, db, ctx):
         worker = await queue.register_worker("owner-w", 2)
         record = run_record_of(request(settings, ctx))
-        await queue.enqueue(record, 1, contexts=[ctx])
+        await queue.enqueue(record, 1)
         async with db.connection() as conn:  # as an earlier release queued it: no ids on the row
             await conn.execute("UPDATE rlm_runs SET context_ids = NULL WHERE run_id = %s", [record.run_id])
         row = await queue.claim(worker, 4, 4)

@@ -136,14 +136,14 @@ async def two_queues(tmp_path: Path, url: str, **overrides: Any) -> AsyncIterato
 
 async def test_the_enqueue_checks_the_owners_contexts_before_it_counts(tmp_path: Path, pg_url: str) -> None:
     """A run naming a context its owner lacks writes nothing and takes no place, even when the
-    queue is full (the context's error, not the bound's); the owner's own is queued."""
+    queue is full (the context's error, not the bound's); a run naming none is counted."""
     async with two_queues(tmp_path, pg_url, run_max_queued_per_owner=1) as (queue, _):
         with pytest.raises(UnknownIdError, match="ctx_nobody"):
-            await queue.enqueue(summary("run_ctx0000000000001", "alice"), 1, contexts=["ctx_nobody"])
+            await queue.enqueue(summary("run_ctx0000000000001", "alice", context_ids=["ctx_nobody"]), 1)
         assert await queue.queued_counts("alice") == (0, 0)
         await queue.enqueue(summary("run_ctx0000000000002", "alice"), 1)
         with pytest.raises(UnknownIdError, match="ctx_nobody"):  # the bound is reached: still the context's error
-            await queue.enqueue(summary("run_ctx0000000000003", "alice"), 1, contexts=["ctx_nobody"])
+            await queue.enqueue(summary("run_ctx0000000000003", "alice", context_ids=["ctx_nobody"]), 1)
         with pytest.raises(BusyError, match="You already have 1 run"):
             await queue.enqueue(summary("run_ctx0000000000004", "alice"), 1)
         assert await queue.queued_counts("alice") == (1, 1)

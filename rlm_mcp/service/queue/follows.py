@@ -15,13 +15,13 @@ the run log's writes and what a process's death loses never depend on it.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
 
 from rlm_mcp.config import PublishSettings
+from rlm_mcp.lru import LruMap
 
 NOTES_KEPT = 4096  # follow notes remembered for runs not held here (another worker's, or not yet claimed)
 
@@ -29,7 +29,7 @@ NOTES_KEPT = 4096  # follow notes remembered for runs not held here (another wor
 class FollowedRuns:
     def __init__(self, publish: PublishSettings) -> None:
         self._publish = publish
-        self._ids: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._ids: LruMap[str, None] = LruMap(NOTES_KEPT)
         # The listener (re)connected: notes sent while it was down are lost, so the held runs'
         # marks are read once (`QueueWorker._poll_cancels`).
         self.recheck = False
@@ -37,10 +37,7 @@ class FollowedRuns:
 
     def mark(self, run_id: str) -> None:
         """The run is followed: its publisher's wait for the slower interval ends now."""
-        self._ids[run_id] = None
-        self._ids.move_to_end(run_id)
-        while len(self._ids) > NOTES_KEPT:
-            self._ids.popitem(last=False)
+        self._ids.put(run_id, None)
         if (scope := self._waits.get(run_id)) is not None:
             scope.cancel()
 
@@ -56,7 +53,7 @@ class FollowedRuns:
                 self._waits.pop(run_id, None)
 
     def forget(self, run_id: str) -> None:
-        self._ids.pop(run_id, None)
+        self._ids.pop(run_id)
 
     def followed(self, run_id: str) -> bool:
         return run_id in self._ids

@@ -133,7 +133,6 @@ class QueueFront:
                 need_of(request),
                 prefer_worker=prefer_worker,
                 prefer_s=prefer_s,
-                contexts=request.context_ids,
             )
         except BaseException:
             self._wakeups.forget(run_id)

@@ -32,6 +32,7 @@ from rlm_mcp.store.pg.blobs import RowBlobs
 from rlm_mcp.store.pg.cache import BlobCache
 from rlm_mcp.store.pg.db import REPLICA_TTL_S, Conn, Database
 from rlm_mcp.store.pg.locks import EVICT_LOCK_KEY, OWNER_LOCK_CLASS
+from rlm_mcp.store.pg.pin_statements import PIN_RULE
 from rlm_mcp.store.pg.reads import NOW, read_now
 from rlm_mcp.store.ports import BlobPort
 from rlm_mcp.store.statements import POSTGRES
@@ -49,22 +50,17 @@ _ADD_PIN = "INSERT INTO rlm_pins VALUES (%s, %s, %s, %s, extract(epoch FROM now(
 # only when every distinct id was found (else the caller raises, as the shared rule's rollback
 # leaves nothing behind). One round trip where the shared rule's transaction took seven (BEGIN,
 # the clock, the row, two touches, the pin, COMMIT), and the context's row lock is held for the
-# statement only: every run of a team touches the same row of a shared context. A team worker's
-# claim pins its runs' contexts by the same rule in the claim's statement (`queue_statements.CLAIM`).
+# statement only: every run of a team touches the same row of a shared context. The rule's SQL is
+# `pin_statements.PIN_RULE`, which a team worker's claim also pins its runs' contexts by
+# (`queue_statements.CLAIM`); here one holder: the ids (`%(n)s` distinct ones asked for, a
+# malformed id among them never found) under one pin id. Every row found is returned, so the
+# caller names the first id missing.
 _PIN = (
-    "WITH t AS (SELECT extract(epoch FROM now())::float8 AS now), "
-    "found AS (SELECT c.context_id, c.sha256, c.bytes, c.format, c.kind, c.chars, "
-    "  o.name, o.source, o.created_at, o.last_used_at "
-    "  FROM rlm_contexts c JOIN rlm_context_owners o ON o.context_id = c.context_id "
-    "  WHERE c.context_id = ANY(%(ids)s) AND o.owner = %(owner)s), "
-    "ok AS (SELECT (SELECT count(*) FROM found) = %(n)s AS every), "
-    "touched AS (UPDATE rlm_contexts c SET last_used_at = t.now FROM t, ok "
-    "  WHERE ok.every AND c.context_id IN (SELECT context_id FROM found) RETURNING c.context_id), "
-    "owned AS (UPDATE rlm_context_owners o SET last_used_at = t.now FROM t, ok "
-    "  WHERE ok.every AND o.owner = %(owner)s AND o.context_id IN (SELECT context_id FROM found) RETURNING o.context_id), "
-    "pinned AS (INSERT INTO rlm_pins SELECT %(pin)s, f.context_id, %(replica)s, %(owner)s, t.now + %(ttl)s "
-    "  FROM found f, t, ok WHERE ok.every RETURNING context_id) "
-    "SELECT f.*, t.now FROM found f, t"
+    "WITH want AS (SELECT %(pin)s::text AS pin_id, %(owner)s::text AS owner, u.cid "
+    "  FROM unnest(%(ids)s::text[]) AS u (cid)), "
+    "holders AS (SELECT %(pin)s::text AS pin_id, %(n)s::bigint AS expected), "
+    f"{PIN_RULE} "
+    "SELECT f.*, t.now AS last_used_at, t.now FROM found f, t"
 )
 _REMOVE_PIN = "DELETE FROM rlm_pins WHERE pin_id = %s"
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from rlm_mcp.observability import metrics
@@ -93,10 +92,10 @@ class PgRunQueue(PgWorkerRegistry):
         *,
         prefer_worker: int | None = None,
         prefer_s: float = 0.0,
-        contexts: Sequence[str] = (),
     ) -> None:
-        """Insert the queued run unless its owner holds no context by one of `contexts` (the
-        unknown-context error of `Contexts.get`) or a waiting bound is reached (`BusyError`), and
+        """Insert the queued run unless its owner holds no context by one of those its request
+        names (the unknown-context error of `Contexts.get`) or a waiting bound is reached
+        (`BusyError`), and
         wake the workers. Checked, counted and inserted under one lock in one statement
         (`queue_statements.ENQUEUE`): concurrent starts never overshoot.
         `prefer_worker`: for `prefer_s` seconds only that worker may claim the run (a kept
@@ -117,8 +116,7 @@ class PgRunQueue(PgWorkerRegistry):
                     "queue_channel": sql.QUEUE_CHANNEL,
                     "prefer": prefer_worker,
                     "prefer_s": prefer_s if prefer_worker is not None else 0.0,
-                    "contexts": list(contexts),
-                    "run_contexts": list(record.request.context_ids),
+                    "contexts": list(record.request.context_ids),
                 },
             )
             row = await cur.fetchone()

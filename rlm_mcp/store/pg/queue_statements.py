@@ -22,8 +22,8 @@ Rules kept here (docs/architecture.md, "Team mode"):
   needs summed against the free slots).
 - The waiting bounds (`ENQUEUE`): counted and inserted under `locks.ENQUEUE_LOCK_KEY`, in one
   call, so concurrent starts on any number of replicas never overshoot them.
-- A claim pins its runs' contexts for the worker's replica (`store.pg.contexts._PIN`'s rule, all
-  or none per run) and a worker's final write removes them (`UNPIN`): a queued run holds no pin.
+- A claim pins its runs' contexts for the worker's replica (the context store's rule,
+  `pin_statements.PIN_RULE`: all or none per run) and a worker's final write removes them (`UNPIN`): a queued run holds no pin.
 - Fencing: a worker's writes match `(run_id, attempt, state = 'running')`.
 - No statement parses a run's summary or log as JSON in SQL (a NUL character in a query would
   make PostgreSQL's jsonb refuse it).
@@ -32,6 +32,8 @@ Rules kept here (docs/architecture.md, "Team mode"):
 from __future__ import annotations
 
 import hashlib
+
+from rlm_mcp.store.pg.pin_statements import PIN_RULE
 
 # Where a run's announcements go: its own channel (`run_channel`), which only the replicas
 # following the run LISTEN to, so a replica is not woken for the runs it does not follow (every
@@ -64,11 +66,13 @@ _LIVE = "gone_at IS NULL AND heartbeat_at > now() - make_interval(secs => %(leas
 # owner's, then takes the enqueue's advisory lock, counts the waiting runs, inserts the run when
 # both bounds allow and wakes the workers; each statement inside it takes its own snapshot, so the
 # count sees every run inserted by the starts that held the lock before. One row: the counts,
-# whether it was inserted, and the first context id the owner lacks (None when none).
+# whether it was inserted, and the first context id the owner lacks (None when none). The run's
+# context ids are one parameter, given to the function twice: the ids checked and the row's
+# `context_ids` (the claim pins them) are the same list.
 ENQUEUE = (
     "SELECT total, mine, inserted, missing FROM rlm_enqueue(%(key)s, %(run_id)s, %(owner)s, %(created_at)s, "
     "%(summary)s, %(need)s, %(max_total)s, %(max_mine)s, %(queue_channel)s, %(prefer)s, %(prefer_s)s, "
-    "%(contexts)s::text[], %(run_contexts)s::text[])"
+    "%(contexts)s::text[], %(contexts)s::text[])"
 )
 READ_RUN = f"SELECT {COLUMNS} FROM rlm_runs WHERE run_id = %(run_id)s"
 CANCEL_QUEUED = (
@@ -148,34 +152,24 @@ CLAIM = (
     f"  claimed_at = now(), cancel_requested = false, updated_at = {NOW} "
     f"  FROM pick WHERE r.run_id = pick.run_id RETURNING {_R_COLUMNS}, r.context_ids, "
     "  extract(epoch FROM now() - r.queued_at) AS waited_s, pick.nth AS pick_nth, pick.queued_at AS pick_queued_at), "
-    # Each claimed run's contexts pinned for its worker's replica, as `store.pg.contexts._PIN` pins
-    # them (the owner's rows, marked used, all or none), in this statement: no pin of its own.
-    # The ids come from the row's `context_ids` (the request's, written by the enqueue).
-    "ids AS (SELECT up.run_id, e.cid, e.n FROM up "
-    "  CROSS JOIN LATERAL unnest(up.context_ids) WITH ORDINALITY AS e (cid, n)), "
-    "found AS (SELECT DISTINCT i.run_id, c.context_id, c.sha256, c.bytes, c.format, c.kind, c.chars, "
-    "  o.name, o.source, o.created_at, o.owner FROM ids i JOIN up ON up.run_id = i.run_id "
-    "  JOIN rlm_contexts c ON c.context_id = i.cid "
-    "  JOIN rlm_context_owners o ON o.context_id = c.context_id AND o.owner = up.owner), "
-    # All or none per run: every distinct id found (a row without the column, queued by an
-    # earlier release, is left to the worker's own pin).
-    # A claim's pin id is the run's id and attempt (`run_id/attempt`), named here only.
-    "ok AS (SELECT up.run_id, up.run_id || '/' || up.attempt AS pin_id, up.owner FROM up "
-    "  WHERE up.context_ids IS NOT NULL "
-    "  AND (SELECT count(DISTINCT i.cid) FROM ids i WHERE i.run_id = up.run_id) "
-    "    = (SELECT count(*) FROM found f WHERE f.run_id = up.run_id)), "
-    f"t AS (SELECT {NOW}::float8 AS now), "
-    "touched AS (UPDATE rlm_contexts c SET last_used_at = t.now FROM t "
-    "  WHERE c.context_id IN (SELECT f.context_id FROM found f JOIN ok ON ok.run_id = f.run_id)), "
-    "owned AS (UPDATE rlm_context_owners o SET last_used_at = t.now FROM t "
-    "  WHERE (o.context_id, o.owner) IN (SELECT f.context_id, f.owner FROM found f JOIN ok ON ok.run_id = f.run_id)), "
-    "pinned AS (INSERT INTO rlm_pins SELECT ok.pin_id, f.context_id, %(replica)s, ok.owner, "
-    "  t.now + %(ttl)s FROM ok JOIN found f ON f.run_id = ok.run_id, t) "
+    # Each claimed run's contexts pinned for its worker's replica by the context store's rule
+    # (`pin_statements.PIN_RULE`: the owner's rows, marked used, all or none per run), in this
+    # statement: no pin of its own. The ids come from the row's `context_ids` (the request's,
+    # written by the enqueue); a row without the column, queued by an earlier release, is left to
+    # the worker's own pin. A claim's pin id is the run's id and attempt (`run_id/attempt`), named
+    # here only.
+    "claimed AS (SELECT up.run_id, up.run_id || '/' || up.attempt AS pin_id, up.owner, up.context_ids "
+    "  FROM up WHERE up.context_ids IS NOT NULL), "
+    "want AS (SELECT c.pin_id, c.owner, e.cid, e.n, c.run_id FROM claimed c "
+    "  CROSS JOIN LATERAL unnest(c.context_ids) WITH ORDINALITY AS e (cid, n)), "
+    "holders AS (SELECT c.pin_id, (SELECT count(DISTINCT w.cid) FROM want w WHERE w.pin_id = c.pin_id) AS expected, "
+    "  c.run_id FROM claimed c), "
+    f"{PIN_RULE} "
     "SELECT up.*, ok.pin_id, CASE WHEN ok.run_id IS NULL THEN NULL ELSE coalesce((SELECT json_agg(json_build_object("
     "  'context_id', f.context_id, 'sha256', f.sha256, 'bytes', f.bytes, 'format', f.format, 'kind', f.kind, "
     "  'chars', f.chars, 'name', f.name, 'source', f.source, 'created_at', f.created_at, 'last_used_at', t.now) "
-    "  ORDER BY i.n) FROM ids i JOIN found f ON f.run_id = i.run_id AND f.context_id = i.cid "
-    "  WHERE i.run_id = up.run_id), '[]'::json) END AS contexts "
+    "  ORDER BY w.n) FROM want w JOIN found f ON f.pin_id = w.pin_id AND f.context_id = w.cid "
+    "  WHERE w.pin_id = ok.pin_id), '[]'::json) END AS contexts "
     "FROM up CROSS JOIN t LEFT JOIN ok ON ok.run_id = up.run_id ORDER BY pick_nth, pick_queued_at, run_id"
 )
 
