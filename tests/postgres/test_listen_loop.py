@@ -11,6 +11,7 @@ import anyio
 import psycopg
 import pytest
 
+from rlm_mcp.ports.runs import LiveSummary
 from rlm_mcp.store.pg import queue_statements as sql
 from rlm_mcp.store.pg import workers
 from rlm_mcp.store.pg.queue import PgRunQueue
@@ -118,6 +119,14 @@ async def test_a_run_is_heard_from_the_moment_following_it_returns(tmp_path: Pat
 
     async with team(tmp_path, pg_url) as (_, queue, _settings):
         wakeups = Wakeups(queue)
+        told: dict[str, anyio.Event] = {}
+        carried: dict[str, object] = {}
+
+        def on_wake(run_id: str, state: object) -> None:
+            carried[run_id] = state
+            told.setdefault(run_id, anyio.Event()).set()
+
+        wakeups.on_wake = on_wake
         async with anyio.create_task_group() as tg:
             tg.start_soon(wakeups.listen_forever)
             # The listener is connected once a run followed now is woken by what it hears.
@@ -131,8 +140,9 @@ async def test_a_run_is_heard_from_the_moment_following_it_returns(tmp_path: Pat
                         "SELECT pg_notify(%s, %s)", (sql.run_channel(run_id), run_id + ' {"iterations": 1}')
                     )
                     with anyio.fail_after(30):  # a bound, not a timing: a missed one never comes
-                        woken, live = await wakeups.wait(run_id, 3600)
-                    assert woken and live is not None and live.iterations == 1  # the note itself, not a poll
+                        await told.setdefault(run_id, anyio.Event()).wait()
+                    live = carried[run_id]
+                    assert isinstance(live, LiveSummary) and live.iterations == 1  # the note itself, not a poll
                     wakeups.forget(run_id)
             tg.cancel_scope.cancel()
 

@@ -1,20 +1,21 @@
-"""When a front reads a followed run's row (`QueueFront._watch`, `Wakeups.heard_within`), on the
-in-memory queue: a run heard of nothing for a poll interval is read again while the listener
-heard nothing either (an announcement may have been lost), and is not while the listener hears
-other runs (its session is alive, so this run's announcements would have come); a burst of runs
-reads the live workers' count once."""
+"""When a front reads a followed run's row (`QueueFront`, `Wakeups.heard_within`), on the
+in-memory queue: no task follows a run (what its announcements carry is applied in the
+listener's callback; a task is started only to read a row); a run heard of nothing is read again
+while the listener heard nothing either (an announcement may have been lost), and is not while
+the listener hears other runs (its session is alive, so this run's announcements would have
+come); a burst of queued runs reads the live workers' count once."""
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
 
 from rlm_mcp.ports.queue import RunRow
-from rlm_mcp.ports.runs import LiveSummary, RunRecord, encode_final, encode_live
+from rlm_mcp.ports.runs import LiveSummary, encode_final, encode_live
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
@@ -26,35 +27,33 @@ pytestmark = pytest.mark.anyio
 
 
 class Counted:
-    """The queue's row reads and the follower's waits, counted; `waits_reached(n)` is set once
-    the follower has waited `n` times."""
+    """The queue's row reads and live-worker reads, counted; `workers_read(n)` returns once the
+    count has been read `n` times (one read per poll interval while a run is queued)."""
 
-    def __init__(self, queue: MemoryRunQueue, wakeups: Wakeups, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, queue: MemoryRunQueue, monkeypatch: pytest.MonkeyPatch) -> None:
         self.reads = 0
-        self.waits = 0
-        self.within: list[float] = []  # each wait's own timeout
+        self.worker_reads = 0
         self._targets: list[tuple[int, anyio.Event]] = []
-        real_read, real_wait = queue.read, wakeups.wait
+        real_read, real_live = queue.read, queue.live_workers
 
         async def read(run_id: str) -> RunRow | None:
             self.reads += 1
             return await real_read(run_id)
 
-        async def wait(run_id: str, within_s: float) -> tuple[bool, LiveSummary | RunRecord | None]:
-            self.waits += 1
-            self.within.append(within_s)
+        async def live_workers() -> int:
+            self.worker_reads += 1
             for n, event in self._targets:
-                if self.waits >= n:
+                if self.worker_reads >= n:
                     event.set()
-            return await real_wait(run_id, within_s)
+            return await real_live()
 
         monkeypatch.setattr(queue, "read", read)
-        monkeypatch.setattr(wakeups, "wait", wait)
+        monkeypatch.setattr(queue, "live_workers", live_workers)
 
-    async def waits_reached(self, n: int) -> None:
+    async def workers_read(self, n: int) -> None:
         event = anyio.Event()
         self._targets.append((n, event))
-        if self.waits >= n:
+        if self.worker_reads >= n:
             event.set()
         with anyio.fail_after(30):
             await event.wait()
@@ -73,11 +72,26 @@ def _listeners(queue: MemoryRunQueue, monkeypatch: pytest.MonkeyPatch) -> list[C
     return heard
 
 
+def _tasks_started(front: QueueFront, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the tasks the front starts from now on (its task group's `start_soon`)."""
+    started: list[str] = []
+    tg = front._tg
+    assert tg is not None
+    real = tg.start_soon
+
+    def start_soon(func: Callable[..., Any], *args: Any, name: object = None) -> None:
+        started.append(getattr(func, "__name__", repr(func)))
+        real(func, *args, name=name)
+
+    monkeypatch.setattr(tg, "start_soon", start_soon)
+    return started
+
+
 async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = make_settings(queue_poll_s=0.01).queue
     queue = MemoryRunQueue(queue_rules(settings))
     wakeups = Wakeups(queue)
-    counted = Counted(queue, wakeups, monkeypatch)
+    counted = Counted(queue, monkeypatch)
     async with QueueFront(settings, queue, wakeups) as front:
         run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000001")
         worker = await queue.register_worker("owner-quiet", 4)
@@ -92,48 +106,98 @@ async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing(monkey
         assert counted.reads >= 1
 
 
-async def test_a_running_run_waits_with_no_timer_and_is_read_again_while_the_listener_hears_nothing(
+async def test_no_task_follows_a_run_whose_news_comes_with_its_announcements(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Once its claim is heard, a run's watcher waits for news with no timer of its own (a queued
-    one looks every poll interval, for the no-worker notice); an announcement lost while the
-    listener hears nothing at all is still found: the process's one silence timer
-    (`Wakeups.watch_silence`) wakes it to read the row."""
-    settings = make_settings(queue_poll_s=0.01).queue
+    """Its claim, its live summaries and its final record, heard with their announcements, are
+    applied by the listener's callback: no task is started for the run and its row is never read;
+    an announcement that carries nothing starts one task, which reads the row."""
+    settings = make_settings(queue_poll_s=60.0).queue  # no silence within the test
     queue = MemoryRunQueue(queue_rules(settings))
-    wakeups = Wakeups(queue)
-    counted = Counted(queue, wakeups, monkeypatch)
+    wakeups = Wakeups(queue, clock=lambda: 0.0)  # what was heard was heard just now
+    counted = Counted(queue, monkeypatch)
+    heard = _listeners(queue, monkeypatch)
+    run_id = "run_notask0000000001"
     async with QueueFront(settings, queue, wakeups) as front:
-        run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000003")
-        worker = await queue.register_worker("owner-quiet", 4)
-        row = await queue.claim(worker, 8, 8)
-        assert row is not None
-        log = await queue.reopen(row.run_id, attempt=row.attempt)
-        assert await log.flush(summary=summary(row.run_id, status="running", iterations=1), announce=True)
+        await anyio.wait_all_tasks_blocked()  # the listener connected (its connect tells every run to read)
+        started = _tasks_started(front, monkeypatch)
+        run = await front.start(summary("run_unused0000000000").request, None, run_id=run_id)
+        await anyio.wait_all_tasks_blocked()
+        heard[0](encode_live(run_id, LiveSummary(status="running", iterations=1)))
+        assert run.progress.status == "running" and run.progress.iterations == 1
+        heard[0](encode_live(run_id, LiveSummary(status="running", iterations=2)))
+        assert run.progress.iterations == 2
+        assert started == [] and counted.reads == 0
+
+        heard[0](run_id)  # only the row tells
+        await anyio.wait_all_tasks_blocked()
+        assert started == ["_read"] and counted.reads == 1
+
+        final = summary(run_id, status="running", iterations=3).ended("completed", "done")
+        heard[0](encode_final(run_id, json.dumps(final.to_stored())))
+        assert run.done.is_set()
+        assert str(run.progress.status) == "completed"
+        assert started == ["_read"] and counted.reads == 1
+        heard[0](encode_live(run_id, LiveSummary(status="running", iterations=9)))  # let go: not applied
+        assert run.progress.iterations == 3
+
+
+async def test_what_is_heard_while_the_row_is_read_is_taken_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A summary heard while the run's row is being read is applied once the read is done (the
+    latest one), and a "read the row" heard then reads it again: nothing heard meanwhile is lost."""
+    settings = make_settings(queue_poll_s=60.0).queue
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue, clock=lambda: 0.0)
+    heard = _listeners(queue, monkeypatch)
+    run_id = "run_busyread00000001"
+    reading, go_on = anyio.Event(), anyio.Event()
+    reads = 0
+    real_read = queue.read
+
+    async def read(rid: str) -> RunRow | None:
+        nonlocal reads
+        reads += 1
+        reading.set()
+        await go_on.wait()
+        return await real_read(rid)
+
+    monkeypatch.setattr(queue, "read", read)
+    async with QueueFront(settings, queue, wakeups) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id=run_id)
+        await anyio.wait_all_tasks_blocked()
+        heard[0](run_id)
         with anyio.fail_after(30):
-            while run.progress.status != "running":
-                await run.wait_change(1.0)
-        # Written without its announcement (as if the NOTIFY was lost): only a read shows it.
-        assert await log.flush(summary=summary(row.run_id, status="running", iterations=3))
+            await reading.wait()
+        heard[0](encode_live(run_id, LiveSummary(status="running", iterations=4)))
+        heard[0](encode_live(run_id, LiveSummary(status="running", iterations=5)))
+        assert run.progress.iterations == 0  # kept until the read is done
+        go_on.set()
+        await anyio.wait_all_tasks_blocked()
+        assert run.progress.iterations == 5 and reads == 1
+
+        reading, go_on = anyio.Event(), anyio.Event()
+        heard[0](run_id)
         with anyio.fail_after(30):
-            while run.progress.iterations != 3:
-                await run.wait_change(1.0)
-        assert counted.within[-1] == math.inf  # it waited for news, no timer of its own
+            await reading.wait()
+        heard[0](run_id)  # again while it reads: one more read after it
+        go_on.set()
+        await anyio.wait_all_tasks_blocked()
+        assert reads == 3
 
 
 async def test_a_quiet_run_is_not_read_while_the_listener_hears_other_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = make_settings(queue_poll_s=0.01).queue
     queue = MemoryRunQueue(queue_rules(settings))
     wakeups = Wakeups(queue, clock=lambda: 0.0)  # what was heard was heard just now
-    counted = Counted(queue, wakeups, monkeypatch)
+    counted = Counted(queue, monkeypatch)
     heard = _listeners(queue, monkeypatch)
     async with QueueFront(settings, queue, wakeups) as front:
         run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000002")
-        await counted.waits_reached(1)
+        await anyio.wait_all_tasks_blocked()
         assert heard
         heard[0](encode_live("run_another000000001", LiveSummary(iterations=1)))  # another run, not followed here
         before = counted.reads
-        await counted.waits_reached(counted.waits + 5)  # five poll intervals with nothing for this run
+        await counted.workers_read(counted.worker_reads + 5)  # five poll intervals with nothing for this run
         assert counted.reads == before
         assert run.progress.status == "queued"
 
@@ -142,12 +206,12 @@ async def test_a_run_ends_from_the_final_record_its_announcement_carries(monkeyp
     settings = make_settings(queue_poll_s=60.0).queue  # no timed look at the row within the test
     queue = MemoryRunQueue(queue_rules(settings))
     wakeups = Wakeups(queue)
-    counted = Counted(queue, wakeups, monkeypatch)
+    counted = Counted(queue, monkeypatch)
     heard = _listeners(queue, monkeypatch)
     run_id = "run_final00000000001"
     async with QueueFront(settings, queue, wakeups) as front:
         run = await front.start(summary("run_unused0000000000").request, None, run_id=run_id)
-        await counted.waits_reached(1)
+        await anyio.wait_all_tasks_blocked()
         before = counted.reads
         final = summary(run_id, status="running", iterations=2).ended("cancelled", "stopped by its caller")
         heard[0](encode_final(run_id, json.dumps(final.to_stored())))
@@ -160,12 +224,12 @@ async def test_a_run_ends_from_the_final_record_its_announcement_carries(monkeyp
 
 
 async def test_a_burst_of_runs_reads_the_live_workers_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runs of a burst that find the live workers' count due while it is read wait for that
-    read: one statement for them all, and each says what it found (no worker alive)."""
+    """The runs of a burst queued while the live workers' count is due share one read (the
+    queued runs' one task): one statement for them all, and each says what it found (no worker
+    alive)."""
     settings = make_settings(queue_poll_s=60.0).queue  # the count is due once within the test
     queue = MemoryRunQueue(queue_rules(settings))
     wakeups = Wakeups(queue)
-    counted = Counted(queue, wakeups, monkeypatch)
     asked, answer = anyio.Event(), anyio.Event()
     reads = 0
     real_live_workers = queue.live_workers
@@ -186,6 +250,8 @@ async def test_a_burst_of_runs_reads_the_live_workers_once(monkeypatch: pytest.M
         with anyio.fail_after(30):
             await asked.wait()
         answer.set()
-        await counted.waits_reached(len(runs))  # each run past its notice, waiting for news
+        await anyio.wait_all_tasks_blocked()
         assert reads == 1
         assert all(run.waiting is not None and "no worker" in run.waiting.render() for run in runs)
+        late = await front.start(summary("run_unused0000000000").request, None, run_id="run_burst_late00001")
+        assert late.waiting is not None and reads == 1  # the count is recent: said at once

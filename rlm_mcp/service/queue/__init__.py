@@ -4,7 +4,7 @@ The queue's port and a run's state machine are `ports.queue`; its implementation
 statement on run and worker state: `store.pg.queue.PgRunQueue` (team mode, built by the
 assembly) and `testing.memory_queue.MemoryRunQueue` (the fast tier's). Here, over the port:
 - `front.py`: enqueue, follow a run (progress, status, result), cancel.
-- `wakeups.py`: one listener per process that wakes the tasks following runs.
+- `wakeups.py`: one listener per process that tells the front of each followed run's announcements.
 - `sessions.py`: a worker's kept sessions: the live sandboxes it holds, restores, snapshots.
 - `worker.py`: claim a run when slots allow, execute it with the local `RunManager`, report,
   fenced by the claim's attempt; `final_writes.py`: how it writes a run's end through an outage

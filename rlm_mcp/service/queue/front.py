@@ -2,21 +2,22 @@
 
 `QueueFront` has the interface of the local `RunManager` (`service.backends.RunBackend`), so
 `RlmService` and `rlm_complete`'s progress reporting do not know where a run executes. Each run
-this process follows is an `ActiveRun` mirror, refreshed whenever its wake-up arrives
-(`wakeups.Wakeups`: from the live summary the wake-up carries, applied by the listener itself
-while the run's watcher waits, else from the run's row, which the watcher reads), and from the
-row after a poll interval (RLM_MCP_QUEUE_POLL_S) in which the listener heard nothing at all
-(`Wakeups.watch_silence`: else nothing was lost). A queued run's watcher also looks every poll
-interval whether a worker is alive (`_say_if_no_worker`). Any replica follows any run (`find`),
-so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
+this process follows is an `ActiveRun` mirror, brought up to date by its wake-ups
+(`wakeups.Wakeups`), in the listener's own callback: the live summary or final record a wake-up
+carries is applied to the mirror there, and a run that ends is let go there. No task follows a
+run: one is started only to read a run's row (a wake-up that carried nothing, a run found here
+by `find`, a cancel), one read at a time per run, with what is heard meanwhile taken after it.
+The process's one silence timer (`Wakeups.watch_silence`) has every followed run read its row
+after a poll interval (RLM_MCP_QUEUE_POLL_S) in which the listener heard nothing at all (else
+nothing was lost), and one task looks every poll interval, while runs are queued here, whether a
+worker is alive (`_watch_queued`: the queued runs' no-worker notice). Any replica follows any run
+(`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 import logging
-import math
 import time
 from collections.abc import Sequence
 
@@ -31,13 +32,16 @@ from rlm_mcp.ports.queue import RunQueuePort
 from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus, new_run_id
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.ends import EndReporting, need_of
-from rlm_mcp.service.queue.wakeups import Wakeups
+from rlm_mcp.service.queue.wakeups import READ_ROW, Wakeups
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import FINISHED_RUNS_KEPT
 
 log = logging.getLogger("rlm_mcp.queue")
 
 __all__ = ["QueueFront", "apply", "ended", "new_run_id"]  # new_run_id: the one source, `ports.runs`
+
+_NOTHING = object()  # no wake-up kept for a run whose row is being read
+Kept = LiveSummary | RunRecord | None | object  # a wake-up kept (READ_ROW: None), or _NOTHING
 
 
 def ended(run: ActiveRun, status: RunStatus, reason: str) -> RunRecord:
@@ -85,13 +89,21 @@ class QueueFront:
         self._workers_seen_at = float("-inf")
         self._workers_reading: anyio.Event | None = None  # a read of the live workers' count under way
         self._workers_read_ok = False
-        wakeups.on_carried = self._carried
+        # Runs whose row is being read, with the latest wake-up heard meanwhile (taken after the read).
+        self._reading: dict[str, Kept] = {}
+        # Wake-ups of runs followed but not mirrored yet (`start` follows before it enqueues).
+        self._early: dict[str, LiveSummary | RunRecord | None] = {}
+        self._queued: dict[str, ActiveRun] = {}  # mirrored runs still queued: their no-worker notice
+        self._queued_added: anyio.Event | None = None  # `_watch_queued` sleeps on it while none is
+        self._queued_nap: anyio.CancelScope | None = None  # its wait for the next poll interval
+        wakeups.on_wake = self._woken
 
     async def __aenter__(self) -> QueueFront:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._wakeups.listen_forever)
         self._tg.start_soon(self._wakeups.watch_silence, self._settings.queue_poll_s)
+        self._tg.start_soon(self._watch_queued)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -136,6 +148,7 @@ class QueueFront:
             )
         except BaseException:
             self._wakeups.forget(run_id)
+            self._early.pop(run_id, None)
             raise
         self._follow(run, known=True)
         return run
@@ -153,11 +166,12 @@ class QueueFront:
         row = await self._queue.read(run_id)
         if row is None or row.done or not sees(owner, row.owner) or self._tg is None:
             return None
-        await self._wakeups.follow(run_id)  # heard from now on: its watcher reads the row next
+        await self._wakeups.follow(run_id)  # heard from now on: its row is read next (`_follow`)
         if (known := self._mirrors.get(run_id)) is not None:  # followed meanwhile, by another call
             return known if sees(owner, known.request.owner) else None
         if self._tg is None:  # stopped meanwhile
             self._wakeups.forget(run_id)
+            self._early.pop(run_id, None)
             return None
         record = row.summary
         progress = RunProgress(run_id=run_id, max_iterations=record.request.limits.max_iterations, status="queued")
@@ -178,7 +192,7 @@ class QueueFront:
         except Exception as exc:  # the database is restarting: the run is published, less often
             log.info("could not say run %s is followed: %s", run_id, exc)
             return
-        if run_id in self._mirrors:  # forgotten with the mirror (`_watch`)
+        if run_id in self._mirrors:  # forgotten when the run is let go (`_retire`)
             self._follows_said.add(run_id)
 
     async def let_go(self, context_id: str, *, owner: OwnerScope) -> bool:
@@ -188,25 +202,60 @@ class QueueFront:
     async def cancel(self, run_id: str, *, wait_s: float = 5.0) -> None:
         run = self._mirrors[run_id]
         # A queued run ends here (nobody else will write its end); a running one is cancelled
-        # by its worker, which the queue tells (a wake-up, and its poll).
+        # by its worker, which the queue tells (a wake-up, and its poll). Either way the row is
+        # read next (the wake-up below).
         reason = "cancelled by the caller before a worker took it"
         await self._queue.cancel(run_id, run.record().ended("cancelled", reason))
         self._wakeups.wake(run_id)
         with anyio.move_on_after(wait_s):
             await run.done.wait()
 
-    async def _say_if_no_worker(self, run: ActiveRun) -> None:
+    def _notice(self, run: ActiveRun) -> None:
         """A queued run with no live worker says so (rlm_status), after the record's own notice
-        (such as "queued again"), until one comes."""
-        due = time.monotonic() - self._workers_seen_at >= self._settings.queue_poll_s
-        if due and not await self._read_live_workers():  # the database is restarting: say nothing new
-            return
+        (such as "queued again"), until one comes: by the live workers' count last read."""
         waiting = None
         if self._live_workers == 0:
             waiting = Notice(kind=NoticeKind.NO_WORKER, wait_s=self._settings.run_queue_timeout_s)
         if run.waiting != waiting:
             run.waiting = waiting
             run.notify("queued")
+
+    def _workers_due(self) -> bool:
+        return time.monotonic() - self._workers_seen_at >= self._settings.queue_poll_s
+
+    async def _watch_queued(self) -> None:
+        """While runs are queued here: read the live workers' count when it is due (at most once
+        a poll interval) and give each queued run its notice; never returns. One task for every
+        queued run, where each run's own task looked every interval."""
+        while True:
+            if not self._queued:
+                self._queued_added = anyio.Event()
+                await self._queued_added.wait()
+                self._queued_added = None
+            # The database is restarting when the read fails: say nothing new.
+            if not self._workers_due() or await self._read_live_workers():
+                for run in list(self._queued.values()):
+                    if run.done.is_set() or run.progress.status != "queued":
+                        self._queued.pop(run.run_id, None)
+                    else:
+                        self._notice(run)
+            with anyio.move_on_after(self._settings.queue_poll_s) as nap:
+                self._queued_nap = nap
+                await anyio.sleep_forever()
+            self._queued_nap = None
+
+    def _watch_if_queued(self, run: ActiveRun) -> None:
+        """Give a queued run its notice now when the count is recent, else have `_watch_queued`
+        read the count now."""
+        if run.done.is_set() or run.progress.status != "queued":
+            return
+        self._queued[run.run_id] = run
+        if self._queued_added is not None:
+            self._queued_added.set()
+        if not self._workers_due():
+            self._notice(run)
+        elif self._queued_nap is not None:
+            self._queued_nap.cancel()
 
     async def _read_live_workers(self) -> bool:
         """Read the live workers' count, one read at a time: the runs of a burst that find the
@@ -229,25 +278,72 @@ class QueueFront:
             self._workers_reading = None
         return self._workers_read_ok
 
-    def _carried(self, run_id: str, state: LiveSummary | RunRecord) -> bool | None:
-        """A live summary or final record heard while the run's watcher waits
-        (`Wakeups.on_carried`): applied to the mirror here. True (wake the watcher) when the run
-        left the queue (its watcher waits for news from then on, with no timer of its own); None
-        for the run's final record, or when the run has no mirror here (its watcher takes it)."""
+    def _woken(self, run_id: str, state: LiveSummary | RunRecord | None) -> None:
+        """A wake-up of a run followed here (`Wakeups.on_wake`, in the listener's callback): its
+        live summary or final record applied to the mirror at once, READ_ROW a read of its row;
+        kept, the latest one, while the row is being read or the run is not mirrored yet."""
         run = self._mirrors.get(run_id)
-        if run is None or (isinstance(state, RunRecord) and state.done):
-            # No mirror here, or the run's end: its watcher takes that, and applies it and retires
-            # the run in one step (the finished runs' cap holds when its caller wakes).
-            return None
-        queued = run.progress.status == "queued"
+        if run is None:
+            self._early[run_id] = state
+        elif run_id in self._reading:
+            self._reading[run_id] = state
+        else:
+            self._take(run, state)
+
+    def _take(self, run: ActiveRun, state: LiveSummary | RunRecord | None) -> None:
+        if state is READ_ROW:
+            self._read_soon(run)
+            return
         apply(run, state)
-        return queued and run.progress.status != "queued"
+        if run.done.is_set():
+            self._retire(run)
 
     def _follow(self, run: ActiveRun, *, known: bool = False) -> None:
-        """Mirror the run and watch it (its wake-ups are followed already: `Wakeups.follow`)."""
+        """Mirror the run (its wake-ups are followed already: `Wakeups.follow`); `known`: the
+        mirror shows its row (the run was just queued here), else the row is read first."""
         assert self._tg is not None
         self._mirrors[run.run_id] = run
-        self._tg.start_soon(functools.partial(self._watch, run, known=known))
+        early = self._early.pop(run.run_id, _NOTHING)
+        if not known:
+            self._read_soon(run)  # newer than anything heard before it
+        elif early is not _NOTHING:
+            self._take(run, early)  # type: ignore[arg-type]  # a wake-up kept: not _NOTHING
+        self._watch_if_queued(run)
+
+    def _read_soon(self, run: ActiveRun) -> None:
+        """Read the run's row in a task of its own (one read at a time per run)."""
+        assert self._tg is not None
+        self._reading[run.run_id] = _NOTHING
+        self._tg.start_soon(self._read, run)
+
+    async def _read(self, run: ActiveRun) -> None:
+        """Bring the mirror up to the run's row, then take what was heard meanwhile."""
+        try:
+            while True:
+                if not await self._refresh(run) or run.done.is_set():
+                    self._retire(run)
+                    return
+                kept = self._reading[run.run_id]
+                self._reading[run.run_id] = _NOTHING
+                if kept is _NOTHING:
+                    return
+                if kept is not READ_ROW:
+                    apply(run, kept)  # type: ignore[arg-type]  # a summary or record
+                    if run.done.is_set():
+                        self._retire(run)
+                    return
+        finally:
+            self._reading.pop(run.run_id, None)
+
+    def _retire(self, run: ActiveRun) -> None:
+        """The run ended (or its record is gone): nothing more to follow; its mirror is kept
+        among the last finished runs for the callers that ask after it."""
+        self._wakeups.forget(run.run_id)
+        self._follows_said.discard(run.run_id)
+        self._queued.pop(run.run_id, None)
+        self._finished.append(run.run_id)
+        while len(self._finished) > FINISHED_RUNS_KEPT:
+            self._mirrors.pop(self._finished.popleft(), None)
 
     async def _refresh(self, run: ActiveRun) -> bool:
         """Bring the mirror up to the run's row; False when the record is gone (the run ended)."""
@@ -263,37 +359,3 @@ class QueueFront:
             return False
         apply(run, row.summary)
         return True
-
-    async def _watch(self, run: ActiveRun, *, known: bool = False) -> None:
-        """Follow the run until it ends; `known`: the mirror already shows its row (the run was
-        just queued here), so the first wake-up is awaited before anything is read."""
-        live: LiveSummary | RunRecord | None = None  # what the last wake-up carried: no row to read
-        look = True  # read the row (a wake-up without a summary, or nothing heard at all)
-        poll = self._settings.queue_poll_s
-        try:
-            while not run.done.is_set():
-                if known:
-                    known = False
-                elif live is not None:
-                    apply(run, live)
-                elif look and not await self._refresh(run):
-                    break
-                if run.progress.status == "queued" and not run.done.is_set():
-                    await self._say_if_no_worker(run)
-                if not run.done.is_set():
-                    # A queued run looks again each poll interval (whether a worker is alive);
-                    # a running one waits for news, and `Wakeups.watch_silence` wakes it when
-                    # the listener heard nothing at all for an interval (announcements may be lost).
-                    within = poll if run.progress.status == "queued" else math.inf
-                    woken, live = await self._wakeups.wait(run.run_id, within)
-                    # Nothing for this run within the poll interval: its row is read unless the
-                    # listener heard other runs meanwhile (its session is alive, so this run's
-                    # announcements were not lost: `Wakeups.heard_within`). A busy front's quiet
-                    # runs (a sandbox starting, a long LM call, a queue wait) cost no statement.
-                    look = woken or not self._wakeups.heard_within(poll)
-        finally:
-            self._wakeups.forget(run.run_id)
-            self._follows_said.discard(run.run_id)
-            self._finished.append(run.run_id)
-            while len(self._finished) > FINISHED_RUNS_KEPT:
-                self._mirrors.pop(self._finished.popleft(), None)

@@ -128,6 +128,11 @@ class Database:
             reconnect_timeout=0,  # keep trying in the background after an outage, never give up
             name="rlm-mcp",
         )
+        # One slot per connection the pool may lend: a caller beyond them waits here, in line, on
+        # one future (psycopg_pool's own wait wraps each waiter in a task with its own timer, about
+        # five loop callbacks, where a burst of runs queues on a front's small queue pool); taken
+        # without a yield when a slot is free (`connection`).
+        self._slots = anyio.Semaphore(max_size, fast_acquire=True)
         self.schema_version = 0
         self._tg: anyio.abc.TaskGroup | None = None
         self.on_heartbeat: list[Any] = []  # async callables run after each heartbeat (cache sweep)
@@ -265,16 +270,38 @@ class Database:
             # autocommit connection, yet a cost at every statement. Transactions end themselves
             # (`conn.transaction()`, `clocked_transaction`); one left open is rolled back by the
             # pool when the connection comes back.
-            conn = await self.pool.getconn()
+            conn = await self._lend()
             try:
                 yield conn
             finally:
                 self._returned(conn)
-                await self.pool.putconn(conn)
+                try:
+                    await self.pool.putconn(conn)
+                finally:
+                    self._slots.release()
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self._returned_at.clear()  # one connection failed: check every other before lending it
             self._answered_at = float("-inf")
             raise self.unavailable(exc) from None
+
+    async def _lend(self) -> Conn:
+        """A connection from the pool, once a slot is this caller's: within one `CONNECT_TIMEOUT_S`
+        for the slot and the pool's answer together (the pool's own bound, as before the slots)."""
+        if self._slots.value > 0:  # no yield to take it, so nobody takes it first
+            await self._slots.acquire()
+            timeout = CONNECT_TIMEOUT_S
+        else:
+            started = time.monotonic()
+            with anyio.move_on_after(CONNECT_TIMEOUT_S) as waiting:
+                await self._slots.acquire()
+            if waiting.cancelled_caught:  # no slot taken
+                raise PoolTimeout(f"couldn't get a connection after {CONNECT_TIMEOUT_S:.2f} sec")
+            timeout = max(0.0, started + CONNECT_TIMEOUT_S - time.monotonic())
+        try:
+            return await self.pool.getconn(timeout=timeout)
+        except BaseException:
+            self._slots.release()
+            raise
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Conn]:
