@@ -23,9 +23,8 @@ import time
 from typing import Any
 
 _counts: collections.Counter[str] = collections.Counter()
-_cpu: collections.defaultdict[str, float] = collections.defaultdict(
-    float
-)  # the thread's CPU seconds in each, when timed
+# The thread's CPU seconds in each, when timed.
+_cpu: collections.defaultdict[str, float] = collections.defaultdict(float)
 _TIMED = bool(os.environ.get("RLM_BENCH_LOOP_HOOK_CPU"))
 _DEPTH = int(os.environ.get("RLM_BENCH_LOOP_HOOK_DEPTH", "3"))  # the innermost awaits named
 _run = asyncio.events.Handle._run
