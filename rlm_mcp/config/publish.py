@@ -27,9 +27,8 @@ class PublishSettings(BaseModel):
         1.0,
         ge=0,
         description="Team mode: the live-summary interval of a run nobody follows (no front has said it follows "
-        "its progress); its first one waits for the next tick of RLM_MCP_LIVE_SUMMARY_INTERVAL_S (the runs a worker "
-        "takes up within one such interval publish their first ones together; a run that ends sooner publishes none: "
-        "its final record carries everything); its staged events are still written at least every "
-        "RLM_MCP_QUEUE_POLL_S. A follow is a hint for latency only: a follow that arrives mid-run switches the run to "
+        "its progress), its first one too at this interval's tick (a run that ends sooner publishes none: its final "
+        "record carries everything); its staged events are still written at least every RLM_MCP_QUEUE_POLL_S. A "
+        "follow is a hint for latency only: a follow that arrives mid-run switches the run to "
         "RLM_MCP_LIVE_SUMMARY_INTERVAL_S.",
     )

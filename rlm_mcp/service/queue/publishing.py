@@ -48,21 +48,17 @@ async def publish_until_done(
     """Publish the run's live summary, with the events staged since the last flush, on each
     progress event and phase change, once per RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a run a
     front follows, per RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others (the latest
-    state after a burst, at the process's ticks of that period; an unfollowed run's first one at
-    the next tick of the live-summary interval, a followed run's at once); write staged events
-    every poll interval anyway."""
+    state after a burst, at the process's ticks of that period; an unfollowed run's first one
+    too, a followed run's first one at once); write staged events every poll interval anyway."""
     seen, phase = -1, None
     poll = settings.queue_poll_s
     published_at = -inf
-    # A run nobody follows publishes its first live summary at the next tick of the live-summary
-    # interval, not at once: the runs adopted within one interval publish their first ones together,
-    # in one statement (a run that ends sooner publishes none: its final record carries everything),
-    # and its record says `queued` after its claim no longer than a followed run's summary may be
-    # stale. A followed run's first one goes at once. Staged events are still written within a
-    # poll interval of the adoption.
+    # A run nobody follows publishes its first live summary at its interval's tick too (a run that
+    # ends before it publishes none: its final record carries everything); a followed one at once.
+    # Its staged events are still written within a poll interval of its adoption.
     adopted_at = written_at = anyio.current_time()
-    first_interval = min(settings.publish.live_summary_interval_s, follows.interval(run.run_id))
-    first_at = next_tick(first_interval, adopted_at) if first_interval > 0 else -inf
+    interval = follows.interval(run.run_id)
+    first_at = next_tick(interval, adopted_at) if interval > 0 else -inf
     while not run.done.is_set():
         if run.run_id in stopped:
             await run.done.wait()
