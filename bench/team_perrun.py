@@ -112,7 +112,12 @@ class LoopCallbacks:
         if self.folder is None:
             return {}
         self.folder.mkdir(parents=True, exist_ok=True)
-        return {"PYTHONPATH": str(HOOK), "RLM_BENCH_LOOP_HOOK_DIR": str(self.folder)}
+        env = {"PYTHONPATH": str(HOOK), "RLM_BENCH_LOOP_HOOK_DIR": str(self.folder)}
+        # Both sides alike, when set in the bench's own environment.
+        for name in ("RLM_BENCH_LOOP_HOOK_DEPTH", "RLM_BENCH_LOOP_HOOK_TOP", "RLM_BENCH_LOOP_HOOK_CPU"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        return env
 
     def start(self, pids: dict[str, int]) -> None:
         if self.folder is None:

@@ -4,7 +4,11 @@ Loaded by a server process whose PYTHONPATH starts with this folder (Python impo
 `sitecustomize` at start): every `Handle._run` is counted under the callback's name, or for a
 task's step, the task's coroutine and the innermost awaits it is resumed at. SIGUSR2 clears the
 counts, SIGUSR1 writes them to $RLM_BENCH_LOOP_HOOK_DIR/PID.txt (most first);
-$RLM_BENCH_LOOP_HOOK_DEPTH: how many of a task's innermost awaits name its step (3). A measuring aid
+$RLM_BENCH_LOOP_HOOK_DEPTH: how many of a task's innermost awaits name its step (3);
+$RLM_BENCH_LOOP_HOOK_TOP: how many of the most frequent are written (100);
+$RLM_BENCH_LOOP_HOOK_CPU set: each callback's thread CPU time (`time.thread_time`) is summed by the
+same name too, written to PID.cpu (valid at any load, as the thread's own CPU; the timing adds
+~1 us a callback). A measuring aid
 only: it slows the loop, so a run with it has no valid CPU figures.
 """
 
@@ -15,9 +19,13 @@ import asyncio.events
 import collections
 import os
 import signal
+import time
 from typing import Any
 
 _counts: collections.Counter[str] = collections.Counter()
+# The thread's CPU seconds in each, when timed.
+_cpu: collections.defaultdict[str, float] = collections.defaultdict(float)
+_TIMED = bool(os.environ.get("RLM_BENCH_LOOP_HOOK_CPU"))
 _DEPTH = int(os.environ.get("RLM_BENCH_LOOP_HOOK_DEPTH", "3"))  # the innermost awaits named
 _run = asyncio.events.Handle._run
 
@@ -36,22 +44,36 @@ def _where(callback: Any) -> str:
 
 def _counted_run(self: asyncio.events.Handle) -> None:
     try:
-        _counts[_where(self._callback)] += 1  # type: ignore[attr-defined]  # Handle's own field
+        where = _where(self._callback)  # type: ignore[attr-defined]  # Handle's own field
     except Exception:  # a callback this cannot name: counted all the same
-        _counts["?"] += 1
-    _run(self)
+        where = "?"
+    _counts[where] += 1
+    if not _TIMED:
+        _run(self)
+        return
+    started = time.thread_time()
+    try:
+        _run(self)
+    finally:
+        _cpu[where] += time.thread_time() - started
 
 
 def _write(*_: object) -> None:
     folder = os.environ.get("RLM_BENCH_LOOP_HOOK_DIR", "/tmp")
     with open(os.path.join(folder, f"{os.getpid()}.txt"), "w") as out:
         out.write(f"{sum(_counts.values())} total\n")
-        for what, n in _counts.most_common(100):
+        for what, n in _counts.most_common(int(os.environ.get("RLM_BENCH_LOOP_HOOK_TOP", "100"))):
             out.write(f"{n} {what}\n")
+    if _TIMED:
+        with open(os.path.join(folder, f"{os.getpid()}.cpu"), "w") as out:
+            out.write(f"{sum(_cpu.values()) * 1e6:.0f} total us\n")
+            for what, seconds in sorted(_cpu.items(), key=lambda kv: -kv[1]):
+                out.write(f"{seconds * 1e6:.0f} {what}\n")
 
 
 def _clear(*_: object) -> None:
     _counts.clear()
+    _cpu.clear()
 
 
 if os.environ.get("RLM_BENCH_LOOP_HOOK_DIR"):

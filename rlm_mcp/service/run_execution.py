@@ -55,12 +55,20 @@ class RunHooks:
     # Whether this manager tells the run-end hook (runs it started; a team worker's runs are
     # told by the queue's end write, `service.queue.ends.EndReporting`).
     tells_end: bool = True
+    # Whether the run's answer goes out from this process (a caller here waits for it): its last
+    # step, the pins' release, then lets the answer go first (`answer_first`). A team worker's
+    # runs are answered by a front elsewhere, and their final write releases the pins itself.
+    answered_here: bool = True
     # The contexts as the call's admission read them: given, a run that takes its slot at once
     # pins them beside its first LM call (`LatePin`) instead of before it.
     specs: Sequence[ContextSpec] | None = None
     # A run `start` accepted: its record, created beside its first LM call when it takes its slot
     # at once, else before it waits for one (`LateRecord`); None: the record exists (`adopt`).
     record: LateRecord | None = None
+
+
+# What `RunManager.adopt` hangs on a team worker's run, before the run's own hooks.
+ADOPTED = RunHooks(shared=False, tells_end=False, answered_here=False)
 
 
 # Loop rounds the caller woken by a run's end takes to send its answer (the MCP tool returns, the

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import replace
 
 import anyio
 import anyio.lowlevel
@@ -30,6 +31,7 @@ from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.late_start import LatePin, LateRecord
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.run_execution import (
+    ADOPTED,
     RunHooks,
     SessionHook,
     answer_first,
@@ -135,7 +137,7 @@ class RunManager:
         if pins is not None:
             pins.hand_over()  # released by `_execute`'s end from here on, whatever happens
         run = ActiveRun(run_id, request, progress, pins=pins if pins is not None else HeldPins())
-        hooks = RunHooks(fence=fence, repl=repl, on_result=on_result, on_end=on_end, shared=False, tells_end=False)
+        hooks = replace(ADOPTED, fence=fence, repl=repl, on_result=on_result, on_end=on_end)
         self._runs[run_id] = run
         await self._tg.start(self._execute, run, engine, log, hooks)
         return run
@@ -281,7 +283,8 @@ class RunManager:
 
     async def _end(self, run: ActiveRun, log: RunLogPort, hooks: RunHooks, result: RunResult) -> None:
         """The run's end, once its result is known: the session's, its final record, the run-end
-        hook, its waiters woken; then housekeeping, and the answer let out first."""
+        hook, its waiters woken; then housekeeping, and the answer let out first (when it goes out
+        from this process)."""
         if hooks.on_result is not None:
             try:
                 await hooks.on_result(run)
@@ -299,7 +302,8 @@ class RunManager:
         run.notify("run_end")
         self._forget_old_runs()
         await self._prune_records()
-        await answer_first()
+        if hooks.answered_here:
+            await answer_first()
 
     async def _prune_records(self) -> None:
         """Keep the records on disk bounded too (at most once every few minutes)."""
