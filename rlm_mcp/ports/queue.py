@@ -211,12 +211,11 @@ class RunQueuePort(Protocol):
 
 class RunPins(Protocol):
     """A run's context pins as its final write sees them (`store.context_model.HeldPins`): the
-    pin id to remove (None: none held), and `released`, set by the write that removed them."""
+    pin id to remove (None: none held), and `mark_removed`, called by the write that removed them."""
 
     @property
     def to_release(self) -> str | None: ...
-
-    released: bool
+    def mark_removed(self) -> None: ...
 
 
 class FencedRunLog(Protocol):
@@ -242,7 +241,7 @@ class FencedRunLog(Protocol):
         """The staged events and the final record in one write, fenced by the attempt as the
         queue's `finish` is; True if this call ended the run. `pins`: the run's context pins,
         which a log that can removes in the same write, whatever the fence says (they are this
-        process's own, let go at the run's end either way), marking them `released`."""
+        process's own, let go at the run's end either way), then `mark_removed`."""
         ...
 
     async def aclose(self) -> None: ...

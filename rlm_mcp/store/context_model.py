@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import json
 import secrets
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -49,21 +49,22 @@ class HeldPins:
     which ends the run and lets its pins go at once. One state (`PinState`) says where they are:
     NONE, HELD while `in_use`'s block runs and NONE again at its exit, which removes them unless
     that write did (REMOVED: the exit sends no statement of its own). Pins a run's claim took
-    start CLAIMED (`taken`, with `infos`: the contexts as that pin read them, which `in_use` takes
-    instead of pinning again) and are HANDED to the run that executes it (`hand_over`)."""
+    start CLAIMED (`claimed`, with `infos`: the contexts as that pin read them, which `in_use`
+    takes instead of pinning again) and are HANDED to the run that executes it (`hand_over`)."""
 
     pin_id: str = field(default_factory=lambda: secrets.token_hex(8))
     # Pinned before `in_use` (a team worker's claim pins its runs' contexts): the contexts as that
-    # pin read them. Given exactly when `taken` is.
-    infos: list[ContextInfo] | None = None
-    taken: InitVar[bool] = False
+    # pin read them; set exactly for claimed pins (`claimed`).
+    infos: list[ContextInfo] | None = field(init=False, default=None)
     state: PinState = field(init=False, default=PinState.NONE)
 
-    def __post_init__(self, taken: bool) -> None:
-        if taken != (self.infos is not None):
-            raise ValueError("pins already taken come with the contexts their pin read (infos), and only they do")
-        if taken:
-            self.state = PinState.CLAIMED
+    @classmethod
+    def claimed(cls, pin_id: str, infos: list[ContextInfo]) -> HeldPins:
+        """Pins a run's claim took (CLAIMED), with the contexts as that pin read them."""
+        pins = cls(pin_id=pin_id)
+        pins.infos = infos
+        pins.state = PinState.CLAIMED
+        return pins
 
     @property
     def to_release(self) -> str | None:
@@ -72,13 +73,11 @@ class HeldPins:
 
     @property
     def released(self) -> bool:
-        """Whether a write of their own removed them (`RunPins`: that write sets it True)."""
+        """Whether a write of their own removed them (`mark_removed`)."""
         return self.state is PinState.REMOVED
 
-    @released.setter
-    def released(self, value: bool) -> None:
-        if not value:
-            raise ValueError("removed pins stay removed")
+    def mark_removed(self) -> None:
+        """A write of their own removed them (`RunPins`): REMOVED, nothing left to remove."""
         self.state = PinState.REMOVED
 
     @property

@@ -36,7 +36,7 @@ def test_a_fresh_holder_holds_nothing() -> None:
 
 
 def test_claimed_pins_are_handed_once_and_only_to_a_run() -> None:
-    held = HeldPins(pin_id="run_x/1", taken=True, infos=[info()])
+    held = HeldPins.claimed("run_x/1", [info()])
     assert state(held) is PinState.CLAIMED and held.to_release == "run_x/1"
     assert not held.handed_over and held.claimed_infos() == [info()]
     held.hand_over()
@@ -47,19 +47,16 @@ def test_claimed_pins_are_handed_once_and_only_to_a_run() -> None:
         HeldPins().hand_over()
 
 
-@pytest.mark.parametrize("taken, infos", [(True, None), (False, [])])
-def test_taken_pins_come_with_their_contexts_and_only_they_do(taken: bool, infos: list[ContextInfo] | None) -> None:
-    with pytest.raises(ValueError):
-        HeldPins(taken=taken, infos=infos)
+def test_only_claimed_pins_come_with_the_contexts_their_pin_read() -> None:
+    assert HeldPins().infos is None and HeldPins().claimed_infos() is None
+    assert HeldPins.claimed("run_z/1", []).claimed_infos() == []
 
 
 def test_a_write_that_removed_them_leaves_nothing_to_release() -> None:
-    held = HeldPins(taken=True, infos=[info()])
-    held.released = True
+    held = HeldPins.claimed("run_y/1", [info()])
+    held.mark_removed()
     assert state(held) is PinState.REMOVED and held.released and held.to_release is None
     assert held.claimed_infos() is None
-    with pytest.raises(ValueError):
-        held.released = False
 
 
 async def test_in_use_takes_the_pins_and_its_exit_removes_them(tmp_path: Path) -> None:
@@ -82,12 +79,12 @@ async def test_an_exit_after_the_write_removed_them_keeps_them_removed(tmp_path:
         ctx = await stores.contexts.put_bytes(b"text", name="c", format="text", source={"kind": "text"}, owner=ALICE)
         held = HeldPins()
         async with stores.contexts.in_use([ctx.context_id], owner=ALICE, held=held):
-            held.released = True  # as a final write that removed them says
+            held.mark_removed()  # as a final write that removed them says
         assert state(held) is PinState.REMOVED and held.released and held.to_release is None
 
 
 async def test_release_lets_go_of_claimed_pins_never_used(tmp_path: Path) -> None:
     async with make_stores(make_settings(tmp_path)) as stores:
-        held = HeldPins(taken=True, infos=[info()])
+        held = HeldPins.claimed("run_y/1", [info()])
         await stores.contexts.release(held)
         assert state(held) is PinState.NONE and held.to_release is None

@@ -370,7 +370,7 @@ def claimed_pins(row: RunRow) -> HeldPins | None:
     if row.pins is None:
         return None
     infos = [context_info(r) for r in row.pins.rows]
-    return HeldPins(pin_id=row.pins.pin_id, taken=True, infos=infos)
+    return HeldPins.claimed(row.pins.pin_id, infos)
 
 
 def _lm_called(run: ActiveRun) -> bool:

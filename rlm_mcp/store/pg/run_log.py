@@ -283,7 +283,7 @@ class PgRunLog:
                 row = None  # nor were the pins removed: their holder's exit does it
             else:
                 if pins is not None and unpin is not None:
-                    pins.released = True
+                    pins.mark_removed()
             del self._staged[: len(rows)]
         return bool(row and row["ended"])
 
