@@ -43,7 +43,7 @@ from rlm_mcp.store.pg.faults import (
     privilege_error,
     resource_error,
 )
-from rlm_mcp.store.pg.migrations import LATEST, SchemaError, migrate
+from rlm_mcp.store.pg.migrations import LATEST, SchemaError, migrate, schema_version
 from rlm_mcp.store.pg.reads import NOW, Conn, read_now
 from rlm_mcp.ticks import sleep_to_tick
 
@@ -90,17 +90,6 @@ def describe(url: str) -> str:
     if str(host).startswith("/"):
         host = f"socket {host}"
     return f"{parts.get('user') or 'default user'}@{host}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
-
-
-async def _schema_version(conn: Any) -> int:
-    """The schema version in place (0: none yet)."""
-    cur = await conn.execute("SELECT to_regclass('rlm_schema') IS NOT NULL")
-    row = await cur.fetchone()
-    if not (row and list(row.values() if isinstance(row, dict) else row)[0]):
-        return 0
-    cur = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM rlm_schema")
-    row = await cur.fetchone()
-    return int(list(row.values() if isinstance(row, dict) else row)[0]) if row else 0
 
 
 class Database:
@@ -207,7 +196,7 @@ class Database:
         """The schema's version after migrating; a current schema is only read (a role that may
         not create tables can serve one), a pending one needs a role that may."""
         try:
-            if await _schema_version(conn) == LATEST:
+            if await schema_version(conn) == LATEST:
                 return LATEST
         except psycopg.errors.InsufficientPrivilege:
             _, role, schema = await may_create_tables(conn)

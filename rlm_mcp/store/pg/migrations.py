@@ -21,6 +21,17 @@ LATEST = latest("postgres")
 _NEWER_FIX = "Upgrade rlm-mcp on this replica to the version the other replicas run."
 
 
+async def schema_version(conn: Any) -> int:
+    """The schema version in place (0: none yet)."""
+    cur = await conn.execute("SELECT to_regclass('rlm_schema') IS NOT NULL")
+    row = await cur.fetchone()
+    if not (row and list(row.values() if isinstance(row, dict) else row)[0]):
+        return 0
+    cur = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM rlm_schema")
+    row = await cur.fetchone()
+    return int(list(row.values() if isinstance(row, dict) else row)[0]) if row else 0
+
+
 async def migrate(
     conn: psycopg.AsyncConnection[Any], *, target: int | None = None, where: str = "database of RLM_MCP_DATABASE_URL"
 ) -> int:
@@ -87,4 +98,4 @@ def _detail(exc: psycopg.Error) -> str:
     return f"SQLSTATE {exc.sqlstate}: {first}"
 
 
-__all__ = ["LATEST", "SchemaError", "migrate", "rehearse"]
+__all__ = ["LATEST", "SchemaError", "migrate", "rehearse", "schema_version"]
