@@ -137,6 +137,12 @@ class Db:
                 out.setdefault(int(event["iteration"]), float(event["ts"]))
         return out
 
+    async def lm_called(self, run_ids: list[str]) -> bool:
+        """Whether every run's row holds the mark of its first answered LM call (`rlm_runs.lm_called`):
+        a lost worker's run is then ended as lost; one without it is queued again (by design)."""
+        rows = await self.rows("SELECT count(*) AS n FROM rlm_runs WHERE run_id = ANY(%s) AND lm_called", (run_ids,))
+        return int(rows[0]["n"]) == len(set(run_ids))
+
     async def summary(self, run_id: str) -> dict[str, Any]:
         rows = await self.rows("SELECT done, worker_id, summary FROM rlm_runs WHERE run_id = %s", (run_id,))
         row = rows[0]

@@ -85,11 +85,16 @@ async def worker_death(b: Balanced, db: Db, context_id: str, runs: int) -> tuple
             for i in range(runs)
         ]
 
+        # The first turn counts as soon as it starts, before its LM call: a run killed then has no
+        # answered call recorded and is queued again (by design), to sleep its cell once more on
+        # another worker. So each run's `lm_called` mark is waited for too (written before its
+        # cell runs): its worker's death then ends it.
         async def all_running() -> bool:
             statuses = [await call(front, "rlm_status", run_id=r) for r in run_ids]
-            return all(s.get("status") == "running" and int(s.get("iterations", 0)) >= 1 for s in statuses)
+            running = all(s.get("status") == "running" and int(s.get("iterations", 0)) >= 1 for s in statuses)
+            return running and await db.lm_called(run_ids)
 
-        await until(all_running, 180, "the long runs to be running", every_s=0.1)
+        await until(all_running, 600, "the long runs to be running with their LM's answer recorded", every_s=0.1)
         workers = await db.workers_of(run_ids)
         victim = next(r for r in b.replicas if str(r.pid) == max(workers, key=lambda pid: workers[pid]))
         victims = [r for r in run_ids if (await db.rows(

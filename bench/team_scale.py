@@ -26,7 +26,8 @@ LM is the zero-latency scripted server. Prints:
   notification naming that turn;
 - cancel latency across replicas: a run started through `rlm1`, cancelled through `rlm3`, its
   final status read through `rlm2`;
-- from a worker's death (SIGKILL; the worker holding the most long runs) to its runs' final
+- from a worker's death (SIGKILL; the worker holding the most long runs, once each long run's
+  first LM answer is recorded: a run killed before would be queued again) to its runs' final
   status (the lease is `--lease` s).
 
 The machine's clocks are one clock (all processes on one host), so cross-process timestamps

@@ -20,6 +20,7 @@ from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
 from rlm_mcp.service.run_queue import configured_owners
 from rlm_mcp.service.runs import RunManager
+from rlm_mcp.testing.waiting import wait_until
 from tests.fixtures_engine import FakeChatModel, FakeSandboxFactory, repl, submit
 from tests.fixtures_queue_team import OpenTeam, Team, summary
 
@@ -84,6 +85,31 @@ async def rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once(open_tea
         row = await q.read("run_handback00000001")
         assert row is not None and row.state is RunState.QUEUED and row.requeues == 1 and row.worker_id is None
         assert not row.lm_called and "queued again" in row.summary.to_stored()["notice"]
+
+
+async def rule_a_run_shown_in_its_first_turn_before_its_model_answers_has_no_lm_reply_recorded(
+    open_team: OpenTeam,
+) -> None:
+    """A turn counts from its start, before its LM call: the published summary says `running`,
+    turn 1, while the model has not answered, and the `lm_called` mark (the requeue rule's one
+    input) is not set, so a worker lost then has its run queued again. Whoever kills a worker to
+    see its run end as lost waits for the mark, not the turn (bench/team_probes.py)."""
+    async with open_team(queue_poll_s=0.2) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)  # the model never answers in time
+        await q.enqueue(record.model_copy(update={"run_id": "run_turnone00000001"}), 1)
+
+        async def shown_in_turn_one() -> bool:  # what bench/team_probes.py's death probe first waited for
+            row = await q.read("run_turnone00000001")
+            return row is not None and row.summary.status == "running" and row.summary.iterations >= 1
+
+        async with worker_on(team, lm):
+            await wait_until(shown_in_turn_one, within_s=30, what="the run's summary to show turn 1")
+            row = await q.read("run_turnone00000001")
+            assert row is not None and row.state is RunState.RUNNING and lm.root_calls and not row.lm_called
+        row = await q.read("run_turnone00000001")  # the worker stopped: handed back, as a lost one is swept
+        assert row is not None and row.state is RunState.QUEUED and row.requeues == 1 and not row.lm_called
 
 
 async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing(open_team: OpenTeam) -> None:
@@ -306,6 +332,7 @@ async def rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_en
 WORKER_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_worker_executes_a_queued_run_and_the_front_sees_it_end,
     rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once,
+    rule_a_run_shown_in_its_first_turn_before_its_model_answers_has_no_lm_reply_recorded,
     rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,
     rule_a_beat_older_than_a_claim_does_not_stop_the_run_claimed,
     rule_a_worker_claims_the_runs_waiting_for_it_in_one_claim,
