@@ -87,8 +87,6 @@ class QueueFront:
         self._tg: anyio.abc.TaskGroup | None = None
         self._live_workers = 0
         self._workers_seen_at = float("-inf")
-        self._workers_reading: anyio.Event | None = None  # a read of the live workers' count under way
-        self._workers_read_ok = False
         # Runs whose row is being read, with the latest wake-up heard meanwhile (taken after the read).
         self._reading: dict[str, Kept] = {}
         # Wake-ups of runs followed but not mirrored yet (`start` follows before it enqueues).
@@ -258,12 +256,15 @@ class QueueFront:
             self._queued_nap.cancel()
 
     async def _read_live_workers(self) -> bool:
-        """Read the live workers' count, one read at a time: the runs of a burst that find the
-        count due while it is being read wait for that read's answer instead of each asking (older
-        than their own would be by less than one round trip). False when it failed."""
-        if (reading := self._workers_reading) is not None:
-            await reading.wait()
-            return self._workers_read_ok
+        """Read the live workers' count (only `_watch_queued` does, one task for every queued run:
+        a burst's runs never each ask). False when it failed."""
+        started = time.monotonic()
+        try:
+            self._live_workers = await self._queue.live_workers()
+        except Exception:  # the caller says nothing new; the next due read tries again
+            return False
+        self._workers_seen_at = started
+        return True
         self._workers_reading = anyio.Event()
         started = time.monotonic()
         self._workers_read_ok = False  # until it answers (a cancelled read tells its waiters nothing)
