@@ -96,9 +96,7 @@ async def measure(url: str, tmp: Path, publishes: int, rounds: int, profile: boo
         log = QueueRunLog(await runs.reopen(RUN, attempt=1))
         lives = [_live(t + 1) for t in range(publishes)]
         for warm in range(20):  # connections opened, statements and caches warm
-            assert await log.publish(
-                RunRecord.of_live(lives[warm], run_id=RUN, created_at=created, request=request), lm_called=True
-            )
+            assert await log.publish(RunRecord.of_live(lives[warm], run_id=RUN, created_at=created, request=request))
         profiler = cProfile.Profile(time.thread_time) if profile else None
         figures = []
         for _ in range(rounds):
@@ -110,7 +108,7 @@ async def measure(url: str, tmp: Path, publishes: int, rounds: int, profile: boo
                 for event in events[turn]:
                     await log.append(event)
                 record = RunRecord.of_live(lives[turn], run_id=RUN, created_at=created, request=request)
-                assert await log.publish(record, lm_called=True)
+                assert await log.publish(record)
             if profiler is not None:
                 profiler.disable()
             figures.append((time.process_time() - start) / publishes)

@@ -86,10 +86,16 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
         await log.append(_call(1, error="the endpoint refused"))  # a failed call: staged like any event
         assert (await _rows(pg_url))[0] == [] and log.staged == 2
         assert not (await _rows(pg_url))[1]["lm_called"]
+        # A live summary whose usage counts the failed call (it came back with a record) does not
+        # mark the run: only an answered call does, so a lost worker's run may still go back.
+        failed_usage = {"total": {"calls": 1, "prompt_tokens": 10, "completion_tokens": 0}}
+        assert await log.publish(run_record(RUN, {"status": "running", "owner": ALICE, "usage": failed_usage}))
+        assert not (await _rows(pg_url))[1]["lm_called"] and not log.lm_called
 
         await log.append(_call(1))  # the first answered call: written, with the mark, before it returns
         types, record = await _rows(pg_url)
         assert types == ["turn_start", "llm_call", "llm_call"] and record["lm_called"] and log.staged == 0
+        assert log.lm_called
 
         await log.append(_cell(1))
         await log.append(_turn(2))
@@ -98,9 +104,7 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
 
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
             await listener.execute(f"LISTEN {run_channel(RUN)}")  # the run's own channel
-            assert await log.publish(
-                run_record(RUN, {"status": "running", "iterations": 2, "owner": ALICE}), lm_called=True
-            )
+            assert await log.publish(run_record(RUN, {"status": "running", "iterations": 2, "owner": ALICE}))
             notes = [n.payload async for n in listener.notifies(timeout=10, stop_after=1)]
         run_id, live = decode_live(notes[0])  # the live summary rides along: no row to read
         assert run_id == RUN and live is not None and live.iterations == 2
@@ -115,9 +119,7 @@ async def test_events_are_batched_but_the_first_lm_reply_is_recorded_before_appe
         await log.append(_cell(2))
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
             await listener.execute(f"LISTEN {run_channel(RUN)}")  # the run's own channel
-            assert not await log.publish(
-                run_record(RUN, {"status": "running", "iterations": 3, "owner": ALICE}), lm_called=True
-            )
+            assert not await log.publish(run_record(RUN, {"status": "running", "iterations": 3, "owner": ALICE}))
             notes = [n.payload async for n in listener.notifies(timeout=10, stop_after=1)]
         assert notes == [RUN]  # the id alone: the follower reads the final row
         types, record = await _rows(pg_url)
@@ -139,7 +141,7 @@ async def test_a_failed_flush_keeps_its_events_for_the_next_one_in_order(
         try:
             await log.append(_turn(2))
             with pytest.raises(DatabaseUnavailableError):
-                await log.publish(run_record(RUN, {"status": "running", "owner": ALICE}), lm_called=True)
+                await log.publish(run_record(RUN, {"status": "running", "owner": ALICE}))
             assert log.staged == 2
         finally:
             pg_cluster.start()

@@ -89,6 +89,23 @@ def test_a_workers_log_marks_the_first_answered_call_as_before() -> None:
     assert writes == [(["turn_start", "llm_call", "llm_call"], True)] and log.staged == 1
 
 
+def test_a_first_answer_the_database_refuses_stops_the_run_whatever_the_error() -> None:
+    """Not only the mapped "database unavailable" error: any failure to write the mark (a value
+    the driver refuses) leaves the run unrecorded, so its worker stops it before its code runs."""
+
+    def write(rows: list[tuple[int, str]], seq: int, summary: RunRecord | None, mark: bool, announce: bool) -> bool:
+        raise ValueError("a value the driver cannot encode")
+
+    async def main() -> QueueRunLog:
+        log = QueueRunLog(MemoryRunLog(write, RUN, 0, lambda record: True))
+        await log.append(_turn(1))
+        await log.append_call(_call(0))  # the first answered call: its mark cannot be written
+        return log
+
+    log = anyio.run(main)
+    assert log.unrecorded and not log.lm_called
+
+
 def test_events_waiting_for_the_record_keep_their_order(tmp_path: Path) -> None:
     async def main() -> list[str | None]:
         store = RunStore(make_settings(tmp_path).store)

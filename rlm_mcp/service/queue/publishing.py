@@ -80,9 +80,8 @@ async def publish_until_done(
                 continue
             seen, phase = run.seq, run.progress.phase
             summary = run.record()
-            lm_called = run.progress.usage.total.calls > 0  # an LM call recorded (its reply came)
             try:
-                published = await run_log.publish(summary, lm_called=lm_called)
+                published = await run_log.publish(summary)
                 published_at = written_at = anyio.current_time()
                 if not published and run.result is None:
                     stop(run.run_id, "the run is no longer this worker's (another attempt, or it ended)")

@@ -32,7 +32,6 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from rlm_mcp.call_lines import CallLine
-from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.events import LLMCall, RunEvent
 from rlm_mcp.ports.queue import FencedRunLog
 from rlm_mcp.ports.runs import RunRecord
@@ -66,6 +65,13 @@ class QueueRunLog:
         self.unrecorded = False  # the first answered LM call could not be recorded
 
     @property
+    def lm_called(self) -> bool:
+        """Whether the `lm_called` mark is written: the one answer to "may this run go back to the
+        queue" that this worker and the sweepers share (a failed call, even one with usage, is
+        not an answered one)."""
+        return self._marked
+
+    @property
     def run_id(self) -> str:
         return self._inner.run_id
 
@@ -92,19 +98,20 @@ class QueueRunLog:
             if not await self._inner.flush(mark_lm_called=True):
                 self.must_stop = "the run is no longer this worker's"
             self._marked = True
-        except RlmMcpError as exc:  # the database is away: the run must not run code unrecorded
+        except Exception as exc:  # the database is away, or refused the row: no code may run unrecorded
             log.warning("could not record run %s's first LM reply; stopping it: %s", self.run_id, exc)
             self.unrecorded = True
 
-    async def publish(self, summary: RunRecord, *, lm_called: bool) -> bool:
+    async def publish(self, summary: RunRecord) -> bool:
         """The staged events, the live summary and the wake-up in one statement; False when the
         run had already ended elsewhere (a sweeper declared its worker lost): the summary is
-        not written then."""
+        not written then. The `lm_called` mark is not this statement's: the first answered call
+        wrote it already (`append`)."""
         if summary.done and self._finish is not None:
             # The final record is written once, by `write_summary` through the queue's end write
             # (which tells the run-end hook): a report that sees the result first leaves it there.
             return True
-        live = await self._inner.flush(summary=summary, mark_lm_called=lm_called, announce=True)
+        live = await self._inner.flush(summary=summary, announce=True)
         if not live:
             self.must_stop = self.must_stop or "the run is no longer this worker's"
         return live

@@ -133,10 +133,10 @@ class QueueWorker:
         assert self._tg is not None
         tg, self._tg = self._tg, None
         self._runs.shutdown_notice = Notice(kind=NoticeKind.SHUT_DOWN, worker=self.ref)
-        # Runs that have had no LM reply yet go back to the queue (once) instead of ending:
+        # Runs with no LM reply recorded yet go back to the queue (once) instead of ending:
         # another worker starts them from scratch and nothing was spent.
-        for run_id, (_, run, run_log) in list(self._running.items()):
-            if may_requeue(lm_called=_lm_called(run), requeues=self._requeues.get(run_id, 1)):
+        for run_id, (_, _, run_log) in list(self._running.items()):
+            if may_requeue(lm_called=run_log.lm_called, requeues=self._requeues.get(run_id, 1)):
                 run_log.detach()
                 self._handing_back.add(run_id)
         tg.cancel_scope.cancel()  # each run records `cancelled` (or is handed back)
@@ -304,7 +304,7 @@ class QueueWorker:
             """At the run's end: a run ended by this process's shutdown before any LM reply goes
             back to the queue (decided here too, as the shutdown's cancellation may reach the
             run before `__aexit__` does)."""
-            if run is None or not run.shut_down or not may_requeue(lm_called=_lm_called(run), requeues=row.requeues):
+            if run is None or not run.shut_down or not may_requeue(lm_called=run_log.lm_called, requeues=row.requeues):
                 return False
             self._handing_back.add(run_id)
             return True
@@ -371,8 +371,3 @@ def claimed_pins(row: RunRow) -> HeldPins | None:
         return None
     infos = [context_info(r) for r in row.pins.rows]
     return HeldPins.claimed(row.pins.pin_id, infos)
-
-
-def _lm_called(run: ActiveRun) -> bool:
-    """Whether the run has had an LM call (its reply came): what `rlm_runs.lm_called` records."""
-    return run.progress.usage.total.calls > 0
