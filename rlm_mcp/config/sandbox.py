@@ -41,8 +41,8 @@ class SandboxSettings(BaseModel):
     sandbox_fast_channel: Literal["auto", "off"] = Field(
         "auto",
         description=(
-            "The sandboxes' frames over a unix socket shared with the container (auto: with a local Docker "
-            "engine and runc) or only over the Docker attach stream (off); docs/architecture.md, Fast channel."
+            "The sandboxes' frames over a unix socket shared with the container (auto: with a local engine, "
+            "Docker or root Podman, and runc) or only over the attach stream (off); docs/architecture.md, Fast channel."
         ),
     )
     sandbox_memory: str = Field("1g", description="Memory limit (= memory+swap) of one sandbox.")

@@ -39,6 +39,9 @@ def test_docker_and_podman_are_told_apart_and_described() -> None:
     assert runsc.describe() == "Docker 20.10.24+dfsg1, runtime runsc, cgroup v1"
     for engine in (docker_engine, podman, runsc):
         check_engine(engine, make_settings(sandbox_runtime=engine.runtime).sandbox)  # rootful, limits: fine
+    assert not podman.selinux  # a labelling engine says so among its security options
+    labelled = {**PODMAN_INFO, "SecurityOptions": ["name=seccomp,profile=default", "name=selinux"]}
+    assert engine_info(PODMAN_VERSION, labelled, settings.sandbox).selinux
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,7 @@ class EngineInfo:
     cgroup_version: str = ""
     missing_limits: tuple[str, ...] = field(default=())  # limits the engine says it cannot apply
     desktop: bool = False  # Docker Desktop: the engine runs in a VM (no host unix sockets inside)
+    selinux: bool = False  # the engine labels containers (SELinux): a host socket needs relabelling
 
     @property
     def podman(self) -> bool:
@@ -103,6 +104,7 @@ def engine_info(version: dict[str, Any], info: dict[str, Any], settings: Sandbox
         cgroup_version=str(info.get("CgroupVersion") or ""),
         missing_limits=missing,
         desktop="docker desktop" in str(info.get("OperatingSystem") or "").lower(),
+        selinux=any("name=selinux" in s for s in security),
     )
 
 

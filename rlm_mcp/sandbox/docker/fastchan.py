@@ -7,8 +7,9 @@ and `init`, the kernel's stderr, and its end still tells the kernel that the hos
 
 Where (`unavailable_reason`): only where a host socket can reach the container: a Docker
 engine on a local unix socket (not a remote, TLS or ssh DOCKER_HOST, not Docker Desktop's VM),
-with runc (gVisor's runsc refuses host unix sockets unless started with --host-uds), and not
-Podman (untested there: rootless Podman and SELinux hosts relabel or refuse bind mounts).
+with runc (gVisor's runsc refuses host unix sockets unless started with --host-uds);
+Podman only as root and without SELinux (rootless Podman's user namespace and SELinux's labels
+are untested here: the kernel would fall back, after its connect deadline, on every sandbox).
 Setting RLM_MCP_SANDBOX_FAST_CHANNEL=off keeps every sandbox on the attach stream.
 
 The socket's directory (`ChannelRoot`): a private parent per server (0700, the server's
@@ -68,7 +69,7 @@ ACK = b"\x01"
 HANDSHAKE_S = 5.0  # the host's to read the token once a connection is accepted
 ROOT_PREFIX = "rlm-mcp-chan-"
 LABEL_CHANNEL_DIR = "rlm-mcp.channel-dir"  # the container's socket directory, for the orphan reaper
-_MOUNT_REFUSALS = ("mount", "not shared", "file sharing", "bind source")
+_MOUNT_REFUSALS = ("mount", "not shared", "file sharing", "bind source", "container path")  # the last: Podman's
 
 
 def is_refused_mount(exc: BaseException) -> bool:
@@ -147,8 +148,10 @@ def unavailable_reason(settings: SandboxSettings, engine: EngineInfo | None, doc
         return f"DOCKER_HOST is not a local unix socket ({scheme}://): the engine cannot see this host's sockets"
     if engine is None:
         return "the engine is not known"
-    if engine.podman:
-        return "Podman: not supported (rootless Podman and SELinux relabel or refuse the socket's bind mount)"
+    if engine.podman and engine.rootless:
+        return "rootless Podman: not supported (its user namespace maps the socket's owner; untested)"
+    if engine.podman and engine.selinux:
+        return "Podman with SELinux: not supported (the socket's bind mount would need relabelling)"
     if is_gvisor(engine, settings):
         return "gVisor (runsc) does not pass host unix sockets through unless started with --host-uds"
     if engine.desktop:
