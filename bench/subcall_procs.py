@@ -1,17 +1,21 @@
 """Where a 16-way batch's CPU goes across the processes of `bench/subcall.py`'s setup, floor
 against rlm-mcp, and how the scheduler placed them.
 
-    .venv/bin/python bench/subcall_procs.py [--n 16] [--batches 8] [--reps 4] [--pin-lm]
+    .venv/bin/python bench/subcall_procs.py [--n 16] [--batches 8] [--reps 4] [--pin-lm] [--no-settle]
 
-The service, script and scripted server of bench/subcall.py. Each rep runs, in turn: the floor's
-`--batches` batches of `--n` bare requests; an rlm-mcp run whose cell makes `--batches` batches;
-an rlm-mcp run whose cell makes one. Around each, the CPU (schedstat, ns) of: this process's
-event-loop thread, its other threads, the scripted LM, the sandbox's container (every process
-under a containerd shim: other users' containers too) and Docker's daemons; and the scheduler's
-counts of the event-loop thread and the scripted LM (switches voluntary and not, migrations
-between CPUs). rlm-mcp's per-batch figure is the many-batch run less the one-batch run, over
-`--batches` - 1 (the run's own start, root call and end cancel out): what each further batch
-costs each process. Never fails on a timing.
+The service, script and scripted server of bench/subcall.py. Each rep runs the floor's batches of
+`--n` bare requests, then an rlm-mcp run whose cell makes `--batches` batches, each after a 1.5 s
+pause (the warm pool's refill out of the way; `--no-settle`: the floor right after the previous
+run, as bench/subcall.py orders them). What is read is the CPU (schedstat, ns) of: this process's
+event-loop thread, its other threads, the scripted LM, every process under a containerd shim (the
+sandbox's kernel; other users' containers too) and Docker's daemons; and the scheduler's counts
+of the event-loop thread and the scripted LM (switches voluntary and not, migrations between
+CPUs). rlm-mcp's span runs from the bridge's start of the second batch to the last's (`--batches`
+- 2 whole cycles: the bridge, the answer frame, the cell's loop, the next request frame, its
+dispatch; the run's own start and end outside), the floor's over as many batches after a first
+one; both per batch. The reads cost milliseconds of the loop thread (the /proc files of every
+container's threads): the loop's own CPU is read last at a span's start and first at its end.
+Never fails on a timing.
 """
 
 from __future__ import annotations
@@ -91,7 +95,9 @@ class Snap:
         out = {
             "server: other threads": float(whole or task_cpu_ns(self.me)),
             "scripted LM": task_cpu_ns(self.lm),
-            "containers (the sandbox's kernel)": sum(task_cpu_ns(p) for p in self.found["every container (others' too)"]),
+            "containers (the sandbox's kernel)": sum(
+                task_cpu_ns(p) for p in self.found["every container (others' too)"]
+            ),
             "dockerd + containerd": sum(task_cpu_ns(p) for p in self.found["dockerd + containerd"]),
         }
         for key, value in _sched(self.lm).items():
