@@ -48,11 +48,16 @@ def encode_json(obj: Any) -> bytes:
 
 def _plain(value: Any) -> bool:
     """Whether `value` holds only what orjson writes byte for byte as `_ENCODER` does: str (every
-    code point escaped alike), int, bool, None, and lists and str-keyed dicts of them. Not a float
-    (orjson writes `1e16` where Python writes `1e+16`, and NaN as null), a tuple or a subclass."""
+    code point escaped alike), int, bool, None, a float that both write in positional notation
+    (zero, and 1e-4 <= |x| < 1e16: the same shortest digits), and lists and str-keyed dicts of
+    them. Not a float outside that range (orjson writes `1e16` where Python writes `1e+16`, and
+    NaN as null), a tuple or a subclass. A float is what most extra bodies hold (a temperature),
+    and one would send the whole request, a root call's conversation with it, to `_ENCODER`."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return True
+    if kind is float:
+        return bool(value == 0.0 or 1e-4 <= abs(value) < 1e16)
     if kind is dict:
         for key, item in value.items():  # noqa: SIM110 - a loop, not all(...): no generator per container
             if type(key) is not str or not (type(item) is str or _plain(item)):

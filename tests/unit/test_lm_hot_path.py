@@ -12,10 +12,12 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import trace
 
-from rlm_mcp.lm.http import HttpReply, decode_json, encode_json
+from rlm_mcp.lm.http import HttpReply, _plain, decode_json, encode_json
 from rlm_mcp.lm.length_field import set_budget
 from rlm_mcp.lm.responses import parse_completion
 from rlm_mcp.lm.routing import request_id
@@ -164,6 +166,12 @@ class _Str(str):
     __slots__ = ()
 
 
+class _Float(float):
+    """A float subclass: left to the standard library."""
+
+    __slots__ = ()
+
+
 def _nested(depth: int) -> list[Any]:
     value: list[Any] = ["x"]
     for _ in range(depth):
@@ -189,6 +197,16 @@ _REQUEST_BODIES: list[Any] = [
     {"messages": [{"role": "user", "content": "ok"}, {2: "int key"}]},
     {"messages": [{"role": "user", "content": _Str("a str subclass")}]},
     {"messages": [{"role": "user", "content": "ok"}, ("a", "tuple")]},
+    # Floats at the edges of what orjson writes as the standard library does (positional
+    # notation), and past them: each body takes one way or the other, with the same bytes.
+    {"temperature": 0.0, "neg": -0.0, "low": 1e-4, "high": 9999999999999998.0, "tiny": 5e-324},
+    {"temperature": 0.7, "below": 9.999999999999999e-05},
+    {"temperature": 0.7, "at": 1e16, "neg": -1e16},
+    {"temperature": math.inf},
+    {"temperature": -math.inf},
+    {"extra": [0.1, 0.2 + 0.1, 1 / 3, 123456789.123, -2.5e-4]},
+    {"temperature": _Float(0.5)},  # a float subclass
+    {"messages": [{"role": "user", "content": "ok", "weight": 0.25}], "temperature": 0.7, "top_p": 0.95},
 ]
 
 
@@ -198,3 +216,26 @@ def test_a_request_body_is_written_as_the_standard_library_writes_it(body: Any) 
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
     assert _outcome(encode_json, body) == _outcome(standard, body)
+
+
+def _standard(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True), st.floats(min_value=1e-4, max_value=1e16, exclude_max=True))
+def test_a_float_in_a_body_is_written_as_the_standard_library_writes_it(any_float: float, positional: float) -> None:
+    for value in (any_float, positional, -positional):
+        body: Any = {"model": "m", "messages": [{"role": "user", "content": "q"}], "temperature": value}
+        assert _outcome(encode_json, body) == _outcome(_standard, body)
+
+
+@pytest.mark.parametrize(
+    ("value", "fast"),
+    [(0.7, True), (0.0, True), (-0.0, True), (1e-4, True), (-1e15, True), (9.9e-5, False), (1e16, False)]
+    + [(math.nan, False), (math.inf, False), (_Float(0.5), False)],
+)
+def test_a_body_holding_a_float_is_written_by_orjson_where_it_writes_the_same(value: float, fast: bool) -> None:
+    # A temperature in the extra body no longer sends the whole request (a root call's
+    # conversation with it) to the standard library's encoder.
+    assert _plain({"model": "m", "messages": [{"role": "user", "content": "q"}], "temperature": value}) is fast
