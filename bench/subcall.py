@@ -16,6 +16,8 @@ raised to n, so both sides keep n requests in flight).
 
 The floor moves with the machine's load, so floor and rlm-mcp blocks alternate and the ratio
 is taken per rep (median of rlm-mcp's batches / median of the floor's batches in the same rep).
+Each block starts after the same 1.5 s pause (the previous run's sandbox removed, the pool
+refilled), so neither side shares its CPUs with Docker's daemons.
 Prints medians with min/max across reps, the CPU ratio (rlm-mcp's whole process per sub-call over
 the floor's client per request) and the load average at the start and the end; `--record` writes
 bench/results/subcall.json. `--sizes` measures other batch sizes (`--record` refuses them: the
@@ -127,6 +129,10 @@ async def bench(reps: int, batches: int, record: bool, sizes: tuple[int, ...] = 
                 await ours(n)
             for rep in range(reps):
                 for n in sizes:
+                    # The same pause as rlm-mcp's runs get: the previous run's sandbox is removed and
+                    # the warm pool refilled in it, so Docker's daemons do not share the floor's CPUs
+                    # (bench/results/subcall-16-2026-11-30.md, section 2).
+                    await anyio.sleep(1.5)
                     floor, floor_cpu = await floor_batches(url, n, batches, pool)
                     mine, mine_cpu = await ours(n)
                     per_rep[n].append((statistics.median(floor), statistics.median(mine)))
