@@ -287,7 +287,7 @@ class QueueFront:
         if state is READ_ROW:
             self._read_soon(run)
             return
-        apply(run, state)
+        self._apply(run, state)
         if run.done.is_set():
             self._retire(run)
 
@@ -321,7 +321,7 @@ class QueueFront:
                 if kept is _NOTHING:
                     return
                 if kept is not READ_ROW:
-                    apply(run, kept)  # type: ignore[arg-type]  # a summary or record
+                    self._apply(run, kept)  # type: ignore[arg-type]  # a summary or record
                     if run.done.is_set():
                         self._retire(run)
                     return
@@ -350,8 +350,15 @@ class QueueFront:
             run.done.set()
             run.notify("run_end")
             return False
-        apply(run, row.shown)
+        self._apply(run, row.shown)
         return True
+
+    def _apply(self, run: ActiveRun, state: LiveSummary | RunRecord) -> None:
+        """`apply`, and a run queued again (its worker handed it back, or was lost) is watched
+        for its no-worker notice again."""
+        apply(run, state)
+        if state.status == "queued":
+            self._watch_if_queued(run)
 
     async def _look_if_queued(self, run: ActiveRun) -> None:
         """A mirror that says queued reads its row before it answers (`find`): a worker announces
