@@ -14,6 +14,8 @@ from typing import Any
 
 import anyio
 
+from rlm_mcp.engine import RunPhase
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.chat import Completion
 from rlm_mcp.ports.runs import LiveSummary, RunRecord
 from rlm_mcp.service.queue.front import QueueFront
@@ -91,8 +93,9 @@ def _turns() -> list[object]:
 
 
 async def rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns(open_team: OpenTeam) -> None:
-    """Nobody follows it: with the unfollowed interval longer than the run, one live summary
-    (the claim's) for six turns; every event is still logged, and the end is not held back."""
+    """Nobody follows it: with the unfollowed interval longer than the run, no live summary for
+    six turns (its first one waits for the interval's tick too, and the run ends first); every
+    event is still logged, and the end is not held back."""
     async with _team(open_team) as (team, record, wakeups):
         q = team.queue
         async with QueueFront(team.settings.queue, q, wakeups) as front:
@@ -101,10 +104,74 @@ async def rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns(open_
                 with anyio.fail_after(WAIT_S):
                     await run.done.wait()
         assert run.result is not None and run.result.answer == "42" and run.result.iterations == TURNS
-        assert wakeups.summaries.get(run.run_id, 0) < TURNS
+        assert wakeups.summaries.get(run.run_id, 0) == 0
         row = await q.read(run.run_id)
         assert row is not None and row.done and not row.followed
         assert len(await team.event_attempts(run.run_id)) > 2 * TURNS  # a turn start, an LM call, a cell...
+
+
+async def rule_an_unfollowed_run_publishes_at_its_intervals_ticks(open_team: OpenTeam) -> None:
+    """Nobody follows it, and its interval is short: its live summaries still come, the first one
+    at the interval's tick (the model waits, before each turn's LM call, until a live summary
+    naming that turn was heard: with no tick's publish the run would never end)."""
+    async with open_team(
+        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=0.05
+    ) as team:
+        record = await _request_with_context(team, "run_unused0000000000")
+        wakeups = CountingWakeups(team.queue)
+        run_id = "run_unfollowedtick01"
+        lm = WatchedModel(root=_turns(), wakeups=wakeups, run_id=run_id)  # type: ignore[arg-type]
+        async with QueueFront(team.settings.queue, team.queue, wakeups) as front:
+            run = await front.start(record.request, None, run_id=run_id)
+            async with worker_on(team, lm):
+                with anyio.fail_after(WAIT_S):
+                    await run.done.wait()
+        assert run.result is not None and run.result.answer == "42" and run.result.iterations == TURNS
+        assert wakeups.turns[run_id] == TURNS
+        row = await team.queue.read(run_id)
+        assert row is not None and not row.followed
+
+
+async def rule_a_claimed_run_shows_as_running_before_its_first_live_summary(open_team: OpenTeam) -> None:
+    """Nobody follows it, and its worker has published no live summary yet (the first one waits
+    for the unfollowed interval's tick, a minute here): from its claim on, the front that started
+    it and another replica's front both say running, in its first phase, turn 0, as a run that has
+    just taken its slot in one process does (`ports.queue.shown`); it ends as ever."""
+    async with _team(open_team) as (team, record, wakeups):
+        run_id = "run_claimedshown0001"
+        lm = WatchedModel(root=_turns(), wakeups=wakeups, run_id=run_id, watch_from=TURNS + 1, pause_at=1)  # type: ignore[arg-type]
+        other = CountingWakeups(team.queue)
+        async with (
+            QueueFront(team.settings.queue, team.queue, wakeups) as front,
+            QueueFront(team.settings.queue, team.queue, other) as replica,
+        ):
+            run = await front.start(record.request, None, run_id=run_id)
+            assert run.snapshot().status == "queued"
+            async with worker_on(team, lm):
+                with anyio.fail_after(WAIT_S):
+                    await lm.paused.wait()  # claimed, in its first turn's LM call
+                row = await team.queue.read(run_id)
+                assert row is not None and row.summary.status == "queued"  # no live summary yet
+                assert wakeups.summaries.get(run_id, 0) == 0
+                for shown in (
+                    await front.find(run_id, owner=LOCAL_OWNER),
+                    await replica.find(run_id, owner=LOCAL_OWNER),
+                ):
+                    assert shown is not None
+                    snap = shown.snapshot()
+                    assert (snap.status, snap.iterations, snap.notice) == ("running", 0, None), snap
+                    assert shown.progress.phase is RunPhase.STARTING
+                if team.stores.kind == "postgresql":  # the run records are the queue's rows there
+                    stored = await team.stores.runs.read_summary(run_id, owner=LOCAL_OWNER)
+                    listed = [r for r in await team.stores.runs.list(owner=LOCAL_OWNER) if r.run_id == run_id]
+                    assert [(r.status, r.phase, r.iterations) for r in (stored, *listed)] == [
+                        ("running", RunPhase.STARTING, 0)
+                    ] * 2
+                assert wakeups.summaries.get(run_id, 0) == 0
+                lm.go.set()
+                with anyio.fail_after(WAIT_S):
+                    await run.done.wait()
+        assert run.result is not None and run.result.answer == "42" and run.result.iterations == TURNS
 
 
 async def rule_a_run_followed_before_its_claim_publishes_every_turn(open_team: OpenTeam) -> None:
@@ -151,7 +218,9 @@ async def rule_a_run_followed_mid_run_publishes_every_turn_after_the_follow(open
 
 
 FOLLOW_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
+    rule_a_claimed_run_shows_as_running_before_its_first_live_summary,
     rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns,
+    rule_an_unfollowed_run_publishes_at_its_intervals_ticks,
     rule_a_run_followed_before_its_claim_publishes_every_turn,
     rule_a_run_followed_mid_run_publishes_every_turn_after_the_follow,
 ]

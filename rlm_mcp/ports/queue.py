@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from rlm_mcp.call_lines import CallLine
 from rlm_mcp.errors import BusyError
 from rlm_mcp.events import RunEvent
+from rlm_mcp.ports.run_values import RunPhase
 from rlm_mcp.ports.runs import RunRecord, WorkerRef
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "RunQueuePort",
     "RunRow",
     "RunState",
+    "shown",
 ]
 
 
@@ -87,6 +89,23 @@ class RunRow:
     @property
     def done(self) -> bool:
         return self.state is RunState.DONE
+
+    @property
+    def shown(self) -> RunRecord:
+        """Its record as a reader is shown it (`shown`)."""
+        return shown(self.summary, self.state, self.worker_id)
+
+
+def shown(record: RunRecord, state: RunState | str, worker_id: int | None) -> RunRecord:
+    """A run's record as every reader of its status is shown it (a front's mirror, `rlm_status`
+    on any replica, the run's listing): a run a worker claimed (`state` running, `worker_id`
+    set) whose record still says queued, because its worker has not published a live summary
+    yet, shows as running, in its first phase, turn 0, as a run that has just taken its slot
+    in one process does; any other record as it is (a process's own runs, with no worker, write
+    their queued time themselves)."""
+    if record.status != "queued" or state != RunState.RUNNING or worker_id is None:
+        return record
+    return record.model_copy(update={"status": "running", "phase": RunPhase.STARTING, "notice": None})
 
 
 @dataclass(frozen=True)

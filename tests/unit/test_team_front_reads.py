@@ -14,8 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
+from rlm_mcp.engine import RunPhase
+from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.queue import RunRow
-from rlm_mcp.ports.runs import LiveSummary, encode_final, encode_live
+from rlm_mcp.ports.runs import LiveSummary, Notice, encode_final, encode_live
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
@@ -255,3 +257,52 @@ async def test_a_burst_of_runs_reads_the_live_workers_once(monkeypatch: pytest.M
         assert all(run.waiting is not None and "no worker" in run.waiting.render() for run in runs)
         late = await front.start(summary("run_unused0000000000").request, None, run_id="run_burst_late00001")
         assert late.waiting is not None and reads == 1  # the count is recent: said at once
+
+
+async def test_the_no_worker_notice_is_a_queued_runs_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queued with no live worker, a run says so; once it runs the notice is gone; queued again
+    (its worker handed it back), it says so again, after the record's own notice."""
+    settings = make_settings(queue_poll_s=60.0).queue  # the count, once read, stays recent
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue, clock=lambda: 0.0)
+    heard = _listeners(queue, monkeypatch)
+    run_id = "run_noworker00000001"
+    async with QueueFront(settings, queue, wakeups) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id=run_id)
+        await anyio.wait_all_tasks_blocked()
+        assert "no worker" in (run.snapshot().notice or "")
+        heard[0](encode_live(run_id, LiveSummary(status="running", iterations=1)))
+        assert run.waiting is None and run.snapshot().notice is None
+        again = Notice.of_text("queued again: its worker stopped")
+        heard[0](encode_live(run_id, LiveSummary(status="queued", notice=again)))
+        notice = run.snapshot().notice or ""
+        assert notice.startswith("queued again") and "no worker" in notice
+
+
+async def test_a_mirror_that_says_queued_reads_its_row_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claimed, with no live summary heard yet: the mirror says queued until someone asks
+    (`find`), which reads the row once and shows the run running, turn 0; a mirror that says
+    running is answered without a read."""
+    settings = make_settings(queue_poll_s=60.0).queue
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue, clock=lambda: 0.0)
+    counted = Counted(queue, monkeypatch)
+    run_id = "run_askedrow00000001"
+    async with QueueFront(settings, queue, wakeups) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id=run_id)
+        worker = await queue.register_worker("owner-asked", 4)
+        assert await queue.claim(worker, 8, 8) is not None  # no announcement: its summary says queued
+        await anyio.wait_all_tasks_blocked()
+        before = counted.reads
+        assert run.progress.status == "queued"
+        assert await front.find(run_id, owner=LOCAL_OWNER) is run
+        assert counted.reads == before + 1
+        snap = run.snapshot()
+        assert (snap.status, snap.iterations, snap.notice, run.progress.phase) == (
+            "running",
+            0,
+            None,
+            RunPhase.STARTING,
+        )
+        assert await front.find(run_id, owner=LOCAL_OWNER) is run
+        assert counted.reads == before + 1

@@ -56,4 +56,7 @@ def test_runs_published_within_one_interval_publish_next_at_the_same_tick(interv
     for t in (tick + interval * 0.7, 1234.567):  # never sooner than half an interval, never later than 1.5
         assert t + interval / 2 < next_publish_at(t, interval) <= t + interval * 1.5 + SLACK_S
     assert next_publish_at(-math.inf, interval) == -math.inf and next_publish_at(tick, 0.0) == -math.inf  # at once
+    # The first one at the time given (an unfollowed run's: its interval's first tick), unless there is no interval.
+    assert next_publish_at(-math.inf, interval, first=tick) == tick
+    assert next_publish_at(-math.inf, 0.0, first=tick) == -math.inf
     assert math.isclose(next_tick(interval, tick), tick + interval)

@@ -28,7 +28,7 @@ from rlm_mcp.engine import RLMEngine, RunPhase, RunProgress
 from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports import ContextSpec
-from rlm_mcp.ports.queue import RunQueuePort
+from rlm_mcp.ports.queue import RunQueuePort, RunState
 from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus, new_run_id
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.ends import EndReporting, need_of
@@ -56,16 +56,18 @@ def apply(run: ActiveRun, state: LiveSummary | RunRecord) -> None:
     """Bring the mirror up to the run's live summary or record; notify its waiters when
     something changed."""
     p = run.progress
-    before = (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total)
+    before = (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total, run.waiting)
     p.apply(state)
     run.notice = state.notice
+    if p.status != "queued":
+        run.waiting = None  # the front's no-worker notice is a queued run's only
     if isinstance(state, RunRecord) and state.done and not run.done.is_set():
         run.result = state.result
         if state.not_started is not None:
             run.not_started = RlmMcpError(state.not_started.cause, state.not_started.fix)
         run.done.set()
         run.notify("run_end")
-    elif before != (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total):
+    elif before != (p.status, p.iterations, p.sub_calls, p.phase, run.notice, p.usage.total.total, run.waiting):
         run.notify(state.last_event or "progress")
 
 
@@ -160,7 +162,10 @@ class QueueFront:
         (the caller then reads its record)."""
         known = self._mirrors.get(run_id)
         if known is not None:
-            return known if sees(owner, known.request.owner) else None
+            if not sees(owner, known.request.owner):
+                return None
+            await self._look_if_queued(known)
+            return known
         row = await self._queue.read(run_id)
         if row is None or row.done or not sees(owner, row.owner) or self._tg is None:
             return None
@@ -171,7 +176,7 @@ class QueueFront:
             self._wakeups.forget(run_id)
             self._early.pop(run_id, None)
             return None
-        record = row.summary
+        record = row.shown
         progress = RunProgress(run_id=run_id, max_iterations=record.request.limits.max_iterations, status="queued")
         run = ActiveRun(run_id, record.request, progress, created=record.created_at or row.created_at)
         apply(run, record)
@@ -265,19 +270,6 @@ class QueueFront:
             return False
         self._workers_seen_at = started
         return True
-        self._workers_reading = anyio.Event()
-        started = time.monotonic()
-        self._workers_read_ok = False  # until it answers (a cancelled read tells its waiters nothing)
-        try:
-            self._live_workers = await self._queue.live_workers()
-            self._workers_seen_at = started
-            self._workers_read_ok = True
-        except Exception:  # the caller says nothing new; the next due read tries again
-            self._workers_read_ok = False
-        finally:
-            self._workers_reading.set()
-            self._workers_reading = None
-        return self._workers_read_ok
 
     def _woken(self, run_id: str, state: LiveSummary | RunRecord | None) -> None:
         """A wake-up of a run followed here (`Wakeups.on_wake`, in the listener's callback): its
@@ -295,7 +287,7 @@ class QueueFront:
         if state is READ_ROW:
             self._read_soon(run)
             return
-        apply(run, state)
+        self._apply(run, state)
         if run.done.is_set():
             self._retire(run)
 
@@ -329,7 +321,7 @@ class QueueFront:
                 if kept is _NOTHING:
                     return
                 if kept is not READ_ROW:
-                    apply(run, kept)  # type: ignore[arg-type]  # a summary or record
+                    self._apply(run, kept)  # type: ignore[arg-type]  # a summary or record
                     if run.done.is_set():
                         self._retire(run)
                     return
@@ -358,5 +350,30 @@ class QueueFront:
             run.done.set()
             run.notify("run_end")
             return False
-        apply(run, row.summary)
+        self._apply(run, row.shown)
         return True
+
+    def _apply(self, run: ActiveRun, state: LiveSummary | RunRecord) -> None:
+        """`apply`, and a run queued again (its worker handed it back, or was lost) is watched
+        for its no-worker notice again."""
+        apply(run, state)
+        if state.status == "queued":
+            self._watch_if_queued(run)
+
+    async def _look_if_queued(self, run: ActiveRun) -> None:
+        """A mirror that says queued reads its row before it answers (`find`): a worker announces
+        the runs nobody follows turn by turn only at its live-summary ticks, not at their claim, so
+        the row's state, not an announcement, says first that a worker took it. Nothing to read
+        when a read of the row is under way already (what it brings is applied after it)."""
+        if run.done.is_set() or run.progress.status != "queued" or run.run_id in self._reading:
+            return
+        try:
+            row = await self._queue.read(run.run_id)
+        except Exception as exc:  # the database is restarting: the mirror answers as it stands
+            log.info("could not read run %s: %s", run.run_id, exc)
+            return
+        # Only a step forward from queued, and only when nothing newer was heard meanwhile.
+        if row is None or run.done.is_set() or run.progress.status != "queued" or run.run_id in self._reading:
+            return
+        if row.state is not RunState.QUEUED:
+            self._take(run, row.shown)

@@ -48,11 +48,17 @@ async def publish_until_done(
     """Publish the run's live summary, with the events staged since the last flush, on each
     progress event and phase change, once per RLM_MCP_LIVE_SUMMARY_INTERVAL_S for a run a
     front follows, per RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others (the latest
-    state after a burst, at the process's ticks of that period); write staged events every poll
-    interval anyway."""
+    state after a burst, at the process's ticks of that period; an unfollowed run's first one
+    too, a followed run's first one at once); write staged events every poll interval anyway."""
     seen, phase = -1, None
     poll = settings.queue_poll_s
-    published_at = written_at = -inf
+    published_at = -inf
+    # A run nobody follows publishes its first live summary at its interval's tick too (a run that
+    # ends before it publishes none: its final record carries everything); a followed one at once.
+    # Its staged events are still written within a poll interval of its adoption.
+    adopted_at = written_at = anyio.current_time()
+    interval = follows.interval(run.run_id)
+    first_at = next_tick(interval, adopted_at) if interval > 0 else -inf
     while not run.done.is_set():
         if run.run_id in stopped:
             await run.done.wait()
@@ -67,10 +73,11 @@ async def publish_until_done(
             # LM call (`QueueRunLog.append` writes that one at once). The interval is read each
             # time: a follow may arrive mid-run.
             now = anyio.current_time()
-            wait = next_publish_at(published_at, follows.interval(run.run_id)) - now
+            first = -inf if follows.followed(run.run_id) else first_at
+            wait = next_publish_at(published_at, follows.interval(run.run_id), first=first) - now
             if wait > DUE_S:
                 # However slow the interval, staged events are written every poll interval.
-                due = next_tick(poll, written_at) - now if run_log.staged and written_at > -inf else wait
+                due = next_tick(poll, written_at) - now if run_log.staged else wait
                 if due <= DUE_S:
                     await _flush(run_log)
                     written_at = anyio.current_time()
@@ -96,11 +103,14 @@ async def publish_until_done(
         await run.wait_change(until_tick(poll), since=seen)
 
 
-def next_publish_at(published_at: float, interval: float) -> float:
+def next_publish_at(published_at: float, interval: float, *, first: float = -inf) -> float:
     """When the next live summary may be published: the first tick of `interval` at least half an
-    interval after the last one (the first one, and any with no interval: at once)."""
-    if interval <= 0 or published_at == -inf:
+    interval after the last one; the first one at `first` (at once by default), any with no
+    interval at once."""
+    if interval <= 0:
         return -inf
+    if published_at == -inf:
+        return first
     return next_tick(interval, published_at + interval / 2)
 
 

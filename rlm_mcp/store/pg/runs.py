@@ -16,7 +16,7 @@ import logging
 from rlm_mcp.errors import BadArgumentError
 from rlm_mcp.events import EventKey, LoggedEvent, loads
 from rlm_mcp.owners import EVERY_OWNER, OwnerScope, sees
-from rlm_mcp.ports.queue import RunRow
+from rlm_mcp.ports.queue import RunRow, shown
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.store.pg import queue_statements as queue_sql
 from rlm_mcp.store.pg.db import Database
@@ -25,6 +25,16 @@ from rlm_mcp.store.pg.run_log import PgRunLog, dump_record
 from rlm_mcp.store.runs import MAX_EVENT_BYTES, MAX_LOG_BYTES, check_run_id, unknown_run
 
 log = logging.getLogger("rlm_mcp.store")
+
+# What a record's reader reads: its summary, with the state and worker that `ports.queue.shown`
+# reads it by (a claimed run shows as running before its worker's first live summary).
+_SHOWN = "summary, state, worker_id"
+
+
+def _shown(row: dict[str, object]) -> RunRecord:
+    record = RunRecord.from_stored(json.loads(str(row["summary"])))
+    worker_id = row["worker_id"]
+    return shown(record, str(row["state"]), worker_id if isinstance(worker_id, int) else None)
 
 
 class PgRunStore:
@@ -104,11 +114,11 @@ class PgRunStore:
     async def read_summary(self, run_id: str, *, owner: OwnerScope) -> RunRecord:
         check_run_id(run_id)
         async with self._db.connection() as conn:
-            cur = await conn.execute("SELECT owner, summary FROM rlm_runs WHERE run_id = %s", (run_id,))
+            cur = await conn.execute(f"SELECT owner, {_SHOWN} FROM rlm_runs WHERE run_id = %s", (run_id,))
             row = await cur.fetchone()
         if row is None or not sees(owner, row["owner"]):
             raise unknown_run(run_id)
-        return RunRecord.from_stored(json.loads(row["summary"]))
+        return _shown(row)
 
     async def read_events(
         self, run_id: str, *, owner: OwnerScope, limit_bytes: int | None = None
@@ -193,18 +203,18 @@ class PgRunStore:
         async with self._db.connection() as conn:
             if owner is EVERY_OWNER:
                 cur = await conn.execute(
-                    "SELECT summary FROM rlm_runs ORDER BY created_at DESC LIMIT %s", (max(0, limit),)
+                    f"SELECT {_SHOWN} FROM rlm_runs ORDER BY created_at DESC LIMIT %s", (max(0, limit),)
                 )
             else:
                 cur = await conn.execute(
-                    "SELECT summary FROM rlm_runs WHERE owner = %s ORDER BY created_at DESC LIMIT %s",
+                    f"SELECT {_SHOWN} FROM rlm_runs WHERE owner = %s ORDER BY created_at DESC LIMIT %s",
                     (owner, max(0, limit)),
                 )
             rows = await cur.fetchall()
         records = []
         for r in rows:
             try:
-                records.append(RunRecord.from_stored(json.loads(r["summary"])))
+                records.append(_shown(r))
             except ValueError as exc:  # not a run record (edited by hand): skipped, as the file store does
                 log.warning("skipping an unreadable run record: %s", exc)
         return records
