@@ -42,6 +42,7 @@ __all__ = [
     "RunQueuePort",
     "RunRow",
     "RunState",
+    "SweepLook",
 ]
 
 
@@ -103,6 +104,18 @@ class LostWorker:
     worker_id: int
     owner_id: str
     host: str
+
+
+@dataclass(frozen=True)
+class SweepLook:
+    """What a sweep reads, in one look (`sweep_look`): `sweep_plan`'s two numbers, `lost_runs`,
+    and `workers`' lost workers and live owners, as of the same instant."""
+
+    oldest_s: float | None
+    up_s: float
+    lost_runs: list[str]
+    lost_workers: list[LostWorker]
+    live_owners: set[str]
 
 
 @dataclass(frozen=True)
@@ -184,6 +197,7 @@ class RunQueuePort(Protocol):
 
     # --- sweepers
     async def sweep_plan(self) -> tuple[float | None, float]: ...
+    async def sweep_look(self) -> SweepLook: ...
     async def lost_runs(self) -> list[str]: ...
     async def end_or_requeue_lost(self, run_id: str) -> str | None: ...
     async def stale_queued(self) -> list[str]: ...
