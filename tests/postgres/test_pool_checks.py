@@ -203,3 +203,25 @@ async def test_a_pool_sharing_its_answers_stands_for_the_other_s_health_check(mo
         async with queue.connection():
             pass
     assert not await store.ping()
+
+
+async def test_the_replica_beat_stamps_its_row_and_forgets_day_old_replicas_in_one_statement(pg_url: str) -> None:
+    db = Database(pg_url, replica=True)
+    await db.open()  # its first beat
+    try:
+        async with db.connection() as conn:
+            await conn.execute(
+                "INSERT INTO rlm_replicas VALUES ('gone-1', 'h', 1, 'v', 0, extract(epoch FROM now()) - 90000), "
+                "('quiet-1', 'h', 2, 'v', 0, extract(epoch FROM now()) - 600)"
+            )
+            # This one's own row, silent a day too (a process paused that long): stamped, not removed.
+            await conn.execute("UPDATE rlm_replicas SET seen_at = 0 WHERE replica_id = %s", (db.replica_id,))
+        await db._beat()
+        async with db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT replica_id, seen_at > extract(epoch FROM now()) - 5 AS fresh FROM rlm_replicas ORDER BY replica_id"
+            )
+            rows = {r["replica_id"]: r["fresh"] for r in await cur.fetchall()}
+        assert rows == {db.replica_id: True, "quiet-1": False}
+    finally:
+        await db.close()

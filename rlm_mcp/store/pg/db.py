@@ -405,14 +405,23 @@ class Database:
     # --- replicas ------------------------------------------------------------------------
 
     async def _beat(self) -> None:
-        # Stamped by the database's clock: other replicas judge this one's pins by it.
+        # Stamped by the database's clock: other replicas judge this one's pins by it. The rows of
+        # replicas silent for a day go in the same statement (never this one's: the two parts
+        # touch different rows).
         async with self.connection() as conn:
             await conn.execute(
-                "INSERT INTO rlm_replicas VALUES (%s, %s, %s, %s, extract(epoch FROM now()), extract(epoch FROM now())) "
-                "ON CONFLICT (replica_id) DO UPDATE SET seen_at = excluded.seen_at",
-                (self.replica_id, socket.gethostname(), os.getpid(), __version__),
+                "WITH old AS (DELETE FROM rlm_replicas WHERE seen_at < extract(epoch FROM now()) - %(day)s "
+                "AND replica_id <> %(id)s) "
+                "INSERT INTO rlm_replicas VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, extract(epoch FROM now()), "
+                "extract(epoch FROM now())) ON CONFLICT (replica_id) DO UPDATE SET seen_at = excluded.seen_at",
+                {
+                    "day": 24 * 3600,
+                    "id": self.replica_id,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "version": __version__,
+                },
             )
-            await conn.execute("DELETE FROM rlm_replicas WHERE seen_at < extract(epoch FROM now()) - %s", (24 * 3600,))
 
     async def _heartbeat(self) -> None:
         while True:
