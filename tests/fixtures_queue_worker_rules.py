@@ -133,6 +133,53 @@ async def rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing
         assert row.summary.result is not None and row.summary.result.reason == "ended elsewhere"  # nothing over it
 
 
+class _DeafToCancels:
+    """The team's queue, seen by a worker that never hears a cancel's note (as across a listener's
+    reconnect) and whose `cancels` reads are counted."""
+
+    def __init__(self, queue: RunQueuePort) -> None:
+        self._queue = queue
+        self.cancel_reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    async def listen_queue(
+        self, on_note: Callable[[str], None], *, on_connect: Callable[[], object], on_disconnect: Callable[[], object]
+    ) -> None:
+        def heard(payload: str) -> None:
+            if not payload.startswith("cancel "):
+                on_note(payload)
+
+        await self._queue.listen_queue(heard, on_connect=on_connect, on_disconnect=on_disconnect)
+
+    async def cancels(self, worker_id: int) -> list[str]:
+        self.cancel_reads += 1
+        return await self._queue.cancels(worker_id)
+
+
+async def rule_a_cancel_whose_note_was_lost_reaches_the_worker_by_its_heartbeat(open_team: OpenTeam) -> None:
+    """A worker that beats at least every poll interval (lease/3 <= RLM_MCP_QUEUE_POLL_S) reads
+    the cancels asked of its runs from its heartbeat alone: a cancel whose note it never heard
+    still ends its run, with no read of the cancels of its own."""
+    async with open_team(queue_poll_s=1.0, worker_lease_s=3.0) as team:
+        q = team.queue
+        record = await _request_with_context(team, "run_unused0000000000")
+        lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)
+        await q.enqueue(record.model_copy(update={"run_id": "run_deafcancel00001"}), 1)
+        deaf = _DeafToCancels(q)
+        async with worker_on(team, lm, cast(RunQueuePort, deaf)) as worker:
+            await _waiting_on_the_model(q, "run_deafcancel00001", lm)
+            assert not await q.cancel("run_deafcancel00001", record)  # running: its worker ends it
+            with anyio.fail_after(30):
+                while worker._running:
+                    await anyio.sleep(0.05)
+        row = await q.read("run_deafcancel00001")
+        assert row is not None and row.done and row.summary.result is not None
+        assert row.summary.result.status == "cancelled", row.summary.result
+        assert deaf.cancel_reads == 0
+
+
 class _Claims:
     """The team's queue, each `claim_many`'s answer kept (the run ids of each claim, in order)."""
 
@@ -334,6 +381,7 @@ WORKER_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_a_stopping_worker_hands_a_run_with_no_lm_reply_back_once,
     rule_a_run_shown_in_its_first_turn_before_its_model_answers_has_no_lm_reply_recorded,
     rule_a_worker_stops_a_run_that_is_no_longer_its_own_and_writes_nothing,
+    rule_a_cancel_whose_note_was_lost_reaches_the_worker_by_its_heartbeat,
     rule_a_beat_older_than_a_claim_does_not_stop_the_run_claimed,
     rule_a_worker_claims_the_runs_waiting_for_it_in_one_claim,
     rule_coalesced_live_summaries_lose_no_event_and_never_hold_back_the_end,

@@ -134,7 +134,8 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
     async def open_runs(stack: AsyncExitStack, engine: Callable[[], Awaitable[RLMEngine]]) -> RunBackend:
         # The queue's own small pool: heartbeats and claims never wait behind the run logs' writes
         # on the store's pool (a heartbeat starved past the lease would pause every run here).
-        queue_db = Database(stores.team.dsn, replica=False, max_size=QUEUE_POOL_SIZE)
+        # Its statements (a worker's heartbeat every lease/3) stand for the health route's own.
+        queue_db = Database(stores.team.dsn, replica=False, max_size=QUEUE_POOL_SIZE, answers=stores.db.answers)
         await queue_db.open()
         stack.push_async_callback(queue_db.close)
         queue = PgRunQueue(queue_rules(settings.queue), queue_db)

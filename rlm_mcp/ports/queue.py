@@ -43,6 +43,7 @@ __all__ = [
     "RunQueuePort",
     "RunRow",
     "RunState",
+    "SweepLook",
     "shown",
 ]
 
@@ -125,6 +126,18 @@ class LostWorker:
 
 
 @dataclass(frozen=True)
+class SweepLook:
+    """What a sweep reads, in one look (`sweep_look`): `sweep_plan`'s two numbers, `lost_runs`,
+    and `workers`' lost workers and live owners, as of the same instant."""
+
+    oldest_s: float | None
+    up_s: float
+    lost_runs: list[str]
+    lost_workers: list[LostWorker]
+    live_owners: set[str]
+
+
+@dataclass(frozen=True)
 class QueueRules:
     """What the queue's implementations apply, derived from the settings by the service
     (`service.queue.rules.queue_rules`): the lease, the queue timeout, the waiting bounds (and
@@ -203,6 +216,7 @@ class RunQueuePort(Protocol):
 
     # --- sweepers
     async def sweep_plan(self) -> tuple[float | None, float]: ...
+    async def sweep_look(self) -> SweepLook: ...
     async def lost_runs(self) -> list[str]: ...
     async def end_or_requeue_lost(self, run_id: str) -> str | None: ...
     async def stale_queued(self) -> list[str]: ...

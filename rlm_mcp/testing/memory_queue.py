@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import anyio
 
-from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules, RunRow, RunState
+from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules, RunRow, RunState, SweepLook
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, WorkerRef, may_requeue
 from rlm_mcp.testing.memory_queue_parts import FencedRunLogs, StoredRun, StoredWorker, choose_runs, listen
 
@@ -305,12 +305,22 @@ class MemoryRunQueue(FencedRunLogs):
 
     async def sweep_plan(self) -> tuple[float | None, float]:
         await anyio.lowlevel.checkpoint()
+        return self._plan()
+
+    def _plan(self) -> tuple[float | None, float]:
         now = self._now()
         live = [w.heartbeat_at for w in self._workers.values() if self._live(w)]
         return (min(live) - now if live else None), now - self.started_at
 
+    async def sweep_look(self) -> SweepLook:
+        await anyio.lowlevel.checkpoint()  # then the three reads at one instant, as one statement's
+        return SweepLook(*self._plan(), self._lost_runs(), *self._present())
+
     async def lost_runs(self) -> list[str]:
         await anyio.lowlevel.checkpoint()
+        return self._lost_runs()
+
+    def _lost_runs(self) -> list[str]:
         return sorted(
             r.row.run_id
             for r in self._runs.values()
@@ -358,6 +368,9 @@ class MemoryRunQueue(FencedRunLogs):
 
     async def workers(self) -> tuple[list[LostWorker], set[str]]:
         await anyio.lowlevel.checkpoint()
+        return self._present()
+
+    def _present(self) -> tuple[list[LostWorker], set[str]]:
         present = [(i, w) for i, w in self._workers.items() if w.gone_at is None]
         live = {w.owner_id for _, w in present if self._live(w)}
         return [LostWorker(i, w.owner_id, w.host) for i, w in present if w.owner_id not in live], live

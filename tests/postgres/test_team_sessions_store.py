@@ -18,7 +18,7 @@ from rlm_mcp.cli.sessions import sessions_close, sessions_list
 from rlm_mcp.config import Settings
 from rlm_mcp.errors import BusyError, NotFoundError
 from rlm_mcp.ports.session_store import AfterRun
-from rlm_mcp.store.pg.sessions import PgSessionStore
+from rlm_mcp.store.pg.sessions import FORGET_ENDED_S, PgSessionStore
 from tests.fixtures_sessions import DAY, replica
 from tests.fixtures_store import final, summary
 
@@ -137,6 +137,36 @@ async def test_a_session_past_its_maximum_age_expires_and_says_so(tmp_path: Path
         row = await store.read("ses_old")
         assert row is not None and row.state == "expired"
         assert await store.claim("ses_old", "alice", "run_next", max_age_s=DAY) is None
+
+
+async def test_the_expiry_sweep_forgets_sessions_ended_a_day_ago_in_the_same_statement(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """`expire`'s one statement ends what is past its age and forgets what ended over a day ago
+    (FORGET_ENDED_S), and no other: a session it ends now is kept, and so is one ended lately."""
+    async with replica(tmp_path, pg_url, "a") as (store, queue):
+        for sid, run in (("ses_ancient", "run_ancient"), ("ses_lately", "run_lately"), ("ses_now", "run_now")):
+            await store.open(sid, "alice", run, cap=4, max_age_s=DAY)
+            await queue.enqueue(summary(run, owner="alice"), 1)
+            await queue.finish(run, final(run))
+        async with store._db.connection() as conn:
+            await conn.execute(
+                "UPDATE rlm_sessions SET state = 'closed', ended_at = now() - make_interval(secs => %s), "
+                "created_at = now() WHERE session_id = %s",
+                (FORGET_ENDED_S + 60, "ses_ancient"),
+            )
+            await conn.execute(
+                "UPDATE rlm_sessions SET state = 'closed', ended_at = now() - interval '1 hour', created_at = now() "
+                "WHERE session_id = 'ses_lately'"
+            )
+            await conn.execute(
+                "UPDATE rlm_sessions SET created_at = now() - interval '2 days' WHERE session_id = 'ses_now'"
+            )
+        assert await store.expire(max_age_s=DAY) == 1
+        assert await store.read("ses_ancient") is None
+        lately, now = await store.read("ses_lately"), await store.read("ses_now")
+        assert lately is not None and lately.state == "closed"
+        assert now is not None and now.state == "expired"
 
 
 async def test_the_cli_lists_and_closes_its_team_sessions(

@@ -27,43 +27,9 @@ from rlm_mcp.store.pg.queue import PgRunQueue
 from rlm_mcp.store.pg.runs import PgRunStore
 from tests.fixtures_sessions import team
 from tests.fixtures_store import final, summary
+from tests.fixtures_sweepers import Clock, connected_sweepers, silence
 
 pytestmark = pytest.mark.anyio
-
-
-class Clock:
-    """A monotonic clock the test moves (the sweeper's view of how long it has been connected)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def silence(db: Database, worker: int) -> None:
-    async with db.connection() as conn:
-        await conn.execute(
-            "UPDATE rlm_workers SET heartbeat_at = now() - interval '1 hour' WHERE worker_id = %s", (worker,)
-        )
-
-
-async def connected_sweepers(
-    settings: Settings, queue: PgRunQueue, n: int = 3, *, ends: RunEnds | None = None
-) -> list[Sweeper]:
-    """Sweepers that have been connected for a full lease (they may judge leases), once the
-    database itself has been up that long (the sweepers' rule after a restart)."""
-    with anyio.fail_after(settings.team.worker_lease_s + 30):
-        while (await queue.sweep_plan())[1] < settings.team.worker_lease_s:
-            await anyio.sleep(0.2)
-    sweepers = []
-    for _ in range(n):
-        clock = Clock()
-        sweeper = Sweeper(settings.queue, queue, clock=clock, ends=ends)
-        await sweeper.sweep_once()
-        clock.now += settings.team.worker_lease_s + 1
-        sweepers.append(sweeper)
-    return sweepers
 
 
 async def sweep_together(sweepers: list[Sweeper], rounds: int = 3) -> None:

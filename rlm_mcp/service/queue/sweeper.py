@@ -24,6 +24,8 @@ sweep comes just after that lease ends (never sooner than one poll interval from
 sooner: at most every HOUSEKEEPING_EVERY poll intervals (the slower rules) and never later than
 one lease. So the runs of a dead worker end within RLM_MCP_WORKER_LEASE_S plus one poll interval
 of its last heartbeat, and an idle team sweeps every few seconds instead of every poll interval.
+A round's reads (that plan, the lost workers' runs, the workers within and past their lease) are
+one statement (`sweep_look`): a round with nothing to act on is one round trip.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Callable
 import anyio
 
 from rlm_mcp.config import QueueSettings
-from rlm_mcp.ports.queue import RunQueuePort
+from rlm_mcp.ports.queue import LostWorker, RunQueuePort
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.ends import EndReporting
 from rlm_mcp.service.queue.liveness import LeaseLiveness
@@ -87,10 +89,11 @@ class Sweeper:
         poll, lease = self._settings.queue_poll_s, self._settings.worker_lease_s
         started = self._clock()
         try:
-            oldest_s, up_s = await self._queue.sweep_plan()
+            look = await self._queue.sweep_look()  # the plan, lost runs and workers: one round trip
         except Exception:
             self._connected_since = None
             raise
+        oldest_s, up_s = look.oldest_s, look.up_s
         if self._connected_since is None:
             self._connected_since = started
         # Since when leases can be judged: this sweeper's last failure, or the database's start
@@ -98,14 +101,14 @@ class Sweeper:
         connected_for = min(self._clock() - self._connected_since, up_s)
         judges = connected_for >= lease
         if judges:
-            await self._lost_runs()
+            await self._lost_runs(look.lost_runs)
         now = self._clock()
         if now - self._housekept_at >= HOUSEKEEPING_EVERY * poll:  # the slower rules
             self._housekept_at = now
             await self._queue_timeouts()
             await self._queue.forget_old_workers()
         if self._sandboxes is not None or self._liveness is not None:
-            await self._lost_sandboxes(judges)
+            await self._lost_sandboxes(judges, look.lost_workers, set(look.live_owners))
         due = min(HOUSEKEEPING_EVERY * poll, lease)
         if not judges:  # just after this sweeper has been connected for a full lease
             due = min(due, lease - connected_for + LEASE_SLACK_S)
@@ -113,8 +116,8 @@ class Sweeper:
             due = min(due, oldest_s + lease + LEASE_SLACK_S)
         return max(poll, due)
 
-    async def _lost_runs(self) -> None:
-        for run_id in await self._queue.lost_runs():
+    async def _lost_runs(self, lost: list[str]) -> None:
+        for run_id in lost:
             try:
                 await self._queue.end_or_requeue_lost(run_id)
             except Exception as exc:  # this run only: the others are still handled
@@ -138,8 +141,7 @@ class Sweeper:
             except Exception as exc:  # this run only
                 log.warning("could not time out queued run %s: %s", run_id, exc)
 
-    async def _lost_sandboxes(self, judges: bool) -> None:
-        lost, live = await self._queue.workers()
+    async def _lost_sandboxes(self, judges: bool, lost: list[LostWorker], live: set[str]) -> None:
         if self._sandboxes is not None:
             live |= {self._sandboxes.owner_id}
         lost = [w for w in lost if w.owner_id not in live] if judges else []

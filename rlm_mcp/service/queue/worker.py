@@ -194,8 +194,12 @@ class QueueWorker:
         if run.scope is not None:
             run.scope.cancel()  # its sandboxes are removed as the run unwinds
 
+    @property
+    def _beat_interval(self) -> float:
+        return max(0.2, min(10.0, self._settings.worker_lease_s / 3))
+
     async def _heartbeat(self) -> None:
-        interval = max(0.2, min(10.0, self._settings.worker_lease_s / 3))
+        interval = self._beat_interval
         while True:
             await sleep_to_tick(interval)  # with the process's other timers (rlm_mcp/ticks.py)
             assert self.worker_id is not None
@@ -242,13 +246,18 @@ class QueueWorker:
 
     async def _poll_cancels(self) -> None:
         """Wake-ups are lost across reconnects: the cancels asked for are read every poll
-        interval, and the follows once after a reconnect (`follows.FollowedRuns`)."""
+        interval, and the follows once after a reconnect (`follows.FollowedRuns`). The heartbeat
+        reads them too (each held run's flag): while it beats at least every poll interval and
+        its last beat answered (within two beats), this read would tell nothing newer, and is
+        left to it."""
+        poll = self._settings.queue_poll_s
         while True:
-            await sleep_to_tick(self._settings.queue_poll_s)  # with uvicorn's tick (rlm_mcp/ticks.py)
+            await sleep_to_tick(poll)  # with uvicorn's tick (rlm_mcp/ticks.py)
             if not self._running or self.worker_id is None:
                 continue
+            beats = self._beat_interval <= poll and time.monotonic() - self._beat_at < 2 * self._beat_interval
             try:
-                for run_id in await self._queue.cancels(self.worker_id):
+                for run_id in [] if beats else await self._queue.cancels(self.worker_id):
                     self._cancel(run_id)
             except Exception as exc:
                 log.info("could not read the runs to cancel: %s", exc)

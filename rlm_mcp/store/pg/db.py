@@ -1,7 +1,7 @@
 """The PostgreSQL connection pool of one process, its errors, and this replica's heartbeat.
 
-psycopg 3's async pool checks a connection before lending it (`check_connection`) unless it was
-given back within `FRESH_S` (or within `REUSE_S` while another came back within `FRESH_S`), so a
+psycopg 3's async pool checks a connection before lending it (`check_connection`, a round trip)
+unless it came back healthy within `QUIET_S` and its socket has nothing to read (`_quiet`), so a
 PostgreSQL restart costs the next calls a reconnect, never a process restart. A call that cannot
 get a connection within `CONNECT_TIMEOUT_S` fails with `DatabaseUnavailableError`, which names
 the host and the fix and never the password (nor the URL, which may carry it); a statement
@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import secrets
+import select
 import socket
 import time
 import weakref
@@ -49,26 +50,35 @@ from rlm_mcp.ticks import sleep_to_tick
 
 log = logging.getLogger("rlm_mcp.store")
 
-__all__ = ["Conn", "Database", "DatabaseResourceError", "DatabaseUnavailableError", "SchemaError", "describe", "redact"]
+__all__ = [
+    "Answers",
+    "Conn",
+    "Database",
+    "DatabaseResourceError",
+    "DatabaseUnavailableError",
+    "SchemaError",
+    "describe",
+    "redact",
+]
 
 CONNECT_TIMEOUT_S = 10.0
-# A connection given back this recently is lent again without the check's round trip: on a busy
-# replica the check doubled the round trips of every statement (a fifth of a worker's CPU in
-# bench/scale.py team). After any failed statement every connection is checked again, so the
+# A connection given back healthy within QUIET_S whose socket has nothing to read is lent without
+# the check's round trip (an empty query: on an idle replica every timer's statement paid one, a
+# third of its round trips, and a busy one's pool, lent least recently returned first, too). A
+# server that ends a session (a restart, a shutdown, `pg_terminate_backend`, its process killed)
+# says so on the socket (an error message, or the kernel's end of stream), which makes it
+# readable: such a connection gets the full check, fails it and is replaced. What the socket
+# cannot show is a peer gone silently (a host lost, a middlebox that forgot the connection): those
+# take minutes of idleness (NAT and load-balancer idle timeouts), past QUIET_S, after which the
+# round trip is made again. After any failed statement every connection is checked again, so the
 # calls after a PostgreSQL restart succeed (the first one during it fails, as it would anyway).
-FRESH_S = 0.25
-# psycopg's pool lends its least recently returned connection, so on a pool of a dozen connections
-# under a steady load each one has sat idle longer than FRESH_S and was checked nearly every time.
-# A connection given back within REUSE_S is lent unchecked too while the pool as a whole gave one
-# back within FRESH_S (the database answered that recently) and nothing failed since it was given
-# back (a failure forgets every return, below): what the check would have told.
-REUSE_S = 2.0
+QUIET_S = 60.0
 # How often this replica writes its row in rlm_replicas (its pins stay live while the row is fresher
 # than REPLICA_TTL_S) and sweeps its blob cache; not the progress heartbeat of a run
 # (service.progress.HEARTBEAT_S).
 REPLICA_BEAT_S = 5.0
 PING_TIMEOUT_S = 2.0
-# A statement answered this recently (any connection given back healthy, `_answered_at`) is the
+# A statement answered this recently (any connection given back healthy, `Answers`) is the
 # health route's answer, without a `SELECT 1` of its own: HAProxy asks every 2 s, so an idle
 # replica pings every other check and a busy one never. A failure forgets it at once (`connection`).
 ANSWERED_S = 2.5
@@ -78,6 +88,18 @@ FAULT_HOLD_S = 30.0  # after a disk-full (or out-of-memory) refusal, the health 
 
 # Several statements without parameters go in one simple-protocol message: one round trip.
 _BEGIN_AT = "BEGIN; " + NOW
+
+
+def _quiet(conn: Conn) -> bool:
+    """Whether the connection's socket has nothing to read, looked at without waiting: an idle
+    session's server sends nothing unless it ends it (or, rarely, a notice; the full check then)."""
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.Error:  # closed, or no socket
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return not poller.poll(0)
 
 
 def describe(url: str) -> str:
@@ -92,10 +114,22 @@ def describe(url: str) -> str:
     return f"{parts.get('user') or 'default user'}@{host}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
 
 
+class Answers:
+    """When a connection last came back healthy from the pools sharing it (one process's pools on
+    one database); -inf after a failure or a close: the health route's `SELECT 1` until then."""
+
+    def __init__(self) -> None:
+        self.at = float("-inf")
+
+
 class Database:
     """The pool, opened by `open` (migrations first, under an advisory lock)."""
 
-    def __init__(self, url: str, *, replica: bool, max_size: int = POOL_MAX, min_size: int = 1) -> None:
+    def __init__(
+        self, url: str, *, replica: bool, max_size: int = POOL_MAX, min_size: int = 1, answers: Answers | None = None
+    ) -> None:
+        """`answers`: another pool's of this process on the same database (the queue's beside the
+        store's), so that either's statements stand for the health route's `SELECT 1`."""
         self._url = url
         self.where = describe(url)
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -126,7 +160,7 @@ class Database:
         self._tg: anyio.abc.TaskGroup | None = None
         self.on_heartbeat: list[Any] = []  # async callables run after each heartbeat (cache sweep)
         self._returned_at: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
-        self._answered_at = float("-inf")  # the last time any connection came back healthy
+        self.answers = answers if answers is not None else Answers()
         self._fault: tuple[str, float] | None = None  # the last resource refusal and when
 
     @property
@@ -137,12 +171,11 @@ class Database:
     def _returned(self, conn: Conn) -> None:
         """A lent connection came back in working order (not broken): `_check` lends it unchecked for a while."""
         if not conn.broken:
-            self._returned_at[conn] = self._answered_at = time.monotonic()
+            self._returned_at[conn] = self.answers.at = time.monotonic()
 
     async def _check(self, conn: Conn) -> None:
-        now = time.monotonic()
-        idle = now - self._returned_at.get(conn, float("-inf"))
-        if idle < FRESH_S or (idle < REUSE_S and now - self._answered_at < FRESH_S):
+        idle = time.monotonic() - self._returned_at.get(conn, float("-inf"))
+        if idle < QUIET_S and _quiet(conn):
             return
         await AsyncConnectionPool.check_connection(conn)
 
@@ -230,7 +263,7 @@ class Database:
                 except RlmMcpError:
                     pass
             await self.pool.close()
-            self._answered_at = float("-inf")  # closed: nothing answers any more
+            self.answers.at = float("-inf")  # closed: nothing answers any more
 
     @asynccontextmanager
     async def parting_connection(self) -> AsyncIterator[Conn]:
@@ -270,7 +303,7 @@ class Database:
                     self._slots.release()
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self._returned_at.clear()  # one connection failed: check every other before lending it
-            self._answered_at = float("-inf")
+            self.answers.at = float("-inf")
             raise self.unavailable(exc) from None
 
     async def _lend(self) -> Conn:
@@ -351,7 +384,7 @@ class Database:
         within `PING_TIMEOUT_S` (the health route). Every pooled connection lent out (the pool
         is busy, not the database down) counts as reachable: a replica under load must not drop
         out of its balancer, nor all of them."""
-        if time.monotonic() - self._answered_at < ANSWERED_S:
+        if time.monotonic() - self.answers.at < ANSWERED_S:
             return True
         with anyio.move_on_after(PING_TIMEOUT_S):
             try:
@@ -372,14 +405,23 @@ class Database:
     # --- replicas ------------------------------------------------------------------------
 
     async def _beat(self) -> None:
-        # Stamped by the database's clock: other replicas judge this one's pins by it.
+        # Stamped by the database's clock: other replicas judge this one's pins by it. The rows of
+        # replicas silent for a day go in the same statement (never this one's: the two parts
+        # touch different rows).
         async with self.connection() as conn:
             await conn.execute(
-                "INSERT INTO rlm_replicas VALUES (%s, %s, %s, %s, extract(epoch FROM now()), extract(epoch FROM now())) "
-                "ON CONFLICT (replica_id) DO UPDATE SET seen_at = excluded.seen_at",
-                (self.replica_id, socket.gethostname(), os.getpid(), __version__),
+                "WITH old AS (DELETE FROM rlm_replicas WHERE seen_at < extract(epoch FROM now()) - %(day)s "
+                "AND replica_id <> %(id)s) "
+                "INSERT INTO rlm_replicas VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, extract(epoch FROM now()), "
+                "extract(epoch FROM now())) ON CONFLICT (replica_id) DO UPDATE SET seen_at = excluded.seen_at",
+                {
+                    "day": 24 * 3600,
+                    "id": self.replica_id,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "version": __version__,
+                },
             )
-            await conn.execute("DELETE FROM rlm_replicas WHERE seen_at < extract(epoch FROM now()) - %s", (24 * 3600,))
 
     async def _heartbeat(self) -> None:
         while True:

@@ -247,14 +247,23 @@ SWEEP_PLAN = (
     "SELECT (SELECT extract(epoch FROM min(heartbeat_at) - now()) FROM rlm_workers WHERE "
     f"{_LIVE}) AS oldest_s, extract(epoch FROM now() - pg_postmaster_start_time()) AS up_s"
 )
+WORKERS = (
+    "SELECT worker_id, owner_id, host, heartbeat_at > now() - make_interval(secs => %(lease)s) AS live "
+    "FROM rlm_workers WHERE gone_at IS NULL"
+)
+# A sweep's reads in one statement (one round trip): SWEEP_PLAN's two numbers, LOST_RUNS' ids and
+# WORKERS' rows, as of the same instant.
+SWEEP_LOOK = (
+    "SELECT (SELECT extract(epoch FROM min(heartbeat_at) - now()) FROM rlm_workers WHERE "
+    f"{_LIVE}) AS oldest_s, extract(epoch FROM now() - pg_postmaster_start_time()) AS up_s, "
+    f"(SELECT coalesce(json_agg(l.run_id ORDER BY l.run_id), '[]'::json) FROM ({LOST_RUNS}) l) AS lost_runs, "
+    "(SELECT coalesce(json_agg(json_build_array(k.worker_id, k.owner_id, k.host, k.live)), '[]'::json) "
+    f"FROM ({WORKERS}) k) AS workers"
+)
 FORGET_WORKERS = (
     f"DELETE FROM rlm_workers w WHERE (w.gone_at < {NOW} - %(after)s OR w.heartbeat_at < now() - "
     "make_interval(secs => %(after)s)) AND NOT EXISTS (SELECT 1 FROM rlm_runs r WHERE r.state = 'running' "
     "AND r.worker_id = w.worker_id)"
-)
-WORKERS = (
-    "SELECT worker_id, owner_id, host, heartbeat_at > now() - make_interval(secs => %(lease)s) AS live "
-    "FROM rlm_workers WHERE gone_at IS NULL"
 )
 MARK_GONE = f"UPDATE rlm_workers SET gone_at = {NOW} WHERE worker_id = %(worker)s"
 DB_CLOCK = "SELECT extract(epoch FROM clock_timestamp()) AS t"

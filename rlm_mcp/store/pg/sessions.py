@@ -57,6 +57,20 @@ _COLUMNS = (
 _EXPIRED = "s.created_at < now() - make_interval(secs => %(max_age)s)"
 
 
+def _expire(max_age_s: float) -> str:
+    """`expire`'s first statement as text without parameters (`Database.opened_transaction`):
+    the sessions past `max_age_s` (the setting's seconds, a numeric literal) that no run holds
+    end, their ids in one row; ended sessions older than FORGET_ENDED_S go (other rows: a
+    session ending now is not among them)."""
+    return (
+        "WITH forgot AS (DELETE FROM rlm_sessions WHERE state <> 'open' "
+        f"AND ended_at < now() - make_interval(secs => {FORGET_ENDED_S!r})), "
+        "ended AS (UPDATE rlm_sessions s SET state = 'expired', ended_at = now(), worker_id = NULL, "
+        f"snapshot_bytes = NULL, snapshot_gen = NULL WHERE s.state = 'open' AND {_EXPIRED} AND {_FREE} "
+        "RETURNING session_id) SELECT coalesce(array_agg(session_id), '{}') AS ended FROM ended"
+    ).replace("%(max_age)s", repr(float(max_age_s)))
+
+
 def _row(row: dict[str, Any]) -> SessionRow:
     return SessionRow(
         session_id=row["session_id"],
@@ -337,21 +351,13 @@ class PgSessionStore:
     async def expire(self, *, max_age_s: float) -> int:
         """End sessions past their maximum age that no run holds (their snapshots go), and forget
         ended sessions after a day; how many ended now."""
-        async with self._db.transaction() as conn:
-            cur = await conn.execute(
-                "UPDATE rlm_sessions s SET state = 'expired', ended_at = now(), worker_id = NULL, snapshot_bytes = NULL, snapshot_gen = NULL "
-                f"WHERE s.state = 'open' AND {_EXPIRED} AND {_FREE} RETURNING session_id",
-                {"max_age": max_age_s},
-            )
-            ended = [r["session_id"] for r in await cur.fetchall()]
+        # With its BEGIN in one round trip, and the COMMIT: two round trips when nothing ends.
+        async with self._db.opened_transaction(_expire(max_age_s)) as (conn, row):
+            ended: list[str] = list(row["ended"]) if row is not None else []
             doomed: list[str] = []
             if ended:
                 await conn.execute("DELETE FROM rlm_session_snapshots WHERE session_id = ANY(%s)", (ended,))
                 doomed = await snapshot_objects.doom(conn, ended)
-            await conn.execute(
-                "DELETE FROM rlm_sessions WHERE state <> 'open' AND ended_at < now() - make_interval(secs => %s)",
-                (FORGET_ENDED_S,),
-            )
         await self._purge(doomed)
         return len(ended)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import anyio
 
-from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules
+from rlm_mcp.ports.queue import Beat, LostWorker, QueueRules, SweepLook
 from rlm_mcp.ports.runs import WorkerRef
 from rlm_mcp.store.pg import queue_statements as sql
 from rlm_mcp.store.pg.connect import Connection
@@ -161,6 +161,22 @@ class PgWorkerRegistry:
         assert row is not None
         oldest = None if row["oldest_s"] is None else float(row["oldest_s"])
         return oldest, float(row["up_s"])
+
+    async def sweep_look(self) -> SweepLook:
+        """`sweep_plan`, `lost_runs` and `workers` in one round trip."""
+        async with self._db.connection() as conn:
+            cur = await conn.execute(sql.SWEEP_LOOK, {"lease": self._lease})
+            row = await cur.fetchone()
+        assert row is not None
+        lost_runs, rows = (json.loads(row[k]) if isinstance(row[k], str) else row[k] for k in ("lost_runs", "workers"))
+        live = {owner for _, owner, _, is_live in rows if is_live}
+        return SweepLook(
+            oldest_s=None if row["oldest_s"] is None else float(row["oldest_s"]),
+            up_s=float(row["up_s"]),
+            lost_runs=[str(r) for r in lost_runs],
+            lost_workers=[LostWorker(int(i), owner, host) for i, owner, host, _ in rows if owner not in live],
+            live_owners=live,
+        )
 
     async def forget_old_workers(self) -> None:
         """Keep `rlm_workers` small: workers gone or silent for a day, with no run left."""
