@@ -18,7 +18,7 @@ route tells is only that a server of this version is up, so it is safe to answer
 other routes keep their guard (`guard.RequestGuard`), which this route bypasses alone.
 
 Why it costs almost nothing: the readiness check (team mode: a `SELECT 1`, unless a statement of
-the pool answered within the last 2.5 s, `store.pg.db.ANSWERED_S`) runs at most once per
+the pool answered within the last 2.5 s, `store.pg.lending.ANSWERED_S`) runs at most once per
 `CACHE_S`, whatever the number of callers; concurrent callers wait for the one in flight, and the
 check gives up after `CHECK_TIMEOUT_S`.
 

@@ -163,10 +163,9 @@ async def test_team_mode_health_follows_the_database(tmp_path: Path, pg_cluster:
 
 
 async def test_a_busy_pool_is_not_an_unreachable_database(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlm_mcp.store.pg import Database
-    from rlm_mcp.store.pg import db as db_module
+    from rlm_mcp.store.pg import Database, lending
 
-    monkeypatch.setattr(db_module, "ANSWERED_S", 0.0)  # every ping asks (a recent answer would stand for it)
+    monkeypatch.setattr(lending, "ANSWERED_S", 0.0)  # every ping asks (a recent answer would stand for it)
     db = Database(pg_url, replica=False, max_size=1)
     await db.open()
     try:

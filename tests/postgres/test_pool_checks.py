@@ -1,4 +1,4 @@
-"""When the pool checks a connection before lending it (store/pg/db.py `Database._check`): the
+"""When the pool checks a connection before lending it (store/pg/lending.py `Lending.check`): the
 check's round trip is skipped for a connection given back healthy within QUIET_S whose socket has
 nothing to read, and never after a failure until the connection has come back healthy again. The
 clock is the test's; the stand-in connections' sockets are one end of a socket pair."""
@@ -13,7 +13,9 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from rlm_mcp.store.pg import db as db_module
-from rlm_mcp.store.pg.db import ANSWERED_S, QUIET_S, Database
+from rlm_mcp.store.pg import lending as lending_module
+from rlm_mcp.store.pg.db import Database
+from rlm_mcp.store.pg.lending import ANSWERED_S, QUIET_S
 from tests.fixtures_postgres import Cluster
 
 pytestmark = pytest.mark.anyio
@@ -81,16 +83,16 @@ async def test_a_quiet_recent_connection_is_lent_unchecked(
     checked: list[object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = _Clock()
-    monkeypatch.setattr(db_module, "time", clock)
+    monkeypatch.setattr(lending_module, "time", clock)
     db = Database("postgresql://u@127.0.0.1:1/x", replica=False)  # never opened: no server needed
     old, recent, never = _Conn(), _Conn(), _Conn()
-    db._returned(old)
+    db.lending.returned(old)
     clock.now += QUIET_S / 2
-    db._returned(recent)
+    db.lending.returned(recent)
     clock.now += QUIET_S / 2 + 0.1
-    await db._check(recent)  # given back within QUIET_S, nothing to read
-    await db._check(old)  # idle past QUIET_S
-    await db._check(never)  # never came back healthy
+    await db.lending.check(recent)  # given back within QUIET_S, nothing to read
+    await db.lending.check(old)  # idle past QUIET_S
+    await db.lending.check(never)  # never came back healthy
     assert checked == [old, never]
 
 
@@ -101,17 +103,17 @@ async def test_a_connection_the_server_spoke_on_or_closed_is_checked(
     """A server ending a session (a restart, `pg_terminate_backend`) writes its FATAL message and
     closes: the socket of an idle connection is readable, and the round trip is made."""
     clock = _Clock()
-    monkeypatch.setattr(db_module, "time", clock)
+    monkeypatch.setattr(lending_module, "time", clock)
     db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
     ended, quiet = _Conn(), _Conn()
-    db._returned(ended)
-    db._returned(quiet)
+    db.lending.returned(ended)
+    db.lending.returned(quiet)
     if said == "end of stream":
         ended.server.close()
     else:
         ended.server.sendall(b"E\0\0\0\x08FATAL\0")
-    await db._check(quiet)
-    await db._check(ended)
+    await db.lending.check(quiet)
+    await db.lending.check(ended)
     assert checked == [ended]
 
 
@@ -119,16 +121,16 @@ async def test_after_a_failure_every_connection_is_checked(
     checked: list[object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = _Clock()
-    monkeypatch.setattr(db_module, "time", clock)
+    monkeypatch.setattr(lending_module, "time", clock)
     db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
     a, b = _Conn(), _Conn()
-    db._returned(a)
-    db._returned(b)
+    db.lending.returned(a)
+    db.lending.returned(b)
     with pytest.raises(db_module.DatabaseUnavailableError):
         async with db.connection():  # the pool is not open: a failure, as a restart would give
             pass
-    await db._check(a)
-    await db._check(b)
+    await db.lending.check(a)
+    await db.lending.check(b)
     assert checked == [a, b]
 
 
@@ -136,14 +138,14 @@ async def test_a_connection_that_came_back_broken_is_checked_before_it_is_lent_a
     checked: list[object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = _Clock()
-    monkeypatch.setattr(db_module, "time", clock)
+    monkeypatch.setattr(lending_module, "time", clock)
     db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
     healthy, broken = _Conn(), _Conn()
     broken.broken = True
-    db._returned(healthy)
-    db._returned(broken)
-    await db._check(healthy)
-    await db._check(broken)
+    db.lending.returned(healthy)
+    db.lending.returned(broken)
+    await db.lending.check(healthy)
+    await db.lending.check(broken)
     assert checked == [broken]
 
 
@@ -151,15 +153,15 @@ async def test_a_statement_answered_lately_stands_for_the_health_check(monkeypat
     """The health route's `ping` runs no `SELECT 1` while a connection came back healthy within
     ANSWERED_S; past it, or after a failure, it asks the database (never opened here: it fails)."""
     clock = _Clock()
-    monkeypatch.setattr(db_module, "time", clock)
+    monkeypatch.setattr(lending_module, "time", clock)
     db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
     assert not await db.ping()  # nothing answered yet: its own statement, which fails
-    db._returned(_Conn())
+    db.lending.returned(_Conn())
     clock.now += ANSWERED_S / 2
     assert await db.ping()
     clock.now += ANSWERED_S
     assert not await db.ping()
-    db._returned(_Conn())
+    db.lending.returned(_Conn())
     with pytest.raises(db_module.DatabaseUnavailableError):
         async with db.connection():  # a failure forgets the answer at once
             pass
@@ -193,10 +195,10 @@ async def test_a_pool_sharing_its_answers_stands_for_the_other_s_health_check(mo
     """The queue's pool shares the store's `Answers`: a worker's heartbeats on it spare the health
     route its `SELECT 1` on the store's pool; a failure on either forgets the answer for both."""
     clock = _Clock()
-    monkeypatch.setattr(db_module, "time", clock)
+    monkeypatch.setattr(lending_module, "time", clock)
     store = Database("postgresql://u@127.0.0.1:1/x", replica=False)
     queue = Database("postgresql://u@127.0.0.1:1/x", replica=False, answers=store.answers)
-    queue._returned(_Conn())
+    queue.lending.returned(_Conn())
     clock.now += ANSWERED_S / 2
     assert await store.ping()  # no statement of its own (it would fail: never opened)
     with pytest.raises(db_module.DatabaseUnavailableError):

@@ -1,7 +1,7 @@
 """The PostgreSQL connection pool of one process, its errors, and this replica's heartbeat.
 
 psycopg 3's async pool checks a connection before lending it (`check_connection`, a round trip)
-unless it came back healthy within `QUIET_S` and its socket has nothing to read (`_quiet`), so a
+unless `lending.Lending` says it need not (it came back healthy lately, and its socket is quiet), so a
 PostgreSQL restart costs the next calls a reconnect, never a process restart. A call that cannot
 get a connection within `CONNECT_TIMEOUT_S` fails with `DatabaseUnavailableError`, which names
 the host and the fix and never the password (nor the URL, which may carry it); a statement
@@ -16,10 +16,8 @@ import contextlib
 import logging
 import os
 import secrets
-import select
 import socket
 import time
-import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -44,6 +42,7 @@ from rlm_mcp.store.pg.faults import (
     privilege_error,
     resource_error,
 )
+from rlm_mcp.store.pg.lending import Answers, Lending
 from rlm_mcp.store.pg.migrations import LATEST, SchemaError, migrate, schema_version
 from rlm_mcp.store.pg.reads import NOW, Conn, read_now
 from rlm_mcp.ticks import sleep_to_tick
@@ -51,7 +50,6 @@ from rlm_mcp.ticks import sleep_to_tick
 log = logging.getLogger("rlm_mcp.store")
 
 __all__ = [
-    "Answers",
     "Conn",
     "Database",
     "DatabaseResourceError",
@@ -62,44 +60,17 @@ __all__ = [
 ]
 
 CONNECT_TIMEOUT_S = 10.0
-# A connection given back healthy within QUIET_S whose socket has nothing to read is lent without
-# the check's round trip (an empty query: on an idle replica every timer's statement paid one, a
-# third of its round trips, and a busy one's pool, lent least recently returned first, too). A
-# server that ends a session (a restart, a shutdown, `pg_terminate_backend`, its process killed)
-# says so on the socket (an error message, or the kernel's end of stream), which makes it
-# readable: such a connection gets the full check, fails it and is replaced. What the socket
-# cannot show is a peer gone silently (a host lost, a middlebox that forgot the connection): those
-# take minutes of idleness (NAT and load-balancer idle timeouts), past QUIET_S, after which the
-# round trip is made again. After any failed statement every connection is checked again, so the
-# calls after a PostgreSQL restart succeed (the first one during it fails, as it would anyway).
-QUIET_S = 60.0
 # How often this replica writes its row in rlm_replicas (its pins stay live while the row is fresher
 # than REPLICA_TTL_S) and sweeps its blob cache; not the progress heartbeat of a run
 # (service.progress.HEARTBEAT_S).
 REPLICA_BEAT_S = 5.0
 PING_TIMEOUT_S = 2.0
-# A statement answered this recently (any connection given back healthy, `Answers`) is the
-# health route's answer, without a `SELECT 1` of its own: HAProxy asks every 2 s, so an idle
-# replica pings every other check and a busy one never. A failure forgets it at once (`connection`).
-ANSWERED_S = 2.5
 REPLICA_TTL_S = 60.0  # a replica silent this long is gone: its pins lapse
 POOL_MAX = 16  # a replica's store connections at most
 FAULT_HOLD_S = 30.0  # after a disk-full (or out-of-memory) refusal, the health route reports it this long
 
 # Several statements without parameters go in one simple-protocol message: one round trip.
 _BEGIN_AT = "BEGIN; " + NOW
-
-
-def _quiet(conn: Conn) -> bool:
-    """Whether the connection's socket has nothing to read, looked at without waiting: an idle
-    session's server sends nothing unless it ends it (or, rarely, a notice; the full check then)."""
-    try:
-        fd = conn.pgconn.socket
-    except psycopg.Error:  # closed, or no socket
-        return False
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLPRI)
-    return not poller.poll(0)
 
 
 def describe(url: str) -> str:
@@ -114,14 +85,6 @@ def describe(url: str) -> str:
     return f"{parts.get('user') or 'default user'}@{host}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
 
 
-class Answers:
-    """When a connection last came back healthy from the pools sharing it (one process's pools on
-    one database); -inf after a failure or a close: the health route's `SELECT 1` until then."""
-
-    def __init__(self) -> None:
-        self.at = float("-inf")
-
-
 class Database:
     """The pool, opened by `open` (migrations first, under an advisory lock)."""
 
@@ -134,6 +97,7 @@ class Database:
         self.where = describe(url)
         self.replica_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._replica = replica
+        self.lending = Lending(answers if answers is not None else Answers())
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             url,
             # Kept open (psycopg opens them in the background after `open`, and its idle shrinking
@@ -144,9 +108,9 @@ class Database:
             open=False,
             connection_class=Connection,  # an attempt given up on closes its socket at once (connect.py)
             timeout=CONNECT_TIMEOUT_S,
-            check=self._check,
+            check=self.lending.check,
             # No `reset`: the pool would hand every returned connection to its worker task (a
-            # task switch per statement); `connection` notes the return itself (`_returned`).
+            # task switch per statement); `connection` notes the return itself (`Lending.returned`).
             kwargs={"row_factory": dict_row, "autocommit": True, "connect_timeout": int(CONNECT_TIMEOUT_S)},
             reconnect_timeout=0,  # keep trying in the background after an outage, never give up
             name="rlm-mcp",
@@ -159,25 +123,17 @@ class Database:
         self.schema_version = 0
         self._tg: anyio.abc.TaskGroup | None = None
         self.on_heartbeat: list[Any] = []  # async callables run after each heartbeat (cache sweep)
-        self._returned_at: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
-        self.answers = answers if answers is not None else Answers()
         self._fault: tuple[str, float] | None = None  # the last resource refusal and when
+
+    @property
+    def answers(self) -> Answers:
+        """When this pool's connections (and those of the pools sharing it) last answered."""
+        return self.lending.answers
 
     @property
     def url(self) -> str:
         """The database's URL (the queue's listeners open connections of their own to it)."""
         return self._url
-
-    def _returned(self, conn: Conn) -> None:
-        """A lent connection came back in working order (not broken): `_check` lends it unchecked for a while."""
-        if not conn.broken:
-            self._returned_at[conn] = self.answers.at = time.monotonic()
-
-    async def _check(self, conn: Conn) -> None:
-        idle = time.monotonic() - self._returned_at.get(conn, float("-inf"))
-        if idle < QUIET_S and _quiet(conn):
-            return
-        await AsyncConnectionPool.check_connection(conn)
 
     def unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
         """The one mapping of a driver failure: out of disk or memory (SQLSTATE class 53), or unreachable."""
@@ -263,7 +219,7 @@ class Database:
                 except RlmMcpError:
                     pass
             await self.pool.close()
-            self.answers.at = float("-inf")  # closed: nothing answers any more
+            self.lending.closed()
 
     @asynccontextmanager
     async def parting_connection(self) -> AsyncIterator[Conn]:
@@ -296,14 +252,13 @@ class Database:
             try:
                 yield conn
             finally:
-                self._returned(conn)
+                self.lending.returned(conn)
                 try:
                     await self.pool.putconn(conn)
                 finally:
                     self._slots.release()
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            self._returned_at.clear()  # one connection failed: check every other before lending it
-            self.answers.at = float("-inf")
+            self.lending.failed()  # one connection failed: check every other before lending it
             raise self.unavailable(exc) from None
 
     async def _lend(self) -> Conn:
@@ -380,17 +335,17 @@ class Database:
         return bytes(row["value"])
 
     async def ping(self) -> bool:
-        """Whether PostgreSQL answered a statement within `ANSWERED_S`, or answers `SELECT 1`
+        """Whether PostgreSQL answered a statement lately (`lending.ANSWERED_S`), or answers `SELECT 1`
         within `PING_TIMEOUT_S` (the health route). Every pooled connection lent out (the pool
         is busy, not the database down) counts as reachable: a replica under load must not drop
         out of its balancer, nor all of them."""
-        if time.monotonic() - self.answers.at < ANSWERED_S:
+        if self.lending.answered_lately():
             return True
         with anyio.move_on_after(PING_TIMEOUT_S):
             try:
                 async with self.pool.connection(timeout=PING_TIMEOUT_S) as conn:
                     await conn.execute("SELECT 1")
-                    self._returned(conn)
+                    self.lending.returned(conn)
                 return True
             except PoolTimeout:
                 return self._all_lent()
