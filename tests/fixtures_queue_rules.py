@@ -221,7 +221,7 @@ async def rule_a_sweeper_judges_leases_only_after_a_full_lease_connected(open_te
         await q.enqueue(summary("run_outage0000000001"), 1)
         assert await q.claim(worker, 8, 8) is not None
         with anyio.fail_after(team.settings.team.worker_lease_s + 30):
-            while (await q.sweep_plan())[1] < team.settings.team.worker_lease_s:
+            while (await q.sweep_look()).up_s < team.settings.team.worker_lease_s:
                 await team.pass_time(0.2)
         await team.silence(worker)  # as after a database outage longer than the lease
         clock = Clock()
@@ -315,7 +315,7 @@ async def rule_the_gauges_and_the_sweeps_see_live_and_lost_workers(open_team: Op
         await team.silence(silent)
         await sweeper.sweep_once()
         assert liveness.live == {"owner-live"} and liveness.lost == {"owner-silent"}
-        lost, _ = await q.workers()
+        lost = (await q.sweep_look()).lost_workers
         assert [w.worker_id for w in lost] == [silent] and live != silent
 
 

@@ -64,7 +64,7 @@ async def connected_sweeper(team: Team, liveness: LeaseLiveness | None = None) -
     been up that long."""
     lease = team.settings.team.worker_lease_s
     with anyio.fail_after(lease + 30):
-        while (await team.queue.sweep_plan())[1] < lease:
+        while (await team.queue.sweep_look()).up_s < lease:
             await team.pass_time(0.2)
     clock = Clock()
     sweeper = Sweeper(team.settings.queue, team.queue, None, liveness, clock=clock)

@@ -35,7 +35,7 @@ async def connected_sweepers(
     """Sweepers that have been connected for a full lease (they may judge leases), once the
     database itself has been up that long (the sweepers' rule after a restart)."""
     with anyio.fail_after(settings.team.worker_lease_s + 30):
-        while (await queue.sweep_plan())[1] < settings.team.worker_lease_s:
+        while (await queue.sweep_look()).up_s < settings.team.worker_lease_s:
             await anyio.sleep(0.2)
     sweepers = []
     for _ in range(n):

@@ -4,7 +4,7 @@ sandbox need, attempt-fenced writes, leases and heartbeats, requeue once, the sw
 workers and of runs no worker takes) on dictionaries, judged on a clock the test moves.
 
 `clock` is the database's clock of the PostgreSQL queue (wall seconds: heartbeats, leases,
-queue timeouts); it starts the queue's "database" too (`sweep_plan`'s uptime). Every method
+queue timeouts); it starts the queue's "database" too (`sweep_look`'s uptime). Every method
 runs without an await between its reads and its writes, so each is atomic, as one transaction
 is. The queue is also the workers' `FencedRunStore`: `reopen` gives a run log whose flushes are
 fenced by the claim's attempt, as `PgRunLog`'s are. Wake-ups are delivered at once to the
@@ -35,7 +35,7 @@ class MemoryRunQueue(FencedRunLogs):
     def __init__(self, rules: QueueRules, *, clock: Callable[[], float] = time.time) -> None:
         self._rules = rules
         self._clock = clock
-        self.started_at = clock()  # the "database's" start (`sweep_plan`)
+        self.started_at = clock()  # the "database's" start (`sweep_look`)
         self._runs: dict[str, StoredRun] = {}
         self._workers: dict[int, StoredWorker] = {}
         self._next_worker = 1
@@ -303,10 +303,6 @@ class MemoryRunQueue(FencedRunLogs):
 
     # --- sweepers -------------------------------------------------------------------------
 
-    async def sweep_plan(self) -> tuple[float | None, float]:
-        await anyio.lowlevel.checkpoint()
-        return self._plan()
-
     def _plan(self) -> tuple[float | None, float]:
         now = self._now()
         live = [w.heartbeat_at for w in self._workers.values() if self._live(w)]
@@ -315,10 +311,6 @@ class MemoryRunQueue(FencedRunLogs):
     async def sweep_look(self) -> SweepLook:
         await anyio.lowlevel.checkpoint()  # then the three reads at one instant, as one statement's
         return SweepLook(*self._plan(), self._lost_runs(), *self._present())
-
-    async def lost_runs(self) -> list[str]:
-        await anyio.lowlevel.checkpoint()
-        return self._lost_runs()
 
     def _lost_runs(self) -> list[str]:
         return sorted(
@@ -365,10 +357,6 @@ class MemoryRunQueue(FencedRunLogs):
             old = (w.gone_at is not None and w.gone_at < now - FORGET_AFTER_S) or w.heartbeat_at < now - FORGET_AFTER_S
             if old and worker_id not in holding:
                 del self._workers[worker_id]
-
-    async def workers(self) -> tuple[list[LostWorker], set[str]]:
-        await anyio.lowlevel.checkpoint()
-        return self._present()
 
     def _present(self) -> tuple[list[LostWorker], set[str]]:
         present = [(i, w) for i, w in self._workers.items() if w.gone_at is None]

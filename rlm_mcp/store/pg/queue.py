@@ -270,11 +270,6 @@ class PgRunQueue(PgWorkerRegistry):
 
     # --- sweepers ---------------------------------------------------------------------------
 
-    async def lost_runs(self) -> list[str]:
-        async with self._db.connection() as conn:
-            cur = await conn.execute(sql.LOST_RUNS, {"lease": self._lease})
-            return [r["run_id"] for r in await cur.fetchall()]
-
     async def end_or_requeue_lost(self, run_id: str) -> str | None:
         """In its own transaction: a lost worker's run is queued again when it had no answered LM
         call and was never queued again before, else it ends `error` naming the worker. Returns

@@ -243,16 +243,12 @@ HEARTBEAT = (
     " FROM rlm_runs WHERE state = 'running' AND worker_id = %(worker)s) AS held"
 )
 WORKER_ROW = "SELECT host, pid FROM rlm_workers WHERE worker_id = %(worker)s"
-SWEEP_PLAN = (
-    "SELECT (SELECT extract(epoch FROM min(heartbeat_at) - now()) FROM rlm_workers WHERE "
-    f"{_LIVE}) AS oldest_s, extract(epoch FROM now() - pg_postmaster_start_time()) AS up_s"
-)
 WORKERS = (
     "SELECT worker_id, owner_id, host, heartbeat_at > now() - make_interval(secs => %(lease)s) AS live "
     "FROM rlm_workers WHERE gone_at IS NULL"
 )
-# A sweep's reads in one statement (one round trip): SWEEP_PLAN's two numbers, LOST_RUNS' ids and
-# WORKERS' rows, as of the same instant.
+# A sweep's reads in one statement (one round trip), as of the same instant: seconds until the oldest
+# live worker's lease ends and since the database started, LOST_RUNS' ids and WORKERS' rows.
 SWEEP_LOOK = (
     "SELECT (SELECT extract(epoch FROM min(heartbeat_at) - now()) FROM rlm_workers WHERE "
     f"{_LIVE}) AS oldest_s, extract(epoch FROM now() - pg_postmaster_start_time()) AS up_s, "

@@ -152,18 +152,10 @@ class PgWorkerRegistry:
             return WorkerRef(worker_id=worker_id)
         return WorkerRef(worker_id=worker_id, host=row["host"], pid=row["pid"])
 
-    async def sweep_plan(self) -> tuple[float | None, float]:
-        """(seconds until the oldest live worker's lease ends, or None; seconds since the
-        database started, by its own clock)."""
-        async with self._db.connection() as conn:
-            cur = await conn.execute(sql.SWEEP_PLAN, {"lease": self._lease})
-            row = await cur.fetchone()
-        assert row is not None
-        oldest = None if row["oldest_s"] is None else float(row["oldest_s"])
-        return oldest, float(row["up_s"])
-
     async def sweep_look(self) -> SweepLook:
-        """`sweep_plan`, `lost_runs` and `workers` in one round trip."""
+        """What a sweep reads, in one round trip: seconds until the oldest live worker's lease
+        ends (or None) and since the database started, by its own clock; the runs of workers past
+        their lease; the registered workers past it, and the owners of those within it."""
         async with self._db.connection() as conn:
             cur = await conn.execute(sql.SWEEP_LOOK, {"lease": self._lease})
             row = await cur.fetchone()
@@ -182,15 +174,6 @@ class PgWorkerRegistry:
         """Keep `rlm_workers` small: workers gone or silent for a day, with no run left."""
         async with self._db.connection() as conn:
             await conn.execute(sql.FORGET_WORKERS, {"after": FORGET_AFTER_S})
-
-    async def workers(self) -> tuple[list[LostWorker], set[str]]:
-        """The registered workers past their lease, and the owner ids of those within it."""
-        async with self._db.connection() as conn:
-            cur = await conn.execute(sql.WORKERS, {"lease": self._lease})
-            rows = await cur.fetchall()
-        live = {r["owner_id"] for r in rows if r["live"]}
-        lost = [LostWorker(r["worker_id"], r["owner_id"], r["host"]) for r in rows if r["owner_id"] not in live]
-        return lost, live
 
     async def mark_gone(self, worker_id: int) -> None:
         async with self._db.connection() as conn:
