@@ -50,7 +50,11 @@ async def test_tool_calls_while_the_database_is_down_name_it_and_the_fix(
 
             pg_cluster.sql(f"ALTER DATABASE {lost_db} WITH ALLOW_CONNECTIONS false")
             try:
-                pg_cluster.sql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{lost_db}'")
+                # With a timeout, it returns once each session has ended (its socket says so): a
+                # call made now cannot still reach a session that is only about to end.
+                pg_cluster.sql(
+                    f"SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '{lost_db}'"
+                )
                 calls = {
                     "rlm_list_contexts": {},
                     "rlm_load_context": {"text": "during the outage"},
