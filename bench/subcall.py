@@ -71,6 +71,19 @@ def cell(n: int, batches: int) -> str:
     )
 
 
+def many_and_one(n: int, batches: int) -> dict[str, object]:
+    """The scripted LM of the benches that run two cells alternately (`bench/subcall_parts.py`,
+    `bench/subcall_procs.py`): "many:" times `batches` batches of n, "one:" a single batch."""
+    return {
+        "root_by_query": [
+            {"match": "many:", "replies": [cell(n, batches)]},
+            {"match": "one:", "replies": [cell(n, 1)]},
+        ],
+        "sub_default": "ok",
+        "max_model_len": 65536,
+    }
+
+
 def script(batches: int, sizes: tuple[int, ...] = SIZES) -> dict[str, object]:
     return {
         "root_by_query": [{"match": f"batch of {n}:", "replies": [cell(n, batches)]} for n in sizes],

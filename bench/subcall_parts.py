@@ -41,7 +41,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.run import bench_service
-from bench.subcall import _load, _quiet, cell
+from bench.subcall import _load, _quiet, many_and_one
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.engine.bridge import SubCallBridge
 from rlm_mcp.engine.tree import RunTree
@@ -126,14 +126,7 @@ def _wrap() -> None:
 
 async def bench(n: int, batches: int, reps: int) -> None:
     load_before = _load()
-    script = {
-        "root_by_query": [
-            {"match": "many:", "replies": [cell(n, batches)]},
-            {"match": "one:", "replies": [cell(n, 1)]},
-        ],
-        "sub_default": "ok",
-        "max_model_len": 65536,
-    }
+    script = many_and_one(n, batches)
     runs: dict[str, list[tuple[float, float]]] = {"many": [], "one": []}  # (thread, process) CPU
     async with bench_service(script, max_concurrent_lm_calls=max(n, 16)) as service:
         local = Caller(service, LOCAL_OWNER)

@@ -34,7 +34,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.procfs import process_groups, task_cpu_ns
 from bench.run import bench_service
-from bench.subcall import _load, _pin_scripted_lm, _quiet, cell, floor_batches
+from bench.subcall import _load, _pin_scripted_lm, _quiet, floor_batches, many_and_one
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.engine.bridge import SubCallBridge
 from rlm_mcp.lm.http import HttpPool
@@ -116,14 +116,7 @@ def _diff(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 async def bench(n: int, batches: int, reps: int, pin_lm: bool, settle: bool) -> None:
     load_before = _load()
-    script = {
-        "root_by_query": [
-            {"match": "many:", "replies": [cell(n, batches)]},
-            {"match": "one:", "replies": [cell(n, 1)]},
-        ],
-        "sub_default": "ok",
-        "max_model_len": 65536,
-    }
+    script = many_and_one(n, batches)
     sides: dict[str, list[dict[str, float]]] = {"floor": [], "rlm-mcp": []}
     walls: dict[str, list[float]] = {"floor": [], "rlm-mcp": []}
     marks: list[tuple[dict[str, float], float]] = []  # at the bridge's start of each batch
