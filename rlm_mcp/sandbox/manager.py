@@ -239,8 +239,13 @@ class SandboxManager:
         metrics.sandbox_start(time.perf_counter() - began)
         self._snapshots = container.snapshots
         self._live.add(container)
-        # Can limits change in place here? (else: fixed, announced). Once; later starts return at once.
-        await self._cpu.probe(container, self.settings.max_sandboxes)
+        try:
+            # Can limits change in place here? (else: fixed, announced). Once; later starts return at
+            # once, but a start made while the first one asks waits for its answer.
+            await self._cpu.probe(container, self.settings.max_sandboxes)
+        except BaseException:  # cancelled while it waited (its run was): nobody holds it, so it goes
+            await self._discard(container)
+            raise
         return container
 
     async def _discard(self, container: KernelChannel) -> None:
