@@ -29,6 +29,7 @@ class Refusals:
     answered: int = 0
     refused: int = 0  # calls that arrived past the limit: the overflow
     refusing: bool = True  # False: a storm that cleared (answers everything)
+    retry_after_ms: int = 50  # what a refusal asks the caller to wait
     arrivals: list[int] = field(default_factory=list)  # in flight as each call arrived
 
     def reply(self, body: dict[str, object]) -> str:
@@ -54,7 +55,7 @@ async def refusing_endpoint(state: Refusals) -> AsyncIterator[str]:
             return web.json_response(
                 {"error": {"message": "Too many requests", "type": "rate_limit"}},
                 status=429,
-                headers={"retry-after-ms": "50"},
+                headers={"retry-after-ms": str(state.retry_after_ms)},
             )
         state.in_flight += 1
         state.most_in_flight = max(state.most_in_flight, state.in_flight)

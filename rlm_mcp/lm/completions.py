@@ -70,6 +70,18 @@ class _Tally:
         self.backoff_s = 0.0  # slept between attempts
 
 
+class _Waits:
+    """One call's waits so far, against the caps that end it (`Completions._delay`)."""
+
+    __slots__ = ("attempt", "slept", "throttled_s", "turns")
+
+    def __init__(self) -> None:
+        self.attempt = 0  # failures other than "less load, please": those wait without counting
+        self.turns = 0  # failed attempts of any kind
+        self.slept = 0.0  # waited after counted failures (TOTAL_SLEEP_CAP_S)
+        self.throttled_s = 0.0  # waited after 429s (THROTTLED_SLEEP_CAP_S)
+
+
 def _tallied(completion: Completion, tally: _Tally) -> Completion:
     """`completion` with its retries accounted (only calls that retried pay for the copy)."""
     record = replace(completion.record, retries=tally.retries, throttled=tally.throttled, backoff_s=tally.backoff_s)
@@ -163,14 +175,12 @@ class Completions:
     ) -> HttpReply:
         url = f"{self.endpoint.base_url}/chat/completions"
         config = self.endpoint.config
-        slept = 0.0
-        throttled_s = 0.0
-        attempt = 0  # failures other than "less load, please": those wait without counting
-        turns = 0
+        spent = _Waits()
         payload = encode_json(body)
         while True:
             wait: float | None = None
-            # The places are held for one attempt only: a call backing off must not starve others.
+            # A place is held for one attempt: a call backing off after a failure must not starve
+            # others. An answer asking for less load is the exception (below).
             asked = time.perf_counter()
             given = gate.try_acquire()
             sent_at = given if given is not None else await gate.acquire()
@@ -191,44 +201,58 @@ class Completions:
                         if response.status_code < 400:
                             gate.answered()
                             return response
-                        failure = await self._status_error(response, url, model, attempt + 1)
+                        failure = await self._status_error(response, url, model, spent.attempt + 1)
                         wait = retry_after_s(response)
                 finally:
                     slots.release()
+                less_load = failure.status in THROTTLE_STATUSES
+                if less_load:  # fewer in flight here (and, shared, in the team)
+                    assert failure.status is not None
+                    tally.throttled += 1
+                    if gate.throttled(failure.status, sent_at):
+                        await self._throttles.publish_cut(gate)
+                delay = self._delay(failure, wait, spent, tally)
+                if less_load:
+                    # The endpoint had no room for this call, so it has none for the next one in
+                    # line either: the place stays taken while this call waits. Handed on at once,
+                    # it sent the next call straight into the same refusal, one after another
+                    # through the whole queue, as fast as the endpoint could refuse them.
+                    await anyio.sleep(delay)
             finally:
                 gate.release()
-            turns += 1
-            if failure.status in THROTTLE_STATUSES:  # fewer in flight here (and, shared, in the team)
-                assert failure.status is not None
-                tally.throttled += 1
-                if gate.throttled(failure.status, sent_at):
-                    await self._throttles.publish_cut(gate)
-            if waited_out := (failure.status in WAIT_OUT_STATUSES):
-                # "Too many requests": this call waits its turn again however long the storm
-                # lasts; the run's deadline, not a count of attempts, decides when to give up.
-                delay = wait if wait is not None else backoff_s(min(turns, 6), self._backoff_base_s)
-                if throttled_s + delay > THROTTLED_SLEEP_CAP_S:
-                    raise failure
-                throttled_s += delay
-            else:
-                if not failure.retryable or attempt >= self._retries:
-                    raise failure
-                delay = wait if wait is not None else backoff_s(attempt, self._backoff_base_s)
-                if slept + delay > TOTAL_SLEEP_CAP_S:
-                    raise failure
-                slept += delay
-                attempt += 1
-            tally.retries += 1
-            tally.backoff_s += delay
-            metrics.lm_retry(config.name, errors.error_kind(failure))
-            log.log(
-                logging.INFO if waited_out else logging.WARNING,
-                "LM call failed (attempt %d), retrying in %.2f s: %s",
-                turns,
-                delay,
-                failure,
-            )
-            await anyio.sleep(delay)
+            if not less_load:
+                await anyio.sleep(delay)
+
+    def _delay(self, failure: LMError, wait: float | None, spent: _Waits, tally: _Tally) -> float:
+        """How long the call waits before its next attempt, counted; raises `failure` when the call
+        gives up instead."""
+        spent.turns += 1
+        if waited_out := (failure.status in WAIT_OUT_STATUSES):
+            # "Too many requests": this call waits its turn again however long the storm
+            # lasts; the run's deadline, not a count of attempts, decides when to give up.
+            delay = wait if wait is not None else backoff_s(min(spent.turns, 6), self._backoff_base_s)
+            if spent.throttled_s + delay > THROTTLED_SLEEP_CAP_S:
+                raise failure
+            spent.throttled_s += delay
+        else:
+            if not failure.retryable or spent.attempt >= self._retries:
+                raise failure
+            delay = wait if wait is not None else backoff_s(spent.attempt, self._backoff_base_s)
+            if spent.slept + delay > TOTAL_SLEEP_CAP_S:
+                raise failure
+            spent.slept += delay
+            spent.attempt += 1
+        tally.retries += 1
+        tally.backoff_s += delay
+        metrics.lm_retry(self.endpoint.config.name, errors.error_kind(failure))
+        log.log(
+            logging.INFO if waited_out else logging.WARNING,
+            "LM call failed (attempt %d), retrying in %.2f s: %s",
+            spent.turns,
+            delay,
+            failure,
+        )
+        return delay
 
     async def _status_error(self, response: HttpReply, url: str, model: str, attempts: int) -> LMError:
         status, message = response.status_code, server_message(response)

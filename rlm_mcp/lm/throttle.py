@@ -9,7 +9,8 @@ waits and tries again, uncounted, until its run's deadline (a 503 is retried as 
 adds 1/limit (one more call per limit's worth of answers), up to the ceiling,
 `RLM_MCP_MAX_CONCURRENT_LM_CALLS`, which is therefore the most, not the fixed number, of a
 process's calls in flight to one endpoint and model. A call waits for a place at its gate before
-it takes one of the process's slots, and holds it for one attempt.
+it takes one of the process's slots, and holds it for one attempt; a call answered "less load"
+holds it through its wait too, so the next call in line is not sent into the same refusal.
 
 In team mode the workers share their cuts through the database they already share: a cut is
 published on the `ThrottleChannel` (PostgreSQL NOTIFY) as the endpoint, the model and the new
@@ -138,7 +139,7 @@ class Gate:
         last cut (that cut already answered it). Whether it cut."""
         metrics.lm_throttled(self.endpoint, status)
         self.throttled_answers += 1
-        if sent_at < self._cut_at:
+        if sent_at < self._cut_at or self.limit <= 1.0:  # answered by the last cut, or at the floor
             return False
         self._cut()
         return True
