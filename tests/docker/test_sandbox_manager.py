@@ -17,6 +17,7 @@ import docker.errors
 import pytest
 
 from rlm_mcp.errors import TooLargeError
+from rlm_mcp.sandbox.docker.backend import DockerBackend
 from rlm_mcp.sandbox.docker.engine import engine_ulimits
 from rlm_mcp.sandbox.docker.hardening import LABEL_OWNER
 from rlm_mcp.sandbox.liveness import LABEL_PID, ProcessLiveness
@@ -183,6 +184,36 @@ async def test_cancellation_kills_the_container(tmp_path: Path) -> None:
             assert await wait_for(lambda: owner_containers(client, mgr.owner_id) == [])  # removed in the background
             r = await sb.execute("print('back')", no_bridge)  # a fresh container takes over
             assert r.stdout == "back\n" and r.restarted
+
+
+async def test_a_start_cancelled_while_the_cpu_probe_is_asked_removes_its_container(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The first sandbox asks once whether CPU limits change in place; a run cancelled while its
+    # new container waited for that answer left the container to nobody until the server stopped.
+    asked = anyio.Event()
+
+    async def unanswered(self: DockerBackend, channel: object, cpus: float) -> None:
+        asked.set()
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(DockerBackend, "set_cpus", unanswered)
+    async with ready_manager(pool_size=0) as mgr:
+        client = await docker_client(mgr)
+        opened: list[object] = []
+
+        async def open_one() -> None:
+            async with mgr.open([]) as sb:
+                opened.append(sb)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(open_one)
+            with anyio.fail_after(60):
+                await asked.wait()
+            assert len(owner_containers(client, mgr.owner_id)) == 1
+            tg.cancel_scope.cancel()
+        assert opened == []
+        assert await wait_for(lambda: owner_containers(client, mgr.owner_id) == [])  # before the manager stops
 
 
 async def test_check_fits(tmp_path: Path) -> None:
