@@ -210,6 +210,16 @@ def _pin_scripted_lm() -> None:
     print(f"scripted LM (pid {lm[0]}) on CPU {cpus[-1]}, the event loop on {cpus[:-1]}", file=sys.stderr)
 
 
+def batch_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every per-batch profile of the sub-call path takes: the batch's width, batches
+    a run, runs of each cell (bench/subcall_parts.py, bench/subcall_procs.py)."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    parser.add_argument("--n", type=int, default=16, help="sub-calls a batch")
+    parser.add_argument("--batches", type=int, default=8, help="batches a run")
+    parser.add_argument("--reps", type=int, default=4, help="runs of each cell")
+    return parser
+
+
 def _load() -> str:
     """The 1-minute load average: the floor moves with it, so it is printed beside the figures."""
     try:

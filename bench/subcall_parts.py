@@ -27,7 +27,6 @@ bridge). Other processes (the scripted LM, the sandbox, Docker) are not counted:
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import sys
@@ -41,7 +40,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.run import bench_service
-from bench.subcall import _load, _quiet, many_and_one
+from bench.subcall import _load, _quiet, batch_parser, many_and_one
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.engine.bridge import SubCallBridge
 from rlm_mcp.engine.tree import RunTree
@@ -170,10 +169,7 @@ async def bench(n: int, batches: int, reps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=int, default=16)
-    parser.add_argument("--batches", type=int, default=8)
-    parser.add_argument("--reps", type=int, default=4)
+    parser = batch_parser(__doc__)
     args = parser.parse_args()
     if args.batches < 2:
         parser.error("--batches must be 2 or more (the marginal is the difference with one batch)")

@@ -20,7 +20,6 @@ Never fails on a timing.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -34,7 +33,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.procfs import process_groups, task_cpu_ns
 from bench.run import bench_service
-from bench.subcall import _load, _pin_scripted_lm, _quiet, floor_batches, many_and_one
+from bench.subcall import _load, _pin_scripted_lm, _quiet, batch_parser, floor_batches, many_and_one
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.engine.bridge import SubCallBridge
 from rlm_mcp.lm.http import HttpPool
@@ -186,10 +185,7 @@ async def bench(n: int, batches: int, reps: int, pin_lm: bool, settle: bool) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=int, default=16)
-    parser.add_argument("--batches", type=int, default=8)
-    parser.add_argument("--reps", type=int, default=4)
+    parser = batch_parser(__doc__)
     parser.add_argument("--pin-lm", action="store_true")
     parser.add_argument(
         "--no-settle",
