@@ -56,13 +56,13 @@ async def test_forked_children_are_reaped_and_subprocess_keeps_its_exit_codes(tm
         fork_some = "import os\nfor _ in range(13):\n    if os.fork() == 0:\n        os._exit(0)"
         for _ in range(12):
             r = await sb.execute(fork_some, no_bridge)
-            assert r.error is None, r.error
+            assert r.error is None, (r.error, r.notice)  # a lost sandbox's notice says how it ended
         r = await sb.execute(
             "import threading, subprocess, sys\nt = threading.Thread(target=print, args=('thread ok',))\nt.start()\n"
             "t.join()\nprint(subprocess.run([sys.executable, '-c', 'raise SystemExit(3)']).returncode)",
             no_bridge,
         )
-        assert r.error is None, r.error
+        assert r.error is None, (r.error, r.notice)
         assert r.stdout == "thread ok\n3\n"
 
 
