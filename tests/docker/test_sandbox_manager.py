@@ -303,6 +303,22 @@ async def test_image_missing() -> None:
             await mgr.ensure_ready()
 
 
+async def test_a_start_after_the_image_is_gone_says_how_to_build_it() -> None:
+    # A start does not look at the image first: Docker's refusal of the create says it is gone.
+    from rlm_mcp.errors import ImageMissingError
+
+    ready = DockerBackend(sandbox_settings().sandbox)
+    backend = DockerBackend(sandbox_settings(sandbox_image="rlm-mcp-no-such-image:0").sandbox)
+    try:
+        await ready.check_ready()
+        backend.engine = ready.engine  # as `check_ready` found it before the image went
+        with pytest.raises(ImageMissingError, match="rlm-mcp image build"):
+            await backend.start("rlm-mcp-test-no-image")
+    finally:
+        ready.close()
+        backend.close()
+
+
 async def test_kill_stops_the_container_even_when_remove_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the daemon does not answer the remove, dropping our attach connection must still stop it."""
     from rlm_mcp.sandbox.docker.container import KernelContainer

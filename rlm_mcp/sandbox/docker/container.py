@@ -26,7 +26,7 @@ from rlm_mcp.errors import RlmMcpError, SandboxError
 from rlm_mcp.ports.kernel import ChannelEvent, ExitInfo, HostFrame, ReadyFrame
 from rlm_mcp.sandbox.boot import ANSWER_MAX_BYTES, BOOT_TIMEOUT_S, boot_kernel
 from rlm_mcp.sandbox.docker.attach import AttachReader, open_raw_reader, open_reader, plain_socket
-from rlm_mcp.sandbox.docker.docker_api import docker_errors, require_image_sync, short
+from rlm_mcp.sandbox.docker.docker_api import docker_errors, image_missing, short
 from rlm_mcp.sandbox.docker.engine import EngineInfo, check_container_runtime
 from rlm_mcp.sandbox.docker.fastchan import LABEL_CHANNEL_DIR, MOUNT_AT, FastChannel, FastChannels, is_refused_mount
 from rlm_mcp.sandbox.docker.faults import (
@@ -186,11 +186,16 @@ class KernelContainer:
 
     def _create_and_attach(self, channels: FastChannels | None = None) -> None:
         def refused(exc: Exception) -> RlmMcpError:
+            import docker.errors
+
+            if isinstance(exc, docker.errors.ImageNotFound):  # removed since `check_ready` found it
+                return image_missing(self.settings.sandbox_image)
             explanation = getattr(exc, "explanation", None) or exc
             return SandboxError(f"Docker refused to start a sandbox: {explanation}.", _start_fix(self.settings))
 
+        # No look at the image first (a round trip per start): the create's own answer says
+        # when it is gone.
         with lost_raised(), docker_errors(refused):
-            require_image_sync(self.client, self.settings.sandbox_image)
             try:
                 self._create_attach_start()
             except Exception as exc:
