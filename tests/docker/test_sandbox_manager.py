@@ -102,7 +102,9 @@ async def test_reaping_removes_only_stopped_sandboxes_of_dead_owners(tmp_path: P
                 mgr.settings.sandbox_image,
                 command=["true"],
                 labels={LABEL_OWNER: "dead-owner", "rlm-mcp.role": "sandbox", **dead_process_stamp()},
-                host_config=client.api.create_host_config(ulimits=engine_ulimits(engine_of(mgr))),  # Podman needs them
+                host_config=client.api.create_host_config(
+                    ulimits=engine_ulimits(engine_of(mgr), mgr.settings)
+                ),  # Podman needs them
             )["Id"]
             await anyio.to_thread.run_sync(client.api.start, cid)
             await anyio.to_thread.run_sync(lambda: client.api.wait(cid, timeout=20))

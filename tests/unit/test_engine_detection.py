@@ -103,7 +103,11 @@ def test_the_container_gets_the_runtime_and_the_engines_limits() -> None:
     )["host_config"]
     assert "Runtime" not in host and host["PidsLimit"] == 64
     assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "nproc"}  # Podman would raise both past its own
-    assert [u["Name"] for u in engine_ulimits(docker_engine)] == ["nofile"]  # Docker: as before
+    runc = engine_info(DOCKER_VERSION, DOCKER_INFO, plain.sandbox)
+    assert [u["Name"] for u in engine_ulimits(runc, plain.sandbox)] == ["nofile"]  # Docker: as before
+    # gVisor: the guest's own limit is its nproc (the pids cgroup also holds gVisor's threads).
+    gvisor = {u["Name"]: u for u in engine_ulimits(docker_engine, settings.sandbox)}
+    assert gvisor["nproc"] == {"Name": "nproc", "Soft": 64, "Hard": 64}
 
 
 def test_a_failed_update_is_told_apart_from_a_vanished_container() -> None:

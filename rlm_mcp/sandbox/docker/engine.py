@@ -18,7 +18,10 @@ from the engine (`probe_sync`) and checked here, never guessed:
 - Under gVisor the container's pids cgroup holds gVisor's own host threads (about 40 at rest)
   and, on the ptrace platform, a host stub per guest process that outlives it briefly: a
   sandbox at `RLM_MCP_SANDBOX_PIDS` would have its gVisor kernel killed by the limit long
-  before its code reached it, so the host limit gets room for them (`pids_limit`).
+  before its code reached it, so the host limit gets room for them (`pids_limit`). That cgroup
+  then no longer bounds the guest's processes, and gVisor's kernel died (exit status 2) when
+  they filled it: the guest's own limit is its `nproc` ulimit at `RLM_MCP_SANDBOX_PIDS` (gVisor
+  enforces it, so a fork past it fails in the cell, as under runc; `engine_ulimits`).
 - Podman 4.3 on cgroup v1 never reports an out-of-memory kill (`OOMKilled` stays false and no
   `oom` event comes): a SIGKILLed kernel there is most likely the memory limit, and the model is
   told so (`ExitInfo.oom_unreported`).
@@ -192,10 +195,12 @@ def pids_limit(engine: EngineInfo | None, settings: SandboxSettings) -> int:
     return settings.sandbox_pids
 
 
-def engine_ulimits(engine: EngineInfo | None) -> list[dict[str, Any]]:
+def engine_ulimits(engine: EngineInfo | None, settings: SandboxSettings) -> list[dict[str, Any]]:
     """Resource limits set on every sandbox (beyond the cgroup limits in hardening.py)."""
     limits: list[dict[str, Any]] = [{"Name": "nofile", "Soft": 1024, "Hard": 1024}]
-    if engine is not None and engine.podman:
+    if is_gvisor(engine, settings):
+        limits.append({"Name": "nproc", "Soft": settings.sandbox_pids, "Hard": settings.sandbox_pids})
+    elif engine is not None and engine.podman:
         limits.append({"Name": "nproc", "Soft": PODMAN_NPROC, "Hard": PODMAN_NPROC})
     return limits
 

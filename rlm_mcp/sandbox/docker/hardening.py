@@ -40,7 +40,7 @@ def create_kwargs(
         cpu_quota=cpu_quota(settings.sandbox_cpus),
         network_mode="none",
         init=True,  # tini reaps zombies and forwards signals; the kernel is its child
-        ulimits=engine_ulimits(engine),
+        ulimits=engine_ulimits(engine, settings),
         runtime=settings.sandbox_runtime,  # None: the engine's default (runc)
         log_config={"Type": "none", "Config": {}},  # stdout is the protocol: do not store it
     )
