@@ -177,6 +177,7 @@ class _IgnoresRuntime:
     def __init__(self, client: Any) -> None:
         self._client = client
         self.api = _ApiDroppingRuntime(client.api)
+        self.rlm_lean_calls = None  # a sandbox's calls go through `api` (lean_calls.calls)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)

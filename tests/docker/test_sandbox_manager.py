@@ -20,6 +20,7 @@ from rlm_mcp.errors import TooLargeError
 from rlm_mcp.sandbox.docker.backend import DockerBackend
 from rlm_mcp.sandbox.docker.engine import engine_ulimits
 from rlm_mcp.sandbox.docker.hardening import LABEL_OWNER
+from rlm_mcp.sandbox.docker.lean_calls import calls
 from rlm_mcp.sandbox.liveness import LABEL_PID, ProcessLiveness
 from rlm_mcp.sandbox.manager import BACKGROUND_REMOVALS, SandboxManager
 from rlm_mcp.testing.sandboxes import docker_client, pool_ready, reap_orphans
@@ -349,13 +350,14 @@ async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatc
     async with ready_manager(pool_size=0) as mgr:
         client = await docker_client(mgr)
         owner = "lostcreate-" + os.urandom(4).hex()
-        real = client.api.create_container
+        api = calls(client)  # where a sandbox's create goes (lean_calls.py)
+        real = api.create_container
 
         def create(*args, **kwargs):
             real(*args, **kwargs)
             raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=30)")
 
-        monkeypatch.setattr(client.api, "create_container", create)
+        monkeypatch.setattr(api, "create_container", create)
         with pytest.raises((SandboxError, requests.exceptions.ReadTimeout, Exception)):
             await KernelContainer.start(client, mgr.settings, owner, engine_of(mgr))
         monkeypatch.undo()

@@ -10,6 +10,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import docker
 import docker.errors
@@ -19,6 +20,7 @@ import urllib3.exceptions
 
 from rlm_mcp.ports.kernel import ExitInfo
 from rlm_mcp.sandbox.docker.container import KernelContainer, exit_info_of
+from rlm_mcp.sandbox.docker.docker_api import ONE_POOL_KEY, share_one_pool
 from rlm_mcp.sandbox.docker.faults import (
     DOCKER_LOST_FIX,
     DockerConnectionLost,
@@ -27,6 +29,7 @@ from rlm_mcp.sandbox.docker.faults import (
     is_connection_error,
     lost_error,
 )
+from rlm_mcp.sandbox.docker.lean_calls import LeanCalls
 from tests.fixtures_sandbox import sandbox_settings
 
 
@@ -147,6 +150,29 @@ def test_the_daemon_saying_no_is_refused_not_lost(api: Callable[..., docker.APIC
     no_space = _raised(lambda: api(_no_space).inspect_container("abc"))
     assert isinstance(no_space, docker.errors.APIError) and classify(no_space) == "refused"
     missing = _raised(lambda: api(_missing).inspect_image("rlm-mcp-sandbox:none"))
+    assert isinstance(missing, docker.errors.ImageNotFound) and classify(missing) == "refused"
+    assert not is_connection_error(no_space) and not is_connection_error(missing)
+
+
+def _lean(client: docker.APIClient) -> LeanCalls:
+    assert share_one_pool(SimpleNamespace(api=client))  # as connect_sync does on a unix socket
+    return LeanCalls(client, ONE_POOL_KEY)
+
+
+@pytest.mark.parametrize("serve", [_hang_up, _half_answer])
+def test_a_lean_call_that_loses_its_connection_is_a_lost_connection(
+    api: Callable[..., docker.APIClient], serve: Callable[[socket.socket], None]
+) -> None:
+    exc = _raised(lambda: _lean(api(serve)).inspect_container("abc"))
+    assert classify(exc) == "lost", repr(exc)
+    assert is_connection_error(exc)
+
+
+def test_a_lean_call_the_daemon_refuses_raises_what_docker_py_raises(api: Callable[..., docker.APIClient]) -> None:
+    no_space = _raised(lambda: _lean(api(_no_space)).start("abc"))
+    assert isinstance(no_space, docker.errors.APIError) and type(no_space) is docker.errors.APIError
+    assert classify(no_space) == "refused" and no_space.status_code == 500 and "no space left" in str(no_space).lower()
+    missing = _raised(lambda: _lean(api(_missing)).create_container("rlm-mcp-sandbox:none", name="x"))
     assert isinstance(missing, docker.errors.ImageNotFound) and classify(missing) == "refused"
     assert not is_connection_error(no_space) and not is_connection_error(missing)
 

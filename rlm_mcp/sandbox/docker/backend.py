@@ -90,7 +90,7 @@ class DockerBackend:
         container_id, quota = channel.id, cpu_quota(cpus)
         try:
             await anyio.to_thread.run_sync(
-                lambda: channel.client.api.update_container(container_id, cpu_period=CPU_PERIOD_US, cpu_quota=quota)
+                lambda: channel.calls.update_container(container_id, cpu_period=CPU_PERIOD_US, cpu_quota=quota)
             )
         except Exception as exc:
             if update_unsupported(exc):  # Debian's runsc, Podman: the CPU shares fall back (cpu.py)

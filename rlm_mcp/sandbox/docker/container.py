@@ -39,6 +39,7 @@ from rlm_mcp.sandbox.docker.faults import (
     stopped_while_removed,
 )
 from rlm_mcp.sandbox.docker.hardening import create_kwargs
+from rlm_mcp.sandbox.docker.lean_calls import calls
 from rlm_mcp.sandbox.docker.writer import ContextJob, FrameWriter
 from rlm_mcp.sandbox.frames import encode_frame, max_frame_strings, max_kernel_frame
 from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
@@ -82,6 +83,11 @@ class KernelContainer:
         self._removed = False
 
     # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def calls(self) -> Any:
+        """Where this sandbox's own API calls go (lean_calls.py)."""
+        return calls(self.client)
+
     @classmethod
     async def start(
         cls,
@@ -214,12 +220,12 @@ class KernelContainer:
             kwargs["host_config"]["Binds"] = [f"{self._chan.dir}:{MOUNT_AT}:ro"]
             kwargs["labels"][LABEL_CHANNEL_DIR] = str(self._chan.dir)
         self._create_sent = True
-        self.id = self.client.api.create_container(**kwargs)["Id"]
-        check_container_runtime(self.client.api.inspect_container(self.id), self.engine, self.settings)
+        self.id = self.calls.create_container(**kwargs)["Id"]
+        check_container_runtime(self.calls.inspect_container(self.id), self.engine, self.settings)
         # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
         self._sock = self.client.api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         self._raw = getattr(self._sock, "_sock", self._sock)
-        self.client.api.start(self.id)
+        self.calls.start(self.id)
 
     def _discard_created(self) -> None:
         """Undo a `_create_attach_start` that failed part-way (blocking)."""
@@ -286,11 +292,11 @@ class KernelContainer:
     def _remove_sync(self) -> None:
         try:
             try:
-                self.client.api.remove_container(self.id or self.name, force=True)
+                self.calls.remove_container(self.id or self.name, force=True)
             except Exception as exc:
                 if not stopped_while_removed(exc):
                     raise
-                self.client.api.remove_container(self.id or self.name, force=True)  # stopped now: once more
+                self.calls.remove_container(self.id or self.name, force=True)  # stopped now: once more
         except Exception as exc:  # already gone, or the daemon is down: nothing more to do
             if not is_gone(exc):
                 log.warning("could not remove sandbox %s: %s", self.name, exc)
@@ -305,7 +311,7 @@ class KernelContainer:
                     self.client.api.wait(self.id, timeout=3)
                 except Exception:
                     pass
-                info = exit_info_of(self.client.api.inspect_container(self.id).get("State"))
+                info = exit_info_of(self.calls.inspect_container(self.id).get("State"))
                 podman = self.engine is not None and self.engine.podman  # never reports OOM kills (engine.py)
                 return dataclasses.replace(info, oom_unreported=True) if podman else info
             except Exception as exc:

@@ -18,6 +18,7 @@ import anyio
 
 from rlm_mcp.errors import DockerUnavailableError, ImageMissingError, RlmMcpError
 from rlm_mcp.sandbox.docker.faults import is_connection_error
+from rlm_mcp.sandbox.docker.lean_calls import LeanCalls
 
 log = logging.getLogger("rlm_mcp.sandbox")
 
@@ -72,8 +73,10 @@ def connect_sync(timeout: float = 30.0) -> Any:
 
     with docker_errors(refused):
         client = docker.from_env(timeout=int(timeout))
-        share_one_pool(client)
-        skip_environment_lookups(client)
+        if share_one_pool(client):
+            skip_environment_lookups(client)
+            # A sandbox's create, inspect, start, update and removal skip docker-py's session layer.
+            client.rlm_lean_calls = LeanCalls(client.api, ONE_POOL_KEY)
         client.ping()
         return client
 
@@ -82,7 +85,7 @@ def connect_sync(timeout: float = 30.0) -> Any:
 UNIX_POOL_CONNECTIONS = 32
 
 
-def share_one_pool(client: Any) -> None:
+def share_one_pool(client: Any) -> bool:
     """Give a client on a unix socket one connection pool for every request.
 
     docker-py's unix adapter keeps a pool per URL (each container's URLs are new ones) in an LRU
@@ -90,13 +93,14 @@ def share_one_pool(client: Any) -> None:
     many containers that request failed with urllib3's `AttributeError: 'NoneType' object has
     no attribute ...` (seen once at 32 concurrent runs), which became the run's internal error.
     Every URL on one socket is the same peer, so one pool is what the LRU would have needed.
-    Other transports (TCP/TLS, SSH) are left as docker-py makes them."""
+    Other transports (TCP/TLS, SSH) are left as docker-py makes them. Whether it did (a client
+    on a unix socket)."""
     from docker.transport import UnixHTTPAdapter
 
     api = client.api
     old: Any = getattr(api, "_custom_adapter", None)
     if type(old) is not UnixHTTPAdapter:
-        return
+        return False
     adapter = _one_pool_adapter_class()(
         f"http+unix://{old.socket_path}",
         old.timeout,
@@ -105,6 +109,7 @@ def share_one_pool(client: Any) -> None:
     api.mount("http+docker://", adapter)
     api._custom_adapter = adapter  # docker-py falls back to it for its own URL scheme
     old.close()
+    return True
 
 
 def skip_environment_lookups(client: Any) -> None:
@@ -113,10 +118,7 @@ def skip_environment_lookups(client: Any) -> None:
     from disk), which no request to a local socket uses: 4-6% of a server's CPU per run, with
     the Docker calls of a sandbox's start and removal 31-36% of it (py-spy, 32 one-turn runs).
     Other transports keep them (a TCP engine may sit behind a proxy)."""
-    from docker.transport import UnixHTTPAdapter
-
-    if isinstance(getattr(client.api, "_custom_adapter", None), UnixHTTPAdapter):
-        client.api.trust_env = False
+    client.api.trust_env = False
 
 
 @functools.cache
@@ -128,12 +130,12 @@ def _one_pool_adapter_class() -> Any:
         """A unix adapter whose requests all share one pool (`share_one_pool`)."""
 
         def get_connection(self, url: str, proxies: Any = None) -> Any:
-            return super().get_connection(_ONE_POOL_KEY, proxies)
+            return super().get_connection(ONE_POOL_KEY, proxies)
 
     return OnePoolUnixAdapter
 
 
-_ONE_POOL_KEY = "http+docker://localhost"
+ONE_POOL_KEY = "http+docker://localhost"
 
 
 def image_present_sync(client: Any, tag: str) -> bool:
