@@ -68,6 +68,16 @@ class _Clock:
         return self.now
 
 
+URL = "postgresql://u@127.0.0.1:1/x"  # never opened: no server needed
+
+
+def _unopened(monkeypatch: pytest.MonkeyPatch) -> tuple[Database, _Clock]:
+    """A pool that is never opened, its lending on the test's clock."""
+    clock = _Clock()
+    monkeypatch.setattr(lending_module, "time", clock)
+    return Database(URL, replica=False), clock
+
+
 @pytest.fixture
 def checked(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     seen: list[object] = []
@@ -82,9 +92,7 @@ def checked(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 async def test_a_quiet_recent_connection_is_lent_unchecked(
     checked: list[object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = _Clock()
-    monkeypatch.setattr(lending_module, "time", clock)
-    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)  # never opened: no server needed
+    db, clock = _unopened(monkeypatch)
     old, recent, never = _Conn(), _Conn(), _Conn()
     db.lending.returned(old)
     clock.now += QUIET_S / 2
@@ -102,9 +110,7 @@ async def test_a_connection_the_server_spoke_on_or_closed_is_checked(
 ) -> None:
     """A server ending a session (a restart, `pg_terminate_backend`) writes its FATAL message and
     closes: the socket of an idle connection is readable, and the round trip is made."""
-    clock = _Clock()
-    monkeypatch.setattr(lending_module, "time", clock)
-    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
+    db, clock = _unopened(monkeypatch)
     ended, quiet = _Conn(), _Conn()
     db.lending.returned(ended)
     db.lending.returned(quiet)
@@ -120,9 +126,7 @@ async def test_a_connection_the_server_spoke_on_or_closed_is_checked(
 async def test_after_a_failure_every_connection_is_checked(
     checked: list[object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = _Clock()
-    monkeypatch.setattr(lending_module, "time", clock)
-    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
+    db, clock = _unopened(monkeypatch)
     a, b = _Conn(), _Conn()
     db.lending.returned(a)
     db.lending.returned(b)
@@ -137,9 +141,7 @@ async def test_after_a_failure_every_connection_is_checked(
 async def test_a_connection_that_came_back_broken_is_checked_before_it_is_lent_again(
     checked: list[object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = _Clock()
-    monkeypatch.setattr(lending_module, "time", clock)
-    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
+    db, clock = _unopened(monkeypatch)
     healthy, broken = _Conn(), _Conn()
     broken.broken = True
     db.lending.returned(healthy)
@@ -152,9 +154,7 @@ async def test_a_connection_that_came_back_broken_is_checked_before_it_is_lent_a
 async def test_a_statement_answered_lately_stands_for_the_health_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """The health route's `ping` runs no `SELECT 1` while a connection came back healthy within
     ANSWERED_S; past it, or after a failure, it asks the database (never opened here: it fails)."""
-    clock = _Clock()
-    monkeypatch.setattr(lending_module, "time", clock)
-    db = Database("postgresql://u@127.0.0.1:1/x", replica=False)
+    db, clock = _unopened(monkeypatch)
     assert not await db.ping()  # nothing answered yet: its own statement, which fails
     db.lending.returned(_Conn())
     clock.now += ANSWERED_S / 2
@@ -194,10 +194,8 @@ async def _backend_pid(conn: Any) -> int:
 async def test_a_pool_sharing_its_answers_stands_for_the_other_s_health_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """The queue's pool shares the store's `Answers`: a worker's heartbeats on it spare the health
     route its `SELECT 1` on the store's pool; a failure on either forgets the answer for both."""
-    clock = _Clock()
-    monkeypatch.setattr(lending_module, "time", clock)
-    store = Database("postgresql://u@127.0.0.1:1/x", replica=False)
-    queue = Database("postgresql://u@127.0.0.1:1/x", replica=False, answers=store.answers)
+    store, clock = _unopened(monkeypatch)
+    queue = Database(URL, replica=False, answers=store.answers)
     queue.lending.returned(_Conn())
     clock.now += ANSWERED_S / 2
     assert await store.ping()  # no statement of its own (it would fail: never opened)
