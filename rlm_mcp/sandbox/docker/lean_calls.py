@@ -64,7 +64,7 @@ class LeanCalls:
         )
         data = response.data
         if response.status >= 400:
-            _raise_refusal(method, target, response.status, response.reason or "", data)
+            _raise_refusal(self._pool_key + target, response.status, response.reason or "", data)
         if not data:
             return None
         return json.loads(data)
@@ -96,16 +96,16 @@ class LeanCalls:
         self._call("DELETE", f"/containers/{container}", {"v": "False", "link": "False", "force": str(force)})
 
 
-def _raise_refusal(method: str, target: str, status: int, reason: str, data: bytes) -> None:
+def _raise_refusal(url: str, status: int, reason: str, data: bytes) -> None:
     """Raise what docker-py raises for this answer (`APIError`, `NotFound`, `ImageNotFound`, ...)."""
     import docker.errors
     import requests
 
     response = requests.models.Response()
     response.status_code, response.reason, response._content = status, reason, data
-    response.url = f"http+docker://localhost{target}"
+    response.url = url  # as docker-py's error text names it
     try:
         response.raise_for_status()
     except requests.exceptions.HTTPError as exc:
         docker.errors.create_api_error_from_http_exception(exc)  # raises
-    raise AssertionError(f"{method} {target}: {status} was not raised")  # pragma: no cover
+    raise AssertionError(f"{url}: {status} was not raised")  # pragma: no cover
