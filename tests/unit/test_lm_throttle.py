@@ -96,6 +96,14 @@ async def test_the_limit_halves_once_per_round_and_climbs_back_when_answers_come
     assert gate.allowed == 16  # never past the ceiling
 
 
+async def test_a_refusal_at_the_floor_cuts_and_publishes_nothing() -> None:
+    gate = Gate("root", "http://x/v1", "m", ceiling=1)
+    sent = await gate.acquire()
+    gate.release()
+    assert not gate.throttled(429, sent)  # nothing to cut: its caller publishes no cut either
+    assert (gate.allowed, gate.cuts, gate.throttled_answers) == (1, 0, 1)
+
+
 async def test_waiters_get_places_as_the_limit_allows() -> None:
     gate = Gate("root", "http://x/v1", "m", ceiling=2, start=1)
     await gate.acquire()
