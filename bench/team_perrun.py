@@ -114,7 +114,12 @@ class LoopCallbacks:
         self.folder.mkdir(parents=True, exist_ok=True)
         env = {"PYTHONPATH": str(HOOK), "RLM_BENCH_LOOP_HOOK_DIR": str(self.folder)}
         # Both sides alike, when set in the bench's own environment.
-        for name in ("RLM_BENCH_LOOP_HOOK_DEPTH", "RLM_BENCH_LOOP_HOOK_TOP", "RLM_BENCH_LOOP_HOOK_CPU"):
+        for name in (
+            "RLM_BENCH_LOOP_HOOK_DEPTH",
+            "RLM_BENCH_LOOP_HOOK_TOP",
+            "RLM_BENCH_LOOP_HOOK_CPU",
+            "RLM_BENCH_LOOP_HOOK_PROFILE",
+        ):
             if name in os.environ:
                 env[name] = os.environ[name]
         return env

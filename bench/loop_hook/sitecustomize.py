@@ -8,7 +8,10 @@ $RLM_BENCH_LOOP_HOOK_DEPTH: how many of a task's innermost awaits name its step 
 $RLM_BENCH_LOOP_HOOK_TOP: how many of the most frequent are written (100);
 $RLM_BENCH_LOOP_HOOK_CPU set: each callback's thread CPU time (`time.thread_time`) is summed by the
 same name too, written to PID.cpu (valid at any load, as the thread's own CPU; the timing adds
-~1 us a callback). A measuring aid
+~1 us a callback); $RLM_BENCH_LOOP_HOOK_PROFILE set: a cProfile of the main thread (the event
+loop's) on the thread's CPU clock, from SIGUSR2 to SIGUSR1, written to PID.prof (read with
+`pstats`; the profiler's own cost inflates every figure: compare shares, or two processes
+profiled alike). A measuring aid
 only: it slows the loop, so a run with it has no valid CPU figures.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.events
 import collections
+import cProfile
 import os
 import signal
 import time
@@ -27,6 +31,8 @@ _counts: collections.Counter[str] = collections.Counter()
 _cpu: collections.defaultdict[str, float] = collections.defaultdict(float)
 _TIMED = bool(os.environ.get("RLM_BENCH_LOOP_HOOK_CPU"))
 _DEPTH = int(os.environ.get("RLM_BENCH_LOOP_HOOK_DEPTH", "3"))  # the innermost awaits named
+_PROFILED = bool(os.environ.get("RLM_BENCH_LOOP_HOOK_PROFILE"))
+_profile: cProfile.Profile | None = None
 _run = asyncio.events.Handle._run
 
 
@@ -60,6 +66,9 @@ def _counted_run(self: asyncio.events.Handle) -> None:
 
 def _write(*_: object) -> None:
     folder = os.environ.get("RLM_BENCH_LOOP_HOOK_DIR", "/tmp")
+    if _profile is not None:
+        _profile.disable()
+        _profile.dump_stats(os.path.join(folder, f"{os.getpid()}.prof"))
     with open(os.path.join(folder, f"{os.getpid()}.txt"), "w") as out:
         out.write(f"{sum(_counts.values())} total\n")
         for what, n in _counts.most_common(int(os.environ.get("RLM_BENCH_LOOP_HOOK_TOP", "100"))):
@@ -72,8 +81,14 @@ def _write(*_: object) -> None:
 
 
 def _clear(*_: object) -> None:
+    global _profile
     _counts.clear()
     _cpu.clear()
+    if _PROFILED:
+        if _profile is not None:
+            _profile.disable()
+        _profile = cProfile.Profile(time.thread_time)
+        _profile.enable()
 
 
 if os.environ.get("RLM_BENCH_LOOP_HOOK_DIR"):
