@@ -177,6 +177,49 @@ def test_a_lean_call_the_daemon_refuses_raises_what_docker_py_raises(api: Callab
     assert not is_connection_error(no_space) and not is_connection_error(missing)
 
 
+def _attach_then_answer(conn: socket.socket) -> None:
+    """An attach upgraded as Docker upgrades it, then an echo of what the client writes; any
+    other request (on another connection) is answered as an inspect."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(4096)
+    if b"/attach?" not in data:
+        body = b'{"Id": "abc", "State": {"Running": true}}'
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+        conn.sendall(head % len(body) + body)  # one answer a connection: this server closes it after
+        return
+    assert b"Upgrade: tcp" in data and b"stdin=1" in data
+    conn.sendall(
+        b"HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n"
+        b"Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
+    )
+    while chunk := conn.recv(4096):
+        conn.sendall(b"echo:" + chunk)
+
+
+def test_a_lean_attach_hands_over_the_upgraded_stream_out_of_the_pool(api: Callable[..., docker.APIClient]) -> None:
+    lean = _lean(api(_attach_then_answer))
+    stream = lean.attach_socket("abc", params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+    raw = getattr(stream, "_sock", stream)
+    assert raw.gettimeout() is None  # a stream as long as its container: the event loop may read it
+    raw.settimeout(5)
+    # Later calls get a connection of their own: the attach's is the stream's, not the pool's.
+    assert lean.inspect_container("abc")["Id"] == "abc"
+    raw.sendall(b"ping")
+    assert raw.recv(100) == b"echo:ping"
+    assert lean.inspect_container("abc")["State"]["Running"] is True
+    raw.sendall(b"again")
+    assert raw.recv(100) == b"echo:again"
+    raw.shutdown(socket.SHUT_RDWR)
+    stream.close()
+    raw.close()  # as `KernelContainer` closes both
+
+
+def test_a_lean_attach_the_daemon_refuses_raises_what_docker_py_raises(api: Callable[..., docker.APIClient]) -> None:
+    missing = _raised(lambda: _lean(api(_missing)).attach_socket("gone", params={"stdin": 1}))
+    assert isinstance(missing, docker.errors.NotFound) and classify(missing) == "refused"
+
+
 def test_a_peer_that_vanished_under_a_raw_stream_is_a_lost_connection() -> None:
     ours, theirs = socket.socketpair()
     theirs.close()

@@ -223,7 +223,7 @@ class KernelContainer:
         self.id = self.calls.create_container(**kwargs)["Id"]
         check_container_runtime(self.calls.inspect_container(self.id), self.engine, self.settings)
         # Attach BEFORE start, so no byte of stdout is missed and stdin is held open.
-        self._sock = self.client.api.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        self._sock = self.calls.attach_socket(self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         self._raw = getattr(self._sock, "_sock", self._sock)
         self.calls.start(self.id)
 

@@ -10,10 +10,12 @@ matters of docker-py's answer: the body of a call that succeeded, and for one th
 very exception docker-py raises (`docker.errors.create_api_error_from_http_exception`), so that
 `faults.classify` and every caller tell the cases apart as before. A connection that fails
 raises urllib3's own exceptions, which `faults.classify` already knows as a lost connection.
+The attach call (~640 µs through docker-py) is sent the same way: its upgraded connection is
+taken out of the pool for good and its socket handed over, as docker-py's `attach_socket` does.
 
 Only for a client on a unix socket (where `share_one_pool` put the one pool); other transports
 (TCP with TLS, SSH) keep docker-py's calls, whose methods `LeanCalls` mirrors by name and
-signature (`calls`). The attach stream stays docker-py's (a hijacked socket).
+signature (`calls`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ def calls(client: Any) -> Any:
 
 
 class LeanCalls:
-    """`create_container`, `inspect_container`, `start`, `update_container` and
-    `remove_container`, as docker-py's `APIClient` answers them, without its session layer."""
+    """`create_container`, `inspect_container`, `start`, `update_container`,
+    `remove_container` and `attach_socket`, as docker-py's `APIClient` answers them, without its
+    session layer."""
 
     def __init__(self, api: Any, pool_key: str) -> None:
         self._api = api
@@ -43,15 +46,15 @@ class LeanCalls:
         self._prefix = f"/v{api._version}"
         self._headers = {"User-Agent": api.headers.get("User-Agent", "docker-sdk-python")}
 
-    def _call(self, method: str, path: str, params: dict[str, Any] | None = None, body: Any = None) -> Any:
+    def _send(
+        self, method: str, target: str, headers: dict[str, str], payload: bytes | None, *, keep: bool = False
+    ) -> Any:
+        """urllib3's response; `keep`: its connection stays with it (an upgraded stream), unread."""
         import urllib3
 
-        target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
-        headers = self._headers if body is None else {**self._headers, **_JSON}
-        payload = None if body is None else json.dumps(body).encode()
         pool = self._api._custom_adapter.get_connection(self._pool_key)
         timeout = self._api.timeout
-        response = pool.urlopen(
+        return pool.urlopen(
             method,
             target,
             body=payload,
@@ -60,8 +63,15 @@ class LeanCalls:
             redirect=False,
             assert_same_host=False,
             timeout=urllib3.Timeout(connect=timeout, read=timeout),
-            preload_content=True,
+            preload_content=not keep,
+            release_conn=not keep,
         )
+
+    def _call(self, method: str, path: str, params: dict[str, Any] | None = None, body: Any = None) -> Any:
+        target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
+        headers = self._headers if body is None else {**self._headers, **_JSON}
+        payload = None if body is None else json.dumps(body).encode()
+        response = self._send(method, target, headers, payload)
         data = response.data
         if response.status >= 400:
             _raise_refusal(self._pool_key + target, response.status, response.reason or "", data)
@@ -94,6 +104,28 @@ class LeanCalls:
 
     def remove_container(self, container: str, *, force: bool = False) -> None:
         self._call("DELETE", f"/containers/{container}", {"v": "False", "link": "False", "force": str(force)})
+
+    def attach_socket(self, container: str, params: dict[str, Any]) -> Any:
+        """The container's attach stream: the connection the daemon upgraded (`Upgrade: tcp`),
+        out of the pool for good, as docker-py's `attach_socket` returns it (the socket's file
+        object, which keeps the response from being collected and closing it)."""
+        query = {"stdout": 1, "stderr": 1, "stream": 1, **params}
+        detach_keys = self._api._general_configs.get("detachKeys")  # docker-py's, from the CLI's config
+        if detach_keys and "detachKeys" not in query:
+            query["detachKeys"] = detach_keys
+        target = f"{self._prefix}/containers/{container}/attach?{urlencode(query)}"
+        headers = {**self._headers, "Connection": "Upgrade", "Upgrade": "tcp"}
+        response = self._send("POST", target, headers, None, keep=True)
+        if response.status >= 400:
+            data = response.data
+            response.release_conn()
+            _raise_refusal(self._pool_key + target, response.status, response.reason or "", data)
+        stream = response._fp.fp.raw  # http.client's buffered reader's socket file, past the headers
+        stream._response = response
+        # The call's read timeout stays on the socket; a stream that lives as long as its
+        # container has none (as docker-py's attach socket), so the event loop may read it.
+        stream._sock.settimeout(None)
+        return stream
 
 
 def _raise_refusal(url: str, status: int, reason: str, data: bytes) -> None:
