@@ -76,13 +76,17 @@ class WatchedModel(FakeChatModel):
         return await super().complete(messages, model=model, max_tokens=max_tokens, role=role, session=session)
 
 
+UNFOLLOWED_S = 1e6  # no tick of it falls within a run here, but once in ~10^6 s of runs
+
+
 @asynccontextmanager
 async def _team(open_team: OpenTeam) -> AsyncIterator[tuple[Any, RunRecord, CountingWakeups]]:
     """A team whose followed runs publish on every progress event and whose unfollowed ones
-    publish no more than once in a minute (longer than any run here); a stored context's
-    request to start runs from; a front's counting wake-ups."""
+    publish at the ticks of a period of a million seconds (the first tick falls anywhere within a
+    period of the claim, not a period after it: with a minute, a run of a second met one about
+    once in sixty); a stored context's request to start runs from; a front's counting wake-ups."""
     async with open_team(
-        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=60.0
+        queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=UNFOLLOWED_S
     ) as team:
         record = await _request_with_context(team, "run_unused0000000000")
         yield team, record, CountingWakeups(team.queue)
@@ -94,7 +98,8 @@ def _turns() -> list[object]:
 
 async def rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns(open_team: OpenTeam) -> None:
     """Nobody follows it: with the unfollowed interval longer than the run, no live summary for
-    six turns (its first one waits for the interval's tick too, and the run ends first); every
+    six turns (its first one waits for the interval's tick too, which the run does not live to
+    see); every
     event is still logged, and the end is not held back."""
     async with _team(open_team) as (team, record, wakeups):
         q = team.queue
@@ -134,7 +139,7 @@ async def rule_an_unfollowed_run_publishes_at_its_intervals_ticks(open_team: Ope
 
 async def rule_a_claimed_run_shows_as_running_before_its_first_live_summary(open_team: OpenTeam) -> None:
     """Nobody follows it, and its worker has published no live summary yet (the first one waits
-    for the unfollowed interval's tick, a minute here): from its claim on, the front that started
+    for the unfollowed interval's tick, days away here): from its claim on, the front that started
     it and another replica's front both say running, in its first phase, turn 0, as a run that has
     just taken its slot in one process does (`ports.queue.shown`); it ends as ever."""
     async with _team(open_team) as (team, record, wakeups):
