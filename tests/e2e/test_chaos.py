@@ -19,6 +19,7 @@ import docker
 import pytest
 from mcp import Client
 
+from rlm_mcp.sandbox.recovery import MAX_CONNECTION_RESTARTS
 from rlm_mcp.server.app import build_server
 from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
@@ -122,6 +123,10 @@ async def test_runs_survive_killed_sandboxes_lm_and_docker_connection(
             for _ in range(8):
                 await anyio.sleep(rng.uniform(0.3, 1.5))
                 action = rng.choice(["sandbox", "lm", "docker"])
+                if action == "docker" and actions.count("docker connection cut") >= MAX_CONNECTION_RESTARTS - 1:
+                    # A run may lose more cuts in a row than it restarts for (its cells between them
+                    # are slow under load): then it rightly ends, which `check_reason` forbids here.
+                    action = rng.choice(["sandbox", "lm"])
                 if action == "sandbox":
                     killed = await anyio.to_thread.run_sync(kill_one_sandbox, str(settings.sandbox.instance_id), rng)
                     actions.append("kill sandbox" if killed else "no sandbox to kill")

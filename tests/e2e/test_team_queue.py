@@ -226,7 +226,7 @@ async def test_a_run_whose_worker_stops_before_its_first_lm_reply_is_queued_agai
 async def test_a_run_queued_with_no_live_worker_says_so_and_times_out(tmp_path: Path, pg_url: str) -> None:
     with ScriptedLM(Script(root=[ANSWER_NOW])) as lm, ExitStack() as stack:
         front = stack.enter_context(
-            replica(tmp_path, "front", pg_url, lm.base_url, "front", RLM_MCP_RUN_QUEUE_TIMEOUT_S="4")
+            replica(tmp_path, "front", pg_url, lm.base_url, "front", RLM_MCP_RUN_QUEUE_TIMEOUT_S="15")
         )
         async with client(front) as on_front:
             cid = (await call(on_front, "rlm_load_context", text="lonely haystack " * 100))["context_id"]

@@ -257,7 +257,7 @@ async def test_the_final_record_and_the_last_events_are_one_fenced_statement(
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
             await listener.execute(f"LISTEN {run_channel(RUN)}")
             assert not await stale.finish(final)  # fenced: not this attempt's run any more
-            refused = await anext(listener.notifies(timeout=5))
+            refused = await anext(listener.notifies(timeout=30))
         assert refused.payload == RUN
         types, record = await _rows(pg_url)
         assert types == [] and not record["done"]
@@ -269,7 +269,7 @@ async def test_the_final_record_and_the_last_events_are_one_fenced_statement(
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as listener:
             await listener.execute(f"LISTEN {run_channel(RUN)}")
             assert await fenced.finish(final)
-            note = await anext(listener.notifies(timeout=5))
+            note = await anext(listener.notifies(timeout=30))
         monkeypatch.undo()
         assert len(used) == 1  # one statement
         # The wake-up carries the final record as a front reading the row gets it; to an

@@ -317,16 +317,19 @@ async def test_the_next_sweep_comes_when_a_lease_can_next_end(tmp_path: Path, pg
     """The sweepers' schedule (sweeper.py): with no worker, every few poll intervals; with a
     live worker, just after its lease can end (the lease bound holds: never later than that
     plus a poll interval)."""
-    async with team(tmp_path, pg_url, worker_lease_s=6.0, queue_poll_s=0.2) as (db, queue, settings):
+    async with team(tmp_path, pg_url, worker_lease_s=6.0, queue_poll_s=0.5) as (db, queue, settings):
         [sweeper] = await connected_sweepers(settings, queue, 1)
-        assert await sweeper.sweep_once() == HOUSEKEEPING_EVERY * settings.team.queue_poll_s  # nobody to lose: 1 s
+        housekeeping = HOUSEKEEPING_EVERY * settings.team.queue_poll_s
+        assert await sweeper.sweep_once() == housekeeping  # nobody to lose: 2.5 s
         worker = await queue.register_worker("owner-sched", 4)
         async with db.connection() as conn:
             await conn.execute(
-                "UPDATE rlm_workers SET heartbeat_at = now() - interval '5.5 seconds' WHERE worker_id = %s", (worker,)
+                "UPDATE rlm_workers SET heartbeat_at = now() - interval '4.5 seconds' WHERE worker_id = %s", (worker,)
             )
-        due = await sweeper.sweep_once()  # its lease ends in about 0.5 s: sooner than housekeeping
-        assert settings.team.queue_poll_s <= due <= 0.5 + LEASE_SLACK_S
+        # Its lease ends in about 1.5 s, sooner than housekeeping (a stall of up to ~1.5 s between
+        # the two statements leaves it so).
+        due = await sweeper.sweep_once()
+        assert settings.team.queue_poll_s <= due <= 1.5 + LEASE_SLACK_S < housekeeping
 
 
 async def test_pruning_removes_finished_runs_only_by_the_databases_clock(tmp_path: Path, pg_url: str) -> None:

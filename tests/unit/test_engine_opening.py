@@ -271,7 +271,7 @@ async def test_stopped_while_both_are_in_flight(tmp_path: Path, how: str) -> Non
             run_id="run-1",
             query="q",
             contexts=[make_context(tmp_path)],
-            limits=make_limits(settings, timeout_s=0.2 if how == "timeout" else 600),
+            limits=make_limits(settings, timeout_s=2 if how == "timeout" else 600),  # 2 s: both in flight first
             progress=RunProgress(run_id="run-1", max_iterations=4),
             emit=events,
         )
