@@ -72,7 +72,9 @@ async def test_a_429_storm_lowers_the_limit_and_no_run_fails(tmp_path: Path) -> 
     assert state.refused > 0  # it did refuse: the client had to learn
     # The overflow stays a fraction of the work, not a multiple of it.
     assert state.refused < state.answered, (state.refused, state.answered)
-    assert limit <= 8  # from the ceiling (16) down towards what the endpoint takes
+    # Down from the ceiling (16). Not to a fixed figure: the answers after the storm's last refusal
+    # grow it back, one place per limit's worth, by as many as the storm's timing leaves.
+    assert limit < 16, limit
     assert sample("rlm_mcp_lm_throttled_total", endpoint="root", status="429") - before == state.refused
 
 
