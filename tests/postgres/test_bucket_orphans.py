@@ -48,23 +48,26 @@ _KILLED_FRONT = textwrap.dedent(
 )
 
 
-async def test_a_front_killed_between_upload_and_commit_leaves_nothing_after_the_sweep(
-    tmp_path: Path, pg_migrated_url: str, bucket_url: str
-) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_FRONT, pg_migrated_url, bucket_url, str(tmp_path / "front")],
-        stdout=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
+def _killed_after_its_first_line(script: str, *args: str) -> str:
+    """Run `script` in a fresh interpreter, read the first line it prints (blocking until then),
+    and SIGKILL it there, as a host dies: no cleanup of its own runs."""
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, env=os.environ.copy())
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline().decode()  # blocks until the object is written
-        assert line.startswith("uploaded "), line
+        return proc.stdout.readline().decode()
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+async def test_a_front_killed_between_upload_and_commit_leaves_nothing_after_the_sweep(
+    tmp_path: Path, pg_migrated_url: str, bucket_url: str
+) -> None:
+    # The line comes once the object is written.
+    line = _killed_after_its_first_line(_KILLED_FRONT, pg_migrated_url, bucket_url, str(tmp_path / "front"))
+    assert line.startswith("uploaded "), line
     async with make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url, blob_grace_s=0.001)) as stores:
         bucket = bucket_of(stores)
         assert bucket is not None
@@ -107,20 +110,9 @@ _KILLED_MID_UPLOAD = textwrap.dedent(
 async def test_a_front_killed_mid_upload_leaves_no_object_and_no_row_after_the_sweep(
     tmp_path: Path, pg_migrated_url: str, bucket_url: str
 ) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_MID_UPLOAD, pg_migrated_url, bucket_url, str(tmp_path / "front")],
-        stdout=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()  # blocks until a part's worth was handed to the upload
-        assert line.startswith("uploading "), line
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    # The line comes once a part's worth was handed to the upload.
+    line = _killed_after_its_first_line(_KILLED_MID_UPLOAD, pg_migrated_url, bucket_url, str(tmp_path / "front"))
+    assert line.startswith("uploading "), line
     async with make_stores(bucket_settings(tmp_path, pg_migrated_url, bucket_url, blob_grace_s=0.001)) as stores:
         bucket = bucket_of(stores)
         assert bucket is not None

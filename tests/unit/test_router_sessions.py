@@ -106,6 +106,24 @@ class Rig:
 
 
 @asynccontextmanager
+async def service_on(settings: Settings) -> AsyncIterator[tuple[LMClient, RunManager, RLMEngine, str]]:
+    """The LM client (its router sessions ended by the run-end hook), the stores, a run manager
+    and an engine on fake sandboxes, as the assembly wires them; and a stored context's id."""
+    async with (
+        LMClient(settings.lm, routing=settings.routing) as lm,
+        make_stores(settings) as stores,
+        RunManager(
+            settings.runs, stores.contexts, stores.runs, owners=configured_owners(settings.server), ends=run_ends(lm=lm)
+        ) as runs,
+    ):
+        engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
+        info = await stores.contexts.put_bytes(
+            b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
+        )
+        yield lm, runs, engine, info.context_id
+
+
+@asynccontextmanager
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     servers = [ScriptedLM(script(f"b{i}")).start() for i in range(2)]
     log = tmp_path / "router.log"
@@ -124,22 +142,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
                 router_sessions=True,
                 router_sub_sessions=SUB_SESSIONS,
             )
-            async with (
-                LMClient(settings.lm, routing=settings.routing) as lm,
-                make_stores(settings) as stores,
-                RunManager(
-                    settings.runs,
-                    stores.contexts,
-                    stores.runs,
-                    owners=configured_owners(settings.server),
-                    ends=run_ends(lm=lm),
-                ) as runs,
-            ):
-                engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
-                info = await stores.contexts.put_bytes(
-                    b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
-                )
-                yield Rig(settings, lm, runs, engine, info.context_id, RouterLog(log), servers)
+            async with service_on(settings) as (lm, runs, engine, context_id):
+                yield Rig(settings, lm, runs, engine, context_id, RouterLog(log), servers)
     finally:
         for server in servers:
             server.stop()
@@ -242,24 +246,10 @@ async def test_sub_calls_behind_another_router_open_and_finish_their_sessions_th
                 router_sessions=True,
                 router_sub_sessions=SUB_SESSIONS,
             )
-            async with (
-                LMClient(settings.lm, routing=settings.routing) as lm,
-                make_stores(settings) as stores,
-                RunManager(
-                    settings.runs,
-                    stores.contexts,
-                    stores.runs,
-                    owners=configured_owners(settings.server),
-                    ends=run_ends(lm=lm),
-                ) as runs,
-            ):
-                engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt=RLM_MCP_SYSTEM_PROMPT)
-                info = await stores.contexts.put_bytes(
-                    b"The magic number is 42.", name="ctx", format="text", source={"kind": "text"}, owner=ALICE
-                )
+            async with service_on(settings) as (_, runs, engine, context_id):
                 limits = make_limits(settings)
                 run = await runs.start(
-                    RunRequest(query="count the parts", context_ids=[info.context_id], limits=limits, owner=ALICE),
+                    RunRequest(query="count the parts", context_ids=[context_id], limits=limits, owner=ALICE),
                     engine,
                 )
                 await run.done.wait()
