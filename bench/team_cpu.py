@@ -161,5 +161,5 @@ def record(figures: dict[str, str]) -> Path:
         columns=columns,
     )
     data["rows"].append([figures[c] for c in columns])
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")  # the file's own layout
     return path
