@@ -16,7 +16,7 @@ import anyio
 import docker.errors
 import pytest
 
-from rlm_mcp.errors import TooLargeError
+from rlm_mcp.errors import ImageMissingError, TooLargeError
 from rlm_mcp.sandbox.docker.backend import DockerBackend
 from rlm_mcp.sandbox.docker.engine import engine_ulimits
 from rlm_mcp.sandbox.docker.hardening import LABEL_OWNER
@@ -299,8 +299,6 @@ async def test_docker_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_image_missing() -> None:
-    from rlm_mcp.errors import ImageMissingError
-
     async with SandboxManager(sandbox_settings(sandbox_image="rlm-mcp-no-such-image:0").sandbox) as mgr:
         with pytest.raises(ImageMissingError, match="rlm-mcp image build"):
             await mgr.ensure_ready()
@@ -308,8 +306,6 @@ async def test_image_missing() -> None:
 
 async def test_a_start_after_the_image_is_gone_says_how_to_build_it() -> None:
     # A start does not look at the image first: Docker's refusal of the create says it is gone.
-    from rlm_mcp.errors import ImageMissingError
-
     ready = DockerBackend(sandbox_settings().sandbox)
     backend = DockerBackend(sandbox_settings(sandbox_image="rlm-mcp-no-such-image:0").sandbox)
     try:

@@ -75,7 +75,7 @@ def connect_sync(timeout: float = 30.0) -> Any:
         client = docker.from_env(timeout=int(timeout))
         if share_one_pool(client):
             skip_environment_lookups(client)
-            # A sandbox's create, inspect, start, update and removal skip docker-py's session layer.
+            # A sandbox's create, inspect, attach, start, update and removal skip docker-py's session layer.
             client.rlm_lean_calls = LeanCalls(client.api, ONE_POOL_KEY)
         client.ping()
         return client

@@ -3,7 +3,7 @@
 A docker-py call costs its process 430-550 µs of CPU on a unix socket (an inspect, an update; the
 2-vCPU VM), two fifths of it in `requests`' session layer (preparing the request, merging
 settings, hooks, building the response) before urllib3 sends it: 240-330 µs sent this way. A
-sandbox's start and removal make four such calls besides the attach. `LeanCalls`
+sandbox's start and removal make five such calls, the attach among them. `LeanCalls`
 sends the same requests through the same urllib3 pool (`docker_api.share_one_pool`: its
 connections, their reuse and its check of a dropped connection before reuse) and keeps what
 matters of docker-py's answer: the body of a call that succeeded, and for one that did not the
