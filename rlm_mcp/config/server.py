@@ -55,6 +55,14 @@ class ServerSettings(BaseModel):
     http_header_timeout_s: float = Field(
         10.0, gt=0, description="Seconds a request's headers may take to arrive; slower connections are closed."
     )
+    http_keep_alive_s: int = Field(
+        20,
+        ge=1,
+        description=(
+            "Seconds an idle keep-alive connection stays open; keep it above clients' own idle expiry "
+            "(httpx 5 s, Node 4 s) so a client never reuses a connection the server is closing."
+        ),
+    )
     http_max_connections: int | None = Field(
         None, ge=1, description="Open HTTP connections; default 2 x sessions per client x tokens + 32."
     )

@@ -12,7 +12,12 @@ logs fail too). Here:
   session caps: every owner's sessions may each hold a long-lived SSE stream and a request in
   flight, plus room for viewer pages and new clients); a connection over the bound is closed at
   once, so a flood costs the server no descriptor;
-- the process's soft fd limit is raised to its hard limit at start.
+- the process's soft fd limit is raised to its hard limit at start;
+- an idle keep-alive connection is closed after `RLM_MCP_HTTP_KEEP_ALIVE_S`, longer than common
+  clients' own idle expiry (httpx and the MCP Python SDK 5 s, Node's fetch 4 s). uvicorn's 5 s
+  tied httpx's: a client could send its next request on a connection it still held at 4.99 s
+  idle while the server, whose clock started when it wrote the response, was closing it; the
+  request then met a reset (a `ReadError` that no client retries, a POST not being idempotent).
 
 Behind a TLS-terminating proxy these hold per proxy connection; the proxy should have its own.
 """
@@ -114,5 +119,6 @@ def uvicorn_config(settings: ServerSettings, app: Any, *, owners: int, **extra: 
         host=settings.host,
         port=settings.port,
         http=_protocol(settings.http_header_timeout_s, bound),
+        timeout_keep_alive=settings.http_keep_alive_s,
         **extra,
     )

@@ -1,6 +1,7 @@
 """Issue 20 item 3: connections that never finish their headers are closed, open connections are
-bounded (a flood costs no descriptor), and the fd soft limit is raised at start. Real uvicorn
-servers on loopback, raw sockets."""
+bounded (a flood costs no descriptor), and the fd soft limit is raised at start; an idle
+keep-alive connection outlives clients' own idle expiry. Real uvicorn servers on loopback, raw
+sockets."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import pytest
 import uvicorn
 
@@ -88,6 +90,30 @@ async def test_connections_over_the_bound_are_closed_at_once(tmp_path: Path) -> 
         finally:
             for s in socks:
                 s.close()
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_its_setting(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, http_keep_alive_s=1)
+    async with serving(settings):
+        with closing(socket.create_connection(("127.0.0.1", settings.server.port))) as kept:
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            kept.settimeout(60)
+            reply = await anyio.to_thread.run_sync(kept.recv, 4096)  # the server shares this loop
+            assert reply.startswith(b"HTTP/1.1 200"), reply
+            kept.setblocking(False)
+            await wait_until(lambda: _closed(kept), what="the idle connection's close")
+
+
+def test_the_server_keeps_idle_connections_longer_than_clients_do(tmp_path: Path) -> None:
+    # A server that closes an idle connection no later than its client may meet the client's next
+    # request as it closes: the request gets a reset. The client must always be the one to close.
+    settings = _settings(tmp_path)
+    config = uvicorn_config(settings.server, build_http_app(settings), owners=1)
+    assert config.timeout_keep_alive == settings.server.http_keep_alive_s
+    httpx_expiry = httpx2.Limits().keepalive_expiry  # the MCP Python SDK's client: httpx2's pool
+    node_fetch_expiry = 4.0  # undici's keepAliveTimeout (the MCP TypeScript SDK's fetch)
+    assert httpx_expiry is not None
+    assert config.timeout_keep_alive > 2 * max(httpx_expiry, node_fetch_expiry)
 
 
 def test_the_server_raises_its_fd_soft_limit(tmp_path: Path) -> None:
