@@ -10,7 +10,8 @@ LM call's HTTP request 0.59-0.65 ms against 0.21-0.24 ms, 0.8 fewer loop rounds 
 methods) stays on aiohttp (lm/http.py).
 
 What it does, as aiohttp did for these requests: one request at a time per connection, idle
-connections kept without limit and reused newest first, one closed by the server skipped; a
+connections kept without limit and reused newest first, one closed by the server skipped, one
+idle for `IDLE_REUSE_S` or more closed instead (below); a
 body framed by Content-Length, chunks or the connection's end; a 1xx answer skipped; gzip and
 deflate bodies decoded; the whole request bounded by its timeout, the connect by its own. The
 failures are the pool's three kinds with aiohttp's wording.
@@ -19,8 +20,9 @@ failures are the pool's three kinds with aiohttp's wording.
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 import httptools
@@ -29,6 +31,13 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from rlm_mcp.lm.http_reply import HttpReply, HttpTimeout, HttpTransportError, HttpUnreadable
 
 _Answer = tuple[int, CIMultiDictProxy[str], bytes]
+
+# A connection idle this long is not reused. Servers close idle connections after a while of their
+# own (vLLM's uvicorn after 5 s): a request sent on one just as the server closes it meets a reset,
+# and a POST is not sent twice, so the call failed as "unreachable" and waited out a retry's
+# back-off. Below 5 s the client closes first (as Node's fetch does, at 4 s); a new loopback or
+# LAN connection costs a fraction of a millisecond.
+IDLE_REUSE_S = 4.0
 
 
 class _Connection(asyncio.Protocol):
@@ -40,6 +49,7 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[_Answer] | None = None
         self.closed = False
         self.reusable = False  # the last answer was whole and the server keeps the connection open
+        self.idle_since = 0.0  # the pool's clock when the connection went back to it
         self._headers: CIMultiDict[str] = CIMultiDict()
         self._body: list[bytes] = []
         self._status = 0
@@ -157,11 +167,19 @@ def _safe(text: str) -> bool:
 class PlainPool:
     """Connections to plain-http origins for one endpoint's pool. Use it on one event loop."""
 
-    def __init__(self, headers: Mapping[str, str], *, timeout_s: float, connect_s: float) -> None:
+    def __init__(
+        self,
+        headers: Mapping[str, str],
+        *,
+        timeout_s: float,
+        connect_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         # What aiohttp sent besides the caller's: it decodes gzip and deflate, as `_decoded` does.
         self._headers = {"Accept": "*/*", "Accept-Encoding": "gzip, deflate", "User-Agent": "rlm-mcp", **headers}
         self._timeout_s = timeout_s
         self._connect_s = connect_s
+        self._clock = clock  # how long a connection has been idle (`IDLE_REUSE_S`)
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._targets: dict[str, tuple[str, int, str, str] | None] = {}
         # A header that is not one line would split the request: such a pool sends nothing (aiohttp refuses it).
@@ -230,6 +248,7 @@ class PlainPool:
             timer.cancel()
             conn.waiter = None
             if conn.reusable and not conn.closed and not self._closed:
+                conn.idle_since = self._clock()
                 self._idle.setdefault(key, []).append(conn)
             else:
                 conn.close()
@@ -241,8 +260,14 @@ class PlainPool:
         idle = self._idle.get((host, port))
         while idle:
             conn = idle.pop()
-            if not conn.closed:
+            if conn.closed:
+                continue
+            if self._clock() - conn.idle_since < IDLE_REUSE_S:
                 return conn, True
+            # Idle too long: so are all the others (they went back to the pool before it).
+            for stale in (conn, *idle):
+                stale.close()
+            idle.clear()
         try:
             async with asyncio.timeout_at(min(deadline, loop.time() + self._connect_s)):
                 _, conn = await loop.create_connection(_Connection, host, port)

@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 import pytest
 
 from rlm_mcp.lm.http import HttpPool, HttpTimeout, HttpTransportError, HttpUnreadable
+from rlm_mcp.lm.plain_http import IDLE_REUSE_S, PlainPool
+from rlm_mcp.testing.waiting import wait_until
 from tests.loopback_tcp import loopback_url
 
 pytestmark = pytest.mark.anyio
@@ -197,3 +199,48 @@ async def test_a_get_the_server_drops_on_a_reused_connection_is_sent_again_and_a
         finally:
             await client.aclose()
     assert len(heads) == 5
+
+
+async def test_a_connection_idle_past_the_reuse_limit_is_closed_not_reused() -> None:
+    # Servers close idle connections themselves (vLLM after 5 s): a request sent on one as the
+    # server closes it would meet a reset, so the pool closes first.
+    peers: list[int] = []
+    closed: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("peername")[1]
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1]) for line in head.split(b"\r\n") if b"content-length" in line.lower()
+                )
+                await reader.readexactly(length)
+                peers.append(port)
+                writer.write(ok())
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            closed.append(port)
+        finally:
+            writer.close()
+
+    now = [0.0]
+    async with loopback_url(serve) as url:
+        client = PlainPool({}, timeout_s=5, connect_s=5, clock=lambda: now[0])
+        try:
+
+            async def post() -> None:
+                reply = await client.request(
+                    "POST", url + "/v1/chat/completions", body=b"{}", headers=None, timeout_s=None
+                )
+                assert reply.status_code == 200
+
+            await post()
+            now[0] += IDLE_REUSE_S - 0.5
+            await post()  # idle below the limit: the same connection
+            now[0] += IDLE_REUSE_S
+            await post()  # idle past it: a new one, the old one closed
+            await wait_until(lambda: closed == peers[:1], what="the stale connection's close")
+        finally:
+            client.close()
+    assert peers[0] == peers[1] != peers[2], peers
