@@ -161,8 +161,10 @@ class _DeafToCancels:
 async def rule_a_cancel_whose_note_was_lost_reaches_the_worker_by_its_heartbeat(open_team: OpenTeam) -> None:
     """A worker that beats at least every poll interval (lease/3 <= RLM_MCP_QUEUE_POLL_S) reads
     the cancels asked of its runs from its heartbeat alone: a cancel whose note it never heard
-    still ends its run, with no read of the cancels of its own."""
-    async with open_team(queue_poll_s=1.0, worker_lease_s=3.0) as team:
+    still ends its run, with no read of the cancels of its own. Beats every 2 s: the worker reads
+    the cancels itself only when its last beat is two beats old, so a loaded machine may delay a
+    beat by up to 2 s before this rule's count could change."""
+    async with open_team(queue_poll_s=2.0, worker_lease_s=6.0) as team:
         q = team.queue
         record = await _request_with_context(team, "run_unused0000000000")
         lm = FakeChatModel(root=[submit("'42'")], root_delay_s=3600.0)
