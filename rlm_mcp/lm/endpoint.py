@@ -120,6 +120,8 @@ class Endpoint:
 
     def http(self) -> HttpPool:
         if self._http is None:
+            from rlm_mcp.lm.plain_http import IDLE_REUSE_S  # with the pool: the LM layer's first call
+
             headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
             self._http = HttpPool(
                 headers=headers,
@@ -127,6 +129,9 @@ class Endpoint:
                 connect_s=min(10.0, self.request_timeout_s),
                 # A proxy from the environment must not capture a local server.
                 trust_env=not is_loopback_host(urlsplit(self.base_url).hostname or ""),
+                # A plain-http server (vLLM on a GPU host) closes idle connections after 5 s; a
+                # hosted https endpoint keeps them far longer, and a new one costs a TLS handshake.
+                idle_reuse_s=IDLE_REUSE_S if urlsplit(self.base_url).scheme == "http" else None,
             )
         return self._http
 

@@ -79,6 +79,9 @@ def _plain(value: Any) -> bool:
     return False
 
 
+AIOHTTP_IDLE_S = 15.0  # aiohttp's own idle time for a kept connection, kept for https endpoints
+
+
 class HttpPool:
     """One endpoint's connections for the whole process. Make it (and use it) on the running loop.
 
@@ -89,7 +92,17 @@ class HttpPool:
     `trust_env` honours them, but looked up once per URL (lm/env_routes.py says why). Without it
     (a loopback endpoint), a GET or POST to a plain-http URL goes through lm/plain_http.py."""
 
-    def __init__(self, *, headers: dict[str, str], timeout_s: float, connect_s: float, trust_env: bool) -> None:
+    def __init__(
+        self,
+        *,
+        headers: dict[str, str],
+        timeout_s: float,
+        connect_s: float,
+        trust_env: bool,
+        idle_reuse_s: float | None = None,
+    ) -> None:
+        """`idle_reuse_s`: a connection idle this long is closed, not reused (a plain-http
+        endpoint's: `plain_http.IDLE_REUSE_S`); None keeps aiohttp's own (`AIOHTTP_IDLE_S`)."""
         import aiohttp
 
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_s)
@@ -107,7 +120,9 @@ class HttpPool:
             headers=None if trust_env else headers,
             timeout=self._timeout,
             # No connection cap: the client's semaphore bounds concurrent calls; idle ones are kept alive.
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+            connector=aiohttp.TCPConnector(
+                limit=0, limit_per_host=0, keepalive_timeout=AIOHTTP_IDLE_S if idle_reuse_s is None else idle_reuse_s
+            ),
             # The environment is read by `_routes` instead: once per URL, not twice per request in a thread.
             trust_env=False,
         )

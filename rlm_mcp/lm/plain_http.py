@@ -36,7 +36,8 @@ _Answer = tuple[int, CIMultiDictProxy[str], bytes]
 # own (vLLM's uvicorn after 5 s): a request sent on one just as the server closes it meets a reset,
 # and a POST is not sent twice, so the call failed as "unreachable" and waited out a retry's
 # back-off. Below 5 s the client closes first (as Node's fetch does, at 4 s); a new loopback or
-# LAN connection costs a fraction of a millisecond.
+# LAN connection costs a fraction of a millisecond. An `http://` endpoint off loopback, sent by
+# aiohttp, has the same limit (`lm/endpoint.py`).
 IDLE_REUSE_S = 4.0
 
 
