@@ -5,7 +5,6 @@ aiohttp's own idle time. A raw server on loopback, aiohttp's clock driven by the
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import aiohttp.connector
@@ -15,7 +14,7 @@ from rlm_mcp.lm.endpoint import Endpoint, EndpointConfig
 from rlm_mcp.lm.http import HttpPool
 from rlm_mcp.lm.plain_http import IDLE_REUSE_S
 from rlm_mcp.testing.waiting import wait_until
-from tests.loopback_tcp import loopback_url
+from tests.loopback_tcp import tracking_url
 
 pytestmark = pytest.mark.anyio
 
@@ -30,39 +29,17 @@ async def test_the_aiohttp_path_closes_a_connection_idle_past_the_limit(
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     now = [1000.0]
     monkeypatch.setattr(aiohttp.connector, "monotonic", lambda: now[0])
-    peers: list[int] = []
-    closed: list[int] = []
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        port = writer.get_extra_info("peername")[1]
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length")
-                )
-                await reader.readexactly(length)
-                peers.append(port)
-                writer.write(REPLY)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            closed.append(port)
-        finally:
-            writer.close()
-
-    async with loopback_url(serve) as url:
+    async with tracking_url(REPLY) as (url, seen):
         pool = HttpPool(headers={}, timeout_s=10, connect_s=5, trust_env=True, idle_reuse_s=IDLE_REUSE_S)
         try:
             for idle in (0.0, IDLE_REUSE_S - 0.5, IDLE_REUSE_S + 0.5):
                 now[0] += idle
                 reply = await pool.request("POST", url + "/v1/chat/completions", json_body=b"{}")
                 assert reply.status_code == 200
-            await wait_until(lambda: closed == peers[:1], what="the stale connection's close")
+            await wait_until(lambda: seen.closed == seen.served[:1], what="the stale connection's close")
         finally:
             await pool.aclose()
-    assert peers[0] == peers[1] != peers[2], peers
+    assert seen.served[0] == seen.served[1] != seen.served[2], seen
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import pytest
 from rlm_mcp.lm.http import HttpPool, HttpTimeout, HttpTransportError, HttpUnreadable
 from rlm_mcp.lm.plain_http import IDLE_REUSE_S, PlainPool
 from rlm_mcp.testing.waiting import wait_until
-from tests.loopback_tcp import loopback_url
+from tests.loopback_tcp import loopback_url, tracking_url
 
 pytestmark = pytest.mark.anyio
 
@@ -204,28 +204,8 @@ async def test_a_get_the_server_drops_on_a_reused_connection_is_sent_again_and_a
 async def test_a_connection_idle_past_the_reuse_limit_is_closed_not_reused() -> None:
     # Servers close idle connections themselves (vLLM after 5 s): a request sent on one as the
     # server closes it would meet a reset, so the pool closes first.
-    peers: list[int] = []
-    closed: list[int] = []
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        port = writer.get_extra_info("peername")[1]
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1]) for line in head.split(b"\r\n") if b"content-length" in line.lower()
-                )
-                await reader.readexactly(length)
-                peers.append(port)
-                writer.write(ok())
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            closed.append(port)
-        finally:
-            writer.close()
-
     now = [0.0]
-    async with loopback_url(serve) as url:
+    async with tracking_url(ok()) as (url, seen):
         client = PlainPool({}, timeout_s=5, connect_s=5, clock=lambda: now[0])
         try:
 
@@ -240,7 +220,7 @@ async def test_a_connection_idle_past_the_reuse_limit_is_closed_not_reused() -> 
             await post()  # idle below the limit: the same connection
             now[0] += IDLE_REUSE_S
             await post()  # idle past it: a new one, the old one closed
-            await wait_until(lambda: closed == peers[:1], what="the stale connection's close")
+            await wait_until(lambda: seen.closed == seen.served[:1], what="the stale connection's close")
         finally:
             client.close()
-    assert peers[0] == peers[1] != peers[2], peers
+    assert seen.served[0] == seen.served[1] != seen.served[2], seen
