@@ -218,7 +218,10 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
                 database_url=url,
                 lm_url=lm_url,
                 tokens=[TOKEN],
-                env=team_env(args.runs, args.pool, args.lease, args.live_summary_interval),
+                env={
+                    **team_env(args.runs, args.pool, args.lease, args.live_summary_interval),
+                    **dict(kv.split("=", 1) for kv in args.team_env),
+                },
                 roles=roles,
             )
         )
@@ -237,6 +240,13 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         profiles.stop()
         pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
         side = TeamSide(b, Db(url), t_client, t_context, pg_pid)
+        # Unmeasured rounds at full concurrency first, both sides alternating as the measured ones
+        # do: the first one at that width pays one-off costs (the team's pools grow to it, its
+        # statements get prepared) and the machine's load climbs from idle to the rounds' level;
+        # measured from there, a first round read 0.1-0.2 above the others' ratio.
+        for k in range(args.warm_rounds):
+            for run_on in (emb, side) if k % 2 == 0 else (side, emb):
+                await many_runs(run_on.client, run_on.context_id, f"warm-{k}", args.runs)
         if args.statements:
             await side.db.rows("SELECT pg_stat_statements_reset()")
 
@@ -291,6 +301,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="team: measured rounds of --runs runs in the same cluster and embedded process, alternating; "
         "the ratio printed is their median (with min and max)",
     )
+    parser.add_argument(
+        "--warm-rounds",
+        type=int,
+        default=1,
+        help="team: unmeasured rounds of --runs runs on both sides, alternating, before the measured ones",
+    )
     parser.add_argument("--claims", type=int, default=20, help="team: runs one at a time for the idle claim latency")
     parser.add_argument("--lease", type=float, default=10.0, help="team: RLM_MCP_WORKER_LEASE_S")
     parser.add_argument("--progress-runs", type=int, default=4, help="team: runs followed from the front")
@@ -313,6 +329,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="team: the measured runs' calls ask for progress (a progress token), so every run is followed "
         "(both modes); without it nobody follows them",
+    )
+    parser.add_argument(
+        "--team-env", nargs="*", default=[], help="team: more settings of the replicas, NAME=VALUE (not inherited)"
     )
     parser.add_argument("--label", default="", help="team: this run's label in the recorded row (before, after)")
     parser.add_argument("--record", action="store_true", help="team: append this run to bench/results/team_cpu.json")
