@@ -26,6 +26,7 @@ from rlm_mcp.service.queue.liveness import LeaseLiveness
 from rlm_mcp.service.queue.sweeper import Sweeper
 from rlm_mcp.service.queue.wakeups import Wakeups
 from tests.fixtures_queue_follow_rules import FOLLOW_RULES
+from tests.fixtures_queue_lane_rules import LANE_RULES
 from tests.fixtures_queue_team import Clock, OpenTeam, connected_sweeper, final, summary
 from tests.fixtures_queue_worker_rules import WORKER_RULES
 
@@ -334,6 +335,7 @@ RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_the_gauges_and_the_sweeps_see_live_and_lost_workers,
     *WORKER_RULES,
     *FOLLOW_RULES,
+    *LANE_RULES,
 ]
 RULE_IDS = [rule.__name__.removeprefix("rule_") for rule in RULES]
 

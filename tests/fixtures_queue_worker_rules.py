@@ -16,6 +16,7 @@ from rlm_mcp.ports.queue import Beat, RunQueuePort, RunRow, RunState
 from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
+from rlm_mcp.service.queue.local import LocalLane
 from rlm_mcp.service.queue.wakeups import Wakeups
 from rlm_mcp.service.queue.worker import QueueWorker
 from rlm_mcp.service.run_queue import configured_owners
@@ -26,9 +27,12 @@ from tests.fixtures_queue_team import OpenTeam, Team, summary
 
 
 @asynccontextmanager
-async def worker_on(team: Team, lm: FakeChatModel, queue: RunQueuePort | None = None) -> AsyncIterator[QueueWorker]:
+async def worker_on(
+    team: Team, lm: FakeChatModel, queue: RunQueuePort | None = None, *, lane: LocalLane | None = None
+) -> AsyncIterator[QueueWorker]:
     """A `QueueWorker` over the team's queue (or `queue`, one wrapping it), executing runs here
-    with `lm` and in-process sandboxes (tests/fixtures_engine.py): no Docker."""
+    with `lm` and in-process sandboxes (tests/fixtures_engine.py): no Docker. `lane`: its link to
+    a front of the same process (a `both` replica's)."""
     settings = team.settings
     engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
 
@@ -37,7 +41,8 @@ async def worker_on(team: Team, lm: FakeChatModel, queue: RunQueuePort | None = 
 
     sandboxes = SandboxManager(settings.sandbox)
     runs = RunManager(settings.runs, team.stores.contexts, team.stores.runs, owners=configured_owners(settings.server))
-    async with runs, QueueWorker(settings.queue, queue or team.queue, team.logs, runs, sandboxes, engine_of) as worker:
+    worker = QueueWorker(settings.queue, queue or team.queue, team.logs, runs, sandboxes, engine_of, lane=lane)
+    async with runs, worker:
         yield worker
 
 

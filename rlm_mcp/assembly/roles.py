@@ -109,6 +109,7 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
     from rlm_mcp.lm.throttle_board import ThrottleBoard, publish_states
     from rlm_mcp.service.queue import WorkerParts, open_front, open_queue, queue_rules
     from rlm_mcp.service.queue.liveness import LeaseLiveness
+    from rlm_mcp.service.queue.local import LocalLane
     from rlm_mcp.service.queue.sessions import WorkerSessions
     from rlm_mcp.service.team_sessions import TeamSessions
     from rlm_mcp.store.pg.db import Database
@@ -152,11 +153,15 @@ def _team(settings: Settings, transport: Transport, stores: PgStores, *, follows
             lm.throttles.team_view = board.states
             shared.start_soon(board.listen, states)
         worker = WorkerParts(stores.contexts, run_store, run_store, held) if held is not None else None
+        # `both`: the runs this front starts go to its own worker first (service/queue/local.py).
+        lane = None
+        if follows and worker is not None and settings.queue.queue_local_first:
+            lane = LocalLane(window_s=settings.queue.queue_poll_s)
         executed = await open_queue(
-            stack, settings.queue, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends
+            stack, settings.queue, queue, sandboxes, engine, worker=worker, liveness=liveness, ends=ends, lane=lane
         )
         if follows or executed is None:
-            front = await open_front(stack, settings.queue, queue, ends=ends)
+            front = await open_front(stack, settings.queue, queue, ends=ends, lane=lane)
             sessions.queue_through(front)
             return front
         return executed  # a worker-only process: nothing here follows a run

@@ -92,6 +92,10 @@ class QueueSettings:
         return self.team.worker_lease_s
 
     @property
+    def queue_local_first(self) -> bool:
+        return self.team.queue_local_first
+
+    @property
     def run_queue_timeout_s(self) -> float:
         return self.runs.run_queue_timeout_s
 

@@ -99,6 +99,13 @@ class TeamSettings(BaseModel):
         description="Team mode: how often an idle worker looks at an empty queue while its NOTIFY listener is connected "
         "(every queued run notifies; RLM_MCP_QUEUE_POLL_S while the listener is down or runs it cannot take are queued).",
     )
+    queue_local_first: bool = Field(
+        True,
+        description="Team mode, role both: a run this replica starts goes to its own worker when that worker has "
+        "room (a free run slot and sandbox slot), still through the queue (claimed, fenced, recovered as any run), "
+        "and the replica follows it in-process; other workers may take it after RLM_MCP_QUEUE_POLL_S if this one "
+        "did not. false: every run is offered to all workers (they spread runs among themselves).",
+    )
 
     @field_validator("database_url", mode="after")
     @classmethod

@@ -162,11 +162,19 @@ class RunQueuePort(Protocol):
         *,
         prefer_worker: int | None = None,
         prefer_s: float = 0.0,
+        wake_workers: bool = True,
     ) -> None:
         """Queue the run unless a waiting bound is reached (`BusyError`, counted under the same
         lock as the insert) or its owner holds no context by one of the ids its request names
         (`record.request.context_ids`) at the insert (the unknown-context error of `Contexts.get`;
-        nothing written). The in-memory queue has no contexts: it checks none."""
+        nothing written). The in-memory queue has no contexts: it checks none. `wake_workers`:
+        tell the workers a run is queued ("queued" on the queue's wake-ups) in the same statement;
+        False for a run offered to this process's own worker (`service.queue.local`), which is
+        woken in-process; `wake_workers()` tells the others later."""
+        ...
+
+    async def wake_workers(self) -> None:
+        """Tell every worker to look at the queue ("queued" on the queue's wake-ups)."""
         ...
 
     async def read(self, run_id: str) -> RunRow | None: ...

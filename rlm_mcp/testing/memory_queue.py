@@ -122,6 +122,7 @@ class MemoryRunQueue(FencedRunLogs):
         *,
         prefer_worker: int | None = None,
         prefer_s: float = 0.0,
+        wake_workers: bool = True,
     ) -> None:
         await anyio.lowlevel.checkpoint()
         owner = str(record.request.owner)
@@ -153,6 +154,11 @@ class MemoryRunQueue(FencedRunLogs):
             prefer_worker,
             now + (prefer_s if prefer_worker is not None else 0.0),
         )
+        if wake_workers:
+            self._notify_queue("queued")
+
+    async def wake_workers(self) -> None:
+        await anyio.lowlevel.checkpoint()
         self._notify_queue("queued")
 
     async def read(self, run_id: str) -> RunRow | None:

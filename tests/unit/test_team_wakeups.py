@@ -15,6 +15,7 @@ from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import READ_ROW, Wakeups
 from rlm_mcp.testing.memory_queue import MemoryRunQueue
 from rlm_mcp.testing.settings import make_settings
+from tests.fixtures_queue_team import summary
 
 pytestmark = pytest.mark.anyio
 
@@ -119,3 +120,43 @@ async def test_while_the_listener_hears_nothing_every_follower_reads_its_row_eac
             await five.wait()
         assert told == [("run_b", READ_ROW)]  # told nothing more
         tg.cancel_scope.cancel()
+
+
+async def test_a_run_followed_locally_hears_its_workers_hand_overs_and_nothing_from_the_listener(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run offered to this process's own worker (`follow_local`): no LISTEN; what the worker
+    hands over in-process (`wake_local`) and the front's own READ_ROW reach `on_wake`; the
+    listener's announcements of it and the silence timer's wake-all do not; once it falls back
+    (`follow`), it is an ordinary followed run."""
+    from rlm_mcp.ports.runs import encode_live
+
+    queue = MemoryRunQueue(queue_rules(make_settings().queue))
+    listened: list[str] = []
+
+    async def follow_run(run_id: str) -> None:
+        listened.append(run_id)
+
+    monkeypatch.setattr(queue, "follow_run", follow_run)
+    heard: list[Callable[[str], None]] = []
+
+    async def listen_runs(on_note: Callable[[str], None], *, on_connect: object) -> None:
+        heard.append(on_note)
+
+    monkeypatch.setattr(queue, "listen_runs", listen_runs)
+    wakeups = Wakeups(queue)
+    told = _telling(wakeups)
+    await wakeups.listen_forever()
+    running = summary("run_l", status="running")
+    wakeups.follow_local("run_l")
+    wakeups.wake_local("run_l", running)
+    wakeups.wake_local("run_x", running)  # not followed here
+    heard[0](encode_live("run_l", LiveSummary(iterations=3)))  # its NOTIFY, were it heard
+    wakeups.wake_all()  # the silence timer, a reconnect
+    wakeups.wake("run_l")  # the front's own: a cancel reads the row
+    assert listened == [] and told == [("run_l", running), ("run_l", READ_ROW)]
+    await wakeups.follow("run_l")  # the fall-back
+    wakeups.wake_local("run_l", running)  # no longer handed over in-process
+    heard[0](encode_live("run_l", LiveSummary(iterations=4)))
+    assert listened == ["run_l"]
+    assert told[2:] == [("run_l", LiveSummary(iterations=4))]

@@ -16,8 +16,12 @@ assembly) and `testing.memory_queue.MemoryRunQueue` (the fast tier's). Here, ove
 - `ends.py`: a run's sandbox need and its record when it could not start; `rules.py`: the
   queue's rules from the settings (bounds, lease, each owner's share of the slots).
 
+- `local.py`: a `both` replica's local lane: the runs its front starts go to its own worker when it
+  has room, through the queue all the same, and are followed in-process.
+
 Roles (RLM_MCP_ROLE): `front` follows and enqueues, `worker` executes, `both` does both; even in
-`both` a run goes through the queue, so any replica's worker may take it.
+`both` a run goes through the queue (its claim, fencing and recovery are any run's): offered to
+this process's worker first when it has room (RLM_MCP_QUEUE_LOCAL_FIRST), else to any worker.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from rlm_mcp.sandbox.manager import SandboxManager
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.gauges import sample_forever
 from rlm_mcp.service.queue.liveness import LeaseLiveness
+from rlm_mcp.service.queue.local import LocalLane
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.sessions import WorkerSessions
 from rlm_mcp.service.queue.sweeper import Sweeper
@@ -84,12 +89,13 @@ async def open_queue(
     worker: WorkerParts | None,
     liveness: LeaseLiveness | None = None,
     ends: RunEnds | None = None,
+    lane: LocalLane | None = None,
 ) -> RunManager | None:
     """Open the queue's parts that every team process runs on `stack`: the sweeper and the
     gauges always, the worker when `worker` is given (this process executes runs). Returns the
     worker's local `RunManager` (the runs it executes), None without one. `queue`: opened by the
     assembly, closed by its stack. `ends`: the run-end hook, told by whichever part's write ends
-    a run."""
+    a run. `lane`: the link between this process's worker and its front (`local.py`: `both`)."""
     await warn_of_clock_skew(queue)
     sweeper = Sweeper(settings, queue, sandboxes if worker is not None else None, liveness, ends=ends)
     tg = await stack.enter_async_context(anyio.create_task_group())
@@ -102,18 +108,24 @@ async def open_queue(
         RunManager(settings.runs, worker.contexts, worker.runs, owners=configured_owners(settings.server), ends=ends)
     )
     executor = QueueWorker(
-        settings, queue, worker.run_log, manager, sandboxes, engine, sessions=worker.sessions, ends=ends
+        settings, queue, worker.run_log, manager, sandboxes, engine, sessions=worker.sessions, ends=ends, lane=lane
     )
     await stack.enter_async_context(executor)
     return manager
 
 
 async def open_front(
-    stack: AsyncExitStack, settings: QueueSettings, queue: RunQueuePort, *, ends: RunEnds | None = None
+    stack: AsyncExitStack,
+    settings: QueueSettings,
+    queue: RunQueuePort,
+    *,
+    ends: RunEnds | None = None,
+    lane: LocalLane | None = None,
 ) -> QueueFront:
     """A front's part of the queue on `stack`: enqueue runs and follow them (a front, or `both`;
-    a worker-only process answers no MCP client and opens none)."""
-    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(queue), ends=ends))
+    a worker-only process answers no MCP client and opens none). `lane`: `both`'s link to this
+    process's worker (`local.py`)."""
+    return await stack.enter_async_context(QueueFront(settings, queue, Wakeups(queue), ends=ends, lane=lane))
 
 
 async def warn_of_clock_skew(queue: RunQueuePort) -> float | None:

@@ -21,7 +21,9 @@ leaves: a run queued while the listener's connection is silently dead (until its
 finds it so) may wait up to RLM_MCP_QUEUE_IDLE_POLL_S for an idle worker.
 
 Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
-run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once. One
+run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once, and
+so is a run this process's own front offered to this worker (`local.LocalLane`: no other worker
+was told of it). One
 claim takes at most the eligible runs' share of one live worker (rounded up), so a burst queued
 at once still goes to every worker with free slots.
 """
@@ -72,10 +74,27 @@ class Claims:
         self._wake = anyio.Event()
         self._listening = False  # the queue's listener is connected: every run queued wakes us
         self._empty = False  # the last look found no run queued at all
+        self._at_once = False  # the next look skips the spreading wait (a run offered to this worker)
+        self._spreading: anyio.CancelScope | None = None  # the spreading wait, while it waits
 
-    def wake(self) -> None:
-        """Look at the queue now (a run was queued, or wake-ups may have been lost)."""
+    def wake(self, *, at_once: bool = False) -> None:
+        """Look at the queue now (a run was queued, or wake-ups may have been lost); `at_once`:
+        without the spreading wait (a run this process's front offered to this worker:
+        `service.queue.local`)."""
+        self._at_once = self._at_once or at_once
         self._wake.set()
+        if at_once and self._spreading is not None:
+            self._spreading.cancel()
+
+    def has_room(self) -> bool:
+        """Whether a claim now could take a run: a run slot no run here holds (a claim in flight
+        holds the free ones only for its statement) and a free sandbox slot, the lease current."""
+        return (
+            self._running() < self._settings.max_runs
+            and self._free_sandboxes >= 1
+            and not self._lease_lapsed()
+            and self._worker_id() is not None
+        )
 
     def connected(self) -> None:
         """The queue's listener (re)connected: notes sent while it was down are lost, look now."""
@@ -104,11 +123,15 @@ class Claims:
             await self._slots.acquire()
             held = 1 + self._more_slots()  # every run slot free now: one claim may fill them all
             self._wake = anyio.Event()  # before the claim: a run queued during it wakes us
+            at_once, self._at_once = self._at_once, False
             try:
-                if waited and self._running():
+                if waited and self._running() and not at_once:
                     # Woken for a new run while busy: leave it a moment to an idler worker, so
-                    # runs spread over the workers (draining a backlog is never delayed).
-                    await anyio.sleep(SPREAD_S * self._running())
+                    # runs spread over the workers (draining a backlog is never delayed); a run
+                    # offered to this worker meanwhile ends the wait (`wake(at_once=True)`).
+                    with anyio.move_on_after(SPREAD_S * self._running()) as self._spreading:
+                        await anyio.sleep_forever()
+                    self._spreading = None
                 rows = await self._claim(held, polled=polled)
             except BaseException:
                 for _ in range(held):

@@ -10,7 +10,8 @@ by `find`, a cancel), one read at a time per run, with what is heard meanwhile t
 The process's one silence timer (`Wakeups.watch_silence`) has every followed run read its row
 after a poll interval (RLM_MCP_QUEUE_POLL_S) in which the listener heard nothing at all (else
 nothing was lost), and one task looks every poll interval, while runs are queued here, whether a
-worker is alive (`_watch_queued`: the queued runs' no-worker notice). Any replica follows any run
+worker is alive (`no_worker.NoWorkerNotices`). In a `both` replica, the runs offered to its own
+worker are followed in-process instead (`local.LocalLane`), until they fall back to this path. Any replica follows any run
 (`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
 """
 
@@ -29,9 +30,11 @@ from rlm_mcp.errors import RlmMcpError
 from rlm_mcp.owners import OwnerScope, sees
 from rlm_mcp.ports import ContextSpec
 from rlm_mcp.ports.queue import RunQueuePort, RunState
-from rlm_mcp.ports.runs import LiveSummary, Notice, NoticeKind, RunRecord, RunRequest, RunStatus, new_run_id
+from rlm_mcp.ports.runs import LiveSummary, RunRecord, RunRequest, RunStatus, new_run_id
 from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.ends import EndReporting, need_of
+from rlm_mcp.service.queue.local import LocalLane
+from rlm_mcp.service.queue.no_worker import NoWorkerNotices
 from rlm_mcp.service.queue.wakeups import READ_ROW, Wakeups
 from rlm_mcp.service.run_ends import RunEnds
 from rlm_mcp.service.runs import FINISHED_RUNS_KEPT
@@ -77,9 +80,16 @@ class QueueFront:
     local = False
 
     def __init__(
-        self, settings: QueueSettings, queue: RunQueuePort, wakeups: Wakeups, *, ends: RunEnds | None = None
+        self,
+        settings: QueueSettings,
+        queue: RunQueuePort,
+        wakeups: Wakeups,
+        *,
+        ends: RunEnds | None = None,
+        lane: LocalLane | None = None,
     ) -> None:
-        """`ends`: the run-end hook, told when this front ends a run (cancelled while queued)."""
+        """`ends`: the run-end hook, told when this front ends a run (cancelled while queued).
+        `lane`: the link to this process's own worker (`local.py`: a `both` replica)."""
         self._settings = settings
         self._queue: RunQueuePort = EndReporting(queue, ends if ends is not None else RunEnds())
         self._wakeups = wakeups
@@ -87,23 +97,27 @@ class QueueFront:
         self._finished: collections.deque[str] = collections.deque()
         self._follows_said: set[str] = set()  # mirrored runs whose follow was said (`follow_progress`)
         self._tg: anyio.abc.TaskGroup | None = None
-        self._live_workers = 0
-        self._workers_seen_at = float("-inf")
         # Runs whose row is being read, with the latest wake-up heard meanwhile (taken after the read).
         self._reading: dict[str, Kept] = {}
         # Wake-ups of runs followed but not mirrored yet (`start` follows before it enqueues).
         self._early: dict[str, LiveSummary | RunRecord | None] = {}
-        self._queued: dict[str, ActiveRun] = {}  # mirrored runs still queued: their no-worker notice
-        self._queued_added: anyio.Event | None = None  # `_watch_queued` sleeps on it while none is
-        self._queued_nap: anyio.CancelScope | None = None  # its wait for the next poll interval
+        self._no_worker = NoWorkerNotices(settings, self._queue)  # the queued runs' notice
         wakeups.on_wake = self._woken
+        self._lane = lane
+        self._offers: collections.deque[tuple[float, str]] = collections.deque()  # (window's end, run id)
+        self._offered = anyio.Event()  # `_watch_offers` sleeps on it while no offer is open
+        if lane is not None:
+            lane.deliver = wakeups.wake_local
+            lane.fall_back = self._fall_back_soon
 
     async def __aenter__(self) -> QueueFront:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._wakeups.listen_forever)
         self._tg.start_soon(self._wakeups.watch_silence, self._settings.queue_poll_s)
-        self._tg.start_soon(self._watch_queued)
+        self._tg.start_soon(self._no_worker.watch_forever)
+        if self._lane is not None:
+            self._tg.start_soon(self._watch_offers)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -133,9 +147,16 @@ class QueueFront:
             run_id=run_id, max_iterations=request.limits.max_iterations, status="queued", phase=RunPhase.QUEUED
         )
         run = ActiveRun(run_id, request, progress)
-        # Followed before it is queued: a worker may announce it as soon as it is (a quick run,
-        # its end), and what is announced before the listener's LISTEN is heard only at the poll.
-        await self._wakeups.follow(run_id)
+        # Offered to this process's own worker when it has room (`local.LocalLane`): followed
+        # in-process, no LISTEN. Else followed before it is queued: a worker may announce it as
+        # soon as it is (a quick run, its end), and what is announced before the listener's
+        # LISTEN is heard only at the poll.
+        local = self._lane.offer(run_id) if self._lane is not None and prefer_worker is None else None
+        if local is not None:
+            self._wakeups.follow_local(run_id)
+            prefer_worker, prefer_s = local, self._lane.window_s if self._lane is not None else 0.0
+        else:
+            await self._wakeups.follow(run_id)
         try:
             # Refused (BusyError) when a waiting bound is reached, counted with the insert under one
             # lock; refused as an unknown context when its owner no longer holds one it names
@@ -145,12 +166,19 @@ class QueueFront:
                 need_of(request),
                 prefer_worker=prefer_worker,
                 prefer_s=prefer_s,
+                wake_workers=local is None,
             )
         except BaseException:
+            if self._lane is not None:
+                self._lane.withdraw(run_id)
             self._wakeups.forget(run_id)
             self._early.pop(run_id, None)
             raise
         self._follow(run, known=True)
+        if local is not None and self._lane is not None:
+            self._offers.append((time.monotonic() + self._lane.window_s, run_id))
+            self._offered.set()
+            self._lane.wake_worker()
         return run
 
     def get(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:
@@ -213,64 +241,6 @@ class QueueFront:
         with anyio.move_on_after(wait_s):
             await run.done.wait()
 
-    def _notice(self, run: ActiveRun) -> None:
-        """A queued run with no live worker says so (rlm_status), after the record's own notice
-        (such as "queued again"), until one comes: by the live workers' count last read."""
-        waiting = None
-        if self._live_workers == 0:
-            waiting = Notice(kind=NoticeKind.NO_WORKER, wait_s=self._settings.run_queue_timeout_s)
-        if run.waiting != waiting:
-            run.waiting = waiting
-            run.notify("queued")
-
-    def _workers_due(self) -> bool:
-        return time.monotonic() - self._workers_seen_at >= self._settings.queue_poll_s
-
-    async def _watch_queued(self) -> None:
-        """While runs are queued here: read the live workers' count when it is due (at most once
-        a poll interval) and give each queued run its notice; never returns. One task for every
-        queued run, where each run's own task looked every interval."""
-        while True:
-            if not self._queued:
-                self._queued_added = anyio.Event()
-                await self._queued_added.wait()
-                self._queued_added = None
-            # The database is restarting when the read fails: say nothing new.
-            if not self._workers_due() or await self._read_live_workers():
-                for run in list(self._queued.values()):
-                    if run.done.is_set() or run.progress.status != "queued":
-                        self._queued.pop(run.run_id, None)
-                    else:
-                        self._notice(run)
-            with anyio.move_on_after(self._settings.queue_poll_s) as nap:
-                self._queued_nap = nap
-                await anyio.sleep_forever()
-            self._queued_nap = None
-
-    def _watch_if_queued(self, run: ActiveRun) -> None:
-        """Give a queued run its notice now when the count is recent, else have `_watch_queued`
-        read the count now."""
-        if run.done.is_set() or run.progress.status != "queued":
-            return
-        self._queued[run.run_id] = run
-        if self._queued_added is not None:
-            self._queued_added.set()
-        if not self._workers_due():
-            self._notice(run)
-        elif self._queued_nap is not None:
-            self._queued_nap.cancel()
-
-    async def _read_live_workers(self) -> bool:
-        """Read the live workers' count (only `_watch_queued` does, one task for every queued run:
-        a burst's runs never each ask). False when it failed."""
-        started = time.monotonic()
-        try:
-            self._live_workers = await self._queue.live_workers()
-        except Exception:  # the caller says nothing new; the next due read tries again
-            return False
-        self._workers_seen_at = started
-        return True
-
     def _woken(self, run_id: str, state: LiveSummary | RunRecord | None) -> None:
         """A wake-up of a run followed here (`Wakeups.on_wake`, in the listener's callback): its
         live summary or final record applied to the mirror at once, READ_ROW a read of its row;
@@ -301,7 +271,7 @@ class QueueFront:
             self._read_soon(run)  # newer than anything heard before it
         elif early is not _NOTHING:
             self._take(run, early)  # type: ignore[arg-type]  # a wake-up kept: not _NOTHING
-        self._watch_if_queued(run)
+        self._no_worker.watch(run)
 
     def _read_soon(self, run: ActiveRun) -> None:
         """Read the run's row in a task of its own (one read at a time per run)."""
@@ -328,12 +298,50 @@ class QueueFront:
         finally:
             self._reading.pop(run.run_id, None)
 
+    async def _watch_offers(self) -> None:
+        """The runs offered to this process's worker whose window ended before it claimed them
+        (`LocalLane.lapsed`) go the queue's usual way: every worker is told, and the front
+        follows the run through the listener; never returns. One task for every offer."""
+        assert self._lane is not None
+        while True:
+            if not self._offers:
+                self._offered = anyio.Event()
+                await self._offered.wait()
+                continue
+            ends, run_id = self._offers[0]
+            await anyio.sleep(max(0.0, ends - time.monotonic()))
+            self._offers.popleft()
+            if self._lane.lapsed(run_id):
+                try:
+                    await self._queue.wake_workers()
+                except Exception as exc:  # the database is restarting: the workers' own polls find it
+                    log.info("could not wake the workers for run %s: %s", run_id, exc)
+                await self._fall_back(run_id)
+
+    def _fall_back_soon(self, run_id: str) -> None:
+        """The run's execution by this process's worker ended without a final record it
+        delivered (`LocalLane.released`): follow it through the listener and read its row."""
+        if self._tg is not None:
+            self._tg.start_soon(self._fall_back, run_id)
+
+    async def _fall_back(self, run_id: str) -> None:
+        """Follow a run offered to this process's worker through the listener from now on, then
+        read its row (what was announced before the LISTEN is in it)."""
+        run = self._mirrors.get(run_id)
+        if run is None or run.done.is_set():
+            return
+        await self._wakeups.follow(run_id)
+        if run.done.is_set():  # ended meanwhile (retired): nothing to follow
+            self._wakeups.forget(run_id)
+        else:
+            self._woken(run_id, READ_ROW)
+
     def _retire(self, run: ActiveRun) -> None:
         """The run ended (or its record is gone): nothing more to follow; its mirror is kept
         among the last finished runs for the callers that ask after it."""
         self._wakeups.forget(run.run_id)
         self._follows_said.discard(run.run_id)
-        self._queued.pop(run.run_id, None)
+        self._no_worker.drop(run.run_id)
         self._finished.append(run.run_id)
         while len(self._finished) > FINISHED_RUNS_KEPT:
             self._mirrors.pop(self._finished.popleft(), None)
@@ -358,7 +366,7 @@ class QueueFront:
         for its no-worker notice again."""
         apply(run, state)
         if state.status == "queued":
-            self._watch_if_queued(run)
+            self._no_worker.watch(run)
 
     async def _look_if_queued(self, run: ActiveRun) -> None:
         """A mirror that says queued reads its row before it answers (`find`): a worker announces

@@ -49,13 +49,18 @@ class QueueRunLog:
         *,
         hand_back: Callable[[], bool] | None = None,
         finish: Callable[[RunRecord], Awaitable[bool]] | None = None,
+        announced: Callable[[RunRecord], None] | None = None,
     ) -> None:
         """`hand_back`: asked before the final summary is written; True: the run goes back to
         the queue instead (the log detaches and writes no summary). `finish`: how the final
         summary is written with the events still staged (the queue's fenced end write, in one
-        statement with them: `FencedRunLog.finish`; None: with the events, by the log)."""
+        statement with them: `FencedRunLog.finish`; None: with the events, by the log).
+        `announced`: told of each record an announcement of this log carried, once its write
+        committed (a live summary, or the final record when `finish` ended the run): the local
+        lane's front (`local.LocalLane`)."""
         self._inner = inner
         self._finish = finish
+        self._announced = announced
         self._marked = False
         self._hand_back = hand_back
         self.final_written = False  # the final summary (or another process's) is in the record
@@ -114,6 +119,8 @@ class QueueRunLog:
         live = await self._inner.flush(summary=summary, announce=True)
         if not live:
             self.must_stop = self.must_stop or "the run is no longer this worker's"
+        elif self._announced is not None:
+            self._announced(summary)
         return live
 
     async def flush(self) -> None:
@@ -131,8 +138,10 @@ class QueueRunLog:
         if summary.done and self._finish is not None:
             # The events and the end together (the events land only while the run is this
             # attempt's): `finish` writes both in one statement.
-            await self._finish(summary)
+            ended = await self._finish(summary)
             self.final_written = True  # written now, or the run had ended elsewhere already
+            if ended and self._announced is not None:
+                self._announced(summary)
             return
         await self._inner.flush(summary=summary, announce=True)
         if summary.done:

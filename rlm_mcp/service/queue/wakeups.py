@@ -34,7 +34,10 @@ class Wakeups:
     def __init__(self, queue: RunQueuePort, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._queue = queue
         self._clock = clock
-        self._followed: set[str] = set()  # the run ids followed here
+        self._followed: set[str] = set()  # the run ids followed here through the listener
+        # Runs this process's own worker was offered (`local.LocalLane`): their wake-ups come
+        # in-process (`wake_local`), none from the listener, and no silence wakes them.
+        self._local: set[str] = set()
         self._heard_at = float("-inf")  # monotonic: the listener's last announcement, any run's
         self._any: anyio.Event | None = None  # `watch_silence` sleeps on it while nothing is followed
         # Told of each wake-up of a followed run: the live summary or final record it carried, or
@@ -48,22 +51,37 @@ class Wakeups:
 
     async def follow(self, run_id: str) -> None:
         """Hand the run's wake-ups to `on_wake` from now on (its follower reads the row after
-        this); returns once the queue's listener hears the run's announcements (its own channel)."""
+        this); returns once the queue's listener hears the run's announcements (its own channel).
+        A run followed locally until now is followed through the listener from now on."""
+        self._local.discard(run_id)
         self._followed.add(run_id)
         if self._any is not None:
             self._any.set()
         await self._queue.follow_run(run_id)
 
+    def follow_local(self, run_id: str) -> None:
+        """Hand the run's in-process wake-ups (`wake_local`) to `on_wake` from now on, without a
+        LISTEN: this process's own worker was offered it (`local.LocalLane`)."""
+        self._local.add(run_id)
+
+    def wake_local(self, run_id: str, record: RunRecord) -> None:
+        """What an announcement of a run followed locally carried, handed over in-process by this
+        process's worker once its write committed."""
+        if run_id in self._local and self.on_wake is not None:
+            self.on_wake(run_id, record)
+
     def wake(self, run_id: str, summary: LiveSummary | RunRecord | None = READ_ROW) -> None:
         """Tell the run's follower, if it is followed here; `summary` is the live summary (or
         final record) a worker published with the wake-up, READ_ROW when only the row tells."""
-        if run_id in self._followed and self.on_wake is not None:
+        if (run_id in self._followed or run_id in self._local) and self.on_wake is not None:
             self.on_wake(run_id, summary)
 
     def forget(self, run_id: str) -> None:
         """Nobody follows the run here any more."""
-        self._followed.discard(run_id)
-        self._queue.forget_run(run_id)
+        self._local.discard(run_id)
+        if run_id in self._followed:
+            self._followed.discard(run_id)
+            self._queue.forget_run(run_id)
 
     def wake_all(self) -> None:
         for run_id in list(self._followed):

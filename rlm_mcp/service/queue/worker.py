@@ -48,6 +48,7 @@ from rlm_mcp.service.queue import final_writes
 from rlm_mcp.service.queue.claims import Claims
 from rlm_mcp.service.queue.ends import EndReporting, not_started
 from rlm_mcp.service.queue.follows import FollowedRuns
+from rlm_mcp.service.queue.local import LocalLane
 from rlm_mcp.service.queue.publishing import publish_until_done
 from rlm_mcp.service.queue.runlog import QueueRunLog
 from rlm_mcp.service.queue.sessions import WorkerSessions
@@ -71,11 +72,13 @@ class QueueWorker:
         *,
         sessions: WorkerSessions | None = None,
         ends: RunEnds | None = None,
+        lane: LocalLane | None = None,
     ) -> None:
         """`sessions`: the kept sessions' sandboxes this worker holds between runs, built by the
         assembly (which also made them the sandboxes' `reclaim`); entered and closed here, around
         the runs (None: this worker runs none). `ends`: the run-end hook, told of each run end
-        this worker's write makes."""
+        this worker's write makes. `lane`: the link to this process's own front (`local.py`: a
+        `both` replica), which offers it runs and hears theirs in-process."""
         self._settings = settings
         # Every end this worker writes (the final record, a run that could not start or was
         # stopped unrecorded) goes through the queue's `finish`, which tells the run-end hook.
@@ -107,6 +110,10 @@ class QueueWorker:
             lease_lapsed=self._lease_lapsed,
             running=lambda: len(self._running),
         )
+        self._lane = lane
+        if lane is not None:
+            lane.room = lambda: self.worker_id if self.claims.has_room() else None
+            lane.wake_worker = lambda: self.claims.wake(at_once=True)
 
     @property
     def ref(self) -> WorkerRef:
@@ -295,13 +302,21 @@ class QueueWorker:
 
     async def _execute(self, row: RunRow) -> None:
         pins = claimed_pins(row)
+        local = self._lane is not None and self._lane.take(row.run_id)
+        if local:
+            assert self._lane is not None
+            self._lane.announce(row.run_id, row.shown)  # claimed: running, in its first phase
         try:
-            await self._execute_claimed(row, pins)
+            await self._execute_claimed(row, pins, local=local)
         finally:
             if pins is not None and not pins.handed_over:  # the run never started here: its claim's pins go
                 await self._runs.release_pins(pins)
+            if local:
+                assert self._lane is not None
+                self._lane.released(row.run_id)  # no final record delivered: its front reads the row
 
-    async def _execute_claimed(self, row: RunRow, pins: HeldPins | None) -> None:
+    async def _execute_claimed(self, row: RunRow, pins: HeldPins | None, *, local: bool = False) -> None:
+        """`local`: this process's front follows the run in-process (`local.LocalLane`)."""
         run_id, attempt = row.run_id, row.attempt
         request = row.summary.request
         if row.followed:  # followed while it was queued
@@ -326,7 +341,8 @@ class QueueWorker:
             pins = run.pins if run is not None else None
             return await self._reporting.finish_by(lambda: fenced.finish(final, pins=pins), final)
 
-        run_log = QueueRunLog(fenced, hand_back=hand_back, finish=finish)
+        announced = functools.partial(self._lane.announce, run_id) if local and self._lane is not None else None
+        run_log = QueueRunLog(fenced, hand_back=hand_back, finish=finish, announced=announced)
         self._requeues[run_id] = row.requeues
         sessions = self.sessions if request.session_id is not None else None
         try:

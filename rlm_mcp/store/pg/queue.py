@@ -92,6 +92,7 @@ class PgRunQueue(PgWorkerRegistry):
         *,
         prefer_worker: int | None = None,
         prefer_s: float = 0.0,
+        wake_workers: bool = True,
     ) -> None:
         """Insert the queued run unless its owner holds no context by one of those its request
         names (the unknown-context error of `Contexts.get`) or a waiting bound is reached
@@ -113,7 +114,8 @@ class PgRunQueue(PgWorkerRegistry):
                     "need": max(1, need),
                     "max_total": rules.max_queued,
                     "max_mine": rules.max_queued_per_owner,
-                    "queue_channel": sql.QUEUE_CHANNEL,
+                    # No channel: no NOTIFY (migration 0012); the local lane's worker is woken in-process.
+                    "queue_channel": sql.QUEUE_CHANNEL if wake_workers else None,
                     "prefer": prefer_worker,
                     "prefer_s": prefer_s if prefer_worker is not None else 0.0,
                     "contexts": list(record.request.context_ids),
@@ -127,6 +129,10 @@ class PgRunQueue(PgWorkerRegistry):
             busy = rules.refusal(int(row["total"]), int(row["mine"]))
             assert busy is not None  # the statement's bounds are the refusal's
             raise busy
+
+    async def wake_workers(self) -> None:
+        async with self._db.connection() as conn:
+            await conn.execute(sql.NOTIFY_QUEUED, {"queue_channel": sql.QUEUE_CHANNEL})
 
     async def read(self, run_id: str) -> RunRow | None:
         async with self._db.connection() as conn:
