@@ -23,9 +23,8 @@ finds it so) may wait up to RLM_MCP_QUEUE_IDLE_POLL_S for an idle worker.
 Spreading: woken for a newly queued run while already running some, a worker waits SPREAD_S per
 run it runs before claiming, so an idler worker takes it first; a backlog is claimed at once, and
 so is a run this process's own front offered to this worker (`local.LocalLane`: no other worker
-was told of it). One
-claim takes at most the eligible runs' share of one live worker (rounded up), so a burst queued
-at once still goes to every worker with free slots.
+was told of it). One claim takes at most the eligible runs' share of one live worker (rounded
+up), so a burst queued at once still goes to every worker with free slots.
 """
 
 from __future__ import annotations

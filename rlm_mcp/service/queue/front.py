@@ -11,8 +11,9 @@ The process's one silence timer (`Wakeups.watch_silence`) has every followed run
 after a poll interval (RLM_MCP_QUEUE_POLL_S) in which the listener heard nothing at all (else
 nothing was lost), and one task looks every poll interval, while runs are queued here, whether a
 worker is alive (`no_worker.NoWorkerNotices`). In a `both` replica, the runs offered to its own
-worker are followed in-process instead (`local.LocalLane`), until they fall back to this path. Any replica follows any run
-(`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel` work wherever they arrive.
+worker are followed in-process instead (`local.LocalLane`), until they fall back to this path.
+Any replica follows any run (`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel`
+work wherever they arrive.
 """
 
 from __future__ import annotations
@@ -151,10 +152,11 @@ class QueueFront:
         # in-process, no LISTEN. Else followed before it is queued: a worker may announce it as
         # soon as it is (a quick run, its end), and what is announced before the listener's
         # LISTEN is heard only at the poll.
-        local = self._lane.offer(run_id) if self._lane is not None and prefer_worker is None else None
-        if local is not None:
+        lane = self._lane if prefer_worker is None else None  # a kept session prefers its holder
+        local = lane.offer(run_id) if lane is not None else None
+        if lane is not None and local is not None:
             self._wakeups.follow_local(run_id)
-            prefer_worker, prefer_s = local, self._lane.window_s if self._lane is not None else 0.0
+            prefer_worker, prefer_s = local, lane.window_s
         else:
             await self._wakeups.follow(run_id)
         try:
@@ -169,16 +171,16 @@ class QueueFront:
                 wake_workers=local is None,
             )
         except BaseException:
-            if self._lane is not None:
-                self._lane.withdraw(run_id)
+            if lane is not None:
+                lane.withdraw(run_id)
             self._wakeups.forget(run_id)
             self._early.pop(run_id, None)
             raise
         self._follow(run, known=True)
-        if local is not None and self._lane is not None:
-            self._offers.append((time.monotonic() + self._lane.window_s, run_id))
+        if lane is not None and local is not None:
+            self._offers.append((time.monotonic() + lane.window_s, run_id))
             self._offered.set()
-            self._lane.wake_worker()
+            lane.wake_worker()
         return run
 
     def get(self, run_id: str, *, owner: OwnerScope) -> ActiveRun | None:

@@ -302,21 +302,20 @@ class QueueWorker:
 
     async def _execute(self, row: RunRow) -> None:
         pins = claimed_pins(row)
-        local = self._lane is not None and self._lane.take(row.run_id)
-        if local:
-            assert self._lane is not None
-            self._lane.announce(row.run_id, row.shown)  # claimed: running, in its first phase
+        # Offered by this process's front (`local.LocalLane`): it hears the run from here.
+        lane = self._lane if self._lane is not None and self._lane.take(row.run_id) else None
+        if lane is not None:
+            lane.announce(row.run_id, row.shown)  # claimed: running, in its first phase
         try:
-            await self._execute_claimed(row, pins, local=local)
+            await self._execute_claimed(row, pins, lane=lane)
         finally:
+            if lane is not None:
+                lane.released(row.run_id)  # no final record delivered: its front reads the row
             if pins is not None and not pins.handed_over:  # the run never started here: its claim's pins go
                 await self._runs.release_pins(pins)
-            if local:
-                assert self._lane is not None
-                self._lane.released(row.run_id)  # no final record delivered: its front reads the row
 
-    async def _execute_claimed(self, row: RunRow, pins: HeldPins | None, *, local: bool = False) -> None:
-        """`local`: this process's front follows the run in-process (`local.LocalLane`)."""
+    async def _execute_claimed(self, row: RunRow, pins: HeldPins | None, *, lane: LocalLane | None = None) -> None:
+        """`lane`: this process's front follows the run in-process (`local.LocalLane`)."""
         run_id, attempt = row.run_id, row.attempt
         request = row.summary.request
         if row.followed:  # followed while it was queued
@@ -341,7 +340,7 @@ class QueueWorker:
             pins = run.pins if run is not None else None
             return await self._reporting.finish_by(lambda: fenced.finish(final, pins=pins), final)
 
-        announced = functools.partial(self._lane.announce, run_id) if local and self._lane is not None else None
+        announced = functools.partial(lane.announce, run_id) if lane is not None else None
         run_log = QueueRunLog(fenced, hand_back=hand_back, finish=finish, announced=announced)
         self._requeues[run_id] = row.requeues
         sessions = self.sessions if request.session_id is not None else None
