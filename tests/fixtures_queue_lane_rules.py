@@ -212,7 +212,37 @@ async def rule_a_run_offered_while_its_worker_waits_to_spread_is_claimed_at_once
         assert watched.listened == []
 
 
+async def rule_a_run_claimed_but_not_started_leaves_its_worker_no_room(open_team: OpenTeam) -> None:
+    """One run slot, taken by a run just claimed that has not started yet (its engine is not
+    ready): the worker has no room, so the next run is queued for any worker, not offered to it."""
+    async with open_team(queue_poll_s=0.3, max_runs=1) as team:
+        watched = Watched(team.queue)
+        record = await _request_with_context(team, "run_unused0000000000")
+        lane = LocalLane(window_s=team.settings.queue.queue_poll_s)
+        gate = anyio.Event()
+        lm = FakeChatModel(root=[submit("'42'"), submit("'43'")])
+        async with worker_on(team, lm, lane=lane, engine_gate=gate), _front(team, watched, lane) as front:
+            await wait_until(lambda: lane.room() is not None, within_s=WAIT_S, what="the worker registered")
+            first = await front.start(record.request, None, run_id="run_lane000000000007")
+
+            async def claimed() -> bool:
+                row = await team.queue.read(first.run_id)
+                return row is not None and row.attempt == 1
+
+            await wait_until(claimed, within_s=WAIT_S, what="the first run's claim")
+            assert lane.room() is None
+            second = await front.start(record.request, None, run_id="run_lane000000000008")
+            assert watched.enqueued[second.run_id]["wake_workers"] is True
+            gate.set()
+            with anyio.fail_after(WAIT_S):
+                await first.done.wait()
+                await second.done.wait()
+        assert {r.result.answer if r.result else None for r in (first, second)} == {"42", "43"}
+        assert watched.listened == [second.run_id]
+
+
 LANE_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
+    rule_a_run_claimed_but_not_started_leaves_its_worker_no_room,
     rule_a_run_offered_while_its_worker_waits_to_spread_is_claimed_at_once,
     rule_a_run_its_fronts_own_worker_has_room_for_runs_there_followed_in_process,
     rule_a_run_no_local_worker_has_room_for_goes_to_any_worker,

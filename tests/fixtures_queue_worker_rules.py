@@ -28,15 +28,23 @@ from tests.fixtures_queue_team import OpenTeam, Team, summary
 
 @asynccontextmanager
 async def worker_on(
-    team: Team, lm: FakeChatModel, queue: RunQueuePort | None = None, *, lane: LocalLane | None = None
+    team: Team,
+    lm: FakeChatModel,
+    queue: RunQueuePort | None = None,
+    *,
+    lane: LocalLane | None = None,
+    engine_gate: anyio.Event | None = None,
 ) -> AsyncIterator[QueueWorker]:
     """A `QueueWorker` over the team's queue (or `queue`, one wrapping it), executing runs here
     with `lm` and in-process sandboxes (tests/fixtures_engine.py): no Docker. `lane`: its link to
-    a front of the same process (a `both` replica's)."""
+    a front of the same process (a `both` replica's). `engine_gate`: a claimed run waits for it
+    before it starts (its engine is handed over once it is set)."""
     settings = team.settings
     engine = RLMEngine(settings.engine, lm, FakeSandboxFactory(), system_prompt="SYSTEM")
 
     async def engine_of() -> RLMEngine:
+        if engine_gate is not None:
+            await engine_gate.wait()
         return engine
 
     sandboxes = SandboxManager(settings.sandbox)

@@ -75,6 +75,7 @@ class Claims:
         self._empty = False  # the last look found no run queued at all
         self._at_once = False  # the next look skips the spreading wait (a run offered to this worker)
         self._spreading: anyio.CancelScope | None = None  # the spreading wait, while it waits
+        self._claiming = 0  # free run slots the loop holds for its claim (spreading wait included)
 
     def wake(self, *, at_once: bool = False) -> None:
         """Look at the queue now (a run was queued, or wake-ups may have been lost); `at_once`:
@@ -86,10 +87,10 @@ class Claims:
             self._spreading.cancel()
 
     def has_room(self) -> bool:
-        """Whether a claim now could take a run: a run slot no run here holds (a claim in flight
+        """Whether a claim now could take a run: a run slot no claimed run holds (a claim in flight
         holds the free ones only for its statement) and a free sandbox slot, the lease current."""
         return (
-            self._running() < self._settings.max_runs
+            self._slots.value + self._claiming > 0
             and self._free_sandboxes >= 1
             and not self._lease_lapsed()
             and self._worker_id() is not None
@@ -121,6 +122,7 @@ class Claims:
         while True:
             await self._slots.acquire()
             held = 1 + self._more_slots()  # every run slot free now: one claim may fill them all
+            self._claiming = held
             self._wake = anyio.Event()  # before the claim: a run queued during it wakes us
             at_once, self._at_once = self._at_once, False
             try:
@@ -133,9 +135,11 @@ class Claims:
                     self._spreading = None
                 rows = await self._claim(held, polled=polled)
             except BaseException:
+                self._claiming = 0
                 for _ in range(held):
                     self._slots.release()
                 raise
+            self._claiming = 0
             for _ in range(held - len(rows)):
                 self._slots.release()
             waited = not rows
