@@ -15,6 +15,7 @@ import anyio
 
 from rlm_mcp.ports.chat import Completion
 from rlm_mcp.ports.queue import RunQueuePort
+from rlm_mcp.ports.runs import RunRecord
 from rlm_mcp.service.queue import claims as claims_module
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.local import LocalLane
@@ -35,6 +36,7 @@ class Watched:
         self.listened: list[str] = []
         self.enqueued: dict[str, dict[str, Any]] = {}
         self.woken = 0
+        self.follows_said: list[str] = []  # follows said through the queue
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -50,6 +52,10 @@ class Watched:
     async def wake_workers(self) -> None:
         self.woken += 1
         await self._inner.wake_workers()
+
+    async def follow_progress(self, run_id: str) -> None:
+        self.follows_said.append(run_id)
+        await self._inner.follow_progress(run_id)
 
 
 @dataclass
@@ -157,8 +163,8 @@ async def rule_an_offer_its_worker_does_not_take_in_time_goes_to_the_others(open
 
 async def rule_a_local_run_handed_back_is_followed_to_its_end_elsewhere(open_team: OpenTeam) -> None:
     """Its worker stops before the run's first LM reply: the run goes back to the queue, not
-    ended here, so the front follows it through the queue from then on (LISTEN, the row) and
-    sees another worker's final record."""
+    ended here, so the front follows it through the queue from then on (LISTEN, the row, the
+    progress follow it had said in-process) and sees another worker's final record."""
     async with open_team(queue_poll_s=0.3) as team:
         watched = Watched(team.queue)
         record = await _request_with_context(team, "run_unused0000000000")
@@ -170,7 +176,11 @@ async def rule_a_local_run_handed_back_is_followed_to_its_end_elsewhere(open_tea
                 run = await front.start(record.request, None, run_id="run_lane000000000004")
                 with anyio.fail_after(WAIT_S):
                     await held.held.wait()
+                await front.follow_progress(run.run_id)  # told in-process
+                assert watched.follows_said == []
             await wait_until(lambda: watched.listened == [run.run_id], within_s=WAIT_S, what="the fall-back")
+            # Said again through the queue: the run's next worker reads the mark at its claim.
+            await wait_until(lambda: watched.follows_said == [run.run_id], within_s=WAIT_S, what="the follow")
             assert not run.done.is_set()
             async with worker_on(team, FakeChatModel(root=[submit("'42'")])) as second:
                 with anyio.fail_after(WAIT_S):
@@ -178,6 +188,7 @@ async def rule_a_local_run_handed_back_is_followed_to_its_end_elsewhere(open_tea
         assert run.result is not None and run.result.answer == "42"
         row = await team.queue.read(run.run_id)
         assert row is not None and row.worker_id == second.worker_id != first.worker_id and row.requeues == 1
+        assert row.followed
 
 
 async def rule_a_run_offered_while_its_worker_waits_to_spread_is_claimed_at_once(open_team: OpenTeam) -> None:
@@ -241,7 +252,68 @@ async def rule_a_run_claimed_but_not_started_leaves_its_worker_no_room(open_team
         assert watched.listened == [second.run_id]
 
 
+class TurnWakeups(Wakeups):
+    """The front's wake-ups, noting the highest turn a run's in-process hand-overs named."""
+
+    def __init__(self, queue: Any) -> None:
+        super().__init__(queue)
+        self.turns: dict[str, int] = {}
+        self.heard = anyio.Event()
+
+    def wake_local(self, run_id: str, record: RunRecord) -> None:
+        if not record.done:
+            self.turns[run_id] = max(self.turns.get(run_id, 0), record.iterations)
+            self.heard.set()
+            self.heard = anyio.Event()
+        super().wake_local(run_id, record)
+
+
+@dataclass
+class TurnWatchingModel(FakeChatModel):
+    """Before each root call from the second on, waits until the front heard a live summary
+    naming the turn before it (a run published less often than every turn never ends)."""
+
+    wakeups: TurnWakeups | None = None
+    run_id: str = ""
+
+    async def complete(
+        self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: str, session: str | None = None
+    ) -> Completion:
+        turn = len(self.root_calls) + 1
+        if role == "root" and self.wakeups is not None and turn > 1:
+            while self.wakeups.turns.get(self.run_id, 0) < turn - 1:
+                await self.wakeups.heard.wait()
+        return await super().complete(messages, model=model, max_tokens=max_tokens, role=role, session=session)
+
+
+async def rule_a_local_run_followed_turn_by_turn_is_told_in_process(open_team: OpenTeam) -> None:
+    """A front follows the progress of a run its own worker executes: the worker is told
+    in-process (no statement, no note to every worker) and publishes at the followed interval: the
+    front hears a live summary naming each turn (the unfollowed interval is days here)."""
+    async with open_team(queue_poll_s=0.3, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=1e6) as team:
+        watched = Watched(team.queue)
+        record = await _request_with_context(team, "run_unused0000000000")
+        lane = LocalLane(window_s=team.settings.queue.queue_poll_s)
+        wakeups = TurnWakeups(watched)
+        run_id = "run_lane000000000009"
+        lm = TurnWatchingModel(root=[*(repl(f"print({i})") for i in range(3)), submit("'42'")])
+        lm.wakeups, lm.run_id = wakeups, run_id
+        async with (
+            worker_on(team, lm, lane=lane),
+            QueueFront(team.settings.queue, watched, wakeups, lane=lane) as front,
+        ):
+            await wait_until(lambda: lane.room() is not None, within_s=WAIT_S, what="the worker registered")
+            run = await front.start(record.request, None, run_id=run_id)
+            await front.follow_progress(run_id)
+            with anyio.fail_after(WAIT_S):
+                await run.done.wait()
+        assert run.result is not None and run.result.answer == "42" and run.result.iterations == 4
+        assert wakeups.turns[run_id] >= 3
+        assert watched.follows_said == [] and watched.listened == []
+
+
 LANE_RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
+    rule_a_local_run_followed_turn_by_turn_is_told_in_process,
     rule_a_run_claimed_but_not_started_leaves_its_worker_no_room,
     rule_a_run_offered_while_its_worker_waits_to_spread_is_claimed_at_once,
     rule_a_run_its_fronts_own_worker_has_room_for_runs_there_followed_in_process,

@@ -217,8 +217,14 @@ class QueueFront:
         """The one place a front says it follows a run's progress turn by turn (`RunBackend`):
         the run's row is marked, so its claim reads it, or its worker is told if it runs already
         (`RunQueuePort.follow_progress`); once per run followed here. A hint for latency only:
-        nothing but the live summary's interval depends on it, and a failure is logged, not raised."""
+        nothing but the live summary's interval depends on it, and a failure is logged, not raised.
+        A run offered to this process's worker is marked there in-process (`LocalLane.follow`);
+        said again through the queue if it falls back (`_fall_back`)."""
         if run_id in self._follows_said:
+            return
+        if self._lane is not None and self._lane.follow(run_id):
+            if run_id in self._mirrors:
+                self._follows_said.add(run_id)
             return
         try:
             await self._queue.follow_progress(run_id)
@@ -335,8 +341,11 @@ class QueueFront:
         await self._wakeups.follow(run_id)
         if run.done.is_set():  # ended meanwhile (retired): nothing to follow
             self._wakeups.forget(run_id)
-        else:
-            self._woken(run_id, READ_ROW)
+            return
+        self._woken(run_id, READ_ROW)
+        if run_id in self._follows_said:  # said in-process only: another worker may take the run up
+            self._follows_said.discard(run_id)
+            await self.follow_progress(run_id)
 
     def _retire(self, run: ActiveRun) -> None:
         """The run ended (or its record is gone): nothing more to follow; its mirror is kept

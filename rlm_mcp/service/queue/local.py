@@ -8,12 +8,14 @@ for this worker for `window_s` (RLM_MCP_QUEUE_POLL_S) and announced to no other 
 worker is woken in-process and claims it at once (no spreading wait). Once it has, what its
 announcements carry (each live summary, the final record) it also hands to the front here, after
 the write committed, so the front neither LISTENs to the run's channel nor decodes its
-announcements. Every other outcome is the queue's usual path, taken late: the front LISTENs to the
+announcements; a front's follow of its progress reaches the worker in-process too (`follow`).
+Every other outcome is the queue's usual path, taken late: the front LISTENs to the
 run and reads its row (what was announced before is in the row) when
 - the window ends before this worker claimed the run (busy with older runs): the other workers are
   told it is queued then, and may claim it once the preference lapses;
 - the run's execution here ends without a final record this worker's write made (stopped by its
   fence, handed back at shutdown, ended by another path or another process).
+A follow said in-process is said again through the queue then (the next worker's claim reads it).
 
 Set RLM_MCP_QUEUE_LOCAL_FIRST=false to queue every run for any worker, as a front-only replica does.
 """
@@ -33,6 +35,7 @@ class LocalLane:
         # The worker's: whether it could take a run now, and its id then; and its in-process wake-up.
         self.room: Callable[[], int | None] = lambda: None
         self.wake_worker: Callable[[], None] = lambda: None
+        self.mark_followed: Callable[[str], None] = lambda run_id: None  # the worker's follow notes
         # The front's: what an announcement of a run taken here carries, and the late fall-back.
         self.deliver: Callable[[str, RunRecord], None] = lambda run_id, record: None
         self.fall_back: Callable[[str], None] = lambda run_id: None
@@ -66,6 +69,15 @@ class LocalLane:
         if run_id not in self._offered:
             return False
         self._offered.discard(run_id)
+        return True
+
+    def follow(self, run_id: str) -> bool:
+        """A front follows the run's progress turn by turn: True when the run is offered or
+        taken here, and the worker was told in-process (its live summaries at the followed
+        interval); False: say it through the queue."""
+        if run_id not in self._offered and run_id not in self._taken:
+            return False
+        self.mark_followed(run_id)
         return True
 
     def announce(self, run_id: str, record: RunRecord) -> None:

@@ -114,6 +114,7 @@ class QueueWorker:
         if lane is not None:
             lane.room = lambda: self.worker_id if self.claims.has_room() else None
             lane.wake_worker = lambda: self.claims.wake(at_once=True)
+            lane.mark_followed = self._follows.mark
 
     @property
     def ref(self) -> WorkerRef:
