@@ -1,7 +1,7 @@
 """Every SQL statement on team-mode run state and worker state, by name: the only module that
 writes `rlm_runs.state` (`queue.PgRunQueue` runs the queue's; `run_log.PgRunLog` and
 `runs.PgRunStore.create` take their state-writing parts from here), with one function of the
-schema's, `rlm_enqueue` (migration 0011), which `ENQUEUE` calls: a queued run's insert.
+schema's, `rlm_enqueue` (migrations 0011 and 0012), which `ENQUEUE` calls: a queued run's insert.
 
 The form: named module constants, PostgreSQL's text as psycopg runs it (`%(name)s` parameters
 where a statement has several, `%s` in the fragments `runs.py` composes). Not a `.sql` file of
@@ -64,7 +64,7 @@ _LIVE = "gone_at IS NULL AND heartbeat_at > now() - make_interval(secs => %(leas
 # --- fronts -----------------------------------------------------------------------------------
 # A run's start in one statement: the function of migration 0011 checks the run's contexts are its
 # owner's, then takes the enqueue's advisory lock, counts the waiting runs, inserts the run when
-# both bounds allow and wakes the workers; each statement inside it takes its own snapshot, so the
+# both bounds allow and wakes the workers (none when the channel is NULL: migration 0012); each statement inside it takes its own snapshot, so the
 # count sees every run inserted by the starts that held the lock before. One row: the counts,
 # whether it was inserted, and the first context id the owner lacks (None when none). The run's
 # context ids are one parameter, given to the function twice: the ids checked and the row's
