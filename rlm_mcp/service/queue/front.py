@@ -324,11 +324,12 @@ class QueueFront:
                     await self._queue.wake_workers()
                 except Exception as exc:  # the database is restarting: the workers' own polls find it
                     log.info("could not wake the workers for run %s: %s", run_id, exc)
-                await self._fall_back(run_id)
+                self._fall_back_soon(run_id)  # its LISTEN does not hold up the next offer's window
 
     def _fall_back_soon(self, run_id: str) -> None:
-        """The run's execution by this process's worker ended without a final record it
-        delivered (`LocalLane.released`): follow it through the listener and read its row."""
+        """`_fall_back` in a task of its own: an offer's window ended (`_watch_offers`), or its
+        execution by this process's worker ended without a final record it delivered
+        (`LocalLane.released`, called in the worker's task)."""
         if self._tg is not None:
             self._tg.start_soon(self._fall_back, run_id)
 

@@ -40,8 +40,7 @@ class LocalLane:
         self.deliver: Callable[[str, RunRecord], None] = lambda run_id, record: None
         self.fall_back: Callable[[str], None] = lambda run_id: None
         self._offered: set[str] = set()  # offered by the front, not taken (yet) by the worker
-        self._taken: set[str] = set()  # executing here, announced to the front in-process
-        self._final: set[str] = set()  # taken runs whose final record was delivered
+        self._taken: set[str] = set()  # executing here, announced to the front in-process, not ended yet
 
     def offer(self, run_id: str) -> int | None:
         """The worker to prefer for a run the front is about to queue (None: no room, queue it
@@ -85,17 +84,13 @@ class LocalLane:
         end write made), once the write committed."""
         if run_id not in self._taken:
             return
-        if record.done:
-            self._final.add(run_id)
+        if record.done:  # nothing more to hand over, and no fall-back at its release
+            self._taken.discard(run_id)
         self.deliver(run_id, record)
 
     def released(self, run_id: str) -> None:
         """The run's execution here ended: without a final record delivered, the front reads
         its row (and follows it: another worker may take it up)."""
-        if run_id not in self._taken:
-            return
-        self._taken.discard(run_id)
-        if run_id in self._final:
-            self._final.discard(run_id)
-        else:
+        if run_id in self._taken:
+            self._taken.discard(run_id)
             self.fall_back(run_id)
