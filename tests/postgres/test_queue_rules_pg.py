@@ -87,7 +87,7 @@ async def test_a_worker_only_process_builds_no_front_and_a_front_does(tmp_path: 
 
 
 # The enqueue in one statement (the schema's `rlm_enqueue`: its lock, the count and the insert) and
-# the claim in fewer round trips (`store.pg.one_trip`: its claim with the COMMIT) still commit
+# the claim in one round trip (`store.pg.one_trip`: its BEGIN, lock, claim and COMMIT) still commit
 # before they return, and a statement that fails rolls everything back and lets go of the lock.
 async def test_an_enqueue_and_a_claim_are_committed_when_they_return(tmp_path: Path, pg_url: str) -> None:
     async with pg_team(tmp_path, pg_url)() as team, await psycopg.AsyncConnection.connect(pg_url) as other:

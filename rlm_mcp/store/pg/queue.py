@@ -6,9 +6,10 @@ docs/architecture.md); `rlm_workers` holds the workers. How the rules hold acros
 
 - Claims (`claim_many`): one transaction under an advisory lock, so the per-owner share and the
   order are exact across workers; it takes up to a limit of runs (as many claims one after
-  another would), bumps each one's `attempt` and names the worker. Two round
-  trips: the BEGIN with the lock (and the live slots the share is of), then the claim with the
-  COMMIT (`one_trip.commit_with`).
+  another would), bumps each one's `attempt` and names the worker. One round trip: the BEGIN,
+  the lock, the claim and the COMMIT together (`one_trip.locked_in_one_trip`), the share applied
+  to the live slots the previous claim found and checked under the lock (a second trip when they
+  changed).
 - Fencing: a worker's writes (`requeue`, `finish` with `attempt`, and its run log's flushes,
   `run_log.PgRunLog`) match `(run_id, attempt, state = 'running')`; False means the run is no
   longer this worker's.
@@ -25,17 +26,19 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rlm_mcp.observability import metrics
-from rlm_mcp.ports.queue import ClaimPins, RunRow, RunState
+from rlm_mcp.ports.queue import ClaimPins, QueueRules, RunRow, RunState
 from rlm_mcp.ports.runs import Notice, NoticeKind, RunPhase, RunRecord, may_requeue
 from rlm_mcp.store.context_model import PIN_TTL_S
 from rlm_mcp.store.contexts import unknown_context
 from rlm_mcp.store.pg import queue_statements as sql
-from rlm_mcp.store.pg.db import Conn
+from rlm_mcp.store.pg.db import Conn, Database
 from rlm_mcp.store.pg.locks import CLAIM_LOCK_KEY, ENQUEUE_LOCK_KEY
-from rlm_mcp.store.pg.one_trip import commit_with
+from rlm_mcp.store.pg.one_trip import locked_in_one_trip
 from rlm_mcp.store.pg.run_log import dump_record
 from rlm_mcp.store.pg.workers import PgWorkerRegistry
 
@@ -80,8 +83,17 @@ def _claim_pins(row: dict[str, Any]) -> ClaimPins | None:
     return ClaimPins(str(row["pin_id"]), tuple(contexts))
 
 
+# A claim whose live slots changed is tried again with the share of the new count; a team whose
+# workers come and go faster than that claims nothing this time, and again at the next look.
+CLAIM_TRIES = 3
+
+
 class PgRunQueue(PgWorkerRegistry):
     """The run statements here, the worker statements from `workers.PgWorkerRegistry`."""
+
+    def __init__(self, rules: QueueRules, db: Database, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(rules, db, clock=clock)
+        self._live_slots = -1  # the live workers' run slots at the last claim (none yet: never a count)
 
     # --- fronts -----------------------------------------------------------------------------
 
@@ -178,7 +190,7 @@ class PgRunQueue(PgWorkerRegistry):
     # --- workers' runs ----------------------------------------------------------------------
 
     async def any_queued(self) -> bool:
-        """One statement, no claim lock (`claim`'s transaction is two round trips and the
+        """One statement, no claim lock (`claim`'s transaction is four statements and the
         team-wide lock): an idle worker's timed look. Nothing is missed: a run queued after it
         announces itself ("queued"), and the worker clears its wake-up before it looks."""
         async with self._db.connection() as conn:
@@ -200,28 +212,39 @@ class PgRunQueue(PgWorkerRegistry):
         new attempt of its own, in the order one claim after another would take them; empty when
         no queued run fits. `sessions=False`: none of a kept session's runs (this worker's image
         cannot restore one)."""
-        async with self._db.opened_transaction(sql.claim_lock_and_slots(CLAIM_LOCK_KEY, self._lease)) as (conn, live):
-            # Each owner's share of every live worker's run slots (the rule embedded mode applies
-            # to its own slots); this worker is live, so there is at least one slot.
-            share = self._rules.share(max(1, int(live["slots"]) if live else 1))
-            # The claim and the COMMIT in one round trip (the lock went with the BEGIN): two in all.
-            rows = await commit_with(
-                conn,
-                sql.CLAIM,
-                {
-                    "free": free_sandboxes,
-                    "cap": max_sandboxes,
-                    "share": share,
-                    "worker": worker_id,
-                    "lease": self._lease,
-                    "sessions": sessions,
-                    "session_key": sql.SESSION_KEY,
-                    "limit": max(1, limit),
-                    "workers": max(1, int(live["workers"]) if live else 1),
-                    "replica": self._db.replica_id,
-                    "ttl": PIN_TTL_S,
-                },
-            )
+        # The share is of the live workers' run slots, as the last claim found them: the claim
+        # checks them under its lock and claims nothing when they changed, but says how many they
+        # are now, so a second claim applies the share to those (`queue_statements.CLAIM`).
+        rows: list[dict[str, Any]] = []
+        for _ in range(CLAIM_TRIES):
+            for_slots = self._live_slots
+            async with self._db.connection() as conn:
+                found = await locked_in_one_trip(
+                    conn,
+                    sql.CLAIM_LOCK,
+                    {"key": CLAIM_LOCK_KEY},
+                    sql.CLAIM,
+                    {
+                        "free": free_sandboxes,
+                        "cap": max_sandboxes,
+                        # Each owner's share of every live worker's run slots (the rule embedded
+                        # mode applies to its own slots); this worker is live, so there is at
+                        # least one slot.
+                        "share": self._rules.share(max(1, for_slots)),
+                        "for_slots": for_slots,
+                        "worker": worker_id,
+                        "lease": self._lease,
+                        "sessions": sessions,
+                        "session_key": sql.SESSION_KEY,
+                        "limit": max(1, limit),
+                        "replica": self._db.replica_id,
+                        "ttl": PIN_TTL_S,
+                    },
+                )
+            self._live_slots = int(found[0]["live_slots"])
+            rows = [row for row in found if row["run_id"] is not None]
+            if rows or self._live_slots == for_slots:  # (the check claims nothing when they differ)
+                break
         for row in rows:
             metrics.claim_latency(float(row["waited_s"]))  # queued (or queued again) to claimed, the database's clock
         return [_row(row) for row in rows]

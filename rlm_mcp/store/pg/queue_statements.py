@@ -102,19 +102,10 @@ GAUGES = (
 )
 
 # --- workers' runs ----------------------------------------------------------------------------
-CLAIM_LOCK_AND_SLOTS = (
-    "SELECT pg_advisory_xact_lock(%(key)s), s.slots, s.workers FROM "
-    f"(SELECT coalesce(sum(slots), 0) AS slots, count(*) AS workers FROM rlm_workers WHERE {_LIVE}) s"
-)
-
-
-def claim_lock_and_slots(key: int, lease: float) -> str:
-    """CLAIM_LOCK_AND_SLOTS as text without parameters, to go with its transaction's BEGIN in one
-    round trip (`Database.opened_transaction`; a statement of its own still: the claim's snapshot
-    follows the lock): `key` a constant of `locks.py`, `lease` the setting's seconds, written as a
-    numeric literal."""
-    return CLAIM_LOCK_AND_SLOTS.replace("%(key)s", str(int(key))).replace("%(lease)s", repr(float(lease)))
-
+# The claim's lock: a statement of its own before `CLAIM`, in the same transaction, so the claim's
+# snapshot (each statement of a READ COMMITTED transaction takes its own) follows the lock and sees
+# every claim committed by those who held it before.
+CLAIM_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
 
 # How a kept session's run names its session in its stored record (`CLAIM` with `sessions` off).
 SESSION_KEY = '"session_id": "'
@@ -123,17 +114,23 @@ SESSION_KEY = '"session_id": "'
 # fewest running runs first (each owner's count grows by one with each of its runs picked before:
 # `nth`, its running runs plus its runs ahead of this one), then the oldest. Each owner's picks
 # stop at its share (nth < share), and the sandbox need is summed along that order against the
-# free slots (a prefix: the batch stops at the first run that does not fit). At most a `%(workers)s`th
-# of the eligible runs, rounded up, so a burst spreads over the live workers. The window functions
+# free slots (a prefix: the batch stops at the first run that does not fit). At most a `workers`th
+# of the eligible runs (`live`: the live workers, and their run slots), rounded up, so a burst
+# spreads over the live workers. The share is the caller's rule applied to `%(for_slots)s` live run
+# slots: when the live slots are not that many (a worker came or went since the caller's last
+# claim), nothing is claimed, and the one row returned (`live_slots`, no run) tells the caller
+# what to apply its rule to instead. The window functions
 # are computed below the statement that locks (`FOR UPDATE` takes no window function); the lock
 # re-checks `state` (a run cancelled meanwhile is not claimed), and a row another transaction
 # holds is skipped. With a limit of 1 it is the single claim of before.
 CLAIM = (
-    "WITH busy AS (SELECT owner, count(*) AS n FROM rlm_runs WHERE state = 'running' GROUP BY owner), "
+    f"WITH live AS (SELECT coalesce(sum(slots), 0) AS slots, count(*) AS workers FROM rlm_workers WHERE {_LIVE}), "
+    "busy AS (SELECT owner, count(*) AS n FROM rlm_runs WHERE state = 'running' GROUP BY owner), "
     "cand AS (SELECT r.run_id, r.queued_at, least(r.need, %(cap)s) AS need, "
     "  coalesce(b.n, 0) + row_number() OVER (PARTITION BY r.owner ORDER BY r.queued_at, r.run_id) - 1 AS nth "
     "  FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
     "  WHERE r.state = 'queued' AND least(r.need, %(cap)s) <= %(free)s "
+    "  AND (SELECT slots FROM live) = %(for_slots)s "
     # A session's run names its session in the record's JSON (matched as text: a summary may
     # hold a NUL, which jsonb refuses; inside a string a quote is escaped).
     "  AND (%(sessions)s OR position(%(session_key)s in r.summary) = 0) "
@@ -146,7 +143,7 @@ CLAIM = (
     "  FROM cand WHERE nth < %(share)s), "
     "pick AS (SELECT r.run_id, f.nth, f.queued_at FROM rlm_runs r JOIN fair f ON f.run_id = r.run_id "
     "  WHERE r.state = 'queued' AND f.needed <= %(free)s "
-    "  AND f.pos <= least(%(limit)s, ceil(f.eligible::numeric / greatest(%(workers)s, 1))) "
+    "  AND f.pos <= least(%(limit)s, ceil(f.eligible::numeric / greatest((SELECT workers FROM live), 1))) "
     "  ORDER BY f.nth, f.queued_at, f.run_id LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED), "
     "up AS (UPDATE rlm_runs r SET state = 'running', attempt = r.attempt + 1, worker_id = %(worker)s, "
     f"  claimed_at = now(), cancel_requested = false, updated_at = {NOW} "
@@ -164,13 +161,16 @@ CLAIM = (
     "  CROSS JOIN LATERAL unnest(c.context_ids) WITH ORDINALITY AS e (cid, n)), "
     "holders AS (SELECT c.pin_id, (SELECT count(DISTINCT w.cid) FROM want w WHERE w.pin_id = c.pin_id) AS expected, "
     "  c.run_id FROM claimed c), "
-    f"{PIN_RULE} "
-    "SELECT up.*, ok.pin_id, CASE WHEN ok.run_id IS NULL THEN NULL ELSE coalesce((SELECT json_agg(json_build_object("
+    f"{PIN_RULE}, "
+    "result AS (SELECT up.*, ok.pin_id, CASE WHEN ok.run_id IS NULL THEN NULL ELSE coalesce((SELECT json_agg(json_build_object("
     "  'context_id', f.context_id, 'sha256', f.sha256, 'bytes', f.bytes, 'format', f.format, 'kind', f.kind, "
     "  'chars', f.chars, 'name', f.name, 'source', f.source, 'created_at', f.created_at, 'last_used_at', t.now) "
     "  ORDER BY w.n) FROM want w JOIN found f ON f.pin_id = w.pin_id AND f.context_id = w.cid "
     "  WHERE w.pin_id = ok.pin_id), '[]'::json) END AS contexts "
-    "FROM up CROSS JOIN t LEFT JOIN ok ON ok.run_id = up.run_id ORDER BY pick_nth, pick_queued_at, run_id"
+    "  FROM up CROSS JOIN t LEFT JOIN ok ON ok.run_id = up.run_id) "
+    # At least one row, whatever was claimed: the live slots the guard compared.
+    "SELECT l.slots AS live_slots, c.* FROM live l LEFT JOIN result c ON true "
+    "ORDER BY c.pick_nth, c.pick_queued_at, c.run_id"
 )
 
 
