@@ -30,7 +30,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.procfs import cpu_seconds
+from bench import procfs
 from bench.results_file import RESULTS, machine
 
 
@@ -40,17 +40,24 @@ def load_average() -> str:
 
 @dataclass
 class Idle:
-    """Per-second CPU of named processes over an idle wait."""
+    """Per-second CPU of named processes over an idle wait, from each thread's scheduler
+    statistics (`procfs.thread_cpu_ns`): an idle process spends a few ms a second, which /proc's
+    10 ms ticks read as 1-6 ms/s."""
 
     per_s: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     async def measure(cls, pids: dict[str, int], seconds: float) -> Idle:
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        before = {name: procfs.thread_cpu_ns(pid) for name, pid in pids.items()}
         t0 = time.perf_counter()
         await anyio.sleep(seconds)
         took = time.perf_counter() - t0
-        return cls({name: (cpu_seconds(pid) - before[name]) / took for name, pid in pids.items()})
+        return cls(
+            {
+                name: procfs.cpu_ns_between(before[name], procfs.thread_cpu_ns(pid)) / 1e9 / took
+                for name, pid in pids.items()
+            }
+        )
 
     def total(self) -> float:
         return sum(self.per_s.values())

@@ -4,8 +4,8 @@ PostgreSQL, through HAProxy) and an idle embedded server. Run by hand.
     .venv/bin/python bench/team_idle.py [--idle-s 10] [--samples 3] [--hold 0]
 
 Each process is started as `bench/scale.py team` starts it (the same settings, a lease of
-`--lease` s), warmed by a few runs, then left alone: per process, its CPU (user + system, all its
-threads) and its context switches (voluntary and not, all its threads: about its wake-ups) per
+`--lease` s), warmed by a few runs, then left alone: per process, its CPU (all its threads, from
+their scheduler statistics) and its context switches (voluntary and not, all its threads: about its wake-ups) per
 second over `--idle-s` seconds, `--samples` times. `--hold S`: keep the team up S seconds more
 after the samples, printing the pids (for strace or py-spy by hand). Never fails on a timing.
 """
@@ -53,13 +53,18 @@ def switched(before: dict[str, int], after: dict[str, int]) -> int:
 
 
 async def measure(pids: dict[str, int], seconds: float) -> dict[str, tuple[float, float]]:
-    cpu0 = {n: procfs.cpu_seconds(p) for n, p in pids.items()}
+    # Each thread's scheduler statistics, not /proc's 10 ms ticks: an idle process spends a few
+    # ms a second, which ticks read as anything from 0 to 6.
+    cpu0 = {n: procfs.thread_cpu_ns(p) for n, p in pids.items()}
     sw0 = {n: switches(p) for n, p in pids.items()}
     t0 = time.perf_counter()
     await anyio.sleep(seconds)
     took = time.perf_counter() - t0
     return {
-        n: ((procfs.cpu_seconds(p) - cpu0[n]) / took * 1000, switched(sw0[n], switches(p)) / took)
+        n: (
+            procfs.cpu_ns_between(cpu0[n], procfs.thread_cpu_ns(p)) / 1e6 / took,
+            switched(sw0[n], switches(p)) / took,
+        )
         for n, p in pids.items()
     }
 

@@ -229,7 +229,7 @@ async def team(args: argparse.Namespace, tmp: Path, lm_url: str, stack: AsyncExi
     with balanced_replicas(
         tmp, database_url=url, lm_url=lm_url, tokens=[TOKEN], env=env, roles=["both", "both", "front"]
     ) as b:
-        async with scale_client(b, front=args.calls_to == "front") as client:
+        async with scale_client(b, calls_to=args.calls_to) as client:
             context_id = (await call(client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
             await many_runs(client, context_id, "warm-up", 4)
             pids = {r.name: r.pid for r in b.replicas}
@@ -251,11 +251,17 @@ async def team(args: argparse.Namespace, tmp: Path, lm_url: str, stack: AsyncExi
     report("team", points, args)
 
 
-def scale_client(b: Any, *, front: bool) -> Any:
-    """Through HAProxy, or (`front`) straight to the front-only replica, which then fronts every run."""
+def scale_client(b: Any, *, calls_to: str) -> Any:
+    """Through HAProxy, or straight to the front-only replica (`front`, which then fronts every
+    run), or to the first `both` replica (`worker`: its own worker has room for each run, so every
+    run takes the local lane)."""
     from bench.team_common import client_of
 
-    return client_of(b.replicas[2].base) if front else client_of(b.url, cafile=b.cafile)
+    if calls_to == "front":
+        return client_of(b.replicas[2].base)
+    if calls_to == "worker":
+        return client_of(b.replicas[0].base)
+    return client_of(b.url, cafile=b.cafile)
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -288,9 +294,10 @@ def main() -> None:
     parser.add_argument("--py-spy-rate", type=int, default=100, help="py-spy's samples per second")
     parser.add_argument(
         "--calls-to",
-        choices=["balancer", "front"],
+        choices=["balancer", "front", "worker"],
         default="balancer",
-        help="team: calls through HAProxy, or all to rlm3 (the front's CPU per run apart from the workers')",
+        help="team: calls through HAProxy, or all to rlm3 (the front's CPU per run apart from the workers'), "
+        "or all to rlm1 (a `both` replica: the local lane's path, with --runs within its run slots)",
     )
     parser.add_argument(
         "--strace", type=Path, default=None, help="folder: count each event loop's system calls (strace -c)"

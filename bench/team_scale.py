@@ -14,7 +14,7 @@ LM is the zero-latency scripted server. Prints:
   each replica's share (and of it, its event loop's thread: the rest is worker threads, Docker
   and kernel I/O; and the loop thread's context switches per turn, about its wake-ups), the
   same for the embedded process, PostgreSQL's transactions per turn, and each replica's idle CPU
-  (no run, `--idle-s`) with the part of the figure it makes up; `--statements` lists
+  (no run, `--idle-s`; from the threads' scheduler statistics, not /proc's ticks) with the part of the figure it makes up; `--statements` lists
   PostgreSQL's statements per turn (pg_stat_statements, preloaded by a restart of the bench's
   cluster); `--py-spy`/`--profile` add per-replica
   profile shares, `--record` appends the figures to bench/results/team_cpu.json (bench/team_cpu.py);
@@ -181,6 +181,8 @@ async def probes(args: argparse.Namespace, side: TeamSide, sequential: list[str]
     print(f"  progress latency (worker's turn_start -> front's notification): {ms(lags)}")
     answered, final = await cancel_latency(b, side.context_id, args.cancels)
     print(f"  cancel across replicas: rlm_cancel answered {ms(answered)}; status cancelled {ms(final)}")
+    if args.death_runs < 1:  # a worker killed with nothing to stop proves nothing (and would kill the next round)
+        return
     took, reasons = await worker_death(b, db, side.context_id, args.death_runs)
     print(f"  worker SIGKILLed -> its runs' final status (lease {args.lease:g} s): {ms(took)}")
     for reason in sorted(set(reasons)):
