@@ -150,6 +150,21 @@ async def rule_a_run_preferring_a_worker_waits_for_it_unless_it_is_lost(open_tea
         assert row is not None and row.run_id == "run_prefer0000000001"
 
 
+async def rule_a_worker_takes_the_runs_preferring_it_before_its_owners_older_runs(open_team: OpenTeam) -> None:
+    # A run offered to a worker (the local lane, a kept session's follow-up) waits for that worker
+    # alone; any worker may take the owner's older runs. Taking those first filled the worker's
+    # last slot and left the offered run to wait out its preference.
+    async with open_team() as team:
+        q = team.queue
+        mine, other = await q.register_worker("owner-mine", 4), await q.register_worker("owner-other", 4)
+        await q.enqueue(summary("run_anyone0000000001"), 1)
+        await q.enqueue(summary("run_offered000000001"), 1, prefer_worker=mine, prefer_s=600.0)
+        row = await q.claim(mine, 8, 8)
+        assert row is not None and row.run_id == "run_offered000000001"
+        row = await q.claim(other, 8, 8)  # the older run still goes to any worker
+        assert row is not None and row.run_id == "run_anyone0000000001"
+
+
 async def rule_a_resumed_worker_writes_nothing_over_the_next_attempt(open_team: OpenTeam) -> None:
     """Fencing: the first attempt's log flushes, requeue and finish match nothing once the run is
     another attempt's; the heartbeat tells the resumed worker; the second attempt's writes stand."""
@@ -326,6 +341,7 @@ RULES: list[Callable[[OpenTeam], Awaitable[None]]] = [
     rule_claims_wait_for_the_sandbox_slots_a_run_needs,
     rule_a_batch_claim_takes_what_claims_one_by_one_would,
     rule_a_run_preferring_a_worker_waits_for_it_unless_it_is_lost,
+    rule_a_worker_takes_the_runs_preferring_it_before_its_owners_older_runs,
     rule_a_resumed_worker_writes_nothing_over_the_next_attempt,
     rule_sweepers_end_a_lost_run_once_and_requeue_a_fresh_one_once,
     rule_a_sweeper_judges_leases_only_after_a_full_lease_connected,

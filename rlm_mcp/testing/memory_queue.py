@@ -260,6 +260,7 @@ class MemoryRunQueue(FencedRunLogs):
             workers=max(1, len(live)),
             sessions=sessions,
             prefers_another=prefers_another,
+            prefers_this=lambda r: r.prefer_worker == worker_id,
         )
         for pick in picks:
             self._set(

@@ -49,9 +49,11 @@ def choose_runs(
     workers: int,
     sessions: bool,
     prefers_another: Callable[[StoredRun], bool],
+    prefers_this: Callable[[StoredRun], bool],
 ) -> list[StoredRun]:
     """Up to `limit` of the queued runs, as one claim after another would take them: of those
-    whose sandbox need fits the free slots, each owner's oldest first with its count (`busy`:
+    whose sandbox need fits the free slots, each owner's runs preferring this worker first (no
+    other may take them yet), then its oldest, with its count (`busy`:
     running runs by owner) grown by each of its runs picked before, the fewest first, up to its
     share; their needs summed against the free slots (stopping at the first that does not fit);
     at most the eligible runs' share of one of the `workers` live workers, rounded up."""
@@ -63,7 +65,7 @@ def choose_runs(
             and not prefers_another(r)
             and (sessions or r.row.summary.request.session_id is None)
         ),
-        key=lambda r: (r.queued_at, r.row.run_id),
+        key=lambda r: (not prefers_this(r), r.queued_at, r.row.run_id),
     )
     counted: dict[str, int] = {}
     ranked: list[tuple[int, StoredRun]] = []

@@ -112,7 +112,8 @@ SESSION_KEY = '"session_id": "'
 
 # Up to %(limit)s runs in one statement, in the order one claim after another would take them: the
 # fewest running runs first (each owner's count grows by one with each of its runs picked before:
-# `nth`, its running runs plus its runs ahead of this one), then the oldest. Each owner's picks
+# `nth`, its running runs plus its runs ahead of this one; of an owner's runs, those preferring this
+# worker come first, as no other worker may take them yet), then the oldest. Each owner's picks
 # stop at its share (nth < share), and the sandbox need is summed along that order against the
 # free slots (a prefix: the batch stops at the first run that does not fit). At most a `workers`th
 # of the eligible runs (`live`: the live workers, and their run slots), rounded up, so a burst
@@ -127,7 +128,8 @@ CLAIM = (
     f"WITH live AS (SELECT coalesce(sum(slots), 0) AS slots, count(*) AS workers FROM rlm_workers WHERE {_LIVE}), "
     "busy AS (SELECT owner, count(*) AS n FROM rlm_runs WHERE state = 'running' GROUP BY owner), "
     "cand AS (SELECT r.run_id, r.queued_at, least(r.need, %(cap)s) AS need, "
-    "  coalesce(b.n, 0) + row_number() OVER (PARTITION BY r.owner ORDER BY r.queued_at, r.run_id) - 1 AS nth "
+    "  coalesce(b.n, 0) + row_number() OVER (PARTITION BY r.owner "
+    "    ORDER BY r.prefer_worker IS NOT DISTINCT FROM %(worker)s DESC, r.queued_at, r.run_id) - 1 AS nth "
     "  FROM rlm_runs r LEFT JOIN busy b ON b.owner = r.owner "
     "  WHERE r.state = 'queued' AND least(r.need, %(cap)s) <= %(free)s "
     "  AND (SELECT slots FROM live) = %(for_slots)s "
