@@ -27,8 +27,8 @@ pytestmark = pytest.mark.anyio
 LIMITS = {"max_iterations": 5, "max_depth": 1, "timeout_s": 60.0, "token_budget": None, "max_errors": 3}
 
 
-def queued(run_id: str, owner: str = "alice") -> dict[str, object]:
-    return {"query": "q", "context_ids": [], "owner": owner, "limits": LIMITS, "status": "queued"}
+# Every run is alice's: the share decides how many of them one worker may hold.
+QUEUED = {"query": "q", "context_ids": [], "owner": "alice", "limits": LIMITS, "status": "queued"}
 
 
 async def test_a_claim_applies_the_share_to_the_live_slots_after_a_worker_joins(tmp_path: Path, pg_url: str) -> None:
@@ -45,7 +45,7 @@ async def test_a_claim_applies_the_share_to_the_live_slots_after_a_worker_joins(
         queue = PgRunQueue(dataclasses.replace(queue_rules(settings.queue), share=share), db)
         first = await queue.register_worker("owner-a", 2)
         for n in range(3):
-            await queue.enqueue(run_record(f"run-{n}", queued(f"run-{n}")), 1)
+            await queue.enqueue(run_record(f"run-{n}", QUEUED), 1)
 
         claimed = await queue.claim_many(first, 8, 8, limit=3)
         # The first claim knew no count: it learnt two slots, then claimed with their share (one).
@@ -71,7 +71,7 @@ async def test_a_claim_never_applies_the_share_of_a_worker_that_left(tmp_path: P
         first = await queue.register_worker("owner-a", 2)
         second = await queue.register_worker("owner-b", 2)
         for n in range(3):
-            await queue.enqueue(run_record(f"run-{n}", queued(f"run-{n}")), 1)
+            await queue.enqueue(run_record(f"run-{n}", QUEUED), 1)
         # Four live slots: a share of three, at most half the three eligible runs (rounded up).
         assert [row.run_id for row in await queue.claim_many(first, 8, 8, limit=3)] == ["run-0", "run-1"]
 
