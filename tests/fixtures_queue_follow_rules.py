@@ -115,24 +115,48 @@ async def rule_an_unfollowed_run_publishes_fewer_live_summaries_than_turns(open_
         assert len(await team.event_attempts(run.run_id)) > 2 * TURNS  # a turn start, an LM call, a cell...
 
 
+@dataclass
+class RowWatchedModel(FakeChatModel):
+    """Before the LM call of each turn, waits until what a caller of `rlm_status` sees (`shown`:
+    the front's `find`) names that turn."""
+
+    shown: Callable[[], Awaitable[int]] | None = None
+
+    async def complete(
+        self, messages: list[dict[str, str]], *, model: str, max_tokens: int, role: str, session: str | None = None
+    ) -> Completion:
+        turn = len(self.root_calls) + 1
+        if role == "root" and self.shown is not None:
+            while await self.shown() < turn:
+                await anyio.sleep(0.01)  # polled, as a caller of rlm_status would (bounded by the rule's deadline)
+        return await super().complete(messages, model=model, max_tokens=max_tokens, role=role, session=session)
+
+
 async def rule_an_unfollowed_run_publishes_at_its_intervals_ticks(open_team: OpenTeam) -> None:
     """Nobody follows it, and its interval is short: its live summaries still come, the first one
-    at the interval's tick (the model waits, before each turn's LM call, until a live summary
-    naming that turn was heard: with no tick's publish the run would never end)."""
+    at the interval's tick, announced (the front learns a worker has it); the later ones are
+    written to its row without a wake-up, and the front's `find` (`rlm_status`) reads that row:
+    the model waits, before each turn's LM call, until `find` names that turn (with no tick's
+    publish, or a mirror that answered without the row, the run would never end)."""
     async with open_team(
         queue_poll_s=0.2, live_summary_interval_s=0.0, live_summary_unfollowed_interval_s=0.05
     ) as team:
         record = await _request_with_context(team, "run_unused0000000000")
         wakeups = CountingWakeups(team.queue)
         run_id = "run_unfollowedtick01"
-        lm = WatchedModel(root=_turns(), wakeups=wakeups, run_id=run_id)  # type: ignore[arg-type]
         async with QueueFront(team.settings.queue, team.queue, wakeups) as front:
+
+            async def shown() -> int:
+                found = await front.find(run_id, owner=LOCAL_OWNER)
+                return (found.snapshot().iterations or 0) if found is not None else TURNS
+
+            lm = RowWatchedModel(root=_turns(), shown=shown)  # type: ignore[arg-type]
             run = await front.start(record.request, None, run_id=run_id)
             async with worker_on(team, lm):
                 with anyio.fail_after(WAIT_S):
                     await run.done.wait()
         assert run.result is not None and run.result.answer == "42" and run.result.iterations == TURNS
-        assert wakeups.turns[run_id] == TURNS
+        assert wakeups.summaries[run_id] == 1  # its first live summary alone woke the front
         row = await team.queue.read(run_id)
         assert row is not None and not row.followed
 

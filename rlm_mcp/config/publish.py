@@ -28,7 +28,8 @@ class PublishSettings(BaseModel):
         ge=0,
         description="Team mode: the live-summary interval of a run nobody follows (no front has said it follows "
         "its progress), its first one too at this interval's tick (a run that ends sooner publishes none: its final "
-        "record carries everything); its staged events are still written at least every RLM_MCP_QUEUE_POLL_S. A "
-        "follow is a hint for latency only: a follow that arrives mid-run switches the run to "
+        "record carries everything); its staged events are still written at least every RLM_MCP_QUEUE_POLL_S. "
+        "Only its first one wakes the fronts; the later ones are written to the run's row, which a front reads when "
+        "asked about the run. A follow is a hint for latency only: a follow that arrives mid-run switches the run to "
         "RLM_MCP_LIVE_SUMMARY_INTERVAL_S.",
     )

@@ -247,6 +247,10 @@ class RunQueuePort(Protocol):
     # once what is announced from then on reaches `listen_runs` (bounded).
     async def follow_run(self, run_id: str) -> None: ...
     def forget_run(self, run_id: str) -> None: ...
+    async def listener_alive(self, within_s: float) -> bool:
+        """Whether `listen_runs`' session answers a round trip within `within_s`: True when it
+        does, so nothing announced before it was lost (False: not connected, or no answer)."""
+        ...
 
 
 class RunPins(Protocol):

@@ -394,3 +394,7 @@ class MemoryRunQueue(FencedRunLogs):
 
     def forget_run(self, run_id: str) -> None:
         """Nothing to do (`follow_run`)."""
+
+    async def listener_alive(self, within_s: float) -> bool:
+        """A listener here loses nothing while it is registered (`listen`)."""
+        return bool(self._run_listeners)

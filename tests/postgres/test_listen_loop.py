@@ -170,3 +170,27 @@ async def test_the_queue_listener_says_when_its_connection_is_lost_and_back(tmp_
                 await wait_until(lambda: said[-1] == "queued", what="a note on the new connection")
             tg.cancel_scope.cancel()
         assert said == ["up", "down", "up", "queued", "down"]  # cancelled: its connection ends too
+
+
+async def test_a_ping_answered_on_the_listeners_session_comes_after_everything_announced_before_it(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """`listener_alive` (the silence timer's question): False while no listener is connected;
+    once one is, a round trip on its session, answered after every notification committed before
+    it was handed to the callback (PostgreSQL sends a session's notifications ahead of a later
+    statement's answer), so a quiet front need not read its runs' rows."""
+    async with team(tmp_path, pg_url) as (_, queue, _settings):
+        assert not await queue.listener_alive(0.5)  # nothing listens yet
+        heard: list[str] = []
+        connected = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: queue.listen_runs(heard.append, on_connect=connected.set))
+            await connected.wait()
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+                for round_ in range(3):
+                    for i in range(40):
+                        await conn.execute("SELECT pg_notify(%s, %s)", (sql.CHANNEL, f"run_ping_{round_}_{i:04d}"))
+                    assert await queue.listener_alive(30)
+                    assert len(heard) == 40 * (round_ + 1)  # all of them, before the answer
+            tg.cancel_scope.cancel()
+        assert heard == [f"run_ping_{r}_{i:04d}" for r in range(3) for i in range(40)]

@@ -1,9 +1,11 @@
 """When a front reads a followed run's row (`QueueFront`, `Wakeups.heard_within`), on the
 in-memory queue: no task follows a run (what its announcements carry is applied in the
 listener's callback; a task is started only to read a row); a run heard of nothing is read again
-while the listener heard nothing either (an announcement may have been lost), and is not while
-the listener hears other runs (its session is alive, so this run's announcements would have
-come); a burst of queued runs reads the live workers' count once."""
+while the listener heard nothing either and its session does not answer a round trip (an
+announcement may have been lost), and is not while the listener hears other runs or its session
+answers (so this run's announcements would have come), but is when a caller asks about it
+(`find`: its later unfollowed live summaries are in the row alone); a burst of queued runs reads
+the live workers' count once."""
 
 from __future__ import annotations
 
@@ -89,11 +91,27 @@ def _tasks_started(front: QueueFront, monkeypatch: pytest.MonkeyPatch) -> list[s
     return started
 
 
-async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def _pings(queue: MemoryRunQueue, monkeypatch: pytest.MonkeyPatch, *, answered: bool) -> list[int]:
+    """The listener's session asked for a round trip (`listener_alive`), answering `answered`;
+    the list grows by one per ask."""
+    asked: list[int] = []
+
+    async def listener_alive(within_s: float) -> bool:
+        asked.append(len(asked))
+        return answered
+
+    monkeypatch.setattr(queue, "listener_alive", listener_alive)
+    return asked
+
+
+async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing_and_its_session_is_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     settings = make_settings(queue_poll_s=0.01).queue
     queue = MemoryRunQueue(queue_rules(settings))
     wakeups = Wakeups(queue)
     counted = Counted(queue, monkeypatch)
+    asked = _pings(queue, monkeypatch, answered=False)
     async with QueueFront(settings, queue, wakeups) as front:
         run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000001")
         worker = await queue.register_worker("owner-quiet", 4)
@@ -105,7 +123,34 @@ async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing(monkey
         with anyio.fail_after(30):
             while run.progress.iterations != 3:
                 await run.wait_change(1.0)
-        assert counted.reads >= 1
+        assert counted.reads >= 1 and asked
+
+
+async def test_a_quiet_run_is_not_read_while_the_listeners_session_answers_but_is_when_asked_about(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A live summary written without its announcement (an unfollowed run's later ones): the
+    silence timer asks the session for a round trip each interval, which answers, so nobody
+    reads the row; a caller asking about the run (`find`, as `rlm_status` does) reads it."""
+    settings = make_settings(queue_poll_s=0.01).queue
+    queue = MemoryRunQueue(queue_rules(settings))
+    wakeups = Wakeups(queue)
+    counted = Counted(queue, monkeypatch)
+    asked = _pings(queue, monkeypatch, answered=True)
+    async with QueueFront(settings, queue, wakeups) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000002")
+        worker = await queue.register_worker("owner-quiet", 4)
+        row = await queue.claim(worker, 8, 8)
+        assert row is not None
+        log = await queue.reopen(row.run_id, attempt=row.attempt)
+        assert await log.flush(summary=summary(row.run_id, status="running", iterations=3))
+        reads = counted.reads
+        with anyio.fail_after(30):
+            while len(asked) < 5:  # five quiet intervals, each answered
+                await anyio.sleep(0.01)
+        assert counted.reads == reads and run.progress.iterations == 0
+        found = await front.find(run.run_id, owner=LOCAL_OWNER)
+        assert found is run and run.progress.iterations == 3 and counted.reads == reads + 1
 
 
 async def test_no_task_follows_a_run_whose_news_comes_with_its_announcements(
@@ -281,8 +326,9 @@ async def test_the_no_worker_notice_is_a_queued_runs_only(monkeypatch: pytest.Mo
 
 async def test_a_mirror_that_says_queued_reads_its_row_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Claimed, with no live summary heard yet: the mirror says queued until someone asks
-    (`find`), which reads the row once and shows the run running, turn 0; a mirror that says
-    running is answered without a read."""
+    (`find`), which reads the row once and shows the run running, turn 0; a mirror of a run
+    nobody here follows turn by turn reads it each time (its later live summaries are written
+    without a wake-up), one followed here is answered without a read."""
     settings = make_settings(queue_poll_s=60.0).queue
     queue = MemoryRunQueue(queue_rules(settings))
     wakeups = Wakeups(queue, clock=lambda: 0.0)
@@ -305,4 +351,7 @@ async def test_a_mirror_that_says_queued_reads_its_row_when_asked(monkeypatch: p
             RunPhase.STARTING,
         )
         assert await front.find(run_id, owner=LOCAL_OWNER) is run
-        assert counted.reads == before + 1
+        assert counted.reads == before + 2
+        await front.follow_progress(run_id)
+        assert await front.find(run_id, owner=LOCAL_OWNER) is run
+        assert counted.reads == before + 2

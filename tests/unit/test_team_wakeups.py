@@ -160,3 +160,27 @@ async def test_a_run_followed_locally_hears_its_workers_hand_overs_and_nothing_f
     heard[0](encode_live("run_l", LiveSummary(iterations=4)))
     assert listened == ["run_l"]
     assert told[2:] == [("run_l", LiveSummary(iterations=4))]
+
+
+async def test_a_ping_is_asked_of_a_connected_listener_only_and_ends_with_its_answer_or_its_connection() -> None:
+    """`Follows.ping` (store/pg/workers.py): None while no listener is connected; else one ping
+    at a time, which interrupts the listener's wait; answered (`pinged`) or not (the connection
+    lost: `disconnected`), it is over either way."""
+    from rlm_mcp.store.pg.workers import Follows
+
+    follows = Follows()
+    assert follows.ping() is None
+    follows.connected = True
+    waiting = anyio.CancelScope()  # the listener's wait, as it waits
+    follows.waiting = waiting
+    first = follows.ping()
+    assert first is not None and follows.ping() is first and follows.ping_wanted()
+    assert waiting.cancel_called and follows.interrupted
+    follows.waiting = None
+    follows.pinged()
+    assert first.done.is_set() and first.answered and not follows.ping_wanted()
+    second = follows.ping()
+    assert second is not None and second is not first
+    follows.disconnected()
+    assert second.done.is_set() and not second.answered and not follows.ping_wanted()
+    assert follows.ping() is None

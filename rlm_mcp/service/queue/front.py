@@ -8,9 +8,10 @@ carries is applied to the mirror there, and a run that ends is let go there. No 
 run: one is started only to read a run's row (a wake-up that carried nothing, a run found here
 by `find`, a cancel), one read at a time per run, with what is heard meanwhile taken after it.
 The process's one silence timer (`Wakeups.watch_silence`) has every followed run read its row
-after a poll interval (RLM_MCP_QUEUE_POLL_S) in which the listener heard nothing at all (else
-nothing was lost), and one task looks every poll interval, while runs are queued here, whether a
-worker is alive (`no_worker.NoWorkerNotices`). In a `both` replica, the runs offered to its own
+when the listener's session, quiet for a poll interval (RLM_MCP_QUEUE_POLL_S), does not answer a
+round trip (else nothing was lost), and one task looks every poll interval, while runs are queued
+here, whether a worker is alive (`no_worker.NoWorkerNotices`). A run nobody follows turn by turn
+announces only its first live summary and its end: `find` reads its row before it answers. In a `both` replica, the runs offered to its own
 worker are followed in-process instead (`local.LocalLane`), until they fall back to this path.
 Any replica follows any run (`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel`
 work wherever they arrive.
@@ -194,7 +195,7 @@ class QueueFront:
         if known is not None:
             if not sees(owner, known.request.owner):
                 return None
-            await self._look_if_queued(known)
+            await self._look(known)
             return known
         row = await self._queue.read(run_id)
         if row is None or row.done or not sees(owner, row.owner) or self._tg is None:
@@ -380,20 +381,25 @@ class QueueFront:
         if state.status == "queued":
             self._no_worker.watch(run)
 
-    async def _look_if_queued(self, run: ActiveRun) -> None:
-        """A mirror that says queued reads its row before it answers (`find`): a worker announces
-        the runs nobody follows turn by turn only at its live-summary ticks, not at their claim, so
-        the row's state, not an announcement, says first that a worker took it. Nothing to read
-        when a read of the row is under way already (what it brings is applied after it)."""
-        if run.done.is_set() or run.progress.status != "queued" or run.run_id in self._reading:
+    async def _look(self, run: ActiveRun) -> None:
+        """A mirror reads its row before it answers (`find`) when it may be behind: it says
+        queued (a worker announces the runs nobody follows turn by turn only at their first
+        live-summary tick, not at their claim), or nobody here follows the run turn by turn (its
+        later live summaries are written to the row without a wake-up: `publish_until_done`).
+        Nothing to read when a read of the row is under way already (what it brings is applied
+        after it), nor for a run followed here, whose wake-ups keep its mirror current."""
+        if run.done.is_set() or run.run_id in self._reading:
             return
+        if run.progress.status != "queued" and run.run_id in self._follows_said:
+            return
+        seen = run.seq
         try:
             row = await self._queue.read(run.run_id)
         except Exception as exc:  # the database is restarting: the mirror answers as it stands
             log.info("could not read run %s: %s", run.run_id, exc)
             return
-        # Only a step forward from queued, and only when nothing newer was heard meanwhile.
-        if row is None or run.done.is_set() or run.progress.status != "queued" or run.run_id in self._reading:
+        # Only when nothing was heard meanwhile (a wake-up taken during the read is newer).
+        if row is None or run.done.is_set() or run.run_id in self._reading or run.seq != seen:
             return
-        if row.state is not RunState.QUEUED:
+        if row.state is not RunState.QUEUED or run.progress.status != "queued":
             self._take(run, row.shown)

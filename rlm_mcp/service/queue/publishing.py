@@ -7,6 +7,12 @@ RLM_MCP_LIVE_SUMMARY_UNFOLLOWED_INTERVAL_S for the others (`follows.FollowedRuns
 events alone at least every RLM_MCP_QUEUE_POLL_S. A write that matches nothing stops the run
 (`stop`); the run's end and its first answered LM call are written elsewhere, never coalesced.
 
+Only the summaries of a run followed turn by turn are announced (the NOTIFY that wakes its
+fronts, or the local lane's in-process hand-over), and an unfollowed run's first one (it says a
+worker runs it: the front's no-worker notice ends); the others are written to the row alone, for
+those who read it (a front's `find`: `rlm_status`, `rlm_result`, the viewer), so a front whose
+callers only wait for the result is not woken for mirror updates nobody looks at.
+
 The coalesced writes wait for the process's ticks of their period (`rlm_mcp.ticks`), not for an
 instant of their own: the runs whose writes come due in the same period write at the same tick,
 and the process's log writer (`store.pg.log_writer`) takes them in one statement. A live summary
@@ -53,6 +59,7 @@ async def publish_until_done(
     seen, phase = -1, None
     poll = settings.queue_poll_s
     published_at = -inf
+    announced = False  # the run's first live summary is announced, followed or not
     # A run nobody follows publishes its first live summary at its interval's tick too (a run that
     # ends before it publishes none: its final record carries everything); a followed one at once.
     # Its staged events are still written within a poll interval of its adoption.
@@ -87,9 +94,11 @@ async def publish_until_done(
                 continue
             seen, phase = run.seq, run.progress.phase
             summary = run.record()
+            announce = not announced or follows.followed(run.run_id)
             try:
-                published = await run_log.publish(summary)
+                published = await run_log.publish(summary, announce=announce)
                 published_at = written_at = anyio.current_time()
+                announced = announced or announce
                 if not published and run.result is None:
                     stop(run.run_id, "the run is no longer this worker's (another attempt, or it ended)")
             except RlmMcpError as exc:  # the database is restarting: the next event retries

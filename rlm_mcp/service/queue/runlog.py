@@ -8,8 +8,9 @@ its own fence and answer), at these moments:
   recorded" (the only runs the sweepers queue again after their worker is lost) holds with no
   delay in between; a run whose first answer cannot be recorded stops (`must_stop`) before it
   runs any code, as a sweeper could otherwise queue it again while it goes on;
-- each live summary the worker publishes (`publish`: the staged events, the summary and the
-  wake-up together, on a progress event, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S: the
+- each live summary the worker publishes (`publish`: the staged events, the summary and, for a
+  run a front follows turn by turn or the run's first one, the wake-up together, on a progress
+  event, at most every RLM_MCP_LIVE_SUMMARY_INTERVAL_S: the
   latest state after a burst), and every RLM_MCP_QUEUE_POLL_S while events are staged
   (`publishing.publish_until_done`);
 - the final summary (`write_summary`: the staged events and the final record in one statement,
@@ -107,19 +108,20 @@ class QueueRunLog:
             log.warning("could not record run %s's first LM reply; stopping it: %s", self.run_id, exc)
             self.unrecorded = True
 
-    async def publish(self, summary: RunRecord) -> bool:
-        """The staged events, the live summary and the wake-up in one statement; False when the
-        run had already ended elsewhere (a sweeper declared its worker lost): the summary is
-        not written then. The `lm_called` mark is not this statement's: the first answered call
-        wrote it already (`append`)."""
+    async def publish(self, summary: RunRecord, *, announce: bool = True) -> bool:
+        """The staged events, the live summary and (`announce`) the wake-up in one statement;
+        False when the run had already ended elsewhere (a sweeper declared its worker lost): the
+        summary is not written then. Not announced, the summary is in the row only, for those
+        who read it (`publishing.publish_until_done` says which are). The `lm_called` mark is not
+        this statement's: the first answered call wrote it already (`append`)."""
         if summary.done and self._finish is not None:
             # The final record is written once, by `write_summary` through the queue's end write
             # (which tells the run-end hook): a report that sees the result first leaves it there.
             return True
-        live = await self._inner.flush(summary=summary, announce=True)
+        live = await self._inner.flush(summary=summary, announce=announce)
         if not live:
             self.must_stop = self.must_stop or "the run is no longer this worker's"
-        elif self._announced is not None:
+        elif announce and self._announced is not None:
             self._announced(summary)
         return live
 

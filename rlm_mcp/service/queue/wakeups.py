@@ -9,12 +9,13 @@ or record to the run's mirror without reading the row. A notification with the i
 payload). Each is handed to `on_wake` at once, in the listener's own callback: no task per
 followed run waits for them (the front starts one only to read a row). Notifications sent while
 this connection was down (a PostgreSQL restart) are lost: after a reconnect every followed run
-is told to read its row once, and while the listener hears nothing at all for a poll interval
-(RLM_MCP_QUEUE_POLL_S), every followed run reads its row each interval (`watch_silence`: one
-timer per process, not one per run). One session delivers every notification committed after
-its LISTEN, in commit order, so while it hears anything at all, a quiet run is quiet, not lost;
-a session that died silently hears nothing, and its runs read their rows again within two poll
-intervals (its keep-alive statement then finds it dead, and the reconnect tells them all).
+is told to read its row once. One session delivers every notification committed after its
+LISTEN, in commit order, so while it is alive a quiet run is quiet, not lost. So when the
+listener has heard nothing for a poll interval (RLM_MCP_QUEUE_POLL_S) while runs are followed,
+its session is asked for one round trip (`watch_silence`: one timer per process, not one per
+run): answered within the next interval, nothing was lost and nobody reads a row; not answered
+(a session that died silently, or no listener connected), every followed run reads its row,
+within two poll intervals of the silence's start (and the reconnect tells them all again).
 """
 
 from __future__ import annotations
@@ -89,15 +90,21 @@ class Wakeups:
 
     async def watch_silence(self, poll_s: float) -> None:
         """While runs are followed: every `poll_s`, when the listener heard nothing in that
-        interval (its session may be dead, announcements lost), tell every followed run to read
-        its row; never returns. One timer for all the runs followed here."""
+        interval (its session may be dead, announcements lost), ask its session for a round trip
+        (`RunQueuePort.listener_alive`), and when that is not answered within `poll_s`, tell every
+        followed run to read its row; never returns. One timer for all the runs followed here:
+        a quiet team costs one statement per interval, not a row read per followed run."""
         while True:
             if not self._followed:
                 self._any = anyio.Event()
                 await self._any.wait()
                 self._any = None
             await anyio.sleep(poll_s)
-            if not self.heard_within(poll_s):
+            if self.heard_within(poll_s) or not self._followed:
+                continue
+            if await self._queue.listener_alive(poll_s):
+                self._heard_at = self._clock()
+            else:
                 self.wake_all()
 
     async def listen_forever(self) -> None:

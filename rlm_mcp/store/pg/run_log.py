@@ -187,7 +187,7 @@ class PgRunLog:
                 sets += list(queue_sql.SET_SUMMARY)
                 stored, tail = self._dump_parts(summary)
                 params += [stored, summary.done]
-                if not summary.done:
+                if announce and not summary.done:
                     payload = self._live_payload(summary, tail)
             if mark_lm_called:
                 sets.append("lm_called = true")
@@ -217,7 +217,7 @@ class PgRunLog:
         stored, payload = None, self._run_id
         if summary is not None:
             stored, tail = self._dump_parts(summary)
-            if not summary.done:
+            if announce and not summary.done:  # the NOTIFY's alone: not encoded when none is sent
                 payload = self._live_payload(summary, tail)
         return LogFlush(
             run_id=self._run_id,

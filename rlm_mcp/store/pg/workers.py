@@ -43,7 +43,9 @@ class Follows:
     nothing more), so following a run costs one statement, not two. A follower waits for its
     LISTEN (`follow`'s event) while the listener is connected: what is announced after that
     reaches it; while the listener is not, its reconnect LISTENs to every run followed before it
-    wakes every follower (`on_connect`), which then reads the row."""
+    wakes every follower (`on_connect`), which then reads the row. A ping (`ping`) asks the loop
+    for one round trip on its session, which also interrupts the wait: answered, the session was
+    alive and every announcement committed before it has been heard."""
 
     def __init__(self) -> None:
         self.wanted: set[str] = set()
@@ -52,6 +54,29 @@ class Follows:
         self.interrupted = False
         self.connected = False  # the listener's connection is up and its LISTENs are applied
         self._settled: dict[str, anyio.Event] = {}  # set once the channel's LISTEN is in place
+        self._ping: _Ping | None = None  # asked for, not answered yet
+
+    def ping(self) -> _Ping | None:
+        """Ask for a round trip on the listener's session (one at a time; None: no listener is
+        connected, nothing to ask)."""
+        if not self.connected:
+            return None
+        if self._ping is None:
+            self._ping = _Ping()
+            if self.waiting is not None:
+                self.interrupted = True
+                self.waiting.cancel()
+        return self._ping
+
+    def ping_wanted(self) -> bool:
+        return self._ping is not None
+
+    def pinged(self) -> None:
+        """The ping's round trip was answered on a live session."""
+        if self._ping is not None:
+            self._ping.answered = True
+            self._ping.done.set()
+            self._ping = None
 
     def follow(self, channel: str) -> anyio.Event | None:
         """Want the channel; the event to wait for until its LISTEN is in place (None: it is,
@@ -93,6 +118,18 @@ class Follows:
         for event in self._settled.values():
             event.set()
         self._settled.clear()
+        if self._ping is not None:  # not answered: its asker's runs read their rows
+            self._ping.done.set()
+            self._ping = None
+
+
+class _Ping:
+    """A round trip asked of the runs listener (`Follows.ping`): `done` once it is over,
+    `answered` when the session answered it."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.answered = False
 
 
 class PgWorkerRegistry:
@@ -209,6 +246,17 @@ class PgWorkerRegistry:
     def forget_run(self, run_id: str) -> None:
         self._follows.forget(sql.run_channel(run_id))
 
+    async def listener_alive(self, within_s: float) -> bool:
+        """One round trip on the runs listener's session (`listen_runs`), answered within
+        `within_s`: True when it was, so every announcement committed before it has been heard
+        (PostgreSQL delivers a session's notifications ahead of a later statement's answer)."""
+        ping = self._follows.ping()
+        if ping is None:
+            return False
+        with anyio.move_on_after(within_s):
+            await ping.done.wait()
+        return ping.answered
+
     async def listen_queue(
         self, on_note: Callable[[str], None], *, on_connect: Callable[[], object], on_disconnect: Callable[[], object]
     ) -> None:
@@ -243,7 +291,8 @@ async def listen_forever(
     which drains it after that statement.
 
     `follows`: more channels, which change while it listens (the runs a front follows): each
-    new one interrupts the wait and is LISTENed to before the next; after a reconnect, all."""
+    new one interrupts the wait and is LISTENed to before the next; after a reconnect, all. A
+    ping it asks for (`Follows.ping`) interrupts the wait too."""
     while True:
         try:
             conn = await Connection.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
@@ -254,13 +303,8 @@ async def listen_forever(
                 announced = True
                 pgconn, encoding = conn.pgconn, conn.info.encoding
                 while True:
-                    change = follows.changes() if follows is not None else None
-                    if follows is not None and change is not None:
-                        await conn.execute(change[0].encode())
-                        follows.applied(change[1])
-                        async for note in conn.notifies(timeout=0):  # what came during the statement
-                            on_note(note.payload)
-                        continue  # runs followed meanwhile: theirs too, before the wait
+                    if follows is not None and await _follows_step(conn, follows, on_note):
+                        continue  # runs followed (or a ping asked) meanwhile: before the wait
                     # No await from here to the wait: a run followed from now on interrupts it.
                     with anyio.move_on_after(KEEPALIVE_S) as quiet:
                         if follows is not None:
@@ -293,6 +337,22 @@ async def listen_forever(
         except Exception as exc:  # psycopg.Error, OSError: whatever it was, listen again
             log.info("the %s listener lost its connection (%s); reconnecting", channel, type(exc).__name__)
         await anyio.sleep(RECONNECT_S)
+
+
+async def _follows_step(conn: Connection, follows: Follows, on_note: Callable[[str], None]) -> bool:
+    """What the followers asked for since the last wait, one statement: the LISTENs of the runs
+    followed meanwhile, else a ping (`Follows.ping`); False when they asked for nothing."""
+    change = follows.changes()
+    if change is None and not follows.ping_wanted():
+        return False
+    await conn.execute(change[0].encode() if change is not None else sql.PING)
+    if change is not None:
+        follows.applied(change[1])
+    async for note in conn.notifies(timeout=0):  # what came during the statement, ahead of its answer
+        on_note(note.payload)
+    if change is None:
+        follows.pinged()
+    return True
 
 
 async def _listen_first(conn: Connection, channel: str, follows: Follows | None) -> None:
