@@ -1,7 +1,8 @@
 """A front's wake-ups (`service/queue/wakeups.py`), without a database: each wake-up of a run
 followed here is handed to `on_wake` at once, in order (a summary or record it carried, or
 READ_ROW: "read the row"); a run not followed here, or no longer, is not; and while the listener
-hears nothing at all, every followed run is told to read its row each poll interval."""
+hears nothing at all and its session does not answer a round trip, every followed run is told to
+read its row each poll interval."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ async def test_the_listener_decodes_only_the_announcements_of_runs_followed_here
 async def test_while_the_listener_hears_nothing_every_follower_reads_its_row_each_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`watch_silence`: one timer for the process. A poll interval in which the listener heard
+    """`watch_silence`: one timer for the process; no listener is connected here (`listen_runs`
+    replaced), so its session answers no round trip. A poll interval in which the listener heard
     nothing tells every followed run to read its row; an interval in which it heard anything (any
     run's announcement) tells nobody."""
     queue = MemoryRunQueue(queue_rules(make_settings().queue))
