@@ -11,8 +11,9 @@ The process's one silence timer (`Wakeups.watch_silence`) has every followed run
 when the listener's session, quiet for a poll interval (RLM_MCP_QUEUE_POLL_S), does not answer a
 round trip (else nothing was lost), and one task looks every poll interval, while runs are queued
 here, whether a worker is alive (`no_worker.NoWorkerNotices`). A run nobody follows turn by turn
-announces only its first live summary and its end: `find` reads its row before it answers. In a `both` replica, the runs offered to its own
-worker are followed in-process instead (`local.LocalLane`), until they fall back to this path.
+announces only its first live summary and its end: `find` reads its row before it answers. In a
+`both` replica, the runs offered to its own worker are followed in-process instead
+(`local.LocalLane`), until they fall back to this path.
 Any replica follows any run (`find`), so `rlm_status`, `rlm_result(wait_s)` and `rlm_cancel`
 work wherever they arrive.
 """
