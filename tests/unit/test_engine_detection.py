@@ -15,7 +15,6 @@ import pytest
 
 from rlm_mcp.errors import SandboxError
 from rlm_mcp.sandbox.docker.engine import (
-    GVISOR_PIDS_ROOM,
     check_engine,
     engine_info,
     engine_ulimits,
@@ -96,7 +95,7 @@ def test_the_container_gets_the_runtime_and_the_engines_limits() -> None:
     docker_engine = engine_info(DOCKER_VERSION, DOCKER_INFO, settings.sandbox)
     host = create_kwargs(_Client(), settings.sandbox, "owner", "name", docker_engine)["host_config"]
     assert host["Runtime"] == "runsc"
-    assert host["PidsLimit"] == 64 * 2 + GVISOR_PIDS_ROOM == pids_limit(docker_engine, settings.sandbox)
+    assert host["PidsLimit"] == 64 * 16 + 256 == pids_limit(docker_engine, settings.sandbox)
     plain = make_settings(sandbox_pids=64)
     host = create_kwargs(
         _Client(), plain.sandbox, "owner", "name", engine_info(PODMAN_VERSION, PODMAN_INFO, plain.sandbox)

@@ -15,10 +15,13 @@ from the engine (`probe_sync`) and checked here, never guessed:
 - Podman sets each container's process and file limits to its own maximum unless told, and runc
   cannot raise them past the service's hard limits once the capabilities are dropped: the
   sandbox names both (`engine_ulimits`).
-- Under gVisor the container's pids cgroup holds gVisor's own host threads (about 40 at rest)
-  and, on the ptrace platform, a host stub per guest process that outlives it briefly: a
-  sandbox at `RLM_MCP_SANDBOX_PIDS` would have its gVisor kernel killed by the limit long
-  before its code reached it, so the host limit gets room for them (`pids_limit`). That cgroup
+- Under gVisor the container's pids cgroup holds gVisor's own host threads (about 60 at rest)
+  and, on the ptrace platform, a host stub process per guest process with a thread for each of
+  gVisor's threads that ran it, outliving it briefly: host pids grow with guest processes times
+  gVisor's threads (Debian's 2022 runsc at 32 guest processes: 140-200 host pids for children
+  that exit at once, 560-620 for children that spin on three threads). A sandbox at
+  `RLM_MCP_SANDBOX_PIDS` would have its gVisor kernel killed by the limit long before its code
+  reached it, so the host limit gets room for them (`pids_limit`). That cgroup
   then no longer bounds the guest's processes, and gVisor's kernel died (exit status 2) when
   they filled it: the guest's own limit is its `nproc` ulimit at `RLM_MCP_SANDBOX_PIDS` (gVisor
   enforces it, so a fork past it fails in the cell, as under runc; `engine_ulimits`).
@@ -49,7 +52,11 @@ log = logging.getLogger("rlm_mcp.sandbox")
 # RLIMIT_NPROC counts every process of the sandbox's uid on the host, so it is a backstop only
 # (the pids cgroup limit bounds one sandbox); kept at the usual pid_max so runc may set it.
 PODMAN_NPROC = 32768
-GVISOR_PIDS_ROOM = 128  # host pids of gVisor's kernel beyond twice the sandbox's own
+# The host pids of a gVisor sandbox: per guest process (its stub and the stub's threads), and room
+# for gVisor's own threads. The limit only bounds gVisor's host threads (the guest is held by its
+# nproc limit), so it is generous: a gVisor kernel that meets it dies and takes the cell with it.
+GVISOR_PIDS_PER_GUEST = 16
+GVISOR_PIDS_ROOM = 256
 
 ROOTLESS_V1_FIX = (
     "Run the engine as root (`sudo podman system service` and DOCKER_HOST=unix:///run/podman/podman.sock, or "
@@ -188,10 +195,11 @@ def is_gvisor(engine: EngineInfo | None, settings: SandboxSettings) -> bool:
 
 
 def pids_limit(engine: EngineInfo | None, settings: SandboxSettings) -> int:
-    """The container's pids cgroup limit: the setting, plus gVisor's own host threads under runsc
-    (Debian's 2022 runsc, 25 forks a cell at 64 pids: gVisor died at 128-192 host pids, never at 256)."""
+    """The container's pids cgroup limit: the setting, or under runsc room for gVisor's host threads
+    (at 32 pids, children that exit at once peaked at 140-200 host pids and met the former limit
+    of 192 once in 6 sandboxes; busy children with three threads each, at 540-620; 768 now)."""
     if is_gvisor(engine, settings):
-        return settings.sandbox_pids * 2 + GVISOR_PIDS_ROOM
+        return settings.sandbox_pids * GVISOR_PIDS_PER_GUEST + GVISOR_PIDS_ROOM
     return settings.sandbox_pids
 
 
