@@ -10,7 +10,9 @@ the live workers' count once."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -20,6 +22,7 @@ from rlm_mcp.engine import RunPhase
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.ports.queue import RunRow
 from rlm_mcp.ports.runs import LiveSummary, Notice, encode_final, encode_live
+from rlm_mcp.service.active_run import ActiveRun
 from rlm_mcp.service.queue.front import QueueFront
 from rlm_mcp.service.queue.rules import queue_rules
 from rlm_mcp.service.queue.wakeups import Wakeups
@@ -104,26 +107,41 @@ def _pings(queue: MemoryRunQueue, monkeypatch: pytest.MonkeyPatch, *, answered: 
     return asked
 
 
-async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing_and_its_session_is_dead(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@dataclass
+class QuietRun:
+    front: QueueFront
+    run: ActiveRun
+    counted: Counted
+    asked: list[int]
+
+
+@asynccontextmanager
+async def _quiet_run(monkeypatch: pytest.MonkeyPatch, run_id: str, *, answered: bool) -> AsyncIterator[QuietRun]:
+    """A followed run whose worker wrote a live summary (3 iterations) without its announcement,
+    on a front whose silence timer fires every 10 ms and whose pings are `answered` or not."""
     settings = make_settings(queue_poll_s=0.01).queue
     queue = MemoryRunQueue(queue_rules(settings))
-    wakeups = Wakeups(queue)
     counted = Counted(queue, monkeypatch)
-    asked = _pings(queue, monkeypatch, answered=False)
-    async with QueueFront(settings, queue, wakeups) as front:
-        run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000001")
+    asked = _pings(queue, monkeypatch, answered=answered)
+    async with QueueFront(settings, queue, Wakeups(queue)) as front:
+        run = await front.start(summary("run_unused0000000000").request, None, run_id=run_id)
         worker = await queue.register_worker("owner-quiet", 4)
         row = await queue.claim(worker, 8, 8)
         assert row is not None
         log = await queue.reopen(row.run_id, attempt=row.attempt)
-        # Written without its announcement (as if the NOTIFY was lost): only a read shows it.
         assert await log.flush(summary=summary(row.run_id, status="running", iterations=3))
+        yield QuietRun(front, run, counted, asked)
+
+
+async def test_a_quiet_run_is_read_again_while_the_listener_hears_nothing_and_its_session_is_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The summary was written without its announcement (as if the NOTIFY was lost): only a read shows it.
+    async with _quiet_run(monkeypatch, "run_quiet00000000001", answered=False) as quiet:
         with anyio.fail_after(30):
-            while run.progress.iterations != 3:
-                await run.wait_change(1.0)
-        assert counted.reads >= 1 and asked
+            while quiet.run.progress.iterations != 3:
+                await quiet.run.wait_change(1.0)
+        assert quiet.counted.reads >= 1 and quiet.asked
 
 
 async def test_a_quiet_run_is_not_read_while_the_listeners_session_answers_but_is_when_asked_about(
@@ -132,25 +150,14 @@ async def test_a_quiet_run_is_not_read_while_the_listeners_session_answers_but_i
     """A live summary written without its announcement (an unfollowed run's later ones): the
     silence timer asks the session for a round trip each interval, which answers, so nobody
     reads the row; a caller asking about the run (`find`, as `rlm_status` does) reads it."""
-    settings = make_settings(queue_poll_s=0.01).queue
-    queue = MemoryRunQueue(queue_rules(settings))
-    wakeups = Wakeups(queue)
-    counted = Counted(queue, monkeypatch)
-    asked = _pings(queue, monkeypatch, answered=True)
-    async with QueueFront(settings, queue, wakeups) as front:
-        run = await front.start(summary("run_unused0000000000").request, None, run_id="run_quiet00000000002")
-        worker = await queue.register_worker("owner-quiet", 4)
-        row = await queue.claim(worker, 8, 8)
-        assert row is not None
-        log = await queue.reopen(row.run_id, attempt=row.attempt)
-        assert await log.flush(summary=summary(row.run_id, status="running", iterations=3))
-        reads = counted.reads
+    async with _quiet_run(monkeypatch, "run_quiet00000000002", answered=True) as quiet:
+        reads = quiet.counted.reads
         with anyio.fail_after(30):
-            while len(asked) < 5:  # five quiet intervals, each answered
+            while len(quiet.asked) < 5:  # five quiet intervals, each answered
                 await anyio.sleep(0.01)
-        assert counted.reads == reads and run.progress.iterations == 0
-        found = await front.find(run.run_id, owner=LOCAL_OWNER)
-        assert found is run and run.progress.iterations == 3 and counted.reads == reads + 1
+        assert quiet.counted.reads == reads and quiet.run.progress.iterations == 0
+        found = await quiet.front.find(quiet.run.run_id, owner=LOCAL_OWNER)
+        assert found is quiet.run and quiet.run.progress.iterations == 3 and quiet.counted.reads == reads + 1
 
 
 async def test_no_task_follows_a_run_whose_news_comes_with_its_announcements(
