@@ -18,8 +18,7 @@ from the engine (`probe_sync`) and checked here, never guessed:
 - Under gVisor the container's pids cgroup holds gVisor's own host threads (about 60 at rest)
   and, on the ptrace platform, a host stub process per guest process with a thread for each of
   gVisor's threads that ran it, outliving it briefly: host pids grow with guest processes times
-  gVisor's threads (Debian's 2022 runsc at 32 guest processes: 140-200 host pids for children
-  that exit at once, 560-620 for children that spin on three threads). A sandbox at
+  gVisor's threads (`bench/gvisor_pids.py`; bench/results/gvisor-pids-2026-12-02.md). A sandbox at
   `RLM_MCP_SANDBOX_PIDS` would have its gVisor kernel killed by the limit long before its code
   reached it, so the host limit gets room for them (`pids_limit`). That cgroup
   then no longer bounds the guest's processes, and gVisor's kernel died (exit status 2) when
@@ -196,8 +195,8 @@ def is_gvisor(engine: EngineInfo | None, settings: SandboxSettings) -> bool:
 
 def pids_limit(engine: EngineInfo | None, settings: SandboxSettings) -> int:
     """The container's pids cgroup limit: the setting, or under runsc room for gVisor's host threads
-    (at 32 pids, children that exit at once peaked at 140-200 host pids and met the former limit
-    of 192 once in 6 sandboxes; busy children with three threads each, at 540-620; 768 now)."""
+    (at 32 pids, a cell's forks met the former limit of 192 once in 6 sandboxes and killed gVisor's
+    kernel: bench/results/gvisor-pids-2026-12-02.md)."""
     if is_gvisor(engine, settings):
         return settings.sandbox_pids * GVISOR_PIDS_PER_GUEST + GVISOR_PIDS_ROOM
     return settings.sandbox_pids
