@@ -41,8 +41,11 @@ def verify(key: bytes, kind: Kind, token: str | None) -> tuple[str, float] | Non
         return None
     payload, mac = token.split(".")
     try:
-        expected = hmac.new(key, payload.encode(), hashlib.sha256).digest()
-        if not hmac.compare_digest(expected, _unb64(mac)):
+        # The MAC's one encoding, compared as text: decoding the given one instead would accept
+        # others (the last character's two unused bits, characters outside the alphabet, which
+        # the decoder drops), so one session would have several cookies that all open it.
+        expected = _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
+        if not hmac.compare_digest(expected.encode(), mac.encode()):
             return None
         data = json.loads(_unb64(payload))
     except (ValueError, UnicodeDecodeError):

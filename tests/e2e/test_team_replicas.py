@@ -71,10 +71,13 @@ def viewer_on(a: str, b: str, c: str, run_id: str) -> None:
     assert index.status_code == 200 and run_id in index.text
     page = httpx.get(f"{a}/runs/api/runs/{run_id}", cookies={"rlm_mcp_view": cookie})
     assert page.status_code == 200 and "what is it?" in page.text and "forty-two" in page.text
-    # a spent code opens no second session, on any replica; a forged cookie fails
+    # a spent code opens no second session, on any replica; a forged cookie fails (its MAC's
+    # first character changed: every bit of it counts, so the forgery always differs)
     for base in (a, b, c):
         assert httpx.get(base + link.json()["path"], follow_redirects=False).status_code == 401
-    assert httpx.get(f"{c}/runs/api/runs", cookies={"rlm_mcp_view": cookie[:-2] + "xx"}).status_code in (401, 403)
+    payload, mac = cookie.split(".")
+    forged = f"{payload}.{'B' if mac[0] == 'A' else 'A'}{mac[1:]}"
+    assert httpx.get(f"{c}/runs/api/runs", cookies={"rlm_mcp_view": forged}).status_code in (401, 403)
 
 
 async def test_three_replicas_share_contexts_runs_and_uploads(tmp_path: Path, pg_url: str) -> None:
