@@ -66,6 +66,39 @@ class Idle:
         return ", ".join(f"{name} {rate * 1000:.1f} ms/s" for name, rate in self.per_s.items())
 
 
+async def settle(
+    pids: dict[str, int], idle_per_s: dict[str, float], *, cap_s: float, step_s: float = 0.5
+) -> tuple[dict[str, float], float]:
+    """Wait, from the moment a round's last run returned, until the processes are idle again, and
+    say what each spent above its idle rate meanwhile (CPU seconds), and how long that took.
+
+    A round's runs leave work behind them: sandboxes removed and the warm pool refilled, the last
+    flushes and announcements. Read the moment the last call returned, a side's CPU left that
+    work, and the Docker daemon's share of it, to whatever came next: with the sides alternating
+    (E T | T E | E T ...) that is the same side's next round every other round, and a side read
+    higher in the rounds it ran twice in a row (`bench/results/team-settle-2026-12-02.md`). Idle
+    means two steps in a row within half again the idle rate measured before the rounds, plus
+    3 ms/s (the threads' scheduler statistics, exact where /proc's ticks are 10 ms); `cap_s`
+    bounds the wait."""
+    idle_total = sum(idle_per_s.values())
+    start = {name: procfs.cpu_seconds(pid) for name, pid in pids.items()}
+    t0 = time.perf_counter()
+    threads = {name: procfs.thread_cpu_ns(pid) for name, pid in pids.items()}
+    quiet = 0
+    while quiet < 2 and time.perf_counter() - t0 < cap_s:
+        t = time.perf_counter()
+        await anyio.sleep(step_s)
+        now = {name: procfs.thread_cpu_ns(pid) for name, pid in pids.items()}
+        rate = sum(procfs.cpu_ns_between(threads[n], now[n]) for n in pids) / 1e9 / (time.perf_counter() - t)
+        threads = now
+        quiet = quiet + 1 if rate <= 1.5 * idle_total + 0.003 else 0
+    took = time.perf_counter() - t0
+    spent = {
+        name: procfs.cpu_seconds(pid) - start[name] - idle_per_s.get(name, 0.0) * took for name, pid in pids.items()
+    }
+    return spent, took
+
+
 class Profiles:
     """py-spy recorders on several processes, started and stopped together."""
 

@@ -10,7 +10,10 @@ LM is the zero-latency scripted server. Prints:
   every run while the workers only execute them), against one embedded process (SQLite, no
   queue) running the same runs at once (goal <= 1.3x); `--rounds K` measures K rounds of them in
   the same cluster and embedded process, alternating, and prints each round's ratio and load
-  and their median (a round is a few seconds: one alone swings with the machine's load); PostgreSQL's own CPU is printed beside it, not counted; also
+  and their median (a round is a few seconds: one alone swings with the machine's load); each
+  side's CPU is counted until its processes are idle again after its round's last call returned,
+  less their idle rate (`--settle-s`: the sandboxes' removal and the pool's refill belong to the
+  round that caused them); PostgreSQL's own CPU is printed beside it, not counted; also
   each replica's share (and of it, its event loop's thread: the rest is worker threads, Docker
   and kernel I/O; and the loop thread's context switches per turn, about its wake-ups), the
   same for the embedded process, PostgreSQL's transactions per turn, and each replica's idle CPU
@@ -81,10 +84,12 @@ class TeamSide:
     client: Client
     context_id: str
     pg_pid: int
+    idle: dict[str, float] = field(default_factory=dict)  # each replica's idle CPU per second
     turns: int = 0
     xacts: int = 0
     wall: float = 0.0
     pg: float = 0.0
+    deferred: float = 0.0  # CPU spent after the rounds' last calls returned (`team_cpu.settle`), summed
     spent: dict[str, float] = field(default_factory=dict)
     loops: dict[str, float] = field(default_factory=dict)
     wakes: dict[str, float] = field(default_factory=dict)
@@ -102,7 +107,10 @@ class TeamSide:
         self.run_ids += await many_runs(self.client, self.context_id, label, args.runs, followed=args.followed)
         self.wall += time.perf_counter() - t0
         turns = args.runs * args.turns
-        spent = {r.name: cpu_seconds(r.pid) - before[r.name] for r in replicas}
+        returned = {r.name: cpu_seconds(r.pid) for r in replicas}
+        after, _ = await team_cpu.settle({r.name: r.pid for r in replicas}, self.idle, cap_s=args.settle_s)
+        self.deferred += sum(after.values())
+        spent = {r.name: returned[r.name] - before[r.name] + after[r.name] for r in replicas}
         for r in replicas:
             self.spent[r.name] = self.spent.get(r.name, 0.0) + spent[r.name]
             self.loops[r.name] = self.loops.get(r.name, 0.0) + procfs.loop_cpu_seconds(r.pid) - loops[r.name]
@@ -119,17 +127,22 @@ class EmbeddedSide:
     client: Client
     pid: int
     context_id: str
+    idle: dict[str, float] = field(default_factory=dict)
     turns: int = 0
     cpu: float = 0.0
     loop: float = 0.0
     wakes: int = 0
+    deferred: float = 0.0
 
     async def measure(self, args: argparse.Namespace, label: str, profiles: team_cpu.Profiles) -> float:
         profiles.start({"embedded": self.pid}, prefix=f"{label}-")
         pid = self.pid
         before, loop, wakes = cpu_seconds(pid), procfs.loop_cpu_seconds(pid), procfs.loop_wakeups(pid)
         await many_runs(self.client, self.context_id, label, args.runs, followed=args.followed)
-        spent = cpu_seconds(pid) - before
+        returned = cpu_seconds(pid)
+        after, _ = await team_cpu.settle({"embedded": pid}, self.idle, cap_s=args.settle_s)
+        self.deferred += after["embedded"]
+        spent = returned - before + after["embedded"]
         self.cpu += spent
         self.loop += procfs.loop_cpu_seconds(pid) - loop
         self.wakes += procfs.loop_wakeups(pid) - wakes
@@ -147,7 +160,8 @@ def team_report(args: argparse.Namespace, side: TeamSide, idle: team_cpu.Idle, p
     rounds = f"; {args.rounds} rounds summed" if args.rounds > 1 else ""
     print(f"team mode: 3 replicas (both, both, front), {calls}; {args.runs} runs of {args.turns} turns at once{rounds}")
     print(
-        f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {side.pg / turns * 1000:.2f} ms)"
+        f"  server CPU per turn {team_cpu_turn * 1000:.2f} ms (PostgreSQL beside it: {side.pg / turns * 1000:.2f} ms); "
+        f"of it after the rounds' last calls returned: {side.deferred / turns * 1000:.2f} ms"
     )
     print(f"  PostgreSQL transactions per turn (each autocommit statement is one): {side.xacts / turns:.1f}")
     print(
@@ -208,7 +222,7 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         e_context = (await call(e_client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
         await many_runs(e_client, e_context, "warm-up", 4)
         e_idle = await team_cpu.Idle.measure({"embedded": e_pid}, args.idle_s)
-        emb = EmbeddedSide(e_client, e_pid, e_context)
+        emb = EmbeddedSide(e_client, e_pid, e_context, idle=e_idle.per_s)
 
         cluster = started_cluster(stack, statements=args.statements)
         (tmp / "team").mkdir()
@@ -241,7 +255,7 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         idle = await team_cpu.Idle.measure(pids, args.idle_s)
         profiles.stop()
         pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
-        side = TeamSide(b, Db(url), t_client, t_context, pg_pid)
+        side = TeamSide(b, Db(url), t_client, t_context, pg_pid, idle=idle.per_s)
         # Unmeasured rounds at full concurrency first, both sides alternating as the measured ones
         # do: the first one at that width pays one-off costs (the team's pools grow to it, its
         # statements get prepared) and the machine's load climbs from idle to the rounds' level;
@@ -249,6 +263,9 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         for k in range(args.warm_rounds):
             for run_on in (emb, side) if k % 2 == 0 else (side, emb):
                 await many_runs(run_on.client, run_on.context_id, f"warm-{k}", args.runs)
+        # The measured rounds start from idle processes, as each of them ends (`team_cpu.settle`).
+        await team_cpu.settle({"embedded": e_pid}, e_idle.per_s, cap_s=args.settle_s)
+        await team_cpu.settle(pids, idle.per_s, cap_s=args.settle_s)
         if args.statements:
             await side.db.rows("SELECT pg_stat_statements_reset()")
 
@@ -272,7 +289,8 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         print(
             f"embedded single process (SQLite, no queue): server CPU per turn {e_turn * 1000:.2f} ms "
             f"(its event loop's thread {emb.loop / emb.turns * 1000:.2f}, {emb.wakes // emb.turns} context switches "
-            f"per turn) (idle, no run: {e_idle.render()})"
+            f"per turn; after the rounds' last calls returned {emb.deferred / emb.turns * 1000:.2f} ms) "
+            f"(idle, no run: {e_idle.render()})"
         )
         figures["embedded"] = f"{e_turn * 1000:.2f} ms"
         figures.update(team_report(args, side, idle, pg_idle))
@@ -320,6 +338,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="team: RLM_MCP_LIVE_SUMMARY_INTERVAL_S of the replicas (default: the setting's default)",
     )
     parser.add_argument("--idle-s", type=float, default=10.0, help="team: idle seconds measured before the round")
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=20.0,
+        help="team: after each side's round, the longest wait for its processes to be idle again, their CPU "
+        "meanwhile (above the idle rate) counted with the round's (bench/team_cpu.py `settle`); 0: read at once",
+    )
     parser.add_argument("--py-spy", default=None, help="team: a py-spy binary (outside the project) to profile with")
     parser.add_argument("--profile", type=Path, default=None, help="team: folder for py-spy's raw stacks")
     parser.add_argument("--py-spy-rate", type=int, default=40, help="team: py-spy's samples per second")
