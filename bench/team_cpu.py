@@ -9,6 +9,8 @@
   hundred samples per replica in a 10-turn round); raw stacks go to `--profile DIR` and the top frames are
   printed as shares of each process's samples. The sampler costs CPU of its own: a profiled
   run's CPU figures are not comparable with an unprofiled one's, only its shares are.
+- `settle`: after each side's round, the wait until its processes are idle again, and the CPU
+  they spent meanwhile above their idle rate (`--settle-s`), counted with the round's.
 - `record`: `--record` appends the run's figures to bench/results/team_cpu.json.
 """
 
@@ -68,9 +70,9 @@ class Idle:
 
 async def settle(
     pids: dict[str, int], idle_per_s: dict[str, float], *, cap_s: float, step_s: float = 0.5
-) -> tuple[dict[str, float], float]:
+) -> dict[str, float]:
     """Wait, from the moment a round's last run returned, until the processes are idle again, and
-    say what each spent above its idle rate meanwhile (CPU seconds), and how long that took.
+    say what each spent above its idle rate meanwhile (CPU seconds).
 
     A round's runs leave work behind them: sandboxes removed and the warm pool refilled, the last
     flushes and announcements. Read the moment the last call returned, a side's CPU left that
@@ -96,7 +98,7 @@ async def settle(
     spent = {
         name: procfs.cpu_seconds(pid) - start[name] - idle_per_s.get(name, 0.0) * took for name, pid in pids.items()
     }
-    return spent, took
+    return spent
 
 
 class Profiles:

@@ -108,7 +108,7 @@ class TeamSide:
         self.wall += time.perf_counter() - t0
         turns = args.runs * args.turns
         returned = {r.name: cpu_seconds(r.pid) for r in replicas}
-        after, _ = await team_cpu.settle({r.name: r.pid for r in replicas}, self.idle, cap_s=args.settle_s)
+        after = await team_cpu.settle({r.name: r.pid for r in replicas}, self.idle, cap_s=args.settle_s)
         self.deferred += sum(after.values())
         spent = {r.name: returned[r.name] - before[r.name] + after[r.name] for r in replicas}
         for r in replicas:
@@ -140,7 +140,7 @@ class EmbeddedSide:
         before, loop, wakes = cpu_seconds(pid), procfs.loop_cpu_seconds(pid), procfs.loop_wakeups(pid)
         await many_runs(self.client, self.context_id, label, args.runs, followed=args.followed)
         returned = cpu_seconds(pid)
-        after, _ = await team_cpu.settle({"embedded": pid}, self.idle, cap_s=args.settle_s)
+        after = await team_cpu.settle({"embedded": pid}, self.idle, cap_s=args.settle_s)
         self.deferred += after["embedded"]
         spent = returned - before + after["embedded"]
         self.cpu += spent
