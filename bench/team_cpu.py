@@ -77,8 +77,8 @@ async def settle(
     A round's runs leave work behind them: sandboxes removed and the warm pool refilled, the last
     flushes and announcements. Read the moment the last call returned, a side's CPU left that
     work, and the Docker daemon's share of it, to whatever came next: with the sides alternating
-    (E T | T E | E T ...) that is the same side's next round every other round, and a side read
-    higher in the rounds it ran twice in a row (`bench/results/team-settle-2026-12-02.md`). Idle
+    (E T | T E | E T ...) that is the same side's next round every other round, and the embedded
+    process read higher in the rounds it ran twice in a row (`bench/results/team-settle-2026-12-02.md`). Idle
     means two steps in a row within half again the idle rate measured before the rounds, plus
     3 ms/s (the threads' scheduler statistics, exact where /proc's ticks are 10 ms); `cap_s`
     bounds the wait."""
