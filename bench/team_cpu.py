@@ -78,10 +78,10 @@ async def settle(
     flushes and announcements. Read the moment the last call returned, a side's CPU left that
     work, and the Docker daemon's share of it, to whatever came next: with the sides alternating
     (E T | T E | E T ...) that is the same side's next round every other round, and the embedded
-    process read higher in the rounds it ran twice in a row (`bench/results/team-settle-2026-12-02.md`). Idle
-    means two steps in a row within half again the idle rate measured before the rounds, plus
-    3 ms/s (the threads' scheduler statistics, exact where /proc's ticks are 10 ms); `cap_s`
-    bounds the wait."""
+    process read higher in the rounds it ran twice in a row
+    (`bench/results/team-settle-2026-12-02.md`). Idle means two steps in a row within half again
+    the idle rate measured before the rounds, plus 3 ms/s (the threads' scheduler statistics,
+    exact where /proc's ticks are 10 ms); `cap_s` bounds the wait."""
     idle_total = sum(idle_per_s.values())
     start = {name: procfs.cpu_seconds(pid) for name, pid in pids.items()}
     t0 = time.perf_counter()

@@ -84,7 +84,7 @@ class TeamSide:
     client: Client
     context_id: str
     pg_pid: int
-    idle: dict[str, float] = field(default_factory=dict)  # each replica's idle CPU per second
+    idle: dict[str, float]  # each replica's idle CPU per second (`team_cpu.Idle`)
     turns: int = 0
     xacts: int = 0
     wall: float = 0.0
@@ -127,7 +127,7 @@ class EmbeddedSide:
     client: Client
     pid: int
     context_id: str
-    idle: dict[str, float] = field(default_factory=dict)
+    idle: dict[str, float]  # its idle CPU per second (`team_cpu.Idle`)
     turns: int = 0
     cpu: float = 0.0
     loop: float = 0.0
@@ -222,7 +222,7 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         e_context = (await call(e_client, "rlm_load_context", text="0123456789abcdef\n" * 4096))["context_id"]
         await many_runs(e_client, e_context, "warm-up", 4)
         e_idle = await team_cpu.Idle.measure({"embedded": e_pid}, args.idle_s)
-        emb = EmbeddedSide(e_client, e_pid, e_context, idle=e_idle.per_s)
+        emb = EmbeddedSide(e_client, e_pid, e_context, e_idle.per_s)
 
         cluster = started_cluster(stack, statements=args.statements)
         (tmp / "team").mkdir()
@@ -255,7 +255,7 @@ async def team(args: argparse.Namespace, embedded: Embedded) -> None:
         idle = await team_cpu.Idle.measure(pids, args.idle_s)
         profiles.stop()
         pg_idle = (tree_cpu(pg_pid) - pg_idle) / args.idle_s
-        side = TeamSide(b, Db(url), t_client, t_context, pg_pid, idle=idle.per_s)
+        side = TeamSide(b, Db(url), t_client, t_context, pg_pid, idle.per_s)
         # Unmeasured rounds at full concurrency first, both sides alternating as the measured ones
         # do: the first one at that width pays one-off costs (the team's pools grow to it, its
         # statements get prepared) and the machine's load climbs from idle to the rounds' level;
