@@ -30,7 +30,7 @@ def test_the_readme_is_read_in_five_minutes() -> None:
 def test_the_benchmarks_page_says_where_things_stand_not_their_history() -> None:
     lines = (DOCS / "benchmarks.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= BENCHMARKS_MAX_LINES, (
-        f"docs/benchmarks.md has {len(lines)} lines; move a round's account to bench/results/ and link it"
+        f"docs/benchmarks.md has {len(lines)} lines; move a round's account to bench/results/ and name its file there"
     )
 
 
