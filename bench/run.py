@@ -56,7 +56,7 @@ async def quiet(progress: float, total: float | None, message: str) -> None:
 
 @asynccontextmanager
 async def bench_service(
-    script: dict[str, Any] | None = None, *, max_concurrent_lm_calls: int = 64
+    script: dict[str, Any] | None = None, *, max_concurrent_lm_calls: int = 64, max_sub_calls_per_run: int = 2000
 ) -> AsyncIterator[RlmService]:
     """`RlmService` with real Docker sandboxes (a warm pool of 2) and the scripted LM in a
     subprocess (`script`, by default `SCRIPT`: zero latency), on a data dir of its own."""
@@ -67,6 +67,7 @@ async def bench_service(
             allowed_roots=[Path(tmp)],
             pool_size=2,
             max_concurrent_lm_calls=max_concurrent_lm_calls,
+            max_sub_calls_per_run=max_sub_calls_per_run,
         )
         async with build_service(settings) as service:
             yield service

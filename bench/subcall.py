@@ -58,17 +58,40 @@ from rlm_mcp.service.limits import RunOverrides
 SIZES = (16, 200)
 
 
+SUB_ANSWER = "ok"  # the scripted server's answer to every sub-call (the scripts' `sub_default`)
+
+
 def cell(n: int, batches: int) -> str:
-    """A root reply whose cell times `batches` batched calls of n prompts and answers the times."""
+    """A root reply whose cell times `batches` batched calls of n prompts and answers the times,
+    or, at the first batch with an answer other than the scripted one (a refused or failed
+    sub-call, answered at once: its time would be no sub-call's), why not (`cell_times`)."""
     return (
         "```repl\nimport json, time\ntimes = []\n"
         f"for b in range({batches}):\n"
         "    t = time.perf_counter()\n"
         f'    r = llm_query_batched(["q%d %d" % (b, i) for i in range({n})])\n'
         "    times.append(time.perf_counter() - t)\n"
-        f"    assert len(r) == {n}, r\n"
+        f"    bad = [a for a in r if a != {SUB_ANSWER!r}]\n"
+        f"    if bad or len(r) != {n}:\n"
+        f'        times = "batch %d: %d of %d answers not {SUB_ANSWER!r}, the first: %r" % (b, len(bad), len(r), bad[:1])\n'
+        "        break\n"
         'answer["content"] = json.dumps(times)\nanswer["ready"] = True\n```'
     )
+
+
+def cell_times(answer: object) -> list[float]:
+    """The seconds of each batch that `cell`'s run answered; exits with the cell's reason when a
+    batch had an answer that was not the scripted one."""
+    times = json.loads(str(answer))
+    if isinstance(times, str):
+        raise SystemExit(f"the bench's cell: {times} (raise the limit it met, or send fewer batches)")
+    return [float(t) for t in times]
+
+
+def sub_call_limit(n: int, batches: int) -> int:
+    """`RLM_MCP_MAX_SUB_CALLS_PER_RUN` for a run of `batches` batches of n (and the warm-up's):
+    at the default, 2,000, ten 200-way batches would already be refused."""
+    return max(2000, n * batches)
 
 
 def many_and_one(n: int, batches: int) -> dict[str, object]:
@@ -118,7 +141,10 @@ async def bench(reps: int, batches: int, record: bool, sizes: tuple[int, ...] = 
     loads = [_load()]
     per_rep: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}  # (floor, ours) per rep
     cpu: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}  # CPU of this process, same
-    async with bench_service(script(batches, sizes), max_concurrent_lm_calls=max(sizes)) as service:
+    limit = sub_call_limit(max(sizes), batches)
+    async with bench_service(
+        script(batches, sizes), max_concurrent_lm_calls=max(sizes), max_sub_calls_per_run=limit
+    ) as service:
         url: str = service.lm.settings.base_url
         if pin_lm:
             _pin_scripted_lm()
@@ -133,7 +159,7 @@ async def bench(reps: int, batches: int, record: bool, sizes: tuple[int, ...] = 
             result = await local.complete(f"batch of {n}: go", context.context_id, RunOverrides(), _quiet)
             cpu = time.process_time() - cpu0
             assert result.status == "completed", result
-            return [t / n for t in json.loads(str(result.answer))], cpu / (n * batches)
+            return [t / n for t in cell_times(result.answer)], cpu / (n * batches)
 
         pool = HttpPool(headers={}, timeout_s=600, connect_s=10, trust_env=False)  # as a loopback endpoint's
         try:

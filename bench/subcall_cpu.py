@@ -39,7 +39,7 @@ import anyio.lowlevel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.run import bench_service
-from bench.subcall import SIZES, _load, _quiet, floor_batches, script
+from bench.subcall import SIZES, _load, _quiet, cell_times, floor_batches, script, sub_call_limit
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.engine.bridge import SubCallBridge
 from rlm_mcp.lm.http import HttpPool
@@ -71,7 +71,10 @@ async def bench(n: int, reps: int, batches: int, profile: str | None) -> None:
 
     SubCallBridge.__call__ = timed_call  # type: ignore[method-assign]
     load_before = _load()
-    async with bench_service(script(batches), max_concurrent_lm_calls=max(SIZES)) as service:
+    limit = sub_call_limit(max(SIZES), batches)
+    async with bench_service(
+        script(batches), max_concurrent_lm_calls=max(SIZES), max_sub_calls_per_run=limit
+    ) as service:
         url: str = service.lm.settings.base_url
         local = Caller(service, LOCAL_OWNER)
         context = await local.load_context(text="hello " * 1000)
@@ -80,6 +83,7 @@ async def bench(n: int, reps: int, batches: int, profile: str | None) -> None:
             await anyio.sleep(1.5)  # the warm pool refills only while no sandbox is in use
             result = await local.complete(f"batch of {n}: go", context.context_id, RunOverrides(), _quiet)
             assert result.status == "completed", result
+            cell_times(result.answer)  # every sub-call answered
 
         pool = HttpPool(headers={}, timeout_s=600, connect_s=10, trust_env=False)  # as a loopback endpoint's
         try:

@@ -40,7 +40,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.run import bench_service
-from bench.subcall import _load, _quiet, batch_parser, many_and_one
+from bench.subcall import _load, _quiet, batch_parser, cell_times, many_and_one, sub_call_limit
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.engine.bridge import SubCallBridge
 from rlm_mcp.engine.tree import RunTree
@@ -127,7 +127,9 @@ async def bench(n: int, batches: int, reps: int) -> None:
     load_before = _load()
     script = many_and_one(n, batches)
     runs: dict[str, list[tuple[float, float]]] = {"many": [], "one": []}  # (thread, process) CPU
-    async with bench_service(script, max_concurrent_lm_calls=max(n, 16)) as service:
+    async with bench_service(
+        script, max_concurrent_lm_calls=max(n, 16), max_sub_calls_per_run=sub_call_limit(n, batches)
+    ) as service:
         local = Caller(service, LOCAL_OWNER)
         context = await local.load_context(text="hello " * 1000)
 
@@ -139,6 +141,7 @@ async def bench(n: int, batches: int, reps: int) -> None:
             runs[kind].append((time.thread_time() - thread0, time.process_time() - process0))
             timing[0] = False
             assert result.status == "completed", result
+            cell_times(result.answer)  # every sub-call answered
 
         await run("many", False)  # warm-up: connections, the model's window, the pool
         await run("one", False)

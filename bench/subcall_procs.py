@@ -33,7 +33,16 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.procfs import process_groups, task_cpu_ns
 from bench.run import bench_service
-from bench.subcall import _load, _pin_scripted_lm, _quiet, batch_parser, floor_batches, many_and_one
+from bench.subcall import (
+    _load,
+    _pin_scripted_lm,
+    _quiet,
+    batch_parser,
+    cell_times,
+    floor_batches,
+    many_and_one,
+    sub_call_limit,
+)
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.engine.bridge import SubCallBridge
 from rlm_mcp.lm.http import HttpPool
@@ -119,7 +128,9 @@ async def bench(n: int, batches: int, reps: int, pin_lm: bool, settle: bool) -> 
     sides: dict[str, list[dict[str, float]]] = {"floor": [], "rlm-mcp": []}
     walls: dict[str, list[float]] = {"floor": [], "rlm-mcp": []}
     marks: list[tuple[dict[str, float], float]] = []  # at the bridge's start of each batch
-    async with bench_service(script, max_concurrent_lm_calls=max(n, 16)) as service:
+    async with bench_service(
+        script, max_concurrent_lm_calls=max(n, 16), max_sub_calls_per_run=sub_call_limit(n, batches)
+    ) as service:
         url: str = service.lm.settings.base_url
         if pin_lm:
             _pin_scripted_lm()
@@ -145,6 +156,7 @@ async def bench(n: int, batches: int, reps: int, pin_lm: bool, settle: bool) -> 
             marks.clear()
             result = await local.complete("many: go", context.context_id, RunOverrides(), _quiet)
             assert result.status == "completed", result
+            cell_times(result.answer)  # every sub-call answered
 
         pool = HttpPool(headers={}, timeout_s=600, connect_s=10, trust_env=False)
         try:
