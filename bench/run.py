@@ -28,6 +28,7 @@ import anyio
 
 from rlm_mcp.assembly import build_service
 from rlm_mcp.config import Settings
+from rlm_mcp.config.lm import LMSettings
 from rlm_mcp.owners import LOCAL_OWNER
 from rlm_mcp.service.caller import Caller
 from rlm_mcp.service.limits import RunOverrides
@@ -47,6 +48,8 @@ SCRIPT = {
     "sub_default": "ok",
     "max_model_len": 65536,
 }
+# The setting's own default (its one owner is the LM settings), for benches that raise it.
+DEFAULT_SUB_CALL_LIMIT: int = LMSettings.model_fields["max_sub_calls_per_run"].default
 GAP_S = 1.5  # idle before each timed run: the warm pool refills only while no sandbox is in use
 
 
@@ -56,7 +59,10 @@ async def quiet(progress: float, total: float | None, message: str) -> None:
 
 @asynccontextmanager
 async def bench_service(
-    script: dict[str, Any] | None = None, *, max_concurrent_lm_calls: int = 64, max_sub_calls_per_run: int = 2000
+    script: dict[str, Any] | None = None,
+    *,
+    max_concurrent_lm_calls: int = 64,
+    max_sub_calls_per_run: int = DEFAULT_SUB_CALL_LIMIT,
 ) -> AsyncIterator[RlmService]:
     """`RlmService` with real Docker sandboxes (a warm pool of 2) and the scripted LM in a
     subprocess (`script`, by default `SCRIPT`: zero latency), on a data dir of its own."""

@@ -48,7 +48,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench.run's service
 from bench.results_file import ResultFile
-from bench.run import bench_service
+from bench.run import DEFAULT_SUB_CALL_LIMIT, bench_service
 from rlm_mcp.cli.collector import tune_for_serving
 from rlm_mcp.lm.http import HttpPool
 from rlm_mcp.owners import LOCAL_OWNER
@@ -84,14 +84,14 @@ def cell_times(answer: object) -> list[float]:
     batch had an answer that was not the scripted one."""
     times = json.loads(str(answer))
     if isinstance(times, str):
-        raise SystemExit(f"the bench's cell: {times} (raise the limit it met, or send fewer batches)")
+        raise SystemExit(f"the bench's cell: {times} (a sub-call refused or failed: its answer says why)")
     return [float(t) for t in times]
 
 
 def sub_call_limit(n: int, batches: int) -> int:
-    """`RLM_MCP_MAX_SUB_CALLS_PER_RUN` for a run of `batches` batches of n (and the warm-up's):
-    at the default, 2,000, ten 200-way batches would already be refused."""
-    return max(2000, n * batches)
+    """`RLM_MCP_MAX_SUB_CALLS_PER_RUN` for a run of `batches` batches of n: the setting's default
+    unless the run sends more (at the default, 2,000, an eleventh 200-way batch is refused)."""
+    return max(DEFAULT_SUB_CALL_LIMIT, n * batches)
 
 
 def many_and_one(n: int, batches: int) -> dict[str, object]:
