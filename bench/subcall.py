@@ -58,7 +58,7 @@ from rlm_mcp.service.limits import RunOverrides
 SIZES = (16, 200)
 
 
-SUB_ANSWER = "ok"  # the scripted server's answer to every sub-call (the scripts' `sub_default`)
+SUB_ANSWER = "ok"  # the scripted server's answer to every sub-call (`script`, `many_and_one`), checked by `cell`
 
 
 def cell(n: int, batches: int) -> str:
@@ -102,7 +102,7 @@ def many_and_one(n: int, batches: int) -> dict[str, object]:
             {"match": "many:", "replies": [cell(n, batches)]},
             {"match": "one:", "replies": [cell(n, 1)]},
         ],
-        "sub_default": "ok",
+        "sub_default": SUB_ANSWER,
         "max_model_len": 65536,
     }
 
@@ -110,7 +110,7 @@ def many_and_one(n: int, batches: int) -> dict[str, object]:
 def script(batches: int, sizes: tuple[int, ...] = SIZES) -> dict[str, object]:
     return {
         "root_by_query": [{"match": f"batch of {n}:", "replies": [cell(n, batches)]} for n in sizes],
-        "sub_default": "ok",
+        "sub_default": SUB_ANSWER,
         "max_model_len": 65536,
     }
 
