@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import subprocess
@@ -334,6 +335,32 @@ async def test_kill_stops_the_container_even_when_remove_fails(monkeypatch: pyte
             # Stopped, it is an orphan: a neighbour server's start-up reaping may have removed it.
             with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_container(c.id, force=True)
+
+
+async def test_a_removal_docker_does_not_answer_is_left_to_its_thread_at_the_bound(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A removal call that hangs holds its caller no longer than the bound (a thread's call cannot
+    be cancelled: the bound used to start counting only once Docker answered), and says so."""
+    from rlm_mcp.sandbox.docker import container as container_module
+    from rlm_mcp.sandbox.docker.container import KernelContainer
+
+    async with ready_manager(pool_size=0) as mgr:
+        client = await docker_client(mgr)
+        owner = "hungremove-" + os.urandom(4).hex()
+        c = await KernelContainer.start(client, mgr.settings, owner, engine_of(mgr))
+        answered = threading.Event()
+        real_remove = c._remove_sync
+        try:
+            monkeypatch.setattr(container_module, "REMOVE_WAIT_S", 0.5)
+            monkeypatch.setattr(c, "_remove_sync", lambda: answered.wait(60))  # Docker never answers
+            with caplog.at_level(logging.WARNING, logger="rlm_mcp.sandbox"), anyio.fail_after(30):
+                await c.kill()
+            assert not answered.is_set()  # returned while the call still hung
+            assert f"sandbox {c.name}: Docker did not answer its removal within 0.5 s" in caplog.text
+        finally:
+            answered.set()
+            real_remove()
 
 
 async def test_no_leak_when_create_answer_is_lost(monkeypatch: pytest.MonkeyPatch) -> None:

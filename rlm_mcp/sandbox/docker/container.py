@@ -47,6 +47,9 @@ from rlm_mcp.sandbox.inbox import ByteBudget, Inbox
 log = logging.getLogger("rlm_mcp.sandbox")
 
 INBOX_BYTES = 64 << 20  # kernel frames parsed but not yet handled, in estimated host bytes
+# How long a removal is waited for; past it Docker's answer is left to its thread (the call's
+# own read timeout ends it) and the owner's sweep at shutdown removes what is left.
+REMOVE_WAIT_S = 20.0
 
 
 class KernelContainer:
@@ -265,8 +268,16 @@ class KernelContainer:
         # A create whose answer was lost (client read timeout on a slow daemon, cancellation)
         # may still have made the container: remove it by its unique name, or it leaks.
         if self.id is not None or self._create_sent:
-            with anyio.move_on_after(20):
-                await anyio.to_thread.run_sync(self._remove_sync)
+            # Abandoned at the bound: a thread's call cannot be cancelled, so without it the
+            # bound would only start to count once Docker answered.
+            with anyio.move_on_after(REMOVE_WAIT_S) as waited:
+                await anyio.to_thread.run_sync(self._remove_sync, abandon_on_cancel=True)
+            if waited.cancelled_caught:
+                log.warning(
+                    "sandbox %s: Docker did not answer its removal within %g s; it is left to finish in the background",
+                    self.name,
+                    REMOVE_WAIT_S,
+                )
         if self._chan is not None:
             self._chan.remove_dir()
 
