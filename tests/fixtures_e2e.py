@@ -39,12 +39,26 @@ def sandbox_container_ids(owner: str) -> set[str]:
         client.close()
 
 
+def sandbox_states(owner: str) -> list[str]:
+    """'name: state (status)' of each container of the server started with
+    RLM_MCP_INSTANCE_ID=owner: what a failure says when some are left (a removal still in
+    progress, a pool container, a run's that was never retired)."""
+    client = docker.from_env()
+    try:
+        found = client.api.containers(all=True, filters={"label": f"rlm-mcp.owner={owner}"})
+        return sorted(
+            f"{'/'.join(c.get('Names') or [c['Id'][:12]])}: {c.get('State')} ({c.get('Status')})" for c in found
+        )
+    finally:
+        client.close()
+
+
 def assert_no_sandboxes_left(owner: str, within_s: float = 60.0) -> None:
     """The server started with RLM_MCP_INSTANCE_ID=owner has removed all its sandboxes, or does so
     within `within_s` (removal of a cancelled run's sandbox may still be settling when a client ends)."""
     deadline = time.monotonic() + within_s
-    while left := sandbox_container_ids(owner):
-        assert time.monotonic() < deadline, f"sandboxes left behind by {owner}: {sorted(left)}"
+    while sandbox_container_ids(owner):
+        assert time.monotonic() < deadline, f"sandboxes left behind by {owner}: {sandbox_states(owner)}"
         time.sleep(0.2)
 
 

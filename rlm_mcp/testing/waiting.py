@@ -11,11 +11,16 @@ POLL_S = 0.02
 
 
 async def wait_until(
-    condition: Callable[[], object | Awaitable[object]], *, within_s: float = 30.0, what: str = "the condition"
+    condition: Callable[[], object | Awaitable[object]],
+    *,
+    within_s: float = 30.0,
+    what: str = "the condition",
+    found: Callable[[], object] | None = None,
 ) -> None:
     """Return once `condition()` is true (awaited when it is a coroutine function); fail the test
     after a generous `within_s` deadline (a hang becomes a failure that names what never
-    happened, never a timing assertion)."""
+    happened, never a timing assertion). `found`: what the failure also says, read at the deadline
+    (the state that kept the condition false)."""
     with anyio.move_on_after(within_s):
         # Polling on purpose: the conditions (a thread's state, a container list) have no event.
         while True:
@@ -25,4 +30,5 @@ async def wait_until(
             if outcome:
                 return
             await anyio.sleep(POLL_S)
-    raise AssertionError(f"{what} did not happen within {within_s:g} s")
+    seen = "" if found is None else f"; found: {found()}"
+    raise AssertionError(f"{what} did not happen within {within_s:g} s{seen}")

@@ -18,7 +18,7 @@ from rlm_mcp.testing.script import Script
 from rlm_mcp.testing.scripted_lm import ScriptedLM
 from rlm_mcp.testing.servers import close_pipes
 from rlm_mcp.testing.waiting import wait_until
-from tests.fixtures_e2e import SERVER_SCRIPT, minimal_env, sandbox_container_ids, stdio_client
+from tests.fixtures_e2e import SERVER_SCRIPT, minimal_env, sandbox_container_ids, sandbox_states, stdio_client
 from tests.fixtures_store import LoopbackServer
 
 FAST_CELLS = {"RLM_MCP_CELL_TIMEOUT_S": "3", "RLM_MCP_SANDBOX_MEMORY": "256m", "RLM_MCP_SANDBOX_PIDS": "64"}
@@ -139,11 +139,13 @@ async def test_a_client_cancel_stops_the_run_and_records_it(tmp_path: Path, data
                         break
                     await anyio.sleep(0.2)
             # The run's sandbox went with it; at most the warm pool's one fresh container is left.
-            with anyio.fail_after(60):  # the used container is removed in the background
-                while True:
-                    if len(sandbox_container_ids(owner)) <= 1:
-                        break
-                    await anyio.sleep(0.2)
+            # The used container is removed in the background.
+            await wait_until(
+                lambda: len(sandbox_container_ids(owner)) <= 1,
+                within_s=60,
+                what="the cancelled run's sandbox removed",
+                found=functools.partial(sandbox_states, owner),
+            )
     assert not sandbox_container_ids(owner)
 
 
