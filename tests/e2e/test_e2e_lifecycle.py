@@ -145,6 +145,7 @@ async def test_a_client_cancel_stops_the_run_and_records_it(tmp_path: Path, data
                 within_s=60,
                 what="the cancelled run's sandbox removed",
                 found=functools.partial(sandbox_states, owner),
+                poll_s=0.2,  # each poll is a Docker listing, which blocks this loop
             )
     assert not sandbox_container_ids(owner)
 
