@@ -330,8 +330,8 @@ class KernelContainer:
 
         if self.id is None:
             return ExitInfo()
-        with anyio.move_on_after(10):
-            return await anyio.to_thread.run_sync(inspect)
+        with anyio.move_on_after(10):  # abandoned at the bound, as a removal is (`remove`)
+            return await anyio.to_thread.run_sync(inspect, abandon_on_cancel=True)
         return ExitInfo()
 
     def lost_reason(self, state: ExitInfo) -> str | None:
