@@ -38,6 +38,11 @@ class WarmPool:
     def __len__(self) -> int:
         return len(self._ready)
 
+    @property
+    def full(self) -> bool:
+        """Whether the pool holds its `size`: the one rule for what it keeps (`offer`, the refill)."""
+        return len(self._ready) >= self.size
+
     def take(self) -> KernelChannel | None:
         """A ready container, or None. Dead ones are dropped (their cleanup runs in refill)."""
         while self._ready:
@@ -51,7 +56,7 @@ class WarmPool:
     def offer(self, container: KernelChannel) -> bool:
         """Keep an unused, ready container that was started outside the refill; False when the
         pool is full (the caller discards it)."""
-        if len(self._ready) >= self.size or container.eof or container.closed:
+        if self.full or container.eof or container.closed:
             return False
         self._ready.append(container)
         return True
@@ -61,10 +66,10 @@ class WarmPool:
         while True:
             while self._dead:
                 await self._discard(self._dead.pop())
-            while len(self._ready) < self.size:
+            while not self.full:
                 if self._ready and self._quiet is not None:
                     await self._quiet()
-                    if len(self._ready) >= self.size:
+                    if self.full:
                         break
                 try:
                     container = await self._start()
@@ -76,6 +81,11 @@ class WarmPool:
                     await anyio.sleep(min(30.0, 0.5 * 2 ** min(self._failures, 6)))
                     continue
                 self._failures = 0
+                if self.full:
+                    # Filled while this one started: a container started elsewhere was offered
+                    # (the first kernel a worker boots to learn whether the image can snapshot).
+                    await self._discard(container)
+                    break
                 self._ready.append(container)
             self._wake = anyio.Event()
             await self._wake.wait()
