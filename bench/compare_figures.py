@@ -100,9 +100,11 @@ def report(
             # noisy runs can be): it would read as a huge factor.
             if statistics.median(values) > 0:
                 ratio = f"{statistics.median(ref[key]) / statistics.median(values):.0f}x"
-                # "In every run": the worst of ours against the best of theirs, beside the medians'.
+                # "In every run": the worst of ours against the best of theirs, beside the medians';
+                # and the worst of the reps' own pairs (each rep runs ours, then theirs).
                 if min(ref[key]) > 0 and max(values) > 0:
-                    ratio += f" (worst {min(ref[key]) / max(values):.0f}x)"
+                    pairs = [r / o for r, o in zip(ref[key], values, strict=True) if o > 0]
+                    ratio += f" (worst {min(ref[key]) / max(values):.0f}x, worst rep {min(pairs):.0f}x)"
         print(f"{key:<26}{spread(values):<36}{theirs:<36}{ratio}")
         out.add(key, spread(values), theirs, ratio)
     if cpu:

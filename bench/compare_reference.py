@@ -16,6 +16,10 @@ Scenarios (each a whole `rlm_complete` / `RLM.completion`):
   ten_1m     10 turns of print(len(context)) on 1 MiB
   batch_1m   5 turns of a 16-way llm_query_batched, then the answer turn, on 1 MiB
   one_50m    1 turn on 50 MiB                five_50m   5 turns on 50 MiB
+`--settle-s S`: before each timed run (either side's), wait until the host's CPUs are quiet (S
+seconds at most), so neither side's run meets the clean-up of the other's last one. Off by default:
+tried once, it did not make rlm-mcp's figures steadier (bench/results/compare-settle-2026-12-03.md).
+
 Derived, per rep: further turn = (ten_1m - one_1m) / 9; sub-call = (batch_1m - one_1m - 5 turns) / 80;
 turn at 50 MiB = (five_50m - one_50m) / 4. Prints medians, min/max and reference/ours ratios.
 
@@ -53,7 +57,7 @@ from mcp import Client, StdioServerParameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: bench's own modules
 from bench.compare_figures import RequestLog, cpu_per_turn, derive, fmt, report, turn_intervals
-from bench.procfs import children_named, cpu_snapshot, peak_rss_mb, process_groups
+from bench.procfs import children_named, cpu_snapshot, host_busy_share, host_cpu_ticks, peak_rss_mb, process_groups
 from rlm_mcp.testing import scripted_lm_process
 
 HERE = Path(__file__).resolve().parent
@@ -226,6 +230,25 @@ class Gathered:
     turns_ours: list[float] = field(default_factory=list)
     turns_ref: list[float] = field(default_factory=list)
     cpu_ns: dict[str, list[dict[str, int]]] = field(default_factory=lambda: {"one_1m": [], "ten_1m": []})
+    settled_s: list[float] = field(default_factory=list)  # each timed run's wait for a quiet host
+
+
+async def quiet_host(cap_s: float, *, busy_below: float = 0.1, step_s: float = 0.25) -> float:
+    """Wait until the host's CPUs are quiet (under `busy_below` of them busy over two steps in a
+    row) or `cap_s` has passed; the seconds waited.
+
+    Interleaved, each side's run starts while the other's last one is still being cleaned up (the
+    reference removes its container at the end of each completion; rlm-mcp refills its warm pool),
+    and that work lands on whichever side runs next. Both sides wait for it alike."""
+    started = time.perf_counter()
+    quiet = 0
+    before = host_cpu_ticks()
+    while quiet < 2 and time.perf_counter() - started < cap_s:
+        await anyio.sleep(step_s)
+        now = host_cpu_ticks()
+        quiet = quiet + 1 if host_busy_share(before, now) < busy_below else 0
+        before = now
+    return time.perf_counter() - started
 
 
 async def run_reps(
@@ -241,6 +264,7 @@ async def run_reps(
                 # Back to back, each run would find the pool still refilling from the last
                 # (interleaved, the reference's seconds-long run gives it time).
                 await anyio.sleep(args.gap)
+            got.settled_s.append(await quiet_host(args.settle_s))
             log.since_last()
             groups = process_groups(server_pid, lm_pid) if name in got.cpu_ns else {}
             before = cpu_snapshot(groups)
@@ -254,6 +278,7 @@ async def run_reps(
                 if args.verbose:
                     print("turns (ms):", " ".join(f"{g * 1000:.1f}" for g in gaps), file=sys.stderr)
             if reference is not None:
+                got.settled_s.append(await quiet_host(args.settle_s))
                 got.ref[name].append(await anyio.to_thread.run_sync(reference.run, name, paths[SCENARIOS[name][0]]))
                 if name == "ten_1m":
                     got.turns_ref.append(statistics.median(turn_intervals(log.since_last())))
@@ -306,6 +331,13 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     if reference is not None:
         print(f"reference: driver peak RSS {reference.peak_rss_mb:.0f} MB")
+    if args.settle_s > 0:
+        waits = got.settled_s
+        capped = sum(1 for w in waits if w >= args.settle_s)
+        print(
+            f"waits for a quiet host before each timed run: median {fmt(statistics.median(waits))}, "
+            f"max {fmt(max(waits))}, {capped} of {len(waits)} at the {args.settle_s:g} s cap"
+        )
     ref = None if reference is None else derive(got.ref, got.turns_ref)
     report(args, derive(got.ours, got.turns_ours), ref, cpu_per_turn(got.cpu_ns))
 
@@ -320,6 +352,13 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=1.5,
         help="--ours-only: idle seconds before each run, so the warm pool is full (default 1.5)",
+    )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=0.0,
+        help="before each timed run (either side's), the longest wait for the host's CPUs to be quiet "
+        "(under a tenth busy), so neither side's run meets the other's clean-up; 0: no wait (the default)",
     )
     parser.add_argument("--big-mib", type=int, default=50, help="size of the big context (smoke runs: small)")
     parser.add_argument("--server", default="", help="the rlm-mcp executable (default: this venv's)")

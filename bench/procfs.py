@@ -141,3 +141,18 @@ def process_groups(server: int, lm: int) -> dict[str, list[int]]:
 
 def cpu_snapshot(groups: dict[str, list[int]]) -> dict[str, int]:
     return {name: sum(task_cpu_ns(pid) for pid in pids) for name, pids in groups.items()}
+
+
+def host_cpu_ticks() -> tuple[int, int]:
+    """The whole host's (busy, total) CPU time so far, in the kernel's ticks (`/proc/stat`'s first
+    line: idle and iowait are not busy)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    total = sum(fields[:8])  # guest time is already counted in user time
+    return total - idle, total
+
+
+def host_busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the host's CPUs busy between two `host_cpu_ticks` readings (0 to 1)."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
