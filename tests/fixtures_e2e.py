@@ -24,33 +24,33 @@ def new_instance_id() -> str:
     return f"test-{secrets.token_hex(6)}"
 
 
-def sandbox_container_ids(owner: str) -> set[str]:
-    """The containers (running or not) of the server started with RLM_MCP_INSTANCE_ID=owner.
-
-    Never count by the bare label: other rlm-mcp servers may share this Docker daemon.
-    """
+def _owned_containers(owner: str) -> list[dict[str, Any]]:
+    """Docker's listing (running or not) of the containers of the server started with
+    RLM_MCP_INSTANCE_ID=owner. Never count by the bare label: other rlm-mcp servers may share
+    this Docker daemon."""
     client = docker.from_env()
     try:
         # The low-level listing: `containers.list` inspects each container afterwards, which
         # raises NotFound when a server removes one in between (pool churn).
-        found = client.api.containers(all=True, filters={"label": f"rlm-mcp.owner={owner}"})
-        return {c["Id"] for c in found}
+        found: list[dict[str, Any]] = client.api.containers(all=True, filters={"label": f"rlm-mcp.owner={owner}"})
+        return found
     finally:
         client.close()
+
+
+def sandbox_container_ids(owner: str) -> set[str]:
+    """The ids of the containers of the server started with RLM_MCP_INSTANCE_ID=owner."""
+    return {c["Id"] for c in _owned_containers(owner)}
 
 
 def sandbox_states(owner: str) -> list[str]:
     """'name: state (status)' of each container of the server started with
     RLM_MCP_INSTANCE_ID=owner: what a failure says when some are left (a removal still in
     progress, a pool container, a run's that was never retired)."""
-    client = docker.from_env()
-    try:
-        found = client.api.containers(all=True, filters={"label": f"rlm-mcp.owner={owner}"})
-        return sorted(
-            f"{'/'.join(c.get('Names') or [c['Id'][:12]])}: {c.get('State')} ({c.get('Status')})" for c in found
-        )
-    finally:
-        client.close()
+    return sorted(
+        f"{'/'.join(c.get('Names') or [c['Id'][:12]])}: {c.get('State')} ({c.get('Status')})"
+        for c in _owned_containers(owner)
+    )
 
 
 def assert_no_sandboxes_left(owner: str, within_s: float = 60.0) -> None:

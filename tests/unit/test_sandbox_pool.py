@@ -67,7 +67,16 @@ async def test_an_offer_to_a_full_pool_is_refused() -> None:
         tg.start_soon(pool.refill_forever)
         await wait_until(lambda: len(pool) == 1, within_s=30, what="the pool filled")
         assert not pool.offer(cast(KernelChannel, Container("offered")))
-        assert not pool.offer(cast(KernelChannel, Container("stopped", eof=True)))
         tg.cancel_scope.cancel()
     assert len(pool) == 1
     assert starts.discarded == []  # a refused offer is the caller's to discard
+
+
+def test_an_empty_pool_refuses_a_stopped_container_and_keeps_a_live_one() -> None:
+    starts = Starts()
+    pool = WarmPool(2, starts.start, starts.discard)  # no refill running: only offers fill it
+    assert not pool.offer(cast(KernelChannel, Container("exited", eof=True)))
+    assert not pool.offer(cast(KernelChannel, Container("closed", closed=True)))
+    live = cast(KernelChannel, Container("live"))
+    assert pool.offer(live)
+    assert len(pool) == 1 and pool.take() is live
